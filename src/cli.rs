@@ -1,0 +1,116 @@
+//! Every option, its flag, its environment variable and its default, in one place. Values are
+//! taken as text here and validated in `config`, so that every bad value gets the same kind of
+//! one-line error naming the variable, the value and what is expected.
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "paddle-launcher",
+    version,
+    about = "Entrypoint for distributed PaddlePaddle jobs: finds the job's pods, assigns ranks, \
+             starts and supervises the parameter server and the trainer.",
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Options of `run`, which is what happens without a subcommand.
+    #[command(flatten)]
+    pub job: JobArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Wait for the peers, then start and supervise the pserver and the trainer (the default).
+    Run(JobArgs),
+    /// Do everything up to the launch and print the process plan as JSON; start nothing.
+    Plan(JobArgs),
+    /// Run a whole job on this machine: one launcher per simulated pod on 127.0.0.2, .3, ...
+    Local(LocalArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct LocalArgs {
+    /// Number of simulated pods (= trainers = pservers).
+    #[arg(long, value_name = "N")]
+    pub trainers: String,
+    #[command(flatten)]
+    pub job: JobArgs,
+}
+
+#[derive(Debug, Args, Clone, Default)]
+pub struct JobArgs {
+    /// Job name; also the default label selector `job-name=<name>` set by the Job controller.
+    #[arg(long, env = "JOB_NAME")]
+    pub job_name: Option<String>,
+    /// Namespace of the job's pods [default: the kubeconfig's or service account's namespace].
+    #[arg(long, env = "JOB_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Shared job directory root: logs go to $JOB_PATH/$JOB_NAME/output/node_<rank>/, data is
+    /// copied from $JOB_PATH/$JOB_NAME/<rank>/data/.
+    #[arg(long, env = "JOB_PATH")]
+    pub job_path: Option<String>,
+    /// Directory under $JOB_PATH/$JOB_NAME whose contents are copied into the work directory.
+    #[arg(long, env = "TRAIN_CONFIG_DIR")]
+    pub train_config_dir: Option<String>,
+    /// Network interface given to Paddle as --nics [default: eth0; lo in local mode].
+    #[arg(long, env = "CONF_PADDLE_NIC")]
+    pub nic: Option<String>,
+    /// First pserver port [default: 7164].
+    #[arg(long, env = "CONF_PADDLE_PORT")]
+    pub port: Option<String>,
+    /// Number of dense-parameter ports per pserver [default: 1].
+    #[arg(long, env = "CONF_PADDLE_PORTS_NUM")]
+    pub ports_num: Option<String>,
+    /// Number of sparse-parameter ports per pserver [default: 0].
+    #[arg(long, env = "CONF_PADDLE_PORTS_NUM_SPARSE")]
+    pub ports_num_sparse: Option<String>,
+    /// Number of pods = trainers = pservers (--num_gradient_servers). Required, unless --peers
+    /// gives the list.
+    #[arg(long, env = "CONF_PADDLE_GRADIENT_NUM")]
+    pub gradient_num: Option<String>,
+    /// This pod's IP (downward API status.podIP) [default: address of the NIC, then of the hostname].
+    #[arg(long, env = "POD_IP")]
+    pub pod_ip: Option<String>,
+    /// This pod's name (downward API metadata.name); when set, the own pod is found by name.
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
+    /// Label selector of the job's pods [default: job-name=<job name>].
+    #[arg(long, env = "PADDLE_LAUNCHER_SELECTOR")]
+    pub selector: Option<String>,
+    /// Static membership instead of Kubernetes: comma-separated pod IPs, rank = list order.
+    #[arg(long, env = "PADDLE_LAUNCHER_PEERS")]
+    pub peers: Option<String>,
+    /// Seconds to wait for all pods to be Running; 0 waits forever [default: 1800].
+    #[arg(long, env = "PADDLE_LAUNCHER_WAIT_TIMEOUT")]
+    pub wait_timeout: Option<String>,
+    /// Seconds to wait for every pserver endpoint to accept connections [default: 300].
+    #[arg(long, env = "PADDLE_LAUNCHER_PSERVER_TIMEOUT")]
+    pub pserver_timeout: Option<String>,
+    /// Parameter server command, split on whitespace, no shell [default: "paddle pserver"];
+    /// e.g. "paddle_pserver_main".
+    #[arg(long, env = "PADDLE_LAUNCHER_PSERVER_CMD")]
+    pub pserver_cmd: Option<String>,
+    /// Trainer command, split on whitespace, no shell [default: "paddle train"];
+    /// e.g. "paddle_trainer".
+    #[arg(long, env = "PADDLE_LAUNCHER_TRAINER_CMD")]
+    pub trainer_cmd: Option<String>,
+    /// Seconds the pserver keeps serving after the trainer exited 0 (peers may still be
+    /// finishing) [default: 30].
+    #[arg(long, env = "PADDLE_LAUNCHER_LINGER")]
+    pub linger: Option<String>,
+    /// Seconds between forwarding SIGTERM and sending SIGKILL to the children [default: 10].
+    #[arg(long, env = "PADDLE_LAUNCHER_GRACE_PERIOD")]
+    pub grace_period: Option<String>,
+    /// File that receives the one-line reason of the exit, when writable; empty disables
+    /// [default: /dev/termination-log].
+    #[arg(long, env = "PADDLE_LAUNCHER_TERMINATION_LOG")]
+    pub termination_log: Option<String>,
+    /// Working directory of the pserver and the trainer [default: the current directory].
+    #[arg(long, env = "PADDLE_LAUNCHER_WORKDIR")]
+    pub workdir: Option<String>,
+    /// Arguments after `--` go to the trainer; `--name=value` replaces a generated flag.
+    #[arg(last = true, value_name = "TRAINER_ARGS")]
+    pub trainer_args: Vec<String>,
+}

@@ -1,0 +1,728 @@
+//! Raw option text -> validated `Config`. Pure: no network, no files. Each bad value yields one
+//! `ConfigError` naming the variable and flag, the value, and what is expected.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::cli::JobArgs;
+use crate::selector::{is_dns_label, is_dns_subdomain, LabelSelector};
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {variable}: {value:?}: expected {expected}")]
+pub struct ConfigError {
+    /// "ENV_NAME (--flag)"
+    pub variable: String,
+    pub value: String,
+    pub expected: String,
+}
+
+impl ConfigError {
+    pub fn new(variable: &str, value: &str, expected: impl Into<String>) -> Self {
+        ConfigError {
+            variable: variable.to_string(),
+            value: value.to_string(),
+            expected: expected.into(),
+        }
+    }
+}
+
+pub const JOB_NAME: &str = "JOB_NAME (--job-name)";
+pub const NAMESPACE: &str = "JOB_NAMESPACE (--namespace)";
+pub const JOB_PATH: &str = "JOB_PATH (--job-path)";
+pub const TRAIN_CONFIG_DIR: &str = "TRAIN_CONFIG_DIR (--train-config-dir)";
+pub const NIC: &str = "CONF_PADDLE_NIC (--nic)";
+pub const PORT: &str = "CONF_PADDLE_PORT (--port)";
+pub const PORTS_NUM: &str = "CONF_PADDLE_PORTS_NUM (--ports-num)";
+pub const PORTS_NUM_SPARSE: &str = "CONF_PADDLE_PORTS_NUM_SPARSE (--ports-num-sparse)";
+pub const GRADIENT_NUM: &str = "CONF_PADDLE_GRADIENT_NUM (--gradient-num)";
+pub const POD_IP: &str = "POD_IP (--pod-ip)";
+pub const POD_NAME: &str = "POD_NAME (--pod-name)";
+pub const SELECTOR: &str = "PADDLE_LAUNCHER_SELECTOR (--selector)";
+pub const PEERS: &str = "PADDLE_LAUNCHER_PEERS (--peers)";
+pub const WAIT_TIMEOUT: &str = "PADDLE_LAUNCHER_WAIT_TIMEOUT (--wait-timeout)";
+pub const PSERVER_TIMEOUT: &str = "PADDLE_LAUNCHER_PSERVER_TIMEOUT (--pserver-timeout)";
+pub const PSERVER_CMD: &str = "PADDLE_LAUNCHER_PSERVER_CMD (--pserver-cmd)";
+pub const TRAINER_CMD: &str = "PADDLE_LAUNCHER_TRAINER_CMD (--trainer-cmd)";
+pub const LINGER: &str = "PADDLE_LAUNCHER_LINGER (--linger)";
+pub const GRACE_PERIOD: &str = "PADDLE_LAUNCHER_GRACE_PERIOD (--grace-period)";
+pub const TRAINER_ARGS: &str = "trainer argument (after --)";
+
+pub const DEFAULT_PORT: u16 = 7164;
+pub const DEFAULT_NIC: &str = "eth0";
+pub const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
+/// Far above any real job; keeps a typo like 1000000 from meaning "a million pods".
+pub const MAX_PODS: u32 = 100_000;
+
+/// The pserver's ports: `first .. first + dense + sparse - 1` on every pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortLayout {
+    pub first: u16,
+    pub dense: u16,
+    pub sparse: u16,
+}
+
+impl PortLayout {
+    pub fn ports(&self) -> impl Iterator<Item = u16> {
+        let first = self.first;
+        (0..self.dense + self.sparse).map(move |i| first + i)
+    }
+}
+
+/// How this launcher learns who is in the job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Discovery {
+    /// List + watch the pods matching the selector.
+    Kubernetes { selector: LabelSelector },
+    /// A fixed list of pod IPs; rank = position.
+    Static { ips: Vec<IpAddr> },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub job_name: String,
+    pub namespace: Option<String>,
+    pub job_path: Option<PathBuf>,
+    pub train_config_dir: Option<String>,
+    pub nic: String,
+    pub ports: PortLayout,
+    pub gradient_num: u32,
+    pub pod_ip: Option<IpAddr>,
+    pub pod_name: Option<String>,
+    pub discovery: Discovery,
+    /// None: wait forever.
+    pub wait_timeout: Option<Duration>,
+    pub pserver_timeout: Duration,
+    pub pserver_cmd: Vec<String>,
+    pub trainer_cmd: Vec<String>,
+    pub linger: Duration,
+    pub grace_period: Duration,
+    pub termination_log: Option<PathBuf>,
+    pub workdir: PathBuf,
+    pub trainer_args: PassThrough,
+}
+
+/// Trainer arguments after `--`: those naming a flag the launcher generates replace it
+/// (so a flag never appears twice), the rest are appended in order.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PassThrough {
+    pub overrides: Vec<(String, String)>,
+    pub rest: Vec<String>,
+}
+
+/// Flags of the v1 trainer that the launcher generates.
+pub const GENERATED_TRAINER_FLAGS: &[&str] = &[
+    "port",
+    "ports_num",
+    "ports_num_for_sparse",
+    "nics",
+    "comment",
+    "pservers",
+    "num_gradient_servers",
+    "trainer_id",
+    "local",
+    "save_dir",
+];
+
+impl Config {
+    pub fn from_args(args: &JobArgs) -> Result<Config, ConfigError> {
+        let job_name = required(&args.job_name, JOB_NAME, "the job's name")?;
+        if !(job_name.len() <= 63 && is_dns_subdomain(&job_name)) {
+            return Err(ConfigError::new(
+                JOB_NAME,
+                &job_name,
+                "a Kubernetes job name: 1-63 lowercase letters, digits, '-' or '.', alphanumeric at both ends",
+            ));
+        }
+        let namespace = match present(&args.namespace) {
+            Some(ns) if !is_dns_label(ns) => {
+                return Err(ConfigError::new(
+                    NAMESPACE,
+                    ns,
+                    "a namespace name: 1-63 lowercase letters, digits or '-'",
+                ))
+            }
+            ns => ns.map(str::to_string),
+        };
+        let job_path = present(&args.job_path).map(PathBuf::from);
+        let train_config_dir = match present(&args.train_config_dir) {
+            Some(dir) if job_path.is_none() => return Err(ConfigError::new(
+                TRAIN_CONFIG_DIR,
+                dir,
+                "to be set together with JOB_PATH (it names a directory under $JOB_PATH/$JOB_NAME)",
+            )),
+            Some(dir) if dir.split('/').any(|c| c == "..") || dir.starts_with('/') => {
+                return Err(ConfigError::new(
+                    TRAIN_CONFIG_DIR,
+                    dir,
+                    "a relative directory under $JOB_PATH/$JOB_NAME, without '..'",
+                ))
+            }
+            dir => dir.map(str::to_string),
+        };
+        let nic = present(&args.nic).unwrap_or(DEFAULT_NIC).to_string();
+        if nic.len() > 15 || nic.contains(['/', ' ', ',', ':']) {
+            return Err(ConfigError::new(
+                NIC,
+                &nic,
+                "a network interface name such as eth0 (at most 15 characters)",
+            ));
+        }
+        let ports = port_layout(args)?;
+        let peers = present(&args.peers).map(parse_peers).transpose()?;
+        let gradient_num = match (present(&args.gradient_num), &peers) {
+            (Some(text), _) => {
+                let n = parse_int(text, GRADIENT_NUM, 1, MAX_PODS as u64, "a number of pods")?;
+                n as u32
+            }
+            (None, Some(ips)) => ips.len() as u32,
+            (None, None) => {
+                return Err(ConfigError::new(
+                    GRADIENT_NUM,
+                    "",
+                    "the number of pods (= trainers) in the job, e.g. 3",
+                ))
+            }
+        };
+        let pod_ip = present(&args.pod_ip)
+            .map(|text| {
+                text.parse::<IpAddr>().map_err(|_| {
+                    ConfigError::new(POD_IP, text, "an IPv4 or IPv6 address, e.g. 10.1.2.3")
+                })
+            })
+            .transpose()?;
+        let pod_name = match present(&args.pod_name) {
+            Some(name) if !is_dns_subdomain(name) => {
+                return Err(ConfigError::new(
+                    POD_NAME,
+                    name,
+                    "a pod name: lowercase letters, digits, '-' and '.'",
+                ))
+            }
+            name => name.map(str::to_string),
+        };
+        let discovery = match peers {
+            Some(ips) => {
+                if ips.len() as u32 != gradient_num {
+                    return Err(ConfigError::new(
+                        PEERS,
+                        args.peers.as_deref().unwrap_or_default(),
+                        format!(
+                            "exactly CONF_PADDLE_GRADIENT_NUM = {gradient_num} addresses, got {}",
+                            ips.len()
+                        ),
+                    ));
+                }
+                if present(&args.selector).is_some() {
+                    return Err(ConfigError::new(
+                        SELECTOR,
+                        args.selector.as_deref().unwrap_or_default(),
+                        "no selector together with --peers (static membership uses no API)",
+                    ));
+                }
+                Discovery::Static { ips }
+            }
+            None => {
+                let text = present(&args.selector)
+                    .map(str::to_string)
+                    .unwrap_or_else(|| format!("job-name={job_name}"));
+                let selector = LabelSelector::parse(&text).map_err(|expected| {
+                    ConfigError::new(SELECTOR, &text, format!("a label selector with {expected}"))
+                })?;
+                Discovery::Kubernetes { selector }
+            }
+        };
+        let wait_timeout = seconds(&args.wait_timeout, WAIT_TIMEOUT, 1800)?;
+        let pserver_timeout = seconds(&args.pserver_timeout, PSERVER_TIMEOUT, 300)?;
+        let trainer_args = parse_pass_through(&args.trainer_args, &ports, gradient_num)?;
+        Ok(Config {
+            job_name,
+            namespace,
+            job_path,
+            train_config_dir,
+            nic,
+            ports,
+            gradient_num,
+            pod_ip,
+            pod_name,
+            discovery,
+            wait_timeout: (!wait_timeout.is_zero()).then_some(wait_timeout),
+            pserver_timeout,
+            pserver_cmd: command(&args.pserver_cmd, PSERVER_CMD, "paddle pserver")?,
+            trainer_cmd: command(&args.trainer_cmd, TRAINER_CMD, "paddle train")?,
+            linger: seconds(&args.linger, LINGER, 30)?,
+            grace_period: seconds(&args.grace_period, GRACE_PERIOD, 10)?,
+            termination_log: match args.termination_log.as_deref() {
+                None => Some(PathBuf::from(DEFAULT_TERMINATION_LOG)),
+                Some("") => None,
+                Some(path) => Some(PathBuf::from(path)),
+            },
+            workdir: PathBuf::from(present(&args.workdir).unwrap_or(".")),
+            trainer_args,
+        })
+    }
+}
+
+/// Empty environment variables count as unset, as Kubernetes manifests often carry `value: ""`.
+fn present(value: &Option<String>) -> Option<&str> {
+    value.as_deref().map(str::trim).filter(|v| !v.is_empty())
+}
+
+fn required(value: &Option<String>, variable: &str, what: &str) -> Result<String, ConfigError> {
+    present(value)
+        .map(str::to_string)
+        .ok_or_else(|| ConfigError::new(variable, "", format!("{what} (it is required)")))
+}
+
+fn parse_int(
+    text: &str,
+    variable: &str,
+    min: u64,
+    max: u64,
+    what: &str,
+) -> Result<u64, ConfigError> {
+    let expected = || format!("{what}, an integer from {min} to {max}");
+    let n: u64 = text
+        .parse()
+        .map_err(|_| ConfigError::new(variable, text, expected()))?;
+    if n < min || n > max {
+        return Err(ConfigError::new(variable, text, expected()));
+    }
+    Ok(n)
+}
+
+fn port_layout(args: &JobArgs) -> Result<PortLayout, ConfigError> {
+    let int = |value: &Option<String>, variable, min, default: u16, what| match present(value) {
+        Some(text) => parse_int(text, variable, min, 65535, what).map(|n| n as u16),
+        None => Ok(default),
+    };
+    let first = int(&args.port, PORT, 1, DEFAULT_PORT, "a TCP port")?;
+    let dense = int(&args.ports_num, PORTS_NUM, 1, 1, "a number of dense ports")?;
+    let sparse = int(
+        &args.ports_num_sparse,
+        PORTS_NUM_SPARSE,
+        0,
+        0,
+        "a number of sparse ports",
+    )?;
+    let last = first as u32 + dense as u32 + sparse as u32 - 1;
+    if last > 65535 {
+        return Err(ConfigError::new(
+            PORT,
+            &first.to_string(),
+            format!(
+                "a first port that leaves room for {dense} dense + {sparse} sparse ports below 65536 (the range would end at {last})"
+            ),
+        ));
+    }
+    Ok(PortLayout {
+        first,
+        dense,
+        sparse,
+    })
+}
+
+fn parse_peers(text: &str) -> Result<Vec<IpAddr>, ConfigError> {
+    text.split(',')
+        .map(|ip| {
+            ip.trim().parse::<IpAddr>().map_err(|_| {
+                ConfigError::new(
+                    PEERS,
+                    text,
+                    format!("comma-separated IP addresses, `{}` is not one", ip.trim()),
+                )
+            })
+        })
+        .collect()
+}
+
+fn seconds(value: &Option<String>, variable: &str, default: u64) -> Result<Duration, ConfigError> {
+    match present(value) {
+        None => Ok(Duration::from_secs(default)),
+        Some(text) => {
+            parse_int(text, variable, 0, 7 * 24 * 3600, "whole seconds").map(Duration::from_secs)
+        }
+    }
+}
+
+fn command(
+    value: &Option<String>,
+    variable: &str,
+    default: &str,
+) -> Result<Vec<String>, ConfigError> {
+    let text = value.as_deref().unwrap_or(default);
+    let words: Vec<String> = text.split_whitespace().map(str::to_string).collect();
+    if words.is_empty() {
+        return Err(ConfigError::new(
+            variable,
+            text,
+            "a command and its arguments separated by spaces (run without a shell)",
+        ));
+    }
+    Ok(words)
+}
+
+/// Splits `--name=value`, `-name=value` and `--name value` (the latter only for generated
+/// flags, which all take a value) from the rest. Port-layout flags must agree with the
+/// launcher's own settings, because the pserver is started from those.
+fn parse_pass_through(
+    args: &[String],
+    ports: &PortLayout,
+    gradient_num: u32,
+) -> Result<PassThrough, ConfigError> {
+    let mut out = PassThrough::default();
+    let mut tokens = args.iter();
+    while let Some(token) = tokens.next() {
+        let stripped = token
+            .strip_prefix("--")
+            .or_else(|| token.strip_prefix('-'))
+            .filter(|s| !s.is_empty() && !s.starts_with('-'));
+        let (name, value) = match stripped.map(|s| s.split_once('=')) {
+            Some(Some((name, value))) if GENERATED_TRAINER_FLAGS.contains(&name) => {
+                (name.to_string(), value.to_string())
+            }
+            Some(None) if GENERATED_TRAINER_FLAGS.contains(&stripped.unwrap_or_default()) => {
+                let name = stripped.unwrap_or_default().to_string();
+                let value = tokens.next().ok_or_else(|| {
+                    ConfigError::new(TRAINER_ARGS, token, format!("a value after --{name}"))
+                })?;
+                (name, value.clone())
+            }
+            _ => {
+                out.rest.push(token.clone());
+                continue;
+            }
+        };
+        let own = match name.as_str() {
+            "port" => Some((ports.first.to_string(), PORT)),
+            "ports_num" => Some((ports.dense.to_string(), PORTS_NUM)),
+            "ports_num_for_sparse" => Some((ports.sparse.to_string(), PORTS_NUM_SPARSE)),
+            "num_gradient_servers" => Some((gradient_num.to_string(), GRADIENT_NUM)),
+            _ => None,
+        };
+        if let Some((own_value, variable)) = own {
+            if own_value != value {
+                return Err(ConfigError::new(
+                    TRAINER_ARGS,
+                    &format!("--{name}={value}"),
+                    format!(
+                        "the value of {variable} ({own_value}), which the pserver uses too: set it there instead"
+                    ),
+                ));
+            }
+        }
+        out.overrides.retain(|(n, _)| *n != name);
+        out.overrides.push((name, value));
+    }
+    Ok(out)
+}
+
+/// This pod's own address: POD_IP, else the NIC's address (IPv4 first), else the hostname's.
+/// Also rejects a NIC this host does not have, since Paddle would fail on it later.
+pub fn own_ip(
+    config: &Config,
+    interfaces: &[(String, IpAddr)],
+    hostname_ip: Option<IpAddr>,
+) -> Result<IpAddr, ConfigError> {
+    let nic_ips: Vec<IpAddr> = interfaces
+        .iter()
+        .filter(|(name, _)| *name == config.nic)
+        .map(|(_, ip)| *ip)
+        .collect();
+    if nic_ips.is_empty() {
+        let mut known: Vec<&str> = interfaces.iter().map(|(n, _)| n.as_str()).collect();
+        known.dedup();
+        return Err(ConfigError::new(
+            NIC,
+            &config.nic,
+            format!(
+                "a network interface of this host with an address: {}",
+                known.join(", ")
+            ),
+        ));
+    }
+    if let Some(ip) = config.pod_ip {
+        return Ok(ip);
+    }
+    let nic_ip = nic_ips
+        .iter()
+        .find(|ip| ip.is_ipv4())
+        .or(nic_ips.first())
+        .copied();
+    nic_ip.or(hostname_ip).ok_or_else(|| {
+        ConfigError::new(
+            POD_IP,
+            "",
+            "this pod's IP (set it from the downward API status.podIP)",
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> JobArgs {
+        JobArgs {
+            job_name: Some("paddle-cluster-job".into()),
+            gradient_num: Some("3".into()),
+            ..JobArgs::default()
+        }
+    }
+
+    fn with(f: impl FnOnce(&mut JobArgs)) -> Result<Config, ConfigError> {
+        let mut args = base();
+        f(&mut args);
+        Config::from_args(&args)
+    }
+
+    #[test]
+    fn seed_defaults() {
+        let c = with(|_| {}).unwrap();
+        assert_eq!(
+            c.ports,
+            PortLayout {
+                first: 7164,
+                dense: 1,
+                sparse: 0
+            }
+        );
+        assert_eq!(c.nic, "eth0");
+        assert_eq!(c.pserver_cmd, ["paddle", "pserver"]);
+        assert_eq!(c.trainer_cmd, ["paddle", "train"]);
+        assert_eq!(
+            c.discovery,
+            Discovery::Kubernetes {
+                selector: LabelSelector::parse("job-name=paddle-cluster-job").unwrap()
+            }
+        );
+        assert_eq!(c.wait_timeout, Some(Duration::from_secs(1800)));
+        assert_eq!(
+            c.termination_log,
+            Some(PathBuf::from("/dev/termination-log"))
+        );
+    }
+
+    /// Every rejected value names its variable, echoes the value and says what is expected.
+    #[test]
+    fn validation_table() {
+        type Edit = fn(&mut JobArgs);
+        let cases: &[(Edit, &str, &str, &str)] = &[
+            (|a| a.job_name = None, JOB_NAME, "", "required"),
+            (
+                |a| a.job_name = Some("Paddle_Job".into()),
+                JOB_NAME,
+                "Paddle_Job",
+                "job name",
+            ),
+            (
+                |a| a.namespace = Some("Prod".into()),
+                NAMESPACE,
+                "Prod",
+                "namespace",
+            ),
+            (|a| a.port = Some("abc".into()), PORT, "abc", "TCP port"),
+            (|a| a.port = Some("0".into()), PORT, "0", "from 1 to 65535"),
+            (
+                |a| a.port = Some("70000".into()),
+                PORT,
+                "70000",
+                "from 1 to 65535",
+            ),
+            (|a| a.port = Some("-1".into()), PORT, "-1", "integer"),
+            (
+                |a| {
+                    a.port = Some("65535".into());
+                    a.ports_num = Some("2".into())
+                },
+                PORT,
+                "65535",
+                "would end at 65536",
+            ),
+            (|a| a.ports_num = Some("0".into()), PORTS_NUM, "0", "from 1"),
+            (
+                |a| a.ports_num_sparse = Some("x".into()),
+                PORTS_NUM_SPARSE,
+                "x",
+                "integer",
+            ),
+            (
+                |a| a.gradient_num = Some("0".into()),
+                GRADIENT_NUM,
+                "0",
+                "from 1",
+            ),
+            (
+                |a| a.gradient_num = Some("3.5".into()),
+                GRADIENT_NUM,
+                "3.5",
+                "integer",
+            ),
+            (
+                |a| a.gradient_num = None,
+                GRADIENT_NUM,
+                "",
+                "number of pods",
+            ),
+            (
+                |a| a.pod_ip = Some("10.0.0.300".into()),
+                POD_IP,
+                "10.0.0.300",
+                "IPv4 or IPv6",
+            ),
+            (
+                |a| a.pod_name = Some("Pod_1".into()),
+                POD_NAME,
+                "Pod_1",
+                "pod name",
+            ),
+            (
+                |a| a.selector = Some("job name=x".into()),
+                SELECTOR,
+                "job name=x",
+                "label selector",
+            ),
+            (
+                |a| a.selector = Some("a=b,".into()),
+                SELECTOR,
+                "a=b,",
+                "empty requirement",
+            ),
+            (
+                |a| a.peers = Some("10.0.0.1,nope,x".into()),
+                PEERS,
+                "10.0.0.1,nope,x",
+                "`nope`",
+            ),
+            (
+                |a| a.peers = Some("10.0.0.1".into()),
+                PEERS,
+                "10.0.0.1",
+                "exactly CONF_PADDLE_GRADIENT_NUM = 3",
+            ),
+            (
+                |a| a.wait_timeout = Some("10m".into()),
+                WAIT_TIMEOUT,
+                "10m",
+                "whole seconds",
+            ),
+            (
+                |a| a.linger = Some("-5".into()),
+                LINGER,
+                "-5",
+                "whole seconds",
+            ),
+            (
+                |a| a.pserver_cmd = Some("  ".into()),
+                PSERVER_CMD,
+                "  ",
+                "a command",
+            ),
+            (
+                |a| a.nic = Some("eth0/1".into()),
+                NIC,
+                "eth0/1",
+                "interface",
+            ),
+            (
+                |a| a.train_config_dir = Some("cfg".into()),
+                TRAIN_CONFIG_DIR,
+                "cfg",
+                "JOB_PATH",
+            ),
+            (
+                |a| a.trainer_args = vec!["--ports_num=2".into()],
+                TRAINER_ARGS,
+                "--ports_num=2",
+                "CONF_PADDLE_PORTS_NUM (--ports-num) (1)",
+            ),
+            (
+                |a| a.trainer_args = vec!["--save_dir".into()],
+                TRAINER_ARGS,
+                "--save_dir",
+                "a value",
+            ),
+        ];
+        for (edit, variable, value, expected) in cases {
+            let err = with(*edit).expect_err(&format!("accepted a bad {variable}={value:?}"));
+            assert_eq!(err.variable, *variable, "{err}");
+            assert_eq!(err.value, *value, "{err}");
+            assert!(err.expected.contains(expected), "{err} lacks {expected:?}");
+            let line = err.to_string();
+            assert!(!line.contains('\n') && line.contains(variable), "{line}");
+        }
+    }
+
+    #[test]
+    fn highest_valid_port_range_is_accepted() {
+        let c = with(|a| {
+            a.port = Some("65533".into());
+            a.ports_num = Some("2".into());
+            a.ports_num_sparse = Some("1".into());
+        })
+        .unwrap();
+        assert_eq!(c.ports.ports().collect::<Vec<_>>(), [65533, 65534, 65535]);
+    }
+
+    #[test]
+    fn peers_give_the_count_and_static_discovery() {
+        let c = with(|a| {
+            a.gradient_num = None;
+            a.peers = Some("10.0.0.2, 10.0.0.1".into());
+        })
+        .unwrap();
+        assert_eq!(c.gradient_num, 2);
+        assert_eq!(
+            c.discovery,
+            Discovery::Static {
+                ips: vec!["10.0.0.2".parse().unwrap(), "10.0.0.1".parse().unwrap()]
+            }
+        );
+    }
+
+    #[test]
+    fn pass_through_separates_overrides_from_the_rest() {
+        let c = with(|a| {
+            a.ports_num = Some("2".into());
+            a.trainer_args = [
+                "--dot_period=10",
+                "--ports_num=2",
+                "--save_dir",
+                "/out",
+                "-local=1",
+                "--config=trainer_config.lr.py",
+                "--save_dir=/out2",
+            ]
+            .map(String::from)
+            .to_vec();
+        })
+        .unwrap();
+        assert_eq!(
+            c.trainer_args.overrides,
+            [("ports_num", "2"), ("local", "1"), ("save_dir", "/out2")]
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+        );
+        assert_eq!(
+            c.trainer_args.rest,
+            ["--dot_period=10", "--config=trainer_config.lr.py"]
+        );
+    }
+
+    #[test]
+    fn own_ip_prefers_pod_ip_then_nic_then_hostname() {
+        let ifs = vec![
+            ("lo".to_string(), "127.0.0.1".parse().unwrap()),
+            ("eth0".to_string(), "fe80::1".parse().unwrap()),
+            ("eth0".to_string(), "10.1.2.3".parse().unwrap()),
+        ];
+        let mut c = with(|_| {}).unwrap();
+        let host = Some("10.9.9.9".parse().unwrap());
+        assert_eq!(own_ip(&c, &ifs, host).unwrap().to_string(), "10.1.2.3");
+        c.pod_ip = Some("10.0.0.7".parse().unwrap());
+        assert_eq!(own_ip(&c, &ifs, host).unwrap().to_string(), "10.0.0.7");
+        c.nic = "ib0".into();
+        let err = own_ip(&c, &ifs, host).unwrap_err();
+        assert_eq!(err.variable, NIC);
+        assert!(err.expected.contains("lo, eth0"), "{err}");
+    }
+}

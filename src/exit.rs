@@ -1,0 +1,48 @@
+//! Every exit status the launcher itself chooses, in one place (the README's table mirrors it).
+//! Statuses of the trainer pass through unchanged, so these avoid the common 1/2/3 and the
+//! 128+signal range.
+
+/// A process status the launcher ends with, plus the one-line reason that goes to the log and
+/// to the Kubernetes termination message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub code: i32,
+    pub reason: String,
+}
+
+impl Outcome {
+    pub fn new(code: i32, reason: impl Into<String>) -> Self {
+        Outcome {
+            code,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Everything went well: the trainer exited 0.
+pub const SUCCESS: i32 = 0;
+/// An unexpected local failure (pipes, files, runtime) that is not the user's input.
+pub const INTERNAL: i32 = 1;
+/// An invalid flag or environment variable; nothing was contacted or started.
+pub const INVALID_CONFIG: i32 = 2;
+/// The expected pods were not all Running within the wait timeout (or the API stayed unreachable).
+pub const PEERS_TIMEOUT: i32 = 71;
+/// The Kubernetes API refused us (401/403): the pod's service account lacks pods get/list/watch.
+pub const FORBIDDEN: i32 = 72;
+/// The membership cannot give this pod a rank: duplicate IPs, own IP or name not among the pods.
+pub const MEMBERSHIP: i32 = 73;
+/// Some pserver endpoint of the job never accepted a TCP connection within its timeout.
+pub const PSERVERS_NOT_READY: i32 = 74;
+/// This pod's pserver exited while the trainer still needed it.
+pub const PSERVER_DIED: i32 = 75;
+/// No Kubernetes client configuration was found (no kubeconfig, not in a pod) and no --peers.
+pub const NO_CLUSTER: i32 = 76;
+/// A command was found but could not be executed (shell convention).
+pub const CANNOT_EXECUTE: i32 = 126;
+/// A command was not found (shell convention).
+pub const NOT_FOUND: i32 = 127;
+
+/// The status for "ended by signal `signo`", as shells and Kubernetes report it.
+pub fn by_signal(signo: i32) -> i32 {
+    128 + signo
+}

@@ -1,0 +1,202 @@
+//! The colocated launch: pserver first, the trainer once every pserver endpoint of the job
+//! accepts TCP, then supervision until the trainer is done.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use tokio::net::TcpStream;
+use tokio::time::{sleep, sleep_until, timeout, Instant};
+use tracing::info;
+
+use crate::config::Config;
+use crate::exit::{self, Outcome};
+use crate::plan::{Plan, ProcessSpec, Role};
+use crate::supervise::{
+    is_stop_signal, signal_name, Event, Output, Signals, SpawnSpec, Supervisor,
+};
+
+/// Between probe rounds: short enough to add no visible latency, long enough to cost nothing.
+const PROBE_PAUSE: Duration = Duration::from_millis(50);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+pub async fn run_plan(plan: &Plan, config: &Config, signals: Signals) -> Outcome {
+    let mut sup = Supervisor::new(signals, config.grace_period);
+    let outcome = supervise_job(&mut sup, plan, config).await;
+    sup.finish();
+    outcome
+}
+
+fn spawn(sup: &mut Supervisor, plan: &Plan, role: Role) -> Result<usize, Outcome> {
+    let spec: &ProcessSpec = plan
+        .processes
+        .iter()
+        .find(|p| p.role == role)
+        .ok_or_else(|| {
+            Outcome::new(exit::INTERNAL, format!("the plan has no {}", role.as_str()))
+        })?;
+    sup.spawn(SpawnSpec {
+        label: format!("{}-{}", role.as_str(), plan.trainer_id),
+        argv: &spec.argv,
+        env: &spec.env,
+        cwd: &spec.cwd,
+        output: Output::Prefixed {
+            log: spec.log.clone(),
+        },
+    })
+}
+
+fn stopped_by(sig: Signal, what: &str) -> Outcome {
+    Outcome::new(
+        exit::by_signal(sig as i32),
+        format!("received {}{what}", signal_name(sig as i32)),
+    )
+}
+
+async fn supervise_job(sup: &mut Supervisor, plan: &Plan, config: &Config) -> Outcome {
+    let pserver = match spawn(sup, plan, Role::Pserver) {
+        Ok(i) => i,
+        Err(outcome) => return outcome,
+    };
+    if let Err(outcome) = wait_for_pservers(
+        sup,
+        pserver,
+        &plan.pserver_endpoints,
+        config.pserver_timeout,
+    )
+    .await
+    {
+        return outcome;
+    }
+    let trainer = match spawn(sup, plan, Role::Trainer) {
+        Ok(i) => i,
+        Err(outcome) => {
+            sup.stop(&[pserver], Signal::SIGTERM).await;
+            return outcome;
+        }
+    };
+    loop {
+        match sup.next_event().await {
+            Event::Signal(sig) if is_stop_signal(sig) => {
+                sup.stop(&[trainer, pserver], sig).await;
+                return stopped_by(sig, "; stopped the trainer and the pserver");
+            }
+            Event::Signal(sig) => sup.forward(sig),
+            Event::Exited { child, ended } if child == trainer => {
+                if ended.exit_code() == 0 {
+                    if let Some(outcome) = linger(sup, pserver, config.linger).await {
+                        return outcome;
+                    }
+                }
+                sup.stop(&[pserver], Signal::SIGTERM).await;
+                return Outcome::new(ended.exit_code(), format!("trainer {}", ended.describe()));
+            }
+            Event::Exited { child, ended } if child == pserver => {
+                sup.stop(&[trainer], Signal::SIGTERM).await;
+                return Outcome::new(
+                    exit::PSERVER_DIED,
+                    format!(
+                        "pserver {} while the trainer was running; the trainer was stopped",
+                        ended.describe()
+                    ),
+                );
+            }
+            Event::Exited { .. } => {}
+        }
+    }
+}
+
+/// Polls every endpoint until all accept a TCP connection, watching the own pserver and signals.
+async fn wait_for_pservers(
+    sup: &mut Supervisor,
+    pserver: usize,
+    endpoints: &[SocketAddr],
+    limit: Duration,
+) -> Result<(), Outcome> {
+    let started = Instant::now();
+    let mut waiting: Vec<SocketAddr> = endpoints.to_vec();
+    info!(
+        "waiting for {} pserver endpoints to accept connections",
+        waiting.len()
+    );
+    loop {
+        tokio::select! {
+            refused = unreachable(&waiting) => {
+                waiting = refused;
+                if waiting.is_empty() {
+                    info!("all {} pserver endpoints are up after {:.2} s", endpoints.len(), started.elapsed().as_secs_f64());
+                    return Ok(());
+                }
+                sleep(PROBE_PAUSE).await;
+            }
+            event = sup.next_event() => match event {
+                Event::Signal(sig) if is_stop_signal(sig) => {
+                    sup.stop(&[pserver], sig).await;
+                    return Err(stopped_by(sig, " while waiting for the pservers; stopped the pserver"));
+                }
+                Event::Signal(sig) => sup.forward(sig),
+                Event::Exited { child, ended } if child == pserver => {
+                    return Err(Outcome::new(
+                        exit::PSERVER_DIED,
+                        format!("pserver {} before the trainer started", ended.describe()),
+                    ));
+                }
+                Event::Exited { .. } => {}
+            },
+            _ = sleep_until(started + limit) => {
+                sup.stop(&[pserver], Signal::SIGTERM).await;
+                let list: Vec<String> = waiting.iter().map(ToString::to_string).collect();
+                return Err(Outcome::new(
+                    exit::PSERVERS_NOT_READY,
+                    format!(
+                        "{} of {} pserver endpoints never accepted a connection within {} s (PADDLE_LAUNCHER_PSERVER_TIMEOUT): {}",
+                        waiting.len(), endpoints.len(), limit.as_secs(), list.join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+}
+
+/// The endpoints that do not accept a connection right now, probed concurrently.
+async fn unreachable(endpoints: &[SocketAddr]) -> Vec<SocketAddr> {
+    let probes = endpoints.iter().map(|&ep| async move {
+        let up = matches!(
+            timeout(CONNECT_TIMEOUT, TcpStream::connect(ep)).await,
+            Ok(Ok(_))
+        );
+        (!up).then_some(ep)
+    });
+    futures::future::join_all(probes)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// After a successful trainer: peers may still be pulling parameters from our pserver.
+/// Returns an outcome only when a stop signal ends the linger.
+async fn linger(sup: &mut Supervisor, pserver: usize, how_long: Duration) -> Option<Outcome> {
+    if how_long.is_zero() || !sup.is_running(pserver) {
+        return None;
+    }
+    info!(
+        "trainer finished; the pserver keeps serving for {} s",
+        how_long.as_secs()
+    );
+    let deadline = Instant::now() + how_long;
+    loop {
+        tokio::select! {
+            _ = sleep_until(deadline) => return None,
+            event = sup.next_event() => match event {
+                Event::Signal(sig) if is_stop_signal(sig) => {
+                    sup.stop(&[pserver], sig).await;
+                    return Some(stopped_by(sig, " while the pserver lingered; stopped it"));
+                }
+                Event::Signal(sig) => sup.forward(sig),
+                Event::Exited { child, .. } if child == pserver => return None,
+                Event::Exited { .. } => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! `local`: a whole job on one machine. Each simulated pod is a real launcher process (`run`)
+//! on its own loopback IP with static membership, supervised like the pserver and trainer are.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+
+use clap::parser::ValueSource;
+use clap::ArgMatches;
+use nix::sys::signal::Signal;
+use tracing::info;
+
+use crate::cli::LocalArgs;
+use crate::config::{Config, ConfigError, GRADIENT_NUM, PEERS, POD_IP, POD_NAME, SELECTOR};
+use crate::exit::{self, Outcome};
+use crate::supervise::{
+    is_stop_signal, signal_name, Event, Output, Signals, SpawnSpec, Supervisor,
+};
+
+/// 127.0.0.2 .. 127.0.0.201: all on `lo`, none of them 127.0.0.1 (which other services use).
+pub const MAX_LOCAL_PODS: u64 = 200;
+
+/// The IP of simulated pod `index`.
+pub fn pod_ip(index: usize) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2 + index as u8))
+}
+
+/// The environment each instance gets: every option the user gave as a flag (so the instance
+/// sees the same configuration), plus what local mode decides per pod.
+fn instance_env(
+    args: &LocalArgs,
+    matches: &ArgMatches,
+    command: &clap::Command,
+    trainers: usize,
+) -> Result<Vec<BTreeMap<String, String>>, ConfigError> {
+    let mut shared = BTreeMap::new();
+    for arg in command.get_arguments() {
+        let (Some(env), id) = (arg.get_env(), arg.get_id().as_str()) else {
+            continue;
+        };
+        let env = env.to_string_lossy().to_string();
+        let given_as_flag = matches.value_source(id) == Some(ValueSource::CommandLine);
+        if [POD_IP, POD_NAME, PEERS, GRADIENT_NUM, SELECTOR]
+            .iter()
+            .any(|v| v.starts_with(&env))
+            && given_as_flag
+        {
+            return Err(ConfigError::new(
+                &format!("{env} (--{})", arg.get_long().unwrap_or(id)),
+                matches.get_one::<String>(id).map_or("", String::as_str),
+                "nothing: local mode sets it for each simulated pod",
+            ));
+        }
+        if given_as_flag {
+            if let Some(value) = matches.get_one::<String>(id) {
+                shared.insert(env, value.clone());
+            }
+        }
+    }
+    let job = &args.job;
+    let defaults = [
+        ("CONF_PADDLE_NIC", job.nic.is_none(), "lo"),
+        (
+            "PADDLE_LAUNCHER_TERMINATION_LOG",
+            job.termination_log.is_none(),
+            "",
+        ),
+    ];
+    for (env, unset, value) in defaults {
+        if unset {
+            shared.insert(env.to_string(), value.to_string());
+        }
+    }
+    let ips: Vec<String> = (0..trainers).map(|i| pod_ip(i).to_string()).collect();
+    shared.insert("PADDLE_LAUNCHER_PEERS".into(), ips.join(","));
+    shared.insert("CONF_PADDLE_GRADIENT_NUM".into(), trainers.to_string());
+    let job_name = job.job_name.clone().unwrap_or_default();
+    Ok((0..trainers)
+        .map(|i| {
+            let mut env = shared.clone();
+            env.insert("POD_IP".into(), ips[i].clone());
+            env.insert("POD_NAME".into(), format!("{job_name}-{i}"));
+            // Instances copy their data and config into the work directory: one each.
+            if job.job_path.is_some() {
+                let base = PathBuf::from(job.workdir.as_deref().unwrap_or("."));
+                let dir = base.join(format!("{job_name}-{i}"));
+                env.insert("PADDLE_LAUNCHER_WORKDIR".into(), dir.display().to_string());
+            }
+            env
+        })
+        .collect())
+}
+
+pub async fn local(args: &LocalArgs, matches: &ArgMatches, command: &clap::Command) -> Outcome {
+    let invalid = |e: ConfigError| Outcome::new(exit::INVALID_CONFIG, e.to_string());
+    let trainers = match args.trainers.trim().parse::<u64>() {
+        Ok(n) if (1..=MAX_LOCAL_PODS).contains(&n) => n as usize,
+        _ => {
+            return invalid(ConfigError::new(
+                "--trainers",
+                &args.trainers,
+                format!("a number of simulated pods from 1 to {MAX_LOCAL_PODS}"),
+            ))
+        }
+    };
+    let envs = match instance_env(args, matches, command, trainers) {
+        Ok(envs) => envs,
+        Err(e) => return invalid(e),
+    };
+    // Validate once here, with what instance 0 will see, instead of N times in the instances.
+    let mut probe = args.job.clone();
+    probe.peers = envs[0].get("PADDLE_LAUNCHER_PEERS").cloned();
+    probe.gradient_num = Some(trainers.to_string());
+    probe.pod_ip = envs[0].get("POD_IP").cloned();
+    if let Err(e) = Config::from_args(&probe) {
+        return invalid(e);
+    }
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe.display().to_string(),
+        Err(e) => {
+            return Outcome::new(
+                exit::INTERNAL,
+                format!("cannot find the launcher's own executable: {e}"),
+            )
+        }
+    };
+    let signals = match Signals::install() {
+        Ok(s) => s,
+        Err(e) => {
+            return Outcome::new(
+                exit::INTERNAL,
+                format!("cannot install signal handlers: {e}"),
+            )
+        }
+    };
+    let grace =
+        Config::from_args(&probe).map_or(std::time::Duration::from_secs(10), |c| c.grace_period);
+    // The instances need their own grace period to stop their children first.
+    let mut sup = Supervisor::new(signals, grace + std::time::Duration::from_secs(5));
+    let mut argv = vec![exe, "run".to_string(), "--".to_string()];
+    argv.extend(args.job.trainer_args.iter().cloned());
+    let cwd = PathBuf::from(".");
+    let mut instances = Vec::new();
+    for (i, env) in envs.iter().enumerate() {
+        let spec = SpawnSpec {
+            label: format!("pod {}", env["POD_NAME"]),
+            argv: &argv,
+            env,
+            cwd: &cwd,
+            output: Output::Inherit,
+        };
+        match sup.spawn(spec) {
+            Ok(child) => instances.push(child),
+            Err(outcome) => {
+                sup.stop(&instances, Signal::SIGTERM).await;
+                return outcome;
+            }
+        }
+        info!("simulated pod {i} on {}", env["POD_IP"]);
+    }
+    let outcome = watch_instances(&mut sup, &instances).await;
+    sup.finish();
+    outcome
+}
+
+/// Ends with the first failing instance's status (stopping the others), or 0 when all succeed.
+async fn watch_instances(sup: &mut Supervisor, instances: &[usize]) -> Outcome {
+    let mut failure: Option<Outcome> = None;
+    while instances.iter().any(|&i| sup.is_running(i)) {
+        match sup.next_event().await {
+            Event::Signal(sig) if is_stop_signal(sig) => {
+                sup.stop(instances, sig).await;
+                return Outcome::new(
+                    exit::by_signal(sig as i32),
+                    format!(
+                        "received {}; stopped every simulated pod",
+                        signal_name(sig as i32)
+                    ),
+                );
+            }
+            Event::Signal(sig) => sup.forward(sig),
+            Event::Exited { child, ended } => {
+                if ended.exit_code() != 0 && failure.is_none() {
+                    failure = Some(Outcome::new(
+                        ended.exit_code(),
+                        format!(
+                            "{} {}; stopped the other pods",
+                            sup.label(child),
+                            ended.describe()
+                        ),
+                    ));
+                    sup.stop(instances, Signal::SIGTERM).await;
+                }
+            }
+        }
+    }
+    failure.unwrap_or_else(|| {
+        Outcome::new(
+            exit::SUCCESS,
+            format!("all {} simulated pods succeeded", instances.len()),
+        )
+    })
+}

@@ -1,0 +1,371 @@
+//! Pods -> live members -> ranks. Pure: the same input gives the same ranks on every pod.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+
+/// What the launcher needs to know of one pod, whatever the discovery backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodView {
+    pub name: String,
+    pub ip: Option<IpAddr>,
+    /// Pending, Running, Succeeded, Failed, Unknown.
+    pub phase: String,
+    /// metadata.deletionTimestamp is set: the pod is going away.
+    pub terminating: bool,
+    /// The Indexed-Job annotation `batch.kubernetes.io/job-completion-index`.
+    pub completion_index: Option<u32>,
+    /// Why a pod is not Running yet, e.g. "Unschedulable: 0/3 nodes are available: ...".
+    pub waiting_reason: Option<String>,
+}
+
+impl PodView {
+    /// A pod that is, or may still become, part of the job.
+    pub fn is_live(&self) -> bool {
+        !self.terminating && self.phase != "Failed" && self.phase != "Succeeded"
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.is_live() && self.phase == "Running" && self.ip.is_some()
+    }
+}
+
+/// The pods a watch has shown so far, by name. Mirrors list + watch semantics: a relist
+/// (`Init` .. `InitDone`) replaces the whole set at once, so a pod deleted while the watch
+/// was down does not linger.
+#[derive(Debug, Default, Clone)]
+pub struct PodSet {
+    pods: BTreeMap<String, PodView>,
+    relisting: Option<BTreeMap<String, PodView>>,
+}
+
+impl PodSet {
+    pub fn begin_relist(&mut self) {
+        self.relisting = Some(BTreeMap::new());
+    }
+
+    pub fn relisted(&mut self, pod: PodView) {
+        self.relisting
+            .get_or_insert_with(BTreeMap::new)
+            .insert(pod.name.clone(), pod);
+    }
+
+    pub fn end_relist(&mut self) {
+        if let Some(pods) = self.relisting.take() {
+            self.pods = pods;
+        }
+    }
+
+    pub fn applied(&mut self, pod: PodView) {
+        self.pods.insert(pod.name.clone(), pod);
+    }
+
+    pub fn deleted(&mut self, name: &str) {
+        self.pods.remove(name);
+    }
+
+    pub fn pods(&self) -> Vec<PodView> {
+        self.pods.values().cloned().collect()
+    }
+}
+
+/// A pod with its rank.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Member {
+    pub name: String,
+    pub ip: IpAddr,
+    pub rank: usize,
+}
+
+/// Why the job is not ready yet, in numbers and per-pod reasons.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitStatus {
+    pub expected: usize,
+    pub live: usize,
+    pub ready: usize,
+    /// Failed, Succeeded or terminating pods, ignored.
+    pub ignored: usize,
+    /// (name, phase, reason) of each live pod that is not ready.
+    pub not_ready: Vec<(String, String, Option<String>)>,
+}
+
+impl fmt::Display for WaitStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}/{} pods Running with an IP ({} live, {} finished or terminating ignored)",
+            self.ready, self.expected, self.live, self.ignored
+        )?;
+        if self.live > self.expected {
+            write!(
+                f,
+                "; {} live pods but {} expected: waiting for the extra ones to go away",
+                self.live, self.expected
+            )?;
+        }
+        for (name, phase, reason) in &self.not_ready {
+            write!(f, "; {name}: {phase}")?;
+            if let Some(reason) = reason {
+                write!(f, " ({reason})")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+pub enum Readiness {
+    Ready(Vec<PodView>),
+    Waiting(WaitStatus),
+}
+
+/// Ready when exactly `expected` live pods exist and all of them are Running with an IP.
+/// More live pods than expected (say, a replacement started before the old pod went away)
+/// is not ready: ranks must not be handed out twice.
+pub fn readiness(pods: &[PodView], expected: usize) -> Readiness {
+    let live: Vec<&PodView> = pods.iter().filter(|p| p.is_live()).collect();
+    let ready = live.iter().filter(|p| p.is_ready()).count();
+    if live.len() == expected && ready == expected {
+        return Readiness::Ready(live.into_iter().cloned().collect());
+    }
+    Readiness::Waiting(WaitStatus {
+        expected,
+        live: live.len(),
+        ready,
+        ignored: pods.len() - live.len(),
+        not_ready: live
+            .iter()
+            .filter(|p| !p.is_ready())
+            .map(|p| (p.name.clone(), p.phase.clone(), p.waiting_reason.clone()))
+            .collect(),
+    })
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MembershipError {
+    #[error("pods {first} and {second} share the IP {ip} (hostNetwork pods on one node?): their pservers would fight for the same ports; give each pod its own IP")]
+    DuplicateIp {
+        ip: IpAddr,
+        first: String,
+        second: String,
+    },
+    #[error("this pod ({who}) is not among the job's pods: {seen}")]
+    NotAMember { who: String, seen: String },
+}
+
+/// Ranks: the Indexed-Job completion index when every pod has one, else numeric IP order
+/// (IPv4 before IPv6; 10.0.0.9 before 10.0.0.10), ties by pod name.
+pub fn rank(pods: &[PodView]) -> Vec<Member> {
+    let mut ordered: Vec<&PodView> = pods.iter().filter(|p| p.ip.is_some()).collect();
+    if ordered.iter().all(|p| p.completion_index.is_some()) {
+        ordered.sort_by(|a, b| (a.completion_index, &a.name).cmp(&(b.completion_index, &b.name)));
+    } else {
+        ordered.sort_by(|a, b| (a.ip, &a.name).cmp(&(b.ip, &b.name)));
+    }
+    ordered
+        .into_iter()
+        .enumerate()
+        .filter_map(|(rank, p)| {
+            Some(Member {
+                name: p.name.clone(),
+                ip: p.ip?,
+                rank,
+            })
+        })
+        .collect()
+}
+
+/// Rejects two members on one IP: every member runs a pserver on the same ports.
+pub fn check_distinct_ips(members: &[Member]) -> Result<(), MembershipError> {
+    let mut by_ip: BTreeMap<IpAddr, &str> = BTreeMap::new();
+    for m in members {
+        if let Some(first) = by_ip.insert(m.ip, &m.name) {
+            return Err(MembershipError::DuplicateIp {
+                ip: m.ip,
+                first: first.to_string(),
+                second: m.name.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// This pod's member entry: by POD_NAME when given, else by IP.
+pub fn find_self<'a>(
+    members: &'a [Member],
+    own_name: Option<&str>,
+    own_ip: IpAddr,
+) -> Result<&'a Member, MembershipError> {
+    let found = match own_name {
+        Some(name) => members.iter().find(|m| m.name == name),
+        None => members.iter().find(|m| m.ip == own_ip),
+    };
+    found.ok_or_else(|| MembershipError::NotAMember {
+        who: match own_name {
+            Some(name) => format!("POD_NAME {name}"),
+            None => format!("IP {own_ip}"),
+        },
+        seen: members
+            .iter()
+            .map(|m| format!("{} {}", m.name, m.ip))
+            .collect::<Vec<_>>()
+            .join(", "),
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub fn pod(name: &str, ip: Option<&str>, phase: &str) -> PodView {
+        PodView {
+            name: name.into(),
+            ip: ip.map(|ip| ip.parse().unwrap()),
+            phase: phase.into(),
+            terminating: false,
+            completion_index: None,
+            waiting_reason: None,
+        }
+    }
+
+    fn names(members: &[Member]) -> Vec<&str> {
+        members.iter().map(|m| m.name.as_str()).collect()
+    }
+
+    #[test]
+    fn stale_failed_and_succeeded_pods_do_not_block_launch() {
+        let pods = vec![
+            pod("a", Some("10.0.0.1"), "Running"),
+            pod("old", Some("10.0.0.5"), "Failed"),
+            pod("done", None, "Succeeded"),
+            pod("b", Some("10.0.0.2"), "Running"),
+        ];
+        match readiness(&pods, 2) {
+            Readiness::Ready(live) => assert_eq!(live.len(), 2),
+            Readiness::Waiting(w) => panic!("not ready: {w}"),
+        }
+    }
+
+    #[test]
+    fn terminating_pod_is_not_counted() {
+        let mut going = pod("b", Some("10.0.0.2"), "Running");
+        going.terminating = true;
+        let pods = vec![pod("a", Some("10.0.0.1"), "Running"), going];
+        let Readiness::Waiting(w) = readiness(&pods, 2) else {
+            panic!("a terminating pod made the job ready")
+        };
+        assert_eq!((w.live, w.ready, w.ignored), (1, 1, 1));
+    }
+
+    #[test]
+    fn extra_live_pods_keep_waiting_and_say_why() {
+        let pods = vec![
+            pod("a", Some("10.0.0.1"), "Running"),
+            pod("b", Some("10.0.0.2"), "Running"),
+            pod("c", Some("10.0.0.3"), "Running"),
+        ];
+        let Readiness::Waiting(w) = readiness(&pods, 2) else {
+            panic!("3 live pods accepted for a 2-pod job")
+        };
+        assert!(w.to_string().contains("3 live pods but 2 expected"), "{w}");
+    }
+
+    #[test]
+    fn missing_pods_and_missing_ips_keep_waiting_with_reasons() {
+        let mut pending = pod("b", None, "Pending");
+        pending.waiting_reason = Some("Unschedulable: 0/3 nodes are available".into());
+        let pods = vec![pod("a", None, "Running"), pending];
+        let Readiness::Waiting(w) = readiness(&pods, 3) else {
+            panic!("ready without IPs")
+        };
+        assert_eq!(
+            w.to_string(),
+            "0/3 pods Running with an IP (2 live, 0 finished or terminating ignored); a: Running; b: Pending (Unschedulable: 0/3 nodes are available)"
+        );
+    }
+
+    #[test]
+    fn ranks_follow_numeric_ip_order_not_string_order() {
+        let pods = vec![
+            pod("x", Some("10.0.0.10"), "Running"),
+            pod("y", Some("10.0.0.9"), "Running"),
+            pod("z", Some("9.255.0.1"), "Running"),
+        ];
+        assert_eq!(names(&rank(&pods)), ["z", "y", "x"]);
+    }
+
+    #[test]
+    fn ipv6_ranks_numerically_after_ipv4() {
+        let pods = vec![
+            pod("v6-big", Some("fd00::a"), "Running"),
+            pod("v6-small", Some("fd00::9"), "Running"),
+            pod("v4", Some("192.168.0.1"), "Running"),
+        ];
+        assert_eq!(names(&rank(&pods)), ["v4", "v6-small", "v6-big"]);
+    }
+
+    #[test]
+    fn indexed_job_annotation_wins_over_ip_order() {
+        let mut pods = vec![
+            pod("job-0-abc", Some("10.0.0.3"), "Running"),
+            pod("job-1-def", Some("10.0.0.1"), "Running"),
+            pod("job-2-ghi", Some("10.0.0.2"), "Running"),
+        ];
+        for (i, p) in pods.iter_mut().enumerate() {
+            p.completion_index = Some(i as u32);
+        }
+        let members = rank(&pods);
+        assert_eq!(names(&members), ["job-0-abc", "job-1-def", "job-2-ghi"]);
+        // Without the annotation on every pod, IP order applies.
+        pods[1].completion_index = None;
+        assert_eq!(names(&rank(&pods)), ["job-1-def", "job-2-ghi", "job-0-abc"]);
+    }
+
+    #[test]
+    fn equal_ips_are_ordered_by_name_and_rejected() {
+        let pods = vec![
+            pod("node-b", Some("172.18.0.2"), "Running"),
+            pod("node-a", Some("172.18.0.2"), "Running"),
+        ];
+        let members = rank(&pods);
+        assert_eq!(names(&members), ["node-a", "node-b"]);
+        let err = check_distinct_ips(&members).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("node-a and node-b share the IP 172.18.0.2"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn own_member_by_name_or_ip_and_a_clear_error_otherwise() {
+        let members = rank(&[
+            pod("a", Some("10.0.0.1"), "Running"),
+            pod("b", Some("10.0.0.2"), "Running"),
+        ]);
+        let ip = "10.0.0.2".parse().unwrap();
+        assert_eq!(find_self(&members, None, ip).unwrap().rank, 1);
+        assert_eq!(find_self(&members, Some("a"), ip).unwrap().rank, 0);
+        let err = find_self(&members, None, "10.0.0.3".parse().unwrap()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "this pod (IP 10.0.0.3) is not among the job's pods: a 10.0.0.1, b 10.0.0.2"
+        );
+    }
+
+    #[test]
+    fn relist_replaces_the_set() {
+        let mut set = PodSet::default();
+        set.applied(pod("gone", Some("10.0.0.1"), "Running"));
+        set.begin_relist();
+        set.relisted(pod("new", Some("10.0.0.2"), "Running"));
+        assert_eq!(
+            names(&rank(&set.pods())),
+            ["gone"],
+            "a relist applies only when it ends"
+        );
+        set.end_relist();
+        assert_eq!(names(&rank(&set.pods())), ["new"]);
+        set.deleted("new");
+        assert!(set.pods().is_empty());
+    }
+}

@@ -1,0 +1,265 @@
+//! Peers from the Kubernetes API: one list + watch of the selector's pods (kube-runtime's
+//! watcher: relists on 410 Gone, resumes from bookmarks, backs off on errors).
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::watcher::{self, watcher, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Client};
+use tokio::time::{interval_at, sleep_until, Instant};
+use tracing::{info, warn};
+
+use super::DiscoveryError;
+use crate::membership::{readiness, PodSet, PodView, Readiness};
+use crate::selector::LabelSelector;
+
+/// Interval of the "still waiting" line, so a stuck job always says why.
+const PROGRESS_EVERY: Duration = Duration::from_secs(30);
+
+pub const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
+
+/// Client config the standard way: $KUBECONFIG / ~/.kube/config, else in-cluster.
+pub async fn connect(namespace: Option<&str>) -> Result<(Client, String), DiscoveryError> {
+    let config = kube::Config::infer()
+        .await
+        .map_err(|e| DiscoveryError::NoCluster(e.to_string()))?;
+    let namespace = namespace
+        .map(str::to_string)
+        .unwrap_or_else(|| config.default_namespace.clone());
+    let client = Client::try_from(config).map_err(|e| DiscoveryError::NoCluster(e.to_string()))?;
+    Ok((client, namespace))
+}
+
+/// Waits until exactly `expected` live pods match and are Running with an IP, and returns them.
+pub async fn wait_until_ready(
+    client: Client,
+    namespace: &str,
+    selector: &LabelSelector,
+    expected: usize,
+    timeout: Option<Duration>,
+) -> Result<Vec<PodView>, DiscoveryError> {
+    let api: Api<Pod> = Api::namespaced(client, namespace);
+    let config = watcher::Config::default().labels(&selector.to_string());
+    let mut events = watcher(api, config).default_backoff().boxed();
+    let started = Instant::now();
+    let deadline = timeout.map(|t| started + t);
+    info!(
+        "waiting for {expected} pods matching `{selector}` in namespace {namespace} to be Running (timeout: {})",
+        timeout.map_or("none".to_string(), |t| format!("{} s", t.as_secs()))
+    );
+    let mut pods = PodSet::default();
+    let mut status = "no answer from the Kubernetes API yet".to_string();
+    let mut listed = false;
+    let mut progress = interval_at(started + PROGRESS_EVERY, PROGRESS_EVERY);
+    loop {
+        tokio::select! {
+            event = events.next() => {
+                let Some(event) = event else {
+                    // The watcher restarts itself forever; an end is a bug, but not a hang.
+                    return Err(DiscoveryError::Timeout { waited_s: started.elapsed().as_secs(), status });
+                };
+                match event {
+                    Err(error) => {
+                        if let Some(message) = forbidden(&error) {
+                            return Err(DiscoveryError::Forbidden(rbac_hint(namespace, &message)));
+                        }
+                        status = format!("Kubernetes API error, retrying with backoff: {error}");
+                        warn!("{status}");
+                        continue;
+                    }
+                    Ok(Event::Init) => pods.begin_relist(),
+                    Ok(Event::InitApply(pod)) => pods.relisted(pod_view(&pod)),
+                    Ok(Event::InitDone) => {
+                        pods.end_relist();
+                        listed = true;
+                    }
+                    Ok(Event::Apply(pod)) => pods.applied(pod_view(&pod)),
+                    Ok(Event::Delete(pod)) => pods.deleted(&pod_view(&pod).name),
+                }
+                if !listed {
+                    continue;
+                }
+                match readiness(&pods.pods(), expected) {
+                    Readiness::Ready(ready) => {
+                        info!("all {expected} pods are Running after {:.1} s", started.elapsed().as_secs_f64());
+                        return Ok(ready);
+                    }
+                    Readiness::Waiting(wait) => {
+                        let now = wait.to_string();
+                        if now != status {
+                            info!("waiting: {now}");
+                            status = now;
+                        }
+                    }
+                }
+            }
+            _ = progress.tick() => {
+                info!("still waiting after {} s: {status}", started.elapsed().as_secs());
+            }
+            _ = async { sleep_until(deadline.unwrap_or(started)).await }, if deadline.is_some() => {
+                return Err(DiscoveryError::Timeout { waited_s: started.elapsed().as_secs(), status });
+            }
+        }
+    }
+}
+
+/// The API's message when it refused us (401/403): retrying cannot help, the Role is missing.
+fn forbidden(error: &watcher::Error) -> Option<String> {
+    let status = match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s))
+        | watcher::Error::WatchError(s) => s,
+        _ => return None,
+    };
+    matches!(status.code, 401 | 403).then(|| format!("{} {}", status.code, status.message))
+}
+
+/// The refusal plus the Role and RoleBinding that grant what the launcher needs.
+pub fn rbac_hint(namespace: &str, message: &str) -> String {
+    // "User \"system:serviceaccount:<ns>:<name>\" cannot ..." names the pod's service account.
+    let account = message
+        .split("system:serviceaccount:")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .and_then(|ns_name| ns_name.split_once(':'))
+        .map_or("default".to_string(), |(_, name)| name.to_string());
+    format!(
+        "the Kubernetes API refused to list/watch pods: {message}\n\
+         The launcher needs pods get/list/watch in namespace {namespace}. Apply:\n\
+         ---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\n\
+         kind: Role\n\
+         metadata: {{name: paddle-launcher, namespace: {namespace}}}\n\
+         rules:\n\
+         - apiGroups: [\"\"]\n  resources: [pods]\n  verbs: [get, list, watch]\n\
+         ---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\n\
+         kind: RoleBinding\n\
+         metadata: {{name: paddle-launcher, namespace: {namespace}}}\n\
+         roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: paddle-launcher}}\n\
+         subjects:\n\
+         - {{kind: ServiceAccount, name: {account}, namespace: {namespace}}}"
+    )
+}
+
+/// What the readiness rule needs from a pod; tolerant of any missing field.
+pub fn pod_view(pod: &Pod) -> PodView {
+    let meta = &pod.metadata;
+    let status = pod.status.as_ref();
+    PodView {
+        name: meta.name.clone().unwrap_or_default(),
+        ip: status
+            .and_then(|s| s.pod_ip.as_deref())
+            .and_then(|ip| ip.parse().ok()),
+        phase: status
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_else(|| "Pending".to_string()),
+        terminating: meta.deletion_timestamp.is_some(),
+        completion_index: meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(COMPLETION_INDEX))
+            .and_then(|i| i.parse().ok()),
+        waiting_reason: waiting_reason(pod),
+    }
+}
+
+/// The most telling reason a pod is not Running: the scheduler's verdict, then a waiting
+/// (init) container, then the pod's own reason (Evicted, ...).
+fn waiting_reason(pod: &Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    let with_message = |reason: &str, message: Option<&String>| match message {
+        Some(m) if !m.is_empty() => format!("{reason}: {m}"),
+        _ => reason.to_string(),
+    };
+    let unscheduled = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False" && c.reason.is_some());
+    if let Some(c) = unscheduled {
+        return Some(with_message(c.reason.as_deref()?, c.message.as_ref()));
+    }
+    let containers = status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(status.container_statuses.iter().flatten());
+    for c in containers {
+        if let Some(waiting) = c.state.as_ref().and_then(|s| s.waiting.as_ref()) {
+            if let Some(reason) = &waiting.reason {
+                return Some(with_message(reason, waiting.message.as_ref()));
+            }
+        }
+    }
+    status
+        .reason
+        .as_deref()
+        .map(|r| with_message(r, status.message.as_ref()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(json: serde_json::Value) -> Pod {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn unschedulable_pod_reports_the_schedulers_message() {
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "j-0"},
+            "status": {"phase": "Pending", "conditions": [{
+                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": "0/3 nodes are available: 3 Insufficient cpu."}]}
+        }));
+        let v = pod_view(&p);
+        assert_eq!(v.phase, "Pending");
+        assert_eq!(
+            v.waiting_reason.as_deref(),
+            Some("Unschedulable: 0/3 nodes are available: 3 Insufficient cpu.")
+        );
+    }
+
+    #[test]
+    fn waiting_container_reason_and_indexed_annotation() {
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "j-1", "deletionTimestamp": "2026-01-01T00:00:00Z",
+                         "annotations": {COMPLETION_INDEX: "1"}},
+            "status": {"phase": "Pending", "podIP": "10.0.0.5", "containerStatuses": [{
+                "name": "trainer", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}}]}
+        }));
+        let v = pod_view(&p);
+        assert_eq!(
+            v.waiting_reason.as_deref(),
+            Some("ImagePullBackOff: Back-off pulling image")
+        );
+        assert_eq!(v.completion_index, Some(1));
+        assert!(v.terminating);
+        assert_eq!(v.ip, Some("10.0.0.5".parse().unwrap()));
+    }
+
+    #[test]
+    fn a_pod_without_status_is_pending() {
+        let v = pod_view(&pod(serde_json::json!({"metadata": {"name": "x"}})));
+        assert_eq!(
+            (v.phase.as_str(), v.ip, v.waiting_reason),
+            ("Pending", None, None)
+        );
+    }
+
+    #[test]
+    fn rbac_hint_names_the_service_account() {
+        let hint = rbac_hint(
+            "team-a",
+            "403 pods is forbidden: User \"system:serviceaccount:team-a:trainer\" cannot list resource \"pods\"",
+        );
+        assert!(hint.contains("name: trainer, namespace: team-a"), "{hint}");
+        assert!(hint.contains("verbs: [get, list, watch]"), "{hint}");
+    }
+}

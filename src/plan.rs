@@ -1,0 +1,65 @@
+//! The launch plan: what `plan` prints as JSON and what `run` carries out.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::membership::Member;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Pserver,
+    Trainer,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Pserver => "pserver",
+            Role::Trainer => "trainer",
+        }
+    }
+}
+
+/// One process to start: argv goes to execve as is (no shell), env is added to the launcher's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProcessSpec {
+    pub role: Role,
+    pub argv: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub cwd: PathBuf,
+    /// File that receives a copy of the process's output, besides the container's stdout.
+    pub log: Option<PathBuf>,
+}
+
+/// A directory whose contents are copied into the work directory before the launch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Copy {
+    pub from: PathBuf,
+    pub to: PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Plan {
+    pub job: String,
+    pub namespace: Option<String>,
+    pub trainer_id: usize,
+    pub num_gradient_servers: u32,
+    pub pod_ip: IpAddr,
+    pub pods: Vec<Member>,
+    /// Every pserver endpoint of the job; the trainer starts once all of them accept TCP.
+    pub pserver_endpoints: Vec<SocketAddr>,
+    /// Copies done before the launch, when their source exists.
+    pub copies: Vec<Copy>,
+    pub processes: Vec<ProcessSpec>,
+}
+
+impl Plan {
+    pub fn to_json(&self) -> String {
+        // Serialising plain strings, numbers and maps cannot fail.
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+}

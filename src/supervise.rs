@@ -1,0 +1,421 @@
+//! Child processes as PID 1 would keep them: one owner of `waitpid` that reaps every zombie
+//! (orphans included), signals forwarded to whole process groups, SIGKILL after a grace period,
+//! and exit statuses computed in one place.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::time::{sleep_until, Instant};
+use tracing::{debug, info, warn};
+
+use crate::exit::{self, Outcome};
+
+/// How a child ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    Code(i32),
+    Signal(i32),
+}
+
+impl Ended {
+    /// The status a shell would report: the code, or 128 + signal.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Ended::Code(c) => c,
+            Ended::Signal(s) => exit::by_signal(s),
+        }
+    }
+
+    pub fn describe(self) -> String {
+        match self {
+            Ended::Code(c) => format!("exited with status {c}"),
+            Ended::Signal(s) => format!("was killed by {}", signal_name(s)),
+        }
+    }
+}
+
+pub fn signal_name(signo: i32) -> String {
+    Signal::try_from(signo).map_or(format!("signal {signo}"), |s| s.as_str().to_string())
+}
+
+/// Signals the launcher handles: PID 1 gets only those it installs handlers for.
+pub const FORWARDED: [Signal; 6] = [
+    Signal::SIGTERM,
+    Signal::SIGINT,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+];
+
+/// Signals after which the launcher stops: exit with 128 + signal, SIGKILL after the grace period.
+pub fn is_stop_signal(sig: Signal) -> bool {
+    matches!(sig, Signal::SIGTERM | Signal::SIGINT | Signal::SIGQUIT)
+}
+
+pub struct Signals {
+    streams: Vec<(Signal, tokio::signal::unix::Signal)>,
+    child: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Install before spawning anything, so that no SIGCHLD or SIGTERM can be missed.
+    pub fn install() -> io::Result<Self> {
+        let mut streams = Vec::new();
+        for sig in FORWARDED {
+            streams.push((sig, signal(SignalKind::from_raw(sig as i32))?));
+        }
+        Ok(Signals {
+            streams,
+            child: signal(SignalKind::child())?,
+        })
+    }
+
+    /// The next forwardable signal.
+    pub async fn next(&mut self) -> Signal {
+        next_of(&mut self.streams).await
+    }
+}
+
+async fn next_of(streams: &mut [(Signal, tokio::signal::unix::Signal)]) -> Signal {
+    {
+        let waits = streams.iter_mut().map(|(sig, stream)| {
+            let sig = *sig;
+            Box::pin(async move {
+                stream.recv().await;
+                sig
+            })
+        });
+        futures::future::select_all(waits).await.0
+    }
+}
+
+/// Where a child's stdout/stderr go.
+#[derive(Debug, Clone)]
+pub enum Output {
+    /// Straight to the launcher's stdout/stderr.
+    Inherit,
+    /// Each line prefixed with `[label] ` on the launcher's stdout/stderr, and copied to a file.
+    Prefixed { log: Option<PathBuf> },
+}
+
+pub struct SpawnSpec<'a> {
+    pub label: String,
+    pub argv: &'a [String],
+    pub env: &'a BTreeMap<String, String>,
+    pub cwd: &'a Path,
+    pub output: Output,
+}
+
+struct Child {
+    label: String,
+    pid: Pid,
+    ended: Option<Ended>,
+}
+
+pub enum Event {
+    Signal(Signal),
+    Exited { child: usize, ended: Ended },
+}
+
+pub struct Supervisor {
+    signals: Signals,
+    children: Vec<Child>,
+    pending: VecDeque<Event>,
+    pumps: Vec<mpsc::Receiver<()>>,
+    pub grace: Duration,
+}
+
+impl Supervisor {
+    pub fn new(signals: Signals, grace: Duration) -> Self {
+        // Orphans of our children must come to us to be reaped even when we are not PID 1
+        // (e.g. shareProcessNamespace, or local mode).
+        if nix::unistd::getpid().as_raw() != 1 {
+            if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+                warn!("cannot become a child subreaper ({e}); orphans may stay zombies");
+            }
+        }
+        Supervisor {
+            signals,
+            children: Vec::new(),
+            pending: VecDeque::new(),
+            pumps: Vec::new(),
+            grace,
+        }
+    }
+
+    pub fn signals(&mut self) -> &mut Signals {
+        &mut self.signals
+    }
+
+    /// Starts a process in its own process group (so a signal reaches its whole tree), without
+    /// a shell. A missing or non-executable command becomes 127 / 126, as in a shell.
+    pub fn spawn(&mut self, spec: SpawnSpec<'_>) -> Result<usize, Outcome> {
+        let mut command = Command::new(&spec.argv[0]);
+        command
+            .args(&spec.argv[1..])
+            .envs(spec.env)
+            .current_dir(spec.cwd)
+            .stdin(Stdio::null())
+            .process_group(0);
+        let prefixed = matches!(spec.output, Output::Prefixed { .. });
+        if prefixed {
+            command.stdout(Stdio::piped()).stderr(Stdio::piped());
+        }
+        let mut child = command.spawn().map_err(|e| {
+            let code = match e.kind() {
+                io::ErrorKind::NotFound => exit::NOT_FOUND,
+                io::ErrorKind::PermissionDenied => exit::CANNOT_EXECUTE,
+                _ => exit::INTERNAL,
+            };
+            Outcome::new(
+                code,
+                format!(
+                    "cannot start the {} command `{}` in {}: {e}",
+                    spec.label,
+                    spec.argv[0],
+                    spec.cwd.display()
+                ),
+            )
+        })?;
+        let pid = Pid::from_raw(child.id() as i32);
+        info!(
+            "started {} (pid {pid}): {}",
+            spec.label,
+            spec.argv.join(" ")
+        );
+        if let Output::Prefixed { log } = spec.output {
+            let file = match log.as_deref().map(open_log).transpose() {
+                Ok(f) => f.map(|f| Arc::new(Mutex::new(f))),
+                Err(e) => {
+                    warn!("{} output is not copied to a file: {e}", spec.label);
+                    None
+                }
+            };
+            if let Some(out) = child.stdout.take() {
+                self.pump(out, &spec.label, file.clone(), false);
+            }
+            if let Some(err) = child.stderr.take() {
+                self.pump(err, &spec.label, file, true);
+            }
+        }
+        self.children.push(Child {
+            label: spec.label,
+            pid,
+            ended: None,
+        });
+        Ok(self.children.len() - 1)
+    }
+
+    /// Copies a pipe line by line (bytes, not UTF-8: programs print what they like) to our
+    /// stdout/stderr with a prefix, and to the log file.
+    fn pump(
+        &mut self,
+        pipe: impl Read + Send + 'static,
+        label: &str,
+        file: Option<Arc<Mutex<File>>>,
+        to_stderr: bool,
+    ) {
+        let prefix = format!("[{label}] ");
+        let (done, finished) = mpsc::channel();
+        self.pumps.push(finished);
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(pipe);
+            let mut line = Vec::new();
+            while matches!(reader.read_until(b'\n', &mut line), Ok(n) if n > 0) {
+                if !line.ends_with(b"\n") {
+                    line.push(b'\n');
+                }
+                let mut framed = prefix.as_bytes().to_vec();
+                framed.extend_from_slice(&line);
+                // A closed stdout must not stop the log file (nor the child): ignore write errors.
+                let _ = if to_stderr {
+                    io::stderr().lock().write_all(&framed)
+                } else {
+                    io::stdout().lock().write_all(&framed)
+                };
+                if let Some(file) = &file {
+                    if let Ok(mut f) = file.lock() {
+                        let _ = f.write_all(&line);
+                    }
+                }
+                line.clear();
+            }
+            let _ = done.send(());
+        });
+    }
+
+    pub fn label(&self, child: usize) -> &str {
+        &self.children[child].label
+    }
+
+    pub fn is_running(&self, child: usize) -> bool {
+        self.children[child].ended.is_none()
+    }
+
+    pub fn ended(&self, child: usize) -> Option<Ended> {
+        self.children[child].ended
+    }
+
+    fn running(&self) -> impl Iterator<Item = &Child> {
+        self.children.iter().filter(|c| c.ended.is_none())
+    }
+
+    /// Sends `sig` to the process group of each given running child.
+    pub fn signal(&self, children: &[usize], sig: Signal) {
+        for &i in children {
+            let c = &self.children[i];
+            if c.ended.is_none() {
+                debug!("sending {sig} to {} (process group {})", c.label, c.pid);
+                // ESRCH: the group is already gone, which is what we wanted.
+                let _ = kill(Pid::from_raw(-c.pid.as_raw()), sig);
+            }
+        }
+    }
+
+    pub fn forward(&self, sig: Signal) {
+        let all: Vec<usize> = (0..self.children.len()).collect();
+        if self.running().next().is_some() {
+            info!(
+                "forwarding {sig} to {}",
+                self.running()
+                    .map(|c| c.label.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        self.signal(&all, sig);
+    }
+
+    /// Reaps every exited process, ours or orphaned, until none is left to reap: SIGCHLDs
+    /// coalesce, so one wait per signal would leave zombies behind.
+    fn reap(&mut self) {
+        loop {
+            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(pid, code)) => self.record(pid, Ended::Code(code)),
+                Ok(WaitStatus::Signaled(pid, sig, _)) => {
+                    self.record(pid, Ended::Signal(sig as i32))
+                }
+                Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => return,
+                Ok(_) => continue,
+                Err(Errno::EINTR) => continue,
+                Err(e) => {
+                    warn!("waitpid failed: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn record(&mut self, pid: Pid, ended: Ended) {
+        match self.children.iter().position(|c| c.pid == pid) {
+            Some(i) => {
+                info!(
+                    "{} (pid {pid}) {}",
+                    self.children[i].label,
+                    ended.describe()
+                );
+                self.children[i].ended = Some(ended);
+                self.pending.push_back(Event::Exited { child: i, ended });
+            }
+            None => debug!("reaped orphan pid {pid} ({})", ended.describe()),
+        }
+    }
+
+    /// The next signal or child exit.
+    pub async fn next_event(&mut self) -> Event {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return event;
+            }
+            let Signals { streams, child } = &mut self.signals;
+            let signal = tokio::select! {
+                sig = next_of(streams) => Some(sig),
+                _ = child.recv() => None,
+            };
+            match signal {
+                Some(sig) => return Event::Signal(sig),
+                None => self.reap(),
+            }
+        }
+    }
+
+    /// Stops the given children: `sig` to their groups, SIGKILL when the grace period is over.
+    /// Returns once all of them are reaped. Exit events seen meanwhile stay queued.
+    pub async fn stop(&mut self, children: &[usize], sig: Signal) {
+        let running: Vec<usize> = children
+            .iter()
+            .copied()
+            .filter(|&i| self.is_running(i))
+            .collect();
+        if running.is_empty() {
+            return;
+        }
+        self.signal(&running, sig);
+        let deadline = Instant::now() + self.grace;
+        let mut killed = false;
+        while running.iter().any(|&i| self.is_running(i)) {
+            let Signals { streams, child } = &mut self.signals;
+            let kill_now = tokio::select! {
+                _ = child.recv() => false,
+                // A second stop signal from outside means "now": do not wait for the grace period.
+                sig = next_of(streams) => is_stop_signal(sig),
+                _ = sleep_until(deadline), if !killed => {
+                    warn!("grace period of {} s over: sending SIGKILL", self.grace.as_secs());
+                    true
+                }
+            };
+            self.reap();
+            if kill_now && !killed {
+                self.signal(&running, Signal::SIGKILL);
+                killed = true;
+            }
+        }
+    }
+
+    /// Kills what is left of every child's process group (daemons a child left behind) and
+    /// waits briefly for the output pumps, so the last lines reach the logs.
+    pub fn finish(&mut self) {
+        for c in &self.children {
+            let _ = kill(Pid::from_raw(-c.pid.as_raw()), Signal::SIGKILL);
+        }
+        self.reap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        for pump in self.pumps.drain(..) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let _ = pump.recv_timeout(left);
+        }
+    }
+}
+
+fn open_log(path: &Path) -> io::Result<File> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    // Appending keeps the logs of an earlier attempt when Kubernetes restarts the pod.
+    OpenOptions::new().create(true).append(true).open(path)
+}
+
+/// Writes the one-line reason where Kubernetes reads the termination message. The file is
+/// created by the kubelet; outside a pod it usually does not exist, and nothing is created.
+pub fn write_termination_message(path: &Path, reason: &str) {
+    let line = reason.lines().next().unwrap_or_default();
+    match OpenOptions::new().write(true).truncate(true).open(path) {
+        Ok(mut f) => {
+            let _ = writeln!(f, "{line}");
+        }
+        Err(e) => debug!("no termination message written to {}: {e}", path.display()),
+    }
+}
