@@ -69,8 +69,15 @@ pub async fn wait_until_ready(
                         warn!("{status}");
                         continue;
                     }
-                    Ok(Event::Init) => pods.begin_relist(),
-                    Ok(Event::InitApply(pod)) => pods.relisted(pod_view(&pod)),
+                    // Mid-relist the set is stale: judge it only once the relist is complete.
+                    Ok(Event::Init) => {
+                        pods.begin_relist();
+                        continue;
+                    }
+                    Ok(Event::InitApply(pod)) => {
+                        pods.relisted(pod_view(&pod));
+                        continue;
+                    }
                     Ok(Event::InitDone) => {
                         pods.end_relist();
                         listed = true;

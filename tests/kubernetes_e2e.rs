@@ -1,0 +1,346 @@
+//! Launchers against the fake Kubernetes API: discovery, ranks, and the whole launch.
+
+mod support;
+
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use serde_json::json;
+use support::fake_api::{job_pod, FakeApi};
+use support::{free_ports, standin, survivors, trainer_argv, Launcher, Rng};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+struct Cluster {
+    api: FakeApi,
+    dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    fn new() -> Cluster {
+        let api = FakeApi::start();
+        let dir = tempfile::tempdir().unwrap();
+        api.write_kubeconfig(&dir.path().join("kubeconfig"));
+        Cluster { api, dir }
+    }
+
+    fn env(&self, job: &str, pods: usize) -> Vec<(&'static str, String)> {
+        vec![
+            (
+                "KUBECONFIG",
+                self.dir.path().join("kubeconfig").display().to_string(),
+            ),
+            ("JOB_NAME", job.to_string()),
+            ("CONF_PADDLE_GRADIENT_NUM", pods.to_string()),
+            ("CONF_PADDLE_NIC", "lo".to_string()),
+        ]
+    }
+}
+
+#[test]
+fn three_pods_agree_on_ranks_and_train_against_each_others_pservers() {
+    let cluster = Cluster::new();
+    let api = &cluster.api;
+    let job = "e2e";
+    let names = ["e2e-x7k2p", "e2e-a9q4m", "e2e-m3z8r"];
+    for name in names {
+        api.put_pod(job_pod(job, name));
+    }
+    // A failed pod of an earlier attempt carries the same label: it must not block or count.
+    let mut stale = job_pod(job, "e2e-old");
+    stale["status"] = json!({"phase": "Failed", "podIP": "127.0.0.9"});
+    api.put_pod(stale);
+
+    let port = free_ports(3);
+    let job_path = cluster.dir.path().join("jobpath");
+    let pid_dir = cluster.dir.path().join("pids");
+    std::fs::create_dir_all(&pid_dir).unwrap();
+    let ips = ["127.0.0.2", "127.0.0.3", "127.0.0.4"];
+    let launchers: Vec<Launcher> = (0..3)
+        .map(|i| {
+            let term_log = cluster.dir.path().join(format!("termination-{i}"));
+            std::fs::write(&term_log, "").unwrap();
+            let mut env = cluster.env(job, 3);
+            env.extend([
+                ("POD_IP", ips[i].to_string()),
+                ("POD_NAME", names[i].to_string()),
+                ("JOB_PATH", job_path.display().to_string()),
+                ("CONF_PADDLE_PORT", port.to_string()),
+                ("CONF_PADDLE_PORTS_NUM", "2".to_string()),
+                ("CONF_PADDLE_PORTS_NUM_SPARSE", "1".to_string()),
+                (
+                    "PADDLE_LAUNCHER_PSERVER_CMD",
+                    format!("{} pserver", standin()),
+                ),
+                (
+                    "PADDLE_LAUNCHER_TRAINER_CMD",
+                    format!("{} train", standin()),
+                ),
+                // Peers' trainers still connect to our pserver after our own trainer is done.
+                ("PADDLE_LAUNCHER_LINGER", "3".to_string()),
+                (
+                    "PADDLE_LAUNCHER_TERMINATION_LOG",
+                    term_log.display().to_string(),
+                ),
+                (
+                    "PADDLE_LAUNCHER_WORKDIR",
+                    cluster
+                        .dir
+                        .path()
+                        .join(format!("work-{i}"))
+                        .display()
+                        .to_string(),
+                ),
+                ("STANDIN_PID_DIR", pid_dir.display().to_string()),
+            ]);
+            Launcher::start(
+                cluster.dir.path(),
+                names[i],
+                &["run", "--", "--config=trainer_config.py", "--num_passes=1"],
+                &env,
+            )
+        })
+        .collect();
+
+    // The kubelet reports the pods Running one by one, in random order and at random times.
+    let mut rng = Rng::from_time();
+    let mut order = [0, 1, 2];
+    rng.shuffle(&mut order);
+    for i in order {
+        std::thread::sleep(Duration::from_millis(50 + rng.below(400)));
+        api.set_status("default", names[i], "Running", Some(ips[i]));
+    }
+
+    let mut ranks = Vec::new();
+    for (i, launcher) in launchers.into_iter().enumerate() {
+        let done = launcher.wait(LIMIT);
+        assert_eq!(
+            done.code(),
+            0,
+            "launcher {i}:\n{}\n{}",
+            done.stdout,
+            done.stderr
+        );
+        let argv = trainer_argv(&done.stdout).expect("the trainer printed its argv");
+        let rank = i; // numeric IP order: 127.0.0.2 < .3 < .4
+        assert_eq!(
+            argv,
+            [
+                standin(),
+                "train".into(),
+                format!("--port={port}"),
+                "--ports_num=2".into(),
+                "--ports_num_for_sparse=1".into(),
+                "--nics=lo".into(),
+                "--comment=paddle_process_by_paddle".into(),
+                "--pservers=127.0.0.2,127.0.0.3,127.0.0.4".into(),
+                "--num_gradient_servers=3".into(),
+                format!("--trainer_id={rank}"),
+                "--local=0".into(),
+                format!("--save_dir={}/e2e/output", job_path.display()),
+                "--config=trainer_config.py".into(),
+                "--num_passes=1".into(),
+            ]
+        );
+        ranks.push(rank);
+        // Output reaches the container's stdout with a prefix AND the seed's log files.
+        assert!(done.stdout.contains(&format!(
+            "[trainer-{rank}] trainer {rank} connected to 9 pserver endpoints"
+        )));
+        let node = job_path.join(format!("e2e/output/node_{rank}"));
+        let train_log = std::fs::read_to_string(node.join("train.log")).unwrap();
+        assert!(
+            train_log.contains(&format!("trainer {rank} connected to 9 pserver endpoints")),
+            "{train_log}"
+        );
+        let server_log = std::fs::read_to_string(node.join("server.log")).unwrap();
+        assert!(
+            server_log.contains(&format!("pserver listening on {}:{port}", ips[i])),
+            "{server_log}"
+        );
+        let reason =
+            std::fs::read_to_string(cluster.dir.path().join(format!("termination-{i}"))).unwrap();
+        assert_eq!(reason, "trainer exited with status 0\n");
+    }
+    ranks.sort();
+    assert_eq!(ranks, [0, 1, 2]);
+    assert_eq!(survivors(&pid_dir), Vec::<String>::new());
+    // One list and one watch per launcher: no polling.
+    let pod_requests = api
+        .requests()
+        .iter()
+        .filter(|r| r.contains("/pods"))
+        .count();
+    assert!(pod_requests <= 3 * 3, "{:#?}", api.requests());
+}
+
+#[test]
+fn indexed_job_pods_rank_by_completion_index() {
+    let cluster = Cluster::new();
+    let api = &cluster.api;
+    // Index order differs from IP order on purpose.
+    let pods = [
+        ("idx-0-aaa", "127.0.0.12", "0"),
+        ("idx-1-bbb", "127.0.0.10", "1"),
+        ("idx-2-ccc", "127.0.0.11", "2"),
+    ];
+    for (name, ip, index) in pods {
+        let mut pod = job_pod("idx", name);
+        pod["metadata"]["annotations"] = json!({"batch.kubernetes.io/job-completion-index": index});
+        pod["status"] = json!({"phase": "Running", "podIP": ip});
+        api.put_pod(pod);
+    }
+    let mut env = cluster.env("idx", 3);
+    env.push(("POD_IP", "127.0.0.10".into()));
+    let done = Launcher::start(cluster.dir.path(), "plan", &["plan"], &env).wait(LIMIT);
+    assert_eq!(done.code(), 0, "{}", done.stderr);
+    let plan: serde_json::Value = serde_json::from_str(&done.stdout).unwrap();
+    assert_eq!(plan["trainer_id"], 1);
+    assert_eq!(plan["namespace"], "default");
+    let order: Vec<&str> = plan["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(order, ["idx-0-aaa", "idx-1-bbb", "idx-2-ccc"]);
+}
+
+#[test]
+fn missing_role_is_an_immediate_error_with_the_rbac_to_apply() {
+    let cluster = Cluster::new();
+    cluster.api.set_forbidden(true);
+    let mut env = cluster.env("rbac", 2);
+    env.push(("POD_IP", "127.0.0.2".into()));
+    env.push(("PADDLE_LAUNCHER_WAIT_TIMEOUT", "600".into()));
+    let done = Launcher::start(cluster.dir.path(), "rbac", &["run"], &env).wait(LIMIT);
+    assert_eq!(done.code(), 72, "{}", done.stderr);
+    assert!(
+        done.stderr.contains("403 pods is forbidden"),
+        "{}",
+        done.stderr
+    );
+    assert!(
+        done.stderr.contains("verbs: [get, list, watch]"),
+        "{}",
+        done.stderr
+    );
+    assert!(
+        done.stderr
+            .contains("kind: ServiceAccount, name: trainer, namespace: default"),
+        "{}",
+        done.stderr
+    );
+}
+
+#[test]
+fn sigterm_while_waiting_for_pods_exits_with_143() {
+    let cluster = Cluster::new();
+    cluster.api.put_pod(job_pod("waiting", "waiting-0"));
+    let mut env = cluster.env("waiting", 1);
+    env.push(("POD_IP", "127.0.0.2".into()));
+    let launcher = Launcher::start(cluster.dir.path(), "waiting", &["run"], &env);
+    launcher.wait_for_output("waiting: 0/1 pods Running", LIMIT);
+    launcher.signal(Signal::SIGTERM);
+    let done = launcher.wait(LIMIT);
+    assert_eq!(done.code(), 143, "{}", done.stderr);
+    assert!(
+        done.stderr
+            .contains("received SIGTERM while waiting for the job's pods"),
+        "{}",
+        done.stderr
+    );
+}
+
+#[test]
+fn wait_timeout_says_which_pod_is_not_running_and_why() {
+    let cluster = Cluster::new();
+    let mut stuck = job_pod("slow", "slow-1");
+    stuck["status"] = json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+        "reason": "Unschedulable", "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}]});
+    cluster.api.put_pod(stuck);
+    let mut running = job_pod("slow", "slow-0");
+    running["status"] = json!({"phase": "Running", "podIP": "127.0.0.2"});
+    cluster.api.put_pod(running);
+    let mut env = cluster.env("slow", 2);
+    env.push(("POD_IP", "127.0.0.2".into()));
+    env.push(("PADDLE_LAUNCHER_WAIT_TIMEOUT", "2".into()));
+    let done = Launcher::start(cluster.dir.path(), "slow", &["plan"], &env).wait(LIMIT);
+    assert_eq!(done.code(), 71, "{}", done.stderr);
+    assert!(
+        done.stderr.contains("1/2 pods Running with an IP (2 live, 0 finished or terminating ignored); slow-1: Pending (Unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu.)"),
+        "{}",
+        done.stderr
+    );
+}
+
+#[test]
+fn watch_recovers_from_410_gone_and_still_sees_the_pods() {
+    let cluster = Cluster::new();
+    let api = &cluster.api;
+    for name in ["gone-0", "gone-1"] {
+        api.put_pod(job_pod("gone", name));
+    }
+    let mut env = cluster.env("gone", 2);
+    env.push(("POD_IP", "127.0.0.3".into()));
+    let launcher = Launcher::start(cluster.dir.path(), "gone", &["plan"], &env);
+    launcher.wait_for_output("waiting: 0/2", LIMIT);
+    // The server forgets its history: the open watch ends and resuming it gets 410 Gone.
+    api.set_status("default", "gone-0", "Running", Some("127.0.0.2"));
+    api.compact();
+    api.set_status("default", "gone-1", "Running", Some("127.0.0.3"));
+    let done = launcher.wait(LIMIT);
+    assert_eq!(done.code(), 0, "{}", done.stderr);
+    let plan: serde_json::Value = serde_json::from_str(&done.stdout).unwrap();
+    assert_eq!(plan["trainer_id"], 1);
+    let lists = api
+        .requests()
+        .iter()
+        .filter(|r| r.contains("/pods?") && !r.contains("watch="))
+        .count();
+    assert!(lists >= 2, "no relist after 410: {:#?}", api.requests());
+}
+
+#[test]
+fn duplicate_host_network_ips_from_a_real_pod_list_are_rejected() {
+    let cluster = Cluster::new();
+    // The recorded kind control plane: static pods with hostNetwork all on 172.18.0.4.
+    let recorded: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(support::fixture("v1-34-pod-list.json")).unwrap(),
+    )
+    .unwrap();
+    let list: serde_json::Value =
+        serde_json::from_str(recorded[0]["response_body"].as_str().unwrap()).unwrap();
+    for pod in list["items"].as_array().unwrap() {
+        cluster.api.put_pod(pod.clone());
+    }
+    let mut env = cluster.env("kind", 4);
+    env.extend([
+        ("POD_IP", "172.18.0.4".to_string()),
+        ("JOB_NAMESPACE", "kube-system".to_string()),
+        ("PADDLE_LAUNCHER_SELECTOR", "tier=control-plane".to_string()),
+    ]);
+    let done = Launcher::start(cluster.dir.path(), "kind", &["plan"], &env).wait(LIMIT);
+    assert_eq!(done.code(), 73, "{}", done.stderr);
+    assert!(
+        done.stderr.contains("pods etcd-v1.34-control-plane and kube-apiserver-v1.34-control-plane share the IP 172.18.0.4"),
+        "{}",
+        done.stderr
+    );
+}
+
+#[test]
+fn invalid_value_fails_before_any_api_call() {
+    let cluster = Cluster::new();
+    let mut env = cluster.env("bad", 2);
+    env.push(("CONF_PADDLE_PORT", "65536".into()));
+    let done = Launcher::start(cluster.dir.path(), "bad", &["run"], &env).wait(LIMIT);
+    assert_eq!(done.code(), 2);
+    let last = done.stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.ends_with("invalid CONF_PADDLE_PORT (--port): \"65536\": expected a TCP port, an integer from 1 to 65535"),
+        "{}",
+        done.stderr
+    );
+    assert_eq!(cluster.api.requests(), Vec::<String>::new());
+}

@@ -1,0 +1,352 @@
+//! The launcher as the supervisor of its pserver and trainer: exit statuses, signals, ordering,
+//! and nothing left behind. Static membership (--peers), real processes on loopback IPs.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use support::{free_ports, standin, survivors, Launcher};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// A one-pod job on `ip`, with stand-in processes that record their pids.
+struct OnePod {
+    dir: tempfile::TempDir,
+    ip: &'static str,
+    env: Vec<(&'static str, String)>,
+}
+
+impl OnePod {
+    fn new(ip: &'static str) -> OnePod {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("pids")).unwrap();
+        let env = vec![
+            ("JOB_NAME", "sup".to_string()),
+            ("PADDLE_LAUNCHER_PEERS", ip.to_string()),
+            ("POD_IP", ip.to_string()),
+            ("CONF_PADDLE_NIC", "lo".to_string()),
+            ("CONF_PADDLE_PORT", free_ports(1).to_string()),
+            (
+                "PADDLE_LAUNCHER_PSERVER_CMD",
+                format!("{} pserver", standin()),
+            ),
+            (
+                "PADDLE_LAUNCHER_TRAINER_CMD",
+                format!("{} train", standin()),
+            ),
+            ("PADDLE_LAUNCHER_LINGER", "0".to_string()),
+            ("PADDLE_LAUNCHER_GRACE_PERIOD", "5".to_string()),
+            (
+                "STANDIN_PID_DIR",
+                dir.path().join("pids").display().to_string(),
+            ),
+        ];
+        OnePod { dir, ip, env }
+    }
+
+    fn set(mut self, name: &'static str, value: &str) -> Self {
+        self.env.retain(|(n, _)| *n != name);
+        self.env.push((name, value.to_string()));
+        self
+    }
+
+    fn start(&self) -> Launcher {
+        Launcher::start(self.dir.path(), self.ip, &["run"], &self.env)
+    }
+
+    fn pids(&self) -> PathBuf {
+        self.dir.path().join("pids")
+    }
+}
+
+fn assert_nothing_left(pids: &Path) {
+    assert_eq!(
+        survivors(pids),
+        Vec::<String>::new(),
+        "processes left behind"
+    );
+}
+
+#[test]
+fn trainer_exit_code_becomes_launcher_exit_code() {
+    let pod = OnePod::new("127.0.0.21").set("STANDIN_TRAINER_EXIT", "3");
+    let term_log = pod.dir.path().join("termination-log");
+    std::fs::write(&term_log, "").unwrap();
+    let pod = pod.set(
+        "PADDLE_LAUNCHER_TERMINATION_LOG",
+        &term_log.display().to_string(),
+    );
+    let done = pod.start().wait(LIMIT);
+    assert_eq!(done.code(), 3, "{}", done.stderr);
+    assert_eq!(
+        std::fs::read_to_string(&term_log).unwrap(),
+        "trainer exited with status 3\n"
+    );
+    assert!(
+        done.stdout.contains("[pserver-0] pserver received SIGTERM"),
+        "the pserver was not stopped:\n{}",
+        done.stdout
+    );
+    assert_nothing_left(&pod.pids());
+}
+
+#[test]
+fn sigterm_during_training_is_forwarded_to_both_children() {
+    let pod = OnePod::new("127.0.0.22").set("STANDIN_TRAINER_SECONDS", "120");
+    let launcher = pod.start();
+    launcher.wait_for_output("connected to 1 pserver endpoints", LIMIT);
+    launcher.signal(Signal::SIGTERM);
+    let done = launcher.wait(LIMIT);
+    assert_eq!(done.code(), 143, "{}", done.stderr);
+    assert!(
+        done.stdout.contains("[trainer-0] trainer received SIGTERM"),
+        "{}",
+        done.stdout
+    );
+    assert!(
+        done.stdout.contains("[pserver-0] pserver received SIGTERM"),
+        "{}",
+        done.stdout
+    );
+    assert!(
+        done.stderr
+            .contains("received SIGTERM; stopped the trainer and the pserver"),
+        "{}",
+        done.stderr
+    );
+    assert_nothing_left(&pod.pids());
+}
+
+#[test]
+fn children_that_ignore_sigterm_are_killed_after_the_grace_period() {
+    let pod = OnePod::new("127.0.0.23").set("PADDLE_LAUNCHER_GRACE_PERIOD", "1");
+    let trainer = stubborn_trainer(pod.dir.path());
+    let pod = pod.set("PADDLE_LAUNCHER_TRAINER_CMD", &trainer);
+    let launcher = pod.start();
+    launcher.wait_for_output("[trainer-0] ready", LIMIT);
+    launcher.signal(Signal::SIGTERM);
+    let done = launcher.wait(LIMIT);
+    assert_eq!(done.code(), 143, "{}", done.stderr);
+    assert!(
+        done.stderr
+            .contains("grace period of 1 s over: sending SIGKILL"),
+        "{}",
+        done.stderr
+    );
+    assert!(
+        done.stderr.contains("was killed by SIGKILL"),
+        "{}",
+        done.stderr
+    );
+}
+
+/// A trainer that ignores SIGTERM (its `sleep` children inherit that), as a stubborn user
+/// program would; it accepts any flags.
+fn stubborn_trainer(dir: &Path) -> String {
+    let path = dir.join("stubborn-trainer");
+    std::fs::write(
+        &path,
+        "#!/bin/sh\ntrap '' TERM\necho ready\nwhile true; do sleep 1; done\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn pserver_death_stops_the_trainer_with_its_own_code() {
+    let pod = OnePod::new("127.0.0.24")
+        .set("STANDIN_TRAINER_SECONDS", "120")
+        .set("STANDIN_PSERVER_SECONDS", "1");
+    let done = pod.start().wait(LIMIT);
+    assert_eq!(done.code(), 75, "{}", done.stderr);
+    assert!(
+        done.stderr
+            .contains("pserver exited with status 1 while the trainer was running"),
+        "{}",
+        done.stderr
+    );
+    assert!(
+        done.stdout.contains("[trainer-0] trainer received SIGTERM"),
+        "{}",
+        done.stdout
+    );
+    assert_nothing_left(&pod.pids());
+}
+
+#[test]
+fn trainer_starts_only_once_the_pserver_listens() {
+    // The stand-in trainer connects once, without retrying: it succeeds only if the launcher
+    // waited for the port (the old launcher slept a fixed 20 s instead).
+    let pod = OnePod::new("127.0.0.25").set("STANDIN_PSERVER_DELAY", "1.5");
+    let done = pod.start().wait(LIMIT);
+    assert_eq!(done.code(), 0, "{}\n{}", done.stdout, done.stderr);
+    assert!(
+        done.stdout
+            .contains("trainer 0 connected to 1 pserver endpoints"),
+        "{}",
+        done.stdout
+    );
+}
+
+#[test]
+fn pserver_that_never_listens_is_reported_by_endpoint() {
+    let pod = OnePod::new("127.0.0.26")
+        .set("STANDIN_PSERVER_DELAY", "600")
+        .set("PADDLE_LAUNCHER_PSERVER_TIMEOUT", "1");
+    let port = pod
+        .env
+        .iter()
+        .find(|(n, _)| *n == "CONF_PADDLE_PORT")
+        .unwrap()
+        .1
+        .clone();
+    let done = pod.start().wait(LIMIT);
+    assert_eq!(done.code(), 74, "{}", done.stderr);
+    assert!(
+        done.stderr.contains(&format!("1 of 1 pserver endpoints never accepted a connection within 1 s (PADDLE_LAUNCHER_PSERVER_TIMEOUT): 127.0.0.26:{port}")),
+        "{}",
+        done.stderr
+    );
+    assert_nothing_left(&pod.pids());
+}
+
+#[test]
+fn missing_command_exits_127_and_names_it() {
+    let pod = OnePod::new("127.0.0.27").set(
+        "PADDLE_LAUNCHER_PSERVER_CMD",
+        "paddle_pserver_main_missing --x",
+    );
+    let done = pod.start().wait(LIMIT);
+    assert_eq!(done.code(), 127, "{}", done.stderr);
+    assert!(
+        done.stderr
+            .contains("cannot start the pserver-0 command `paddle_pserver_main_missing`"),
+        "{}",
+        done.stderr
+    );
+}
+
+#[test]
+fn successful_trainer_leaves_the_pserver_serving_for_the_linger_time() {
+    let pod = OnePod::new("127.0.0.28").set("PADDLE_LAUNCHER_LINGER", "1");
+    let done = pod.start().wait(LIMIT);
+    assert_eq!(done.code(), 0, "{}", done.stderr);
+    let linger = done
+        .stderr
+        .find("the pserver keeps serving for 1 s")
+        .expect("no linger");
+    let stopped = done
+        .stdout
+        .find("pserver received SIGTERM")
+        .expect("pserver not stopped");
+    assert!(linger > 0 && stopped > 0);
+    assert_nothing_left(&pod.pids());
+}
+
+#[test]
+fn local_mode_runs_a_whole_job_on_loopback() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_ports(1).to_string();
+    let args = [
+        "local",
+        "--trainers",
+        "3",
+        "--job-name",
+        "demo",
+        "--port",
+        &port,
+        "--pserver-cmd",
+        &format!("{} pserver", standin()),
+        "--trainer-cmd",
+        &format!("{} train", standin()),
+        // Peers' trainers still connect to our pserver after our own trainer is done.
+        "--linger",
+        "3",
+        "--",
+        "--config=trainer_config.py",
+    ];
+    let done = Launcher::start(dir.path(), "local", &args, &[]).wait(LIMIT);
+    assert_eq!(done.code(), 0, "{}\n{}", done.stdout, done.stderr);
+    for rank in 0..3 {
+        assert!(
+            done.stdout.contains(&format!(
+                "[trainer-{rank}] trainer {rank} connected to 3 pserver endpoints"
+            )),
+            "{}",
+            done.stdout
+        );
+        assert!(
+            done.stdout.contains(&format!(
+                "[pserver-{rank}] pserver listening on 127.0.0.{}:{port}",
+                rank + 2
+            )),
+            "{}",
+            done.stdout
+        );
+    }
+    assert!(
+        done.stderr.contains("all 3 simulated pods succeeded"),
+        "{}",
+        done.stderr
+    );
+}
+
+#[test]
+fn local_mode_fails_with_the_first_failing_pod_and_stops_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_ports(1).to_string();
+    let args = [
+        "local",
+        "--trainers",
+        "2",
+        "--job-name",
+        "fail",
+        "--port",
+        &port,
+        "--pserver-cmd",
+        &format!("{} pserver", standin()),
+        "--trainer-cmd",
+        &format!("{} train", standin()),
+        "--",
+        "--no_such_flag=1",
+    ];
+    let done = Launcher::start(dir.path(), "local", &args, &[]).wait(LIMIT);
+    // The strict stand-in rejects the unknown flag with 2; the launcher passes that on.
+    assert_eq!(done.code(), 2, "{}\n{}", done.stdout, done.stderr);
+    assert!(
+        done.stderr.contains("unknown flag --no_such_flag"),
+        "{}",
+        done.stderr
+    );
+}
+
+#[test]
+fn local_mode_rejects_options_it_sets_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let done = Launcher::start(
+        dir.path(),
+        "local",
+        &[
+            "local",
+            "--trainers",
+            "2",
+            "--job-name",
+            "x",
+            "--pod-ip",
+            "10.0.0.1",
+        ],
+        &[],
+    )
+    .wait(LIMIT);
+    assert_eq!(done.code(), 2, "{}", done.stderr);
+    assert!(
+        done.stderr.contains(
+            "invalid POD_IP (--pod-ip): \"10.0.0.1\": expected nothing: local mode sets it"
+        ),
+        "{}",
+        done.stderr
+    );
+}

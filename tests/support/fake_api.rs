@@ -1,0 +1,530 @@
+//! A fake Kubernetes API server speaking HTTP/1.1 like the real one, for the pods resource:
+//! lists with resourceVersion and limit/continue, chunked watch streams (plain and streaming
+//! list with the initial-events-end bookmark), periodic bookmarks, 410 Gone for compacted
+//! resourceVersions, 403 Status bodies, label selectors, and the discovery endpoints kubectl
+//! needs. It can also serve recorded responses verbatim.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use paddle_launcher::selector::LabelSelector;
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+
+#[derive(Default)]
+struct State {
+    resource_version: u64,
+    /// (namespace, name) -> pod object.
+    pods: BTreeMap<(String, String), Value>,
+    /// Every change: (resourceVersion, type, object), for watches resuming from a version.
+    history: Vec<(u64, &'static str, Value)>,
+    /// Watches from a resourceVersion below this get 410 Gone.
+    oldest_watchable: u64,
+    forbidden: bool,
+    /// Path (without query) -> (status, body) served verbatim for GET.
+    recorded: BTreeMap<String, (u16, String)>,
+    /// Every request line seen: "GET /api/v1/...?...".
+    requests: Vec<String>,
+}
+
+#[derive(Clone)]
+pub struct FakeApi {
+    pub addr: SocketAddr,
+    state: Arc<Mutex<State>>,
+    changed: Arc<Notify>,
+    pub bookmark_every: Duration,
+}
+
+impl FakeApi {
+    /// Starts the server on 127.0.0.1 on its own thread and runtime.
+    pub fn start() -> FakeApi {
+        let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        std_listener.set_nonblocking(true).unwrap();
+        let api = FakeApi {
+            addr: std_listener.local_addr().unwrap(),
+            state: Arc::new(Mutex::new(State {
+                resource_version: 1000,
+                ..State::default()
+            })),
+            changed: Arc::new(Notify::new()),
+            bookmark_every: Duration::from_secs(2),
+        };
+        let server = api.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = TcpListener::from_std(std_listener).unwrap();
+                loop {
+                    let Ok((stream, _)) = listener.accept().await else {
+                        continue;
+                    };
+                    let server = server.clone();
+                    tokio::spawn(async move { server.serve_connection(stream).await });
+                }
+            });
+        });
+        api
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A kubeconfig pointing at this server, with namespace `default`.
+    pub fn write_kubeconfig(&self, path: &Path) {
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\n\
+             contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n    namespace: default\n\
+             current-context: fake\nusers:\n- name: fake\n  user:\n    token: fake-token\n",
+            self.url()
+        );
+        std::fs::write(path, text).unwrap();
+    }
+
+    fn change(&self, kind: &'static str, mut pod: Value) {
+        let mut s = self.state.lock().unwrap();
+        s.resource_version += 1;
+        let rv = s.resource_version;
+        pod["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let key = (
+            pod["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("default")
+                .to_string(),
+            pod["metadata"]["name"].as_str().unwrap().to_string(),
+        );
+        if kind == "DELETED" {
+            s.pods.remove(&key);
+        } else {
+            s.pods.insert(key, pod.clone());
+        }
+        s.history.push((rv, kind, pod));
+        drop(s);
+        self.changed.notify_waiters();
+    }
+
+    /// Creates or replaces a pod (ADDED or MODIFIED event).
+    pub fn put_pod(&self, pod: Value) {
+        let ns = pod["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("default")
+            .to_string();
+        let name = pod["metadata"]["name"].as_str().unwrap().to_string();
+        let exists = self.state.lock().unwrap().pods.contains_key(&(ns, name));
+        self.change(if exists { "MODIFIED" } else { "ADDED" }, pod);
+    }
+
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<Value> {
+        let s = self.state.lock().unwrap();
+        s.pods
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    pub fn delete_pod(&self, namespace: &str, name: &str) {
+        if let Some(pod) = self.pod(namespace, name) {
+            self.change("DELETED", pod);
+        }
+    }
+
+    /// Sets a pod's phase and IP, as the kubelet reports them.
+    pub fn set_status(&self, namespace: &str, name: &str, phase: &str, ip: Option<&str>) {
+        let mut pod = self.pod(namespace, name).expect("no such pod");
+        pod["status"]["phase"] = json!(phase);
+        if let Some(ip) = ip {
+            pod["status"]["podIP"] = json!(ip);
+            pod["status"]["podIPs"] = json!([{ "ip": ip }]);
+        }
+        self.put_pod(pod);
+    }
+
+    /// Every 401/403-able request gets a 403 Status, like a missing Role.
+    pub fn set_forbidden(&self, forbidden: bool) {
+        self.state.lock().unwrap().forbidden = forbidden;
+    }
+
+    /// Forgets history: watches from any earlier resourceVersion get 410 Gone, and open
+    /// watches are ended.
+    pub fn compact(&self) {
+        let mut s = self.state.lock().unwrap();
+        s.oldest_watchable = s.resource_version + 1;
+        s.history.clear();
+        drop(s);
+        self.changed.notify_waiters();
+    }
+
+    /// Serves `body` with `status` for GETs of `path` (any query), verbatim.
+    pub fn record(&self, path: &str, status: u16, body: String) {
+        self.state
+            .lock()
+            .unwrap()
+            .recorded
+            .insert(path.to_string(), (status, body));
+    }
+
+    pub fn requests(&self) -> Vec<String> {
+        self.state.lock().unwrap().requests.clone()
+    }
+
+    async fn serve_connection(&self, stream: TcpStream) {
+        let mut reader = BufReader::new(stream);
+        loop {
+            let mut request_line = String::new();
+            if !matches!(reader.read_line(&mut request_line).await, Ok(n) if n > 0) {
+                return;
+            }
+            // Headers: only their end matters; GETs carry no body.
+            loop {
+                let mut header = String::new();
+                match reader.read_line(&mut header).await {
+                    Ok(n) if n > 0 && header != "\r\n" && header != "\n" => continue,
+                    Ok(n) if n > 0 => break,
+                    _ => return,
+                }
+            }
+            let mut parts = request_line.split_whitespace();
+            let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or("/"));
+            self.state
+                .lock()
+                .unwrap()
+                .requests
+                .push(format!("{method} {target}"));
+            let (path, query) = target.split_once('?').unwrap_or((target, ""));
+            let query = parse_query(query);
+            let keep_open = match self.route(method, path, &query) {
+                Reply::Json(status, body) => write_json(reader.get_mut(), status, &body).await,
+                Reply::Watch(watch) => {
+                    self.stream_watch(reader.get_mut(), watch).await;
+                    false
+                }
+            };
+            if !keep_open {
+                return;
+            }
+        }
+    }
+
+    fn route(&self, method: &str, path: &str, query: &BTreeMap<String, String>) -> Reply {
+        let s = self.state.lock().unwrap();
+        if method != "GET" {
+            return status_reply(405, "MethodNotAllowed", "the fake API serves GET only");
+        }
+        if let Some((status, body)) = s.recorded.get(path) {
+            return Reply::Json(*status, body.clone());
+        }
+        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+        match segments[..] {
+            ["version"] => Reply::Json(200, json!({"major": "1", "minor": "34", "gitVersion": "v1.34.0-fake", "platform": "linux/amd64"}).to_string()),
+            ["api"] => Reply::Json(200, json!({"kind": "APIVersions", "versions": ["v1"],
+                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": self.addr.to_string()}]}).to_string()),
+            ["apis"] => Reply::Json(200, json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []}).to_string()),
+            ["api", "v1"] => Reply::Json(200, json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": [{
+                "name": "pods", "singularName": "pod", "namespaced": true, "kind": "Pod",
+                "verbs": ["get", "list", "watch"], "shortNames": ["po"], "categories": ["all"]}]}).to_string()),
+            ["api", "v1", "namespaces", ns, "pods"] => self.pods_reply(&s, Some(ns), query),
+            ["api", "v1", "pods"] => self.pods_reply(&s, None, query),
+            ["api", "v1", "namespaces", ns, "pods", name] => {
+                if s.forbidden {
+                    return forbidden_reply("get", Some(ns));
+                }
+                match s.pods.get(&(ns.to_string(), name.to_string())) {
+                    Some(pod) => Reply::Json(200, pod.to_string()),
+                    None => status_reply(404, "NotFound", &format!("pods \"{name}\" not found")),
+                }
+            }
+            _ => status_reply(404, "NotFound", "the server could not find the requested resource"),
+        }
+    }
+
+    fn pods_reply(&self, s: &State, ns: Option<&str>, query: &BTreeMap<String, String>) -> Reply {
+        let watching = matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
+        if s.forbidden {
+            return forbidden_reply(if watching { "watch" } else { "list" }, ns);
+        }
+        let selector = match query.get("labelSelector").filter(|t| !t.is_empty()) {
+            None => None,
+            Some(text) => match LabelSelector::parse(text) {
+                Ok(sel) => Some(sel),
+                Err(e) => {
+                    return status_reply(
+                        400,
+                        "BadRequest",
+                        &format!("unable to parse requirement: {e}"),
+                    )
+                }
+            },
+        };
+        let filter = Filter {
+            namespace: ns.map(str::to_string),
+            selector,
+        };
+        if watching {
+            let from = query.get("resourceVersion").cloned().unwrap_or_default();
+            return Reply::Watch(Watch {
+                filter,
+                from,
+                initial_events: query.get("sendInitialEvents").is_some_and(|v| v == "true"),
+                bookmarks: query
+                    .get("allowWatchBookmarks")
+                    .is_some_and(|v| v == "true"),
+                timeout: query
+                    .get("timeoutSeconds")
+                    .and_then(|t| t.parse().ok())
+                    .map(Duration::from_secs),
+            });
+        }
+        let items: Vec<&Value> = s.pods.values().filter(|p| filter.matches(p)).collect();
+        let offset: usize = query
+            .get("continue")
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let limit: usize = query
+            .get("limit")
+            .and_then(|l| l.parse().ok())
+            .filter(|&l| l > 0)
+            .unwrap_or(usize::MAX);
+        let page: Vec<&Value> = items.iter().skip(offset).take(limit).copied().collect();
+        let mut metadata = json!({"resourceVersion": s.resource_version.to_string()});
+        if offset + page.len() < items.len() {
+            metadata["continue"] = json!((offset + page.len()).to_string());
+            metadata["remainingItemCount"] = json!(items.len() - offset - page.len());
+        }
+        Reply::Json(
+            200,
+            json!({"kind": "PodList", "apiVersion": "v1", "metadata": metadata, "items": page})
+                .to_string(),
+        )
+    }
+
+    async fn stream_watch(&self, stream: &mut TcpStream, watch: Watch) {
+        let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+        if stream.write_all(head.as_bytes()).await.is_err() {
+            return;
+        }
+        let deadline = watch.timeout.map(|t| tokio::time::Instant::now() + t);
+        let (mut sent_up_to, opening) = {
+            let s = self.state.lock().unwrap();
+            let from: Option<u64> = watch.from.parse().ok().filter(|&rv| rv > 0);
+            match from {
+                Some(rv) if rv < s.oldest_watchable => {
+                    let gone = json!({"type": "ERROR", "object": status_body(410, "Expired",
+                        &format!("too old resource version: {rv} ({})", s.oldest_watchable))});
+                    (u64::MAX, vec![gone])
+                }
+                Some(rv) => (rv, vec![]),
+                // No version: the current state as ADDED events, as the real server does.
+                None => {
+                    let mut events: Vec<Value> = s
+                        .pods
+                        .values()
+                        .filter(|p| watch.filter.matches(p))
+                        .map(|p| json!({"type": "ADDED", "object": p}))
+                        .collect();
+                    if watch.initial_events {
+                        events.push(
+                            json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
+                            "metadata": {"resourceVersion": s.resource_version.to_string(),
+                                         "annotations": {"k8s.io/initial-events-end": "true"}}}}),
+                        );
+                    }
+                    (s.resource_version, events)
+                }
+            }
+        };
+        for event in opening {
+            if write_chunk(stream, &event).await.is_err() {
+                return;
+            }
+        }
+        if sent_up_to == u64::MAX {
+            let _ = stream.write_all(b"0\r\n\r\n").await;
+            return;
+        }
+        let compacted_at = self.state.lock().unwrap().oldest_watchable;
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let (events, current, compacted) = {
+                let s = self.state.lock().unwrap();
+                let events: Vec<Value> = s
+                    .history
+                    .iter()
+                    .filter(|(rv, _, pod)| *rv > sent_up_to && watch.filter.matches(pod))
+                    .map(|(_, kind, pod)| json!({"type": kind, "object": pod}))
+                    .collect();
+                (
+                    events,
+                    s.resource_version,
+                    s.oldest_watchable != compacted_at,
+                )
+            };
+            if compacted {
+                // The server dropped its watch cache: the client must resume, and will get 410.
+                let _ = stream.write_all(b"0\r\n\r\n").await;
+                return;
+            }
+            for event in &events {
+                if write_chunk(stream, event).await.is_err() {
+                    return;
+                }
+            }
+            sent_up_to = current;
+            let bookmark = tokio::time::sleep(self.bookmark_every);
+            let timeout = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = notified => {}
+                _ = bookmark, if watch.bookmarks => {
+                    let mark = json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
+                        "metadata": {"resourceVersion": sent_up_to.to_string()}}});
+                    if write_chunk(stream, &mark).await.is_err() {
+                        return;
+                    }
+                }
+                _ = timeout => {
+                    let _ = stream.write_all(b"0\r\n\r\n").await;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+enum Reply {
+    Json(u16, String),
+    Watch(Watch),
+}
+
+struct Watch {
+    filter: Filter,
+    from: String,
+    initial_events: bool,
+    bookmarks: bool,
+    timeout: Option<Duration>,
+}
+
+struct Filter {
+    namespace: Option<String>,
+    selector: Option<LabelSelector>,
+}
+
+impl Filter {
+    fn matches(&self, pod: &Value) -> bool {
+        let ns = pod["metadata"]["namespace"].as_str().unwrap_or("default");
+        let labels: BTreeMap<String, String> = pod["metadata"]["labels"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        self.namespace.as_deref().is_none_or(|n| n == ns)
+            && self.selector.as_ref().is_none_or(|s| s.matches(&labels))
+    }
+}
+
+fn status_body(code: u16, reason: &str, message: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+           "message": message, "reason": reason, "code": code})
+}
+
+fn status_reply(code: u16, reason: &str, message: &str) -> Reply {
+    Reply::Json(code, status_body(code, reason, message).to_string())
+}
+
+fn forbidden_reply(verb: &str, ns: Option<&str>) -> Reply {
+    let scope = ns.map_or("at the cluster scope".to_string(), |ns| {
+        format!("in the namespace \"{ns}\"")
+    });
+    let ns = ns.unwrap_or("default");
+    status_reply(403, "Forbidden", &format!(
+        "pods is forbidden: User \"system:serviceaccount:{ns}:trainer\" cannot {verb} resource \"pods\" in API group \"\" {scope}"
+    ))
+}
+
+async fn write_json(stream: &mut TcpStream, status: u16, body: &str) -> bool {
+    let reason = match status {
+        200 => "OK",
+        400 => "Bad Request",
+        403 => "Forbidden",
+        404 => "Not Found",
+        410 => "Gone",
+        _ => "Error",
+    };
+    let head = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.is_ok()
+        && stream.write_all(body.as_bytes()).await.is_ok()
+}
+
+async fn write_chunk(stream: &mut TcpStream, event: &Value) -> std::io::Result<()> {
+    let line = format!("{event}\n");
+    stream
+        .write_all(format!("{:x}\r\n{line}\r\n", line.len()).as_bytes())
+        .await?;
+    stream.flush().await
+}
+
+fn parse_query(query: &str) -> BTreeMap<String, String> {
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            (percent_decode(k), percent_decode(v))
+        })
+        .collect()
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+                match u8::from_str_radix(hex, 16) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 3;
+                        continue;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).to_string()
+}
+
+/// A pod of a Job as the Job controller creates it: labels `job-name` and
+/// `batch.kubernetes.io/job-name`, phase Pending, no IP yet.
+pub fn job_pod(job: &str, name: &str) -> Value {
+    json!({
+        "kind": "Pod", "apiVersion": "v1",
+        "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"),
+                     "labels": {"job-name": job, "batch.kubernetes.io/job-name": job, "controller-uid": "c-1"}},
+        "spec": {"containers": [{"name": "trainer", "image": "paddle:test"}], "restartPolicy": "Never"},
+        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}
+    })
+}

@@ -1,0 +1,185 @@
+//! Shared test helpers: the fake API server, launcher processes, the stand-in programs.
+#![allow(dead_code)] // each test binary uses a different part of the helpers
+
+pub mod fake_api;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+pub const LAUNCHER: &str = env!("CARGO_BIN_EXE_paddle-launcher");
+
+/// The stand-in `paddle` program (see standins/README.md).
+pub fn standin() -> String {
+    format!("{}/standins/paddle", env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/k8s-api-replays")
+        .join(name)
+}
+
+/// A launcher process with a clean environment (nothing of the test runner's leaks in) and
+/// its output captured to files, so a chatty process can never block on a full pipe.
+pub struct Launcher {
+    pub child: Child,
+    out: PathBuf,
+    err: PathBuf,
+}
+
+pub struct Finished {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Finished {
+    pub fn code(&self) -> i32 {
+        self.status.code().unwrap_or(-1)
+    }
+}
+
+impl Launcher {
+    pub fn start(dir: &Path, name: &str, args: &[&str], env: &[(&str, String)]) -> Launcher {
+        let out = dir.join(format!("{name}.stdout"));
+        let err = dir.join(format!("{name}.stderr"));
+        let child = Command::new(LAUNCHER)
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("PADDLE_LAUNCHER_TERMINATION_LOG", "")
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(fs::File::create(&out).unwrap())
+            .stderr(fs::File::create(&err).unwrap())
+            .spawn()
+            .unwrap();
+        Launcher { child, out, err }
+    }
+
+    pub fn stderr_so_far(&self) -> String {
+        fs::read_to_string(&self.err).unwrap_or_default()
+    }
+
+    pub fn stdout_so_far(&self) -> String {
+        fs::read_to_string(&self.out).unwrap_or_default()
+    }
+
+    /// Waits for the exit; a launcher still running after `limit` is killed and the test fails
+    /// with its output (the limit guards against hangs; it is not a timing assertion).
+    pub fn wait(mut self, limit: Duration) -> Finished {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Finished {
+                    status,
+                    stdout: self.stdout_so_far(),
+                    stderr: self.stderr_so_far(),
+                };
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "launcher still running after {limit:?}\nstdout:\n{}\nstderr:\n{}",
+                    self.stdout_so_far(),
+                    self.stderr_so_far()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Polls the launcher's output until `pattern` appears.
+    pub fn wait_for_output(&self, pattern: &str, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if self.stdout_so_far().contains(pattern) || self.stderr_so_far().contains(pattern) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!(
+            "no {pattern:?} after {limit:?}\nstdout:\n{}\nstderr:\n{}",
+            self.stdout_so_far(),
+            self.stderr_so_far()
+        );
+    }
+
+    pub fn signal(&self, sig: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig).unwrap();
+    }
+}
+
+/// A port with the next `count - 1` ports likely free too (an ephemeral port the kernel just
+/// handed out and took back).
+pub fn free_ports(count: u16) -> u16 {
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if port as u32 + count as u32 <= 65535 {
+            return port;
+        }
+    }
+}
+
+/// Stand-in processes (they write `<role>-<pid>` files into the pid dir) still alive.
+pub fn survivors(pid_dir: &Path) -> Vec<String> {
+    fs::read_dir(pid_dir)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().to_string_lossy().to_string();
+            let pid = name.rsplit('-').next()?.to_string();
+            let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // A zombie is dead; only its parent's wait is missing.
+            let state = stat
+                .rsplit(')')
+                .next()?
+                .split_whitespace()
+                .next()?
+                .to_string();
+            (state != "Z").then_some(name)
+        })
+        .collect()
+}
+
+/// A small deterministic generator for random pod orders; the seed is printed for replay.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn from_time() -> Rng {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+            | 1;
+        eprintln!("random seed: {seed}");
+        Rng(seed)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            items.swap(i, self.below(i as u64 + 1) as usize);
+        }
+    }
+}
+
+/// Lines of `text` from the stand-in trainer: its argv as printed.
+pub fn trainer_argv(text: &str) -> Option<Vec<String>> {
+    let json = text
+        .lines()
+        .find_map(|l| l.split("trainer argv: ").nth(1))?;
+    serde_json::from_str(json).ok()
+}
