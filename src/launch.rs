@@ -12,17 +12,14 @@ use tracing::info;
 use crate::config::Config;
 use crate::exit::{self, Outcome};
 use crate::plan::{Plan, ProcessSpec, Role};
-use crate::supervise::{
-    is_stop_signal, signal_name, Event, Output, Signals, SpawnSpec, Supervisor,
-};
+use crate::supervise::{is_stop_signal, signal_name, Event, Output, SpawnSpec, Supervisor};
 
 /// Between probe rounds: short enough to add no visible latency, long enough to cost nothing.
 const PROBE_PAUSE: Duration = Duration::from_millis(50);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
-pub async fn run_plan(plan: &Plan, config: &Config, signals: Signals) -> Outcome {
-    let mut sup = Supervisor::new(signals, config.grace_period);
-    let outcome = supervise_job(&mut sup, plan, config).await;
+pub async fn run_plan(plan: &Plan, config: &Config, sup: &mut Supervisor) -> Outcome {
+    let outcome = supervise_job(sup, plan, config).await;
     sup.finish();
     outcome
 }

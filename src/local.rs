@@ -112,9 +112,10 @@ pub async fn local(args: &LocalArgs, matches: &ArgMatches, command: &clap::Comma
     probe.peers = envs[0].get("PADDLE_LAUNCHER_PEERS").cloned();
     probe.gradient_num = Some(trainers.to_string());
     probe.pod_ip = envs[0].get("POD_IP").cloned();
-    if let Err(e) = Config::from_args(&probe) {
-        return invalid(e);
-    }
+    let config = match Config::from_args(&probe) {
+        Ok(config) => config,
+        Err(e) => return invalid(e),
+    };
     let exe = match std::env::current_exe() {
         Ok(exe) => exe.display().to_string(),
         Err(e) => {
@@ -133,10 +134,11 @@ pub async fn local(args: &LocalArgs, matches: &ArgMatches, command: &clap::Comma
             )
         }
     };
-    let grace =
-        Config::from_args(&probe).map_or(std::time::Duration::from_secs(10), |c| c.grace_period);
     // The instances need their own grace period to stop their children first.
-    let mut sup = Supervisor::new(signals, grace + std::time::Duration::from_secs(5));
+    let mut sup = Supervisor::new(
+        signals,
+        config.grace_period + std::time::Duration::from_secs(5),
+    );
     let mut argv = vec![exe, "run".to_string(), "--".to_string()];
     argv.extend(args.job.trainer_args.iter().cloned());
     let cwd = PathBuf::from(".");

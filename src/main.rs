@@ -11,7 +11,9 @@ use paddle_launcher::cli::{Cli, Command, JobArgs};
 use paddle_launcher::config::{own_ip, Config, Discovery, DEFAULT_TERMINATION_LOG};
 use paddle_launcher::exit::{self, Outcome};
 use paddle_launcher::membership::{check_distinct_ips, find_self};
-use paddle_launcher::supervise::{signal_name, write_termination_message, Signals};
+use paddle_launcher::supervise::{
+    signal_name, write_termination_message, Event, Signals, Supervisor,
+};
 use paddle_launcher::{launch, local, peers, protocol, workspace};
 
 fn main() {
@@ -88,6 +90,11 @@ fn finish(outcome: Outcome, termination_log: Option<PathBuf>) -> ! {
 async fn launch_or_plan(args: &JobArgs, plan_only: bool) -> Outcome {
     let invalid =
         |e: paddle_launcher::config::ConfigError| Outcome::new(exit::INVALID_CONFIG, e.to_string());
+    info!(
+        "paddle-launcher {} starting as pid {}",
+        env!("CARGO_PKG_VERSION"),
+        std::process::id()
+    );
     let mut config = match Config::from_args(args) {
         Ok(c) => c,
         Err(e) => return invalid(e),
@@ -97,12 +104,13 @@ async fn launch_or_plan(args: &JobArgs, plan_only: bool) -> Outcome {
         Ok(ip) => ip,
         Err(e) => return invalid(e),
     };
-    // Installed before waiting, so a TERM during the wait ends it at once.
-    let mut signals = if plan_only {
+    // Installed before waiting, so a TERM during the wait ends it at once, and zombies are
+    // reaped from the start when we are PID 1.
+    let mut supervisor = if plan_only {
         None
     } else {
         match Signals::install() {
-            Ok(s) => Some(s),
+            Ok(signals) => Some(Supervisor::new(signals, config.grace_period)),
             Err(e) => {
                 return Outcome::new(
                     exit::INTERNAL,
@@ -115,17 +123,20 @@ async fn launch_or_plan(args: &JobArgs, plan_only: bool) -> Outcome {
         let discovery = peers::discover(&config);
         tokio::pin!(discovery);
         loop {
-            let Some(signals) = signals.as_mut() else {
+            let Some(supervisor) = supervisor.as_mut() else {
                 break discovery.await;
             };
             tokio::select! {
                 found = &mut discovery => break found,
-                sig = signals.next() => match sig {
-                    Signal::SIGUSR1 | Signal::SIGUSR2 => info!("ignoring {sig}: no child to forward it to yet"),
-                    sig => return Outcome::new(
+                event = supervisor.next_event() => match event {
+                    Event::Signal(sig @ (Signal::SIGUSR1 | Signal::SIGUSR2)) => {
+                        info!("ignoring {sig}: no child to forward it to yet")
+                    }
+                    Event::Signal(sig) => return Outcome::new(
                         exit::by_signal(sig as i32),
                         format!("received {} while waiting for the job's pods", signal_name(sig as i32)),
                     ),
+                    Event::Exited { .. } => {}
                 },
             }
         }
@@ -164,8 +175,8 @@ async fn launch_or_plan(args: &JobArgs, plan_only: bool) -> Outcome {
     if let Err(outcome) = workspace::prepare(&plan) {
         return outcome;
     }
-    match signals {
-        Some(signals) => launch::run_plan(&plan, &config, signals).await,
+    match supervisor {
+        Some(mut supervisor) => launch::run_plan(&plan, &config, &mut supervisor).await,
         None => Outcome::new(exit::INTERNAL, "no signal handlers"),
     }
 }

@@ -350,3 +350,65 @@ fn local_mode_rejects_options_it_sets_itself() {
         done.stderr
     );
 }
+
+/// A trainer that leaves an orphan behind: its background child outlives the subshell that
+/// started it, so the orphan is reparented to the nearest subreaper or PID 1.
+fn orphaning_trainer(dir: &Path) -> String {
+    let path = dir.join("orphaning-trainer");
+    std::fs::write(
+        &path,
+        "#!/bin/sh\n(sleep 0.3 &)\necho orphan started\nsleep 1.5\necho trainer done\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn orphaned_grandchildren_are_reaped_by_the_launcher_as_subreaper() {
+    let pod = OnePod::new("127.0.0.29").set("PADDLE_LAUNCHER_LOG", "debug");
+    let trainer = orphaning_trainer(pod.dir.path());
+    let done = pod
+        .set("PADDLE_LAUNCHER_TRAINER_CMD", &trainer)
+        .start()
+        .wait(LIMIT);
+    assert_eq!(done.code(), 0, "{}", done.stderr);
+    assert!(
+        done.stdout.contains("[trainer-0] trainer done"),
+        "{}",
+        done.stdout
+    );
+    assert!(
+        done.stderr.contains("reaped orphan pid"),
+        "the orphan did not come to the launcher:\n{}",
+        done.stderr
+    );
+}
+
+#[test]
+fn as_pid_1_in_a_fresh_pid_namespace_orphans_are_reaped_and_the_status_passes_through() {
+    let pod = OnePod::new("127.0.0.30")
+        .set("PADDLE_LAUNCHER_LOG", "debug")
+        .set("STANDIN_TRAINER_EXIT", "0");
+    let trainer = orphaning_trainer(pod.dir.path());
+    let pod = pod.set("PADDLE_LAUNCHER_TRAINER_CMD", &trainer);
+    let out = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--kill-child", support::LAUNCHER, "run"])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("PADDLE_LAUNCHER_TERMINATION_LOG", "")
+        .envs(pod.env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .expect("unshare (util-linux) is needed; the tests run as root");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("starting as pid 1\n"), "{stderr}");
+    assert!(
+        !stderr.contains("cannot become a child subreaper"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("reaped orphan pid"),
+        "PID 1 did not reap the orphan:\n{stderr}"
+    );
+}

@@ -1,0 +1,116 @@
+//! The example manifests must be valid Kubernetes objects wired to what the launcher reads.
+
+use std::collections::BTreeSet;
+
+use clap::CommandFactory;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use paddle_launcher::cli::Cli;
+use serde_json::Value;
+
+/// Every environment variable name the launcher reads, taken from its CLI definition.
+fn launcher_env_names() -> BTreeSet<String> {
+    let cli = Cli::command();
+    let mut names = BTreeSet::new();
+    let commands = std::iter::once(&cli).chain(cli.get_subcommands());
+    for command in commands {
+        for arg in command.get_arguments() {
+            if let Some(env) = arg.get_env() {
+                names.insert(env.to_string_lossy().to_string());
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn seed_job_example_is_valid_and_wired_to_the_launcher() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/k8s-examples/job.yaml"
+    ))
+    .unwrap();
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    let of_kind = |kind: &str| {
+        docs.iter()
+            .filter(|d| d["kind"] == kind)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let job: Job = serde_json::from_value(of_kind("Job").remove(0)).unwrap();
+    let role: Role = serde_json::from_value(of_kind("Role").remove(0)).unwrap();
+    let binding: RoleBinding = serde_json::from_value(of_kind("RoleBinding").remove(0)).unwrap();
+    let account: ServiceAccount =
+        serde_json::from_value(of_kind("ServiceAccount").remove(0)).unwrap();
+
+    let rules = role.rules.unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(
+        rules[0].resources.as_deref(),
+        Some(&["pods".to_string()][..])
+    );
+    assert_eq!(rules[0].verbs, ["get", "list", "watch"]);
+    assert_eq!(binding.role_ref.name, role.metadata.name.clone().unwrap());
+    let account_name = account.metadata.name.unwrap();
+    assert_eq!(binding.subjects.unwrap()[0].name, account_name);
+
+    let spec = job.spec.unwrap();
+    let pod = spec.template.spec.unwrap();
+    assert_eq!(
+        pod.service_account_name.as_deref(),
+        Some(account_name.as_str())
+    );
+    let container = &pod.containers[0];
+    let env = container.env.clone().unwrap();
+    let known = launcher_env_names();
+    for var in &env {
+        assert!(
+            known.contains(&var.name),
+            "{} is not read by the launcher",
+            var.name
+        );
+    }
+    let value = |name: &str| {
+        env.iter()
+            .find(|e| e.name == name)
+            .and_then(|e| e.value.clone())
+    };
+    let field = |name: &str| {
+        env.iter()
+            .find(|e| e.name == name)
+            .and_then(|e| e.value_from.clone()?.field_ref)
+            .map(|f| f.field_path)
+    };
+    assert_eq!(value("JOB_NAME"), job.metadata.name);
+    let pods = value("CONF_PADDLE_GRADIENT_NUM")
+        .unwrap()
+        .parse::<i32>()
+        .unwrap();
+    assert_eq!(Some(pods), spec.parallelism);
+    assert_eq!(Some(pods), spec.completions);
+    assert_eq!(field("POD_IP").as_deref(), Some("status.podIP"));
+    assert_eq!(field("POD_NAME").as_deref(), Some("metadata.name"));
+    // The container exposes every pserver port.
+    let first: i32 = value("CONF_PADDLE_PORT").unwrap().parse().unwrap();
+    let count: i32 = value("CONF_PADDLE_PORTS_NUM")
+        .unwrap()
+        .parse::<i32>()
+        .unwrap()
+        + value("CONF_PADDLE_PORTS_NUM_SPARSE")
+            .unwrap()
+            .parse::<i32>()
+            .unwrap();
+    let ports: Vec<i32> = container
+        .ports
+        .clone()
+        .unwrap()
+        .iter()
+        .map(|p| p.container_port)
+        .collect();
+    assert_eq!(ports, (first..first + count).collect::<Vec<_>>());
+    assert_eq!(
+        container.args.as_ref().unwrap()[..2],
+        ["run".to_string(), "--".to_string()]
+    );
+}
