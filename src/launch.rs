@@ -1,7 +1,7 @@
 //! The colocated launch: pserver first, the trainer once every pserver endpoint of the job
 //! accepts TCP, then supervision until the trainer is done.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
@@ -9,14 +9,123 @@ use tokio::net::TcpStream;
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 use tracing::info;
 
-use crate::config::Config;
+use crate::cli::JobArgs;
+use crate::config::{own_ip, Config, ConfigError, Discovery};
 use crate::exit::{self, Outcome};
+use crate::membership::{check_distinct_ips, find_self, MembershipError};
 use crate::plan::{Plan, ProcessSpec, Role};
+use crate::supervise::Signals;
 use crate::supervise::{is_stop_signal, signal_name, Event, Output, SpawnSpec, Supervisor};
+use crate::{peers, protocol, workspace};
 
 /// Between probe rounds: short enough to add no visible latency, long enough to cost nothing.
 const PROBE_PAUSE: Duration = Duration::from_millis(50);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// `run` and `plan`: everything up to the launch; then print the plan (`plan_only`) or carry
+/// it out.
+pub async fn launch(args: &JobArgs, plan_only: bool) -> Outcome {
+    let invalid = |e: ConfigError| Outcome::new(exit::INVALID_CONFIG, e.to_string());
+    info!(
+        "paddle-launcher {} starting as pid {}",
+        env!("CARGO_PKG_VERSION"),
+        std::process::id()
+    );
+    let mut config = match Config::from_args(args) {
+        Ok(c) => c,
+        Err(e) => return invalid(e),
+    };
+    let interfaces = local_ip_address::list_afinet_netifas().unwrap_or_default();
+    let my_ip = match own_ip(&config, &interfaces, hostname_ip()) {
+        Ok(ip) => ip,
+        Err(e) => return invalid(e),
+    };
+    let pod = config.pod_name.clone().unwrap_or_else(|| my_ip.to_string());
+    tracing::Span::current().record("pod", tracing::field::display(&pod));
+    // Installed before waiting, so a TERM during the wait ends it at once, and zombies are
+    // reaped from the start when we are PID 1.
+    let mut supervisor = if plan_only {
+        None
+    } else {
+        match Signals::install() {
+            Ok(signals) => Some(Supervisor::new(signals, config.grace_period)),
+            Err(e) => {
+                return Outcome::new(
+                    exit::INTERNAL,
+                    format!("cannot install signal handlers: {e}"),
+                )
+            }
+        }
+    };
+    let found = {
+        let discovery = peers::discover(&config);
+        tokio::pin!(discovery);
+        loop {
+            let Some(supervisor) = supervisor.as_mut() else {
+                break discovery.await;
+            };
+            tokio::select! {
+                found = &mut discovery => break found,
+                event = supervisor.next_event() => match event {
+                    Event::Signal(sig @ (Signal::SIGUSR1 | Signal::SIGUSR2)) => {
+                        info!("ignoring {sig}: no child to forward it to yet")
+                    }
+                    Event::Signal(sig) => return Outcome::new(
+                        exit::by_signal(sig as i32),
+                        format!("received {} while waiting for the job's pods", signal_name(sig as i32)),
+                    ),
+                    Event::Exited { .. } => {}
+                },
+            }
+        }
+    };
+    let (members, namespace) = match found {
+        Ok(found) => found,
+        Err(e) => return e.outcome(),
+    };
+    if namespace.is_some() {
+        config.namespace = namespace;
+    }
+    let membership_error = |e: MembershipError| Outcome::new(exit::MEMBERSHIP, e.to_string());
+    if let Err(e) = check_distinct_ips(&members) {
+        return membership_error(e);
+    }
+    // Static members have made-up names: only a real pod list can be searched by name.
+    let own_name = match config.discovery {
+        Discovery::Kubernetes { .. } => config.pod_name.as_deref(),
+        Discovery::Static { .. } => None,
+    };
+    let me = match find_self(&members, own_name, my_ip) {
+        Ok(me) => me.clone(),
+        Err(e) => return membership_error(e),
+    };
+    let plan = protocol::plan(&config, &members, &me);
+    info!(
+        "trainer id {} of {}",
+        plan.trainer_id, plan.num_gradient_servers
+    );
+    if plan_only {
+        println!("{}", plan.to_json());
+        return Outcome::new(exit::SUCCESS, "plan printed");
+    }
+    if let Err(outcome) = workspace::prepare(&plan) {
+        return outcome;
+    }
+    match supervisor {
+        Some(mut supervisor) => run_plan(&plan, &config, &mut supervisor).await,
+        None => Outcome::new(exit::INTERNAL, "no signal handlers"),
+    }
+}
+
+/// The hostname's address, the last fallback for the own IP (what start_paddle.py used).
+fn hostname_ip() -> Option<IpAddr> {
+    let host = nix::unistd::gethostname().ok()?.into_string().ok()?;
+    (host.as_str(), 0)
+        .to_socket_addrs()
+        .ok()?
+        .map(|a| a.ip())
+        .next()
+}
 
 pub async fn run_plan(plan: &Plan, config: &Config, sup: &mut Supervisor) -> Outcome {
     let outcome = supervise_job(sup, plan, config).await;

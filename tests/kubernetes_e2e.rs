@@ -344,3 +344,54 @@ fn invalid_value_fails_before_any_api_call() {
     );
     assert_eq!(cluster.api.requests(), Vec::<String>::new());
 }
+
+#[test]
+fn watch_resumes_from_the_last_bookmark() {
+    let cluster = Cluster::new();
+    let api = &cluster.api;
+    api.set_bookmark_interval(Duration::from_millis(100));
+    api.put_pod(job_pod("mark", "mark-0"));
+    let mut env = cluster.env("mark", 1);
+    env.push(("POD_IP", "127.0.0.2".into()));
+    let launcher = Launcher::start(cluster.dir.path(), "mark", &["plan"], &env);
+    launcher.wait_for_output("waiting: 0/1", LIMIT);
+    // Changes outside the selector move the server's resourceVersion on; only bookmarks tell
+    // the launcher's watch about it.
+    for i in 0..5 {
+        api.put_pod(job_pod("other-job", &format!("other-{i}")));
+    }
+    let latest = api.pod("default", "other-4").unwrap()["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    std::thread::sleep(Duration::from_millis(500));
+    api.end_watches();
+    let resumed = |requests: Vec<String>| {
+        requests
+            .iter()
+            .any(|r| r.contains("watch=true") && r.contains(&format!("resourceVersion={latest}")))
+    };
+    let deadline = std::time::Instant::now() + LIMIT;
+    while !resumed(api.requests()) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    api.set_status("default", "mark-0", "Running", Some("127.0.0.2"));
+    let done = launcher.wait(LIMIT);
+    assert_eq!(done.code(), 0, "{}", done.stderr);
+    assert!(
+        resumed(api.requests()),
+        "the watch did not resume from bookmark {latest}: {:#?}",
+        api.requests()
+    );
+    let lists = api
+        .requests()
+        .iter()
+        .filter(|r| !r.contains("watch="))
+        .count();
+    assert_eq!(
+        lists,
+        1,
+        "a clean watch end must not cost a relist: {:#?}",
+        api.requests()
+    );
+}

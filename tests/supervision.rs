@@ -120,6 +120,26 @@ fn sigterm_during_training_is_forwarded_to_both_children() {
 }
 
 #[test]
+fn hup_usr1_usr2_are_forwarded_to_both_children_which_keep_running() {
+    let pod = OnePod::new("127.0.0.31").set("STANDIN_TRAINER_SECONDS", "120");
+    let launcher = pod.start();
+    launcher.wait_for_output("connected to 1 pserver endpoints", LIMIT);
+    for (sig, name) in [
+        (Signal::SIGHUP, "SIGHUP"),
+        (Signal::SIGUSR1, "SIGUSR1"),
+        (Signal::SIGUSR2, "SIGUSR2"),
+    ] {
+        launcher.signal(sig);
+        launcher.wait_for_output(&format!("[trainer-0] trainer received {name}"), LIMIT);
+        launcher.wait_for_output(&format!("[pserver-0] pserver received {name}"), LIMIT);
+    }
+    launcher.signal(Signal::SIGINT);
+    let done = launcher.wait(LIMIT);
+    assert_eq!(done.code(), 130, "{}", done.stderr);
+    assert_nothing_left(&pod.pids());
+}
+
+#[test]
 fn children_that_ignore_sigterm_are_killed_after_the_grace_period() {
     let pod = OnePod::new("127.0.0.23").set("PADDLE_LAUNCHER_GRACE_PERIOD", "1");
     let trainer = stubborn_trainer(pod.dir.path());

@@ -30,6 +30,10 @@ struct State {
     recorded: BTreeMap<String, (u16, String)>,
     /// Every request line seen: "GET /api/v1/...?...".
     requests: Vec<String>,
+    /// Interval of BOOKMARK events on watches that allow them.
+    bookmark_every: Duration,
+    /// Bumped to end every open watch cleanly, as a watch timeout on the server does.
+    watch_generation: u64,
 }
 
 #[derive(Clone)]
@@ -37,7 +41,6 @@ pub struct FakeApi {
     pub addr: SocketAddr,
     state: Arc<Mutex<State>>,
     changed: Arc<Notify>,
-    pub bookmark_every: Duration,
 }
 
 impl FakeApi {
@@ -49,10 +52,10 @@ impl FakeApi {
             addr: std_listener.local_addr().unwrap(),
             state: Arc::new(Mutex::new(State {
                 resource_version: 1000,
+                bookmark_every: Duration::from_secs(2),
                 ..State::default()
             })),
             changed: Arc::new(Notify::new()),
-            bookmark_every: Duration::from_secs(2),
         };
         let server = api.clone();
         std::thread::spawn(move || {
@@ -158,6 +161,17 @@ impl FakeApi {
         s.oldest_watchable = s.resource_version + 1;
         s.history.clear();
         drop(s);
+        self.changed.notify_waiters();
+    }
+
+    pub fn set_bookmark_interval(&self, every: Duration) {
+        self.state.lock().unwrap().bookmark_every = every;
+    }
+
+    /// Ends every open watch cleanly (the end of a chunked body), as the server does when a
+    /// watch's timeoutSeconds is over; clients resume from their last resourceVersion.
+    pub fn end_watches(&self) {
+        self.state.lock().unwrap().watch_generation += 1;
         self.changed.notify_waiters();
     }
 
@@ -348,12 +362,15 @@ impl FakeApi {
             let _ = stream.write_all(b"0\r\n\r\n").await;
             return;
         }
-        let compacted_at = self.state.lock().unwrap().oldest_watchable;
+        let (compacted_at, generation, bookmark_every) = {
+            let s = self.state.lock().unwrap();
+            (s.oldest_watchable, s.watch_generation, s.bookmark_every)
+        };
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let (events, current, compacted) = {
+            let (events, current, ended) = {
                 let s = self.state.lock().unwrap();
                 let events: Vec<Value> = s
                     .history
@@ -361,14 +378,11 @@ impl FakeApi {
                     .filter(|(rv, _, pod)| *rv > sent_up_to && watch.filter.matches(pod))
                     .map(|(_, kind, pod)| json!({"type": kind, "object": pod}))
                     .collect();
-                (
-                    events,
-                    s.resource_version,
-                    s.oldest_watchable != compacted_at,
-                )
+                let ended = s.oldest_watchable != compacted_at || s.watch_generation != generation;
+                (events, s.resource_version, ended)
             };
-            if compacted {
-                // The server dropped its watch cache: the client must resume, and will get 410.
+            if ended {
+                // A timeout, or a dropped watch cache: the client must resume (and may get 410).
                 let _ = stream.write_all(b"0\r\n\r\n").await;
                 return;
             }
@@ -378,7 +392,7 @@ impl FakeApi {
                 }
             }
             sent_up_to = current;
-            let bookmark = tokio::time::sleep(self.bookmark_every);
+            let bookmark = tokio::time::sleep(bookmark_every);
             let timeout = async {
                 match deadline {
                     Some(d) => tokio::time::sleep_until(d).await,
