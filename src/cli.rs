@@ -110,6 +110,53 @@ pub struct JobArgs {
     /// Working directory of the pserver and the trainer [default: the current directory].
     #[arg(long, env = "PADDLE_LAUNCHER_WORKDIR")]
     pub workdir: Option<String>,
+    /// What this pod runs: `both` (a pserver and a trainer, seed 004's layout), or only a
+    /// `pserver` or a `trainer` (PaddleCloud's split layout) [default: both].
+    #[arg(long, env = "PADDLE_LAUNCHER_ROLE")]
+    pub role: Option<String>,
+    /// Contract with the training program: `v1` flags, `v2` PADDLE_INIT_* variables, `fleet`
+    /// (parameter server, Paddle >= 2) or `collective` (data parallel, no pserver) [default: v1].
+    #[arg(long, env = "PADDLE_LAUNCHER_PROTOCOL")]
+    pub protocol: Option<String>,
+    /// Split layout: number of pserver pods.
+    #[arg(long, env = "PSERVERS")]
+    pub pserver_count: Option<String>,
+    /// Split layout: number of trainer pods.
+    #[arg(long, env = "TRAINERS")]
+    pub trainer_count: Option<String>,
+    /// Split layout: selector of the pserver pods [default: paddle-job-pserver=<job name>].
+    #[arg(long, env = "PADDLE_LAUNCHER_PSERVER_SELECTOR")]
+    pub pserver_selector: Option<String>,
+    /// Split layout: selector of the trainer pods [default: paddle-job=<job name>].
+    #[arg(long, env = "PADDLE_LAUNCHER_TRAINER_SELECTOR")]
+    pub trainer_selector: Option<String>,
+    /// Do not start when more than this many trainer pods of the job have Failed [default: no limit].
+    #[arg(long, env = "PADDLE_LAUNCHER_MAX_FAILED_TRAINERS")]
+    pub max_failed_trainers: Option<String>,
+    /// The training program as one shell command line, run with `sh -c` (v2, fleet,
+    /// collective); otherwise the arguments after `--` are the program's argv.
+    #[arg(long, env = "ENTRY")]
+    pub entry: Option<String>,
+    /// Port of each trainer's own endpoint (fleet, collective) [default: 6170].
+    #[arg(long, env = "PADDLE_LAUNCHER_TRAINER_PORT")]
+    pub trainer_port: Option<String>,
+    /// Directory that receives the files `trainer_id` and `trainer_count`; empty disables
+    /// [default: /].
+    #[arg(long, env = "PADDLE_LAUNCHER_ID_DIR")]
+    pub id_dir: Option<String>,
+    /// Glob of the training files: this trainer's share (file i when i % trainers == id, of the
+    /// sorted list) is written to the train list.
+    #[arg(long, env = "PADDLE_LAUNCHER_TRAIN_FILES")]
+    pub train_files: Option<String>,
+    /// Glob of the test files, shared out like --train-files into the test list.
+    #[arg(long, env = "PADDLE_LAUNCHER_TEST_FILES")]
+    pub test_files: Option<String>,
+    /// Where this trainer's share of --train-files is written [default: <workdir>/train.list].
+    #[arg(long, env = "PADDLE_LAUNCHER_TRAIN_LIST")]
+    pub train_list: Option<String>,
+    /// Where this trainer's share of --test-files is written [default: <workdir>/test.list].
+    #[arg(long, env = "PADDLE_LAUNCHER_TEST_LIST")]
+    pub test_list: Option<String>,
     /// Arguments after `--` go to the trainer; `--name=value` replaces a generated flag.
     #[arg(last = true, value_name = "TRAINER_ARGS")]
     pub trainer_args: Vec<String>,

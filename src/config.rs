@@ -47,8 +47,21 @@ pub const TRAINER_CMD: &str = "PADDLE_LAUNCHER_TRAINER_CMD (--trainer-cmd)";
 pub const LINGER: &str = "PADDLE_LAUNCHER_LINGER (--linger)";
 pub const GRACE_PERIOD: &str = "PADDLE_LAUNCHER_GRACE_PERIOD (--grace-period)";
 pub const TRAINER_ARGS: &str = "trainer argument (after --)";
+pub const ROLE: &str = "PADDLE_LAUNCHER_ROLE (--role)";
+pub const PROTOCOL: &str = "PADDLE_LAUNCHER_PROTOCOL (--protocol)";
+pub const PSERVER_COUNT: &str = "PSERVERS (--pserver-count)";
+pub const TRAINER_COUNT: &str = "TRAINERS (--trainer-count)";
+pub const PSERVER_SELECTOR: &str = "PADDLE_LAUNCHER_PSERVER_SELECTOR (--pserver-selector)";
+pub const TRAINER_SELECTOR: &str = "PADDLE_LAUNCHER_TRAINER_SELECTOR (--trainer-selector)";
+pub const MAX_FAILED: &str = "PADDLE_LAUNCHER_MAX_FAILED_TRAINERS (--max-failed-trainers)";
+pub const ENTRY: &str = "ENTRY (--entry)";
+pub const TRAINER_PORT: &str = "PADDLE_LAUNCHER_TRAINER_PORT (--trainer-port)";
+pub const TRAIN_FILES: &str = "PADDLE_LAUNCHER_TRAIN_FILES (--train-files)";
+pub const TEST_FILES: &str = "PADDLE_LAUNCHER_TEST_FILES (--test-files)";
 
 pub const DEFAULT_PORT: u16 = 7164;
+/// paddle.distributed.launch's default port.
+pub const DEFAULT_TRAINER_PORT: u16 = 6170;
 pub const DEFAULT_NIC: &str = "eth0";
 pub const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
 /// Far above any real job; keeps a typo like 1000000 from meaning "a million pods".
@@ -69,12 +82,65 @@ impl PortLayout {
     }
 }
 
+/// What this pod runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodRole {
+    /// A pserver and a trainer in every pod (seed 004); in `collective`, only the trainer.
+    Both,
+    /// Only the pserver (PaddleCloud's split layout).
+    Pserver,
+    /// Only the trainer (PaddleCloud's split layout).
+    Trainer,
+}
+
+/// The contract with the training program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// `paddle pserver` / `paddle train` command-line flags.
+    V1,
+    /// The v2 Python API: `PADDLE_INIT_*` variables for the entry command.
+    V2,
+    /// Parameter-server mode of Paddle >= 2 (`PaddleCloudRoleMaker`).
+    Fleet,
+    /// Data parallel, no pserver (`paddle.distributed`, gloo/NCCL).
+    Collective,
+}
+
+impl Protocol {
+    pub fn has_pservers(self) -> bool {
+        self != Protocol::Collective
+    }
+
+    /// Trainers listen on their own endpoint: two of them cannot share an IP.
+    pub fn trainers_listen(self) -> bool {
+        matches!(self, Protocol::Fleet | Protocol::Collective)
+    }
+}
+
+/// Which pods a group of the job is, and so what they run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupKind {
+    /// Every pod is a trainer, and a pserver when the protocol has them (one Job, seed 004).
+    Job,
+    Pservers,
+    Trainers,
+}
+
+/// Pods selected by label, `expected` of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group {
+    pub kind: GroupKind,
+    pub selector: LabelSelector,
+    pub expected: u32,
+}
+
 /// How this launcher learns who is in the job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Discovery {
-    /// List + watch the pods matching the selector.
-    Kubernetes { selector: LabelSelector },
-    /// A fixed list of pod IPs; rank = position.
+    /// List + watch the pods of each group.
+    Kubernetes { groups: Vec<Group> },
+    /// A fixed list of pod IPs of a one-group job; rank = position.
     Static { ips: Vec<IpAddr> },
 }
 
@@ -86,7 +152,22 @@ pub struct Config {
     pub train_config_dir: Option<String>,
     pub nic: String,
     pub ports: PortLayout,
-    pub gradient_num: u32,
+    pub role: PodRole,
+    pub protocol: Protocol,
+    /// Number of trainers (--num_gradient_servers).
+    pub trainers: u32,
+    /// Number of pservers: the pods in seed 004's layout, the pserver pods in the split one.
+    pub pservers: u32,
+    pub max_failed_trainers: Option<u32>,
+    /// The training program for v2/fleet/collective: `sh -c ENTRY`, or the args after `--`.
+    pub entry: Option<String>,
+    pub trainer_port: u16,
+    /// Directory for the `trainer_id` and `trainer_count` files; None: not written.
+    pub id_dir: Option<PathBuf>,
+    pub train_files: Option<String>,
+    pub test_files: Option<String>,
+    pub train_list: PathBuf,
+    pub test_list: PathBuf,
     pub pod_ip: Option<IpAddr>,
     pub pod_name: Option<String>,
     pub discovery: Discovery,
@@ -100,6 +181,17 @@ pub struct Config {
     pub termination_log: Option<PathBuf>,
     pub workdir: PathBuf,
     pub trainer_args: PassThrough,
+}
+
+impl Config {
+    /// The pods' group this pod belongs to, by its role.
+    pub fn own_group(&self) -> GroupKind {
+        match self.role {
+            PodRole::Both => GroupKind::Job,
+            PodRole::Pserver => GroupKind::Pservers,
+            PodRole::Trainer => GroupKind::Trainers,
+        }
+    }
 }
 
 /// Trainer arguments after `--`: those naming a flag the launcher generates replace it
@@ -169,21 +261,46 @@ impl Config {
             ));
         }
         let ports = port_layout(args)?;
-        let peers = present(&args.peers).map(parse_peers).transpose()?;
-        let gradient_num = match (present(&args.gradient_num), &peers) {
-            (Some(text), _) => {
-                let n = parse_int(text, GRADIENT_NUM, 1, MAX_PODS as u64, "a number of pods")?;
-                n as u32
-            }
-            (None, Some(ips)) => ips.len() as u32,
-            (None, None) => {
+        let role = match present(&args.role).unwrap_or("both") {
+            "both" => PodRole::Both,
+            "pserver" => PodRole::Pserver,
+            "trainer" => PodRole::Trainer,
+            other => {
                 return Err(ConfigError::new(
-                    GRADIENT_NUM,
-                    "",
-                    "the number of pods (= trainers) in the job, e.g. 3",
+                    ROLE,
+                    other,
+                    "one of both, pserver, trainer",
                 ))
             }
         };
+        let protocol = match present(&args.protocol).unwrap_or("v1") {
+            "v1" => Protocol::V1,
+            "v2" => Protocol::V2,
+            "fleet" => Protocol::Fleet,
+            "collective" => Protocol::Collective,
+            other => {
+                return Err(ConfigError::new(
+                    PROTOCOL,
+                    other,
+                    "one of v1, v2, fleet, collective",
+                ))
+            }
+        };
+        if role == PodRole::Pserver && !protocol.has_pservers() {
+            return Err(ConfigError::new(
+                ROLE,
+                "pserver",
+                "trainer or both: the collective protocol has no pservers",
+            ));
+        }
+        let count = |value: &Option<String>, variable| {
+            present(value)
+                .map(|text| parse_int(text, variable, 1, MAX_PODS as u64, "a number of pods"))
+                .transpose()
+                .map(|n| n.map(|n| n as u32))
+        };
+        let peers = present(&args.peers).map(parse_peers).transpose()?;
+        let gradient_num = count(&args.gradient_num, GRADIENT_NUM)?;
         let pod_ip = present(&args.pod_ip)
             .map(|text| {
                 text.parse::<IpAddr>().map_err(|_| {
@@ -201,40 +318,173 @@ impl Config {
             }
             name => name.map(str::to_string),
         };
-        let discovery = match peers {
-            Some(ips) => {
-                if ips.len() as u32 != gradient_num {
-                    return Err(ConfigError::new(
-                        PEERS,
-                        args.peers.as_deref().unwrap_or_default(),
-                        format!(
-                            "exactly CONF_PADDLE_GRADIENT_NUM = {gradient_num} addresses, got {}",
-                            ips.len()
-                        ),
-                    ));
-                }
-                if present(&args.selector).is_some() {
-                    return Err(ConfigError::new(
-                        SELECTOR,
-                        args.selector.as_deref().unwrap_or_default(),
-                        "no selector together with --peers (static membership uses no API)",
-                    ));
-                }
-                Discovery::Static { ips }
-            }
-            None => {
-                let text = present(&args.selector)
-                    .map(str::to_string)
-                    .unwrap_or_else(|| format!("job-name={job_name}"));
-                let selector = LabelSelector::parse(&text).map_err(|expected| {
-                    ConfigError::new(SELECTOR, &text, format!("a label selector with {expected}"))
-                })?;
-                Discovery::Kubernetes { selector }
-            }
+        let selector = |value: &Option<String>, variable, default: String| {
+            let text = present(value).map(str::to_string).unwrap_or(default);
+            LabelSelector::parse(&text).map_err(|expected| {
+                ConfigError::new(variable, &text, format!("a label selector with {expected}"))
+            })
         };
+        let (trainers, pservers, discovery) = if role == PodRole::Both {
+            let trainers = match (gradient_num, &peers) {
+                (Some(n), _) => n,
+                (None, Some(ips)) => ips.len() as u32,
+                (None, None) => {
+                    return Err(ConfigError::new(
+                        GRADIENT_NUM,
+                        "",
+                        "the number of pods (= trainers) in the job, e.g. 3",
+                    ))
+                }
+            };
+            let discovery = match peers {
+                Some(ips) => {
+                    if ips.len() as u32 != trainers {
+                        return Err(ConfigError::new(
+                            PEERS,
+                            args.peers.as_deref().unwrap_or_default(),
+                            format!(
+                                "exactly CONF_PADDLE_GRADIENT_NUM = {trainers} addresses, got {}",
+                                ips.len()
+                            ),
+                        ));
+                    }
+                    if let Some(text) = present(&args.selector) {
+                        return Err(ConfigError::new(
+                            SELECTOR,
+                            text,
+                            "no selector together with --peers (static membership uses no API)",
+                        ));
+                    }
+                    Discovery::Static { ips }
+                }
+                None => Discovery::Kubernetes {
+                    groups: vec![Group {
+                        kind: GroupKind::Job,
+                        selector: selector(
+                            &args.selector,
+                            SELECTOR,
+                            format!("job-name={job_name}"),
+                        )?,
+                        expected: trainers,
+                    }],
+                },
+            };
+            let pservers = if protocol.has_pservers() { trainers } else { 0 };
+            (trainers, pservers, discovery)
+        } else {
+            if let Some(text) = present(&args.peers) {
+                return Err(ConfigError::new(
+                    PEERS,
+                    text,
+                    "no static peers with --role pserver/trainer (the split layout is found through Kubernetes)",
+                ));
+            }
+            let expected_trainers =
+                "the number of trainer pods (required with --role pserver/trainer)";
+            let trainers = count(&args.trainer_count, TRAINER_COUNT)?
+                .ok_or_else(|| ConfigError::new(TRAINER_COUNT, "", expected_trainers))?;
+            if let Some(n) = gradient_num.filter(|&n| n != trainers) {
+                return Err(ConfigError::new(
+                    GRADIENT_NUM,
+                    &n.to_string(),
+                    format!("the number of trainer pods, TRAINERS = {trainers} (or unset)"),
+                ));
+            }
+            let mut groups = Vec::new();
+            let mut pservers = 0;
+            if protocol.has_pservers() {
+                pservers = count(&args.pserver_count, PSERVER_COUNT)?.ok_or_else(|| {
+                    ConfigError::new(
+                        PSERVER_COUNT,
+                        "",
+                        "the number of pserver pods (required with --role pserver/trainer)",
+                    )
+                })?;
+                groups.push(Group {
+                    kind: GroupKind::Pservers,
+                    selector: selector(
+                        &args.pserver_selector,
+                        PSERVER_SELECTOR,
+                        format!("paddle-job-pserver={job_name}"),
+                    )?,
+                    expected: pservers,
+                });
+            }
+            // A pserver needs only the pserver pods: its contract names no trainer.
+            if role == PodRole::Trainer {
+                groups.push(Group {
+                    kind: GroupKind::Trainers,
+                    selector: selector(
+                        &args.trainer_selector,
+                        TRAINER_SELECTOR,
+                        format!("paddle-job={job_name}"),
+                    )?,
+                    expected: trainers,
+                });
+            }
+            (trainers, pservers, Discovery::Kubernetes { groups })
+        };
+        let max_failed_trainers = present(&args.max_failed_trainers)
+            .map(|text| parse_int(text, MAX_FAILED, 0, MAX_PODS as u64, "a number of pods"))
+            .transpose()?
+            .map(|n| n as u32);
+        let entry = present(&args.entry).map(str::to_string);
+        match (protocol, &entry) {
+            (Protocol::V1, Some(text)) => {
+                return Err(ConfigError::new(
+                    ENTRY,
+                    text,
+                    "no entry command with --protocol v1, which runs --trainer-cmd with flags",
+                ))
+            }
+            (Protocol::V1, None) => {}
+            (_, None) if args.trainer_args.is_empty() => {
+                return Err(ConfigError::new(
+                    ENTRY,
+                    "",
+                    "the training program: --entry \"python train.py\", or its argv after --",
+                ))
+            }
+            (_, Some(_)) if !args.trainer_args.is_empty() => {
+                return Err(ConfigError::new(
+                    ENTRY,
+                    entry.as_deref().unwrap_or_default(),
+                    "either --entry or the program's argv after --, not both",
+                ))
+            }
+            _ => {}
+        }
+        let trainer_port = match present(&args.trainer_port) {
+            Some(text) => parse_int(text, TRAINER_PORT, 1, 65535, "a TCP port")? as u16,
+            None => DEFAULT_TRAINER_PORT,
+        };
+        let glob_option = |value: &Option<String>, variable| match present(value) {
+            Some(pattern) if glob::Pattern::new(pattern).is_err() => Err(ConfigError::new(
+                variable,
+                pattern,
+                "a glob pattern such as /data/train/part-*",
+            )),
+            pattern => Ok(pattern.map(str::to_string)),
+        };
+        let train_files = glob_option(&args.train_files, TRAIN_FILES)?;
+        let test_files = glob_option(&args.test_files, TEST_FILES)?;
+        let workdir = PathBuf::from(present(&args.workdir).unwrap_or("."));
+        let list_path = |value: &Option<String>, default: &str| {
+            present(value).map_or_else(|| workdir.join(default), PathBuf::from)
+        };
+        let train_list = list_path(&args.train_list, "train.list");
+        let test_list = list_path(&args.test_list, "test.list");
         let wait_timeout = seconds(&args.wait_timeout, WAIT_TIMEOUT, 1800)?;
         let pserver_timeout = seconds(&args.pserver_timeout, PSERVER_TIMEOUT, 300)?;
-        let trainer_args = parse_pass_through(&args.trainer_args, &ports, gradient_num)?;
+        // Only v1 generates trainer flags; other protocols run the program's argv as given.
+        let trainer_args = if protocol == Protocol::V1 {
+            parse_pass_through(&args.trainer_args, &ports, trainers)?
+        } else {
+            PassThrough {
+                overrides: Vec::new(),
+                rest: args.trainer_args.clone(),
+            }
+        };
         Ok(Config {
             job_name,
             namespace,
@@ -242,7 +492,22 @@ impl Config {
             train_config_dir,
             nic,
             ports,
-            gradient_num,
+            role,
+            protocol,
+            trainers,
+            pservers,
+            max_failed_trainers,
+            entry,
+            trainer_port,
+            id_dir: match args.id_dir.as_deref() {
+                None => Some(PathBuf::from("/")),
+                Some("") => None,
+                Some(dir) => Some(PathBuf::from(dir)),
+            },
+            train_files,
+            test_files,
+            train_list,
+            test_list,
             pod_ip,
             pod_name,
             discovery,
@@ -257,7 +522,7 @@ impl Config {
                 Some("") => None,
                 Some(path) => Some(PathBuf::from(path)),
             },
-            workdir: PathBuf::from(present(&args.workdir).unwrap_or(".")),
+            workdir,
             trainer_args,
         })
     }
@@ -493,8 +758,16 @@ mod tests {
         assert_eq!(
             c.discovery,
             Discovery::Kubernetes {
-                selector: LabelSelector::parse("job-name=paddle-cluster-job").unwrap()
+                groups: vec![Group {
+                    kind: GroupKind::Job,
+                    selector: LabelSelector::parse("job-name=paddle-cluster-job").unwrap(),
+                    expected: 3,
+                }]
             }
+        );
+        assert_eq!(
+            (c.role, c.protocol, c.pservers),
+            (PodRole::Both, Protocol::V1, 3)
         );
         assert_eq!(c.wait_timeout, Some(Duration::from_secs(1800)));
         assert_eq!(
@@ -671,7 +944,7 @@ mod tests {
             a.peers = Some("10.0.0.2, 10.0.0.1".into());
         })
         .unwrap();
-        assert_eq!(c.gradient_num, 2);
+        assert_eq!(c.trainers, 2);
         assert_eq!(
             c.discovery,
             Discovery::Static {

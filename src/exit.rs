@@ -37,6 +37,8 @@ pub const PSERVERS_NOT_READY: i32 = 74;
 pub const PSERVER_DIED: i32 = 75;
 /// No Kubernetes client configuration was found (no kubeconfig, not in a pod) and no --peers.
 pub const NO_CLUSTER: i32 = 76;
+/// More trainer pods of the job have Failed than --max-failed-trainers allows.
+pub const TOO_MANY_FAILURES: i32 = 77;
 /// A command was found but could not be executed (shell convention).
 pub const CANNOT_EXECUTE: i32 = 126;
 /// A command was not found (shell convention).

@@ -2,6 +2,7 @@
 //! accepts TCP, then supervision until the trainer is done.
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
@@ -12,8 +13,9 @@ use tracing::info;
 use crate::cli::JobArgs;
 use crate::config::{own_ip, Config, ConfigError, Discovery};
 use crate::exit::{self, Outcome};
-use crate::membership::{check_distinct_ips, find_self, MembershipError};
+use crate::membership::MembershipError;
 use crate::plan::{Plan, ProcessSpec, Role};
+use crate::protocol::InputFiles;
 use crate::supervise::Signals;
 use crate::supervise::{is_stop_signal, signal_name, Event, Output, SpawnSpec, Supervisor};
 use crate::{peers, protocol, workspace};
@@ -79,7 +81,7 @@ pub async fn launch(args: &JobArgs, plan_only: bool) -> Outcome {
             }
         }
     };
-    let (members, namespace) = match found {
+    let (membership, namespace) = match found {
         Ok(found) => found,
         Err(e) => return e.outcome(),
     };
@@ -87,7 +89,7 @@ pub async fn launch(args: &JobArgs, plan_only: bool) -> Outcome {
         config.namespace = namespace;
     }
     let membership_error = |e: MembershipError| Outcome::new(exit::MEMBERSHIP, e.to_string());
-    if let Err(e) = check_distinct_ips(&members) {
+    if let Err(e) = membership.check_listeners(config.protocol) {
         return membership_error(e);
     }
     // Static members have made-up names: only a real pod list can be searched by name.
@@ -95,14 +97,24 @@ pub async fn launch(args: &JobArgs, plan_only: bool) -> Outcome {
         Discovery::Kubernetes { .. } => config.pod_name.as_deref(),
         Discovery::Static { .. } => None,
     };
-    let me = match find_self(&members, own_name, my_ip) {
-        Ok(me) => me.clone(),
+    let me = match membership.locate(&config, own_name, my_ip) {
+        Ok(me) => me,
         Err(e) => return membership_error(e),
     };
-    let plan = protocol::plan(&config, &members, &me);
+    let inputs = match input_files(&config) {
+        Ok(inputs) => inputs,
+        Err(e) => return invalid(e),
+    };
+    let plan = protocol::plan(&config, &membership, &me, &inputs);
+    let id = |rank: Option<usize>| rank.map_or("-".to_string(), |r| r.to_string());
     info!(
-        "trainer id {} of {}",
-        plan.trainer_id, plan.num_gradient_servers
+        "{} pod {}: trainer id {} of {}, pserver id {} of {}",
+        me.name,
+        me.ip,
+        id(plan.trainer_id),
+        config.trainers,
+        id(plan.pserver_id),
+        config.pservers
     );
     if plan_only {
         println!("{}", plan.to_json());
@@ -115,6 +127,36 @@ pub async fn launch(args: &JobArgs, plan_only: bool) -> Outcome {
         Some(mut supervisor) => run_plan(&plan, &config, &mut supervisor).await,
         None => Outcome::new(exit::INTERNAL, "no signal handlers"),
     }
+}
+
+/// The files matched by --train-files / --test-files, sorted; none matched is an error.
+fn input_files(config: &Config) -> Result<InputFiles, ConfigError> {
+    let expand = |pattern: &Option<String>,
+                  variable: &str|
+     -> Result<Option<Vec<PathBuf>>, ConfigError> {
+        let Some(pattern) = pattern else {
+            return Ok(None);
+        };
+        let paths = glob::glob(pattern)
+            .map_err(|e| ConfigError::new(variable, pattern, format!("a glob pattern ({e})")))?;
+        let mut files: Vec<PathBuf> = paths
+            .filter_map(Result::ok)
+            .filter(|p| p.is_file())
+            .collect();
+        if files.is_empty() {
+            return Err(ConfigError::new(
+                variable,
+                pattern,
+                "a pattern that matches at least one file",
+            ));
+        }
+        files.sort();
+        Ok(Some(files))
+    };
+    Ok(InputFiles {
+        train: expand(&config.train_files, crate::config::TRAIN_FILES)?,
+        test: expand(&config.test_files, crate::config::TEST_FILES)?,
+    })
 }
 
 /// The hostname's address, the last fallback for the own IP (what start_paddle.py used).
@@ -133,16 +175,9 @@ pub async fn run_plan(plan: &Plan, config: &Config, sup: &mut Supervisor) -> Out
     outcome
 }
 
-fn spawn(sup: &mut Supervisor, plan: &Plan, role: Role) -> Result<usize, Outcome> {
-    let spec: &ProcessSpec = plan
-        .processes
-        .iter()
-        .find(|p| p.role == role)
-        .ok_or_else(|| {
-            Outcome::new(exit::INTERNAL, format!("the plan has no {}", role.as_str()))
-        })?;
+fn spawn(sup: &mut Supervisor, spec: &ProcessSpec) -> Result<usize, Outcome> {
     sup.spawn(SpawnSpec {
-        label: format!("{}-{}", role.as_str(), plan.trainer_id),
+        label: spec.name.clone(),
         argv: &spec.argv,
         env: &spec.env,
         cwd: &spec.cwd,
@@ -159,45 +194,60 @@ fn stopped_by(sig: Signal, what: &str) -> Outcome {
     )
 }
 
+/// Whatever the plan holds: a pserver and/or a trainer. The trainer's end decides the status;
+/// a pod with only a pserver ends with the pserver.
 async fn supervise_job(sup: &mut Supervisor, plan: &Plan, config: &Config) -> Outcome {
-    let pserver = match spawn(sup, plan, Role::Pserver) {
-        Ok(i) => i,
+    let pserver = match plan
+        .process(Role::Pserver)
+        .map(|spec| spawn(sup, spec))
+        .transpose()
+    {
+        Ok(pserver) => pserver,
         Err(outcome) => return outcome,
     };
-    if let Err(outcome) = wait_for_pservers(
-        sup,
-        pserver,
-        &plan.pserver_endpoints,
-        config.pserver_timeout,
-    )
-    .await
-    {
-        return outcome;
+    let Some(trainer_spec) = plan.process(Role::Trainer) else {
+        return match pserver {
+            Some(pserver) => supervise_pserver(sup, pserver).await,
+            None => Outcome::new(exit::INTERNAL, "the plan has no process to run"),
+        };
+    };
+    if !plan.pserver_endpoints.is_empty() {
+        if let Err(outcome) = wait_for_pservers(
+            sup,
+            pserver,
+            &plan.pserver_endpoints,
+            config.pserver_timeout,
+        )
+        .await
+        {
+            return outcome;
+        }
     }
-    let trainer = match spawn(sup, plan, Role::Trainer) {
+    let trainer = match spawn(sup, trainer_spec) {
         Ok(i) => i,
         Err(outcome) => {
-            sup.stop(&[pserver], Signal::SIGTERM).await;
+            sup.stop(&Vec::from_iter(pserver), Signal::SIGTERM).await;
             return outcome;
         }
     };
+    let all: Vec<usize> = std::iter::once(trainer).chain(pserver).collect();
     loop {
         match sup.next_event().await {
             Event::Signal(sig) if is_stop_signal(sig) => {
-                sup.stop(&[trainer, pserver], sig).await;
-                return stopped_by(sig, "; stopped the trainer and the pserver");
+                sup.stop(&all, sig).await;
+                return stopped_by(sig, &format!("; stopped {}", names(sup, &all)));
             }
             Event::Signal(sig) => sup.forward(sig),
             Event::Exited { child, ended } if child == trainer => {
-                if ended.exit_code() == 0 {
+                if let (0, Some(pserver)) = (ended.exit_code(), pserver) {
                     if let Some(outcome) = linger(sup, pserver, config.linger).await {
                         return outcome;
                     }
                 }
-                sup.stop(&[pserver], Signal::SIGTERM).await;
+                sup.stop(&Vec::from_iter(pserver), Signal::SIGTERM).await;
                 return Outcome::new(ended.exit_code(), format!("trainer {}", ended.describe()));
             }
-            Event::Exited { child, ended } if child == pserver => {
+            Event::Exited { child, ended } if Some(child) == pserver => {
                 sup.stop(&[trainer], Signal::SIGTERM).await;
                 return Outcome::new(
                     exit::PSERVER_DIED,
@@ -212,10 +262,35 @@ async fn supervise_job(sup: &mut Supervisor, plan: &Plan, config: &Config) -> Ou
     }
 }
 
+fn names(sup: &Supervisor, children: &[usize]) -> String {
+    children
+        .iter()
+        .map(|&c| sup.label(c).to_string())
+        .collect::<Vec<_>>()
+        .join(" and ")
+}
+
+/// A pserver-only pod (split layout): it serves until it ends or is told to stop.
+async fn supervise_pserver(sup: &mut Supervisor, pserver: usize) -> Outcome {
+    loop {
+        match sup.next_event().await {
+            Event::Signal(sig) if is_stop_signal(sig) => {
+                sup.stop(&[pserver], sig).await;
+                return stopped_by(sig, "; stopped the pserver");
+            }
+            Event::Signal(sig) => sup.forward(sig),
+            Event::Exited { child, ended } if child == pserver => {
+                return Outcome::new(ended.exit_code(), format!("pserver {}", ended.describe()));
+            }
+            Event::Exited { .. } => {}
+        }
+    }
+}
+
 /// Polls every endpoint until all accept a TCP connection, watching the own pserver and signals.
 async fn wait_for_pservers(
     sup: &mut Supervisor,
-    pserver: usize,
+    pserver: Option<usize>,
     endpoints: &[SocketAddr],
     limit: Duration,
 ) -> Result<(), Outcome> {
@@ -237,11 +312,11 @@ async fn wait_for_pservers(
             }
             event = sup.next_event() => match event {
                 Event::Signal(sig) if is_stop_signal(sig) => {
-                    sup.stop(&[pserver], sig).await;
-                    return Err(stopped_by(sig, " while waiting for the pservers; stopped the pserver"));
+                    sup.stop(&Vec::from_iter(pserver), sig).await;
+                    return Err(stopped_by(sig, " while waiting for the pservers"));
                 }
                 Event::Signal(sig) => sup.forward(sig),
-                Event::Exited { child, ended } if child == pserver => {
+                Event::Exited { child, ended } if Some(child) == pserver => {
                     return Err(Outcome::new(
                         exit::PSERVER_DIED,
                         format!("pserver {} before the trainer started", ended.describe()),
@@ -250,7 +325,7 @@ async fn wait_for_pservers(
                 Event::Exited { .. } => {}
             },
             _ = sleep_until(started + limit) => {
-                sup.stop(&[pserver], Signal::SIGTERM).await;
+                sup.stop(&Vec::from_iter(pserver), Signal::SIGTERM).await;
                 let list: Vec<String> = waiting.iter().map(ToString::to_string).collect();
                 return Err(Outcome::new(
                     exit::PSERVERS_NOT_READY,

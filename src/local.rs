@@ -80,11 +80,13 @@ fn instance_env(
             let mut env = shared.clone();
             env.insert("POD_IP".into(), ips[i].clone());
             env.insert("POD_NAME".into(), format!("{job_name}-{i}"));
-            // Instances copy their data and config into the work directory: one each.
-            if job.job_path.is_some() {
-                let base = PathBuf::from(job.workdir.as_deref().unwrap_or("."));
-                let dir = base.join(format!("{job_name}-{i}"));
-                env.insert("PADDLE_LAUNCHER_WORKDIR".into(), dir.display().to_string());
+            // Each simulated pod has its own work directory (data copies, id files, lists),
+            // as each real pod has its own filesystem.
+            let base = PathBuf::from(job.workdir.as_deref().unwrap_or("."));
+            let dir = base.join(format!("{job_name}-{i}"));
+            env.insert("PADDLE_LAUNCHER_WORKDIR".into(), dir.display().to_string());
+            if job.id_dir.is_none() {
+                env.insert("PADDLE_LAUNCHER_ID_DIR".into(), dir.display().to_string());
             }
             env
         })

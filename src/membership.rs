@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
 
+use crate::config::{Config, GroupKind, Protocol};
+
 /// What the launcher needs to know of one pod, whatever the discovery backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodView {
@@ -140,6 +142,78 @@ pub fn readiness(pods: &[PodView], expected: usize) -> Readiness {
     })
 }
 
+/// Pods of a group that have Failed (PaddleCloud's guard against restarting a broken job).
+pub fn failed(pods: &[PodView]) -> usize {
+    pods.iter().filter(|p| p.phase == "Failed").count()
+}
+
+/// The job's members by role, each list in rank order. In seed 004's layout both lists are the
+/// same pods.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Membership {
+    pub pservers: Vec<Member>,
+    pub trainers: Vec<Member>,
+}
+
+impl Membership {
+    pub fn from_groups(protocol: Protocol, groups: Vec<(GroupKind, Vec<Member>)>) -> Self {
+        let mut m = Membership::default();
+        for (kind, members) in groups {
+            match kind {
+                GroupKind::Job => {
+                    if protocol.has_pservers() {
+                        m.pservers = members.clone();
+                    }
+                    m.trainers = members;
+                }
+                GroupKind::Pservers => m.pservers = members,
+                GroupKind::Trainers => m.trainers = members,
+            }
+        }
+        m
+    }
+
+    /// Two listeners on one IP would fight for the same ports: pservers always listen,
+    /// trainers only in protocols where they have their own endpoint.
+    pub fn check_listeners(&self, protocol: Protocol) -> Result<(), MembershipError> {
+        check_distinct_ips(&self.pservers)?;
+        if protocol.trainers_listen() {
+            check_distinct_ips(&self.trainers)?;
+        }
+        Ok(())
+    }
+
+    /// This pod's place: its rank among the pods of its own group.
+    pub fn locate(
+        &self,
+        config: &Config,
+        own_name: Option<&str>,
+        own_ip: IpAddr,
+    ) -> Result<Me, MembershipError> {
+        let (list, pserver, trainer) = match config.own_group() {
+            GroupKind::Job => (&self.trainers, config.protocol.has_pservers(), true),
+            GroupKind::Pservers => (&self.pservers, true, false),
+            GroupKind::Trainers => (&self.trainers, false, true),
+        };
+        let member = find_self(list, own_name, own_ip)?;
+        Ok(Me {
+            name: member.name.clone(),
+            ip: member.ip,
+            pserver_rank: pserver.then_some(member.rank),
+            trainer_rank: trainer.then_some(member.rank),
+        })
+    }
+}
+
+/// This pod in the job: what it runs is what it has a rank for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Me {
+    pub name: String,
+    pub ip: IpAddr,
+    pub pserver_rank: Option<usize>,
+    pub trainer_rank: Option<usize>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MembershipError {
     #[error("pods {first} and {second} share the IP {ip} (hostNetwork pods on one node?): their pservers would fight for the same ports; give each pod its own IP")]
@@ -150,6 +224,8 @@ pub enum MembershipError {
     },
     #[error("this pod ({who}) is not among the job's pods: {seen}")]
     NotAMember { who: String, seen: String },
+    #[error("pods {names} all have this pod's IP {ip}: set POD_NAME (downward API metadata.name) so that it can tell which one it is")]
+    AmbiguousIp { ip: IpAddr, names: String },
 }
 
 /// Ranks: the Indexed-Job completion index when every pod has one, else numeric IP order
@@ -197,7 +273,17 @@ pub fn find_self<'a>(
 ) -> Result<&'a Member, MembershipError> {
     let found = match own_name {
         Some(name) => members.iter().find(|m| m.name == name),
-        None => members.iter().find(|m| m.ip == own_ip),
+        None => {
+            let same_ip: Vec<&Member> = members.iter().filter(|m| m.ip == own_ip).collect();
+            if same_ip.len() > 1 {
+                let names: Vec<&str> = same_ip.iter().map(|m| m.name.as_str()).collect();
+                return Err(MembershipError::AmbiguousIp {
+                    ip: own_ip,
+                    names: names.join(", "),
+                });
+            }
+            same_ip.first().copied()
+        }
     };
     found.ok_or_else(|| MembershipError::NotAMember {
         who: match own_name {
@@ -350,6 +436,68 @@ pub(crate) mod tests {
             err.to_string(),
             "this pod (IP 10.0.0.3) is not among the job's pods: a 10.0.0.1, b 10.0.0.2"
         );
+    }
+
+    #[test]
+    fn a_shared_ip_without_pod_name_is_ambiguous() {
+        let members = rank(&[
+            pod("t-a", Some("10.0.0.1"), "Running"),
+            pod("t-b", Some("10.0.0.1"), "Running"),
+        ]);
+        let ip = "10.0.0.1".parse().unwrap();
+        let err = find_self(&members, None, ip).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("pods t-a, t-b all have this pod's IP 10.0.0.1: set POD_NAME"),
+            "{err}"
+        );
+        assert_eq!(find_self(&members, Some("t-b"), ip).unwrap().rank, 1);
+    }
+
+    #[test]
+    fn split_trainers_may_share_an_ip_unless_they_listen() {
+        let trainers = rank(&[
+            pod("t-a", Some("10.0.0.1"), "Running"),
+            pod("t-b", Some("10.0.0.1"), "Running"),
+        ]);
+        let pservers = rank(&[pod("p-a", Some("10.0.0.7"), "Running")]);
+        let groups = || {
+            vec![
+                (GroupKind::Pservers, pservers.clone()),
+                (GroupKind::Trainers, trainers.clone()),
+            ]
+        };
+        assert!(Membership::from_groups(Protocol::V2, groups())
+            .check_listeners(Protocol::V2)
+            .is_ok());
+        let fleet = Membership::from_groups(Protocol::Fleet, groups());
+        assert!(matches!(
+            fleet.check_listeners(Protocol::Fleet),
+            Err(MembershipError::DuplicateIp { .. })
+        ));
+    }
+
+    #[test]
+    fn one_job_group_is_both_lists_unless_collective() {
+        let pods = rank(&[pod("a", Some("10.0.0.1"), "Running")]);
+        let v1 = Membership::from_groups(Protocol::V1, vec![(GroupKind::Job, pods.clone())]);
+        assert_eq!((v1.pservers.len(), v1.trainers.len()), (1, 1));
+        let collective =
+            Membership::from_groups(Protocol::Collective, vec![(GroupKind::Job, pods)]);
+        assert_eq!(
+            (collective.pservers.len(), collective.trainers.len()),
+            (0, 1)
+        );
+    }
+
+    #[test]
+    fn failed_pods_are_counted() {
+        let pods = [
+            pod("a", None, "Failed"),
+            pod("b", None, "Failed"),
+            pod("c", None, "Running"),
+        ];
+        assert_eq!(failed(&pods), 2);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::membership::Member;
+use crate::config::Protocol;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -27,6 +27,8 @@ impl Role {
 /// One process to start: argv goes to execve as is (no shell), env is added to the launcher's.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ProcessSpec {
+    /// `pserver-<rank>` / `trainer-<rank>`: the prefix of its output lines.
+    pub name: String,
     pub role: Role,
     pub argv: Vec<String>,
     pub env: BTreeMap<String, String>,
@@ -42,22 +44,50 @@ pub struct Copy {
     pub to: PathBuf,
 }
 
+/// A small file written before the launch (id files, train/test lists).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FileSpec {
+    pub path: PathBuf,
+    pub content: String,
+    /// A required file that cannot be written stops the launch; others only warn.
+    pub required: bool,
+}
+
+/// A pod of the job, its rank among the pods of its role, and what it runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PodEntry {
+    pub name: String,
+    pub ip: IpAddr,
+    pub rank: usize,
+    /// "both", "pserver" or "trainer".
+    pub role: &'static str,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Plan {
     pub job: String,
     pub namespace: Option<String>,
-    pub trainer_id: usize,
+    pub protocol: Protocol,
+    /// This pod's trainer rank; null on a pserver-only pod.
+    pub trainer_id: Option<usize>,
+    /// This pod's pserver rank; null when it runs no pserver.
+    pub pserver_id: Option<usize>,
     pub num_gradient_servers: u32,
     pub pod_ip: IpAddr,
-    pub pods: Vec<Member>,
+    pub pods: Vec<PodEntry>,
     /// Every pserver endpoint of the job; the trainer starts once all of them accept TCP.
     pub pserver_endpoints: Vec<SocketAddr>,
     /// Copies done before the launch, when their source exists.
     pub copies: Vec<Copy>,
+    pub files: Vec<FileSpec>,
     pub processes: Vec<ProcessSpec>,
 }
 
 impl Plan {
+    pub fn process(&self, role: Role) -> Option<&ProcessSpec> {
+        self.processes.iter().find(|p| p.role == role)
+    }
+
     pub fn to_json(&self) -> String {
         // Serialising plain strings, numbers and maps cannot fail.
         serde_json::to_string_pretty(self).unwrap_or_default()

@@ -4,7 +4,7 @@ use std::fs;
 use std::io;
 use std::path::Path;
 
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::exit::{self, Outcome};
 use crate::plan::Plan;
@@ -25,6 +25,24 @@ pub fn prepare(plan: &Plan) -> Result<(), Outcome> {
                     e,
                 )
             })?;
+        }
+    }
+    for file in &plan.files {
+        let written = file
+            .path
+            .parent()
+            .map_or(Ok(()), fs::create_dir_all)
+            .and_then(|_| fs::write(&file.path, &file.content));
+        match written {
+            Ok(()) => info!("wrote {}", file.path.display()),
+            Err(e) if file.required => {
+                return Err(fail(format!("cannot write {}", file.path.display()), e))
+            }
+            // The id files are a convenience of the seeds' programs: most do not read them.
+            Err(e) => warn!(
+                "cannot write {}: {e} (set PADDLE_LAUNCHER_ID_DIR to a writable directory)",
+                file.path.display()
+            ),
         }
     }
     for copy in &plan.copies {

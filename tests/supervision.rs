@@ -112,7 +112,7 @@ fn sigterm_during_training_is_forwarded_to_both_children() {
     );
     assert!(
         done.stderr
-            .contains("received SIGTERM; stopped the trainer and the pserver"),
+            .contains("received SIGTERM; stopped trainer-0 and pserver-0"),
         "{}",
         done.stderr
     );
@@ -162,17 +162,21 @@ fn children_that_ignore_sigterm_are_killed_after_the_grace_period() {
     );
 }
 
-/// A trainer that ignores SIGTERM (its `sleep` children inherit that), as a stubborn user
-/// program would; it accepts any flags.
-fn stubborn_trainer(dir: &Path) -> String {
-    let path = dir.join("stubborn-trainer");
-    std::fs::write(
-        &path,
-        "#!/bin/sh\ntrap '' TERM\necho ready\nwhile true; do sleep 1; done\n",
-    )
-    .unwrap();
+/// An executable shell script standing in for a user's trainer; it accepts any flags.
+fn script(dir: &Path, name: &str, body: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}")).unwrap();
     std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     path.display().to_string()
+}
+
+/// Ignores SIGTERM (its `sleep` children inherit that), as a stubborn user program would.
+fn stubborn_trainer(dir: &Path) -> String {
+    script(
+        dir,
+        "stubborn-trainer",
+        "trap '' TERM\necho ready\nwhile true; do sleep 1; done\n",
+    )
 }
 
 #[test]
@@ -371,17 +375,11 @@ fn local_mode_rejects_options_it_sets_itself() {
     );
 }
 
-/// A trainer that leaves an orphan behind: its background child outlives the subshell that
-/// started it, so the orphan is reparented to the nearest subreaper or PID 1.
+/// Leaves an orphan behind: the background child outlives the subshell that started it, so
+/// it is reparented to the nearest subreaper or PID 1.
 fn orphaning_trainer(dir: &Path) -> String {
-    let path = dir.join("orphaning-trainer");
-    std::fs::write(
-        &path,
-        "#!/bin/sh\n(sleep 0.3 &)\necho orphan started\nsleep 1.5\necho trainer done\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    path.display().to_string()
+    let body = "(sleep 0.3 &)\necho orphan started\nsleep 1.5\necho trainer done\n";
+    script(dir, "orphaning-trainer", body)
 }
 
 #[test]
@@ -417,6 +415,7 @@ fn as_pid_1_in_a_fresh_pid_namespace_orphans_are_reaped_and_the_status_passes_th
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("PADDLE_LAUNCHER_TERMINATION_LOG", "")
+        .env("PADDLE_LAUNCHER_ID_DIR", "")
         .envs(pod.env.iter().map(|(k, v)| (k, v)))
         .output()
         .expect("unshare (util-linux) is needed; the tests run as root");

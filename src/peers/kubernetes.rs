@@ -12,8 +12,8 @@ use tokio::time::{interval_at, sleep_until, Instant};
 use tracing::{info, warn};
 
 use super::DiscoveryError;
-use crate::membership::{readiness, PodSet, PodView, Readiness};
-use crate::selector::LabelSelector;
+use crate::config::{Group, GroupKind};
+use crate::membership::{failed, readiness, PodSet, PodView, Readiness};
 
 /// Interval of the "still waiting" line, so a stuck job always says why.
 const PROGRESS_EVERY: Duration = Duration::from_secs(30);
@@ -32,34 +32,62 @@ pub async fn connect(namespace: Option<&str>) -> Result<(Client, String), Discov
     Ok((client, namespace))
 }
 
-/// Waits until exactly `expected` live pods match and are Running with an IP, and returns them.
+fn group_name(kind: GroupKind) -> &'static str {
+    match kind {
+        GroupKind::Job => "pods",
+        GroupKind::Pservers => "pserver pods",
+        GroupKind::Trainers => "trainer pods",
+    }
+}
+
+/// Waits until, in every group, exactly the expected number of live pods match and are Running
+/// with an IP; returns each group's ready pods. One watch per group, merged.
 pub async fn wait_until_ready(
     client: Client,
     namespace: &str,
-    selector: &LabelSelector,
-    expected: usize,
+    groups: &[Group],
     timeout: Option<Duration>,
-) -> Result<Vec<PodView>, DiscoveryError> {
+    max_failed_trainers: Option<u32>,
+) -> Result<Vec<Vec<PodView>>, DiscoveryError> {
     let api: Api<Pod> = Api::namespaced(client, namespace);
-    let config = watcher::Config::default().labels(&selector.to_string());
-    let mut events = watcher(api, config).default_backoff().boxed();
+    let streams = groups.iter().enumerate().map(|(i, group)| {
+        let config = watcher::Config::default().labels(&group.selector.to_string());
+        watcher(api.clone(), config)
+            .default_backoff()
+            .map(move |event| (i, event))
+            .boxed()
+    });
+    let mut events = futures::stream::select_all(streams);
     let started = Instant::now();
     let deadline = timeout.map(|t| started + t);
+    let wanted: Vec<String> = groups
+        .iter()
+        .map(|g| {
+            format!(
+                "{} {} matching `{}`",
+                g.expected,
+                group_name(g.kind),
+                g.selector
+            )
+        })
+        .collect();
     info!(
-        "waiting for {expected} pods matching `{selector}` in namespace {namespace} to be Running (timeout: {})",
+        "waiting for {} in namespace {namespace} to be Running (timeout: {})",
+        wanted.join(" and "),
         timeout.map_or("none".to_string(), |t| format!("{} s", t.as_secs()))
     );
-    let mut pods = PodSet::default();
+    let mut pods = vec![PodSet::default(); groups.len()];
+    let mut listed = vec![false; groups.len()];
     let mut status = "no answer from the Kubernetes API yet".to_string();
-    let mut listed = false;
     let mut progress = interval_at(started + PROGRESS_EVERY, PROGRESS_EVERY);
     loop {
         tokio::select! {
             event = events.next() => {
-                let Some(event) = event else {
-                    // The watcher restarts itself forever; an end is a bug, but not a hang.
+                let Some((group, event)) = event else {
+                    // The watchers restart themselves forever; an end is a bug, but not a hang.
                     return Err(DiscoveryError::Timeout { waited_s: started.elapsed().as_secs(), status });
                 };
+                let set = &mut pods[group];
                 match event {
                     Err(error) => {
                         if let Some(message) = forbidden(&error) {
@@ -71,35 +99,47 @@ pub async fn wait_until_ready(
                     }
                     // Mid-relist the set is stale: judge it only once the relist is complete.
                     Ok(Event::Init) => {
-                        pods.begin_relist();
+                        set.begin_relist();
                         continue;
                     }
                     Ok(Event::InitApply(pod)) => {
-                        pods.relisted(pod_view(&pod));
+                        set.relisted(pod_view(&pod));
                         continue;
                     }
                     Ok(Event::InitDone) => {
-                        pods.end_relist();
-                        listed = true;
+                        set.end_relist();
+                        listed[group] = true;
                     }
-                    Ok(Event::Apply(pod)) => pods.applied(pod_view(&pod)),
-                    Ok(Event::Delete(pod)) => pods.deleted(&pod_view(&pod).name),
+                    Ok(Event::Apply(pod)) => set.applied(pod_view(&pod)),
+                    Ok(Event::Delete(pod)) => set.deleted(&pod_view(&pod).name),
                 }
-                if !listed {
+                if listed.iter().any(|l| !l) {
                     continue;
                 }
-                match readiness(&pods.pods(), expected) {
-                    Readiness::Ready(ready) => {
-                        info!("all {expected} pods are Running after {:.1} s", started.elapsed().as_secs_f64());
-                        return Ok(ready);
+                if let Some(max) = max_failed_trainers {
+                    let trainers = groups.iter().position(|g| g.kind != GroupKind::Pservers);
+                    let failed = trainers.map_or(0, |i| failed(&pods[i].pods()));
+                    if failed > max as usize {
+                        return Err(DiscoveryError::TooManyFailures { failed, max });
                     }
-                    Readiness::Waiting(wait) => {
-                        let now = wait.to_string();
-                        if now != status {
-                            info!("waiting: {now}");
-                            status = now;
-                        }
+                }
+                let mut ready = Vec::new();
+                let mut waiting = Vec::new();
+                for (group, set) in groups.iter().zip(&pods) {
+                    match readiness(&set.pods(), group.expected as usize) {
+                        Readiness::Ready(pods) => ready.push(pods),
+                        Readiness::Waiting(wait) if groups.len() == 1 => waiting.push(wait.to_string()),
+                        Readiness::Waiting(wait) => waiting.push(format!("{}: {wait}", group_name(group.kind))),
                     }
+                }
+                if waiting.is_empty() {
+                    info!("all pods are Running after {:.1} s", started.elapsed().as_secs_f64());
+                    return Ok(ready);
+                }
+                let now = waiting.join(" | ");
+                if now != status {
+                    info!("waiting: {now}");
+                    status = now;
                 }
             }
             _ = progress.tick() => {

@@ -3,9 +3,9 @@
 pub mod kubernetes;
 pub mod static_list;
 
-use crate::config::{Config, Discovery};
+use crate::config::{Config, Discovery, GroupKind};
 use crate::exit::{self, Outcome};
-use crate::membership::Member;
+use crate::membership::{rank, Membership};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DiscoveryError {
@@ -13,6 +13,8 @@ pub enum DiscoveryError {
     Timeout { waited_s: u64, status: String },
     #[error("{0}")]
     Forbidden(String),
+    #[error("{failed} trainer pods of the job have Failed, more than PADDLE_LAUNCHER_MAX_FAILED_TRAINERS = {max}: not starting again")]
+    TooManyFailures { failed: usize, max: u32 },
     #[error("no Kubernetes client configuration ({0}); run in a pod with a service account, set KUBECONFIG, or give the peers with --peers / PADDLE_LAUNCHER_PEERS")]
     NoCluster(String),
 }
@@ -23,27 +25,37 @@ impl DiscoveryError {
             DiscoveryError::Timeout { .. } => exit::PEERS_TIMEOUT,
             DiscoveryError::Forbidden(_) => exit::FORBIDDEN,
             DiscoveryError::NoCluster(_) => exit::NO_CLUSTER,
+            DiscoveryError::TooManyFailures { .. } => exit::TOO_MANY_FAILURES,
         };
         Outcome::new(code, self.to_string())
     }
 }
 
-/// The job's members in rank order, once exactly the expected number are ready, and the
-/// namespace they were found in (when the backend has one).
-pub async fn discover(config: &Config) -> Result<(Vec<Member>, Option<String>), DiscoveryError> {
-    match &config.discovery {
-        Discovery::Static { ips } => Ok((static_list::members(&config.job_name, ips), None)),
-        Discovery::Kubernetes { selector } => {
+/// The job's members by role in rank order, once every group has exactly the expected number
+/// of ready pods, and the namespace they were found in (when the backend has one).
+pub async fn discover(config: &Config) -> Result<(Membership, Option<String>), DiscoveryError> {
+    let (groups, namespace) = match &config.discovery {
+        Discovery::Static { ips } => {
+            let members = static_list::members(&config.job_name, ips);
+            (vec![(GroupKind::Job, members)], None)
+        }
+        Discovery::Kubernetes { groups } => {
             let (client, namespace) = kubernetes::connect(config.namespace.as_deref()).await?;
-            let pods = kubernetes::wait_until_ready(
+            let ready = kubernetes::wait_until_ready(
                 client,
                 &namespace,
-                selector,
-                config.gradient_num as usize,
+                groups,
                 config.wait_timeout,
+                config.max_failed_trainers,
             )
             .await?;
-            Ok((crate::membership::rank(&pods), Some(namespace)))
+            let ranked = groups
+                .iter()
+                .zip(ready)
+                .map(|(g, pods)| (g.kind, rank(&pods)))
+                .collect();
+            (ranked, Some(namespace))
         }
-    }
+    };
+    Ok((Membership::from_groups(config.protocol, groups), namespace))
 }

@@ -1,13 +1,19 @@
-//! Ranks + config -> the processes to start. One module per contract with the framework.
+//! Membership + config -> the processes to start. One module per contract with the framework,
+//! each giving the complete argv and environment of a role (like one function per environment
+//! contract in Kubeflow's envvar.go), so that each is easy to diff against Paddle's own docs.
 
+pub mod collective;
+pub mod fleet;
 pub mod v1;
+pub mod v2;
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use crate::config::Config;
-use crate::membership::Member;
-use crate::plan::{Copy, Plan};
+use crate::config::{Config, Protocol};
+use crate::membership::{Me, Member, Membership};
+use crate::plan::{Copy, FileSpec, Plan, PodEntry, ProcessSpec, Role};
 
 /// Directory layout of the seed: `$JOB_PATH/$JOB_NAME/{output/node_<rank>, <rank>/data, <config>}`.
 pub struct JobDir {
@@ -23,23 +29,121 @@ impl JobDir {
     pub fn output(&self) -> PathBuf {
         self.root.join("output")
     }
+}
 
-    pub fn node_logs(&self, rank: usize) -> PathBuf {
-        self.output().join(format!("node_{rank}"))
+/// Where a process's output is copied: `output/node_<rank>/{server,train}.log` as in the seed;
+/// pserver pods of the split layout use `output/pserver_<rank>/server.log`.
+pub fn log_file(
+    config: &Config,
+    job_dir: Option<&JobDir>,
+    role: Role,
+    rank: usize,
+) -> Option<PathBuf> {
+    let dir = match (role, config.role) {
+        (Role::Pserver, crate::config::PodRole::Pserver) => format!("pserver_{rank}"),
+        _ => format!("node_{rank}"),
+    };
+    let file = match role {
+        Role::Pserver => "server.log",
+        Role::Trainer => "train.log",
+    };
+    job_dir.map(|d| d.output().join(dir).join(file))
+}
+
+/// The list of `ip:port` endpoints.
+pub fn endpoints(members: &[Member], port: u16) -> String {
+    members
+        .iter()
+        .map(|m| SocketAddr::new(m.ip, port).to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+pub fn ips(members: &[Member]) -> String {
+    members
+        .iter()
+        .map(|m| m.ip.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The training program of the entry-command protocols: `sh -c ENTRY` (the user's own shell
+/// line, explicitly), else the argv after `--`.
+pub fn program(config: &Config) -> Vec<String> {
+    match &config.entry {
+        Some(line) => vec!["sh".into(), "-c".into(), line.clone()],
+        None => config.trainer_args.rest.clone(),
     }
 }
 
-/// Every pserver endpoint of the job: each member's IP x each pserver port, in rank order.
-pub fn pserver_endpoints(config: &Config, members: &[Member]) -> Vec<SocketAddr> {
-    members
+pub fn env(pairs: Vec<(&str, String)>) -> BTreeMap<String, String> {
+    pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+}
+
+/// A process of this pod, with the launcher's conventions for cwd, log and name.
+pub fn process(
+    config: &Config,
+    job_dir: Option<&JobDir>,
+    role: Role,
+    rank: usize,
+    argv: Vec<String>,
+    env: BTreeMap<String, String>,
+) -> ProcessSpec {
+    ProcessSpec {
+        name: format!("{}-{rank}", role.as_str()),
+        role,
+        argv,
+        env,
+        cwd: config.workdir.clone(),
+        log: log_file(config, job_dir, role, rank),
+    }
+}
+
+/// Every pserver endpoint the trainer needs up before it starts (empty: no gate).
+pub fn pserver_endpoints(config: &Config, membership: &Membership) -> Vec<SocketAddr> {
+    let ports: Vec<u16> = match config.protocol {
+        Protocol::V1 | Protocol::V2 => config.ports.ports().collect(),
+        Protocol::Fleet => vec![config.ports.first],
+        Protocol::Collective => vec![],
+    };
+    membership
+        .pservers
         .iter()
-        .flat_map(|m| config.ports.ports().map(move |p| SocketAddr::new(m.ip, p)))
+        .flat_map(|m| ports.iter().map(move |&p| SocketAddr::new(m.ip, p)))
         .collect()
 }
 
-/// The whole plan for the colocated layout (every pod runs a pserver and a trainer).
-pub fn plan(config: &Config, members: &[Member], me: &Member) -> Plan {
+/// This trainer's share of the sorted files: file i when i % trainers == id (seeds 001/002).
+pub fn shard(files: &[PathBuf], trainers: u32, id: usize) -> Vec<PathBuf> {
+    let mut sorted = files.to_vec();
+    sorted.sort();
+    sorted
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| i % trainers as usize == id)
+        .map(|(_, f)| f)
+        .collect()
+}
+
+fn list_file(path: &Path, files: &[PathBuf]) -> FileSpec {
+    let content: String = files.iter().map(|f| format!("{}\n", f.display())).collect();
+    FileSpec {
+        path: path.to_path_buf(),
+        content,
+        required: true,
+    }
+}
+
+/// Files matched by --train-files / --test-files (sorted), found before planning.
+#[derive(Debug, Clone, Default)]
+pub struct InputFiles {
+    pub train: Option<Vec<PathBuf>>,
+    pub test: Option<Vec<PathBuf>>,
+}
+
+pub fn plan(config: &Config, membership: &Membership, me: &Me, inputs: &InputFiles) -> Plan {
     let job_dir = JobDir::new(config);
+    let rank = me.trainer_rank.or(me.pserver_rank).unwrap_or(0);
     let mut copies = Vec::new();
     if let Some(dir) = &job_dir {
         if let Some(sub) = &config.train_config_dir {
@@ -48,20 +152,183 @@ pub fn plan(config: &Config, members: &[Member], me: &Member) -> Plan {
                 to: config.workdir.clone(),
             });
         }
-        copies.push(Copy {
-            from: dir.root.join(me.rank.to_string()).join("data"),
-            to: config.workdir.join("data"),
-        });
+        if me.trainer_rank.is_some() {
+            copies.push(Copy {
+                from: dir.root.join(rank.to_string()).join("data"),
+                to: config.workdir.join("data"),
+            });
+        }
     }
+    let mut files = Vec::new();
+    if let Some(id) = me.trainer_rank {
+        if let Some(dir) = &config.id_dir {
+            for (name, value) in [
+                ("trainer_id", id as u32),
+                ("trainer_count", config.trainers),
+            ] {
+                files.push(FileSpec {
+                    path: dir.join(name),
+                    content: format!("{value}\n"),
+                    required: false,
+                });
+            }
+        }
+        if let Some(train) = &inputs.train {
+            files.push(list_file(
+                &config.train_list,
+                &shard(train, config.trainers, id),
+            ));
+        }
+        if let Some(test) = &inputs.test {
+            files.push(list_file(
+                &config.test_list,
+                &shard(test, config.trainers, id),
+            ));
+        }
+    }
+    let processes = match config.protocol {
+        Protocol::V1 => v1::processes(config, membership, me, job_dir.as_ref()),
+        Protocol::V2 => v2::processes(config, membership, me, job_dir.as_ref()),
+        Protocol::Fleet => fleet::processes(config, membership, me, job_dir.as_ref()),
+        Protocol::Collective => collective::processes(config, membership, me, job_dir.as_ref()),
+    };
+    let gate = if me.trainer_rank.is_some() {
+        pserver_endpoints(config, membership)
+    } else {
+        Vec::new()
+    };
     Plan {
         job: config.job_name.clone(),
         namespace: config.namespace.clone(),
-        trainer_id: me.rank,
-        num_gradient_servers: config.gradient_num,
+        protocol: config.protocol,
+        trainer_id: me.trainer_rank,
+        pserver_id: me.pserver_rank,
+        num_gradient_servers: config.trainers,
         pod_ip: me.ip,
-        pods: members.to_vec(),
-        pserver_endpoints: pserver_endpoints(config, members),
+        pods: pod_entries(membership),
+        pserver_endpoints: gate,
         copies,
-        processes: v1::processes(config, members, me, job_dir.as_ref()),
+        files,
+        processes,
+    }
+}
+
+/// Every pod with its rank and what it runs; a pod in both lists is listed once as "both".
+fn pod_entries(m: &Membership) -> Vec<PodEntry> {
+    let entry = |member: &Member, role: &'static str| PodEntry {
+        name: member.name.clone(),
+        ip: member.ip,
+        rank: member.rank,
+        role,
+    };
+    if m.pservers == m.trainers {
+        return m.trainers.iter().map(|p| entry(p, "both")).collect();
+    }
+    let pservers = m.pservers.iter().map(|p| entry(p, "pserver"));
+    pservers
+        .chain(m.trainers.iter().map(|p| entry(p, "trainer")))
+        .collect()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::cli::JobArgs;
+    use crate::config::GroupKind;
+    use crate::membership::{rank, tests::pod};
+
+    /// A config from the seed's values plus edits.
+    pub fn config(edit: impl FnOnce(&mut JobArgs)) -> Config {
+        let mut args = JobArgs {
+            job_name: Some("paddle-cluster-job".into()),
+            gradient_num: Some("3".into()),
+            ..JobArgs::default()
+        };
+        edit(&mut args);
+        Config::from_args(&args).unwrap()
+    }
+
+    pub fn members(prefix: &str, ips: &[&str]) -> Vec<Member> {
+        let pods: Vec<_> = ips
+            .iter()
+            .enumerate()
+            .map(|(i, ip)| pod(&format!("{prefix}-{i}"), Some(ip), "Running"))
+            .collect();
+        rank(&pods)
+    }
+
+    /// Seed 004's layout of 3 pods, or PaddleCloud's split layout of 2 pservers + 3 trainers.
+    pub fn membership(config: &Config) -> Membership {
+        let trainers = members("t", &["10.0.1.1", "10.0.1.2", "10.0.1.3"]);
+        let groups = if config.own_group() == GroupKind::Job {
+            vec![(GroupKind::Job, trainers)]
+        } else {
+            vec![
+                (GroupKind::Pservers, members("p", &["10.0.0.1", "10.0.0.2"])),
+                (GroupKind::Trainers, trainers),
+            ]
+        };
+        Membership::from_groups(config.protocol, groups)
+    }
+
+    #[test]
+    fn shards_are_disjoint_and_cover_every_file() {
+        let files: Vec<PathBuf> = ["d/part-3", "d/part-1", "d/part-0", "d/part-2", "d/part-4"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        let shards: Vec<Vec<PathBuf>> = (0..2).map(|id| shard(&files, 2, id)).collect();
+        assert_eq!(
+            shards[0],
+            ["d/part-0", "d/part-2", "d/part-4"].map(PathBuf::from)
+        );
+        assert_eq!(shards[1], ["d/part-1", "d/part-3"].map(PathBuf::from));
+    }
+
+    #[test]
+    fn trainer_gets_id_files_and_its_share_of_the_lists() {
+        let cfg = config(|a| a.id_dir = Some("/ids".into()));
+        let m = membership(&cfg);
+        let me = m.locate(&cfg, None, "10.0.1.2".parse().unwrap()).unwrap();
+        let inputs = InputFiles {
+            train: Some(
+                (0..6)
+                    .map(|i| PathBuf::from(format!("/data/train-{i}")))
+                    .collect(),
+            ),
+            test: None,
+        };
+        let p = plan(&cfg, &m, &me, &inputs);
+        let file = |name: &str| {
+            p.files
+                .iter()
+                .find(|f| f.path.ends_with(name))
+                .unwrap()
+                .content
+                .clone()
+        };
+        assert_eq!(file("trainer_id"), "1\n");
+        assert_eq!(file("trainer_count"), "3\n");
+        assert_eq!(file("train.list"), "/data/train-1\n/data/train-4\n");
+        assert!(p.files.iter().all(|f| !f.path.ends_with("test.list")));
+    }
+
+    #[test]
+    fn pserver_pod_gets_no_trainer_files_and_no_gate() {
+        let cfg = config(|a| {
+            a.role = Some("pserver".into());
+            a.protocol = Some("v2".into());
+            a.pserver_count = Some("2".into());
+            a.trainer_count = Some("3".into());
+            a.gradient_num = None;
+            a.entry = Some("python train.py".into());
+        });
+        let m = membership(&cfg);
+        let me = m.locate(&cfg, None, "10.0.0.2".parse().unwrap()).unwrap();
+        let p = plan(&cfg, &m, &me, &InputFiles::default());
+        assert_eq!((p.pserver_id, p.trainer_id), (Some(1), None));
+        assert!(p.files.is_empty() && p.pserver_endpoints.is_empty());
+        assert_eq!(p.processes.len(), 1);
+        assert_eq!(p.processes[0].role, Role::Pserver);
     }
 }

@@ -4,9 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use super::JobDir;
+use super::{ips, process, JobDir};
 use crate::config::Config;
-use crate::membership::Member;
+use crate::membership::{Me, Membership};
 use crate::plan::{ProcessSpec, Role};
 
 /// Marks the processes as the launcher's, as the seed did (`ps` shows it).
@@ -34,59 +34,53 @@ fn argv(command: &[String], flags: &[(&str, String)]) -> Vec<String> {
         .collect()
 }
 
-pub fn processes(
-    config: &Config,
-    members: &[Member],
-    me: &Member,
-    job_dir: Option<&JobDir>,
-) -> Vec<ProcessSpec> {
-    let mut pserver = common_flags(config);
-    pserver.push(("num_gradient_servers", config.gradient_num.to_string()));
+/// The v1 pserver; v2 jobs run the same one.
+pub fn pserver(config: &Config, rank: usize, job_dir: Option<&JobDir>) -> ProcessSpec {
+    let mut flags = common_flags(config);
+    flags.push(("num_gradient_servers", config.trainers.to_string()));
+    let argv = argv(&config.pserver_cmd, &flags);
+    process(config, job_dir, Role::Pserver, rank, argv, BTreeMap::new())
+}
 
-    let mut trainer = common_flags(config);
-    let pservers: Vec<String> = members.iter().map(|m| m.ip.to_string()).collect();
-    trainer.push(("pservers", pservers.join(",")));
-    trainer.push(("num_gradient_servers", config.gradient_num.to_string()));
-    trainer.push(("trainer_id", me.rank.to_string()));
-    trainer.push(("local", "0".to_string()));
+fn trainer(config: &Config, m: &Membership, rank: usize, job_dir: Option<&JobDir>) -> ProcessSpec {
+    let mut flags = common_flags(config);
+    flags.push(("pservers", ips(&m.pservers)));
+    flags.push(("num_gradient_servers", config.trainers.to_string()));
+    flags.push(("trainer_id", rank.to_string()));
+    flags.push(("local", "0".to_string()));
     if let Some(dir) = job_dir {
-        trainer.push(("save_dir", dir.output().display().to_string()));
+        flags.push(("save_dir", dir.output().display().to_string()));
     }
-    let mut trainer: Vec<(&str, String)> = trainer;
     for (name, value) in &config.trainer_args.overrides {
-        match trainer.iter_mut().find(|(n, _)| n == name) {
+        match flags.iter_mut().find(|(n, _)| n == name) {
             Some(slot) => slot.1 = value.clone(),
-            None => trainer.push((name.as_str(), value.clone())),
+            None => flags.push((name.as_str(), value.clone())),
         }
     }
-    let mut trainer_argv = argv(&config.trainer_cmd, &trainer);
-    trainer_argv.extend(config.trainer_args.rest.iter().cloned());
+    let mut argv = argv(&config.trainer_cmd, &flags);
+    argv.extend(config.trainer_args.rest.iter().cloned());
+    process(config, job_dir, Role::Trainer, rank, argv, BTreeMap::new())
+}
 
-    let log = |file: &str| job_dir.map(|d| d.node_logs(me.rank).join(file));
-    vec![
-        ProcessSpec {
-            role: Role::Pserver,
-            argv: argv(&config.pserver_cmd, &pserver),
-            env: BTreeMap::new(),
-            cwd: config.workdir.clone(),
-            log: log("server.log"),
-        },
-        ProcessSpec {
-            role: Role::Trainer,
-            argv: trainer_argv,
-            env: BTreeMap::new(),
-            cwd: config.workdir.clone(),
-            log: log("train.log"),
-        },
-    ]
+pub fn processes(
+    config: &Config,
+    m: &Membership,
+    me: &Me,
+    job_dir: Option<&JobDir>,
+) -> Vec<ProcessSpec> {
+    let pserver = me.pserver_rank.map(|rank| pserver(config, rank, job_dir));
+    let trainer = me
+        .trainer_rank
+        .map(|rank| trainer(config, m, rank, job_dir));
+    pserver.into_iter().chain(trainer).collect()
 }
 
 #[cfg(test)]
 mod tests {
     use crate::cli::JobArgs;
     use crate::config::Config;
-    use crate::membership::{rank, tests::pod};
-    use crate::protocol::plan;
+    use crate::membership::{rank, tests::pod, Membership};
+    use crate::protocol::{plan, InputFiles};
 
     fn config(f: impl FnOnce(&mut JobArgs)) -> Config {
         let mut args = JobArgs {
@@ -101,19 +95,27 @@ mod tests {
         Config::from_args(&args).unwrap()
     }
 
-    fn members() -> Vec<crate::membership::Member> {
-        rank(&[
+    fn membership() -> Membership {
+        let members = rank(&[
             pod("p-c", Some("192.168.223.143"), "Running"),
             pod("p-a", Some("192.168.129.71"), "Running"),
             pod("p-b", Some("192.168.129.66"), "Running"),
-        ])
+        ]);
+        Membership {
+            pservers: members.clone(),
+            trainers: members,
+        }
+    }
+
+    fn plan_for(cfg: &Config, ip: &str) -> crate::plan::Plan {
+        let m = membership();
+        let me = m.locate(cfg, None, ip.parse().unwrap()).unwrap();
+        plan(cfg, &m, &me, &InputFiles::default())
     }
 
     #[test]
     fn exact_argv_of_both_processes() {
-        let cfg = config(|_| {});
-        let members = members();
-        let p = plan(&cfg, &members, &members[1]);
+        let p = plan_for(&config(|_| {}), "192.168.129.71");
         assert_eq!(
             p.processes[0].argv,
             [
@@ -144,6 +146,7 @@ mod tests {
                 "--save_dir=/home/jobpath/paddle-cluster-job/output"
             ]
         );
+        assert!(p.processes.iter().all(|p| p.env.is_empty()));
         assert_eq!(
             p.processes[1].log.as_deref(),
             Some(std::path::Path::new(
@@ -173,8 +176,7 @@ mod tests {
             .map(String::from)
             .to_vec();
         });
-        let members = members();
-        let argv = &plan(&cfg, &members, &members[0]).processes[1].argv;
+        let argv = &plan_for(&cfg, "192.168.129.66").processes[1].argv;
         assert_eq!(
             argv,
             &[

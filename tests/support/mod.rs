@@ -50,6 +50,7 @@ impl Launcher {
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("PADDLE_LAUNCHER_TERMINATION_LOG", "")
+            .env("PADDLE_LAUNCHER_ID_DIR", "")
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(fs::File::create(&out).unwrap())

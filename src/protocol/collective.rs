@@ -1,0 +1,98 @@
+//! Data parallel without pservers (`paddle.distributed`, gloo on CPU, NCCL on GPU): one trainer
+//! per pod, told its rank and every peer's endpoint. `PADDLE_MASTER`, `PADDLE_NNODES` and
+//! `PADDLE_JOB_ID` serve users of `python -m paddle.distributed.launch`.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use super::{endpoints, env, process, program, JobDir};
+use crate::config::Config;
+use crate::membership::{Me, Membership};
+use crate::plan::{ProcessSpec, Role};
+
+/// The complete contract of a trainer.
+pub fn trainer_env(
+    config: &Config,
+    m: &Membership,
+    me: &Me,
+    trainer_id: usize,
+) -> BTreeMap<String, String> {
+    let master = m
+        .trainers
+        .first()
+        .map(|rank0| SocketAddr::new(rank0.ip, config.trainer_port).to_string())
+        .unwrap_or_default();
+    env(vec![
+        ("PADDLE_TRAINER_ID", trainer_id.to_string()),
+        ("PADDLE_TRAINERS_NUM", config.trainers.to_string()),
+        (
+            "PADDLE_TRAINER_ENDPOINTS",
+            endpoints(&m.trainers, config.trainer_port),
+        ),
+        (
+            "PADDLE_CURRENT_ENDPOINT",
+            SocketAddr::new(me.ip, config.trainer_port).to_string(),
+        ),
+        ("PADDLE_MASTER", master),
+        ("PADDLE_NNODES", config.trainers.to_string()),
+        ("PADDLE_JOB_ID", config.job_name.clone()),
+    ])
+}
+
+pub fn processes(
+    config: &Config,
+    m: &Membership,
+    me: &Me,
+    job_dir: Option<&JobDir>,
+) -> Vec<ProcessSpec> {
+    me.trainer_rank
+        .map(|rank| {
+            process(
+                config,
+                job_dir,
+                Role::Trainer,
+                rank,
+                program(config),
+                trainer_env(config, m, me, rank),
+            )
+        })
+        .into_iter()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::protocol::tests::{config, membership};
+    use crate::protocol::{plan, InputFiles};
+
+    #[test]
+    fn every_pod_is_a_trainer_with_the_full_endpoint_list() {
+        let cfg = config(|a| {
+            a.protocol = Some("collective".into());
+            a.trainer_port = Some("6170".into());
+            a.trainer_args = vec!["python".into(), "train.py".into()];
+        });
+        let m = membership(&cfg);
+        let me = m.locate(&cfg, None, "10.0.1.3".parse().unwrap()).unwrap();
+        let p = plan(&cfg, &m, &me, &InputFiles::default());
+        assert_eq!(p.processes.len(), 1, "no pserver in collective mode");
+        assert!(p.pserver_endpoints.is_empty());
+        let env = &p.processes[0].env;
+        let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(
+            pairs,
+            [
+                ("PADDLE_CURRENT_ENDPOINT", "10.0.1.3:6170"),
+                ("PADDLE_JOB_ID", "paddle-cluster-job"),
+                ("PADDLE_MASTER", "10.0.1.1:6170"),
+                ("PADDLE_NNODES", "3"),
+                ("PADDLE_TRAINERS_NUM", "3"),
+                (
+                    "PADDLE_TRAINER_ENDPOINTS",
+                    "10.0.1.1:6170,10.0.1.2:6170,10.0.1.3:6170"
+                ),
+                ("PADDLE_TRAINER_ID", "2"),
+            ]
+        );
+    }
+}
