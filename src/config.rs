@@ -910,6 +910,102 @@ mod tests {
                 "CONF_PADDLE_PORTS_NUM (--ports-num) (1)",
             ),
             (
+                |a| a.role = Some("worker".into()),
+                ROLE,
+                "worker",
+                "both, pserver, trainer",
+            ),
+            (
+                |a| a.protocol = Some("v3".into()),
+                PROTOCOL,
+                "v3",
+                "v1, v2, fleet, collective",
+            ),
+            (
+                |a| {
+                    a.role = Some("pserver".into());
+                    a.protocol = Some("collective".into())
+                },
+                ROLE,
+                "pserver",
+                "collective protocol has no pservers",
+            ),
+            (
+                |a| a.role = Some("trainer".into()),
+                TRAINER_COUNT,
+                "",
+                "number of trainer pods",
+            ),
+            (
+                |a| {
+                    a.role = Some("trainer".into());
+                    a.trainer_count = Some("4".into());
+                    a.pserver_count = Some("2".into())
+                },
+                GRADIENT_NUM,
+                "3",
+                "TRAINERS = 4",
+            ),
+            (
+                |a| {
+                    a.role = Some("trainer".into());
+                    a.gradient_num = None;
+                    a.trainer_count = Some("4".into())
+                },
+                PSERVER_COUNT,
+                "",
+                "number of pserver pods",
+            ),
+            (
+                |a| {
+                    a.role = Some("trainer".into());
+                    a.peers = Some("10.0.0.1".into())
+                },
+                PEERS,
+                "10.0.0.1",
+                "no static peers",
+            ),
+            (
+                |a| a.entry = Some("python t.py".into()),
+                ENTRY,
+                "python t.py",
+                "no entry command with --protocol v1",
+            ),
+            (
+                |a| a.protocol = Some("collective".into()),
+                ENTRY,
+                "",
+                "the training program",
+            ),
+            (
+                |a| {
+                    a.protocol = Some("v2".into());
+                    a.entry = Some("python t.py".into());
+                    a.trainer_args = vec!["python".into()]
+                },
+                ENTRY,
+                "python t.py",
+                "not both",
+            ),
+            (
+                |a| a.trainer_port = Some("0".into()),
+                TRAINER_PORT,
+                "0",
+                "TCP port",
+            ),
+            (
+                |a| a.max_failed_trainers = Some("x".into()),
+                MAX_FAILED,
+                "x",
+                "integer",
+            ),
+            (
+                |a| a.train_files = Some("data/[".into()),
+                TRAIN_FILES,
+                "data/[",
+                "glob pattern",
+            ),
+            (
                 |a| a.trainer_args = vec!["--save_dir".into()],
                 TRAINER_ARGS,
                 "--save_dir",

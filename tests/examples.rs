@@ -114,3 +114,48 @@ fn seed_job_example_is_valid_and_wired_to_the_launcher() {
         ["run".to_string(), "--".to_string()]
     );
 }
+
+/// Every Job in the README's YAML blocks is a valid Job whose environment the launcher reads.
+#[test]
+fn readme_job_snippets_are_valid_and_use_known_variables() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let blocks: Vec<&str> = readme
+        .split("```yaml\n")
+        .skip(1)
+        .map(|rest| rest.split("```").next().unwrap())
+        .collect();
+    assert!(
+        blocks.len() >= 5,
+        "expected the RBAC and a Job per protocol"
+    );
+    // Variables that Paddle itself reads, set by the user.
+    let paddle_own = ["PADDLE_DISTRI_BACKEND"];
+    let known = launcher_env_names();
+    let mut protocols = BTreeSet::new();
+    for block in blocks {
+        for doc in serde_saphyr::from_multiple::<Value>(block).unwrap() {
+            if doc["kind"] != "Job" {
+                continue;
+            }
+            let job: Job = serde_json::from_value(doc).unwrap();
+            let pod = job.spec.unwrap().template.spec.unwrap();
+            let env = pod.containers[0].env.clone().unwrap();
+            for var in &env {
+                assert!(
+                    known.contains(&var.name) || paddle_own.contains(&var.name.as_str()),
+                    "README uses {} which the launcher does not read",
+                    var.name
+                );
+                if var.name == "PADDLE_LAUNCHER_PROTOCOL" {
+                    protocols.insert(var.value.clone().unwrap());
+                }
+            }
+            assert_eq!(pod.service_account_name.as_deref(), Some("paddle-launcher"));
+        }
+    }
+    assert_eq!(
+        protocols,
+        ["collective", "fleet", "v2"].map(String::from).into()
+    );
+}
