@@ -83,7 +83,7 @@ fn instance_env(
             // Each simulated pod has its own work directory (data copies, id files, lists),
             // as each real pod has its own filesystem.
             let base = PathBuf::from(job.workdir.as_deref().unwrap_or("."));
-            let dir = base.join(format!("{job_name}-{i}"));
+            let dir = base.join("paddle-local").join(format!("{job_name}-{i}"));
             env.insert("PADDLE_LAUNCHER_WORKDIR".into(), dir.display().to_string());
             if job.id_dir.is_none() {
                 env.insert("PADDLE_LAUNCHER_ID_DIR".into(), dir.display().to_string());

@@ -47,6 +47,7 @@ impl Launcher {
         let err = dir.join(format!("{name}.stderr"));
         let child = Command::new(LAUNCHER)
             .args(args)
+            .current_dir(dir)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("PADDLE_LAUNCHER_TERMINATION_LOG", "")
