@@ -157,6 +157,10 @@ pub struct JobArgs {
     /// Where this trainer's share of --test-files is written [default: <workdir>/test.list].
     #[arg(long, env = "PADDLE_LAUNCHER_TEST_LIST")]
     pub test_list: Option<String>,
+    /// After the launch, keep watching the peer pods and stop (status 78) when one is deleted,
+    /// Failed, terminating or back with another IP: `true` or `false` [default: true].
+    #[arg(long, env = "PADDLE_LAUNCHER_WATCH_PEERS")]
+    pub watch_peers: Option<String>,
     /// Arguments after `--` go to the trainer; `--name=value` replaces a generated flag.
     #[arg(last = true, value_name = "TRAINER_ARGS")]
     pub trainer_args: Vec<String>,

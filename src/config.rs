@@ -58,6 +58,7 @@ pub const ENTRY: &str = "ENTRY (--entry)";
 pub const TRAINER_PORT: &str = "PADDLE_LAUNCHER_TRAINER_PORT (--trainer-port)";
 pub const TRAIN_FILES: &str = "PADDLE_LAUNCHER_TRAIN_FILES (--train-files)";
 pub const TEST_FILES: &str = "PADDLE_LAUNCHER_TEST_FILES (--test-files)";
+pub const WATCH_PEERS: &str = "PADDLE_LAUNCHER_WATCH_PEERS (--watch-peers)";
 
 pub const DEFAULT_PORT: u16 = 7164;
 /// paddle.distributed.launch's default port.
@@ -159,6 +160,8 @@ pub struct Config {
     /// Number of pservers: the pods in seed 004's layout, the pserver pods in the split one.
     pub pservers: u32,
     pub max_failed_trainers: Option<u32>,
+    /// Stop when a peer pod is lost after the launch.
+    pub watch_peers: bool,
     /// The training program for v2/fleet/collective: `sh -c ENTRY`, or the args after `--`.
     pub entry: Option<String>,
     pub trainer_port: u16,
@@ -497,6 +500,11 @@ impl Config {
             trainers,
             pservers,
             max_failed_trainers,
+            watch_peers: match present(&args.watch_peers).unwrap_or("true") {
+                "true" | "1" | "yes" => true,
+                "false" | "0" | "no" => false,
+                other => return Err(ConfigError::new(WATCH_PEERS, other, "true or false")),
+            },
             entry,
             trainer_port,
             id_dir: match args.id_dir.as_deref() {

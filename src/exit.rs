@@ -39,6 +39,9 @@ pub const PSERVER_DIED: i32 = 75;
 pub const NO_CLUSTER: i32 = 76;
 /// More trainer pods of the job have Failed than --max-failed-trainers allows.
 pub const TOO_MANY_FAILURES: i32 = 77;
+/// A peer pod was lost after the launch (deleted, Failed, terminating, new IP): the children
+/// were stopped so that the Job restarts the pod cleanly instead of training against a dead peer.
+pub const PEER_LOST: i32 = 78;
 /// A command was found but could not be executed (shell convention).
 pub const CANNOT_EXECUTE: i32 = 126;
 /// A command was not found (shell convention).

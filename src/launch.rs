@@ -76,12 +76,16 @@ pub async fn launch(args: &JobArgs, plan_only: bool) -> Outcome {
                         exit::by_signal(sig as i32),
                         format!("received {} while waiting for the job's pods", signal_name(sig as i32)),
                     ),
-                    Event::Exited { .. } => {}
+                    Event::Exited { .. } | Event::PeerLost(_) => {}
                 },
             }
         }
     };
-    let (membership, namespace) = match found {
+    let peers::Found {
+        membership,
+        namespace,
+        peer_loss,
+    } = match found {
         Ok(found) => found,
         Err(e) => return e.outcome(),
     };
@@ -124,7 +128,12 @@ pub async fn launch(args: &JobArgs, plan_only: bool) -> Outcome {
         return outcome;
     }
     match supervisor {
-        Some(mut supervisor) => run_plan(&plan, &config, &mut supervisor).await,
+        Some(mut supervisor) => {
+            if let (true, Some(loss)) = (config.watch_peers, peer_loss) {
+                supervisor.watch_peers(loss);
+            }
+            run_plan(&plan, &config, &mut supervisor).await
+        }
         None => Outcome::new(exit::INTERNAL, "no signal handlers"),
     }
 }
@@ -247,6 +256,10 @@ async fn supervise_job(sup: &mut Supervisor, plan: &Plan, config: &Config) -> Ou
                 sup.stop(&Vec::from_iter(pserver), Signal::SIGTERM).await;
                 return Outcome::new(ended.exit_code(), format!("trainer {}", ended.describe()));
             }
+            Event::PeerLost(reason) => {
+                sup.stop(&all, Signal::SIGTERM).await;
+                return peer_lost(reason, &names(sup, &all));
+            }
             Event::Exited { child, ended } if Some(child) == pserver => {
                 sup.stop(&[trainer], Signal::SIGTERM).await;
                 return Outcome::new(
@@ -260,6 +273,13 @@ async fn supervise_job(sup: &mut Supervisor, plan: &Plan, config: &Config) -> Ou
             Event::Exited { .. } => {}
         }
     }
+}
+
+fn peer_lost(reason: String, stopped: &str) -> Outcome {
+    Outcome::new(
+        exit::PEER_LOST,
+        format!("{reason}: stopped {stopped} so that the Job can restart cleanly"),
+    )
 }
 
 fn names(sup: &Supervisor, children: &[usize]) -> String {
@@ -281,6 +301,10 @@ async fn supervise_pserver(sup: &mut Supervisor, pserver: usize) -> Outcome {
             Event::Signal(sig) => sup.forward(sig),
             Event::Exited { child, ended } if child == pserver => {
                 return Outcome::new(ended.exit_code(), format!("pserver {}", ended.describe()));
+            }
+            Event::PeerLost(reason) => {
+                sup.stop(&[pserver], Signal::SIGTERM).await;
+                return peer_lost(reason, sup.label(pserver));
             }
             Event::Exited { .. } => {}
         }
@@ -321,6 +345,10 @@ async fn wait_for_pservers(
                         exit::PSERVER_DIED,
                         format!("pserver {} before the trainer started", ended.describe()),
                     ));
+                }
+                Event::PeerLost(reason) => {
+                    sup.stop(&Vec::from_iter(pserver), Signal::SIGTERM).await;
+                    return Err(peer_lost(reason, "the pserver"));
                 }
                 Event::Exited { .. } => {}
             },
@@ -377,6 +405,8 @@ async fn linger(sup: &mut Supervisor, pserver: usize, how_long: Duration) -> Opt
                 Event::Signal(sig) => sup.forward(sig),
                 Event::Exited { child, .. } if child == pserver => return None,
                 Event::Exited { .. } => {}
+                // Our trainer is done: a peer failing now is its pod's own failure.
+                Event::PeerLost(reason) => info!("{reason} (ignored: this trainer already succeeded)"),
             }
         }
     }

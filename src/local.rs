@@ -183,6 +183,8 @@ async fn watch_instances(sup: &mut Supervisor, instances: &[usize]) -> Outcome {
                 );
             }
             Event::Signal(sig) => sup.forward(sig),
+            // Simulated pods have static membership: no peer watch.
+            Event::PeerLost(_) => {}
             Event::Exited { child, ended } => {
                 if ended.exit_code() != 0 && failure.is_none() {
                     failure = Some(Outcome::new(

@@ -69,6 +69,34 @@ impl PodSet {
     pub fn pods(&self) -> Vec<PodView> {
         self.pods.values().cloned().collect()
     }
+
+    pub fn get(&self, name: &str) -> Option<&PodView> {
+        self.pods.get(name)
+    }
+}
+
+/// What became of a member pod after the launch, if it is no longer usable: training against a
+/// dead pserver or a gone peer would hang or train wrong. A pod that Succeeded is done, not lost.
+pub fn lost(member: &Member, now: Option<&PodView>, succeeded_before: bool) -> Option<String> {
+    let what = match now {
+        None if succeeded_before => return None,
+        None => "was deleted".to_string(),
+        Some(p) if p.phase == "Succeeded" => return None,
+        Some(p) if p.phase == "Failed" => "has Failed".to_string(),
+        Some(p) if p.terminating => "is terminating".to_string(),
+        Some(p) if p.ip.is_some_and(|ip| ip != member.ip) => {
+            format!(
+                "came back with IP {} instead of {}",
+                p.ip.map_or(String::new(), |ip| ip.to_string()),
+                member.ip
+            )
+        }
+        Some(_) => return None,
+    };
+    Some(format!(
+        "peer pod {} (rank {}, {}) {what}",
+        member.name, member.rank, member.ip
+    ))
 }
 
 /// A pod with its rank.
@@ -498,6 +526,43 @@ pub(crate) mod tests {
             pod("c", None, "Running"),
         ];
         assert_eq!(failed(&pods), 2);
+    }
+
+    #[test]
+    fn a_peer_is_lost_when_deleted_failed_terminating_or_readdressed() {
+        let member = Member {
+            name: "j-1".into(),
+            ip: "10.0.0.2".parse().unwrap(),
+            rank: 1,
+        };
+        let running = pod("j-1", Some("10.0.0.2"), "Running");
+        assert_eq!(lost(&member, Some(&running), false), None);
+        assert_eq!(
+            lost(&member, None, false).unwrap(),
+            "peer pod j-1 (rank 1, 10.0.0.2) was deleted"
+        );
+        assert_eq!(
+            lost(&member, None, true),
+            None,
+            "a pod that succeeded may go away"
+        );
+        let failed = pod("j-1", Some("10.0.0.2"), "Failed");
+        assert!(lost(&member, Some(&failed), false)
+            .unwrap()
+            .ends_with("has Failed"));
+        let mut going = running.clone();
+        going.terminating = true;
+        assert!(lost(&member, Some(&going), false)
+            .unwrap()
+            .ends_with("is terminating"));
+        let moved = pod("j-1", Some("10.0.0.9"), "Running");
+        assert!(lost(&member, Some(&moved), false)
+            .unwrap()
+            .ends_with("came back with IP 10.0.0.9 instead of 10.0.0.2"));
+        assert_eq!(
+            lost(&member, Some(&pod("j-1", None, "Succeeded")), false),
+            None
+        );
     }
 
     #[test]

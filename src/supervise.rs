@@ -12,6 +12,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use nix::errno::Errno;
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
@@ -127,11 +128,17 @@ struct Child {
 
 pub enum Event {
     Signal(Signal),
-    Exited { child: usize, ended: Ended },
+    Exited {
+        child: usize,
+        ended: Ended,
+    },
+    /// A peer pod of the job was lost (the reason); reported once.
+    PeerLost(String),
 }
 
 pub struct Supervisor {
     signals: Signals,
+    peer_loss: Option<BoxFuture<'static, String>>,
     children: Vec<Child>,
     pending: VecDeque<Event>,
     pumps: Vec<mpsc::Receiver<()>>,
@@ -149,6 +156,7 @@ impl Supervisor {
         }
         Supervisor {
             signals,
+            peer_loss: None,
             children: Vec::new(),
             pending: VecDeque::new(),
             pumps: Vec::new(),
@@ -156,8 +164,9 @@ impl Supervisor {
         }
     }
 
-    pub fn signals(&mut self) -> &mut Signals {
-        &mut self.signals
+    /// From now on, `next_event` also reports the first lost peer.
+    pub fn watch_peers(&mut self, first_loss: BoxFuture<'static, String>) {
+        self.peer_loss = Some(first_loss);
     }
 
     /// Starts a process in its own process group (so a signal reaches its whole tree), without
@@ -334,19 +343,30 @@ impl Supervisor {
         }
     }
 
-    /// The next signal or child exit.
+    /// The next signal, child exit or lost peer.
     pub async fn next_event(&mut self) -> Event {
         loop {
             if let Some(event) = self.pending.pop_front() {
                 return event;
             }
             let Signals { streams, child } = &mut self.signals;
-            let signal = tokio::select! {
-                sig = next_of(streams) => Some(sig),
+            let peer_loss = &mut self.peer_loss;
+            let lost = async {
+                match peer_loss.as_mut() {
+                    Some(loss) => loss.await,
+                    None => std::future::pending().await,
+                }
+            };
+            let event = tokio::select! {
+                sig = next_of(streams) => Some(Event::Signal(sig)),
+                reason = lost => {
+                    self.peer_loss = None;
+                    Some(Event::PeerLost(reason))
+                }
                 _ = child.recv() => None,
             };
-            match signal {
-                Some(sig) => return Event::Signal(sig),
+            match event {
+                Some(event) => return event,
                 None => self.reap(),
             }
         }

@@ -1,6 +1,7 @@
 //! Peers from the Kubernetes API: one list + watch of the selector's pods (kube-runtime's
 //! watcher: relists on 410 Gone, resumes from bookmarks, backs off on errors).
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -13,7 +14,7 @@ use tracing::{info, warn};
 
 use super::DiscoveryError;
 use crate::config::{Group, GroupKind};
-use crate::membership::{failed, readiness, PodSet, PodView, Readiness};
+use crate::membership::{failed, lost, readiness, Member, PodSet, PodView, Readiness};
 
 /// Interval of the "still waiting" line, so a stuck job always says why.
 const PROGRESS_EVERY: Duration = Duration::from_secs(30);
@@ -40,24 +41,124 @@ fn group_name(kind: GroupKind) -> &'static str {
     }
 }
 
+type GroupEvents = futures::stream::BoxStream<'static, (usize, watcher::Result<Event<Pod>>)>;
+
+/// The live view of every group's pods: one watch per group, merged. It outlives the wait for
+/// readiness, so that the launcher keeps watching its peers without new requests.
+pub struct PodWatch {
+    events: futures::stream::SelectAll<GroupEvents>,
+    pods: Vec<PodSet>,
+    listed: Vec<bool>,
+    namespace: String,
+}
+
+/// What one watch event did to the view.
+enum Change {
+    /// Every group's set is complete and may be judged.
+    Settled,
+    /// Mid-relist, or not every group listed yet.
+    Unsettled,
+    Error(String),
+    Forbidden(String),
+}
+
+impl PodWatch {
+    fn start(client: Client, namespace: &str, groups: &[Group]) -> Self {
+        let api: Api<Pod> = Api::namespaced(client, namespace);
+        let streams = groups.iter().enumerate().map(|(i, group)| {
+            let config = watcher::Config::default().labels(&group.selector.to_string());
+            watcher(api.clone(), config)
+                .default_backoff()
+                .map(move |event| (i, event))
+                .boxed()
+        });
+        PodWatch {
+            events: futures::stream::select_all(streams),
+            pods: vec![PodSet::default(); groups.len()],
+            listed: vec![false; groups.len()],
+            namespace: namespace.to_string(),
+        }
+    }
+
+    async fn next_change(&mut self) -> Change {
+        let Some((group, event)) = self.events.next().await else {
+            // The watchers restart themselves forever; an end would be a bug, but not a hang.
+            return std::future::pending().await;
+        };
+        let set = &mut self.pods[group];
+        match event {
+            Err(error) => {
+                return match forbidden(&error) {
+                    Some(message) => Change::Forbidden(rbac_hint(&self.namespace, &message)),
+                    None => Change::Error(format!(
+                        "Kubernetes API error, retrying with backoff: {error}"
+                    )),
+                }
+            }
+            // Mid-relist the set is stale: judge it only once the relist is complete.
+            Ok(Event::Init) => {
+                set.begin_relist();
+                return Change::Unsettled;
+            }
+            Ok(Event::InitApply(pod)) => {
+                set.relisted(pod_view(&pod));
+                return Change::Unsettled;
+            }
+            Ok(Event::InitDone) => {
+                set.end_relist();
+                self.listed[group] = true;
+            }
+            Ok(Event::Apply(pod)) => set.applied(pod_view(&pod)),
+            Ok(Event::Delete(pod)) => set.deleted(&pod_view(&pod).name),
+        }
+        if self.listed.iter().all(|l| *l) {
+            Change::Settled
+        } else {
+            Change::Unsettled
+        }
+    }
+
+    /// Resolves with the reason as soon as a member pod is lost (see `membership::lost`).
+    pub async fn first_loss(mut self, members: Vec<Vec<Member>>) -> String {
+        let mut succeeded: HashSet<String> = HashSet::new();
+        loop {
+            match self.next_change().await {
+                Change::Settled => {}
+                Change::Unsettled => continue,
+                Change::Error(e) => {
+                    warn!("{e} (watching the peers)");
+                    continue;
+                }
+                Change::Forbidden(e) => {
+                    warn!("no longer allowed to watch the peers, training on without: {e}");
+                    return std::future::pending().await;
+                }
+            }
+            for (set, group) in self.pods.iter().zip(&members) {
+                for member in group {
+                    let now = set.get(&member.name);
+                    if let Some(reason) = lost(member, now, succeeded.contains(&member.name)) {
+                        return reason;
+                    }
+                    if now.is_some_and(|p| p.phase == "Succeeded") {
+                        succeeded.insert(member.name.clone());
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Waits until, in every group, exactly the expected number of live pods match and are Running
-/// with an IP; returns each group's ready pods. One watch per group, merged.
+/// with an IP; returns each group's ready pods, and the watch for what happens next.
 pub async fn wait_until_ready(
     client: Client,
     namespace: &str,
     groups: &[Group],
     timeout: Option<Duration>,
     max_failed_trainers: Option<u32>,
-) -> Result<Vec<Vec<PodView>>, DiscoveryError> {
-    let api: Api<Pod> = Api::namespaced(client, namespace);
-    let streams = groups.iter().enumerate().map(|(i, group)| {
-        let config = watcher::Config::default().labels(&group.selector.to_string());
-        watcher(api.clone(), config)
-            .default_backoff()
-            .map(move |event| (i, event))
-            .boxed()
-    });
-    let mut events = futures::stream::select_all(streams);
+) -> Result<(Vec<Vec<PodView>>, PodWatch), DiscoveryError> {
+    let mut watch = PodWatch::start(client, namespace, groups);
     let started = Instant::now();
     let deadline = timeout.map(|t| started + t);
     let wanted: Vec<String> = groups
@@ -76,56 +177,31 @@ pub async fn wait_until_ready(
         wanted.join(" and "),
         timeout.map_or("none".to_string(), |t| format!("{} s", t.as_secs()))
     );
-    let mut pods = vec![PodSet::default(); groups.len()];
-    let mut listed = vec![false; groups.len()];
     let mut status = "no answer from the Kubernetes API yet".to_string();
     let mut progress = interval_at(started + PROGRESS_EVERY, PROGRESS_EVERY);
     loop {
         tokio::select! {
-            event = events.next() => {
-                let Some((group, event)) = event else {
-                    // The watchers restart themselves forever; an end is a bug, but not a hang.
-                    return Err(DiscoveryError::Timeout { waited_s: started.elapsed().as_secs(), status });
-                };
-                let set = &mut pods[group];
-                match event {
-                    Err(error) => {
-                        if let Some(message) = forbidden(&error) {
-                            return Err(DiscoveryError::Forbidden(rbac_hint(namespace, &message)));
-                        }
-                        status = format!("Kubernetes API error, retrying with backoff: {error}");
-                        warn!("{status}");
+            change = watch.next_change() => {
+                match change {
+                    Change::Settled => {}
+                    Change::Unsettled => continue,
+                    Change::Error(e) => {
+                        warn!("{e}");
+                        status = e;
                         continue;
                     }
-                    // Mid-relist the set is stale: judge it only once the relist is complete.
-                    Ok(Event::Init) => {
-                        set.begin_relist();
-                        continue;
-                    }
-                    Ok(Event::InitApply(pod)) => {
-                        set.relisted(pod_view(&pod));
-                        continue;
-                    }
-                    Ok(Event::InitDone) => {
-                        set.end_relist();
-                        listed[group] = true;
-                    }
-                    Ok(Event::Apply(pod)) => set.applied(pod_view(&pod)),
-                    Ok(Event::Delete(pod)) => set.deleted(&pod_view(&pod).name),
-                }
-                if listed.iter().any(|l| !l) {
-                    continue;
+                    Change::Forbidden(hint) => return Err(DiscoveryError::Forbidden(hint)),
                 }
                 if let Some(max) = max_failed_trainers {
                     let trainers = groups.iter().position(|g| g.kind != GroupKind::Pservers);
-                    let failed = trainers.map_or(0, |i| failed(&pods[i].pods()));
+                    let failed = trainers.map_or(0, |i| failed(&watch.pods[i].pods()));
                     if failed > max as usize {
                         return Err(DiscoveryError::TooManyFailures { failed, max });
                     }
                 }
                 let mut ready = Vec::new();
                 let mut waiting = Vec::new();
-                for (group, set) in groups.iter().zip(&pods) {
+                for (group, set) in groups.iter().zip(&watch.pods) {
                     match readiness(&set.pods(), group.expected as usize) {
                         Readiness::Ready(pods) => ready.push(pods),
                         Readiness::Waiting(wait) if groups.len() == 1 => waiting.push(wait.to_string()),
@@ -134,7 +210,7 @@ pub async fn wait_until_ready(
                 }
                 if waiting.is_empty() {
                     info!("all pods are Running after {:.1} s", started.elapsed().as_secs_f64());
-                    return Ok(ready);
+                    return Ok((ready, watch));
                 }
                 let now = waiting.join(" | ");
                 if now != status {

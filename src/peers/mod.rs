@@ -5,7 +5,9 @@ pub mod static_list;
 
 use crate::config::{Config, Discovery, GroupKind};
 use crate::exit::{self, Outcome};
-use crate::membership::{rank, Membership};
+use crate::membership::{rank, Member, Membership};
+use futures::future::BoxFuture;
+use futures::FutureExt;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DiscoveryError {
@@ -31,17 +33,24 @@ impl DiscoveryError {
     }
 }
 
-/// The job's members by role in rank order, once every group has exactly the expected number
-/// of ready pods, and the namespace they were found in (when the backend has one).
-pub async fn discover(config: &Config) -> Result<(Membership, Option<String>), DiscoveryError> {
-    let (groups, namespace) = match &config.discovery {
+/// What discovery found: the members by role in rank order, the namespace (when the backend
+/// has one), and a watch that reports the first lost peer (when the backend can tell).
+pub struct Found {
+    pub membership: Membership,
+    pub namespace: Option<String>,
+    pub peer_loss: Option<BoxFuture<'static, String>>,
+}
+
+/// Waits until every group has exactly the expected number of ready pods.
+pub async fn discover(config: &Config) -> Result<Found, DiscoveryError> {
+    let (groups, namespace, peer_loss) = match &config.discovery {
         Discovery::Static { ips } => {
             let members = static_list::members(&config.job_name, ips);
-            (vec![(GroupKind::Job, members)], None)
+            (vec![(GroupKind::Job, members)], None, None)
         }
         Discovery::Kubernetes { groups } => {
             let (client, namespace) = kubernetes::connect(config.namespace.as_deref()).await?;
-            let ready = kubernetes::wait_until_ready(
+            let (ready, watch) = kubernetes::wait_until_ready(
                 client,
                 &namespace,
                 groups,
@@ -49,13 +58,19 @@ pub async fn discover(config: &Config) -> Result<(Membership, Option<String>), D
                 config.max_failed_trainers,
             )
             .await?;
-            let ranked = groups
+            let ranked: Vec<(GroupKind, Vec<Member>)> = groups
                 .iter()
                 .zip(ready)
                 .map(|(g, pods)| (g.kind, rank(&pods)))
                 .collect();
-            (ranked, Some(namespace))
+            let members = ranked.iter().map(|(_, m)| m.clone()).collect();
+            let peer_loss = watch.first_loss(members).boxed();
+            (ranked, Some(namespace), Some(peer_loss))
         }
     };
-    Ok((Membership::from_groups(config.protocol, groups), namespace))
+    Ok(Found {
+        membership: Membership::from_groups(config.protocol, groups),
+        namespace,
+        peer_loss,
+    })
 }

@@ -34,6 +34,16 @@ struct State {
     bookmark_every: Duration,
     /// Bumped to end every open watch cleanly, as a watch timeout on the server does.
     watch_generation: u64,
+    /// Bumped to cut every open watch's connection (TCP reset, no final chunk).
+    reset_generation: u64,
+    /// The next pods requests that fail: (status, Retry-After seconds).
+    failures: std::collections::VecDeque<(u16, Option<u32>)>,
+    /// Added before every answer.
+    delay: Duration,
+    /// Until then, every connection is reset as soon as it is accepted.
+    down_until: Option<std::time::Instant>,
+    /// Response bytes written, for measuring API cost.
+    bytes_sent: u64,
 }
 
 #[derive(Clone)]
@@ -164,6 +174,46 @@ impl FakeApi {
         self.changed.notify_waiters();
     }
 
+    /// The next `count` pods requests (lists or watches) fail with `status`, with a
+    /// Retry-After header when given (429 Too Many Requests, 503).
+    pub fn fail_next(&self, count: usize, status: u16, retry_after: Option<u32>) {
+        let mut s = self.state.lock().unwrap();
+        s.failures
+            .extend(std::iter::repeat_n((status, retry_after), count));
+    }
+
+    /// Injected failures not yet served.
+    pub fn pending_failures(&self) -> usize {
+        self.state.lock().unwrap().failures.len()
+    }
+
+    /// Requests of pods: (lists, watches).
+    pub fn pod_requests(&self) -> (usize, usize) {
+        let requests = self.requests();
+        let pods = requests.iter().filter(|r| r.contains("/pods"));
+        let watches = pods.clone().filter(|r| r.contains("watch=")).count();
+        (pods.count() - watches, watches)
+    }
+
+    /// Cuts every open watch's connection mid-stream, as a crashed server or proxy does.
+    pub fn reset_watches(&self) {
+        self.state.lock().unwrap().reset_generation += 1;
+        self.changed.notify_waiters();
+    }
+
+    pub fn set_delay(&self, delay: Duration) {
+        self.state.lock().unwrap().delay = delay;
+    }
+
+    /// For `how_long` from now, every connection is reset as soon as it is accepted.
+    pub fn go_down_for(&self, how_long: Duration) {
+        self.state.lock().unwrap().down_until = Some(std::time::Instant::now() + how_long);
+    }
+
+    pub fn bytes_sent(&self) -> u64 {
+        self.state.lock().unwrap().bytes_sent
+    }
+
     pub fn set_bookmark_interval(&self, every: Duration) {
         self.state.lock().unwrap().bookmark_every = every;
     }
@@ -189,6 +239,11 @@ impl FakeApi {
     }
 
     async fn serve_connection(&self, stream: TcpStream) {
+        let down = self.state.lock().unwrap().down_until;
+        if down.is_some_and(|until| std::time::Instant::now() < until) {
+            reset(&stream);
+            return;
+        }
         let mut reader = BufReader::new(stream);
         loop {
             let mut request_line = String::new();
@@ -213,8 +268,33 @@ impl FakeApi {
                 .push(format!("{method} {target}"));
             let (path, query) = target.split_once('?').unwrap_or((target, ""));
             let query = parse_query(query);
+            let delay = self.state.lock().unwrap().delay;
+            tokio::time::sleep(delay).await;
+            let failure = if path.ends_with("/pods") {
+                self.state.lock().unwrap().failures.pop_front()
+            } else {
+                None
+            };
+            if let Some((status, retry_after)) = failure {
+                let reason = if status == 429 {
+                    "TooManyRequests"
+                } else {
+                    "InternalError"
+                };
+                let body = status_body(status, reason, "injected failure").to_string();
+                let extra = retry_after.map_or(String::new(), |s| format!("Retry-After: {s}\r\n"));
+                if !self
+                    .write_json(reader.get_mut(), status, &body, &extra)
+                    .await
+                {
+                    return;
+                }
+                continue;
+            }
             let keep_open = match self.route(method, path, &query) {
-                Reply::Json(status, body) => write_json(reader.get_mut(), status, &body).await,
+                Reply::Json(status, body) => {
+                    self.write_json(reader.get_mut(), status, &body, "").await
+                }
                 Reply::Watch(watch) => {
                     self.stream_watch(reader.get_mut(), watch).await;
                     false
@@ -318,6 +398,39 @@ impl FakeApi {
         )
     }
 
+    async fn write_json(
+        &self,
+        stream: &mut TcpStream,
+        status: u16,
+        body: &str,
+        extra_headers: &str,
+    ) -> bool {
+        let reason = match status {
+            200 => "OK",
+            400 => "Bad Request",
+            403 => "Forbidden",
+            404 => "Not Found",
+            410 => "Gone",
+            429 => "Too Many Requests",
+            _ => "Error",
+        };
+        let head = format!(
+            "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n{extra_headers}Content-Length: {}\r\n\r\n",
+            body.len()
+        );
+        self.state.lock().unwrap().bytes_sent += (head.len() + body.len()) as u64;
+        stream.write_all(head.as_bytes()).await.is_ok()
+            && stream.write_all(body.as_bytes()).await.is_ok()
+    }
+
+    async fn write_chunk(&self, stream: &mut TcpStream, event: &Value) -> std::io::Result<()> {
+        let line = format!("{event}\n");
+        let chunk = format!("{:x}\r\n{line}\r\n", line.len());
+        self.state.lock().unwrap().bytes_sent += chunk.len() as u64;
+        stream.write_all(chunk.as_bytes()).await?;
+        stream.flush().await
+    }
+
     async fn stream_watch(&self, stream: &mut TcpStream, watch: Watch) {
         let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
         if stream.write_all(head.as_bytes()).await.is_err() {
@@ -354,7 +467,7 @@ impl FakeApi {
             }
         };
         for event in opening {
-            if write_chunk(stream, &event).await.is_err() {
+            if self.write_chunk(stream, &event).await.is_err() {
                 return;
             }
         }
@@ -362,14 +475,23 @@ impl FakeApi {
             let _ = stream.write_all(b"0\r\n\r\n").await;
             return;
         }
-        let (compacted_at, generation, bookmark_every) = {
+        let (compacted_at, generation, resets, bookmark_every) = {
             let s = self.state.lock().unwrap();
-            (s.oldest_watchable, s.watch_generation, s.bookmark_every)
+            (
+                s.oldest_watchable,
+                s.watch_generation,
+                s.reset_generation,
+                s.bookmark_every,
+            )
         };
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
+            if self.state.lock().unwrap().reset_generation != resets {
+                reset(stream);
+                return;
+            }
             let (events, current, ended) = {
                 let s = self.state.lock().unwrap();
                 let events: Vec<Value> = s
@@ -387,7 +509,7 @@ impl FakeApi {
                 return;
             }
             for event in &events {
-                if write_chunk(stream, event).await.is_err() {
+                if self.write_chunk(stream, event).await.is_err() {
                     return;
                 }
             }
@@ -404,7 +526,7 @@ impl FakeApi {
                 _ = bookmark, if watch.bookmarks => {
                     let mark = json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
                         "metadata": {"resourceVersion": sent_up_to.to_string()}}});
-                    if write_chunk(stream, &mark).await.is_err() {
+                    if self.write_chunk(stream, &mark).await.is_err() {
                         return;
                     }
                 }
@@ -470,29 +592,13 @@ fn forbidden_reply(verb: &str, ns: Option<&str>) -> Reply {
     ))
 }
 
-async fn write_json(stream: &mut TcpStream, status: u16, body: &str) -> bool {
-    let reason = match status {
-        200 => "OK",
-        400 => "Bad Request",
-        403 => "Forbidden",
-        404 => "Not Found",
-        410 => "Gone",
-        _ => "Error",
+/// Makes the coming close a TCP reset (SO_LINGER 0), as a crashed server's would be.
+fn reset(stream: &TcpStream) {
+    let linger = nix::libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
     };
-    let head = format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await.is_ok()
-        && stream.write_all(body.as_bytes()).await.is_ok()
-}
-
-async fn write_chunk(stream: &mut TcpStream, event: &Value) -> std::io::Result<()> {
-    let line = format!("{event}\n");
-    stream
-        .write_all(format!("{:x}\r\n{line}\r\n", line.len()).as_bytes())
-        .await?;
-    stream.flush().await
+    let _ = nix::sys::socket::setsockopt(stream, nix::sys::socket::sockopt::Linger, &linger);
 }
 
 fn parse_query(query: &str) -> BTreeMap<String, String> {
