@@ -90,6 +90,11 @@ fn launch_despite(
                 "{job} run {run}: the launchers disagree"
             );
         }
+        assert!(
+            served(&api),
+            "{job} run {run}: the fault was not served: {:#?}",
+            api.requests()
+        );
     }
 }
 
