@@ -13,6 +13,9 @@ use clap::{Args, Parser, Subcommand};
     args_conflicts_with_subcommands = true
 )]
 pub struct Cli {
+    /// Log lines as human-readable text, or as JSON objects for log collectors.
+    #[arg(long, global = true, env = "PADDLE_LAUNCHER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     #[command(subcommand)]
     pub command: Option<Command>,
     /// Options of `run`, which is what happens without a subcommand.
@@ -28,6 +31,17 @@ pub enum Command {
     Plan(JobArgs),
     /// Run a whole job on this machine: one launcher per simulated pod on 127.0.0.2, .3, ...
     Local(LocalArgs),
+    /// Print a shell completion script, e.g. `paddle-launcher completions bash > /etc/bash_completion.d/paddle-launcher`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Args)]

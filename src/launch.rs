@@ -1,5 +1,5 @@
-//! The colocated launch: pserver first, the trainer once every pserver endpoint of the job
-//! accepts TCP, then supervision until the trainer is done.
+//! `run` and `plan`: configuration -> peers -> plan, then the launch: the pserver first, the
+//! trainer once every pserver endpoint of the job accepts TCP, then supervision until it is done.
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
@@ -20,8 +20,10 @@ use crate::supervise::Signals;
 use crate::supervise::{is_stop_signal, signal_name, Event, Output, SpawnSpec, Supervisor};
 use crate::{peers, protocol, workspace};
 
-/// Between probe rounds: short enough to add no visible latency, long enough to cost nothing.
-const PROBE_PAUSE: Duration = Duration::from_millis(50);
+/// Between probe rounds, doubling from the first to the last: pservers that start in a few
+/// milliseconds are seen at once, slow ones cost a round of connects every 100 ms.
+const PROBE_PAUSE_FIRST: Duration = Duration::from_millis(2);
+const PROBE_PAUSE_LAST: Duration = Duration::from_millis(100);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// `run` and `plan`: everything up to the launch; then print the plan (`plan_only`) or carry
@@ -44,6 +46,11 @@ pub async fn launch(args: &JobArgs, plan_only: bool) -> Outcome {
     };
     let pod = config.pod_name.clone().unwrap_or_else(|| my_ip.to_string());
     tracing::Span::current().record("pod", tracing::field::display(&pod));
+    // Files are on the pod's own or a shared filesystem, not in the membership: check them first.
+    let inputs = match input_files(&config) {
+        Ok(inputs) => inputs,
+        Err(e) => return invalid(e),
+    };
     // Installed before waiting, so a TERM during the wait ends it at once, and zombies are
     // reaped from the start when we are PID 1.
     let mut supervisor = if plan_only {
@@ -59,36 +66,15 @@ pub async fn launch(args: &JobArgs, plan_only: bool) -> Outcome {
             }
         }
     };
-    let found = {
-        let discovery = peers::discover(&config);
-        tokio::pin!(discovery);
-        loop {
-            let Some(supervisor) = supervisor.as_mut() else {
-                break discovery.await;
-            };
-            tokio::select! {
-                found = &mut discovery => break found,
-                event = supervisor.next_event() => match event {
-                    Event::Signal(sig @ (Signal::SIGUSR1 | Signal::SIGUSR2)) => {
-                        info!("ignoring {sig}: no child to forward it to yet")
-                    }
-                    Event::Signal(sig) => return Outcome::new(
-                        exit::by_signal(sig as i32),
-                        format!("received {} while waiting for the job's pods", signal_name(sig as i32)),
-                    ),
-                    Event::Exited { .. } | Event::PeerLost(_) => {}
-                },
-            }
-        }
+    let found = match wait_for_peers(&config, supervisor.as_mut()).await {
+        Ok(found) => found,
+        Err(outcome) => return outcome,
     };
     let peers::Found {
         membership,
         namespace,
         peer_loss,
-    } = match found {
-        Ok(found) => found,
-        Err(e) => return e.outcome(),
-    };
+    } = found;
     if namespace.is_some() {
         config.namespace = namespace;
     }
@@ -104,10 +90,6 @@ pub async fn launch(args: &JobArgs, plan_only: bool) -> Outcome {
     let me = match membership.locate(&config, own_name, my_ip) {
         Ok(me) => me,
         Err(e) => return membership_error(e),
-    };
-    let inputs = match input_files(&config) {
-        Ok(inputs) => inputs,
-        Err(e) => return invalid(e),
     };
     let plan = protocol::plan(&config, &membership, &me, &inputs);
     let id = |rank: Option<usize>| rank.map_or("-".to_string(), |r| r.to_string());
@@ -135,6 +117,35 @@ pub async fn launch(args: &JobArgs, plan_only: bool) -> Outcome {
             run_plan(&plan, &config, &mut supervisor).await
         }
         None => Outcome::new(exit::INTERNAL, "no signal handlers"),
+    }
+}
+
+/// Discovery, ended early by a stop signal when there is a supervisor (`run`).
+async fn wait_for_peers(
+    config: &Config,
+    supervisor: Option<&mut Supervisor>,
+) -> Result<peers::Found, Outcome> {
+    let discovery = peers::discover(config);
+    tokio::pin!(discovery);
+    let Some(supervisor) = supervisor else {
+        return discovery.await.map_err(|e| e.outcome());
+    };
+    loop {
+        tokio::select! {
+            found = &mut discovery => return found.map_err(|e| e.outcome()),
+            event = supervisor.next_event() => match event {
+                Event::Signal(sig @ (Signal::SIGUSR1 | Signal::SIGUSR2)) => {
+                    info!("ignoring {sig}: no child to forward it to yet")
+                }
+                Event::Signal(sig) => {
+                    return Err(Outcome::new(
+                        exit::by_signal(sig as i32),
+                        format!("received {} while waiting for the job's pods", signal_name(sig as i32)),
+                    ))
+                }
+                Event::Exited { .. } | Event::PeerLost(_) => {}
+            },
+        }
     }
 }
 
@@ -320,6 +331,7 @@ async fn wait_for_pservers(
 ) -> Result<(), Outcome> {
     let started = Instant::now();
     let mut waiting: Vec<SocketAddr> = endpoints.to_vec();
+    let mut pause = PROBE_PAUSE_FIRST;
     info!(
         "waiting for {} pserver endpoints to accept connections",
         waiting.len()
@@ -332,7 +344,8 @@ async fn wait_for_pservers(
                     info!("all {} pserver endpoints are up after {:.2} s", endpoints.len(), started.elapsed().as_secs_f64());
                     return Ok(());
                 }
-                sleep(PROBE_PAUSE).await;
+                sleep(pause).await;
+                pause = (pause * 2).min(PROBE_PAUSE_LAST);
             }
             event = sup.next_event() => match event {
                 Event::Signal(sig) if is_stop_signal(sig) => {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{CommandFactory, FromArgMatches};
 use tracing::{error, info, Instrument};
 
-use paddle_launcher::cli::{Cli, Command, JobArgs};
+use paddle_launcher::cli::{Cli, Command, JobArgs, LogFormat};
 use paddle_launcher::config::DEFAULT_TERMINATION_LOG;
 use paddle_launcher::exit::{self, Outcome};
 use paddle_launcher::supervise::write_termination_message;
@@ -18,15 +18,28 @@ fn main() {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
-    tracing_subscriber::fmt()
+    if let Some(Command::Completions { shell }) = cli.command {
+        let mut command = Cli::command();
+        clap_complete::generate(
+            shell,
+            &mut command,
+            "paddle-launcher",
+            &mut std::io::stdout(),
+        );
+        return;
+    }
+    let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .with_target(false)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("PADDLE_LAUNCHER_LOG")
                 .unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+        );
+    match cli.log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().with_current_span(true).init(),
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -51,6 +64,10 @@ fn main() {
             (outcome, None)
         }
         Some(Command::Plan(args)) => (launch(args, true), None),
+        // Printed above, before logging started.
+        Some(Command::Completions { .. }) => {
+            (Outcome::new(exit::SUCCESS, "completions printed"), None)
+        }
         Some(Command::Run(args)) => (launch(args, false), termination_log(args)),
         None => (launch(&cli.job, false), termination_log(&cli.job)),
     };

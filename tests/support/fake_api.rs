@@ -79,6 +79,8 @@ impl FakeApi {
                     let Ok((stream, _)) = listener.accept().await else {
                         continue;
                     };
+                    // As Go's net package (the real API server) does: no Nagle delay on events.
+                    let _ = stream.set_nodelay(true);
                     let server = server.clone();
                     tokio::spawn(async move { server.serve_connection(stream).await });
                 }
@@ -250,11 +252,14 @@ impl FakeApi {
             if !matches!(reader.read_line(&mut request_line).await, Ok(n) if n > 0) {
                 return;
             }
-            // Headers: only their end matters; GETs carry no body.
+            // Of the headers only `Connection: close` matters; GETs carry no body.
+            let mut close = false;
             loop {
                 let mut header = String::new();
                 match reader.read_line(&mut header).await {
-                    Ok(n) if n > 0 && header != "\r\n" && header != "\n" => continue,
+                    Ok(n) if n > 0 && header != "\r\n" && header != "\n" => {
+                        close |= header.to_ascii_lowercase().starts_with("connection: close");
+                    }
                     Ok(n) if n > 0 => break,
                     _ => return,
                 }
@@ -300,7 +305,7 @@ impl FakeApi {
                     false
                 }
             };
-            if !keep_open {
+            if !keep_open || close {
                 return;
             }
         }

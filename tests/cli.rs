@@ -1,0 +1,81 @@
+//! The command line as operators use it: versions, completions, machine-readable logs.
+
+mod support;
+
+use std::process::Command;
+
+use support::LAUNCHER;
+
+fn launcher(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    Command::new(LAUNCHER)
+        .args(args)
+        .env_clear()
+        .env("PADDLE_LAUNCHER_TERMINATION_LOG", "")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn version_names_the_program_and_its_version() {
+    let out = launcher(&["--version"], &[]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("paddle-launcher {}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn completions_are_printed_for_bash_and_know_the_subcommands() {
+    let out = launcher(&["completions", "bash"], &[]);
+    assert!(out.status.success());
+    let script = String::from_utf8_lossy(&out.stdout);
+    assert!(script.contains("_paddle__launcher()"), "{script}");
+    for word in ["local", "plan", "--trainer-port", "--watch-peers"] {
+        assert!(script.contains(word), "no {word} in the completions");
+    }
+}
+
+#[test]
+fn json_logs_are_one_object_per_line_with_the_pod() {
+    let env = [
+        ("JOB_NAME", "json"),
+        ("PADDLE_LAUNCHER_PEERS", "127.0.0.50"),
+        ("POD_IP", "127.0.0.50"),
+        ("CONF_PADDLE_NIC", "lo"),
+        ("PADDLE_LAUNCHER_LOG_FORMAT", "json"),
+    ];
+    let out = launcher(&["plan"], &env);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(lines.len() >= 3, "{stderr}");
+    let planned = lines
+        .iter()
+        .find(|l| {
+            l["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("trainer id 0 of 1"))
+        })
+        .expect("the rank line");
+    assert_eq!(planned["level"], "INFO");
+    assert_eq!(planned["span"]["pod"], "127.0.0.50");
+}
+
+#[test]
+fn an_unknown_log_format_is_a_usage_error() {
+    let out = launcher(&["plan", "--log-format", "xml"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("invalid value 'xml' for '--log-format"),
+        "{stderr}"
+    );
+}
