@@ -31,11 +31,81 @@ pub enum Command {
     Plan(JobArgs),
     /// Run a whole job on this machine: one launcher per simulated pod on 127.0.0.2, .3, ...
     Local(LocalArgs),
+    /// Print ready-to-apply YAML for a job: ServiceAccount, Role, RoleBinding and the Job(s).
+    Manifest(ManifestArgs),
     /// Print a shell completion script, e.g. `paddle-launcher completions bash > /etc/bash_completion.d/paddle-launcher`.
     Completions {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+}
+
+/// Options of `manifest`, after PaddleCloud's `paddlectl submit`.
+#[derive(Debug, Args, Clone)]
+pub struct ManifestArgs {
+    /// Job name (also the prefix of every object's name).
+    #[arg(long)]
+    pub job_name: String,
+    #[arg(long, default_value = "default")]
+    pub namespace: String,
+    /// The training image, whose ENTRYPOINT is paddle-launcher (see docker/).
+    #[arg(long)]
+    pub image: String,
+    /// Number of trainers (pods of the trainer Job; in the colocated layout, of the one Job).
+    #[arg(long, default_value_t = 2)]
+    pub trainers: u32,
+    /// Number of pserver pods of the split layout.
+    #[arg(long, default_value_t = 0)]
+    pub pservers: u32,
+    /// PaddleCloud's split layout: a pserver Job and a trainer Job (needs --pservers).
+    #[arg(long)]
+    pub split: bool,
+    /// An Indexed Job: ranks are the completion indexes.
+    #[arg(long)]
+    pub indexed: bool,
+    #[arg(long, default_value = "v1", value_parser = ["v1", "v2", "fleet", "collective"])]
+    pub protocol: String,
+    /// The training program as one shell line (v2, fleet, collective).
+    #[arg(long)]
+    pub entry: Option<String>,
+    /// Number of passes: `--num_passes` for v1, PADDLE_INIT_NUM_PASSES for v2, NUM_PASSES else.
+    #[arg(long)]
+    pub passes: Option<u32>,
+    /// CPU of each trainer pod (request = limit), e.g. 4 or 500m.
+    #[arg(long, default_value = "1")]
+    pub cpu: String,
+    /// Memory of each trainer pod (request = limit), e.g. 8Gi.
+    #[arg(long, default_value = "2Gi")]
+    pub memory: String,
+    /// GPUs of each trainer pod (nvidia.com/gpu).
+    #[arg(long, default_value_t = 0)]
+    pub gpu: u32,
+    /// CPU of each pserver pod (split layout).
+    #[arg(long, default_value = "1")]
+    pub pscpu: String,
+    /// Memory of each pserver pod (split layout).
+    #[arg(long, default_value = "2Gi")]
+    pub psmemory: String,
+    /// Extra environment for the training program, NAME=VALUE; repeatable.
+    #[arg(long = "env", value_name = "NAME=VALUE")]
+    pub envs: Vec<String>,
+    #[arg(long, default_value_t = 7164)]
+    pub port: u16,
+    #[arg(long, default_value_t = 1)]
+    pub ports_num: u16,
+    #[arg(long, default_value_t = 0)]
+    pub ports_num_sparse: u16,
+    #[arg(long, default_value_t = 6170)]
+    pub trainer_port: u16,
+    /// A PersistentVolumeClaim mounted at --job-path: the seed's shared job directory.
+    #[arg(long)]
+    pub volume_claim: Option<String>,
+    /// Where --volume-claim is mounted, given to the launcher as JOB_PATH.
+    #[arg(long, default_value = "/mnt/jobpath")]
+    pub job_path: String,
+    /// Arguments after `--` become the trainer's arguments (the container's args after `run --`).
+    #[arg(last = true, value_name = "TRAINER_ARGS")]
+    pub trainer_args: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -9,6 +9,7 @@ pub mod config;
 pub mod exit;
 pub mod launch;
 pub mod local;
+pub mod manifest;
 pub mod membership;
 pub mod peers;
 pub mod plan;

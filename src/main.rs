@@ -5,11 +5,11 @@ use std::path::PathBuf;
 use clap::{CommandFactory, FromArgMatches};
 use tracing::{error, info, Instrument};
 
-use paddle_launcher::cli::{Cli, Command, JobArgs, LogFormat};
+use paddle_launcher::cli::{Cli, Command, JobArgs, LogFormat, ManifestArgs};
 use paddle_launcher::config::DEFAULT_TERMINATION_LOG;
 use paddle_launcher::exit::{self, Outcome};
 use paddle_launcher::supervise::write_termination_message;
-use paddle_launcher::{launch, local};
+use paddle_launcher::{launch, local, manifest};
 
 fn main() {
     let command = Cli::command();
@@ -64,6 +64,7 @@ fn main() {
             (outcome, None)
         }
         Some(Command::Plan(args)) => (launch(args, true), None),
+        Some(Command::Manifest(args)) => (print_manifest(args), None),
         // Printed above, before logging started.
         Some(Command::Completions { .. }) => {
             (Outcome::new(exit::SUCCESS, "completions printed"), None)
@@ -76,6 +77,27 @@ fn main() {
         log_outcome(&outcome);
     }
     finish(outcome, termination_log)
+}
+
+fn print_manifest(args: &ManifestArgs) -> Outcome {
+    match manifest::documents(args) {
+        Ok(docs) => {
+            let words: Vec<String> = std::env::args()
+                .skip(1)
+                .map(|w| {
+                    if w.contains(char::is_whitespace) {
+                        format!("{w:?}")
+                    } else {
+                        w
+                    }
+                })
+                .collect();
+            let command_line = format!("paddle-launcher {}", words.join(" "));
+            print!("{}", manifest::to_yaml(&docs, &command_line));
+            Outcome::new(exit::SUCCESS, format!("{} documents printed", docs.len()))
+        }
+        Err(e) => Outcome::new(exit::INVALID_CONFIG, e.to_string()),
+    }
 }
 
 fn termination_log(args: &JobArgs) -> Option<PathBuf> {

@@ -28,7 +28,7 @@ fn launcher_env_names() -> BTreeSet<String> {
 fn seed_job_example_is_valid_and_wired_to_the_launcher() {
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/k8s-examples/job.yaml"
+        "/k8s-examples/seed-004.yaml"
     ))
     .unwrap();
     let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();

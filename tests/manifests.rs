@@ -1,0 +1,389 @@
+//! `manifest` output: valid Kubernetes objects (k8s-openapi types, kubernetes-validate --strict,
+//! checkov), wired so that launchers started from it plan a job; and k8s-examples/ in sync.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::Command;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use serde_json::{json, Value};
+use support::fake_api::FakeApi;
+use support::{Launcher, LAUNCHER};
+
+/// checkov findings that are deliberate: the image tag and the namespace are the user's choice,
+/// and the launcher needs its service-account token to watch the job's pods.
+const ACCEPTED_CHECKS: &[&str] = &["CKV_K8S_21", "CKV_K8S_43", "CKV_K8S_38"];
+
+const VARIANTS: &[&[&str]] = &[
+    &[
+        "--job-name",
+        "colo",
+        "--namespace",
+        "team-a",
+        "--image",
+        "example.com/t/p:v1",
+        "--trainers",
+        "3",
+    ],
+    &[
+        "--job-name",
+        "idx",
+        "--namespace",
+        "team-a",
+        "--image",
+        "example.com/t/p:v1",
+        "--trainers",
+        "2",
+        "--indexed",
+        "--protocol",
+        "collective",
+        "--gpu",
+        "1",
+        "--",
+        "python",
+        "/workspace/train.py",
+    ],
+    &[
+        "--job-name",
+        "sp",
+        "--namespace",
+        "team-a",
+        "--image",
+        "example.com/t/p:v2",
+        "--split",
+        "--pservers",
+        "2",
+        "--trainers",
+        "3",
+        "--protocol",
+        "v2",
+        "--entry",
+        "python train.py",
+        "--passes",
+        "5",
+        "--env",
+        "PADDLE_INIT_USE_GPU=0",
+    ],
+    &[
+        "--job-name",
+        "fl",
+        "--namespace",
+        "team-a",
+        "--image",
+        "example.com/t/p:v3",
+        "--split",
+        "--pservers",
+        "1",
+        "--trainers",
+        "2",
+        "--protocol",
+        "fleet",
+        "--volume-claim",
+        "data",
+        "--",
+        "python",
+        "ps.py",
+    ],
+];
+
+fn manifest(args: &[&str]) -> String {
+    let out = Command::new(LAUNCHER)
+        .arg("manifest")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn tools(name: &str) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("target/tools-venv/bin")
+        .join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `bash .ci/run` (it installs kubernetes-validate and checkov)",
+        path.display()
+    );
+    path.display().to_string()
+}
+
+#[test]
+fn every_document_is_a_valid_kubernetes_object() {
+    for args in VARIANTS {
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&manifest(args)).unwrap();
+        let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+        let jobs = if args.contains(&"--split") { 2 } else { 1 };
+        assert_eq!(
+            kinds[..4],
+            ["ServiceAccount", "Role", "RoleBinding", "NetworkPolicy"]
+        );
+        assert_eq!(kinds[4..].len(), jobs);
+        for doc in docs {
+            match doc["kind"].as_str().unwrap() {
+                "ServiceAccount" => drop(serde_json::from_value::<ServiceAccount>(doc).unwrap()),
+                "Role" => {
+                    let role: Role = serde_json::from_value(doc).unwrap();
+                    let rules = role.rules.unwrap();
+                    assert_eq!(rules.len(), 1, "least privilege");
+                    assert_eq!(rules[0].verbs, ["get", "list", "watch"]);
+                    assert_eq!(
+                        rules[0].resources.as_deref(),
+                        Some(&["pods".to_string()][..])
+                    );
+                }
+                "RoleBinding" => drop(serde_json::from_value::<RoleBinding>(doc).unwrap()),
+                "NetworkPolicy" => drop(serde_json::from_value::<NetworkPolicy>(doc).unwrap()),
+                "Job" => {
+                    let job: Job = serde_json::from_value(doc).unwrap();
+                    let pod = job.spec.unwrap().template.spec.unwrap();
+                    let security = pod.containers[0].security_context.clone().unwrap();
+                    assert_eq!(security.run_as_non_root, Some(true));
+                    assert_eq!(security.read_only_root_filesystem, Some(true));
+                }
+                other => panic!("unexpected {other}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn kubernetes_validate_strict_accepts_every_variant() {
+    let validate = tools("kubernetes-validate");
+    let dir = tempfile::tempdir().unwrap();
+    for (i, args) in VARIANTS.iter().enumerate() {
+        let file = dir.path().join(format!("{i}.yaml"));
+        std::fs::write(&file, manifest(args)).unwrap();
+        let out = Command::new(&validate)
+            .args(["--strict", "--kubernetes-version", "1.33"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn checkov_finds_nothing_beyond_the_documented_exceptions() {
+    let checkov = tools("checkov");
+    let dir = tempfile::tempdir().unwrap();
+    for (i, args) in VARIANTS.iter().enumerate() {
+        let file = dir.path().join(format!("{i}.yaml"));
+        std::fs::write(&file, manifest(args)).unwrap();
+        let out = Command::new(&checkov)
+            .args([
+                "--framework",
+                "kubernetes",
+                "--quiet",
+                "--compact",
+                "-o",
+                "json",
+                "-f",
+            ])
+            .arg(&file)
+            .output()
+            .unwrap();
+        let report: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        let reports = if report.is_array() {
+            report.as_array().unwrap().clone()
+        } else {
+            vec![report.clone()]
+        };
+        let mut failed = BTreeSet::new();
+        let mut passed = 0;
+        for r in &reports {
+            passed += r["summary"]["passed"].as_u64().unwrap_or(0);
+            for check in r["results"]["failed_checks"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                failed.insert(check["check_id"].as_str().unwrap().to_string());
+            }
+        }
+        assert!(passed > 50, "checkov ran no checks: {report}");
+        let unexpected: Vec<&String> = failed
+            .iter()
+            .filter(|c| !ACCEPTED_CHECKS.contains(&c.as_str()))
+            .collect();
+        assert!(
+            unexpected.is_empty(),
+            "{args:?}: checkov failed {unexpected:?}"
+        );
+    }
+}
+
+/// Pods as the Job controller makes them from a manifest's Job, Running on loopback IPs.
+fn pods_of(api: &FakeApi, job: &Value, first_ip: u8) -> Vec<(String, String)> {
+    let name = job["metadata"]["name"].as_str().unwrap();
+    let count = job["spec"]["parallelism"].as_u64().unwrap();
+    (0..count)
+        .map(|i| {
+            let pod_name = format!("{name}-{i}-x");
+            let ip = format!("127.0.0.{}", first_ip as u64 + i);
+            let mut labels = job["spec"]["template"]["metadata"]["labels"].clone();
+            if !labels.is_object() {
+                labels = json!({});
+            }
+            labels["job-name"] = json!(name);
+            api.put_pod(json!({"kind": "Pod", "apiVersion": "v1",
+                "metadata": {"name": pod_name, "namespace": job["metadata"]["namespace"], "labels": labels},
+                "spec": {"containers": [{"name": "c", "image": "i"}]},
+                "status": {"phase": "Running", "podIP": ip}}));
+            (pod_name, ip)
+        })
+        .collect()
+}
+
+/// The container's environment as the kubelet would set it for one pod.
+fn pod_env(job: &Value, pod: &(String, String)) -> Vec<(&'static str, String)> {
+    let container = &job["spec"]["template"]["spec"]["containers"][0];
+    let mut env: Vec<(&'static str, String)> = Vec::new();
+    for var in container["env"].as_array().unwrap() {
+        let name: &'static str =
+            Box::leak(var["name"].as_str().unwrap().to_string().into_boxed_str());
+        let value = match var["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
+            Some("status.podIP") => pod.1.clone(),
+            Some("metadata.name") => pod.0.clone(),
+            Some("metadata.namespace") => {
+                job["metadata"]["namespace"].as_str().unwrap().to_string()
+            }
+            Some(other) => panic!("unexpected field {other}"),
+            None => var["value"].as_str().unwrap().to_string(),
+        };
+        env.push((name, value));
+    }
+    // This machine's interface (pods have eth0), and no writes to the manifest's /workspace.
+    env.push(("CONF_PADDLE_NIC", "lo".into()));
+    env
+}
+
+/// Launchers started with exactly the manifests' environment (downward API filled in as the
+/// kubelet would) plan the job: the manifests and the launcher agree.
+#[test]
+fn launchers_started_from_each_manifest_plan_the_job() {
+    for (v, args) in VARIANTS.iter().enumerate() {
+        let api = FakeApi::start();
+        let dir = tempfile::tempdir().unwrap();
+        api.write_kubeconfig(&dir.path().join("kubeconfig"));
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&manifest(args)).unwrap();
+        let jobs: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "Job").collect();
+        let pods: Vec<Vec<(String, String)>> = jobs
+            .iter()
+            .enumerate()
+            .map(|(j, job)| pods_of(&api, job, 60 + 10 * v as u8 + 5 * j as u8))
+            .collect();
+        for (job, pods) in jobs.iter().zip(&pods) {
+            let mut ids = BTreeSet::new();
+            for pod in pods {
+                let mut env = pod_env(job, pod);
+                env.push((
+                    "KUBECONFIG",
+                    dir.path().join("kubeconfig").display().to_string(),
+                ));
+                let container_args: Vec<String> = serde_json::from_value(
+                    job["spec"]["template"]["spec"]["containers"][0]["args"].clone(),
+                )
+                .unwrap();
+                let mut argv: Vec<&str> = container_args.iter().map(String::as_str).collect();
+                argv[0] = "plan";
+                let done = Launcher::start(dir.path(), &pod.0, &argv, &env)
+                    .wait(std::time::Duration::from_secs(60));
+                assert_eq!(done.code(), 0, "{args:?} {}: {}", pod.0, done.stderr);
+                let plan: Value = serde_json::from_str(&done.stdout).unwrap();
+                let id = if plan["trainer_id"].is_null() {
+                    &plan["pserver_id"]
+                } else {
+                    &plan["trainer_id"]
+                };
+                ids.insert(id.as_u64().unwrap());
+                let protocol = args
+                    .iter()
+                    .position(|a| *a == "--protocol")
+                    .map_or("v1", |i| args[i + 1]);
+                assert_eq!(plan["protocol"], protocol);
+            }
+            assert_eq!(ids.len(), pods.len(), "{args:?}: ranks are not distinct");
+        }
+    }
+}
+
+/// Each file in k8s-examples/ starts with the `manifest` command that generated it.
+#[test]
+fn k8s_examples_are_what_manifest_generates() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("k8s-examples");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let command = text
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("# Generated by: paddle-launcher manifest "))
+            .unwrap_or_else(|| panic!("{} has no generator line", path.display()));
+        let args = split_words(command);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert_eq!(
+            manifest(&args),
+            text,
+            "{} is out of date: regenerate it with its first line's command",
+            path.display()
+        );
+        checked += 1;
+    }
+    assert!(
+        checked >= 3,
+        "expected the seed, indexed and split examples"
+    );
+}
+
+/// Words of a command line, with "double-quoted" words as `manifest` writes them.
+fn split_words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut chars = line.chars().peekable();
+    while let Some(&c) = chars.peek() {
+        if c == ' ' {
+            chars.next();
+        } else if c == '"' {
+            chars.next();
+            let mut word = String::new();
+            while let Some(c) = chars.next() {
+                match c {
+                    '\\' => word.extend(chars.next()),
+                    '"' => break,
+                    c => word.push(c),
+                }
+            }
+            words.push(word);
+        } else {
+            let mut word = String::new();
+            while let Some(&c) = chars.peek() {
+                if c == ' ' {
+                    break;
+                }
+                word.push(c);
+                chars.next();
+            }
+            words.push(word);
+        }
+    }
+    words
+}
