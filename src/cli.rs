@@ -31,6 +31,9 @@ pub enum Command {
     Plan(JobArgs),
     /// Run a whole job on this machine: one launcher per simulated pod on 127.0.0.2, .3, ...
     Local(LocalArgs),
+    /// Say in plain words why the job would not start now (pods, Pending reasons, RBAC); starts
+    /// and waits for nothing. Status 0 when it would start.
+    Doctor(JobArgs),
     /// Print ready-to-apply YAML for a job: ServiceAccount, Role, RoleBinding and the Job(s).
     Manifest(ManifestArgs),
     /// Print a shell completion script, e.g. `paddle-launcher completions bash > /etc/bash_completion.d/paddle-launcher`.

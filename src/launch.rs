@@ -180,7 +180,7 @@ fn input_files(config: &Config) -> Result<InputFiles, ConfigError> {
 }
 
 /// The hostname's address, the last fallback for the own IP (what start_paddle.py used).
-fn hostname_ip() -> Option<IpAddr> {
+pub fn hostname_ip() -> Option<IpAddr> {
     let host = nix::unistd::gethostname().ok()?.into_string().ok()?;
     (host.as_str(), 0)
         .to_socket_addrs()

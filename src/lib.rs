@@ -6,6 +6,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod doctor;
 pub mod exit;
 pub mod launch;
 pub mod local;

@@ -9,7 +9,7 @@ use paddle_launcher::cli::{Cli, Command, JobArgs, LogFormat, ManifestArgs};
 use paddle_launcher::config::DEFAULT_TERMINATION_LOG;
 use paddle_launcher::exit::{self, Outcome};
 use paddle_launcher::supervise::write_termination_message;
-use paddle_launcher::{launch, local, manifest};
+use paddle_launcher::{doctor, launch, local, manifest};
 
 fn main() {
     let command = Cli::command();
@@ -65,6 +65,16 @@ fn main() {
         }
         Some(Command::Plan(args)) => (launch(args, true), None),
         Some(Command::Manifest(args)) => (print_manifest(args), None),
+        Some(Command::Doctor(args)) => {
+            let interfaces = local_ip_address::list_afinet_netifas().unwrap_or_default();
+            let (lines, outcome) =
+                runtime.block_on(doctor::doctor(args, &interfaces, launch::hostname_ip()));
+            for line in lines {
+                println!("{line}");
+            }
+            println!("{}", outcome.reason);
+            (outcome, None)
+        }
         // Printed above, before logging started.
         Some(Command::Completions { .. }) => {
             (Outcome::new(exit::SUCCESS, "completions printed"), None)

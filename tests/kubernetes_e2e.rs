@@ -395,3 +395,69 @@ fn watch_resumes_from_the_last_bookmark() {
         api.requests()
     );
 }
+
+#[test]
+fn doctor_says_why_the_job_would_not_start() {
+    let cluster = Cluster::new();
+    let mut stuck = job_pod("doc", "doc-1");
+    stuck["status"] = json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+        "reason": "Unschedulable", "message": "0/3 nodes are available: 3 Insufficient memory."}]});
+    cluster.api.put_pod(stuck);
+    let mut running = job_pod("doc", "doc-0");
+    running["status"] = json!({"phase": "Running", "podIP": "127.0.0.2"});
+    cluster.api.put_pod(running);
+    let mut env = cluster.env("doc", 3);
+    env.push(("POD_IP", "127.0.0.2".into()));
+    let done = Launcher::start(cluster.dir.path(), "doctor", &["doctor"], &env).wait(LIMIT);
+    assert_eq!(done.code(), 71, "{}\n{}", done.stdout, done.stderr);
+    for expected in [
+        "configuration: OK (job doc, 3 trainers",
+        "Kubernetes: reachable; pods can be listed in namespace default",
+        "doc-1: Pending (Unschedulable: 0/3 nodes are available: 3 Insufficient memory.)",
+        "1 of 3 pods do not exist yet",
+        "the job would not start yet",
+    ] {
+        assert!(
+            done.stdout.contains(expected),
+            "no {expected:?} in:\n{}",
+            done.stdout
+        );
+    }
+    // It looked once and did not wait: one list, no watch.
+    assert_eq!(cluster.api.pod_requests(), (1, 0));
+
+    cluster.api.set_forbidden(true);
+    let done = Launcher::start(cluster.dir.path(), "doctor2", &["doctor"], &env).wait(LIMIT);
+    assert_eq!(done.code(), 72);
+    assert!(
+        done.stdout.contains("verbs: [get, list, watch]"),
+        "{}",
+        done.stdout
+    );
+}
+
+#[test]
+fn doctor_says_when_the_job_would_start_and_with_which_rank() {
+    let cluster = Cluster::new();
+    for (name, ip) in [("ok-0", "127.0.0.3"), ("ok-1", "127.0.0.2")] {
+        let mut pod = job_pod("ok", name);
+        pod["status"] = json!({"phase": "Running", "podIP": ip});
+        cluster.api.put_pod(pod);
+    }
+    let mut env = cluster.env("ok", 2);
+    env.push(("POD_IP", "127.0.0.3".into()));
+    let done = Launcher::start(cluster.dir.path(), "doctor", &["doctor"], &env).wait(LIMIT);
+    assert_eq!(done.code(), 0, "{}\n{}", done.stdout, done.stderr);
+    assert!(
+        done.stdout
+            .contains("pods `job-name=ok`: all 2 Running with an IP"),
+        "{}",
+        done.stdout
+    );
+    assert!(
+        done.stdout
+            .contains("this pod would be trainer 1 / pserver 1"),
+        "{}",
+        done.stdout
+    );
+}

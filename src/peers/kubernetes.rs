@@ -228,6 +228,37 @@ pub async fn wait_until_ready(
     }
 }
 
+/// One plain list of each group's pods, no watch: for `doctor`.
+pub async fn list_once(
+    client: Client,
+    namespace: &str,
+    groups: &[Group],
+) -> Result<Vec<Vec<PodView>>, DiscoveryError> {
+    let api: Api<Pod> = Api::namespaced(client, namespace);
+    let mut lists = Vec::new();
+    for group in groups {
+        let params = kube::api::ListParams::default().labels(&group.selector.to_string());
+        match api.list(&params).await {
+            Ok(list) => lists.push(list.items.iter().map(pod_view).collect()),
+            Err(kube::Error::Api(status)) if matches!(status.code, 401 | 403) => {
+                let message = format!("{} {}", status.code, status.message);
+                return Err(DiscoveryError::Forbidden(rbac_hint(namespace, &message)));
+            }
+            Err(e) => {
+                return Err(DiscoveryError::Timeout {
+                    waited_s: 0,
+                    status: format!("the Kubernetes API did not answer the list: {e}"),
+                })
+            }
+        }
+    }
+    Ok(lists)
+}
+
+pub fn describe_group(kind: GroupKind) -> &'static str {
+    group_name(kind)
+}
+
 /// The API's message when it refused us (401/403): retrying cannot help, the Role is missing.
 fn forbidden(error: &watcher::Error) -> Option<String> {
     let status = match error {

@@ -1,0 +1,124 @@
+//! `doctor`: why would this job not start right now? One look, in plain words: the
+//! configuration, this pod's address, the cluster connection and RBAC, and each group of pods
+//! with the reason every missing one gives. Nothing is started and nothing is waited for.
+
+use crate::cli::JobArgs;
+use crate::config::{own_ip, Config, Discovery};
+use crate::exit::{self, Outcome};
+use crate::membership::{rank, readiness, Membership, Readiness};
+use crate::peers::kubernetes;
+
+/// The report's lines and the outcome: 0 when the job would start now.
+pub async fn doctor(
+    args: &JobArgs,
+    interfaces: &[(String, std::net::IpAddr)],
+    hostname_ip: Option<std::net::IpAddr>,
+) -> (Vec<String>, Outcome) {
+    let mut lines = Vec::new();
+    let config = match Config::from_args(args) {
+        Ok(config) => config,
+        Err(e) => {
+            return (
+                lines,
+                Outcome::new(exit::INVALID_CONFIG, format!("configuration: {e}")),
+            )
+        }
+    };
+    lines.push(format!(
+        "configuration: OK (job {}, {} trainers, {} pservers, protocol {:?})",
+        config.job_name, config.trainers, config.pservers, config.protocol
+    ));
+    let my_ip = match own_ip(&config, interfaces, hostname_ip) {
+        Ok(ip) => ip,
+        Err(e) => {
+            return (
+                lines,
+                Outcome::new(exit::INVALID_CONFIG, format!("this pod's address: {e}")),
+            )
+        }
+    };
+    lines.push(format!(
+        "this pod: {} on {} (NIC {})",
+        config.pod_name.as_deref().unwrap_or("(no POD_NAME)"),
+        my_ip,
+        config.nic
+    ));
+    let groups = match &config.discovery {
+        Discovery::Static { ips } => {
+            lines.push(format!(
+                "peers: a static list of {} addresses, no Kubernetes needed",
+                ips.len()
+            ));
+            return (
+                lines,
+                Outcome::new(exit::SUCCESS, "the job would start now"),
+            );
+        }
+        Discovery::Kubernetes { groups } => groups,
+    };
+    let (client, namespace) = match kubernetes::connect(config.namespace.as_deref()).await {
+        Ok(found) => found,
+        Err(e) => return (lines, e.outcome()),
+    };
+    let lists = match kubernetes::list_once(client, &namespace, groups).await {
+        Ok(lists) => lists,
+        Err(e) => return (lines, e.outcome()),
+    };
+    lines.push(format!(
+        "Kubernetes: reachable; pods can be listed in namespace {namespace}"
+    ));
+    let mut ranked = Vec::new();
+    let mut ready = true;
+    for (group, pods) in groups.iter().zip(&lists) {
+        let name = kubernetes::describe_group(group.kind);
+        match readiness(pods, group.expected as usize) {
+            Readiness::Ready(pods) => {
+                lines.push(format!(
+                    "{name} `{}`: all {} Running with an IP",
+                    group.selector, group.expected
+                ));
+                ranked.push((group.kind, rank(&pods)));
+            }
+            Readiness::Waiting(wait) => {
+                ready = false;
+                lines.push(format!("{name} `{}`: {wait}", group.selector));
+                if wait.live < wait.expected {
+                    lines.push(format!(
+                        "  {} of {} pods do not exist yet: check the Job's parallelism and `kubectl describe job`",
+                        wait.expected - wait.live,
+                        wait.expected
+                    ));
+                }
+            }
+        }
+    }
+    if !ready {
+        return (
+            lines,
+            Outcome::new(
+                exit::PEERS_TIMEOUT,
+                "the job would not start yet: see above",
+            ),
+        );
+    }
+    let membership = Membership::from_groups(config.protocol, ranked);
+    let own_name = config.pod_name.as_deref();
+    let me = membership
+        .check_listeners(config.protocol)
+        .and_then(|()| membership.locate(&config, own_name, my_ip));
+    match me {
+        Ok(me) => {
+            let id = |r: Option<usize>| r.map_or("-".to_string(), |r| r.to_string());
+            lines.push(format!(
+                "this pod would be trainer {} / pserver {}",
+                id(me.trainer_rank),
+                id(me.pserver_rank)
+            ));
+            (
+                lines,
+                Outcome::new(exit::SUCCESS, "the job would start now"),
+            )
+        }
+        Err(e) => (lines, Outcome::new(exit::MEMBERSHIP, e.to_string())),
+    }
+}
