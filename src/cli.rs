@@ -100,6 +100,9 @@ pub struct ManifestArgs {
     pub ports_num_sparse: u16,
     #[arg(long, default_value_t = 6170)]
     pub trainer_port: u16,
+    /// DNS membership: a headless Service lists the pods; no ServiceAccount, Role or token.
+    #[arg(long)]
+    pub dns: bool,
     /// A PersistentVolumeClaim mounted at --job-path: the seed's shared job directory.
     #[arg(long)]
     pub volume_claim: Option<String>,
@@ -169,6 +172,13 @@ pub struct JobArgs {
     /// Static membership instead of Kubernetes: comma-separated pod IPs, rank = list order.
     #[arg(long, env = "PADDLE_LAUNCHER_PEERS")]
     pub peers: Option<String>,
+    /// DNS membership instead of the Kubernetes API: the name of a headless Service
+    /// (`publishNotReadyAddresses: true`) whose A/AAAA records are the pods; needs no RBAC.
+    #[arg(long, env = "PADDLE_LAUNCHER_DNS")]
+    pub dns: Option<String>,
+    /// The DNS server for --dns, `ip:port` [default: the nameservers of /etc/resolv.conf].
+    #[arg(long, env = "PADDLE_LAUNCHER_DNS_SERVER")]
+    pub dns_server: Option<String>,
     /// Seconds to wait for all pods to be Running; 0 waits forever [default: 1800].
     #[arg(long, env = "PADDLE_LAUNCHER_WAIT_TIMEOUT")]
     pub wait_timeout: Option<String>,

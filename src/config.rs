@@ -58,6 +58,8 @@ pub const ENTRY: &str = "ENTRY (--entry)";
 pub const TRAINER_PORT: &str = "PADDLE_LAUNCHER_TRAINER_PORT (--trainer-port)";
 pub const TRAIN_FILES: &str = "PADDLE_LAUNCHER_TRAIN_FILES (--train-files)";
 pub const TEST_FILES: &str = "PADDLE_LAUNCHER_TEST_FILES (--test-files)";
+pub const DNS: &str = "PADDLE_LAUNCHER_DNS (--dns)";
+pub const DNS_SERVER: &str = "PADDLE_LAUNCHER_DNS_SERVER (--dns-server)";
 pub const WATCH_PEERS: &str = "PADDLE_LAUNCHER_WATCH_PEERS (--watch-peers)";
 
 pub const DEFAULT_PORT: u16 = 7164;
@@ -143,6 +145,11 @@ pub enum Discovery {
     Kubernetes { groups: Vec<Group> },
     /// A fixed list of pod IPs of a one-group job; rank = position.
     Static { ips: Vec<IpAddr> },
+    /// The A/AAAA records of a headless Service; rank = numeric IP order.
+    Dns {
+        name: String,
+        server: Option<std::net::SocketAddr>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -339,8 +346,43 @@ impl Config {
                     ))
                 }
             };
-            let discovery = match peers {
-                Some(ips) => {
+            let dns = present(&args.dns)
+                .map(|name| {
+                    let bare = name.strip_suffix('.').unwrap_or(name);
+                    if bare.len() > 253 || !bare.split('.').all(crate::selector::is_dns_label) {
+                        return Err(ConfigError::new(
+                            DNS,
+                            name,
+                            "a DNS name such as my-job-pods.default.svc.cluster.local",
+                        ));
+                    }
+                    let server = present(&args.dns_server)
+                        .map(|text| {
+                            text.parse().map_err(|_| {
+                                ConfigError::new(
+                                    DNS_SERVER,
+                                    text,
+                                    "ip:port of a DNS server, e.g. 10.96.0.10:53",
+                                )
+                            })
+                        })
+                        .transpose()?;
+                    Ok(Discovery::Dns {
+                        name: name.to_string(),
+                        server,
+                    })
+                })
+                .transpose()?;
+            if let (Some(_), Some(text)) = (&dns, present(&args.peers)) {
+                return Err(ConfigError::new(
+                    PEERS,
+                    text,
+                    "either --peers or --dns, not both",
+                ));
+            }
+            let discovery = match (peers, dns) {
+                (None, Some(dns)) => dns,
+                (Some(ips), _) => {
                     if ips.len() as u32 != trainers {
                         return Err(ConfigError::new(
                             PEERS,
@@ -360,7 +402,7 @@ impl Config {
                     }
                     Discovery::Static { ips }
                 }
-                None => Discovery::Kubernetes {
+                (None, None) => Discovery::Kubernetes {
                     groups: vec![Group {
                         kind: GroupKind::Job,
                         selector: selector(
@@ -380,6 +422,13 @@ impl Config {
                     PEERS,
                     text,
                     "no static peers with --role pserver/trainer (the split layout is found through Kubernetes)",
+                ));
+            }
+            if let Some(text) = present(&args.dns) {
+                return Err(ConfigError::new(
+                    DNS,
+                    text,
+                    "no DNS membership with --role pserver/trainer (the split layout is found through Kubernetes)",
                 ));
             }
             let expected_trainers =

@@ -54,6 +54,16 @@ pub async fn doctor(
                 Outcome::new(exit::SUCCESS, "the job would start now"),
             );
         }
+        Discovery::Dns { name, .. } => {
+            lines.push(format!("peers: the DNS records of {name} (no Kubernetes API, no RBAC needed); `run` waits for {} of them", config.trainers));
+            return (
+                lines,
+                Outcome::new(
+                    exit::SUCCESS,
+                    "DNS membership: nothing more to check without waiting",
+                ),
+            );
+        }
         Discovery::Kubernetes { groups } => groups,
     };
     let (client, namespace) = match kubernetes::connect(config.namespace.as_deref()).await {

@@ -82,10 +82,10 @@ pub async fn launch(args: &JobArgs, plan_only: bool) -> Outcome {
     if let Err(e) = membership.check_listeners(config.protocol) {
         return membership_error(e);
     }
-    // Static members have made-up names: only a real pod list can be searched by name.
+    // Static and DNS members have made-up names: only a real pod list can be searched by name.
     let own_name = match config.discovery {
         Discovery::Kubernetes { .. } => config.pod_name.as_deref(),
-        Discovery::Static { .. } => None,
+        Discovery::Static { .. } | Discovery::Dns { .. } => None,
     };
     let me = match membership.locate(&config, own_name, my_ip) {
         Ok(me) => me,

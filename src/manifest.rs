@@ -49,6 +49,13 @@ pub fn documents(a: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
     if a.trainers == 0 {
         return Err(invalid("--trainers", "0", "at least 1 trainer"));
     }
+    if a.split && a.dns {
+        return Err(invalid(
+            "--dns",
+            "true",
+            "the one-Job layout (the split layout is found through the Kubernetes API)",
+        ));
+    }
     if a.split && (a.pservers == 0 || a.protocol == "collective") {
         return Err(invalid(
             "--split",
@@ -89,17 +96,32 @@ pub fn documents(a: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
         }
     }
     let account = format!("{}-launcher", a.job_name);
-    let mut docs = vec![
-        json!({"apiVersion": "v1", "kind": "ServiceAccount",
-               "metadata": {"name": account, "namespace": a.namespace}}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-               "metadata": {"name": account, "namespace": a.namespace},
-               "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-               "metadata": {"name": account, "namespace": a.namespace},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
-               "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": a.namespace}]}),
-    ];
+    let mut docs = Vec::new();
+    if a.dns {
+        // Headless, and listing pods before they are Ready: the launchers wait for all of them.
+        let mut ports = vec![json!({"name": "pserver", "port": a.port})];
+        if matches!(a.protocol.as_str(), "fleet" | "collective") {
+            ports = vec![json!({"name": "trainer", "port": a.trainer_port})];
+        }
+        docs.push(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": dns_name(a), "namespace": a.namespace},
+            "spec": {"clusterIP": "None", "publishNotReadyAddresses": true,
+                     "selector": {JOB_LABEL: a.job_name}, "ports": ports},
+        }));
+    } else {
+        docs.extend([
+            json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                   "metadata": {"name": account, "namespace": a.namespace}}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                   "metadata": {"name": account, "namespace": a.namespace},
+                   "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                   "metadata": {"name": account, "namespace": a.namespace},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+                   "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": a.namespace}]}),
+        ]);
+    }
     docs.push(json!({
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -186,6 +208,9 @@ fn container_env(a: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
     }
     if a.volume_claim.is_some() {
         env.push(env_value("JOB_PATH", &a.job_path));
+    }
+    if a.dns {
+        env.push(env_value("PADDLE_LAUNCHER_DNS", dns_name(a)));
     }
     if let Some(entry) = &a.entry {
         env.push(env_value("ENTRY", entry));
@@ -277,7 +302,6 @@ fn job(a: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
         "template": {
             "metadata": {"labels": labels},
             "spec": {
-                "serviceAccountName": account,
                 "restartPolicy": "Never",
                 // Longer than the launcher's grace period (10 s), so it stops its children first.
                 "terminationGracePeriodSeconds": 30,
@@ -296,12 +320,24 @@ fn job(a: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
     if a.indexed {
         spec["completionMode"] = json!("Indexed");
     }
+    let pod = &mut spec["template"]["spec"];
+    if a.dns {
+        // DNS membership needs no API access: no token in the pod.
+        pod["automountServiceAccountToken"] = json!(false);
+    } else {
+        pod["serviceAccountName"] = json!(account);
+    }
     json!({
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": name, "namespace": a.namespace},
         "spec": spec,
     })
+}
+
+/// The headless Service of --dns, resolved through the pod's search domains.
+fn dns_name(a: &ManifestArgs) -> String {
+    format!("{}-pods", a.job_name)
 }
 
 /// The documents as one YAML stream, with a header saying how to regenerate it.

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::core::v1::{Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use serde_json::{json, Value};
@@ -123,11 +123,14 @@ fn every_document_is_a_valid_kubernetes_object() {
         let docs: Vec<Value> = serde_saphyr::from_multiple(&manifest(args)).unwrap();
         let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
         let jobs = if args.contains(&"--split") { 2 } else { 1 };
-        assert_eq!(
-            kinds[..4],
-            ["ServiceAccount", "Role", "RoleBinding", "NetworkPolicy"]
-        );
-        assert_eq!(kinds[4..].len(), jobs);
+        // DNS membership needs no API access, so no RBAC objects at all.
+        let access: &[&str] = if args.contains(&"--dns") {
+            &["Service", "NetworkPolicy"]
+        } else {
+            &["ServiceAccount", "Role", "RoleBinding", "NetworkPolicy"]
+        };
+        assert_eq!(&kinds[..access.len()], access);
+        assert_eq!(kinds[access.len()..], vec!["Job"; jobs][..]);
         for doc in docs {
             match doc["kind"].as_str().unwrap() {
                 "ServiceAccount" => drop(serde_json::from_value::<ServiceAccount>(doc).unwrap()),
@@ -142,6 +145,14 @@ fn every_document_is_a_valid_kubernetes_object() {
                     );
                 }
                 "RoleBinding" => drop(serde_json::from_value::<RoleBinding>(doc).unwrap()),
+                "Service" => {
+                    let spec = serde_json::from_value::<Service>(doc)
+                        .unwrap()
+                        .spec
+                        .unwrap();
+                    assert_eq!(spec.cluster_ip.as_deref(), Some("None"), "headless");
+                    assert_eq!(spec.publish_not_ready_addresses, Some(true));
+                }
                 "NetworkPolicy" => drop(serde_json::from_value::<NetworkPolicy>(doc).unwrap()),
                 "Job" => {
                     let job: Job = serde_json::from_value(doc).unwrap();
@@ -289,6 +300,20 @@ fn launchers_started_from_each_manifest_plan_the_job() {
             .map(|(j, job)| pods_of(&api, job, 60 + 10 * v as u8 + 5 * j as u8))
             .collect();
         for (job, pods) in jobs.iter().zip(&pods) {
+            if args.contains(&"--dns") {
+                // DNS discovery itself is tested against dnsmasq (tests/dns.rs): here, that the
+                // pod's environment selects it and needs no API.
+                let env = pod_env(job, &pods[0]);
+                let done = Launcher::start(dir.path(), "doctor", &["doctor"], &env)
+                    .wait(std::time::Duration::from_secs(60));
+                assert_eq!(done.code(), 0, "{}", done.stdout);
+                assert!(
+                    done.stdout.contains("peers: the DNS records of dn-pods"),
+                    "{}",
+                    done.stdout
+                );
+                continue;
+            }
             let mut ids = BTreeSet::new();
             for pod in pods {
                 let mut env = pod_env(job, pod);

@@ -1,5 +1,6 @@
 //! "Who is in the job": one backend per file, all ending in the same ranked member list.
 
+pub mod dns;
 pub mod kubernetes;
 pub mod static_list;
 
@@ -46,6 +47,16 @@ pub async fn discover(config: &Config) -> Result<Found, DiscoveryError> {
     let (groups, namespace, peer_loss) = match &config.discovery {
         Discovery::Static { ips } => {
             let members = static_list::members(&config.job_name, ips);
+            (vec![(GroupKind::Job, members)], None, None)
+        }
+        Discovery::Dns { name, server } => {
+            let members = dns::wait_until_stable(
+                name,
+                *server,
+                config.trainers as usize,
+                config.wait_timeout,
+            )
+            .await?;
             (vec![(GroupKind::Job, members)], None, None)
         }
         Discovery::Kubernetes { groups } => {

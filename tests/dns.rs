@@ -1,0 +1,166 @@
+//! DNS membership against a real DNS server (Debian's dnsmasq) on loopback, whose records
+//! change while the launchers wait. No Kubernetes API is configured at all.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde_json::Value;
+use support::Launcher;
+
+const NAME: &str = "trainers.paddle.test";
+const LIMIT: Duration = Duration::from_secs(90);
+
+struct Dnsmasq {
+    child: Child,
+    hosts: PathBuf,
+    port: u16,
+}
+
+impl Dnsmasq {
+    fn start(dir: &Path) -> Dnsmasq {
+        let port = std::net::UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let hosts = dir.join("hosts");
+        std::fs::write(&hosts, "").unwrap();
+        let binary = ["/usr/sbin/dnsmasq", "/usr/bin/dnsmasq"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .expect("dnsmasq is needed (.ci/run installs Debian's dnsmasq-base)");
+        let child = Command::new(binary)
+            .args([
+                "--keep-in-foreground",
+                "--conf-file=/dev/null",
+                "--no-resolv",
+                "--no-hosts",
+                "--bind-interfaces",
+                "--listen-address=127.0.0.1",
+                "--local-ttl=0",
+                "--user=root",
+                "--pid-file",
+                "--log-facility=-",
+            ])
+            .arg(format!("--port={port}"))
+            .arg(format!("--addn-hosts={}", hosts.display()))
+            .stderr(std::fs::File::create(dir.join("dnsmasq.log")).unwrap())
+            .spawn()
+            .unwrap();
+        // Until it has started, a SIGHUP would kill it instead of reloading the records.
+        let log = dir.join("dnsmasq.log");
+        let deadline = std::time::Instant::now() + LIMIT;
+        while !std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("started, version")
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "dnsmasq did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Dnsmasq { child, hosts, port }
+    }
+
+    /// Replaces the records of NAME and makes dnsmasq reload them.
+    fn set(&self, ips: &[&str]) {
+        let text: String = ips.iter().map(|ip| format!("{ip} {NAME}\n")).collect();
+        std::fs::write(&self.hosts, text).unwrap();
+        kill(Pid::from_raw(self.child.id() as i32), Signal::SIGHUP).unwrap();
+    }
+}
+
+impl Drop for Dnsmasq {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn launchers_agree_once_the_records_are_exactly_the_job_and_stable() {
+    let dir = tempfile::tempdir().unwrap();
+    let dns = Dnsmasq::start(dir.path());
+    dns.set(&["127.0.0.72"]);
+    let ips = ["127.0.0.71", "127.0.0.70", "127.0.0.72"];
+    let launchers: Vec<Launcher> = ips
+        .iter()
+        .map(|ip| {
+            let env = vec![
+                ("JOB_NAME", "dnsjob".to_string()),
+                ("CONF_PADDLE_GRADIENT_NUM", "3".to_string()),
+                ("CONF_PADDLE_NIC", "lo".to_string()),
+                ("POD_IP", ip.to_string()),
+                ("PADDLE_LAUNCHER_DNS", NAME.to_string()),
+                (
+                    "PADDLE_LAUNCHER_DNS_SERVER",
+                    format!("127.0.0.1:{}", dns.port),
+                ),
+            ];
+            Launcher::start(dir.path(), ip, &["plan"], &env)
+        })
+        .collect();
+    for l in &launchers {
+        l.wait_for_output("resolves to 1 of 3 addresses: 127.0.0.72", LIMIT);
+    }
+    // A replacement pod's record appears before the old one's is gone: 4 of 3, not ready.
+    dns.set(&["127.0.0.70", "127.0.0.71", "127.0.0.72", "127.0.0.73"]);
+    for l in &launchers {
+        l.wait_for_output("resolves to 4 of 3 addresses", LIMIT);
+    }
+    dns.set(&["127.0.0.72", "127.0.0.70", "127.0.0.71"]);
+    let plans: Vec<Value> = launchers
+        .into_iter()
+        .map(|l| {
+            let done = l.wait(LIMIT);
+            assert_eq!(done.code(), 0, "{}", done.stderr);
+            assert!(
+                done.stderr.contains("more than expected"),
+                "{}",
+                done.stderr
+            );
+            serde_json::from_str(&done.stdout).unwrap()
+        })
+        .collect();
+    let ids: Vec<u64> = plans
+        .iter()
+        .map(|p| p["trainer_id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids, [1, 0, 2], "numeric IP order: .70, .71, .72");
+    for plan in &plans {
+        assert_eq!(plan["pods"], plans[0]["pods"]);
+        assert_eq!(plan["namespace"], Value::Null, "no Kubernetes API was used");
+    }
+}
+
+#[test]
+fn a_name_that_never_resolves_times_out_with_what_was_seen() {
+    let dir = tempfile::tempdir().unwrap();
+    let dns = Dnsmasq::start(dir.path());
+    let env = vec![
+        ("JOB_NAME", "nodns".to_string()),
+        ("CONF_PADDLE_GRADIENT_NUM", "2".to_string()),
+        ("CONF_PADDLE_NIC", "lo".to_string()),
+        ("POD_IP", "127.0.0.74".to_string()),
+        ("PADDLE_LAUNCHER_DNS", NAME.to_string()),
+        (
+            "PADDLE_LAUNCHER_DNS_SERVER",
+            format!("127.0.0.1:{}", dns.port),
+        ),
+        ("PADDLE_LAUNCHER_WAIT_TIMEOUT", "3".to_string()),
+    ];
+    let done = Launcher::start(dir.path(), "nodns", &["plan"], &env).wait(LIMIT);
+    assert_eq!(done.code(), 71, "{}", done.stderr);
+    assert!(
+        done.stderr
+            .contains(&format!("{NAME} resolves to 0 of 2 addresses")),
+        "{}",
+        done.stderr
+    );
+}
