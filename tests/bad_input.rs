@@ -38,7 +38,7 @@ fn value() -> impl Strategy<Value = Option<String>> {
 
 prop_compose! {
     fn job_args()(
-        fields in proptest::collection::vec(value(), 30),
+        fields in proptest::collection::vec(value(), 32),
         trainer_args in proptest::collection::vec("[ -~]{0,12}", 0..4),
     ) -> JobArgs {
         let mut f = fields.into_iter();
@@ -52,6 +52,7 @@ prop_compose! {
             workdir: next(), role: next(), protocol: next(), pserver_count: next(),
             trainer_count: next(), pserver_selector: next(), trainer_selector: next(),
             max_failed_trainers: next(), entry: next(), trainer_port: next(),
+            dns: next(), dns_server: next(),
             id_dir: None, train_files: None, test_files: None, train_list: None,
             test_list: None, watch_peers: None, trainer_args,
         }
