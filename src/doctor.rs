@@ -54,15 +54,34 @@ pub async fn doctor(
                 Outcome::new(exit::SUCCESS, "the job would start now"),
             );
         }
-        Discovery::Dns { name, .. } => {
-            lines.push(format!("peers: the DNS records of {name} (no Kubernetes API, no RBAC needed); `run` waits for {} of them", config.trainers));
-            return (
-                lines,
-                Outcome::new(
-                    exit::SUCCESS,
-                    "DNS membership: nothing more to check without waiting",
-                ),
-            );
+        Discovery::Dns { name, server } => {
+            lines.push(format!(
+                "peers: the DNS records of {name} (no Kubernetes API, no RBAC needed)"
+            ));
+            let expected = config.trainers as usize;
+            return match crate::peers::dns::resolve_once(name, *server).await {
+                Ok(ips) if ips.len() == expected && ips.contains(&my_ip) => {
+                    let reason = format!(
+                        "{name} resolves to all {expected} addresses: the job would start now"
+                    );
+                    (lines, Outcome::new(exit::SUCCESS, reason))
+                }
+                Ok(ips) => {
+                    let list: Vec<String> = ips.iter().map(ToString::to_string).collect();
+                    let why = if ips.contains(&my_ip) {
+                        ""
+                    } else {
+                        "; this pod's address is not among them"
+                    };
+                    let reason = format!(
+                        "{name} resolves to {} of {expected} addresses [{}]{why}: the job would not start yet",
+                        ips.len(),
+                        list.join(", ")
+                    );
+                    (lines, Outcome::new(exit::PEERS_TIMEOUT, reason))
+                }
+                Err(e) => (lines, Outcome::new(exit::PEERS_TIMEOUT, e)),
+            };
         }
         Discovery::Kubernetes { groups } => groups,
     };

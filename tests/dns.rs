@@ -164,3 +164,38 @@ fn a_name_that_never_resolves_times_out_with_what_was_seen() {
         done.stderr
     );
 }
+
+#[test]
+fn doctor_reports_what_the_name_resolves_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let dns = Dnsmasq::start(dir.path());
+    dns.set(&["127.0.0.76", "127.0.0.77"]);
+    let env = |ip: &str| {
+        vec![
+            ("JOB_NAME", "docdns".to_string()),
+            ("CONF_PADDLE_GRADIENT_NUM", "3".to_string()),
+            ("CONF_PADDLE_NIC", "lo".to_string()),
+            ("POD_IP", ip.to_string()),
+            ("PADDLE_LAUNCHER_DNS", NAME.to_string()),
+            (
+                "PADDLE_LAUNCHER_DNS_SERVER",
+                format!("127.0.0.1:{}", dns.port),
+            ),
+        ]
+    };
+    let done = Launcher::start(dir.path(), "doc1", &["doctor"], &env("127.0.0.76")).wait(LIMIT);
+    assert_eq!(done.code(), 71, "{}", done.stdout);
+    let expected = format!(
+        "{NAME} resolves to 2 of 3 addresses [127.0.0.76, 127.0.0.77]: the job would not start yet"
+    );
+    assert!(done.stdout.contains(&expected), "{}", done.stdout);
+    dns.set(&["127.0.0.76", "127.0.0.77", "127.0.0.78"]);
+    let done = Launcher::start(dir.path(), "doc2", &["doctor"], &env("127.0.0.78")).wait(LIMIT);
+    assert_eq!(done.code(), 0, "{}", done.stdout);
+    assert!(
+        done.stdout
+            .contains("resolves to all 3 addresses: the job would start now"),
+        "{}",
+        done.stdout
+    );
+}

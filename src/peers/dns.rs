@@ -48,6 +48,28 @@ fn resolver(server: Option<SocketAddr>) -> Result<TokioResolver, DiscoveryError>
     Ok(builder.build())
 }
 
+/// One round: the addresses `name` resolves to now (none when it does not exist yet).
+async fn lookup(resolver: &TokioResolver, name: &str) -> Result<BTreeSet<IpAddr>, String> {
+    match tokio::time::timeout(LOOKUP_LIMIT, resolver.lookup_ip(name)).await {
+        Ok(Ok(found)) => Ok(found.iter().collect()),
+        Ok(Err(e)) if e.is_no_records_found() => Ok(BTreeSet::new()),
+        Ok(Err(e)) => Err(format!("DNS lookup of {name} failed, retrying: {e}")),
+        Err(_) => Err(format!(
+            "DNS lookup of {name} got no answer within {} s, retrying",
+            LOOKUP_LIMIT.as_secs()
+        )),
+    }
+}
+
+/// The addresses `name` resolves to right now, for `doctor`.
+pub async fn resolve_once(
+    name: &str,
+    server: Option<SocketAddr>,
+) -> Result<BTreeSet<IpAddr>, String> {
+    let resolver = resolver(server).map_err(|e| e.to_string())?;
+    lookup(&resolver, name).await
+}
+
 /// The job's members once `name` resolves to exactly `expected` addresses, the same twice.
 pub async fn wait_until_stable(
     name: &str,
@@ -66,22 +88,13 @@ pub async fn wait_until_stable(
     let mut status = String::new();
     let mut last_progress = started;
     loop {
-        let seen: Option<BTreeSet<IpAddr>> =
-            match tokio::time::timeout(LOOKUP_LIMIT, resolver.lookup_ip(name)).await {
-                Ok(Ok(found)) => Some(found.iter().collect()),
-                Ok(Err(e)) if e.is_no_records_found() => Some(BTreeSet::new()),
-                Ok(Err(e)) => {
-                    status = format!("DNS lookup of {name} failed, retrying: {e}");
-                    None
-                }
-                Err(_) => {
-                    status = format!(
-                        "DNS lookup of {name} got no answer within {} s, retrying",
-                        LOOKUP_LIMIT.as_secs()
-                    );
-                    None
-                }
-            };
+        let seen = match lookup(&resolver, name).await {
+            Ok(ips) => Some(ips),
+            Err(e) => {
+                status = e;
+                None
+            }
+        };
         if let Some(ips) = &seen {
             if ips.len() == expected && previous.as_ref() == Some(ips) {
                 info!("{name} resolves to the same {expected} addresses twice: ready");
