@@ -8,7 +8,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use serde_json::Value;
 use support::fake_api::{job_pod, FakeApi};
-use support::{free_ports, standin, survivors, Launcher, Rng};
+use support::{assert_nothing_left, free_ports, standin, survivors, Launcher, OnePod, Rng};
 
 const LIMIT: Duration = Duration::from_secs(120);
 const RUNS: usize = 3;
@@ -341,74 +341,33 @@ fn with_peer_watching_off_a_lost_peer_does_not_stop_training() {
     assert!(!done.stderr.contains("peer pod"), "{}", done.stderr);
 }
 
-#[test]
-fn sigterm_while_the_pserver_starts_exits_143_and_leaves_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let pids = dir.path().join("pids");
-    std::fs::create_dir_all(&pids).unwrap();
-    let env = vec![
-        ("JOB_NAME", "phase".to_string()),
-        ("PADDLE_LAUNCHER_PEERS", "127.0.0.40".to_string()),
-        ("POD_IP", "127.0.0.40".to_string()),
-        ("CONF_PADDLE_NIC", "lo".to_string()),
-        ("CONF_PADDLE_PORT", free_ports(1).to_string()),
-        (
-            "PADDLE_LAUNCHER_PSERVER_CMD",
-            format!("{} pserver", standin()),
-        ),
-        (
-            "PADDLE_LAUNCHER_TRAINER_CMD",
-            format!("{} train", standin()),
-        ),
-        ("STANDIN_PSERVER_DELAY", "600".to_string()),
-        ("STANDIN_PID_DIR", pids.display().to_string()),
-    ];
-    let launcher = Launcher::start(dir.path(), "phase", &["run"], &env);
-    launcher.wait_for_output("waiting for 1 pserver endpoints", LIMIT);
+/// A one-pod launch stopped by SIGTERM once `phase` shows in its log.
+fn sigterm_during(pod: &OnePod, phase: &str, reason: &str) {
+    let launcher = pod.start();
+    launcher.wait_for_output(phase, LIMIT);
     launcher.signal(Signal::SIGTERM);
     let done = launcher.wait(LIMIT);
     assert_eq!(done.code(), 143, "{}", done.stderr);
-    assert!(
-        done.stderr
-            .contains("received SIGTERM while waiting for the pservers"),
-        "{}",
-        done.stderr
+    assert!(done.stderr.contains(reason), "{}", done.stderr);
+    assert_nothing_left(&pod.pids());
+}
+
+#[test]
+fn sigterm_while_the_pserver_starts_exits_143_and_leaves_nothing() {
+    let pod = OnePod::new("127.0.0.40").set("STANDIN_PSERVER_DELAY", "600");
+    sigterm_during(
+        &pod,
+        "waiting for 1 pserver endpoints",
+        "received SIGTERM while waiting for the pservers",
     );
-    assert_eq!(survivors(&pids), Vec::<String>::new());
 }
 
 #[test]
 fn sigterm_while_lingering_exits_143_and_leaves_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let pids = dir.path().join("pids");
-    std::fs::create_dir_all(&pids).unwrap();
-    let env = vec![
-        ("JOB_NAME", "linger".to_string()),
-        ("PADDLE_LAUNCHER_PEERS", "127.0.0.41".to_string()),
-        ("POD_IP", "127.0.0.41".to_string()),
-        ("CONF_PADDLE_NIC", "lo".to_string()),
-        ("CONF_PADDLE_PORT", free_ports(1).to_string()),
-        (
-            "PADDLE_LAUNCHER_PSERVER_CMD",
-            format!("{} pserver", standin()),
-        ),
-        (
-            "PADDLE_LAUNCHER_TRAINER_CMD",
-            format!("{} train", standin()),
-        ),
-        ("PADDLE_LAUNCHER_LINGER", "600".to_string()),
-        ("STANDIN_PID_DIR", pids.display().to_string()),
-    ];
-    let launcher = Launcher::start(dir.path(), "linger", &["run"], &env);
-    launcher.wait_for_output("the pserver keeps serving for 600 s", LIMIT);
-    launcher.signal(Signal::SIGTERM);
-    let done = launcher.wait(LIMIT);
-    assert_eq!(done.code(), 143, "{}", done.stderr);
-    assert!(
-        done.stderr
-            .contains("received SIGTERM while the pserver lingered"),
-        "{}",
-        done.stderr
+    let pod = OnePod::new("127.0.0.41").set("PADDLE_LAUNCHER_LINGER", "600");
+    sigterm_during(
+        &pod,
+        "the pserver keeps serving for 600 s",
+        "received SIGTERM while the pserver lingered",
     );
-    assert_eq!(survivors(&pids), Vec::<String>::new());
 }

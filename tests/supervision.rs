@@ -3,71 +3,13 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use support::{free_ports, standin, survivors, Launcher};
+use support::{assert_nothing_left, free_ports, standin, Launcher, OnePod};
 
 const LIMIT: Duration = Duration::from_secs(60);
-
-/// A one-pod job on `ip`, with stand-in processes that record their pids.
-struct OnePod {
-    dir: tempfile::TempDir,
-    ip: &'static str,
-    env: Vec<(&'static str, String)>,
-}
-
-impl OnePod {
-    fn new(ip: &'static str) -> OnePod {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("pids")).unwrap();
-        let env = vec![
-            ("JOB_NAME", "sup".to_string()),
-            ("PADDLE_LAUNCHER_PEERS", ip.to_string()),
-            ("POD_IP", ip.to_string()),
-            ("CONF_PADDLE_NIC", "lo".to_string()),
-            ("CONF_PADDLE_PORT", free_ports(1).to_string()),
-            (
-                "PADDLE_LAUNCHER_PSERVER_CMD",
-                format!("{} pserver", standin()),
-            ),
-            (
-                "PADDLE_LAUNCHER_TRAINER_CMD",
-                format!("{} train", standin()),
-            ),
-            ("PADDLE_LAUNCHER_LINGER", "0".to_string()),
-            ("PADDLE_LAUNCHER_GRACE_PERIOD", "5".to_string()),
-            (
-                "STANDIN_PID_DIR",
-                dir.path().join("pids").display().to_string(),
-            ),
-        ];
-        OnePod { dir, ip, env }
-    }
-
-    fn set(mut self, name: &'static str, value: &str) -> Self {
-        self.env.retain(|(n, _)| *n != name);
-        self.env.push((name, value.to_string()));
-        self
-    }
-
-    fn start(&self) -> Launcher {
-        Launcher::start(self.dir.path(), self.ip, &["run"], &self.env)
-    }
-
-    fn pids(&self) -> PathBuf {
-        self.dir.path().join("pids")
-    }
-}
-
-fn assert_nothing_left(pids: &Path) {
-    assert_eq!(
-        survivors(pids),
-        Vec::<String>::new(),
-        "processes left behind"
-    );
-}
 
 #[test]
 fn trainer_exit_code_becomes_launcher_exit_code() {

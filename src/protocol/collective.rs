@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
-use super::{endpoints, env, process, program, JobDir};
+use super::{endpoints, entry_process, env, JobDir};
 use crate::config::Config;
 use crate::membership::{Me, Membership};
 use crate::plan::{ProcessSpec, Role};
@@ -45,19 +45,16 @@ pub fn processes(
     me: &Me,
     job_dir: Option<&JobDir>,
 ) -> Vec<ProcessSpec> {
-    me.trainer_rank
-        .map(|rank| {
-            process(
-                config,
-                job_dir,
-                Role::Trainer,
-                rank,
-                program(config),
-                trainer_env(config, m, me, rank),
-            )
-        })
-        .into_iter()
-        .collect()
+    let trainer = me.trainer_rank.map(|rank| {
+        entry_process(
+            config,
+            job_dir,
+            Role::Trainer,
+            rank,
+            trainer_env(config, m, me, rank),
+        )
+    });
+    trainer.into_iter().collect()
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{endpoints, env, process, program, JobDir};
+use super::{by_role, endpoints, entry_process, env, JobDir};
 use crate::config::Config;
 use crate::membership::{Me, Membership};
 use crate::plan::{ProcessSpec, Role};
@@ -55,27 +55,27 @@ pub fn processes(
     me: &Me,
     job_dir: Option<&JobDir>,
 ) -> Vec<ProcessSpec> {
-    let pserver = me.pserver_rank.map(|rank| {
-        process(
-            config,
-            job_dir,
-            Role::Pserver,
-            rank,
-            program(config),
-            pserver_env(config, m, me),
-        )
-    });
-    let trainer = me.trainer_rank.map(|rank| {
-        process(
-            config,
-            job_dir,
-            Role::Trainer,
-            rank,
-            program(config),
-            trainer_env(config, m, me, rank),
-        )
-    });
-    pserver.into_iter().chain(trainer).collect()
+    by_role(
+        me,
+        |rank| {
+            entry_process(
+                config,
+                job_dir,
+                Role::Pserver,
+                rank,
+                pserver_env(config, m, me),
+            )
+        },
+        |rank| {
+            entry_process(
+                config,
+                job_dir,
+                Role::Trainer,
+                rank,
+                trainer_env(config, m, me, rank),
+            )
+        },
+    )
 }
 
 #[cfg(test)]

@@ -99,6 +99,29 @@ pub fn process(
     }
 }
 
+/// A process running the training program of the entry-command protocols with `env`.
+pub fn entry_process(
+    config: &Config,
+    job_dir: Option<&JobDir>,
+    role: Role,
+    rank: usize,
+    env: BTreeMap<String, String>,
+) -> ProcessSpec {
+    process(config, job_dir, role, rank, program(config), env)
+}
+
+/// This pod's processes: a pserver where it has a pserver rank, a trainer where it has a
+/// trainer rank, in that order (the pserver starts first).
+pub fn by_role(
+    me: &Me,
+    pserver: impl FnOnce(usize) -> ProcessSpec,
+    trainer: impl FnOnce(usize) -> ProcessSpec,
+) -> Vec<ProcessSpec> {
+    let pserver = me.pserver_rank.map(pserver);
+    let trainer = me.trainer_rank.map(trainer);
+    pserver.into_iter().chain(trainer).collect()
+}
+
 /// Every pserver endpoint the trainer needs up before it starts (empty: no gate).
 pub fn pserver_endpoints(config: &Config, membership: &Membership) -> Vec<SocketAddr> {
     let ports: Vec<u16> = match config.protocol {

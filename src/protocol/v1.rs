@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{ips, process, JobDir};
+use super::{by_role, ips, process, JobDir};
 use crate::config::Config;
 use crate::membership::{Me, Membership};
 use crate::plan::{ProcessSpec, Role};
@@ -68,11 +68,11 @@ pub fn processes(
     me: &Me,
     job_dir: Option<&JobDir>,
 ) -> Vec<ProcessSpec> {
-    let pserver = me.pserver_rank.map(|rank| pserver(config, rank, job_dir));
-    let trainer = me
-        .trainer_rank
-        .map(|rank| trainer(config, m, rank, job_dir));
-    pserver.into_iter().chain(trainer).collect()
+    by_role(
+        me,
+        |rank| pserver(config, rank, job_dir),
+        |rank| trainer(config, m, rank, job_dir),
+    )
 }
 
 #[cfg(test)]

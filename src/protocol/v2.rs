@@ -1,7 +1,7 @@
 //! The v2 Python API (`paddle.init()`): every `PADDLE_INIT_<NAME>` variable becomes the flag
 //! `--<name>`, so only names that are real v2 flags may be set. The pserver is v1's.
 
-use super::{env, ips, process, program, v1, JobDir};
+use super::{by_role, entry_process, env, ips, v1, JobDir};
 use crate::config::Config;
 use crate::membership::{Me, Membership};
 use crate::plan::{ProcessSpec, Role};
@@ -35,20 +35,19 @@ pub fn processes(
     me: &Me,
     job_dir: Option<&JobDir>,
 ) -> Vec<ProcessSpec> {
-    let pserver = me
-        .pserver_rank
-        .map(|rank| v1::pserver(config, rank, job_dir));
-    let trainer = me.trainer_rank.map(|rank| {
-        process(
-            config,
-            job_dir,
-            Role::Trainer,
-            rank,
-            program(config),
-            trainer_env(config, m, rank),
-        )
-    });
-    pserver.into_iter().chain(trainer).collect()
+    by_role(
+        me,
+        |rank| v1::pserver(config, rank, job_dir),
+        |rank| {
+            entry_process(
+                config,
+                job_dir,
+                Role::Trainer,
+                rank,
+                trainer_env(config, m, rank),
+            )
+        },
+    )
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ pub mod fake_api;
 
 use std::fs;
 use std::path::{Path, PathBuf};
+
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
@@ -184,4 +185,62 @@ pub fn trainer_argv(text: &str) -> Option<Vec<String>> {
         .lines()
         .find_map(|l| l.split("trainer argv: ").nth(1))?;
     serde_json::from_str(json).ok()
+}
+
+/// A one-pod job on `ip`, with stand-in processes that record their pids.
+pub struct OnePod {
+    pub dir: tempfile::TempDir,
+    pub ip: &'static str,
+    pub env: Vec<(&'static str, String)>,
+}
+
+impl OnePod {
+    pub fn new(ip: &'static str) -> OnePod {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("pids")).unwrap();
+        let env = vec![
+            ("JOB_NAME", "sup".to_string()),
+            ("PADDLE_LAUNCHER_PEERS", ip.to_string()),
+            ("POD_IP", ip.to_string()),
+            ("CONF_PADDLE_NIC", "lo".to_string()),
+            ("CONF_PADDLE_PORT", free_ports(1).to_string()),
+            (
+                "PADDLE_LAUNCHER_PSERVER_CMD",
+                format!("{} pserver", standin()),
+            ),
+            (
+                "PADDLE_LAUNCHER_TRAINER_CMD",
+                format!("{} train", standin()),
+            ),
+            ("PADDLE_LAUNCHER_LINGER", "0".to_string()),
+            ("PADDLE_LAUNCHER_GRACE_PERIOD", "5".to_string()),
+            (
+                "STANDIN_PID_DIR",
+                dir.path().join("pids").display().to_string(),
+            ),
+        ];
+        OnePod { dir, ip, env }
+    }
+
+    pub fn set(mut self, name: &'static str, value: &str) -> Self {
+        self.env.retain(|(n, _)| *n != name);
+        self.env.push((name, value.to_string()));
+        self
+    }
+
+    pub fn start(&self) -> Launcher {
+        Launcher::start(self.dir.path(), self.ip, &["run"], &self.env)
+    }
+
+    pub fn pids(&self) -> PathBuf {
+        self.dir.path().join("pids")
+    }
+}
+
+pub fn assert_nothing_left(pids: &Path) {
+    assert_eq!(
+        survivors(pids),
+        Vec::<String>::new(),
+        "processes left behind"
+    );
 }
