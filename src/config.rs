@@ -169,6 +169,8 @@ pub struct Config {
     pub max_failed_trainers: Option<u32>,
     /// Stop when a peer pod is lost after the launch.
     pub watch_peers: bool,
+    /// A pserver pod of the split layout ends (status 0) once these trainer pods all Succeeded.
+    pub trainers_to_finish: Option<Group>,
     /// The training program for v2/fleet/collective: `sh -c ENTRY`, or the args after `--`.
     pub entry: Option<String>,
     pub trainer_port: u16,
@@ -334,6 +336,7 @@ impl Config {
                 ConfigError::new(variable, &text, format!("a label selector with {expected}"))
             })
         };
+        let mut trainers_to_finish = None;
         let (trainers, pservers, discovery) = if role == PodRole::Both {
             let trainers = match (gradient_num, &peers) {
                 (Some(n), _) => n,
@@ -462,17 +465,21 @@ impl Config {
                     expected: pservers,
                 });
             }
-            // A pserver needs only the pserver pods: its contract names no trainer.
+            let trainer_group = Group {
+                kind: GroupKind::Trainers,
+                selector: selector(
+                    &args.trainer_selector,
+                    TRAINER_SELECTOR,
+                    format!("paddle-job={job_name}"),
+                )?,
+                expected: trainers,
+            };
+            // A pserver waits only for the pserver pods (its contract names no trainer); it
+            // watches the trainer pods after the launch to know when the job is done.
             if role == PodRole::Trainer {
-                groups.push(Group {
-                    kind: GroupKind::Trainers,
-                    selector: selector(
-                        &args.trainer_selector,
-                        TRAINER_SELECTOR,
-                        format!("paddle-job={job_name}"),
-                    )?,
-                    expected: trainers,
-                });
+                groups.push(trainer_group);
+            } else {
+                trainers_to_finish = Some(trainer_group);
             }
             (trainers, pservers, Discovery::Kubernetes { groups })
         };
@@ -549,6 +556,7 @@ impl Config {
             trainers,
             pservers,
             max_failed_trainers,
+            trainers_to_finish,
             watch_peers: match present(&args.watch_peers).unwrap_or("true") {
                 "true" | "1" | "yes" => true,
                 "false" | "0" | "no" => false,

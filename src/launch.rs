@@ -74,6 +74,7 @@ pub async fn launch(args: &JobArgs, plan_only: bool) -> Outcome {
         membership,
         namespace,
         peer_loss,
+        trainers_done,
     } = found;
     if namespace.is_some() {
         config.namespace = namespace;
@@ -114,6 +115,9 @@ pub async fn launch(args: &JobArgs, plan_only: bool) -> Outcome {
             if let (true, Some(loss)) = (config.watch_peers, peer_loss) {
                 supervisor.watch_peers(loss);
             }
+            if let Some(done) = trainers_done {
+                supervisor.end_when(done);
+            }
             run_plan(&plan, &config, &mut supervisor).await
         }
         None => Outcome::new(exit::INTERNAL, "no signal handlers"),
@@ -143,7 +147,7 @@ async fn wait_for_peers(
                         format!("received {} while waiting for the job's pods", signal_name(sig as i32)),
                     ))
                 }
-                Event::Exited { .. } | Event::PeerLost(_) => {}
+                Event::Exited { .. } | Event::PeerLost(_) | Event::JobDone(_) => {}
             },
         }
     }
@@ -281,7 +285,7 @@ async fn supervise_job(sup: &mut Supervisor, plan: &Plan, config: &Config) -> Ou
                     ),
                 );
             }
-            Event::Exited { .. } => {}
+            Event::Exited { .. } | Event::JobDone(_) => {}
         }
     }
 }
@@ -316,6 +320,11 @@ async fn supervise_pserver(sup: &mut Supervisor, pserver: usize) -> Outcome {
             Event::PeerLost(reason) => {
                 sup.stop(&[pserver], Signal::SIGTERM).await;
                 return peer_lost(reason, sup.label(pserver));
+            }
+            // The split layout's trainers are all done: stop serving so the Job completes.
+            Event::JobDone(reason) => {
+                sup.stop(&[pserver], Signal::SIGTERM).await;
+                return Outcome::new(exit::SUCCESS, format!("{reason}: stopped the pserver"));
             }
             Event::Exited { .. } => {}
         }
@@ -363,7 +372,7 @@ async fn wait_for_pservers(
                     sup.stop(&Vec::from_iter(pserver), Signal::SIGTERM).await;
                     return Err(peer_lost(reason, "the pserver"));
                 }
-                Event::Exited { .. } => {}
+                Event::Exited { .. } | Event::JobDone(_) => {}
             },
             _ = sleep_until(started + limit) => {
                 sup.stop(&Vec::from_iter(pserver), Signal::SIGTERM).await;
@@ -417,7 +426,7 @@ async fn linger(sup: &mut Supervisor, pserver: usize, how_long: Duration) -> Opt
                 }
                 Event::Signal(sig) => sup.forward(sig),
                 Event::Exited { child, .. } if child == pserver => return None,
-                Event::Exited { .. } => {}
+                Event::Exited { .. } | Event::JobDone(_) => {}
                 // Our trainer is done: a peer failing now is its pod's own failure.
                 Event::PeerLost(reason) => info!("{reason} (ignored: this trainer already succeeded)"),
             }

@@ -184,7 +184,7 @@ async fn watch_instances(sup: &mut Supervisor, instances: &[usize]) -> Outcome {
             }
             Event::Signal(sig) => sup.forward(sig),
             // Simulated pods have static membership: no peer watch.
-            Event::PeerLost(_) => {}
+            Event::PeerLost(_) | Event::JobDone(_) => {}
             Event::Exited { child, ended } => {
                 if ended.exit_code() != 0 && failure.is_none() {
                     failure = Some(Outcome::new(

@@ -134,11 +134,14 @@ pub enum Event {
     },
     /// A peer pod of the job was lost (the reason); reported once.
     PeerLost(String),
+    /// Every trainer of the job is done (the reason); reported once.
+    JobDone(String),
 }
 
 pub struct Supervisor {
     signals: Signals,
     peer_loss: Option<BoxFuture<'static, String>>,
+    job_done: Option<BoxFuture<'static, String>>,
     children: Vec<Child>,
     pending: VecDeque<Event>,
     pumps: Vec<mpsc::Receiver<()>>,
@@ -157,11 +160,17 @@ impl Supervisor {
         Supervisor {
             signals,
             peer_loss: None,
+            job_done: None,
             children: Vec::new(),
             pending: VecDeque::new(),
             pumps: Vec::new(),
             grace,
         }
+    }
+
+    /// From now on, `next_event` also reports when every trainer of the job is done.
+    pub fn end_when(&mut self, job_done: BoxFuture<'static, String>) {
+        self.job_done = Some(job_done);
     }
 
     /// From now on, `next_event` also reports the first lost peer.
@@ -350,18 +359,17 @@ impl Supervisor {
                 return event;
             }
             let Signals { streams, child } = &mut self.signals;
-            let peer_loss = &mut self.peer_loss;
-            let lost = async {
-                match peer_loss.as_mut() {
-                    Some(loss) => loss.await,
-                    None => std::future::pending().await,
-                }
-            };
+            let lost = pending_or(&mut self.peer_loss);
+            let done = pending_or(&mut self.job_done);
             let event = tokio::select! {
                 sig = next_of(streams) => Some(Event::Signal(sig)),
                 reason = lost => {
                     self.peer_loss = None;
                     Some(Event::PeerLost(reason))
+                }
+                reason = done => {
+                    self.job_done = None;
+                    Some(Event::JobDone(reason))
                 }
                 _ = child.recv() => None,
             };
@@ -417,6 +425,14 @@ impl Supervisor {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             let _ = pump.recv_timeout(left);
         }
+    }
+}
+
+/// The future's output, or never when there is none.
+async fn pending_or(future: &mut Option<BoxFuture<'static, String>>) -> String {
+    match future.as_mut() {
+        Some(f) => f.await,
+        None => std::future::pending().await,
     }
 }
 

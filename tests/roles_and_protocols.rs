@@ -244,19 +244,36 @@ fn split_layout_v2_trainers_find_pservers_and_may_share_an_ip() {
             "3\n"
         );
     }
-    // Pserver pods serve until they are told to stop.
-    for launcher in pserver_launchers {
-        launcher.wait_for_output("pserver listening on", LIMIT);
-        launcher.signal(Signal::SIGTERM);
-        let done = launcher.wait(LIMIT);
-        assert_eq!(done.code(), 143, "{}", done.stderr);
-        assert!(
-            done.stderr
-                .contains("received SIGTERM; stopped the pserver"),
-            "{}",
-            done.stderr
-        );
+    // A pserver pod stops when told to...
+    let mut pserver_launchers = pserver_launchers.into_iter();
+    let stopped = pserver_launchers.next().unwrap();
+    stopped.signal(Signal::SIGTERM);
+    let done = stopped.wait(LIMIT);
+    assert_eq!(done.code(), 143, "{}", done.stderr);
+    assert!(
+        done.stderr
+            .contains("received SIGTERM; stopped the pserver"),
+        "{}",
+        done.stderr
+    );
+    // ...and otherwise serves until every trainer pod has Succeeded, then ends with 0 so that
+    // the pserver Job completes.
+    let mut serving = pserver_launchers.next().unwrap();
+    assert!(
+        serving.child.try_wait().unwrap().is_none(),
+        "the pserver ended before the trainer pods did"
+    );
+    for (name, _) in trainers {
+        api.set_status("default", name, "Succeeded", None);
     }
+    let done = serving.wait(LIMIT);
+    assert_eq!(done.code(), 0, "{}", done.stderr);
+    assert!(
+        done.stderr
+            .contains("all 3 trainer pods `paddle-job=split` Succeeded: stopped the pserver"),
+        "{}",
+        done.stderr
+    );
 }
 
 #[test]

@@ -149,6 +149,34 @@ impl PodWatch {
     }
 }
 
+/// Resolves once `group.expected` of its pods have Succeeded: the trainers are done, so a
+/// pserver of the split layout can stop and let its Job complete.
+pub async fn all_succeeded(client: Client, namespace: String, group: Group) -> String {
+    let mut watch = PodWatch::start(client, &namespace, std::slice::from_ref(&group));
+    loop {
+        match watch.next_change().await {
+            Change::Settled => {}
+            Change::Unsettled => continue,
+            Change::Error(e) => {
+                warn!("{e} (watching the trainer pods)");
+                continue;
+            }
+            Change::Forbidden(e) => {
+                warn!("not allowed to watch the trainer pods, serving until stopped: {e}");
+                return std::future::pending().await;
+            }
+        }
+        let done = watch.pods[0]
+            .pods()
+            .iter()
+            .filter(|p| p.phase == "Succeeded")
+            .count();
+        if done >= group.expected as usize {
+            return format!("all {done} trainer pods `{}` Succeeded", group.selector);
+        }
+    }
+}
+
 /// Waits until, in every group, exactly the expected number of live pods match and are Running
 /// with an IP; returns each group's ready pods, and the watch for what happens next.
 pub async fn wait_until_ready(

@@ -40,10 +40,13 @@ pub struct Found {
     pub membership: Membership,
     pub namespace: Option<String>,
     pub peer_loss: Option<BoxFuture<'static, String>>,
+    /// For a pserver of the split layout: resolves when every trainer pod has Succeeded.
+    pub trainers_done: Option<BoxFuture<'static, String>>,
 }
 
 /// Waits until every group has exactly the expected number of ready pods.
 pub async fn discover(config: &Config) -> Result<Found, DiscoveryError> {
+    let mut trainers_done = None;
     let (groups, namespace, peer_loss) = match &config.discovery {
         Discovery::Static { ips } => {
             let members = static_list::members(&config.job_name, ips);
@@ -61,6 +64,11 @@ pub async fn discover(config: &Config) -> Result<Found, DiscoveryError> {
         }
         Discovery::Kubernetes { groups } => {
             let (client, namespace) = kubernetes::connect(config.namespace.as_deref()).await?;
+            if let Some(group) = &config.trainers_to_finish {
+                let done =
+                    kubernetes::all_succeeded(client.clone(), namespace.clone(), group.clone());
+                trainers_done = Some(done.boxed());
+            }
             let (ready, watch) = kubernetes::wait_until_ready(
                 client,
                 &namespace,
@@ -83,5 +91,6 @@ pub async fn discover(config: &Config) -> Result<Found, DiscoveryError> {
         membership: Membership::from_groups(config.protocol, groups),
         namespace,
         peer_loss,
+        trainers_done,
     })
 }
