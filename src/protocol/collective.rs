@@ -5,10 +5,9 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
-use super::{endpoints, entry_process, env, JobDir};
+use super::{endpoints, env};
 use crate::config::Config;
 use crate::membership::{Me, Membership};
-use crate::plan::{ProcessSpec, Role};
 
 /// The complete contract of a trainer.
 pub fn trainer_env(
@@ -37,24 +36,6 @@ pub fn trainer_env(
         ("PADDLE_NNODES", config.trainers.to_string()),
         ("PADDLE_JOB_ID", config.job_name.clone()),
     ])
-}
-
-pub fn processes(
-    config: &Config,
-    m: &Membership,
-    me: &Me,
-    job_dir: Option<&JobDir>,
-) -> Vec<ProcessSpec> {
-    let trainer = me.trainer_rank.map(|rank| {
-        entry_process(
-            config,
-            job_dir,
-            Role::Trainer,
-            rank,
-            trainer_env(config, m, me, rank),
-        )
-    });
-    trainer.into_iter().collect()
 }
 
 #[cfg(test)]

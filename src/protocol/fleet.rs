@@ -5,10 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use super::{by_role, endpoints, entry_process, env, JobDir};
+use super::{endpoints, env};
 use crate::config::Config;
 use crate::membership::{Me, Membership};
-use crate::plan::{ProcessSpec, Role};
 
 fn shared(config: &Config, m: &Membership, role: &str) -> Vec<(&'static str, String)> {
     vec![
@@ -47,35 +46,6 @@ pub fn trainer_env(
     vars.push(("PADDLE_PORT", config.trainer_port.to_string()));
     vars.push(("POD_IP", me.ip.to_string()));
     env(vars)
-}
-
-pub fn processes(
-    config: &Config,
-    m: &Membership,
-    me: &Me,
-    job_dir: Option<&JobDir>,
-) -> Vec<ProcessSpec> {
-    by_role(
-        me,
-        |rank| {
-            entry_process(
-                config,
-                job_dir,
-                Role::Pserver,
-                rank,
-                pserver_env(config, m, me),
-            )
-        },
-        |rank| {
-            entry_process(
-                config,
-                job_dir,
-                Role::Trainer,
-                rank,
-                trainer_env(config, m, me, rank),
-            )
-        },
-    )
 }
 
 #[cfg(test)]

@@ -99,27 +99,43 @@ pub fn process(
     }
 }
 
-/// A process running the training program of the entry-command protocols with `env`.
-pub fn entry_process(
+/// This pod's pserver under the job's protocol (none in collective mode).
+fn pserver(
     config: &Config,
-    job_dir: Option<&JobDir>,
-    role: Role,
+    m: &Membership,
+    me: &Me,
+    jd: Option<&JobDir>,
     rank: usize,
-    env: BTreeMap<String, String>,
-) -> ProcessSpec {
-    process(config, job_dir, role, rank, program(config), env)
+) -> Option<ProcessSpec> {
+    Some(match config.protocol {
+        Protocol::V1 | Protocol::V2 => v1::pserver(config, rank, jd),
+        Protocol::Fleet => process(
+            config,
+            jd,
+            Role::Pserver,
+            rank,
+            program(config),
+            fleet::pserver_env(config, m, me),
+        ),
+        Protocol::Collective => return None,
+    })
 }
 
-/// This pod's processes: a pserver where it has a pserver rank, a trainer where it has a
-/// trainer rank, in that order (the pserver starts first).
-pub fn by_role(
+/// This pod's trainer under the job's protocol: v1 flags, or the program with its contract.
+fn trainer(
+    config: &Config,
+    m: &Membership,
     me: &Me,
-    pserver: impl FnOnce(usize) -> ProcessSpec,
-    trainer: impl FnOnce(usize) -> ProcessSpec,
-) -> Vec<ProcessSpec> {
-    let pserver = me.pserver_rank.map(pserver);
-    let trainer = me.trainer_rank.map(trainer);
-    pserver.into_iter().chain(trainer).collect()
+    jd: Option<&JobDir>,
+    rank: usize,
+) -> ProcessSpec {
+    let env = match config.protocol {
+        Protocol::V1 => return v1::trainer(config, m, rank, jd),
+        Protocol::V2 => v2::trainer_env(config, m, rank),
+        Protocol::Fleet => fleet::trainer_env(config, m, me, rank),
+        Protocol::Collective => collective::trainer_env(config, m, me, rank),
+    };
+    process(config, jd, Role::Trainer, rank, program(config), env)
 }
 
 /// Every pserver endpoint the trainer needs up before it starts (empty: no gate).
@@ -209,12 +225,15 @@ pub fn plan(config: &Config, membership: &Membership, me: &Me, inputs: &InputFil
             ));
         }
     }
-    let processes = match config.protocol {
-        Protocol::V1 => v1::processes(config, membership, me, job_dir.as_ref()),
-        Protocol::V2 => v2::processes(config, membership, me, job_dir.as_ref()),
-        Protocol::Fleet => fleet::processes(config, membership, me, job_dir.as_ref()),
-        Protocol::Collective => collective::processes(config, membership, me, job_dir.as_ref()),
-    };
+    let jd = job_dir.as_ref();
+    let pserver = me
+        .pserver_rank
+        .and_then(|rank| pserver(config, membership, me, jd, rank));
+    let trainer = me
+        .trainer_rank
+        .map(|rank| trainer(config, membership, me, jd, rank));
+    // The pserver first: it is started first.
+    let processes = pserver.into_iter().chain(trainer).collect();
     let gate = if me.trainer_rank.is_some() {
         pserver_endpoints(config, membership)
     } else {

@@ -4,9 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use super::{by_role, ips, process, JobDir};
+use super::{ips, process, JobDir};
 use crate::config::Config;
-use crate::membership::{Me, Membership};
+use crate::membership::Membership;
 use crate::plan::{ProcessSpec, Role};
 
 /// Marks the processes as the launcher's, as the seed did (`ps` shows it).
@@ -42,7 +42,12 @@ pub fn pserver(config: &Config, rank: usize, job_dir: Option<&JobDir>) -> Proces
     process(config, job_dir, Role::Pserver, rank, argv, BTreeMap::new())
 }
 
-fn trainer(config: &Config, m: &Membership, rank: usize, job_dir: Option<&JobDir>) -> ProcessSpec {
+pub fn trainer(
+    config: &Config,
+    m: &Membership,
+    rank: usize,
+    job_dir: Option<&JobDir>,
+) -> ProcessSpec {
     let mut flags = common_flags(config);
     flags.push(("pservers", ips(&m.pservers)));
     flags.push(("num_gradient_servers", config.trainers.to_string()));
@@ -60,19 +65,6 @@ fn trainer(config: &Config, m: &Membership, rank: usize, job_dir: Option<&JobDir
     let mut argv = argv(&config.trainer_cmd, &flags);
     argv.extend(config.trainer_args.rest.iter().cloned());
     process(config, job_dir, Role::Trainer, rank, argv, BTreeMap::new())
-}
-
-pub fn processes(
-    config: &Config,
-    m: &Membership,
-    me: &Me,
-    job_dir: Option<&JobDir>,
-) -> Vec<ProcessSpec> {
-    by_role(
-        me,
-        |rank| pserver(config, rank, job_dir),
-        |rank| trainer(config, m, rank, job_dir),
-    )
 }
 
 #[cfg(test)]

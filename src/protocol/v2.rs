@@ -1,10 +1,9 @@
 //! The v2 Python API (`paddle.init()`): every `PADDLE_INIT_<NAME>` variable becomes the flag
 //! `--<name>`, so only names that are real v2 flags may be set. The pserver is v1's.
 
-use super::{by_role, entry_process, env, ips, v1, JobDir};
+use super::{env, ips};
 use crate::config::Config;
-use crate::membership::{Me, Membership};
-use crate::plan::{ProcessSpec, Role};
+use crate::membership::Membership;
 
 /// The complete v2 contract of a trainer.
 pub fn trainer_env(
@@ -27,27 +26,6 @@ pub fn trainer_env(
         ("PADDLE_INIT_TRAINER_ID", trainer_id.to_string()),
         ("PADDLE_INIT_PSERVERS", ips(&m.pservers)),
     ])
-}
-
-pub fn processes(
-    config: &Config,
-    m: &Membership,
-    me: &Me,
-    job_dir: Option<&JobDir>,
-) -> Vec<ProcessSpec> {
-    by_role(
-        me,
-        |rank| v1::pserver(config, rank, job_dir),
-        |rank| {
-            entry_process(
-                config,
-                job_dir,
-                Role::Trainer,
-                rank,
-                trainer_env(config, m, rank),
-            )
-        },
-    )
 }
 
 #[cfg(test)]
