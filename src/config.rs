@@ -582,14 +582,20 @@ impl Config {
             trainer_cmd: command(&args.trainer_cmd, TRAINER_CMD, "paddle train")?,
             linger: seconds(&args.linger, LINGER, 30)?,
             grace_period: seconds(&args.grace_period, GRACE_PERIOD, 10)?,
-            termination_log: match args.termination_log.as_deref() {
-                None => Some(PathBuf::from(DEFAULT_TERMINATION_LOG)),
-                Some("") => None,
-                Some(path) => Some(PathBuf::from(path)),
-            },
+            termination_log: termination_log(args),
             workdir,
             trainer_args,
         })
+    }
+}
+
+/// Where the exit reason goes: the default path, a given one, or nowhere when set empty.
+/// Known even when the rest of the configuration is invalid, so that the reason is written.
+pub fn termination_log(args: &JobArgs) -> Option<PathBuf> {
+    match args.termination_log.as_deref() {
+        None => Some(PathBuf::from(DEFAULT_TERMINATION_LOG)),
+        Some("") => None,
+        Some(path) => Some(PathBuf::from(path)),
     }
 }
 

@@ -6,7 +6,7 @@ use clap::{CommandFactory, FromArgMatches};
 use tracing::{error, info, Instrument};
 
 use paddle_launcher::cli::{Cli, Command, JobArgs, LogFormat, ManifestArgs};
-use paddle_launcher::config::DEFAULT_TERMINATION_LOG;
+use paddle_launcher::config::termination_log;
 use paddle_launcher::exit::{self, Outcome};
 use paddle_launcher::supervise::write_termination_message;
 use paddle_launcher::{doctor, launch, local, manifest};
@@ -55,7 +55,7 @@ fn main() {
     let launch = |args: &JobArgs, plan_only: bool| {
         runtime.block_on(launch::launch(args, plan_only).instrument(span.clone()))
     };
-    let (outcome, termination_log) = match &cli.command {
+    let (outcome, reason_file) = match &cli.command {
         Some(Command::Local(args)) => {
             let sub = matches.subcommand_matches("local").unwrap_or(&matches);
             let local_command = command.find_subcommand("local").unwrap_or(&command);
@@ -86,7 +86,7 @@ fn main() {
         let _in_span = span.enter();
         log_outcome(&outcome);
     }
-    finish(outcome, termination_log)
+    finish(outcome, reason_file)
 }
 
 fn print_manifest(args: &ManifestArgs) -> Outcome {
@@ -107,14 +107,6 @@ fn print_manifest(args: &ManifestArgs) -> Outcome {
             Outcome::new(exit::SUCCESS, format!("{} documents printed", docs.len()))
         }
         Err(e) => Outcome::new(exit::INVALID_CONFIG, e.to_string()),
-    }
-}
-
-fn termination_log(args: &JobArgs) -> Option<PathBuf> {
-    match args.termination_log.as_deref() {
-        None => Some(PathBuf::from(DEFAULT_TERMINATION_LOG)),
-        Some("") => None,
-        Some(path) => Some(PathBuf::from(path)),
     }
 }
 

@@ -118,22 +118,27 @@ impl PodWatch {
         }
     }
 
+    /// After the launch: waits for the next complete view. API errors are retried (and logged);
+    /// once access is refused, it never returns: the job goes on without this watch.
+    async fn settled(&mut self, watching: &str) {
+        loop {
+            match self.next_change().await {
+                Change::Settled => return,
+                Change::Unsettled => {}
+                Change::Error(e) => warn!("{e} (watching {watching})"),
+                Change::Forbidden(e) => {
+                    warn!("no longer allowed to watch {watching}; going on without: {e}");
+                    return std::future::pending().await;
+                }
+            }
+        }
+    }
+
     /// Resolves with the reason as soon as a member pod is lost (see `membership::lost`).
     pub async fn first_loss(mut self, members: Vec<Vec<Member>>) -> String {
         let mut succeeded: HashSet<String> = HashSet::new();
         loop {
-            match self.next_change().await {
-                Change::Settled => {}
-                Change::Unsettled => continue,
-                Change::Error(e) => {
-                    warn!("{e} (watching the peers)");
-                    continue;
-                }
-                Change::Forbidden(e) => {
-                    warn!("no longer allowed to watch the peers, training on without: {e}");
-                    return std::future::pending().await;
-                }
-            }
+            self.settled("the peers").await;
             for (set, group) in self.pods.iter().zip(&members) {
                 for member in group {
                     let now = set.get(&member.name);
@@ -154,18 +159,7 @@ impl PodWatch {
 pub async fn all_succeeded(client: Client, namespace: String, group: Group) -> String {
     let mut watch = PodWatch::start(client, &namespace, std::slice::from_ref(&group));
     loop {
-        match watch.next_change().await {
-            Change::Settled => {}
-            Change::Unsettled => continue,
-            Change::Error(e) => {
-                warn!("{e} (watching the trainer pods)");
-                continue;
-            }
-            Change::Forbidden(e) => {
-                warn!("not allowed to watch the trainer pods, serving until stopped: {e}");
-                return std::future::pending().await;
-            }
-        }
+        watch.settled("the trainer pods").await;
         let done = watch.pods[0]
             .pods()
             .iter()
@@ -272,12 +266,7 @@ pub async fn list_once(
                 let message = format!("{} {}", status.code, status.message);
                 return Err(DiscoveryError::Forbidden(rbac_hint(namespace, &message)));
             }
-            Err(e) => {
-                return Err(DiscoveryError::Timeout {
-                    waited_s: 0,
-                    status: format!("the Kubernetes API did not answer the list: {e}"),
-                })
-            }
+            Err(e) => return Err(DiscoveryError::Unreachable(e.to_string())),
         }
     }
     Ok(lists)

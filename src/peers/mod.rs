@@ -16,6 +16,8 @@ pub enum DiscoveryError {
     Timeout { waited_s: u64, status: String },
     #[error("{0}")]
     Forbidden(String),
+    #[error("the Kubernetes API did not answer: {0}")]
+    Unreachable(String),
     #[error("{failed} trainer pods of the job have Failed, more than PADDLE_LAUNCHER_MAX_FAILED_TRAINERS = {max}: not starting again")]
     TooManyFailures { failed: usize, max: u32 },
     #[error("no Kubernetes client configuration ({0}); run in a pod with a service account, set KUBECONFIG, or give the peers with --peers / PADDLE_LAUNCHER_PEERS")]
@@ -25,7 +27,7 @@ pub enum DiscoveryError {
 impl DiscoveryError {
     pub fn outcome(&self) -> Outcome {
         let code = match self {
-            DiscoveryError::Timeout { .. } => exit::PEERS_TIMEOUT,
+            DiscoveryError::Timeout { .. } | DiscoveryError::Unreachable(_) => exit::PEERS_TIMEOUT,
             DiscoveryError::Forbidden(_) => exit::FORBIDDEN,
             DiscoveryError::NoCluster(_) => exit::NO_CLUSTER,
             DiscoveryError::TooManyFailures { .. } => exit::TOO_MANY_FAILURES,
