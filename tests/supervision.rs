@@ -197,18 +197,31 @@ fn missing_command_exits_127_and_names_it() {
 
 #[test]
 fn successful_trainer_leaves_the_pserver_serving_for_the_linger_time() {
-    let pod = OnePod::new("127.0.0.28").set("PADDLE_LAUNCHER_LINGER", "1");
-    let done = pod.start().wait(LIMIT);
+    let pod = OnePod::new("127.0.0.28").set("PADDLE_LAUNCHER_LINGER", "2");
+    let port = pod
+        .env
+        .iter()
+        .find(|(n, _)| *n == "CONF_PADDLE_PORT")
+        .unwrap()
+        .1
+        .clone();
+    let launcher = pod.start();
+    launcher.wait_for_output("the pserver keeps serving for 2 s", LIMIT);
+    // The trainer is gone, the pserver still serves its peers.
+    std::net::TcpStream::connect(format!("127.0.0.28:{port}"))
+        .expect("the pserver stopped serving during the linger");
+    let done = launcher.wait(LIMIT);
     assert_eq!(done.code(), 0, "{}", done.stderr);
-    let linger = done
-        .stderr
-        .find("the pserver keeps serving for 1 s")
-        .expect("no linger");
-    let stopped = done
-        .stdout
-        .find("pserver received SIGTERM")
-        .expect("pserver not stopped");
-    assert!(linger > 0 && stopped > 0);
+    let at = |line: &str| {
+        done.stderr
+            .find(line)
+            .unwrap_or_else(|| panic!("no {line:?} in\n{}", done.stderr))
+    };
+    assert!(at("exited with status 0") < at("the pserver keeps serving"));
+    assert!(
+        at("the pserver keeps serving") < at("exited with status 143"),
+        "the pserver was stopped before the linger"
+    );
     assert_nothing_left(&pod.pids());
 }
 
