@@ -2,25 +2,18 @@
 
 mod support;
 
-use std::path::Path;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use serde_json::Value;
 use support::fake_api::{job_pod, FakeApi};
-use support::{assert_nothing_left, free_ports, standin, survivors, Launcher, OnePod, Rng};
+use support::{
+    assert_nothing_left, cluster_env, free_ports, standin, survivors, Cluster, Launcher, OnePod,
+    Rng,
+};
 
 const LIMIT: Duration = Duration::from_secs(120);
 const RUNS: usize = 3;
-
-fn base_env(dir: &Path, job: &str, pods: usize) -> Vec<(&'static str, String)> {
-    vec![
-        ("KUBECONFIG", dir.join("kubeconfig").display().to_string()),
-        ("JOB_NAME", job.to_string()),
-        ("CONF_PADDLE_GRADIENT_NUM", pods.to_string()),
-        ("CONF_PADDLE_NIC", "lo".to_string()),
-    ]
-}
 
 /// When a fault is injected: before the launchers start, or while they wait (watching).
 #[derive(Clone, Copy, PartialEq)]
@@ -40,9 +33,7 @@ fn launch_despite(
     served: impl Fn(&FakeApi) -> bool,
 ) {
     for run in 0..RUNS {
-        let api = FakeApi::start();
-        let dir = tempfile::tempdir().unwrap();
-        api.write_kubeconfig(&dir.path().join("kubeconfig"));
+        let Cluster { api, dir } = Cluster::new();
         let names: Vec<String> = (0..3).map(|i| format!("{job}-{i}")).collect();
         let ips: Vec<String> = (0..3)
             .map(|i| format!("127.0.0.{}", first_ip + i))
@@ -55,7 +46,7 @@ fn launch_despite(
         }
         let launchers: Vec<Launcher> = (0..3)
             .map(|i| {
-                let mut env = base_env(dir.path(), job, 3);
+                let mut env = cluster_env(dir.path(), job, 3);
                 env.push(("POD_IP", ips[i].clone()));
                 Launcher::start(dir.path(), &names[i], &["plan"], &env)
             })
@@ -170,9 +161,7 @@ fn launch_survives_slow_answers() {
 /// for real (pservers and trainers), with ranks in IP order.
 #[test]
 fn launch_happens_after_the_api_was_down_for_20_seconds() {
-    let api = FakeApi::start();
-    let dir = tempfile::tempdir().unwrap();
-    api.write_kubeconfig(&dir.path().join("kubeconfig"));
+    let Cluster { api, dir } = Cluster::new();
     api.go_down_for(Duration::from_secs(20));
     let port = free_ports(1).to_string();
     let launchers: Vec<Launcher> = (0..3)
@@ -182,7 +171,7 @@ fn launch_happens_after_the_api_was_down_for_20_seconds() {
             pod["status"] =
                 serde_json::json!({"phase": "Running", "podIP": format!("127.0.0.{}", 26 + i)});
             api.put_pod(pod);
-            let mut env = base_env(dir.path(), "down", 3);
+            let mut env = cluster_env(dir.path(), "down", 3);
             env.extend([
                 ("POD_IP", format!("127.0.0.{}", 26 + i)),
                 ("CONF_PADDLE_PORT", port.clone()),
@@ -225,9 +214,7 @@ fn lose_peer(
     watch: &str,
     lose: impl Fn(&FakeApi, &str),
 ) -> (support::Finished, std::path::PathBuf, tempfile::TempDir) {
-    let api = FakeApi::start();
-    let dir = tempfile::tempdir().unwrap();
-    api.write_kubeconfig(&dir.path().join("kubeconfig"));
+    let Cluster { api, dir } = Cluster::new();
     let pids = dir.path().join("pids");
     std::fs::create_dir_all(&pids).unwrap();
     let port = free_ports(1).to_string();
@@ -237,7 +224,7 @@ fn lose_peer(
         pod["status"] = serde_json::json!({"phase": "Running", "podIP": format!("127.0.0.{}", first_ip + i as u8)});
         api.put_pod(pod);
     }
-    let mut env = base_env(dir.path(), job, 2);
+    let mut env = cluster_env(dir.path(), job, 2);
     env.extend([
         ("POD_IP", format!("127.0.0.{first_ip}")),
         ("POD_NAME", names[0].clone()),

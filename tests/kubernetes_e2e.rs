@@ -6,36 +6,10 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use serde_json::json;
-use support::fake_api::{job_pod, FakeApi};
-use support::{free_ports, standin, survivors, trainer_argv, Launcher, Rng};
+use support::fake_api::job_pod;
+use support::{free_ports, standin, survivors, trainer_argv, Cluster, Launcher, Rng};
 
 const LIMIT: Duration = Duration::from_secs(60);
-
-struct Cluster {
-    api: FakeApi,
-    dir: tempfile::TempDir,
-}
-
-impl Cluster {
-    fn new() -> Cluster {
-        let api = FakeApi::start();
-        let dir = tempfile::tempdir().unwrap();
-        api.write_kubeconfig(&dir.path().join("kubeconfig"));
-        Cluster { api, dir }
-    }
-
-    fn env(&self, job: &str, pods: usize) -> Vec<(&'static str, String)> {
-        vec![
-            (
-                "KUBECONFIG",
-                self.dir.path().join("kubeconfig").display().to_string(),
-            ),
-            ("JOB_NAME", job.to_string()),
-            ("CONF_PADDLE_GRADIENT_NUM", pods.to_string()),
-            ("CONF_PADDLE_NIC", "lo".to_string()),
-        ]
-    }
-}
 
 #[test]
 fn three_pods_agree_on_ranks_and_train_against_each_others_pservers() {

@@ -13,7 +13,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use serde_json::{json, Value};
 use support::fake_api::FakeApi;
-use support::{Launcher, LAUNCHER};
+use support::{Cluster, Launcher, LAUNCHER};
 
 /// checkov findings that are deliberate: the image tag and the namespace are the user's choice,
 /// and the launcher needs its service-account token to watch the job's pods.
@@ -289,9 +289,7 @@ fn pod_env(job: &Value, pod: &(String, String)) -> Vec<(&'static str, String)> {
 #[test]
 fn launchers_started_from_each_manifest_plan_the_job() {
     for (v, args) in VARIANTS.iter().enumerate() {
-        let api = FakeApi::start();
-        let dir = tempfile::tempdir().unwrap();
-        api.write_kubeconfig(&dir.path().join("kubeconfig"));
+        let Cluster { api, dir } = Cluster::new();
         let docs: Vec<Value> = serde_saphyr::from_multiple(&manifest(args)).unwrap();
         let jobs: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "Job").collect();
         let pods: Vec<Vec<(String, String)>> = jobs

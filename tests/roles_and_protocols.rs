@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use serde_json::{json, Value};
-use support::fake_api::{job_pod, FakeApi};
-use support::{free_ports, standin, Launcher, Rng};
+use support::fake_api::job_pod;
+use support::{free_ports, standin, Cluster, Launcher, Rng};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -40,9 +40,7 @@ fn pod_with(job: &str, name: &str, labels: Value) -> Value {
 #[test]
 fn real_paddle_trains_data_parallel_over_gloo_with_three_launchers() {
     let python = paddle_python();
-    let api = FakeApi::start();
-    let dir = tempfile::tempdir().unwrap();
-    api.write_kubeconfig(&dir.path().join("kubeconfig"));
+    let Cluster { api, dir } = Cluster::new();
     let names = ["dp-0-q8w", "dp-1-m2c", "dp-2-z5x"];
     let ips = ["127.0.0.12", "127.0.0.13", "127.0.0.14"];
     for name in names {
@@ -136,9 +134,7 @@ fn real_paddle_trains_data_parallel_over_gloo_with_three_launchers() {
 
 #[test]
 fn split_layout_v2_trainers_find_pservers_and_may_share_an_ip() {
-    let api = FakeApi::start();
-    let dir = tempfile::tempdir().unwrap();
-    api.write_kubeconfig(&dir.path().join("kubeconfig"));
+    let Cluster { api, dir } = Cluster::new();
     let job = "split";
     let pservers = [
         ("split-pserver-a", "127.0.0.22"),
@@ -278,9 +274,7 @@ fn split_layout_v2_trainers_find_pservers_and_may_share_an_ip() {
 
 #[test]
 fn too_many_failed_trainer_pods_stop_the_job_with_a_reason() {
-    let api = FakeApi::start();
-    let dir = tempfile::tempdir().unwrap();
-    api.write_kubeconfig(&dir.path().join("kubeconfig"));
+    let Cluster { api, dir } = Cluster::new();
     for (name, phase) in [
         ("g-0", "Failed"),
         ("g-1", "Failed"),

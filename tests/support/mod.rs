@@ -244,3 +244,33 @@ pub fn assert_nothing_left(pids: &Path) {
         "processes left behind"
     );
 }
+
+/// A fake API server with a kubeconfig for it in a temporary directory.
+pub struct Cluster {
+    pub api: fake_api::FakeApi,
+    pub dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    pub fn new() -> Cluster {
+        let api = fake_api::FakeApi::start();
+        let dir = tempfile::tempdir().unwrap();
+        api.write_kubeconfig(&dir.path().join("kubeconfig"));
+        Cluster { api, dir }
+    }
+
+    pub fn env(&self, job: &str, pods: usize) -> Vec<(&'static str, String)> {
+        cluster_env(self.dir.path(), job, pods)
+    }
+}
+
+/// A launcher's environment for `job` of `pods` pods against the cluster whose kubeconfig is
+/// in `dir`, on this machine's loopback interface.
+pub fn cluster_env(dir: &Path, job: &str, pods: usize) -> Vec<(&'static str, String)> {
+    vec![
+        ("KUBECONFIG", dir.join("kubeconfig").display().to_string()),
+        ("JOB_NAME", job.to_string()),
+        ("CONF_PADDLE_GRADIENT_NUM", pods.to_string()),
+        ("CONF_PADDLE_NIC", "lo".to_string()),
+    ]
+}
