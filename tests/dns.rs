@@ -76,6 +76,23 @@ impl Dnsmasq {
     }
 }
 
+impl Dnsmasq {
+    /// A launcher's environment for a DNS-membership job of `pods` pods, as the pod at `ip`.
+    fn env(&self, job: &str, pods: usize, ip: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("JOB_NAME", job.to_string()),
+            ("CONF_PADDLE_GRADIENT_NUM", pods.to_string()),
+            ("CONF_PADDLE_NIC", "lo".to_string()),
+            ("POD_IP", ip.to_string()),
+            ("PADDLE_LAUNCHER_DNS", NAME.to_string()),
+            (
+                "PADDLE_LAUNCHER_DNS_SERVER",
+                format!("127.0.0.1:{}", self.port),
+            ),
+        ]
+    }
+}
+
 impl Drop for Dnsmasq {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -92,17 +109,7 @@ fn launchers_agree_once_the_records_are_exactly_the_job_and_stable() {
     let launchers: Vec<Launcher> = ips
         .iter()
         .map(|ip| {
-            let env = vec![
-                ("JOB_NAME", "dnsjob".to_string()),
-                ("CONF_PADDLE_GRADIENT_NUM", "3".to_string()),
-                ("CONF_PADDLE_NIC", "lo".to_string()),
-                ("POD_IP", ip.to_string()),
-                ("PADDLE_LAUNCHER_DNS", NAME.to_string()),
-                (
-                    "PADDLE_LAUNCHER_DNS_SERVER",
-                    format!("127.0.0.1:{}", dns.port),
-                ),
-            ];
+            let env = dns.env("dnsjob", 3, ip);
             Launcher::start(dir.path(), ip, &["plan"], &env)
         })
         .collect();
@@ -143,18 +150,8 @@ fn launchers_agree_once_the_records_are_exactly_the_job_and_stable() {
 fn a_name_that_never_resolves_times_out_with_what_was_seen() {
     let dir = tempfile::tempdir().unwrap();
     let dns = Dnsmasq::start(dir.path());
-    let env = vec![
-        ("JOB_NAME", "nodns".to_string()),
-        ("CONF_PADDLE_GRADIENT_NUM", "2".to_string()),
-        ("CONF_PADDLE_NIC", "lo".to_string()),
-        ("POD_IP", "127.0.0.74".to_string()),
-        ("PADDLE_LAUNCHER_DNS", NAME.to_string()),
-        (
-            "PADDLE_LAUNCHER_DNS_SERVER",
-            format!("127.0.0.1:{}", dns.port),
-        ),
-        ("PADDLE_LAUNCHER_WAIT_TIMEOUT", "3".to_string()),
-    ];
+    let mut env = dns.env("nodns", 2, "127.0.0.74");
+    env.push(("PADDLE_LAUNCHER_WAIT_TIMEOUT", "3".to_string()));
     let done = Launcher::start(dir.path(), "nodns", &["plan"], &env).wait(LIMIT);
     assert_eq!(done.code(), 71, "{}", done.stderr);
     assert!(
@@ -170,19 +167,7 @@ fn doctor_reports_what_the_name_resolves_to() {
     let dir = tempfile::tempdir().unwrap();
     let dns = Dnsmasq::start(dir.path());
     dns.set(&["127.0.0.76", "127.0.0.77"]);
-    let env = |ip: &str| {
-        vec![
-            ("JOB_NAME", "docdns".to_string()),
-            ("CONF_PADDLE_GRADIENT_NUM", "3".to_string()),
-            ("CONF_PADDLE_NIC", "lo".to_string()),
-            ("POD_IP", ip.to_string()),
-            ("PADDLE_LAUNCHER_DNS", NAME.to_string()),
-            (
-                "PADDLE_LAUNCHER_DNS_SERVER",
-                format!("127.0.0.1:{}", dns.port),
-            ),
-        ]
-    };
+    let env = |ip: &str| dns.env("docdns", 3, ip);
     let done = Launcher::start(dir.path(), "doc1", &["doctor"], &env("127.0.0.76")).wait(LIMIT);
     assert_eq!(done.code(), 71, "{}", done.stdout);
     let expected = format!(
