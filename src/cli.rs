@@ -262,3 +262,44 @@ pub struct JobArgs {
     #[arg(last = true, value_name = "TRAINER_ARGS")]
     pub trainer_args: Vec<String>,
 }
+
+impl JobArgs {
+    /// The options a pod with exactly these environment variables would run with: what
+    /// `manifest` validates its pods' environment with, through the same definitions as `run`.
+    pub fn from_env_pairs<'a>(
+        pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+        trainer_args: &[String],
+    ) -> Result<JobArgs, clap::Error> {
+        use clap::{CommandFactory, FromArgMatches};
+        let command = Cli::command();
+        let pairs: Vec<(&str, &str)> = pairs.into_iter().collect();
+        let mut argv = vec!["paddle-launcher".to_string(), "run".to_string()];
+        let run = command
+            .find_subcommand("run")
+            .expect("the run subcommand is defined");
+        for arg in run.get_arguments() {
+            let (Some(env), Some(long)) = (arg.get_env(), arg.get_long()) else {
+                continue;
+            };
+            if let Some((_, value)) = pairs.iter().rev().find(|(name, _)| env == *name) {
+                argv.push(format!("--{long}={value}"));
+            }
+        }
+        if !trainer_args.is_empty() {
+            argv.push("--".to_string());
+            argv.extend(trainer_args.iter().cloned());
+        }
+        // Parsed without the process environment: only the given pairs count.
+        let matches = command
+            .mut_subcommand("run", |run| {
+                let ids: Vec<clap::Id> = run.get_arguments().map(|a| a.get_id().clone()).collect();
+                ids.into_iter()
+                    .fold(run, |run, id| run.mut_arg(id, |a| a.env(None::<&str>)))
+            })
+            .try_get_matches_from(argv)?;
+        let run = matches
+            .subcommand_matches("run")
+            .expect("argv names the run subcommand");
+        JobArgs::from_arg_matches(run)
+    }
+}

@@ -86,7 +86,7 @@ impl PortLayout {
 }
 
 /// What this pod runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum PodRole {
     /// A pserver and a trainer in every pod (seed 004); in `collective`, only the trainer.
     Both,
@@ -97,7 +97,7 @@ pub enum PodRole {
 }
 
 /// The contract with the training program.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Protocol {
     /// `paddle pserver` / `paddle train` command-line flags.
@@ -110,7 +110,31 @@ pub enum Protocol {
     Collective,
 }
 
+/// The names users write (`v1`, `collective`, `both`, ...), from the one clap definition.
+fn value_name(value: &impl clap::ValueEnum) -> String {
+    value
+        .to_possible_value()
+        .map_or_else(String::new, |v| v.get_name().to_string())
+}
+
+impl std::fmt::Display for Protocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&value_name(self))
+    }
+}
+
+impl std::fmt::Display for PodRole {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&value_name(self))
+    }
+}
+
 impl Protocol {
+    /// The program is given the NIC's name (v1 `--nics`, v2 `PADDLE_INIT_NICS`).
+    pub fn uses_nic(self) -> bool {
+        matches!(self, Protocol::V1 | Protocol::V2)
+    }
+
     pub fn has_pservers(self) -> bool {
         self != Protocol::Collective
     }
@@ -753,29 +777,41 @@ fn parse_pass_through(
     Ok(out)
 }
 
-/// This pod's own address: POD_IP, else the NIC's address (IPv4 first), else the hostname's.
-/// Also rejects a NIC this host does not have, since Paddle would fail on it later.
+/// This pod's own address: POD_IP, else the NIC's address (IPv4 first), else the hostname's
+/// (looked up only then: it is a blocking resolver call, and NSS may be missing in a static
+/// binary). The NIC must exist only where the program is told to use it (v1 and v2 pass it as
+/// `--nics`): collective and fleet pods on hosts without `eth0` run on POD_IP alone.
 pub fn own_ip(
     config: &Config,
-    interfaces: &[(String, IpAddr)],
-    hostname_ip: Option<IpAddr>,
-) -> Result<IpAddr, ConfigError> {
-    let nic_ips: Vec<IpAddr> = interfaces
-        .iter()
-        .filter(|(name, _)| *name == config.nic)
-        .map(|(_, ip)| *ip)
-        .collect();
-    if nic_ips.is_empty() {
-        let mut known: Vec<&str> = interfaces.iter().map(|(n, _)| n.as_str()).collect();
-        known.dedup();
-        return Err(ConfigError::new(
+    interfaces: &Interfaces,
+    hostname_ip: impl FnOnce() -> Option<IpAddr>,
+) -> Result<IpAddr, OwnIpError> {
+    let nic_ips: Vec<IpAddr> = match interfaces {
+        Ok(list) => list
+            .iter()
+            .filter(|(name, _)| *name == config.nic)
+            .map(|(_, ip)| *ip)
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    if config.protocol.uses_nic() && nic_ips.is_empty() {
+        let list = interfaces
+            .as_ref()
+            .map_err(|e| OwnIpError::NoInterfaceList(e.clone()))?;
+        let mut known: Vec<&str> = Vec::new();
+        for (name, _) in list {
+            if !known.contains(&name.as_str()) {
+                known.push(name);
+            }
+        }
+        return Err(OwnIpError::Config(ConfigError::new(
             NIC,
             &config.nic,
             format!(
                 "a network interface of this host with an address: {}",
                 known.join(", ")
             ),
-        ));
+        )));
     }
     if let Some(ip) = config.pod_ip {
         return Ok(ip);
@@ -785,13 +821,28 @@ pub fn own_ip(
         .find(|ip| ip.is_ipv4())
         .or(nic_ips.first())
         .copied();
-    nic_ip.or(hostname_ip).ok_or_else(|| {
-        ConfigError::new(
+    nic_ip.or_else(hostname_ip).ok_or_else(|| {
+        OwnIpError::Config(ConfigError::new(
             POD_IP,
             "",
-            "this pod's IP (set it from the downward API status.podIP)",
-        )
+            format!(
+                "this pod's IP (set it from the downward API status.podIP; {} has no address here)",
+                config.nic
+            ),
+        ))
     })
+}
+
+/// This host's interfaces and addresses, or why they could not be listed.
+pub type Interfaces = Result<Vec<(String, IpAddr)>, String>;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OwnIpError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Not the user's value: the host would not say which interfaces it has.
+    #[error("cannot list this host's network interfaces to check {NIC}: {0}")]
+    NoInterfaceList(String),
 }
 
 #[cfg(test)]
@@ -1148,21 +1199,74 @@ mod tests {
         );
     }
 
+    fn interfaces(list: &[(&str, &str)]) -> Interfaces {
+        Ok(list
+            .iter()
+            .map(|(name, ip)| (name.to_string(), ip.parse().unwrap()))
+            .collect())
+    }
+
     #[test]
     fn own_ip_prefers_pod_ip_then_nic_then_hostname() {
-        let ifs = vec![
-            ("lo".to_string(), "127.0.0.1".parse().unwrap()),
-            ("eth0".to_string(), "fe80::1".parse().unwrap()),
-            ("eth0".to_string(), "10.1.2.3".parse().unwrap()),
-        ];
+        let ifs = interfaces(&[
+            ("lo", "127.0.0.1"),
+            ("eth0", "fe80::1"),
+            ("eth0", "10.1.2.3"),
+            ("lo", "::1"),
+        ]);
         let mut c = with(|_| {}).unwrap();
-        let host = Some("10.9.9.9".parse().unwrap());
+        let host = || Some("10.9.9.9".parse().unwrap());
         assert_eq!(own_ip(&c, &ifs, host).unwrap().to_string(), "10.1.2.3");
         c.pod_ip = Some("10.0.0.7".parse().unwrap());
         assert_eq!(own_ip(&c, &ifs, host).unwrap().to_string(), "10.0.0.7");
         c.nic = "ib0".into();
-        let err = own_ip(&c, &ifs, host).unwrap_err();
+        let OwnIpError::Config(err) = own_ip(&c, &ifs, host).unwrap_err() else {
+            panic!("not a configuration error")
+        };
         assert_eq!(err.variable, NIC);
-        assert!(err.expected.contains("lo, eth0"), "{err}");
+        // Each interface once, in the host's order.
+        assert!(err.expected.ends_with(": lo, eth0"), "{err}");
+    }
+
+    /// hostNetwork nodes name their NIC ens5, enp0s3, ...: only v1/v2 hand the NIC to Paddle.
+    #[test]
+    fn collective_and_fleet_pods_need_no_eth0_and_no_hostname_lookup() {
+        let ifs = interfaces(&[("lo", "127.0.0.1"), ("ens5", "10.0.0.9")]);
+        for protocol in ["collective", "fleet"] {
+            let c = with(|a| {
+                a.protocol = Some(protocol.into());
+                a.pod_ip = Some("10.0.0.9".into());
+                a.trainer_args = vec!["python".into()];
+            })
+            .unwrap();
+            let looked_up = std::cell::Cell::new(false);
+            let host = || {
+                looked_up.set(true);
+                None
+            };
+            assert_eq!(own_ip(&c, &ifs, host).unwrap().to_string(), "10.0.0.9");
+            // Even an unreadable interface list does not matter with POD_IP.
+            assert_eq!(
+                own_ip(&c, &Err("EPERM".into()), host).unwrap().to_string(),
+                "10.0.0.9"
+            );
+            assert!(!looked_up.get(), "the hostname was resolved needlessly");
+        }
+        let v1 = with(|a| a.pod_ip = Some("10.0.0.9".into())).unwrap();
+        assert!(matches!(
+            own_ip(&v1, &ifs, || None),
+            Err(OwnIpError::Config(ConfigError { variable, .. })) if variable == NIC
+        ));
+    }
+
+    #[test]
+    fn an_unreadable_interface_list_is_not_called_a_bad_nic() {
+        let c = with(|_| {}).unwrap();
+        let err = own_ip(&c, &Err("Operation not permitted".into()), || None).unwrap_err();
+        assert_eq!(
+            err,
+            OwnIpError::NoInterfaceList("Operation not permitted".into())
+        );
+        assert!(err.to_string().contains("cannot list"), "{err}");
     }
 }

@@ -3,7 +3,7 @@
 //! with the reason every missing one gives. Nothing is started and nothing is waited for.
 
 use crate::cli::JobArgs;
-use crate::config::{own_ip, Config, Discovery};
+use crate::config::{own_ip, Config, Discovery, Interfaces};
 use crate::exit::{self, Outcome};
 use crate::membership::{rank, readiness, Membership, Readiness};
 use crate::peers::kubernetes;
@@ -11,8 +11,8 @@ use crate::peers::kubernetes;
 /// The report's lines and the outcome: 0 when the job would start now.
 pub async fn doctor(
     args: &JobArgs,
-    interfaces: &[(String, std::net::IpAddr)],
-    hostname_ip: Option<std::net::IpAddr>,
+    interfaces: &Interfaces,
+    hostname_ip: impl FnOnce() -> Option<std::net::IpAddr>,
 ) -> (Vec<String>, Outcome) {
     let mut lines = Vec::new();
     let config = match Config::from_args(args) {
@@ -25,16 +25,15 @@ pub async fn doctor(
         }
     };
     lines.push(format!(
-        "configuration: OK (job {}, {} trainers, {} pservers, protocol {:?})",
+        "configuration: OK (job {}, {} trainers, {} pservers, protocol {})",
         config.job_name, config.trainers, config.pservers, config.protocol
     ));
     let my_ip = match own_ip(&config, interfaces, hostname_ip) {
         Ok(ip) => ip,
         Err(e) => {
-            return (
-                lines,
-                Outcome::new(exit::INVALID_CONFIG, format!("this pod's address: {e}")),
-            )
+            let outcome = crate::launch::own_ip_failed(e);
+            let reason = format!("this pod's address: {}", outcome.reason);
+            return (lines, Outcome::new(outcome.code, reason));
         }
     };
     lines.push(format!(

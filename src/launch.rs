@@ -11,7 +11,7 @@ use tokio::time::{sleep, sleep_until, timeout, Instant};
 use tracing::info;
 
 use crate::cli::JobArgs;
-use crate::config::{own_ip, Config, ConfigError, Discovery};
+use crate::config::{own_ip, Config, ConfigError, Discovery, Interfaces, OwnIpError};
 use crate::exit::{self, Outcome};
 use crate::membership::MembershipError;
 use crate::plan::{Plan, ProcessSpec, Role};
@@ -39,10 +39,9 @@ pub async fn launch(args: &JobArgs, plan_only: bool) -> Outcome {
         Ok(c) => c,
         Err(e) => return invalid(e),
     };
-    let interfaces = local_ip_address::list_afinet_netifas().unwrap_or_default();
-    let my_ip = match own_ip(&config, &interfaces, hostname_ip()) {
+    let my_ip = match own_ip(&config, &host_interfaces(), hostname_ip) {
         Ok(ip) => ip,
-        Err(e) => return invalid(e),
+        Err(e) => return own_ip_failed(e),
     };
     let pod = config.pod_name.clone().unwrap_or_else(|| my_ip.to_string());
     tracing::Span::current().record("pod", tracing::field::display(&pod));
@@ -93,16 +92,7 @@ pub async fn launch(args: &JobArgs, plan_only: bool) -> Outcome {
         Err(e) => return membership_error(e),
     };
     let plan = protocol::plan(&config, &membership, &me, &inputs);
-    let id = |rank: Option<usize>| rank.map_or("-".to_string(), |r| r.to_string());
-    info!(
-        "{} pod {}: trainer id {} of {}, pserver id {} of {}",
-        me.name,
-        me.ip,
-        id(plan.trainer_id),
-        config.trainers,
-        id(plan.pserver_id),
-        config.pservers
-    );
+    info!("{} pod {}: {}", me.name, me.ip, ranks_line(&plan, &config));
     if plan_only {
         println!("{}", plan.to_json());
         return Outcome::new(exit::SUCCESS, "plan printed");
@@ -122,6 +112,18 @@ pub async fn launch(args: &JobArgs, plan_only: bool) -> Outcome {
         }
         None => Outcome::new(exit::INTERNAL, "no signal handlers"),
     }
+}
+
+/// "trainer id 1 of 3, pserver id 1 of 3": the roles this pod has, nothing for the others.
+fn ranks_line(plan: &Plan, config: &Config) -> String {
+    let mut parts = Vec::new();
+    if let Some(id) = plan.trainer_id {
+        parts.push(format!("trainer id {id} of {}", config.trainers));
+    }
+    if let Some(id) = plan.pserver_id {
+        parts.push(format!("pserver id {id} of {}", config.pservers));
+    }
+    parts.join(", ")
 }
 
 /// Discovery, ended early by a stop signal when there is a supervisor (`run`).
@@ -181,6 +183,19 @@ fn input_files(config: &Config) -> Result<InputFiles, ConfigError> {
         train: expand(&config.train_files, crate::config::TRAIN_FILES)?,
         test: expand(&config.test_files, crate::config::TEST_FILES)?,
     })
+}
+
+/// This host's network interfaces and their addresses.
+pub fn host_interfaces() -> Interfaces {
+    local_ip_address::list_afinet_netifas().map_err(|e| e.to_string())
+}
+
+pub fn own_ip_failed(error: OwnIpError) -> Outcome {
+    let code = match error {
+        OwnIpError::Config(_) => exit::INVALID_CONFIG,
+        OwnIpError::NoInterfaceList(_) => exit::INTERNAL,
+    };
+    Outcome::new(code, error.to_string())
 }
 
 /// The hostname's address, the last fallback for the own IP (what start_paddle.py used).

@@ -66,9 +66,9 @@ fn main() {
         Some(Command::Plan(args)) => (launch(args, true), None),
         Some(Command::Manifest(args)) => (print_manifest(args), None),
         Some(Command::Doctor(args)) => {
-            let interfaces = local_ip_address::list_afinet_netifas().unwrap_or_default();
+            let interfaces = launch::host_interfaces();
             let (lines, outcome) =
-                runtime.block_on(doctor::doctor(args, &interfaces, launch::hostname_ip()));
+                runtime.block_on(doctor::doctor(args, &interfaces, launch::hostname_ip));
             for line in lines {
                 println!("{line}");
             }
@@ -82,7 +82,8 @@ fn main() {
         Some(Command::Run(args)) => (launch(args, false), termination_log(args)),
         None => (launch(&cli.job, false), termination_log(&cli.job)),
     };
-    if !matches!(cli.command, Some(Command::Local(_))) {
+    // local logs its own outcome; doctor's verdict is its last printed line, not a log line too.
+    if !matches!(cli.command, Some(Command::Local(_) | Command::Doctor(_))) {
         let _in_span = span.enter();
         log_outcome(&outcome);
     }
