@@ -23,6 +23,8 @@ use tracing::{debug, info, warn};
 
 use crate::exit::{self, Outcome};
 
+const PYTHON_UNBUFFERED: &str = "PYTHONUNBUFFERED";
+
 /// How a child ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ended {
@@ -191,6 +193,13 @@ impl Supervisor {
         let prefixed = matches!(spec.output, Output::Prefixed { .. });
         if prefixed {
             command.stdout(Stdio::piped()).stderr(Stdio::piped());
+            // Python block-buffers a pipe: lines would reach `kubectl logs` late and be lost
+            // on SIGKILL. A value the user set (in the pod or the plan) is left alone.
+            if !spec.env.contains_key(PYTHON_UNBUFFERED)
+                && std::env::var_os(PYTHON_UNBUFFERED).is_none()
+            {
+                command.env(PYTHON_UNBUFFERED, "1");
+            }
         }
         let mut child = command.spawn().map_err(|e| {
             let code = match e.kind() {

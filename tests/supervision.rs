@@ -121,6 +121,51 @@ fn stubborn_trainer(dir: &Path) -> String {
     )
 }
 
+/// Python block-buffers a pipe: without PYTHONUNBUFFERED from the launcher, a trainer's line
+/// would show only when it exits. The test's own environment has no PYTHONUNBUFFERED
+/// (`Launcher::start` clears it), as a user's pod has none.
+#[test]
+fn a_python_trainers_lines_reach_the_log_while_it_runs() {
+    let pod = OnePod::new("127.0.0.33");
+    assert!(!pod.env.iter().any(|(name, _)| *name == "PYTHONUNBUFFERED"));
+    let trainer = pod.dir.path().join("trainer.py");
+    std::fs::write(
+        &trainer,
+        "import time\nprint('epoch 0 done')\ntime.sleep(600)\n",
+    )
+    .unwrap();
+    let pod = pod.set(
+        "PADDLE_LAUNCHER_TRAINER_CMD",
+        &format!("python3 {}", trainer.display()),
+    );
+    let launcher = pod.start();
+    launcher.wait_for_output("[trainer-0] epoch 0 done", LIMIT);
+    launcher.signal(Signal::SIGTERM);
+    assert_eq!(launcher.wait(LIMIT).code(), 143);
+    assert_nothing_left(&pod.pids());
+}
+
+/// A user's own choice wins: PYTHONUNBUFFERED=0 in the pod is passed on as it is.
+#[test]
+fn a_pythonunbuffered_the_user_set_is_kept() {
+    let pod = OnePod::new("127.0.0.34").set("PYTHONUNBUFFERED", "0");
+    let show = script(
+        pod.dir.path(),
+        "show-env",
+        "echo \"PYTHONUNBUFFERED=[$PYTHONUNBUFFERED]\"\n",
+    );
+    let done = pod
+        .set("PADDLE_LAUNCHER_TRAINER_CMD", &show)
+        .start()
+        .wait(LIMIT);
+    assert_eq!(done.code(), 0, "{}", done.stderr);
+    assert!(
+        done.stdout.contains("[trainer-0] PYTHONUNBUFFERED=[0]"),
+        "{}",
+        done.stdout
+    );
+}
+
 #[test]
 fn pserver_death_stops_the_trainer_with_its_own_code() {
     let pod = OnePod::new("127.0.0.24")
