@@ -52,6 +52,10 @@ impl PodSet {
             .insert(pod.name.clone(), pod);
     }
 
+    pub fn is_relisting(&self) -> bool {
+        self.relisting.is_some()
+    }
+
     pub fn end_relist(&mut self) {
         if let Some(pods) = self.relisting.take() {
             self.pods = pods;

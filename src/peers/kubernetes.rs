@@ -47,9 +47,46 @@ type GroupEvents = futures::stream::BoxStream<'static, (usize, watcher::Result<E
 /// readiness, so that the launcher keeps watching its peers without new requests.
 pub struct PodWatch {
     events: futures::stream::SelectAll<GroupEvents>,
+    views: GroupViews,
+    namespace: String,
+}
+
+/// Every group's pods as its watch has shown them. A set may be judged only when every group
+/// has been listed and none is in the middle of a relist (after a 410 Gone, its pods come back
+/// one by one): an event on another group must not make a half-relisted set look complete.
+#[derive(Debug, Clone)]
+pub struct GroupViews {
     pods: Vec<PodSet>,
     listed: Vec<bool>,
-    namespace: String,
+}
+
+impl GroupViews {
+    pub fn new(groups: usize) -> Self {
+        GroupViews {
+            pods: vec![PodSet::default(); groups],
+            listed: vec![false; groups],
+        }
+    }
+
+    /// Applies one watch event of `group`; true when every set is complete and may be judged.
+    pub fn apply(&mut self, group: usize, event: Event<PodView>) -> bool {
+        let set = &mut self.pods[group];
+        match event {
+            Event::Init => set.begin_relist(),
+            Event::InitApply(pod) => set.relisted(pod),
+            Event::InitDone => {
+                set.end_relist();
+                self.listed[group] = true;
+            }
+            Event::Apply(pod) => set.applied(pod),
+            Event::Delete(pod) => set.deleted(&pod.name),
+        }
+        self.listed.iter().all(|l| *l) && !self.pods.iter().any(PodSet::is_relisting)
+    }
+
+    pub fn group(&self, group: usize) -> &PodSet {
+        &self.pods[group]
+    }
 }
 
 /// What one watch event did to the view.
@@ -74,8 +111,7 @@ impl PodWatch {
         });
         PodWatch {
             events: futures::stream::select_all(streams),
-            pods: vec![PodSet::default(); groups.len()],
-            listed: vec![false; groups.len()],
+            views: GroupViews::new(groups.len()),
             namespace: namespace.to_string(),
         }
     }
@@ -85,8 +121,8 @@ impl PodWatch {
             // The watchers restart themselves forever; an end would be a bug, but not a hang.
             return std::future::pending().await;
         };
-        let set = &mut self.pods[group];
-        match event {
+        let event = match event {
+            Ok(event) => event,
             Err(error) => {
                 return match forbidden(&error) {
                     Some(message) => Change::Forbidden(rbac_hint(&self.namespace, &message)),
@@ -95,23 +131,15 @@ impl PodWatch {
                     )),
                 }
             }
-            // Mid-relist the set is stale: judge it only once the relist is complete.
-            Ok(Event::Init) => {
-                set.begin_relist();
-                return Change::Unsettled;
-            }
-            Ok(Event::InitApply(pod)) => {
-                set.relisted(pod_view(&pod));
-                return Change::Unsettled;
-            }
-            Ok(Event::InitDone) => {
-                set.end_relist();
-                self.listed[group] = true;
-            }
-            Ok(Event::Apply(pod)) => set.applied(pod_view(&pod)),
-            Ok(Event::Delete(pod)) => set.deleted(&pod_view(&pod).name),
-        }
-        if self.listed.iter().all(|l| *l) {
+        };
+        let event = match event {
+            Event::Init => Event::Init,
+            Event::InitApply(pod) => Event::InitApply(pod_view(&pod)),
+            Event::InitDone => Event::InitDone,
+            Event::Apply(pod) => Event::Apply(pod_view(&pod)),
+            Event::Delete(pod) => Event::Delete(pod_view(&pod)),
+        };
+        if self.views.apply(group, event) {
             Change::Settled
         } else {
             Change::Unsettled
@@ -139,7 +167,8 @@ impl PodWatch {
         let mut succeeded: HashSet<String> = HashSet::new();
         loop {
             self.settled("the peers").await;
-            for (set, group) in self.pods.iter().zip(&members) {
+            for (i, group) in members.iter().enumerate() {
+                let set = self.views.group(i);
                 for member in group {
                     let now = set.get(&member.name);
                     if let Some(reason) = lost(member, now, succeeded.contains(&member.name)) {
@@ -160,7 +189,9 @@ pub async fn all_succeeded(client: Client, namespace: String, group: Group) -> S
     let mut watch = PodWatch::start(client, &namespace, std::slice::from_ref(&group));
     loop {
         watch.settled("the trainer pods").await;
-        let done = watch.pods[0]
+        let done = watch
+            .views
+            .group(0)
             .pods()
             .iter()
             .filter(|p| p.phase == "Succeeded")
@@ -216,14 +247,15 @@ pub async fn wait_until_ready(
                 }
                 if let Some(max) = max_failed_trainers {
                     let trainers = groups.iter().position(|g| g.kind != GroupKind::Pservers);
-                    let failed = trainers.map_or(0, |i| failed(&watch.pods[i].pods()));
+                    let failed = trainers.map_or(0, |i| failed(&watch.views.group(i).pods()));
                     if failed > max as usize {
                         return Err(DiscoveryError::TooManyFailures { failed, max });
                     }
                 }
                 let mut ready = Vec::new();
                 let mut waiting = Vec::new();
-                for (group, set) in groups.iter().zip(&watch.pods) {
+                for (i, group) in groups.iter().enumerate() {
+                    let set = watch.views.group(i);
                     match readiness(&set.pods(), group.expected as usize) {
                         Readiness::Ready(pods) => ready.push(pods),
                         Readiness::Waiting(wait) if groups.len() == 1 => waiting.push(wait.to_string()),
@@ -422,6 +454,35 @@ mod tests {
             (v.phase.as_str(), v.ip, v.waiting_reason),
             ("Pending", None, None)
         );
+    }
+
+    fn running(name: &str, ip: &str) -> PodView {
+        pod_view(&pod(serde_json::json!({
+            "metadata": {"name": name},
+            "status": {"phase": "Running", "podIP": ip}
+        })))
+    }
+
+    /// Split layout: group 0 (pservers) is relisting after a 410 Gone; an event on group 1 must
+    /// not make the half-relisted group 0 look complete.
+    #[test]
+    fn no_group_is_judged_while_another_is_mid_relist() {
+        let mut views = GroupViews::new(2);
+        for (group, name) in [(0, "ps-0"), (1, "tr-0")] {
+            assert!(!views.apply(group, Event::Init));
+            assert!(!views.apply(group, Event::InitApply(running(name, "10.0.0.1"))));
+            views.apply(group, Event::InitDone);
+        }
+        assert!(views.apply(1, Event::Apply(running("tr-0", "10.0.0.1"))));
+        assert!(!views.apply(0, Event::Init));
+        assert!(!views.apply(0, Event::InitApply(running("ps-1", "10.0.0.2"))));
+        assert!(
+            !views.apply(1, Event::Apply(running("tr-0", "10.0.0.1"))),
+            "judged while the pservers were mid-relist"
+        );
+        assert!(views.apply(0, Event::InitDone));
+        let names: Vec<String> = views.group(0).pods().into_iter().map(|p| p.name).collect();
+        assert_eq!(names, ["ps-1"], "the relist replaces the set");
     }
 
     #[test]
