@@ -337,9 +337,17 @@ async fn supervise_pserver(sup: &mut Supervisor, pserver: usize) -> Outcome {
                 return peer_lost(reason, sup.label(pserver));
             }
             // The split layout's trainers are all done: stop serving so the Job completes.
-            Event::JobDone(reason) => {
+            Event::JobDone(Ok(reason)) => {
                 sup.stop(&[pserver], Signal::SIGTERM).await;
                 return Outcome::new(exit::SUCCESS, format!("{reason}: stopped the pserver"));
+            }
+            // Serving on without knowing when the trainers are done would never end the Job.
+            Event::JobDone(Err(refused)) => {
+                sup.stop(&[pserver], Signal::SIGTERM).await;
+                return Outcome::new(
+                    exit::FORBIDDEN,
+                    format!("stopped the pserver: it can no longer tell when the trainer pods are done: {refused}"),
+                );
             }
             Event::Exited { .. } => {}
         }

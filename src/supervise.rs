@@ -136,14 +136,15 @@ pub enum Event {
     },
     /// A peer pod of the job was lost (the reason); reported once.
     PeerLost(String),
-    /// Every trainer of the job is done (the reason); reported once.
-    JobDone(String),
+    /// Every trainer of the job is done (the reason), or it can no longer be known (why);
+    /// reported once.
+    JobDone(Result<String, String>),
 }
 
 pub struct Supervisor {
     signals: Signals,
     peer_loss: Option<BoxFuture<'static, String>>,
-    job_done: Option<BoxFuture<'static, String>>,
+    job_done: Option<BoxFuture<'static, Result<String, String>>>,
     children: Vec<Child>,
     pending: VecDeque<Event>,
     pumps: Vec<mpsc::Receiver<()>>,
@@ -171,7 +172,7 @@ impl Supervisor {
     }
 
     /// From now on, `next_event` also reports when every trainer of the job is done.
-    pub fn end_when(&mut self, job_done: BoxFuture<'static, String>) {
+    pub fn end_when(&mut self, job_done: BoxFuture<'static, Result<String, String>>) {
         self.job_done = Some(job_done);
     }
 
@@ -438,7 +439,7 @@ impl Supervisor {
 }
 
 /// The future's output, or never when there is none.
-async fn pending_or(future: &mut Option<BoxFuture<'static, String>>) -> String {
+async fn pending_or<T>(future: &mut Option<BoxFuture<'static, T>>) -> T {
     match future.as_mut() {
         Some(f) => f.await,
         None => std::future::pending().await,

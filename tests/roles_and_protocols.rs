@@ -312,3 +312,53 @@ fn too_many_failed_trainer_pods_stop_the_job_with_a_reason() {
         "2 trainer pods of the job have Failed, more than PADDLE_LAUNCHER_MAX_FAILED_TRAINERS = 1: not starting again\n"
     );
 }
+
+/// A split-layout pserver learns that the job is done from its watch of the trainer pods: once
+/// the API refuses that watch, it must not serve forever (its Job would never complete).
+#[test]
+fn a_split_pserver_that_may_no_longer_watch_the_trainers_stops_with_72() {
+    let Cluster { api, dir } = Cluster::new();
+    let job = "deny";
+    let pserver = ("deny-pserver-0", "127.0.0.26");
+    let trainer = ("deny-trainer-0", "127.0.0.27");
+    api.put_pod(pod_with(job, pserver.0, json!({"paddle-job-pserver": job})));
+    api.put_pod(pod_with(job, trainer.0, json!({"paddle-job": job})));
+    for (name, ip) in [pserver, trainer] {
+        api.set_status("default", name, "Running", Some(ip));
+    }
+    let env = vec![
+        (
+            "KUBECONFIG",
+            dir.path().join("kubeconfig").display().to_string(),
+        ),
+        ("JOB_NAME", job.to_string()),
+        ("PSERVERS", "1".to_string()),
+        ("TRAINERS", "1".to_string()),
+        ("CONF_PADDLE_NIC", "lo".to_string()),
+        ("CONF_PADDLE_PORT", free_ports(1).to_string()),
+        ("POD_IP", pserver.1.to_string()),
+        ("POD_NAME", pserver.0.to_string()),
+        ("PADDLE_LAUNCHER_ROLE", "pserver".to_string()),
+        (
+            "PADDLE_LAUNCHER_PSERVER_CMD",
+            format!("{} pserver", standin()),
+        ),
+    ];
+    let launcher = Launcher::start(dir.path(), "pserver", &["run"], &env);
+    launcher.wait_for_output("[pserver-0] pserver listening", LIMIT);
+    api.set_forbidden(true);
+    api.end_watches();
+    let done = launcher.wait(LIMIT);
+    assert_eq!(done.code(), 72, "{}", done.stderr);
+    assert!(
+        done.stderr
+            .contains("stopped the pserver: it can no longer tell when the trainer pods are done"),
+        "{}",
+        done.stderr
+    );
+    assert!(
+        done.stdout.contains("[pserver-0] pserver received SIGTERM"),
+        "{}",
+        done.stdout
+    );
+}

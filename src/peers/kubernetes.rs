@@ -146,18 +146,15 @@ impl PodWatch {
         }
     }
 
-    /// After the launch: waits for the next complete view. API errors are retried (and logged);
-    /// once access is refused, it never returns: the job goes on without this watch.
-    async fn settled(&mut self, watching: &str) {
+    /// After the launch: waits for the next complete view. API errors are retried (and
+    /// logged); a refusal (401/403) is returned, since retrying cannot help.
+    async fn settled(&mut self, watching: &str) -> Result<(), String> {
         loop {
             match self.next_change().await {
-                Change::Settled => return,
+                Change::Settled => return Ok(()),
                 Change::Unsettled => {}
                 Change::Error(e) => warn!("{e} (watching {watching})"),
-                Change::Forbidden(e) => {
-                    warn!("no longer allowed to watch {watching}; going on without: {e}");
-                    return std::future::pending().await;
-                }
+                Change::Forbidden(e) => return Err(e),
             }
         }
     }
@@ -166,7 +163,11 @@ impl PodWatch {
     pub async fn first_loss(mut self, members: Vec<Vec<Member>>) -> String {
         let mut succeeded: HashSet<String> = HashSet::new();
         loop {
-            self.settled("the peers").await;
+            if let Err(e) = self.settled("the peers").await {
+                // The own trainer's end still ends the pod; only the early warning is gone.
+                warn!("no longer allowed to watch the peers; going on without: {e}");
+                return std::future::pending().await;
+            }
             for (i, group) in members.iter().enumerate() {
                 let set = self.views.group(i);
                 for member in group {
@@ -184,11 +185,16 @@ impl PodWatch {
 }
 
 /// Resolves once `group.expected` of its pods have Succeeded: the trainers are done, so a
-/// pserver of the split layout can stop and let its Job complete.
-pub async fn all_succeeded(client: Client, namespace: String, group: Group) -> String {
+/// pserver of the split layout can stop and let its Job complete. Err when the API refuses
+/// the watch: without it the pserver could never tell, and would serve forever.
+pub async fn all_succeeded(
+    client: Client,
+    namespace: String,
+    group: Group,
+) -> Result<String, String> {
     let mut watch = PodWatch::start(client, &namespace, std::slice::from_ref(&group));
     loop {
-        watch.settled("the trainer pods").await;
+        watch.settled("the trainer pods").await?;
         let done = watch
             .views
             .group(0)
@@ -197,7 +203,10 @@ pub async fn all_succeeded(client: Client, namespace: String, group: Group) -> S
             .filter(|p| p.phase == "Succeeded")
             .count();
         if done >= group.expected as usize {
-            return format!("all {done} trainer pods `{}` Succeeded", group.selector);
+            return Ok(format!(
+                "all {done} trainer pods `{}` Succeeded",
+                group.selector
+            ));
         }
     }
 }

@@ -43,7 +43,7 @@ pub struct Found {
     pub namespace: Option<String>,
     pub peer_loss: Option<BoxFuture<'static, String>>,
     /// For a pserver of the split layout: resolves when every trainer pod has Succeeded.
-    pub trainers_done: Option<BoxFuture<'static, String>>,
+    pub trainers_done: Option<BoxFuture<'static, Result<String, String>>>,
 }
 
 /// Waits until every group has exactly the expected number of ready pods.

@@ -116,6 +116,22 @@ impl Launcher {
     }
 }
 
+/// A test that fails midway must not leave its launcher (and so its children) running.
+impl Drop for Launcher {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 /// A port with the next `count - 1` ports likely free too (an ephemeral port the kernel just
 /// handed out and took back).
 pub fn free_ports(count: u16) -> u16 {
