@@ -5,7 +5,7 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use nix::sys::signal::Signal;
+use nix::libc::SIGTERM;
 use tokio::net::TcpStream;
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 use tracing::info;
@@ -140,14 +140,15 @@ async fn wait_for_peers(
         tokio::select! {
             found = &mut discovery => return found.map_err(|e| e.outcome()),
             event = supervisor.next_event() => match event {
-                Event::Signal(sig @ (Signal::SIGUSR1 | Signal::SIGUSR2)) => {
-                    info!("ignoring {sig}: no child to forward it to yet")
+                // HUP too: a pod being reconfigured should not start with the old settings.
+                Event::Signal(sig) if is_stop_signal(sig) || sig == nix::libc::SIGHUP => {
+                    return Err(Outcome::new(
+                        exit::by_signal(sig),
+                        format!("received {} while waiting for the job's pods", signal_name(sig)),
+                    ))
                 }
                 Event::Signal(sig) => {
-                    return Err(Outcome::new(
-                        exit::by_signal(sig as i32),
-                        format!("received {} while waiting for the job's pods", signal_name(sig as i32)),
-                    ))
+                    info!("ignoring {}: no child to forward it to yet", signal_name(sig))
                 }
                 Event::Exited { .. } | Event::PeerLost(_) | Event::JobDone(_) => {}
             },
@@ -226,10 +227,10 @@ fn spawn(sup: &mut Supervisor, spec: &ProcessSpec) -> Result<usize, Outcome> {
     })
 }
 
-fn stopped_by(sig: Signal, what: &str) -> Outcome {
+fn stopped_by(sig: i32, what: &str) -> Outcome {
     Outcome::new(
-        exit::by_signal(sig as i32),
-        format!("received {}{what}", signal_name(sig as i32)),
+        exit::by_signal(sig),
+        format!("received {}{what}", signal_name(sig)),
     )
 }
 
@@ -265,7 +266,7 @@ async fn supervise_job(sup: &mut Supervisor, plan: &Plan, config: &Config) -> Ou
     let trainer = match spawn(sup, trainer_spec) {
         Ok(i) => i,
         Err(outcome) => {
-            sup.stop(&Vec::from_iter(pserver), Signal::SIGTERM).await;
+            sup.stop(&Vec::from_iter(pserver), SIGTERM).await;
             return outcome;
         }
     };
@@ -283,15 +284,15 @@ async fn supervise_job(sup: &mut Supervisor, plan: &Plan, config: &Config) -> Ou
                         return outcome;
                     }
                 }
-                sup.stop(&Vec::from_iter(pserver), Signal::SIGTERM).await;
+                sup.stop(&Vec::from_iter(pserver), SIGTERM).await;
                 return Outcome::new(ended.exit_code(), format!("trainer {}", ended.describe()));
             }
             Event::PeerLost(reason) => {
-                sup.stop(&all, Signal::SIGTERM).await;
+                sup.stop(&all, SIGTERM).await;
                 return peer_lost(reason, &names(sup, &all));
             }
             Event::Exited { child, ended } if Some(child) == pserver => {
-                sup.stop(&[trainer], Signal::SIGTERM).await;
+                sup.stop(&[trainer], SIGTERM).await;
                 return Outcome::new(
                     exit::PSERVER_DIED,
                     format!(
@@ -333,17 +334,17 @@ async fn supervise_pserver(sup: &mut Supervisor, pserver: usize) -> Outcome {
                 return Outcome::new(ended.exit_code(), format!("pserver {}", ended.describe()));
             }
             Event::PeerLost(reason) => {
-                sup.stop(&[pserver], Signal::SIGTERM).await;
+                sup.stop(&[pserver], SIGTERM).await;
                 return peer_lost(reason, sup.label(pserver));
             }
             // The split layout's trainers are all done: stop serving so the Job completes.
             Event::JobDone(Ok(reason)) => {
-                sup.stop(&[pserver], Signal::SIGTERM).await;
+                sup.stop(&[pserver], SIGTERM).await;
                 return Outcome::new(exit::SUCCESS, format!("{reason}: stopped the pserver"));
             }
             // Serving on without knowing when the trainers are done would never end the Job.
             Event::JobDone(Err(refused)) => {
-                sup.stop(&[pserver], Signal::SIGTERM).await;
+                sup.stop(&[pserver], SIGTERM).await;
                 return Outcome::new(
                     exit::FORBIDDEN,
                     format!("stopped the pserver: it can no longer tell when the trainer pods are done: {refused}"),
@@ -392,13 +393,13 @@ async fn wait_for_pservers(
                     ));
                 }
                 Event::PeerLost(reason) => {
-                    sup.stop(&Vec::from_iter(pserver), Signal::SIGTERM).await;
+                    sup.stop(&Vec::from_iter(pserver), SIGTERM).await;
                     return Err(peer_lost(reason, "the pserver"));
                 }
                 Event::Exited { .. } | Event::JobDone(_) => {}
             },
             _ = sleep_until(started + limit) => {
-                sup.stop(&Vec::from_iter(pserver), Signal::SIGTERM).await;
+                sup.stop(&Vec::from_iter(pserver), SIGTERM).await;
                 let list: Vec<String> = waiting.iter().map(ToString::to_string).collect();
                 return Err(Outcome::new(
                     exit::PSERVERS_NOT_READY,

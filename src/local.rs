@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use clap::parser::ValueSource;
 use clap::ArgMatches;
-use nix::sys::signal::Signal;
+use nix::libc::SIGTERM;
 use tracing::info;
 
 use crate::cli::LocalArgs;
@@ -156,7 +156,7 @@ pub async fn local(args: &LocalArgs, matches: &ArgMatches, command: &clap::Comma
         match sup.spawn(spec) {
             Ok(child) => instances.push(child),
             Err(outcome) => {
-                sup.stop(&instances, Signal::SIGTERM).await;
+                sup.stop(&instances, SIGTERM).await;
                 return outcome;
             }
         }
@@ -175,11 +175,8 @@ async fn watch_instances(sup: &mut Supervisor, instances: &[usize]) -> Outcome {
             Event::Signal(sig) if is_stop_signal(sig) => {
                 sup.stop(instances, sig).await;
                 return Outcome::new(
-                    exit::by_signal(sig as i32),
-                    format!(
-                        "received {}; stopped every simulated pod",
-                        signal_name(sig as i32)
-                    ),
+                    exit::by_signal(sig),
+                    format!("received {}; stopped every simulated pod", signal_name(sig)),
                 );
             }
             Event::Signal(sig) => sup.forward(sig),
@@ -195,7 +192,7 @@ async fn watch_instances(sup: &mut Supervisor, instances: &[usize]) -> Outcome {
                             ended.describe()
                         ),
                     ));
-                    sup.stop(instances, Signal::SIGTERM).await;
+                    sup.stop(instances, SIGTERM).await;
                 }
             }
         }

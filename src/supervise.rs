@@ -24,6 +24,8 @@ use tracing::{debug, info, warn};
 use crate::exit::{self, Outcome};
 
 const PYTHON_UNBUFFERED: &str = "PYTHONUNBUFFERED";
+/// How often `stop` looks whether a group is empty when no SIGCHLD tells.
+const GROUP_POLL: Duration = Duration::from_millis(50);
 
 /// How a child ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,26 +52,47 @@ impl Ended {
 }
 
 pub fn signal_name(signo: i32) -> String {
-    Signal::try_from(signo).map_or(format!("signal {signo}"), |s| s.as_str().to_string())
+    let (min, max) = (nix::libc::SIGRTMIN(), nix::libc::SIGRTMAX());
+    match Signal::try_from(signo) {
+        Ok(s) => s.as_str().to_string(),
+        Err(_) if signo == min => "SIGRTMIN".to_string(),
+        Err(_) if signo > min && signo <= max => format!("SIGRTMIN+{}", signo - min),
+        Err(_) => format!("signal {signo}"),
+    }
 }
 
-/// Signals the launcher handles: PID 1 gets only those it installs handlers for.
-pub const FORWARDED: [Signal; 6] = [
-    Signal::SIGTERM,
-    Signal::SIGINT,
-    Signal::SIGHUP,
-    Signal::SIGQUIT,
-    Signal::SIGUSR1,
-    Signal::SIGUSR2,
-];
+/// Every signal the launcher receives and forwards to its children's process groups, as tini
+/// does: PID 1 gets only the signals it installs handlers for, so a signal left out here would
+/// be silently dropped (a custom STOPSIGNAL, SIGWINCH, SIGPWR, real-time signals).
+/// Not among them, each for its reason:
+/// - SIGKILL, SIGSTOP: cannot be caught.
+/// - SIGCHLD: the launcher's own, for reaping.
+/// - SIGILL, SIGFPE, SIGSEGV, SIGBUS, SIGTRAP, SIGABRT, SIGSYS: raised by a fault of the
+///   launcher itself; its default action (a core, a crash) is the honest answer.
+/// - SIGPIPE: ignored, as in every Rust program: a closed log pipe must not reach the children.
+/// - SIGTTIN, SIGTTOU: terminal job control of the launcher's own process group (tini too).
+pub fn forwarded_signals() -> Vec<i32> {
+    use nix::libc::*;
+    let mut signals = vec![
+        SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGTERM, SIGSTKFLT, SIGCONT, SIGTSTP,
+        SIGURG, SIGXCPU, SIGXFSZ, SIGVTALRM, SIGPROF, SIGWINCH, SIGIO, SIGPWR,
+    ];
+    signals.extend(SIGRTMIN()..=SIGRTMAX());
+    signals
+}
 
-/// Signals after which the launcher stops: exit with 128 + signal, SIGKILL after the grace period.
-pub fn is_stop_signal(sig: Signal) -> bool {
-    matches!(sig, Signal::SIGTERM | Signal::SIGINT | Signal::SIGQUIT)
+/// Signals after which the launcher stops: exit with 128 + signal, SIGKILL after the grace
+/// period. Every other forwarded signal leaves the decision to the children: they are
+/// forwarded, and the launcher ends when the children end.
+pub fn is_stop_signal(sig: i32) -> bool {
+    matches!(
+        sig,
+        nix::libc::SIGTERM | nix::libc::SIGINT | nix::libc::SIGQUIT
+    )
 }
 
 pub struct Signals {
-    streams: Vec<(Signal, tokio::signal::unix::Signal)>,
+    streams: Vec<(i32, tokio::signal::unix::Signal)>,
     child: tokio::signal::unix::Signal,
 }
 
@@ -77,32 +100,25 @@ impl Signals {
     /// Install before spawning anything, so that no SIGCHLD or SIGTERM can be missed.
     pub fn install() -> io::Result<Self> {
         let mut streams = Vec::new();
-        for sig in FORWARDED {
-            streams.push((sig, signal(SignalKind::from_raw(sig as i32))?));
+        for sig in forwarded_signals() {
+            streams.push((sig, signal(SignalKind::from_raw(sig))?));
         }
         Ok(Signals {
             streams,
             child: signal(SignalKind::child())?,
         })
     }
-
-    /// The next forwardable signal.
-    pub async fn next(&mut self) -> Signal {
-        next_of(&mut self.streams).await
-    }
 }
 
-async fn next_of(streams: &mut [(Signal, tokio::signal::unix::Signal)]) -> Signal {
-    {
-        let waits = streams.iter_mut().map(|(sig, stream)| {
-            let sig = *sig;
-            Box::pin(async move {
-                stream.recv().await;
-                sig
-            })
-        });
-        futures::future::select_all(waits).await.0
-    }
+async fn next_of(streams: &mut [(i32, tokio::signal::unix::Signal)]) -> i32 {
+    let waits = streams.iter_mut().map(|(sig, stream)| {
+        let sig = *sig;
+        Box::pin(async move {
+            stream.recv().await;
+            sig
+        })
+    });
+    futures::future::select_all(waits).await.0
 }
 
 /// Where a child's stdout/stderr go.
@@ -126,10 +142,14 @@ struct Child {
     label: String,
     pid: Pid,
     ended: Option<Ended>,
+    /// Every process of its group has ended (seen as ESRCH): the group id may be reused by an
+    /// unrelated process, so it is never signalled again.
+    group_gone: bool,
 }
 
 pub enum Event {
-    Signal(Signal),
+    /// A signal number (real-time signals have no `nix` name).
+    Signal(i32),
     Exited {
         child: usize,
         ended: Ended,
@@ -243,6 +263,7 @@ impl Supervisor {
             label: spec.label,
             pid,
             ended: None,
+            group_gone: false,
         });
         Ok(self.children.len() - 1)
     }
@@ -293,38 +314,49 @@ impl Supervisor {
         self.children[child].ended.is_none()
     }
 
-    pub fn ended(&self, child: usize) -> Option<Ended> {
-        self.children[child].ended
+    /// Whether any process of the child's group may still be alive (the child itself, or what
+    /// it started: the program under `sh -c ENTRY`, daemons).
+    fn group_alive(&mut self, child: usize) -> bool {
+        let c = &mut self.children[child];
+        if !c.group_gone && c.ended.is_some() {
+            // Zombies still count: the reaper runs before each check.
+            c.group_gone = kill(Pid::from_raw(-c.pid.as_raw()), None) == Err(Errno::ESRCH);
+        }
+        !c.group_gone
     }
 
-    fn running(&self) -> impl Iterator<Item = &Child> {
-        self.children.iter().filter(|c| c.ended.is_none())
-    }
-
-    /// Sends `sig` to the process group of each given running child.
-    pub fn signal(&self, children: &[usize], sig: Signal) {
+    /// Sends `sig` to the process group of each given child whose group is still there.
+    pub fn signal(&mut self, children: &[usize], sig: i32) {
         for &i in children {
-            let c = &self.children[i];
-            if c.ended.is_none() {
-                debug!("sending {sig} to {} (process group {})", c.label, c.pid);
-                // ESRCH: the group is already gone, which is what we wanted.
-                let _ = kill(Pid::from_raw(-c.pid.as_raw()), sig);
+            if !self.group_alive(i) {
+                continue;
+            }
+            let c = &mut self.children[i];
+            debug!(
+                "sending {} to {} (process group {})",
+                signal_name(sig),
+                c.label,
+                c.pid
+            );
+            // SAFETY: kill(2) has no memory effects; a raw number reaches real-time signals too.
+            let sent = unsafe { nix::libc::kill(-c.pid.as_raw(), sig) };
+            if sent != 0 && Errno::last() == Errno::ESRCH {
+                c.group_gone = true;
             }
         }
     }
 
-    pub fn forward(&self, sig: Signal) {
+    pub fn forward(&mut self, sig: i32) {
         let all: Vec<usize> = (0..self.children.len()).collect();
-        if self.running().next().is_some() {
-            info!(
-                "forwarding {sig} to {}",
-                self.running()
-                    .map(|c| c.label.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
+        let alive: Vec<usize> = all.into_iter().filter(|&i| self.group_alive(i)).collect();
+        if !alive.is_empty() {
+            let names: Vec<&str> = alive
+                .iter()
+                .map(|&i| self.children[i].label.as_str())
+                .collect();
+            info!("forwarding {} to {}", signal_name(sig), names.join(", "));
         }
-        self.signal(&all, sig);
+        self.signal(&alive, sig);
     }
 
     /// Reaps every exited process, ours or orphaned, until none is left to reap: SIGCHLDs
@@ -390,34 +422,46 @@ impl Supervisor {
         }
     }
 
-    /// Stops the given children: `sig` to their groups, SIGKILL when the grace period is over.
-    /// Returns once all of them are reaped. Exit events seen meanwhile stay queued.
-    pub async fn stop(&mut self, children: &[usize], sig: Signal) {
-        let running: Vec<usize> = children
+    /// Stops the given children: `sig` to their process groups, SIGKILL when the grace period
+    /// is over. Returns once every process of those groups is gone, not only the group leader:
+    /// the program under `sh -c ENTRY` gets its grace period too. Exit events seen meanwhile
+    /// stay queued; other signals received meanwhile are forwarded.
+    pub async fn stop(&mut self, children: &[usize], sig: i32) {
+        let stopping: Vec<usize> = children
             .iter()
             .copied()
-            .filter(|&i| self.is_running(i))
+            .filter(|&i| self.group_alive(i))
             .collect();
-        if running.is_empty() {
+        if stopping.is_empty() {
             return;
         }
-        self.signal(&running, sig);
+        self.signal(&stopping, sig);
         let deadline = Instant::now() + self.grace;
         let mut killed = false;
-        while running.iter().any(|&i| self.is_running(i)) {
+        loop {
+            self.reap();
+            if !stopping.iter().any(|&i| self.group_alive(i)) {
+                return;
+            }
             let Signals { streams, child } = &mut self.signals;
             let kill_now = tokio::select! {
                 _ = child.recv() => false,
+                // A group member whose parent is still alive is not ours to reap: no SIGCHLD.
+                _ = tokio::time::sleep(GROUP_POLL) => false,
                 // A second stop signal from outside means "now": do not wait for the grace period.
-                sig = next_of(streams) => is_stop_signal(sig),
+                sig = next_of(streams) => {
+                    if !is_stop_signal(sig) {
+                        self.forward(sig);
+                    }
+                    is_stop_signal(sig)
+                }
                 _ = sleep_until(deadline), if !killed => {
                     warn!("grace period of {} s over: sending SIGKILL", self.grace.as_secs());
                     true
                 }
             };
-            self.reap();
             if kill_now && !killed {
-                self.signal(&running, Signal::SIGKILL);
+                self.signal(&stopping, nix::libc::SIGKILL);
                 killed = true;
             }
         }
@@ -426,9 +470,9 @@ impl Supervisor {
     /// Kills what is left of every child's process group (daemons a child left behind) and
     /// waits briefly for the output pumps, so the last lines reach the logs.
     pub fn finish(&mut self) {
-        for c in &self.children {
-            let _ = kill(Pid::from_raw(-c.pid.as_raw()), Signal::SIGKILL);
-        }
+        self.reap();
+        let all: Vec<usize> = (0..self.children.len()).collect();
+        self.signal(&all, nix::libc::SIGKILL);
         self.reap();
         let deadline = std::time::Instant::now() + Duration::from_secs(2);
         for pump in self.pumps.drain(..) {
@@ -463,5 +507,33 @@ pub fn write_termination_message(path: &Path, reason: &str) {
             let _ = writeln!(f, "{line}");
         }
         Err(e) => debug!("no termination message written to {}: {e}", path.display()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Once a child's whole group has ended, its group id may belong to someone else: it is
+    /// never signalled again (in local mode, pids are reused quickly).
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_group_that_has_ended_is_never_signalled_again() {
+        let mut sup = Supervisor::new(Signals::install().unwrap(), Duration::from_secs(1));
+        let env = BTreeMap::new();
+        let argv = ["true".to_string()];
+        let spec = SpawnSpec {
+            label: "short".into(),
+            argv: &argv,
+            env: &env,
+            cwd: Path::new("."),
+            output: Output::Inherit,
+        };
+        let child = sup.spawn(spec).unwrap();
+        while !matches!(sup.next_event().await, Event::Exited { .. }) {}
+        assert!(!sup.group_alive(child));
+        assert!(sup.children[child].group_gone);
+        // Nothing is sent, whatever process now has that number.
+        sup.signal(&[child], nix::libc::SIGKILL);
+        sup.finish();
     }
 }

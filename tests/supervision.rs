@@ -61,17 +61,24 @@ fn sigterm_during_training_is_forwarded_to_both_children() {
     assert_nothing_left(&pod.pids());
 }
 
+/// As PID 1 the launcher receives only the signals it handles: every catchable one is
+/// forwarded (a custom STOPSIGNAL, SIGWINCH, SIGPWR, real-time signals), and only TERM, INT and
+/// QUIT stop it.
 #[test]
-fn hup_usr1_usr2_are_forwarded_to_both_children_which_keep_running() {
+fn every_catchable_signal_is_forwarded_to_both_children_which_keep_running() {
+    use nix::libc::{SIGHUP, SIGPWR, SIGRTMIN, SIGUSR1, SIGUSR2, SIGWINCH};
     let pod = OnePod::new("127.0.0.31").set("STANDIN_TRAINER_SECONDS", "120");
     let launcher = pod.start();
     launcher.wait_for_output("connected to 1 pserver endpoints", LIMIT);
     for (sig, name) in [
-        (Signal::SIGHUP, "SIGHUP"),
-        (Signal::SIGUSR1, "SIGUSR1"),
-        (Signal::SIGUSR2, "SIGUSR2"),
+        (SIGHUP, "SIGHUP".to_string()),
+        (SIGUSR1, "SIGUSR1".to_string()),
+        (SIGUSR2, "SIGUSR2".to_string()),
+        (SIGWINCH, "SIGWINCH".to_string()),
+        (SIGPWR, "SIGPWR".to_string()),
+        (SIGRTMIN() + 1, "SIGRTMIN+1".to_string()),
     ] {
-        launcher.signal(sig);
+        launcher.signal_number(sig);
         launcher.wait_for_output(&format!("[trainer-0] trainer received {name}"), LIMIT);
         launcher.wait_for_output(&format!("[pserver-0] pserver received {name}"), LIMIT);
     }
@@ -79,6 +86,37 @@ fn hup_usr1_usr2_are_forwarded_to_both_children_which_keep_running() {
     let done = launcher.wait(LIMIT);
     assert_eq!(done.code(), 130, "{}", done.stderr);
     assert_nothing_left(&pod.pids());
+}
+
+/// `sh -c ENTRY` is the group leader, the user's program its child: when the leader exits at
+/// once on SIGTERM, the rest of the group still gets the grace period to clean up. (The child
+/// closes its output, so that the wait for the output pumps cannot hide a launcher that left
+/// early.)
+#[test]
+fn the_whole_process_group_gets_the_grace_period() {
+    let pod = OnePod::new("127.0.0.35");
+    let cleaned = pod.dir.path().join("cleaned");
+    let trainer = script(
+        pod.dir.path(),
+        "entry",
+        &format!(
+            "(trap 'sleep 1; echo done > {}; exit 0' TERM; echo ready; exec >/dev/null 2>&1; while true; do sleep 0.1; done) &\n\
+             trap 'exit 0' TERM\nwait\n",
+            cleaned.display()
+        ),
+    );
+    let pod = pod.set("PADDLE_LAUNCHER_TRAINER_CMD", &trainer);
+    let launcher = pod.start();
+    launcher.wait_for_output("[trainer-0] ready", LIMIT);
+    launcher.signal(Signal::SIGTERM);
+    let done = launcher.wait(LIMIT);
+    assert_eq!(done.code(), 143, "{}", done.stderr);
+    assert_eq!(
+        std::fs::read_to_string(&cleaned).ok().as_deref(),
+        Some("done\n"),
+        "the program under the shell was killed before its grace period:\n{}",
+        done.stderr
+    );
 }
 
 #[test]

@@ -114,6 +114,12 @@ impl Launcher {
     pub fn signal(&self, sig: nix::sys::signal::Signal) {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig).unwrap();
     }
+
+    /// Any signal number, real-time ones included (they have no `nix` name).
+    pub fn signal_number(&self, sig: i32) {
+        // SAFETY: kill(2) has no memory effects.
+        assert_eq!(unsafe { nix::libc::kill(self.child.id() as i32, sig) }, 0);
+    }
 }
 
 /// A test that fails midway must not leave its launcher (and so its children) running.
