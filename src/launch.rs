@@ -45,12 +45,7 @@ pub async fn launch(args: &JobArgs, plan_only: bool) -> Outcome {
     };
     let pod = config.pod_name.clone().unwrap_or_else(|| my_ip.to_string());
     tracing::Span::current().record("pod", tracing::field::display(&pod));
-    // Files are on the pod's own or a shared filesystem, not in the membership: check them first.
-    let inputs = match input_files(&config) {
-        Ok(inputs) => inputs,
-        Err(e) => return invalid(e),
-    };
-    // Installed before waiting, so a TERM during the wait ends it at once, and zombies are
+    // Installed before anything that takes time, so a TERM ends it at once, and zombies are
     // reaped from the start when we are PID 1.
     let mut supervisor = if plan_only {
         None
@@ -64,6 +59,17 @@ pub async fn launch(args: &JobArgs, plan_only: bool) -> Outcome {
                 )
             }
         }
+    };
+    // Files are on the pod's own or a shared filesystem, not in the membership: check them first.
+    let for_inputs = config.clone();
+    let inputs = match off_thread(supervisor.as_mut(), "expanding the file globs", move || {
+        input_files(&for_inputs)
+    })
+    .await
+    {
+        Ok(Ok(inputs)) => inputs,
+        Ok(Err(e)) => return invalid(e),
+        Err(outcome) => return outcome,
     };
     let found = match wait_for_peers(&config, supervisor.as_mut()).await {
         Ok(found) => found,
@@ -97,7 +103,12 @@ pub async fn launch(args: &JobArgs, plan_only: bool) -> Outcome {
         println!("{}", plan.to_json());
         return Outcome::new(exit::SUCCESS, "plan printed");
     }
-    if let Err(outcome) = workspace::prepare(&plan) {
+    let for_workspace = plan.clone();
+    let prepared = off_thread(supervisor.as_mut(), "preparing the workspace", move || {
+        workspace::prepare(&for_workspace)
+    })
+    .await;
+    if let Err(outcome) = prepared.and_then(|done| done) {
         return outcome;
     }
     match supervisor {
@@ -149,6 +160,37 @@ async fn wait_for_peers(
                 }
                 Event::Signal(sig) => {
                     info!("ignoring {}: no child to forward it to yet", signal_name(sig))
+                }
+                Event::Exited { .. } | Event::PeerLost(_) | Event::JobDone(_) => {}
+            },
+        }
+    }
+}
+
+/// Runs file work (globs over shared filesystems, copies of data) on the blocking pool, so that
+/// the only runtime thread keeps handling signals: a TERM during a long copy ends it at once.
+async fn off_thread<T: Send + 'static>(
+    supervisor: Option<&mut Supervisor>,
+    doing: &str,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Outcome> {
+    let task = tokio::task::spawn_blocking(work);
+    tokio::pin!(task);
+    let joined = |result: Result<T, tokio::task::JoinError>| {
+        result.map_err(|e| Outcome::new(exit::INTERNAL, format!("{doing} failed: {e}")))
+    };
+    let Some(supervisor) = supervisor else {
+        return joined(task.await);
+    };
+    loop {
+        tokio::select! {
+            result = &mut task => return joined(result),
+            event = supervisor.next_event() => match event {
+                Event::Signal(sig) if is_stop_signal(sig) => {
+                    return Err(stopped_by(sig, &format!(" while {doing}")));
+                }
+                Event::Signal(sig) => {
+                    info!("ignoring {} while {doing}: no child to forward it to yet", signal_name(sig))
                 }
                 Event::Exited { .. } | Event::PeerLost(_) | Event::JobDone(_) => {}
             },

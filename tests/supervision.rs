@@ -119,6 +119,34 @@ fn the_whole_process_group_gets_the_grace_period() {
     );
 }
 
+/// Copies and globs run off the runtime thread: a TERM during a copy that never ends (here a
+/// FIFO nobody writes to, in the job's config directory) still ends the launcher at once.
+#[test]
+fn sigterm_ends_a_workspace_copy_that_hangs() {
+    let pod = OnePod::new("127.0.0.36");
+    let config_dir = pod.dir.path().join("jobs/sup/conf");
+    std::fs::create_dir_all(&config_dir).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(config_dir.join("stuck"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let jobs = pod.dir.path().join("jobs").display().to_string();
+    let pod = pod.set("JOB_PATH", &jobs).set("TRAIN_CONFIG_DIR", "conf");
+    let launcher = pod.start();
+    launcher.wait_for_output("trainer id 0 of 1", LIMIT);
+    launcher.signal(Signal::SIGTERM);
+    let done = launcher.wait(LIMIT);
+    assert_eq!(done.code(), 143, "{}", done.stderr);
+    assert!(
+        done.stderr
+            .contains("received SIGTERM while preparing the workspace"),
+        "{}",
+        done.stderr
+    );
+    assert_nothing_left(&pod.pids());
+}
+
 #[test]
 fn children_that_ignore_sigterm_are_killed_after_the_grace_period() {
     let pod = OnePod::new("127.0.0.23").set("PADDLE_LAUNCHER_GRACE_PERIOD", "1");
