@@ -5,8 +5,9 @@
 use crate::cli::JobArgs;
 use crate::config::{own_ip, Config, Discovery, Interfaces};
 use crate::exit::{self, Outcome};
-use crate::membership::{rank, readiness, Membership, Readiness};
+use crate::membership::{judge, rank, Membership, Readiness};
 use crate::peers::kubernetes;
+use crate::peers::DiscoveryError;
 
 /// The report's lines and the outcome: 0 when the job would start now.
 pub async fn doctor(
@@ -84,31 +85,28 @@ pub async fn doctor(
         }
         Discovery::Kubernetes { groups } => groups,
     };
-    let (client, namespace) = match kubernetes::connect(config.namespace.as_deref()).await {
-        Ok(found) => found,
+    let server = match kubernetes::connect(config.namespace.as_deref()).await {
+        Ok(server) => server,
         Err(e) => return (lines, e.outcome()),
     };
-    let lists = match kubernetes::list_once(client, &namespace, groups).await {
+    let lists = match kubernetes::list_once(&server, groups).await {
         Ok(lists) => lists,
         Err(e) => return (lines, e.outcome()),
     };
     lines.push(format!(
-        "Kubernetes: reachable; pods can be listed in namespace {namespace}"
+        "Kubernetes: {} reachable; pods can be listed in namespace {}",
+        server.url, server.namespace
     ));
-    let mut ranked = Vec::new();
-    let mut ready = true;
-    for (group, pods) in groups.iter().zip(&lists) {
+    // The same rule as the wait of `run`, so that doctor's verdict is the launcher's.
+    let verdict = judge(groups, &lists, config.max_failed_trainers);
+    for (group, readiness) in groups.iter().zip(&verdict.groups) {
         let name = kubernetes::describe_group(group.kind);
-        match readiness(pods, group.expected as usize) {
-            Readiness::Ready(pods) => {
-                lines.push(format!(
-                    "{name} `{}`: all {} Running with an IP",
-                    group.selector, group.expected
-                ));
-                ranked.push((group.kind, rank(&pods)));
-            }
+        match readiness {
+            Readiness::Ready(_) => lines.push(format!(
+                "{name} `{}`: all {} Running with an IP",
+                group.selector, group.expected
+            )),
             Readiness::Waiting(wait) => {
-                ready = false;
                 lines.push(format!("{name} `{}`: {wait}", group.selector));
                 if wait.live < wait.expected {
                     lines.push(format!(
@@ -120,7 +118,11 @@ pub async fn doctor(
             }
         }
     }
-    if !ready {
+    if let Some((failed, max)) = verdict.too_many_failed {
+        let refusal = DiscoveryError::TooManyFailures { failed, max };
+        return (lines, refusal.outcome());
+    }
+    let Some(ready) = verdict.ready() else {
         return (
             lines,
             Outcome::new(
@@ -128,7 +130,12 @@ pub async fn doctor(
                 "the job would not start yet: see above",
             ),
         );
-    }
+    };
+    let ranked = groups
+        .iter()
+        .zip(ready)
+        .map(|(group, pods)| (group.kind, rank(&pods)))
+        .collect();
     let membership = Membership::from_groups(config.protocol, ranked);
     let own_name = config.pod_name.as_deref();
     let me = membership

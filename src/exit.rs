@@ -42,6 +42,10 @@ pub const TOO_MANY_FAILURES: i32 = 77;
 /// A peer pod was lost after the launch (deleted, Failed, terminating, new IP): the children
 /// were stopped so that the Job restarts the pod cleanly instead of training against a dead peer.
 pub const PEER_LOST: i32 = 78;
+/// The membership source cannot be used: the Kubernetes API server never answered within the
+/// wait timeout, or is not a Kubernetes API server (404 on the pods' path), or the DNS
+/// configuration for --dns cannot be read. The line names the server.
+pub const SOURCE_UNUSABLE: i32 = 79;
 /// A command was found but could not be executed (shell convention).
 pub const CANNOT_EXECUTE: i32 = 126;
 /// A command was not found (shell convention).

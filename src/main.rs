@@ -33,8 +33,10 @@ fn main() {
         .with_ansi(false)
         .with_target(false)
         .with_env_filter(
+            // kube's own lines repeat every retry at ERROR level without naming the server;
+            // the launcher reports API failures itself (PADDLE_LAUNCHER_LOG=debug shows all).
             tracing_subscriber::EnvFilter::try_from_env("PADDLE_LAUNCHER_LOG")
-                .unwrap_or_else(|_| "info".into()),
+                .unwrap_or_else(|_| "info,kube_client=off,kube_runtime=off".into()),
         );
     match cli.log_format {
         LogFormat::Text => logs.init(),

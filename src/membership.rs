@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
 
-use crate::config::{Config, GroupKind, Protocol};
+use crate::config::{Config, Group, GroupKind, Protocol};
 
 /// What the launcher needs to know of one pod, whatever the discovery backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -177,6 +177,47 @@ pub fn readiness(pods: &[PodView], expected: usize) -> Readiness {
 /// Pods of a group that have Failed (PaddleCloud's guard against restarting a broken job).
 pub fn failed(pods: &[PodView]) -> usize {
     pods.iter().filter(|p| p.phase == "Failed").count()
+}
+
+/// The one rule for "may the job start now", used by the wait and by `doctor` alike: the
+/// failed-trainer guard first, then each group's readiness.
+pub struct Verdict {
+    /// Each group's readiness, in the order of the groups.
+    pub groups: Vec<Readiness>,
+    /// (failed trainer pods, the limit) when the guard forbids starting.
+    pub too_many_failed: Option<(usize, u32)>,
+}
+
+impl Verdict {
+    /// Every group's ready pods, when the job may start.
+    pub fn ready(&self) -> Option<Vec<Vec<PodView>>> {
+        if self.too_many_failed.is_some() {
+            return None;
+        }
+        self.groups
+            .iter()
+            .map(|r| match r {
+                Readiness::Ready(pods) => Some(pods.clone()),
+                Readiness::Waiting(_) => None,
+            })
+            .collect()
+    }
+}
+
+/// Judges the groups' pods (`pods[i]` are the pods of `groups[i]`).
+pub fn judge(groups: &[Group], pods: &[Vec<PodView>], max_failed_trainers: Option<u32>) -> Verdict {
+    let trainers = groups.iter().position(|g| g.kind != GroupKind::Pservers);
+    let failed = trainers.map_or(0, |i| failed(&pods[i]));
+    Verdict {
+        groups: groups
+            .iter()
+            .zip(pods)
+            .map(|(group, pods)| readiness(pods, group.expected as usize))
+            .collect(),
+        too_many_failed: max_failed_trainers
+            .filter(|&max| failed > max as usize)
+            .map(|max| (failed, max)),
+    }
 }
 
 /// The job's members by role, each list in rank order. In seed 004's layout both lists are the

@@ -184,3 +184,40 @@ fn doctor_reports_what_the_name_resolves_to() {
         done.stdout
     );
 }
+
+/// An unreadable /etc/resolv.conf is named as such (status 79), not as a missing Kubernetes
+/// configuration. The broken file is bind-mounted in a mount namespace of the launcher's own,
+/// so the machine's resolv.conf is untouched.
+#[test]
+fn a_broken_resolv_conf_is_named_as_the_dns_configuration() {
+    let dir = tempfile::tempdir().unwrap();
+    let broken = dir.path().join("resolv.conf");
+    std::fs::write(&broken, "nameserver not-an-address\n").unwrap();
+    let out = Command::new("unshare")
+        .args([
+            "--mount",
+            "sh",
+            "-c",
+            "mount --bind \"$1\" /etc/resolv.conf && exec \"$2\" run",
+        ])
+        .args(["sh", &broken.display().to_string(), support::LAUNCHER])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("PADDLE_LAUNCHER_TERMINATION_LOG", "")
+        .env("PADDLE_LAUNCHER_ID_DIR", "")
+        .envs([
+            ("JOB_NAME", "dnsconf"),
+            ("CONF_PADDLE_GRADIENT_NUM", "2"),
+            ("PADDLE_LAUNCHER_DNS", NAME),
+            ("POD_IP", "127.0.0.2"),
+            ("CONF_PADDLE_NIC", "lo"),
+        ])
+        .output()
+        .expect("unshare (util-linux) is needed; the tests run as root");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(79), "{stderr}");
+    assert!(
+        stderr.contains("cannot read the DNS configuration") && !stderr.contains("KUBECONFIG"),
+        "{stderr}"
+    );
+}

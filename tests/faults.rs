@@ -358,3 +358,62 @@ fn sigterm_while_lingering_exits_143_and_leaves_nothing() {
         "received SIGTERM while the pserver lingered",
     );
 }
+
+/// Nothing listens at the kubeconfig's server: the launcher names the URL, does not repeat the
+/// same failure line every second, and ends with its own status (79), not "pods not Running".
+#[test]
+fn an_unreachable_api_server_is_named_once_and_ends_with_79() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("http://127.0.0.1:{}", free_ports(1));
+    std::fs::write(
+        dir.path().join("kubeconfig"),
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: gone\n  cluster:\n    server: {url}\n\
+             contexts:\n- name: gone\n  context:\n    cluster: gone\n    user: u\n\
+             current-context: gone\nusers:\n- name: u\n  user:\n    token: t\n"
+        ),
+    )
+    .unwrap();
+    let mut env = cluster_env(dir.path(), "gone", 2);
+    env.push(("POD_IP", "127.0.0.2".into()));
+    env.push(("PADDLE_LAUNCHER_WAIT_TIMEOUT", "6".into()));
+    let done = Launcher::start(dir.path(), "gone", &["run"], &env).wait(LIMIT);
+    assert_eq!(done.code(), 79, "{}", done.stderr);
+    let last = done.stderr.lines().last().unwrap_or_default().to_string();
+    assert!(
+        last.contains(&format!("the Kubernetes API server at {url}"))
+            && last.contains("did not answer"),
+        "{last}"
+    );
+    let failures = done
+        .stderr
+        .lines()
+        .filter(|l| l.contains("failed, retrying"))
+        .count();
+    assert_eq!(failures, 1, "the same failure repeated:\n{}", done.stderr);
+}
+
+/// A server that is not a Kubernetes API server (a wrong URL, a proxy) answers 404 in plain
+/// text: said at once, with the URL, instead of "Failed to parse error data" for half an hour.
+#[test]
+fn a_server_that_is_not_an_api_server_is_named_at_once() {
+    let cluster = Cluster::new();
+    cluster.api.record(
+        "/api/v1/namespaces/default/pods",
+        404,
+        "404 page not found".to_string(),
+    );
+    let mut env = cluster.env("wrong", 2);
+    env.push(("POD_IP", "127.0.0.2".into()));
+    env.push(("PADDLE_LAUNCHER_WAIT_TIMEOUT", "0".into()));
+    let done = Launcher::start(cluster.dir.path(), "wrong", &["run"], &env).wait(LIMIT);
+    assert_eq!(done.code(), 79, "{}", done.stderr);
+    assert!(
+        done.stderr.contains(&format!(
+            "{}/ is not a Kubernetes API server",
+            cluster.api.url()
+        )),
+        "{}",
+        done.stderr
+    );
+}

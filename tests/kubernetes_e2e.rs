@@ -386,7 +386,7 @@ fn doctor_says_why_the_job_would_not_start() {
     assert_eq!(done.code(), 71, "{}\n{}", done.stdout, done.stderr);
     for expected in [
         "configuration: OK (job doc, 3 trainers",
-        "Kubernetes: reachable; pods can be listed in namespace default",
+        "reachable; pods can be listed in namespace default",
         "doc-1: Pending (Unschedulable: 0/3 nodes are available: 3 Insufficient memory.)",
         "1 of 3 pods do not exist yet",
         "the job would not start yet",
@@ -431,6 +431,33 @@ fn doctor_says_when_the_job_would_start_and_with_which_rank() {
     assert!(
         done.stdout
             .contains("this pod would be trainer 1 / pserver 1"),
+        "{}",
+        done.stdout
+    );
+}
+
+/// doctor judges with the launcher's own rule, the failed-trainer guard included.
+#[test]
+fn doctor_applies_the_failed_trainer_guard_as_the_launcher_does() {
+    let cluster = Cluster::new();
+    for (name, phase, ip) in [
+        ("gd-0", "Running", "127.0.0.3"),
+        ("gd-1", "Running", "127.0.0.2"),
+        ("gd-old", "Failed", "127.0.0.4"),
+    ] {
+        let mut pod = job_pod("gd", name);
+        pod["status"] = json!({"phase": phase, "podIP": ip});
+        cluster.api.put_pod(pod);
+    }
+    let mut env = cluster.env("gd", 2);
+    env.push(("POD_IP", "127.0.0.3".into()));
+    env.push(("PADDLE_LAUNCHER_MAX_FAILED_TRAINERS", "0".into()));
+    let done = Launcher::start(cluster.dir.path(), "doctor", &["doctor"], &env).wait(LIMIT);
+    assert_eq!(done.code(), 77, "{}\n{}", done.stdout, done.stderr);
+    assert!(
+        done.stdout.contains(
+            "1 trainer pods of the job have Failed, more than PADDLE_LAUNCHER_MAX_FAILED_TRAINERS = 0"
+        ),
         "{}",
         done.stdout
     );

@@ -33,9 +33,8 @@ fn resolver(server: Option<SocketAddr>) -> Result<TokioResolver, DiscoveryError>
                 provider,
             )
         }
-        None => TokioResolver::builder(provider).map_err(|e| {
-            DiscoveryError::NoCluster(format!("cannot read the DNS configuration: {e}"))
-        })?,
+        None => TokioResolver::builder(provider)
+            .map_err(|e| DiscoveryError::DnsConfig(e.to_string()))?,
     };
     let options = builder.options_mut();
     // Every round must ask the server: a cached answer would hide pods that just appeared.

@@ -14,23 +14,37 @@ use tracing::{info, warn};
 
 use super::DiscoveryError;
 use crate::config::{Group, GroupKind};
-use crate::membership::{failed, lost, readiness, Member, PodSet, PodView, Readiness};
+use crate::membership::{judge, lost, Member, PodSet, PodView, Readiness, Verdict};
 
 /// Interval of the "still waiting" line, so a stuck job always says why.
 const PROGRESS_EVERY: Duration = Duration::from_secs(30);
 
 pub const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
 
+/// The API server the launcher talks to: its client, the namespace of the job's pods, and its
+/// URL (named in every error, so that a wrong server is recognised).
+#[derive(Clone)]
+pub struct ApiServer {
+    pub client: Client,
+    pub namespace: String,
+    pub url: String,
+}
+
 /// Client config the standard way: $KUBECONFIG / ~/.kube/config, else in-cluster.
-pub async fn connect(namespace: Option<&str>) -> Result<(Client, String), DiscoveryError> {
+pub async fn connect(namespace: Option<&str>) -> Result<ApiServer, DiscoveryError> {
     let config = kube::Config::infer()
         .await
         .map_err(|e| DiscoveryError::NoCluster(e.to_string()))?;
     let namespace = namespace
         .map(str::to_string)
         .unwrap_or_else(|| config.default_namespace.clone());
+    let url = config.cluster_url.to_string();
     let client = Client::try_from(config).map_err(|e| DiscoveryError::NoCluster(e.to_string()))?;
-    Ok((client, namespace))
+    Ok(ApiServer {
+        client,
+        namespace,
+        url,
+    })
 }
 
 fn group_name(kind: GroupKind) -> &'static str {
@@ -49,6 +63,9 @@ pub struct PodWatch {
     events: futures::stream::SelectAll<GroupEvents>,
     views: GroupViews,
     namespace: String,
+    url: String,
+    /// Some event came from the API server: it is reachable and speaks Kubernetes.
+    answered: bool,
 }
 
 /// Every group's pods as its watch has shown them. A set may be judged only when every group
@@ -97,11 +114,13 @@ enum Change {
     Unsettled,
     Error(String),
     Forbidden(String),
+    /// The server answered the pods' path with 404: it is not a Kubernetes API server.
+    NotAnApiServer(String),
 }
 
 impl PodWatch {
-    fn start(client: Client, namespace: &str, groups: &[Group]) -> Self {
-        let api: Api<Pod> = Api::namespaced(client, namespace);
+    fn start(server: &ApiServer, groups: &[Group]) -> Self {
+        let api: Api<Pod> = Api::namespaced(server.client.clone(), &server.namespace);
         let streams = groups.iter().enumerate().map(|(i, group)| {
             let config = watcher::Config::default().labels(&group.selector.to_string());
             watcher(api.clone(), config)
@@ -112,7 +131,9 @@ impl PodWatch {
         PodWatch {
             events: futures::stream::select_all(streams),
             views: GroupViews::new(groups.len()),
-            namespace: namespace.to_string(),
+            namespace: server.namespace.clone(),
+            url: server.url.clone(),
+            answered: false,
         }
     }
 
@@ -124,14 +145,20 @@ impl PodWatch {
         let event = match event {
             Ok(event) => event,
             Err(error) => {
-                return match forbidden(&error) {
-                    Some(message) => Change::Forbidden(rbac_hint(&self.namespace, &message)),
-                    None => Change::Error(format!(
-                        "Kubernetes API error, retrying with backoff: {error}"
+                return match refusal(&error) {
+                    Some(Refusal::Forbidden(message)) => {
+                        Change::Forbidden(rbac_hint(&self.namespace, &message))
+                    }
+                    Some(Refusal::NotFound(message)) => Change::NotAnApiServer(format!(
+                        "{} is not a Kubernetes API server (or not the one of this cluster): it answered the pods' path with {message}",
+                        self.url
                     )),
+                    None => Change::Error(error.to_string()),
                 }
             }
         };
+        // Init comes before the list request is even sent: it proves nothing.
+        self.answered |= !matches!(event, Event::Init);
         let event = match event {
             Event::Init => Event::Init,
             Event::InitApply(pod) => Event::InitApply(pod_view(&pod)),
@@ -153,8 +180,11 @@ impl PodWatch {
             match self.next_change().await {
                 Change::Settled => return Ok(()),
                 Change::Unsettled => {}
-                Change::Error(e) => warn!("{e} (watching {watching})"),
-                Change::Forbidden(e) => return Err(e),
+                Change::Error(e) => warn!(
+                    "the Kubernetes API server at {} failed, retrying with backoff (watching {watching}): {e}",
+                    self.url
+                ),
+                Change::Forbidden(e) | Change::NotAnApiServer(e) => return Err(e),
             }
         }
     }
@@ -187,12 +217,8 @@ impl PodWatch {
 /// Resolves once `group.expected` of its pods have Succeeded: the trainers are done, so a
 /// pserver of the split layout can stop and let its Job complete. Err when the API refuses
 /// the watch: without it the pserver could never tell, and would serve forever.
-pub async fn all_succeeded(
-    client: Client,
-    namespace: String,
-    group: Group,
-) -> Result<String, String> {
-    let mut watch = PodWatch::start(client, &namespace, std::slice::from_ref(&group));
+pub async fn all_succeeded(server: ApiServer, group: Group) -> Result<String, String> {
+    let mut watch = PodWatch::start(&server, std::slice::from_ref(&group));
     loop {
         watch.settled("the trainer pods").await?;
         let done = watch
@@ -214,13 +240,12 @@ pub async fn all_succeeded(
 /// Waits until, in every group, exactly the expected number of live pods match and are Running
 /// with an IP; returns each group's ready pods, and the watch for what happens next.
 pub async fn wait_until_ready(
-    client: Client,
-    namespace: &str,
+    server: &ApiServer,
     groups: &[Group],
     timeout: Option<Duration>,
     max_failed_trainers: Option<u32>,
 ) -> Result<(Vec<Vec<PodView>>, PodWatch), DiscoveryError> {
-    let mut watch = PodWatch::start(client, namespace, groups);
+    let mut watch = PodWatch::start(server, groups);
     let started = Instant::now();
     let deadline = timeout.map(|t| started + t);
     let wanted: Vec<String> = groups
@@ -235,11 +260,17 @@ pub async fn wait_until_ready(
         })
         .collect();
     info!(
-        "waiting for {} in namespace {namespace} to be Running (timeout: {})",
+        "waiting for {} in namespace {} to be Running (API server {}, timeout: {})",
         wanted.join(" and "),
+        server.namespace,
+        server.url,
         timeout.map_or("none".to_string(), |t| format!("{} s", t.as_secs()))
     );
-    let mut status = "no answer from the Kubernetes API yet".to_string();
+    let mut status = format!(
+        "no answer from the Kubernetes API server at {} yet",
+        server.url
+    );
+    let mut errors = Repeats::default();
     let mut progress = interval_at(started + PROGRESS_EVERY, PROGRESS_EVERY);
     loop {
         tokio::select! {
@@ -248,34 +279,27 @@ pub async fn wait_until_ready(
                     Change::Settled => {}
                     Change::Unsettled => continue,
                     Change::Error(e) => {
-                        warn!("{e}");
-                        status = e;
+                        errors.warn(&format!(
+                            "the Kubernetes API server at {} failed, retrying with backoff: {e}",
+                            server.url
+                        ));
+                        status = format!("last API error: {e}");
                         continue;
                     }
                     Change::Forbidden(hint) => return Err(DiscoveryError::Forbidden(hint)),
+                    Change::NotAnApiServer(why) => return Err(DiscoveryError::NotAnApiServer(why)),
                 }
-                if let Some(max) = max_failed_trainers {
-                    let trainers = groups.iter().position(|g| g.kind != GroupKind::Pservers);
-                    let failed = trainers.map_or(0, |i| failed(&watch.views.group(i).pods()));
-                    if failed > max as usize {
-                        return Err(DiscoveryError::TooManyFailures { failed, max });
-                    }
+                let pods: Vec<Vec<PodView>> =
+                    (0..groups.len()).map(|i| watch.views.group(i).pods()).collect();
+                let verdict = judge(groups, &pods, max_failed_trainers);
+                if let Some((failed, max)) = verdict.too_many_failed {
+                    return Err(DiscoveryError::TooManyFailures { failed, max });
                 }
-                let mut ready = Vec::new();
-                let mut waiting = Vec::new();
-                for (i, group) in groups.iter().enumerate() {
-                    let set = watch.views.group(i);
-                    match readiness(&set.pods(), group.expected as usize) {
-                        Readiness::Ready(pods) => ready.push(pods),
-                        Readiness::Waiting(wait) if groups.len() == 1 => waiting.push(wait.to_string()),
-                        Readiness::Waiting(wait) => waiting.push(format!("{}: {wait}", group_name(group.kind))),
-                    }
-                }
-                if waiting.is_empty() {
+                if let Some(ready) = verdict.ready() {
                     info!("all pods are Running after {:.1} s", started.elapsed().as_secs_f64());
                     return Ok((ready, watch));
                 }
-                let now = waiting.join(" | ");
+                let now = waiting_line(groups, &verdict);
                 if now != status {
                     info!("waiting: {now}");
                     status = now;
@@ -285,7 +309,57 @@ pub async fn wait_until_ready(
                 info!("still waiting after {} s: {status}", started.elapsed().as_secs());
             }
             _ = async { sleep_until(deadline.unwrap_or(started)).await }, if deadline.is_some() => {
-                return Err(DiscoveryError::Timeout { waited_s: started.elapsed().as_secs(), status });
+                let waited_s = started.elapsed().as_secs();
+                if !watch.answered {
+                    return Err(DiscoveryError::Unreachable { url: server.url.clone(), waited_s, status });
+                }
+                return Err(DiscoveryError::Timeout { waited_s, status });
+            }
+        }
+    }
+}
+
+/// What the groups that are not ready wait for, in one line.
+fn waiting_line(groups: &[Group], verdict: &Verdict) -> String {
+    let waiting: Vec<String> = groups
+        .iter()
+        .zip(&verdict.groups)
+        .filter_map(|(group, readiness)| match readiness {
+            Readiness::Ready(_) => None,
+            Readiness::Waiting(wait) if groups.len() == 1 => Some(wait.to_string()),
+            Readiness::Waiting(wait) => Some(format!("{}: {wait}", group_name(group.kind))),
+        })
+        .collect();
+    waiting.join(" | ")
+}
+
+/// Logs a failure once, then the same failure at most every `PROGRESS_EVERY` with a count:
+/// an unreachable server retried for half an hour must not flood the log.
+#[derive(Default)]
+struct Repeats {
+    last: Option<(String, Instant)>,
+    since_logged: u32,
+}
+
+impl Repeats {
+    fn warn(&mut self, line: &str) {
+        match &mut self.last {
+            Some((last, at)) if last == line => {
+                self.since_logged += 1;
+                if at.elapsed() >= PROGRESS_EVERY {
+                    warn!(
+                        "{line} (again {} times in {} s)",
+                        self.since_logged,
+                        at.elapsed().as_secs()
+                    );
+                    *at = Instant::now();
+                    self.since_logged = 0;
+                }
+            }
+            _ => {
+                warn!("{line}");
+                self.last = Some((line.to_string(), Instant::now()));
+                self.since_logged = 0;
             }
         }
     }
@@ -293,11 +367,11 @@ pub async fn wait_until_ready(
 
 /// One plain list of each group's pods, no watch: for `doctor`.
 pub async fn list_once(
-    client: Client,
-    namespace: &str,
+    server: &ApiServer,
     groups: &[Group],
 ) -> Result<Vec<Vec<PodView>>, DiscoveryError> {
-    let api: Api<Pod> = Api::namespaced(client, namespace);
+    let api: Api<Pod> = Api::namespaced(server.client.clone(), &server.namespace);
+    let namespace = &server.namespace;
     let mut lists = Vec::new();
     for group in groups {
         let params = kube::api::ListParams::default().labels(&group.selector.to_string());
@@ -307,7 +381,19 @@ pub async fn list_once(
                 let message = format!("{} {}", status.code, status.message);
                 return Err(DiscoveryError::Forbidden(rbac_hint(namespace, &message)));
             }
-            Err(e) => return Err(DiscoveryError::Unreachable(e.to_string())),
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                return Err(DiscoveryError::NotAnApiServer(format!(
+                    "{} is not a Kubernetes API server (or not the one of this cluster): it answered the pods' path with 404 {}",
+                    server.url, status.message
+                )))
+            }
+            Err(e) => {
+                return Err(DiscoveryError::Unreachable {
+                    url: server.url.clone(),
+                    waited_s: 0,
+                    status: e.to_string(),
+                })
+            }
         }
     }
     Ok(lists)
@@ -317,8 +403,15 @@ pub fn describe_group(kind: GroupKind) -> &'static str {
     group_name(kind)
 }
 
-/// The API's message when it refused us (401/403): retrying cannot help, the Role is missing.
-fn forbidden(error: &watcher::Error) -> Option<String> {
+/// Answers of the API server that retrying cannot change.
+enum Refusal {
+    /// 401/403: the Role is missing.
+    Forbidden(String),
+    /// 404 on the pods' path: not an API server (a proxy, a wrong URL).
+    NotFound(String),
+}
+
+fn refusal(error: &watcher::Error) -> Option<Refusal> {
     let status = match error {
         watcher::Error::InitialListFailed(kube::Error::Api(s))
         | watcher::Error::WatchStartFailed(kube::Error::Api(s))
@@ -326,7 +419,12 @@ fn forbidden(error: &watcher::Error) -> Option<String> {
         | watcher::Error::WatchError(s) => s,
         _ => return None,
     };
-    matches!(status.code, 401 | 403).then(|| format!("{} {}", status.code, status.message))
+    let message = format!("{} {}", status.code, status.message);
+    match status.code {
+        401 | 403 => Some(Refusal::Forbidden(message)),
+        404 => Some(Refusal::NotFound(message)),
+        _ => None,
+    }
 }
 
 /// The refusal plus the Role and RoleBinding that grant what the launcher needs.

@@ -16,8 +16,16 @@ pub enum DiscoveryError {
     Timeout { waited_s: u64, status: String },
     #[error("{0}")]
     Forbidden(String),
-    #[error("the Kubernetes API did not answer: {0}")]
-    Unreachable(String),
+    #[error("the Kubernetes API server at {url} did not answer in {waited_s} s ({status}); check KUBECONFIG or the in-cluster service")]
+    Unreachable {
+        url: String,
+        waited_s: u64,
+        status: String,
+    },
+    #[error("{0}")]
+    NotAnApiServer(String),
+    #[error("cannot read the DNS configuration for PADDLE_LAUNCHER_DNS: {0}; fix /etc/resolv.conf or set PADDLE_LAUNCHER_DNS_SERVER (--dns-server)")]
+    DnsConfig(String),
     #[error("{failed} trainer pods of the job have Failed, more than PADDLE_LAUNCHER_MAX_FAILED_TRAINERS = {max}: not starting again")]
     TooManyFailures { failed: usize, max: u32 },
     #[error("no Kubernetes client configuration ({0}); run in a pod with a service account, set KUBECONFIG, or give the peers with --peers / PADDLE_LAUNCHER_PEERS")]
@@ -27,7 +35,10 @@ pub enum DiscoveryError {
 impl DiscoveryError {
     pub fn outcome(&self) -> Outcome {
         let code = match self {
-            DiscoveryError::Timeout { .. } | DiscoveryError::Unreachable(_) => exit::PEERS_TIMEOUT,
+            DiscoveryError::Timeout { .. } => exit::PEERS_TIMEOUT,
+            DiscoveryError::Unreachable { .. }
+            | DiscoveryError::NotAnApiServer(_)
+            | DiscoveryError::DnsConfig(_) => exit::SOURCE_UNUSABLE,
             DiscoveryError::Forbidden(_) => exit::FORBIDDEN,
             DiscoveryError::NoCluster(_) => exit::NO_CLUSTER,
             DiscoveryError::TooManyFailures { .. } => exit::TOO_MANY_FAILURES,
@@ -65,15 +76,13 @@ pub async fn discover(config: &Config) -> Result<Found, DiscoveryError> {
             (vec![(GroupKind::Job, members)], None, None)
         }
         Discovery::Kubernetes { groups } => {
-            let (client, namespace) = kubernetes::connect(config.namespace.as_deref()).await?;
+            let server = kubernetes::connect(config.namespace.as_deref()).await?;
             if let Some(group) = &config.trainers_to_finish {
-                let done =
-                    kubernetes::all_succeeded(client.clone(), namespace.clone(), group.clone());
+                let done = kubernetes::all_succeeded(server.clone(), group.clone());
                 trainers_done = Some(done.boxed());
             }
             let (ready, watch) = kubernetes::wait_until_ready(
-                client,
-                &namespace,
+                &server,
                 groups,
                 config.wait_timeout,
                 config.max_failed_trainers,
@@ -86,7 +95,7 @@ pub async fn discover(config: &Config) -> Result<Found, DiscoveryError> {
                 .collect();
             let members = ranked.iter().map(|(_, m)| m.clone()).collect();
             let peer_loss = watch.first_loss(members).boxed();
-            (ranked, Some(namespace), Some(peer_loss))
+            (ranked, Some(server.namespace), Some(peer_loss))
         }
     };
     Ok(Found {
