@@ -11,13 +11,13 @@ use tokio::time::{sleep, sleep_until, timeout, Instant};
 use tracing::info;
 
 use crate::cli::JobArgs;
-use crate::config::{own_ip, Config, ConfigError, Discovery, Interfaces, OwnIpError};
+use crate::config::{own_ip, Config, ConfigError, Discovery, Interfaces, OwnIpError, Protocol};
 use crate::exit::{self, Outcome};
 use crate::membership::MembershipError;
 use crate::plan::{Plan, ProcessSpec, Role};
 use crate::protocol::InputFiles;
 use crate::supervise::Signals;
-use crate::supervise::{is_stop_signal, signal_name, Event, Output, SpawnSpec, Supervisor};
+use crate::supervise::{is_stop_signal, signal_name, Ended, Event, Output, SpawnSpec, Supervisor};
 use crate::{peers, protocol, workspace};
 
 /// Between probe rounds, doubling from the first to the last: pservers that start in a few
@@ -299,6 +299,7 @@ async fn supervise_job(sup: &mut Supervisor, plan: &Plan, config: &Config) -> Ou
             pserver,
             &plan.pserver_endpoints,
             config.pserver_timeout,
+            config.protocol,
         )
         .await
         {
@@ -397,12 +398,26 @@ async fn supervise_pserver(sup: &mut Supervisor, pserver: usize) -> Outcome {
     }
 }
 
+/// Why a pserver that ends at once with status 0 most likely did: PaddlePaddle >= 2 has no v1
+/// parameter server, and its `paddle pserver` prints the version and exits 0.
+fn pserver_hint(protocol: Protocol, ended: Ended) -> &'static str {
+    match (protocol, ended) {
+        (Protocol::V1 | Protocol::V2, Ended::Code(0)) => {
+            ": the image's `paddle` is probably PaddlePaddle 2 or later, whose `paddle pserver` only prints its version; \
+             the v1/v2 protocols need PaddlePaddle 0.x/1.x (see the README), or use --protocol fleet \
+             (parameter server, Paddle 2.x) or --protocol collective (data parallel)"
+        }
+        _ => "",
+    }
+}
+
 /// Polls every endpoint until all accept a TCP connection, watching the own pserver and signals.
 async fn wait_for_pservers(
     sup: &mut Supervisor,
     pserver: Option<usize>,
     endpoints: &[SocketAddr],
     limit: Duration,
+    protocol: Protocol,
 ) -> Result<(), Outcome> {
     let started = Instant::now();
     let mut waiting: Vec<SocketAddr> = endpoints.to_vec();
@@ -431,7 +446,7 @@ async fn wait_for_pservers(
                 Event::Exited { child, ended } if Some(child) == pserver => {
                     return Err(Outcome::new(
                         exit::PSERVER_DIED,
-                        format!("pserver {} before the trainer started", ended.describe()),
+                        format!("pserver {} before the trainer started{}", ended.describe(), pserver_hint(protocol, ended)),
                     ));
                 }
                 Event::PeerLost(reason) => {

@@ -192,8 +192,7 @@ fn launch_happens_after_the_api_was_down_for_20_seconds() {
         let done = launcher.wait(LIMIT);
         assert_eq!(done.code(), 0, "{}", done.stderr);
         assert!(
-            done.stderr
-                .contains("Kubernetes API error, retrying with backoff"),
+            done.stderr.contains("failed, retrying with backoff"),
             "{}",
             done.stderr
         );

@@ -232,6 +232,22 @@ fn a_pythonunbuffered_the_user_set_is_kept() {
     );
 }
 
+/// PaddlePaddle >= 2's `paddle pserver` prints its version and exits 0 (here `true` does the
+/// same): the error names the likely cause and the protocols to use instead.
+#[test]
+fn a_pserver_that_exits_0_at_once_is_explained() {
+    let pod = OnePod::new("127.0.0.37").set("PADDLE_LAUNCHER_PSERVER_CMD", "true");
+    let done = pod.start().wait(LIMIT);
+    assert_eq!(done.code(), 75, "{}", done.stderr);
+    let last = done.stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("pserver exited with status 0 before the trainer started")
+            && last.contains("probably PaddlePaddle 2 or later")
+            && last.contains("--protocol fleet"),
+        "{last}"
+    );
+}
+
 #[test]
 fn pserver_death_stops_the_trainer_with_its_own_code() {
     let pod = OnePod::new("127.0.0.24")
