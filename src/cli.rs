@@ -131,7 +131,8 @@ pub struct LocalArgs {
 
 #[derive(Debug, Args, Clone, Default)]
 pub struct JobArgs {
-    /// Job name; also the default label selector `job-name=<name>` set by the Job controller.
+    /// Job name (required); also the default label selector `job-name=<name>` set by the Job
+    /// controller.
     #[arg(long, env = "JOB_NAME")]
     pub job_name: Option<String>,
     /// Namespace of the job's pods [default: the kubeconfig's or service account's namespace].
@@ -185,12 +186,12 @@ pub struct JobArgs {
     /// Seconds to wait for every pserver endpoint to accept connections [default: 300].
     #[arg(long, env = "PADDLE_LAUNCHER_PSERVER_TIMEOUT")]
     pub pserver_timeout: Option<String>,
-    /// Parameter server command, split on whitespace, no shell [default: "paddle pserver"];
-    /// e.g. "paddle_pserver_main".
+    /// Parameter server command, split on whitespace, no shell; e.g. `paddle_pserver_main`
+    /// [default: `paddle pserver`]
     #[arg(long, env = "PADDLE_LAUNCHER_PSERVER_CMD")]
     pub pserver_cmd: Option<String>,
-    /// Trainer command, split on whitespace, no shell [default: "paddle train"];
-    /// e.g. "paddle_trainer".
+    /// Trainer command, split on whitespace, no shell; e.g. `paddle_trainer`
+    /// [default: `paddle train`]
     #[arg(long, env = "PADDLE_LAUNCHER_TRAINER_CMD")]
     pub trainer_cmd: Option<String>,
     /// Seconds the pserver keeps serving after the trainer exited 0 (peers may still be
@@ -207,8 +208,9 @@ pub struct JobArgs {
     /// Working directory of the pserver and the trainer [default: the current directory].
     #[arg(long, env = "PADDLE_LAUNCHER_WORKDIR")]
     pub workdir: Option<String>,
-    /// What this pod runs: `both` (a pserver and a trainer, seed 004's layout), or only a
-    /// `pserver` or a `trainer` (PaddleCloud's split layout) [default: both].
+    /// What this pod runs: `both` (a pserver and a trainer in every pod, the layout of
+    /// PaddlePaddle's original Kubernetes tutorial), or only a `pserver` or a `trainer`
+    /// (PaddleCloud's split layout) [default: both].
     #[arg(long, env = "PADDLE_LAUNCHER_ROLE")]
     pub role: Option<String>,
     /// Contract with the training program: `v1` flags, `v2` PADDLE_INIT_* variables, `fleet`
@@ -301,5 +303,105 @@ impl JobArgs {
             .subcommand_matches("run")
             .expect("argv names the run subcommand");
         JobArgs::from_arg_matches(run)
+    }
+}
+
+/// An option of `run`, named by its clap id (the `JobArgs` field). Errors, local mode and the
+/// README's table all take the option's variable and flag from its one clap definition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Opt(pub &'static str);
+
+/// Each option of `run`: (id, environment variable, --flag, help text), in definition order.
+fn definitions() -> &'static [(String, String, String, String)] {
+    static DEFINITIONS: std::sync::OnceLock<Vec<(String, String, String, String)>> =
+        std::sync::OnceLock::new();
+    DEFINITIONS.get_or_init(|| {
+        let run = <JobArgs as Args>::augment_args(clap::Command::new("run"));
+        run.get_arguments()
+            .filter_map(|arg| {
+                let env = arg.get_env()?.to_string_lossy().to_string();
+                let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+                Some((
+                    arg.get_id().to_string(),
+                    env,
+                    format!("--{}", arg.get_long()?),
+                    help,
+                ))
+            })
+            .collect()
+    })
+}
+
+impl Opt {
+    /// The option's environment variable, e.g. `CONF_PADDLE_PORT` (the id for an unknown one,
+    /// which a test rules out for every option the code names).
+    pub fn env(self) -> &'static str {
+        definitions()
+            .iter()
+            .find(|(id, ..)| id == self.0)
+            .map_or(self.0, |(_, env, ..)| env.as_str())
+    }
+}
+
+/// "CONF_PADDLE_PORT (--port)": how every message names an option.
+impl std::fmt::Display for Opt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match definitions().iter().find(|(id, ..)| id == self.0) {
+            Some((_, env, flag, _)) => write!(f, "{env} ({flag})"),
+            // Not reachable for the options defined in `config` (a test checks them all).
+            None => write!(f, "--{}", self.0.replace('_', "-")),
+        }
+    }
+}
+
+/// The README's table of options, generated from the clap definitions (a test keeps the
+/// README equal to it): variable, flag, default (the help text's `[default: ...]`), meaning.
+pub fn options_table() -> String {
+    let mut out = String::from("| env | flag | default | meaning |\n|---|---|---|---|\n");
+    for (_, env, flag, help) in definitions() {
+        let (meaning, default) = match help.rsplit_once(" [default: ") {
+            Some((meaning, default)) => (meaning, default.trim_end_matches(']')),
+            None => (help.as_str(), ""),
+        };
+        let meaning = meaning.split_whitespace().collect::<Vec<_>>().join(" ");
+        let meaning = meaning.trim_end_matches('.');
+        let default = if default.is_empty() { "—" } else { default };
+        out.push_str(&format!("| `{env}` | `{flag}` | {default} | {meaning} |\n"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TABLE_BEGIN: &str =
+        "<!-- options table: generated from the CLI definitions in src/cli.rs; a test checks it -->\n";
+    const TABLE_END: &str = "<!-- end of the options table -->";
+
+    /// The README's table of options is the CLI's own definition, not a copy kept by hand.
+    #[test]
+    fn the_readme_options_table_is_the_cli_definition() {
+        let readme =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        let table = readme
+            .split(TABLE_BEGIN)
+            .nth(1)
+            .and_then(|rest| rest.split(TABLE_END).next());
+        let expected = options_table();
+        assert_eq!(
+            table,
+            Some(expected.as_str()),
+            "README.md's options table differs from the CLI; it should read:\n{TABLE_BEGIN}{expected}{TABLE_END}"
+        );
+    }
+
+    #[test]
+    fn every_option_has_help_and_a_default_or_says_unset() {
+        for (id, env, flag, help) in definitions() {
+            assert!(!help.is_empty(), "{id} ({env}, {flag}) has no help text");
+        }
+        assert!(options_table()
+            .contains("| `CONF_PADDLE_PORT` | `--port` | 7164 | First pserver port |"));
     }
 }

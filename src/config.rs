@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cli::JobArgs;
+use crate::cli::{JobArgs, Opt};
 use crate::selector::{is_dns_label, is_dns_subdomain, LabelSelector};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -18,7 +18,7 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
-    pub fn new(variable: &str, value: &str, expected: impl Into<String>) -> Self {
+    pub fn new(variable: impl std::fmt::Display, value: &str, expected: impl Into<String>) -> Self {
         ConfigError {
             variable: variable.to_string(),
             value: value.to_string(),
@@ -27,40 +27,83 @@ impl ConfigError {
     }
 }
 
-pub const JOB_NAME: &str = "JOB_NAME (--job-name)";
-pub const NAMESPACE: &str = "JOB_NAMESPACE (--namespace)";
-pub const JOB_PATH: &str = "JOB_PATH (--job-path)";
-pub const TRAIN_CONFIG_DIR: &str = "TRAIN_CONFIG_DIR (--train-config-dir)";
-pub const NIC: &str = "CONF_PADDLE_NIC (--nic)";
-pub const PORT: &str = "CONF_PADDLE_PORT (--port)";
-pub const PORTS_NUM: &str = "CONF_PADDLE_PORTS_NUM (--ports-num)";
-pub const PORTS_NUM_SPARSE: &str = "CONF_PADDLE_PORTS_NUM_SPARSE (--ports-num-sparse)";
-pub const GRADIENT_NUM: &str = "CONF_PADDLE_GRADIENT_NUM (--gradient-num)";
-pub const POD_IP: &str = "POD_IP (--pod-ip)";
-pub const POD_NAME: &str = "POD_NAME (--pod-name)";
-pub const SELECTOR: &str = "PADDLE_LAUNCHER_SELECTOR (--selector)";
-pub const PEERS: &str = "PADDLE_LAUNCHER_PEERS (--peers)";
-pub const WAIT_TIMEOUT: &str = "PADDLE_LAUNCHER_WAIT_TIMEOUT (--wait-timeout)";
-pub const PSERVER_TIMEOUT: &str = "PADDLE_LAUNCHER_PSERVER_TIMEOUT (--pserver-timeout)";
-pub const PSERVER_CMD: &str = "PADDLE_LAUNCHER_PSERVER_CMD (--pserver-cmd)";
-pub const TRAINER_CMD: &str = "PADDLE_LAUNCHER_TRAINER_CMD (--trainer-cmd)";
-pub const LINGER: &str = "PADDLE_LAUNCHER_LINGER (--linger)";
-pub const GRACE_PERIOD: &str = "PADDLE_LAUNCHER_GRACE_PERIOD (--grace-period)";
+pub const JOB_NAME: Opt = Opt("job_name");
+pub const NAMESPACE: Opt = Opt("namespace");
+pub const JOB_PATH: Opt = Opt("job_path");
+pub const TRAIN_CONFIG_DIR: Opt = Opt("train_config_dir");
+pub const NIC: Opt = Opt("nic");
+pub const PORT: Opt = Opt("port");
+pub const PORTS_NUM: Opt = Opt("ports_num");
+pub const PORTS_NUM_SPARSE: Opt = Opt("ports_num_sparse");
+pub const GRADIENT_NUM: Opt = Opt("gradient_num");
+pub const POD_IP: Opt = Opt("pod_ip");
+pub const POD_NAME: Opt = Opt("pod_name");
+pub const SELECTOR: Opt = Opt("selector");
+pub const PEERS: Opt = Opt("peers");
+pub const WAIT_TIMEOUT: Opt = Opt("wait_timeout");
+pub const PSERVER_TIMEOUT: Opt = Opt("pserver_timeout");
+pub const PSERVER_CMD: Opt = Opt("pserver_cmd");
+pub const TRAINER_CMD: Opt = Opt("trainer_cmd");
+pub const LINGER: Opt = Opt("linger");
+pub const GRACE_PERIOD: Opt = Opt("grace_period");
 pub const TRAINER_ARGS: &str = "trainer argument (after --)";
-pub const ROLE: &str = "PADDLE_LAUNCHER_ROLE (--role)";
-pub const PROTOCOL: &str = "PADDLE_LAUNCHER_PROTOCOL (--protocol)";
-pub const PSERVER_COUNT: &str = "PSERVERS (--pserver-count)";
-pub const TRAINER_COUNT: &str = "TRAINERS (--trainer-count)";
-pub const PSERVER_SELECTOR: &str = "PADDLE_LAUNCHER_PSERVER_SELECTOR (--pserver-selector)";
-pub const TRAINER_SELECTOR: &str = "PADDLE_LAUNCHER_TRAINER_SELECTOR (--trainer-selector)";
-pub const MAX_FAILED: &str = "PADDLE_LAUNCHER_MAX_FAILED_TRAINERS (--max-failed-trainers)";
-pub const ENTRY: &str = "ENTRY (--entry)";
-pub const TRAINER_PORT: &str = "PADDLE_LAUNCHER_TRAINER_PORT (--trainer-port)";
-pub const TRAIN_FILES: &str = "PADDLE_LAUNCHER_TRAIN_FILES (--train-files)";
-pub const TEST_FILES: &str = "PADDLE_LAUNCHER_TEST_FILES (--test-files)";
-pub const DNS: &str = "PADDLE_LAUNCHER_DNS (--dns)";
-pub const DNS_SERVER: &str = "PADDLE_LAUNCHER_DNS_SERVER (--dns-server)";
-pub const WATCH_PEERS: &str = "PADDLE_LAUNCHER_WATCH_PEERS (--watch-peers)";
+pub const ROLE: Opt = Opt("role");
+pub const PROTOCOL: Opt = Opt("protocol");
+pub const PSERVER_COUNT: Opt = Opt("pserver_count");
+pub const TRAINER_COUNT: Opt = Opt("trainer_count");
+pub const PSERVER_SELECTOR: Opt = Opt("pserver_selector");
+pub const TRAINER_SELECTOR: Opt = Opt("trainer_selector");
+pub const MAX_FAILED: Opt = Opt("max_failed_trainers");
+pub const ENTRY: Opt = Opt("entry");
+pub const TRAINER_PORT: Opt = Opt("trainer_port");
+pub const TRAIN_FILES: Opt = Opt("train_files");
+pub const TEST_FILES: Opt = Opt("test_files");
+pub const DNS: Opt = Opt("dns");
+pub const DNS_SERVER: Opt = Opt("dns_server");
+pub const WATCH_PEERS: Opt = Opt("watch_peers");
+pub const TERMINATION_LOG: Opt = Opt("termination_log");
+pub const WORKDIR: Opt = Opt("workdir");
+pub const ID_DIR: Opt = Opt("id_dir");
+
+/// Every option named in this module's messages (a test checks each one has a definition).
+pub const NAMED_OPTIONS: &[Opt] = &[
+    JOB_NAME,
+    NAMESPACE,
+    JOB_PATH,
+    TRAIN_CONFIG_DIR,
+    NIC,
+    PORT,
+    PORTS_NUM,
+    PORTS_NUM_SPARSE,
+    GRADIENT_NUM,
+    POD_IP,
+    POD_NAME,
+    SELECTOR,
+    PEERS,
+    WAIT_TIMEOUT,
+    PSERVER_TIMEOUT,
+    PSERVER_CMD,
+    TRAINER_CMD,
+    LINGER,
+    GRACE_PERIOD,
+    ROLE,
+    PROTOCOL,
+    PSERVER_COUNT,
+    TRAINER_COUNT,
+    PSERVER_SELECTOR,
+    TRAINER_SELECTOR,
+    MAX_FAILED,
+    ENTRY,
+    TRAINER_PORT,
+    TRAIN_FILES,
+    TEST_FILES,
+    DNS,
+    DNS_SERVER,
+    WATCH_PEERS,
+    TERMINATION_LOG,
+    WORKDIR,
+    ID_DIR,
+];
 
 pub const DEFAULT_PORT: u16 = 7164;
 /// paddle.distributed.launch's default port.
@@ -628,7 +671,7 @@ fn present(value: &Option<String>) -> Option<&str> {
     value.as_deref().map(str::trim).filter(|v| !v.is_empty())
 }
 
-fn required(value: &Option<String>, variable: &str, what: &str) -> Result<String, ConfigError> {
+fn required(value: &Option<String>, variable: Opt, what: &str) -> Result<String, ConfigError> {
     present(value)
         .map(str::to_string)
         .ok_or_else(|| ConfigError::new(variable, "", format!("{what} (it is required)")))
@@ -636,7 +679,7 @@ fn required(value: &Option<String>, variable: &str, what: &str) -> Result<String
 
 fn parse_int(
     text: &str,
-    variable: &str,
+    variable: Opt,
     min: u64,
     max: u64,
     what: &str,
@@ -696,7 +739,7 @@ fn parse_peers(text: &str) -> Result<Vec<IpAddr>, ConfigError> {
         .collect()
 }
 
-fn seconds(value: &Option<String>, variable: &str, default: u64) -> Result<Duration, ConfigError> {
+fn seconds(value: &Option<String>, variable: Opt, default: u64) -> Result<Duration, ConfigError> {
     match present(value) {
         None => Ok(Duration::from_secs(default)),
         Some(text) => {
@@ -897,138 +940,143 @@ mod tests {
     #[test]
     fn validation_table() {
         type Edit = fn(&mut JobArgs);
-        let cases: &[(Edit, &str, &str, &str)] = &[
-            (|a| a.job_name = None, JOB_NAME, "", "required"),
+        let cases: &[(Edit, &dyn std::fmt::Display, &str, &str)] = &[
+            (|a| a.job_name = None, &JOB_NAME, "", "required"),
             (
                 |a| a.job_name = Some("Paddle_Job".into()),
-                JOB_NAME,
+                &JOB_NAME,
                 "Paddle_Job",
                 "job name",
             ),
             (
                 |a| a.namespace = Some("Prod".into()),
-                NAMESPACE,
+                &NAMESPACE,
                 "Prod",
                 "namespace",
             ),
-            (|a| a.port = Some("abc".into()), PORT, "abc", "TCP port"),
-            (|a| a.port = Some("0".into()), PORT, "0", "from 1 to 65535"),
+            (|a| a.port = Some("abc".into()), &PORT, "abc", "TCP port"),
+            (|a| a.port = Some("0".into()), &PORT, "0", "from 1 to 65535"),
             (
                 |a| a.port = Some("70000".into()),
-                PORT,
+                &PORT,
                 "70000",
                 "from 1 to 65535",
             ),
-            (|a| a.port = Some("-1".into()), PORT, "-1", "integer"),
+            (|a| a.port = Some("-1".into()), &PORT, "-1", "integer"),
             (
                 |a| {
                     a.port = Some("65535".into());
                     a.ports_num = Some("2".into())
                 },
-                PORT,
+                &PORT,
                 "65535",
                 "would end at 65536",
             ),
-            (|a| a.ports_num = Some("0".into()), PORTS_NUM, "0", "from 1"),
+            (
+                |a| a.ports_num = Some("0".into()),
+                &PORTS_NUM,
+                "0",
+                "from 1",
+            ),
             (
                 |a| a.ports_num_sparse = Some("x".into()),
-                PORTS_NUM_SPARSE,
+                &PORTS_NUM_SPARSE,
                 "x",
                 "integer",
             ),
             (
                 |a| a.gradient_num = Some("0".into()),
-                GRADIENT_NUM,
+                &GRADIENT_NUM,
                 "0",
                 "from 1",
             ),
             (
                 |a| a.gradient_num = Some("3.5".into()),
-                GRADIENT_NUM,
+                &GRADIENT_NUM,
                 "3.5",
                 "integer",
             ),
             (
                 |a| a.gradient_num = None,
-                GRADIENT_NUM,
+                &GRADIENT_NUM,
                 "",
                 "number of pods",
             ),
             (
                 |a| a.pod_ip = Some("10.0.0.300".into()),
-                POD_IP,
+                &POD_IP,
                 "10.0.0.300",
                 "IPv4 or IPv6",
             ),
             (
                 |a| a.pod_name = Some("Pod_1".into()),
-                POD_NAME,
+                &POD_NAME,
                 "Pod_1",
                 "pod name",
             ),
             (
                 |a| a.selector = Some("job name=x".into()),
-                SELECTOR,
+                &SELECTOR,
                 "job name=x",
                 "label selector",
             ),
             (
                 |a| a.selector = Some("a=b,".into()),
-                SELECTOR,
+                &SELECTOR,
                 "a=b,",
                 "empty requirement",
             ),
             (
                 |a| a.peers = Some("10.0.0.1,nope,x".into()),
-                PEERS,
+                &PEERS,
                 "10.0.0.1,nope,x",
                 "`nope`",
             ),
             (
                 |a| a.peers = Some("10.0.0.1".into()),
-                PEERS,
+                &PEERS,
                 "10.0.0.1",
                 "exactly CONF_PADDLE_GRADIENT_NUM = 3",
             ),
             (
                 |a| a.wait_timeout = Some("10m".into()),
-                WAIT_TIMEOUT,
+                &WAIT_TIMEOUT,
                 "10m",
                 "whole seconds",
             ),
             (
                 |a| a.linger = Some("-5".into()),
-                LINGER,
+                &LINGER,
                 "-5",
                 "whole seconds",
             ),
             (
                 |a| a.nic = Some("eth0/1".into()),
-                NIC,
+                &NIC,
                 "eth0/1",
                 "interface",
             ),
             (
                 |a| a.train_config_dir = Some("cfg".into()),
-                TRAIN_CONFIG_DIR,
+                &TRAIN_CONFIG_DIR,
                 "cfg",
                 "JOB_PATH",
             ),
             (
                 |a| a.trainer_args = vec!["--ports_num=2".into()],
-                TRAINER_ARGS,
+                &TRAINER_ARGS,
                 "--ports_num=2",
                 "CONF_PADDLE_PORTS_NUM (--ports-num) (1)",
             ),
             (
                 |a| a.role = Some("worker".into()),
-                ROLE,
+                &ROLE,
                 "worker",
                 "both, pserver, trainer",
             ),
             (
                 |a| a.protocol = Some("v3".into()),
-                PROTOCOL,
+                &PROTOCOL,
                 "v3",
                 "v1, v2, fleet, collective",
             ),
@@ -1037,13 +1085,13 @@ mod tests {
                     a.role = Some("pserver".into());
                     a.protocol = Some("collective".into())
                 },
-                ROLE,
+                &ROLE,
                 "pserver",
                 "collective protocol has no pservers",
             ),
             (
                 |a| a.role = Some("trainer".into()),
-                TRAINER_COUNT,
+                &TRAINER_COUNT,
                 "",
                 "number of trainer pods",
             ),
@@ -1053,7 +1101,7 @@ mod tests {
                     a.trainer_count = Some("4".into());
                     a.pserver_count = Some("2".into())
                 },
-                GRADIENT_NUM,
+                &GRADIENT_NUM,
                 "3",
                 "TRAINERS = 4",
             ),
@@ -1063,7 +1111,7 @@ mod tests {
                     a.gradient_num = None;
                     a.trainer_count = Some("4".into())
                 },
-                PSERVER_COUNT,
+                &PSERVER_COUNT,
                 "",
                 "number of pserver pods",
             ),
@@ -1072,19 +1120,19 @@ mod tests {
                     a.role = Some("trainer".into());
                     a.peers = Some("10.0.0.1".into())
                 },
-                PEERS,
+                &PEERS,
                 "10.0.0.1",
                 "no static peers",
             ),
             (
                 |a| a.entry = Some("python t.py".into()),
-                ENTRY,
+                &ENTRY,
                 "python t.py",
                 "no entry command with --protocol v1",
             ),
             (
                 |a| a.protocol = Some("collective".into()),
-                ENTRY,
+                &ENTRY,
                 "",
                 "the training program",
             ),
@@ -1094,43 +1142,60 @@ mod tests {
                     a.entry = Some("python t.py".into());
                     a.trainer_args = vec!["python".into()]
                 },
-                ENTRY,
+                &ENTRY,
                 "python t.py",
                 "not both",
             ),
             (
                 |a| a.trainer_port = Some("0".into()),
-                TRAINER_PORT,
+                &TRAINER_PORT,
                 "0",
                 "TCP port",
             ),
             (
                 |a| a.max_failed_trainers = Some("x".into()),
-                MAX_FAILED,
+                &MAX_FAILED,
                 "x",
                 "integer",
             ),
             (
                 |a| a.train_files = Some("data/[".into()),
-                TRAIN_FILES,
+                &TRAIN_FILES,
                 "data/[",
                 "glob pattern",
             ),
             (
                 |a| a.trainer_args = vec!["--save_dir".into()],
-                TRAINER_ARGS,
+                &TRAINER_ARGS,
                 "--save_dir",
                 "a value",
             ),
         ];
         for (edit, variable, value, expected) in cases {
             let err = with(*edit).expect_err(&format!("accepted a bad {variable}={value:?}"));
-            assert_eq!(err.variable, *variable, "{err}");
+            assert_eq!(err.variable, variable.to_string(), "{err}");
             assert_eq!(err.value, *value, "{err}");
             assert!(err.expected.contains(expected), "{err} lacks {expected:?}");
             let line = err.to_string();
-            assert!(!line.contains('\n') && line.contains(variable), "{line}");
+            assert!(
+                !line.contains('\n') && line.contains(&variable.to_string()),
+                "{line}"
+            );
         }
+    }
+
+    /// Messages name options by their clap definition: each one named here must have one.
+    #[test]
+    fn every_named_option_has_a_definition() {
+        for opt in NAMED_OPTIONS {
+            let label = opt.to_string();
+            assert!(
+                label.ends_with(&format!("(--{})", opt.0.replace('_', "-"))),
+                "{label}"
+            );
+            assert_ne!(opt.env(), opt.0, "{label} has no environment variable");
+        }
+        assert_eq!(PORT.to_string(), "CONF_PADDLE_PORT (--port)");
     }
 
     #[test]
@@ -1212,7 +1277,7 @@ mod tests {
         let OwnIpError::Config(err) = own_ip(&c, &ifs, host).unwrap_err() else {
             panic!("not a configuration error")
         };
-        assert_eq!(err.variable, NIC);
+        assert_eq!(err.variable, NIC.to_string());
         // Each interface once, in the host's order.
         assert!(err.expected.ends_with(": lo, eth0"), "{err}");
     }
@@ -1244,7 +1309,7 @@ mod tests {
         let v1 = with(|a| a.pod_ip = Some("10.0.0.9".into())).unwrap();
         assert!(matches!(
             own_ip(&v1, &ifs, || None),
-            Err(OwnIpError::Config(ConfigError { variable, .. })) if variable == NIC
+            Err(OwnIpError::Config(ConfigError { variable, .. })) if variable == NIC.to_string()
         ));
     }
 

@@ -201,7 +201,7 @@ async fn off_thread<T: Send + 'static>(
 /// The files matched by --train-files / --test-files, sorted; none matched is an error.
 fn input_files(config: &Config) -> Result<InputFiles, ConfigError> {
     let expand = |pattern: &Option<String>,
-                  variable: &str|
+                  variable: crate::cli::Opt|
      -> Result<Option<Vec<PathBuf>>, ConfigError> {
         let Some(pattern) = pattern else {
             return Ok(None);

@@ -11,7 +11,10 @@ use nix::libc::SIGTERM;
 use tracing::info;
 
 use crate::cli::LocalArgs;
-use crate::config::{Config, ConfigError, GRADIENT_NUM, PEERS, POD_IP, POD_NAME, SELECTOR};
+use crate::config::{
+    Config, ConfigError, GRADIENT_NUM, ID_DIR, NIC, PEERS, POD_IP, POD_NAME, SELECTOR,
+    TERMINATION_LOG, WORKDIR,
+};
 use crate::exit::{self, Outcome};
 use crate::supervise::{
     is_stop_signal, signal_name, Event, Output, Signals, SpawnSpec, Supervisor,
@@ -40,13 +43,12 @@ fn instance_env(
         };
         let env = env.to_string_lossy().to_string();
         let given_as_flag = matches.value_source(id) == Some(ValueSource::CommandLine);
-        if [POD_IP, POD_NAME, PEERS, GRADIENT_NUM, SELECTOR]
-            .iter()
-            .any(|v| v.starts_with(&env))
-            && given_as_flag
-        {
+        let set_per_pod = [POD_IP, POD_NAME, PEERS, GRADIENT_NUM, SELECTOR]
+            .into_iter()
+            .find(|opt| opt.0 == id);
+        if let (Some(opt), true) = (set_per_pod, given_as_flag) {
             return Err(ConfigError::new(
-                &format!("{env} (--{})", arg.get_long().unwrap_or(id)),
+                opt,
                 matches.get_one::<String>(id).map_or("", String::as_str),
                 "nothing: local mode sets it for each simulated pod",
             ));
@@ -59,12 +61,8 @@ fn instance_env(
     }
     let job = &args.job;
     let defaults = [
-        ("CONF_PADDLE_NIC", job.nic.is_none(), "lo"),
-        (
-            "PADDLE_LAUNCHER_TERMINATION_LOG",
-            job.termination_log.is_none(),
-            "",
-        ),
+        (NIC.env(), job.nic.is_none(), "lo"),
+        (TERMINATION_LOG.env(), job.termination_log.is_none(), ""),
     ];
     for (env, unset, value) in defaults {
         if unset {
@@ -72,21 +70,21 @@ fn instance_env(
         }
     }
     let ips: Vec<String> = (0..trainers).map(|i| pod_ip(i).to_string()).collect();
-    shared.insert("PADDLE_LAUNCHER_PEERS".into(), ips.join(","));
-    shared.insert("CONF_PADDLE_GRADIENT_NUM".into(), trainers.to_string());
+    shared.insert(PEERS.env().into(), ips.join(","));
+    shared.insert(GRADIENT_NUM.env().into(), trainers.to_string());
     let job_name = job.job_name.clone().unwrap_or_default();
     Ok((0..trainers)
         .map(|i| {
             let mut env = shared.clone();
-            env.insert("POD_IP".into(), ips[i].clone());
-            env.insert("POD_NAME".into(), format!("{job_name}-{i}"));
+            env.insert(POD_IP.env().into(), ips[i].clone());
+            env.insert(POD_NAME.env().into(), format!("{job_name}-{i}"));
             // Each simulated pod has its own work directory (data copies, id files, lists),
             // as each real pod has its own filesystem.
             let base = PathBuf::from(job.workdir.as_deref().unwrap_or("."));
             let dir = base.join("paddle-local").join(format!("{job_name}-{i}"));
-            env.insert("PADDLE_LAUNCHER_WORKDIR".into(), dir.display().to_string());
+            env.insert(WORKDIR.env().into(), dir.display().to_string());
             if job.id_dir.is_none() {
-                env.insert("PADDLE_LAUNCHER_ID_DIR".into(), dir.display().to_string());
+                env.insert(ID_DIR.env().into(), dir.display().to_string());
             }
             env
         })
@@ -111,9 +109,9 @@ pub async fn local(args: &LocalArgs, matches: &ArgMatches, command: &clap::Comma
     };
     // Validate once here, with what instance 0 will see, instead of N times in the instances.
     let mut probe = args.job.clone();
-    probe.peers = envs[0].get("PADDLE_LAUNCHER_PEERS").cloned();
+    probe.peers = envs[0].get(PEERS.env()).cloned();
     probe.gradient_num = Some(trainers.to_string());
-    probe.pod_ip = envs[0].get("POD_IP").cloned();
+    probe.pod_ip = envs[0].get(POD_IP.env()).cloned();
     let config = match Config::from_args(&probe) {
         Ok(config) => config,
         Err(e) => return invalid(e),
@@ -147,7 +145,7 @@ pub async fn local(args: &LocalArgs, matches: &ArgMatches, command: &clap::Comma
     let mut instances = Vec::new();
     for (i, env) in envs.iter().enumerate() {
         let spec = SpawnSpec {
-            label: format!("pod {}", env["POD_NAME"]),
+            label: format!("pod {}", env[POD_NAME.env()]),
             argv: &argv,
             env,
             cwd: &cwd,
@@ -160,7 +158,7 @@ pub async fn local(args: &LocalArgs, matches: &ArgMatches, command: &clap::Comma
                 return outcome;
             }
         }
-        info!("simulated pod {i} on {}", env["POD_IP"]);
+        info!("simulated pod {i} on {}", env[POD_IP.env()]);
     }
     let outcome = watch_instances(&mut sup, &instances).await;
     sup.finish();
