@@ -66,8 +66,11 @@ pub struct ManifestArgs {
     /// An Indexed Job: ranks are the completion indexes.
     #[arg(long)]
     pub indexed: bool,
-    #[arg(long, default_value = "v1", value_parser = ["v1", "v2", "fleet", "collective"])]
-    pub protocol: String,
+    /// Contract with the training program: `v1` flags, `v2` PADDLE_INIT_* variables, `fleet`
+    /// (parameter server, Paddle 2.x) or `collective` (data parallel, no pserver); see the
+    /// README for the Paddle versions each needs.
+    #[arg(long, value_enum, default_value_t = crate::config::Protocol::V1)]
+    pub protocol: crate::config::Protocol,
     /// The training program as one shell line (v2, fleet, collective).
     #[arg(long)]
     pub entry: Option<String>,
