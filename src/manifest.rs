@@ -2,7 +2,7 @@
 //!
 //! The pods run as a non-root user with a read-only root filesystem, no capabilities and the
 //! runtime's seccomp profile; the launcher's files go to writable emptyDir volumes (/tmp and
-//! the work directory /workspace).
+//! the work directory [`WORKDIR`]).
 //!
 //! Every pod's launcher validates its options when it starts; `manifest` runs that same
 //! validation (`Config::from_args`) on each container's environment and arguments before it
@@ -14,7 +14,13 @@ use crate::cli::{JobArgs, ManifestArgs};
 use crate::config::{Config, ConfigError, PodRole, Protocol};
 use crate::selector::is_dns_subdomain;
 
-const WORKDIR: &str = "/workspace";
+/// The writable scratch directory: the work directory of the pserver and the trainer (data
+/// copies, train/test lists) and the id files' directory, as the root filesystem is read-only.
+/// Not /workspace: images put the training program there (docker/Dockerfile's `COPY ...
+/// /workspace/`), and a volume mounted over it would hide the program. A directory named after
+/// the launcher under /var/lib (a program's variable state) is one no image ships files in, so
+/// the emptyDir mounted here hides nothing.
+pub const WORKDIR: &str = "/var/lib/paddle-launcher";
 /// On every pod of the job: what its NetworkPolicy selects.
 const JOB_LABEL: &str = "paddle-launcher/job";
 /// A high UID, not one of the image's users (checkov: CKV_K8S_40).
@@ -338,11 +344,11 @@ fn job(a: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
     }
     let mut mounts = vec![
         json!({"name": "tmp", "mountPath": "/tmp"}),
-        json!({"name": "workspace", "mountPath": WORKDIR}),
+        json!({"name": "scratch", "mountPath": WORKDIR}),
     ];
     let mut volumes = vec![
         json!({"name": "tmp", "emptyDir": {}}),
-        json!({"name": "workspace", "emptyDir": {}}),
+        json!({"name": "scratch", "emptyDir": {}}),
     ];
     if let Some(claim) = &a.volume_claim {
         mounts.push(json!({"name": "jobpath", "mountPath": a.job_path}));

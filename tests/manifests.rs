@@ -500,3 +500,61 @@ fn pod_environment_the_launcher_refuses_is_refused() {
         "{stderr}"
     );
 }
+
+/// The program of the container: the first absolute path after `--` in its args, else in ENTRY.
+fn program_path(container: &Value) -> Option<String> {
+    let args: Vec<String> = serde_json::from_value(container["args"].clone()).unwrap();
+    let after = args.iter().skip_while(|a| *a != "--").skip(1);
+    let entry = container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "ENTRY")
+        .and_then(|v| v["value"].as_str())
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect::<Vec<_>>();
+    after
+        .chain(entry.iter())
+        .find(|word| word.starts_with('/'))
+        .cloned()
+}
+
+/// No volume of a generated pod is mounted over the training program (the image's
+/// /workspace/train.py stays visible), in every variant and every file of k8s-examples/.
+#[test]
+fn no_volume_hides_the_program() {
+    let mut manifests: Vec<(String, String)> = VARIANTS
+        .iter()
+        .map(|args| (format!("{args:?}"), manifest(args)))
+        .collect();
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("k8s-examples");
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            manifests.push((path.display().to_string(), text));
+        }
+    }
+    let mut checked = 0;
+    for (source, text) in &manifests {
+        let docs: Vec<Value> = serde_saphyr::from_multiple(text).unwrap();
+        for job in docs.iter().filter(|d| d["kind"] == "Job") {
+            let container = &job["spec"]["template"]["spec"]["containers"][0];
+            let Some(program) = program_path(container) else {
+                continue;
+            };
+            for mount in container["volumeMounts"].as_array().unwrap() {
+                let at = mount["mountPath"].as_str().unwrap().trim_end_matches('/');
+                assert!(
+                    !(program == at || program.starts_with(&format!("{at}/"))),
+                    "{source}: the volume {} at {at} hides the program {program}",
+                    mount["name"]
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 8, "only {checked} containers name their program");
+}
