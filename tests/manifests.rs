@@ -558,3 +558,33 @@ fn no_volume_hides_the_program() {
     }
     assert!(checked >= 8, "only {checked} containers name their program");
 }
+
+/// `manifest --help` describes every option and names every kind of object it prints.
+#[test]
+fn manifest_help_describes_every_option_and_object() {
+    use clap::CommandFactory;
+    let cli = paddle_launcher::cli::Cli::command();
+    let manifest = cli.find_subcommand("manifest").unwrap();
+    // The short help (`-h`, the subcommand list) and the long one (`--help`).
+    let about = manifest.get_about().unwrap().to_string();
+    for kind in [
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "NetworkPolicy",
+        "Job",
+    ] {
+        assert!(
+            about.contains(kind),
+            "`manifest` says nothing of {kind}: {about}"
+        );
+    }
+    let long = manifest.get_long_about().unwrap().to_string();
+    assert!(long.contains("headless Service"), "{long}");
+    let undescribed: Vec<String> = manifest
+        .get_arguments()
+        .filter(|a| a.get_help().is_none() && a.get_id() != "help")
+        .map(|a| a.get_id().to_string())
+        .collect();
+    assert!(undescribed.is_empty(), "no help for {undescribed:?}");
+}
