@@ -25,10 +25,10 @@ fn launcher_env_names() -> BTreeSet<String> {
 }
 
 #[test]
-fn seed_job_example_is_valid_and_wired_to_the_launcher() {
+fn colocated_example_is_valid_and_wired_to_the_launcher() {
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/k8s-examples/seed-004.yaml"
+        "/k8s-examples/colocated-v1.yaml"
     ))
     .unwrap();
     let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
