@@ -115,6 +115,38 @@ fn colocated_example_is_valid_and_wired_to_the_launcher() {
     );
 }
 
+/// The README's RBAC block creates the ServiceAccount its Job snippets run as, and binds the
+/// Role to it in the one namespace of all three objects.
+#[test]
+fn readme_rbac_creates_and_binds_the_jobs_service_account() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let docs: Vec<Value> = readme
+        .split("```yaml\n")
+        .skip(1)
+        .map(|rest| rest.split("```").next().unwrap())
+        .flat_map(|block| serde_saphyr::from_multiple::<Value>(block).unwrap())
+        .collect();
+    let one = |kind: &str| {
+        let found: Vec<&Value> = docs.iter().filter(|d| d["kind"] == kind).collect();
+        assert_eq!(found.len(), 1, "the README should have one {kind}");
+        found[0].clone()
+    };
+    let account: ServiceAccount = serde_json::from_value(one("ServiceAccount")).unwrap();
+    let role: Role = serde_json::from_value(one("Role")).unwrap();
+    let binding: RoleBinding = serde_json::from_value(one("RoleBinding")).unwrap();
+    let namespace = account.metadata.namespace.clone();
+    assert_eq!(account.metadata.name.as_deref(), Some("paddle-launcher"));
+    assert_eq!(role.metadata.namespace, namespace);
+    assert_eq!(binding.metadata.namespace, namespace);
+    assert_eq!(Some(binding.role_ref.name), role.metadata.name);
+    let subjects = binding.subjects.unwrap();
+    assert_eq!(subjects.len(), 1);
+    assert_eq!(subjects[0].kind, "ServiceAccount");
+    assert_eq!(Some(&subjects[0].name), account.metadata.name.as_ref());
+    assert_eq!(subjects[0].namespace, namespace);
+}
+
 /// Every Job in the README's YAML blocks is a valid Job whose environment the launcher reads.
 #[test]
 fn readme_job_snippets_are_valid_and_use_known_variables() {
