@@ -34,7 +34,12 @@ pub enum Command {
     /// Say in plain words why the job would not start now (pods, Pending reasons, RBAC); starts
     /// and waits for nothing. Status 0 when it would start.
     Doctor(JobArgs),
-    /// Print ready-to-apply YAML for a job: ServiceAccount, Role, RoleBinding and the Job(s).
+    /// Print ready-to-apply YAML for a job: ServiceAccount, Role, RoleBinding, NetworkPolicy
+    /// and the Job(s).
+    ///
+    /// The NetworkPolicy admits only the job's own pods. With --dns a headless Service replaces
+    /// the ServiceAccount, Role and RoleBinding. The values are checked as each pod's launcher
+    /// will check them: a value the pods would refuse is refused here (status 2).
     Manifest(ManifestArgs),
     /// Print a shell completion script, e.g. `paddle-launcher completions bash > /etc/bash_completion.d/paddle-launcher`.
     Completions {
@@ -49,6 +54,7 @@ pub struct ManifestArgs {
     /// Job name (also the prefix of every object's name).
     #[arg(long)]
     pub job_name: String,
+    /// Namespace of every object (replace `default` with yours).
     #[arg(long, default_value = "default")]
     pub namespace: String,
     /// The training image, whose ENTRYPOINT is paddle-launcher (see docker/).
@@ -66,8 +72,11 @@ pub struct ManifestArgs {
     /// An Indexed Job: ranks are the completion indexes.
     #[arg(long)]
     pub indexed: bool,
-    #[arg(long, default_value = "v1", value_parser = ["v1", "v2", "fleet", "collective"])]
-    pub protocol: String,
+    /// Contract with the training program: `v1` flags, `v2` PADDLE_INIT_* variables, `fleet`
+    /// (parameter server, Paddle 2.x) or `collective` (data parallel, no pserver); see the
+    /// README for the Paddle versions each needs.
+    #[arg(long, value_enum, default_value_t = crate::config::Protocol::V1)]
+    pub protocol: crate::config::Protocol,
     /// The training program as one shell line (v2, fleet, collective).
     #[arg(long)]
     pub entry: Option<String>,
@@ -92,18 +101,24 @@ pub struct ManifestArgs {
     /// Extra environment for the training program, NAME=VALUE; repeatable.
     #[arg(long = "env", value_name = "NAME=VALUE")]
     pub envs: Vec<String>,
+    /// First pserver port (CONF_PADDLE_PORT); each pserver pod exposes this and the next
+    /// ports, one per dense and sparse port.
     #[arg(long, default_value_t = 7164)]
     pub port: u16,
+    /// Number of dense-parameter ports per pserver (CONF_PADDLE_PORTS_NUM), at least 1.
     #[arg(long, default_value_t = 1)]
     pub ports_num: u16,
+    /// Number of sparse-parameter ports per pserver (CONF_PADDLE_PORTS_NUM_SPARSE).
     #[arg(long, default_value_t = 0)]
     pub ports_num_sparse: u16,
+    /// Port of each trainer's own endpoint, fleet and collective (PADDLE_LAUNCHER_TRAINER_PORT).
     #[arg(long, default_value_t = 6170)]
     pub trainer_port: u16,
     /// DNS membership: a headless Service lists the pods; no ServiceAccount, Role or token.
     #[arg(long)]
     pub dns: bool,
-    /// A PersistentVolumeClaim mounted at --job-path: the seed's shared job directory.
+    /// A PersistentVolumeClaim mounted at --job-path: the shared job directory of the workspace
+    /// layout (output/node_<rank>/ logs, per-rank data, TRAIN_CONFIG_DIR).
     #[arg(long)]
     pub volume_claim: Option<String>,
     /// Where --volume-claim is mounted, given to the launcher as JOB_PATH.

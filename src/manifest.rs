@@ -2,15 +2,25 @@
 //!
 //! The pods run as a non-root user with a read-only root filesystem, no capabilities and the
 //! runtime's seccomp profile; the launcher's files go to writable emptyDir volumes (/tmp and
-//! the work directory /workspace).
+//! the work directory [`WORKDIR`]).
+//!
+//! Every pod's launcher validates its options when it starts; `manifest` runs that same
+//! validation (`Config::from_args`) on each container's environment and arguments before it
+//! prints anything, so a bad value is an error here and not a Job whose pods all exit 2.
 
 use serde_json::{json, Value};
 
-use crate::cli::ManifestArgs;
-use crate::config::ConfigError;
+use crate::cli::{JobArgs, ManifestArgs};
+use crate::config::{Config, ConfigError, PodRole, Protocol};
 use crate::selector::is_dns_subdomain;
 
-const WORKDIR: &str = "/workspace";
+/// The writable scratch directory: the work directory of the pserver and the trainer (data
+/// copies, train/test lists) and the id files' directory, as the root filesystem is read-only.
+/// Not /workspace: images put the training program there (docker/Dockerfile's `COPY ...
+/// /workspace/`), and a volume mounted over it would hide the program. A directory named after
+/// the launcher under /var/lib (a program's variable state) is one no image ships files in, so
+/// the emptyDir mounted here hides nothing.
+pub const WORKDIR: &str = "/var/lib/paddle-launcher";
 /// On every pod of the job: what its NetworkPolicy selects.
 const JOB_LABEL: &str = "paddle-launcher/job";
 /// A high UID, not one of the image's users (checkov: CKV_K8S_40).
@@ -20,14 +30,46 @@ fn invalid(flag: &str, value: &str, expected: &str) -> ConfigError {
     ConfigError::new(flag, value, expected)
 }
 
-/// What one of the pod templates runs.
+/// What one of the pod templates runs: one Job each.
 struct PodKind<'a> {
-    role: &'static str,
+    role: PodRole,
     count: u32,
     cpu: &'a str,
     memory: &'a str,
     gpu: u32,
     labels: Value,
+}
+
+/// The pod templates: one Job of pods running both, or (`--split`) a pserver and a trainer Job.
+fn pod_kinds(a: &ManifestArgs) -> Vec<PodKind<'_>> {
+    if !a.split {
+        return vec![PodKind {
+            role: PodRole::Both,
+            count: a.trainers,
+            cpu: &a.cpu,
+            memory: &a.memory,
+            gpu: a.gpu,
+            labels: json!({}),
+        }];
+    }
+    vec![
+        PodKind {
+            role: PodRole::Pserver,
+            count: a.pservers,
+            cpu: &a.pscpu,
+            memory: &a.psmemory,
+            gpu: 0,
+            labels: json!({"paddle-job-pserver": a.job_name}),
+        },
+        PodKind {
+            role: PodRole::Trainer,
+            count: a.trainers,
+            cpu: &a.cpu,
+            memory: &a.memory,
+            gpu: a.gpu,
+            labels: json!({"paddle-job": a.job_name}),
+        },
+    ]
 }
 
 pub fn documents(a: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
@@ -46,9 +88,6 @@ pub fn documents(a: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
             "an image reference such as example.com/team/paddle-job:v1",
         ));
     }
-    if a.trainers == 0 {
-        return Err(invalid("--trainers", "0", "at least 1 trainer"));
-    }
     if a.split && a.dns {
         return Err(invalid(
             "--dns",
@@ -56,7 +95,7 @@ pub fn documents(a: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
             "the one-Job layout (the split layout is found through the Kubernetes API)",
         ));
     }
-    if a.split && (a.pservers == 0 || a.protocol == "collective") {
+    if a.split && (a.pservers == 0 || !a.protocol.has_pservers()) {
         return Err(invalid(
             "--split",
             "true",
@@ -70,37 +109,22 @@ pub fn documents(a: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
             "--split too (without it every pod runs a pserver)",
         ));
     }
-    match (a.protocol.as_str(), &a.entry) {
-        ("v1", Some(entry)) => {
-            return Err(invalid("--entry", entry, "no entry with --protocol v1"))
-        }
-        ("v1", None) => {}
-        (_, None) if a.trainer_args.is_empty() => return Err(invalid(
-            "--entry",
-            "",
-            "the training program: --entry \"python /workspace/train.py\", or its argv after --",
-        )),
-        (_, Some(entry)) if !a.trainer_args.is_empty() => {
-            return Err(invalid(
-                "--entry",
-                entry,
-                "either --entry or the program's argv after --, not both",
-            ))
-        }
-        _ => {}
-    }
     for pair in &a.envs {
         match pair.split_once('=') {
             Some((name, _)) if !name.is_empty() && !name.contains(char::is_whitespace) => {}
             _ => return Err(invalid("--env", pair, "NAME=VALUE")),
         }
     }
+    let kinds = pod_kinds(a);
+    for kind in &kinds {
+        validate_pods(a, kind)?;
+    }
     let account = format!("{}-launcher", a.job_name);
     let mut docs = Vec::new();
     if a.dns {
         // Headless, and listing pods before they are Ready: the launchers wait for all of them.
         let mut ports = vec![json!({"name": "pserver", "port": a.port})];
-        if matches!(a.protocol.as_str(), "fleet" | "collective") {
+        if a.protocol.trainers_listen() {
             ports = vec![json!({"name": "trainer", "port": a.trainer_port})];
         }
         docs.push(json!({
@@ -133,45 +157,12 @@ pub fn documents(a: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
             "ingress": [{"from": [{"podSelector": {"matchLabels": {JOB_LABEL: a.job_name}}}]}],
         },
     }));
-    if a.split {
-        let pserver = PodKind {
-            role: "pserver",
-            count: a.pservers,
-            cpu: &a.pscpu,
-            memory: &a.psmemory,
-            gpu: 0,
-            labels: json!({"paddle-job-pserver": a.job_name}),
+    for kind in &kinds {
+        let name = match kind.role {
+            PodRole::Both => a.job_name.clone(),
+            role => format!("{}-{role}", a.job_name),
         };
-        let trainer = PodKind {
-            role: "trainer",
-            count: a.trainers,
-            cpu: &a.cpu,
-            memory: &a.memory,
-            gpu: a.gpu,
-            labels: json!({"paddle-job": a.job_name}),
-        };
-        docs.push(job(
-            a,
-            &format!("{}-pserver", a.job_name),
-            &pserver,
-            &account,
-        ));
-        docs.push(job(
-            a,
-            &format!("{}-trainer", a.job_name),
-            &trainer,
-            &account,
-        ));
-    } else {
-        let both = PodKind {
-            role: "both",
-            count: a.trainers,
-            cpu: &a.cpu,
-            memory: &a.memory,
-            gpu: a.gpu,
-            labels: json!({}),
-        };
-        docs.push(job(a, &a.job_name, &both, &account));
+        docs.push(job(a, &name, kind, &account));
     }
     Ok(docs)
 }
@@ -190,7 +181,7 @@ fn container_env(a: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
         env_field("JOB_NAMESPACE", "metadata.namespace"),
         env_field("POD_IP", "status.podIP"),
         env_field("POD_NAME", "metadata.name"),
-        env_value("PADDLE_LAUNCHER_PROTOCOL", &a.protocol),
+        env_value("PADDLE_LAUNCHER_PROTOCOL", a.protocol),
         env_value("CONF_PADDLE_PORT", a.port),
         env_value("CONF_PADDLE_PORTS_NUM", a.ports_num),
         env_value("CONF_PADDLE_PORTS_NUM_SPARSE", a.ports_num_sparse),
@@ -199,7 +190,7 @@ fn container_env(a: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
         // The root filesystem is read-only: the id files go to the work directory.
         env_value("PADDLE_LAUNCHER_ID_DIR", WORKDIR),
     ];
-    if kind.role == "both" {
+    if kind.role == PodRole::Both {
         env.push(env_value("CONF_PADDLE_GRADIENT_NUM", a.trainers));
     } else {
         env.push(env_value("PADDLE_LAUNCHER_ROLE", kind.role));
@@ -216,10 +207,10 @@ fn container_env(a: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
         env.push(env_value("ENTRY", entry));
     }
     if let Some(passes) = a.passes {
-        match a.protocol.as_str() {
-            "v1" => {}
-            "v2" => env.push(env_value("PADDLE_INIT_NUM_PASSES", passes)),
-            _ => env.push(env_value("NUM_PASSES", passes)),
+        match a.protocol {
+            Protocol::V1 => {}
+            Protocol::V2 => env.push(env_value("PADDLE_INIT_NUM_PASSES", passes)),
+            Protocol::Fleet | Protocol::Collective => env.push(env_value("NUM_PASSES", passes)),
         }
     }
     for pair in &a.envs {
@@ -230,26 +221,119 @@ fn container_env(a: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
     env
 }
 
-fn job(a: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
+/// The variables the manifest sets from its own flags: an error in one names the flag.
+const FLAG_OF_VARIABLE: &[(&str, &str)] = &[
+    ("JOB_NAME", "--job-name"),
+    ("JOB_NAMESPACE", "--namespace"),
+    ("PADDLE_LAUNCHER_PROTOCOL", "--protocol"),
+    ("CONF_PADDLE_PORT", "--port"),
+    ("CONF_PADDLE_PORTS_NUM", "--ports-num"),
+    ("CONF_PADDLE_PORTS_NUM_SPARSE", "--ports-num-sparse"),
+    ("PADDLE_LAUNCHER_TRAINER_PORT", "--trainer-port"),
+    ("CONF_PADDLE_GRADIENT_NUM", "--trainers"),
+    ("TRAINERS", "--trainers"),
+    ("PSERVERS", "--pservers"),
+    ("JOB_PATH", "--job-path"),
+    ("ENTRY", "--entry"),
+];
+
+/// Runs the launcher's own validation (`Config::from_args`, what `run` does in each pod) on
+/// the environment and arguments of this kind's container, so that `manifest` accepts exactly
+/// what the pods will.
+fn validate_pods(a: &ManifestArgs, kind: &PodKind) -> Result<(), ConfigError> {
+    // Only the downward API knows these; the validation needs them to be well-formed only.
+    let placeholder = |path: &str| match path {
+        "metadata.namespace" => a.namespace.clone(),
+        "metadata.name" => format!("{}-0", a.job_name),
+        // An address of the documentation range (RFC 5737): never a real pod's.
+        _ => "192.0.2.1".to_string(),
+    };
+    let pairs: Vec<(String, String)> = container_env(a, kind)
+        .iter()
+        .filter_map(|var| {
+            let name = var["name"].as_str()?.to_string();
+            let value = match var["value"].as_str() {
+                Some(value) => value.to_string(),
+                None => placeholder(var["valueFrom"]["fieldRef"]["fieldPath"].as_str()?),
+            };
+            Some((name, value))
+        })
+        .collect();
+    let args = JobArgs::from_env_pairs(
+        pairs.iter().map(|(n, v)| (n.as_str(), v.as_str())),
+        &container_trainer_args(a, kind),
+    )
+    .map_err(|e| {
+        let reason = e.to_string();
+        let first_line = reason.lines().next().unwrap_or_default();
+        invalid(
+            "the pods' options",
+            first_line,
+            "options the launcher accepts",
+        )
+    })?;
+    match Config::from_args(&args) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(as_manifest_error(a, e)),
+    }
+}
+
+/// The launcher's error, in the terms of the `manifest` flag that set the value.
+fn as_manifest_error(a: &ManifestArgs, e: ConfigError) -> ConfigError {
+    // "CONF_PADDLE_PORT (--port)" -> CONF_PADDLE_PORT
+    let variable = e.variable.split(" (").next().unwrap_or_default();
+    let by_env = a.envs.iter().any(|pair| {
+        pair.split_once('=')
+            .is_some_and(|(name, _)| name == variable)
+    });
+    let flag = if by_env {
+        format!("--env {variable}")
+    } else if let Some((_, flag)) = FLAG_OF_VARIABLE.iter().find(|(v, _)| *v == variable) {
+        flag.to_string()
+    } else {
+        // Already in words that fit `manifest` too, e.g. "trainer argument (after --)".
+        return e;
+    };
+    invalid(
+        &flag,
+        &e.value,
+        &format!("{} (the pods' {variable})", e.expected),
+    )
+}
+
+/// The container's arguments after `run --`.
+fn container_trainer_args(a: &ManifestArgs, kind: &PodKind) -> Vec<String> {
+    // A v1 pserver takes no pass-through (it is `paddle pserver`, started from the launcher's
+    // own options). The launcher of every other protocol needs the program even in a pserver
+    // pod: fleet runs it as the pserver, and v2's pserver pods validate it like any other.
+    if kind.role == PodRole::Pserver && a.protocol == Protocol::V1 {
+        return Vec::new();
+    }
     let mut trainer_args = a.trainer_args.clone();
-    if let (Some(passes), "v1") = (a.passes, a.protocol.as_str()) {
+    if let (Some(passes), Protocol::V1) = (a.passes, a.protocol) {
         trainer_args.push(format!("--num_passes={passes}"));
     }
+    trainer_args
+}
+
+fn job(a: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
+    let trainer_args = container_trainer_args(a, kind);
     let mut args = vec!["run".to_string()];
-    // v1/v2 pservers take no pass-through; a fleet pserver runs the program too.
-    if !trainer_args.is_empty() && (kind.role != "pserver" || a.protocol == "fleet") {
+    if !trainer_args.is_empty() {
         args.push("--".to_string());
         args.extend(trainer_args);
     }
     let mut ports: Vec<Value> = Vec::new();
-    if kind.role != "trainer" && a.protocol != "collective" {
-        let count = a.ports_num + a.ports_num_sparse;
+    if kind.role != PodRole::Trainer && a.protocol.has_pservers() {
+        // In u32: the launcher's validation keeps the range below 65536, and nothing here can
+        // overflow whatever it is given.
+        let first = u32::from(a.port);
+        let count = u32::from(a.ports_num) + u32::from(a.ports_num_sparse);
         ports.extend(
-            (0..count)
-                .map(|i| json!({"name": format!("pserver-{i}"), "containerPort": a.port + i})),
+            (0..count).map(|i| json!({"name": format!("pserver-{i}"), "containerPort": first + i})),
         );
     }
-    if kind.role != "pserver" && matches!(a.protocol.as_str(), "fleet" | "collective") {
+    if kind.role != PodRole::Pserver && a.protocol.trainers_listen() {
         ports.push(json!({"name": "trainer", "containerPort": a.trainer_port}));
     }
     let mut labels = kind.labels.clone();
@@ -260,20 +344,19 @@ fn job(a: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
     }
     let mut mounts = vec![
         json!({"name": "tmp", "mountPath": "/tmp"}),
-        json!({"name": "workspace", "mountPath": WORKDIR}),
+        json!({"name": "scratch", "mountPath": WORKDIR}),
     ];
     let mut volumes = vec![
         json!({"name": "tmp", "emptyDir": {}}),
-        json!({"name": "workspace", "emptyDir": {}}),
+        json!({"name": "scratch", "emptyDir": {}}),
     ];
     if let Some(claim) = &a.volume_claim {
         mounts.push(json!({"name": "jobpath", "mountPath": a.job_path}));
         volumes.push(json!({"name": "jobpath", "persistentVolumeClaim": {"claimName": claim}}));
     }
-    let container_name = if kind.role == "both" {
-        "trainer"
-    } else {
-        kind.role
+    let container_name = match kind.role {
+        PodRole::Both | PodRole::Trainer => "trainer",
+        PodRole::Pserver => "pserver",
     };
     let mut container = json!({
         "name": container_name,

@@ -25,10 +25,10 @@ fn launcher_env_names() -> BTreeSet<String> {
 }
 
 #[test]
-fn seed_job_example_is_valid_and_wired_to_the_launcher() {
+fn colocated_example_is_valid_and_wired_to_the_launcher() {
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/k8s-examples/seed-004.yaml"
+        "/k8s-examples/colocated-v1.yaml"
     ))
     .unwrap();
     let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
@@ -113,6 +113,38 @@ fn seed_job_example_is_valid_and_wired_to_the_launcher() {
         container.args.as_ref().unwrap()[..2],
         ["run".to_string(), "--".to_string()]
     );
+}
+
+/// The README's RBAC block creates the ServiceAccount its Job snippets run as, and binds the
+/// Role to it in the one namespace of all three objects.
+#[test]
+fn readme_rbac_creates_and_binds_the_jobs_service_account() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let docs: Vec<Value> = readme
+        .split("```yaml\n")
+        .skip(1)
+        .map(|rest| rest.split("```").next().unwrap())
+        .flat_map(|block| serde_saphyr::from_multiple::<Value>(block).unwrap())
+        .collect();
+    let one = |kind: &str| {
+        let found: Vec<&Value> = docs.iter().filter(|d| d["kind"] == kind).collect();
+        assert_eq!(found.len(), 1, "the README should have one {kind}");
+        found[0].clone()
+    };
+    let account: ServiceAccount = serde_json::from_value(one("ServiceAccount")).unwrap();
+    let role: Role = serde_json::from_value(one("Role")).unwrap();
+    let binding: RoleBinding = serde_json::from_value(one("RoleBinding")).unwrap();
+    let namespace = account.metadata.namespace.clone();
+    assert_eq!(account.metadata.name.as_deref(), Some("paddle-launcher"));
+    assert_eq!(role.metadata.namespace, namespace);
+    assert_eq!(binding.metadata.namespace, namespace);
+    assert_eq!(Some(binding.role_ref.name), role.metadata.name);
+    let subjects = binding.subjects.unwrap();
+    assert_eq!(subjects.len(), 1);
+    assert_eq!(subjects[0].kind, "ServiceAccount");
+    assert_eq!(Some(&subjects[0].name), account.metadata.name.as_ref());
+    assert_eq!(subjects[0].namespace, namespace);
 }
 
 /// Every Job in the README's YAML blocks is a valid Job whose environment the launcher reads.

@@ -62,12 +62,13 @@ const VARIANTS: &[&[&str]] = &[
         "3",
         "--protocol",
         "v2",
-        "--entry",
-        "python train.py",
         "--passes",
         "5",
         "--env",
         "PADDLE_INIT_USE_GPU=0",
+        "--",
+        "python",
+        "/workspace/train.py",
     ],
     &[
         "--job-name",
@@ -85,9 +86,8 @@ const VARIANTS: &[&[&str]] = &[
         "fleet",
         "--volume-claim",
         "data",
-        "--",
-        "python",
-        "ps.py",
+        "--entry",
+        "python /workspace/ps.py",
     ],
 ];
 
@@ -279,7 +279,7 @@ fn pod_env(job: &Value, pod: &(String, String)) -> Vec<(&'static str, String)> {
         };
         env.push((name, value));
     }
-    // This machine's interface (pods have eth0), and no writes to the manifest's /workspace.
+    // This machine's interface (pods have eth0); `plan` writes nothing to the work directory.
     env.push(("CONF_PADDLE_NIC", "lo".into()));
     env
 }
@@ -376,7 +376,7 @@ fn k8s_examples_are_what_manifest_generates() {
     }
     assert!(
         checked >= 3,
-        "expected the seed, indexed and split examples"
+        "expected the colocated, indexed and split examples"
     );
 }
 
@@ -411,4 +411,180 @@ fn split_words(line: &str) -> Vec<String> {
         }
     }
     words
+}
+
+/// `manifest` with these extra arguments: its status, stdout and stderr.
+fn manifest_output(extra: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(LAUNCHER)
+        .args([
+            "manifest",
+            "--job-name",
+            "bad",
+            "--image",
+            "example.com/t/p:v1",
+        ])
+        .args(extra)
+        .env_remove("PADDLE_LAUNCHER_LOG_FORMAT")
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Ports the pods' launchers would refuse are refused by `manifest`, with the launcher's rule:
+/// status 2, nothing printed, one line naming the manifest flag, its value and the variable.
+#[test]
+fn ports_the_launcher_refuses_are_refused_with_one_line() {
+    let cases: &[(&[&str], &str, &str, &str)] = &[
+        // 65535 + 2 ports overflowed u16 (containerPort 0, or a panic in a debug build).
+        (
+            &["--port", "65535", "--ports-num", "2"],
+            "--port",
+            "65535",
+            "CONF_PADDLE_PORT",
+        ),
+        (
+            &["--ports-num", "0"],
+            "--ports-num",
+            "0",
+            "CONF_PADDLE_PORTS_NUM",
+        ),
+        (&["--port", "0"], "--port", "0", "CONF_PADDLE_PORT"),
+        (
+            &[
+                "--trainer-port",
+                "0",
+                "--protocol",
+                "collective",
+                "--",
+                "python",
+                "/t.py",
+            ],
+            "--trainer-port",
+            "0",
+            "PADDLE_LAUNCHER_TRAINER_PORT",
+        ),
+    ];
+    for (extra, flag, value, variable) in cases {
+        let (code, stdout, stderr) = manifest_output(extra);
+        assert_eq!(code, Some(2), "{extra:?}: {stderr}");
+        assert!(stdout.is_empty(), "{extra:?} printed {stdout}");
+        assert!(!stderr.contains("panicked"), "{extra:?}: {stderr}");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{extra:?}: {stderr}");
+        for word in [format!("invalid {flag}: \"{value}\""), variable.to_string()] {
+            assert!(lines[0].contains(&word), "{extra:?}: no {word} in {stderr}");
+        }
+    }
+}
+
+/// The values `manifest` writes into the pods' environment are validated as a whole, as the
+/// launcher does: the user's `--env` and other combinations too.
+#[test]
+fn pod_environment_the_launcher_refuses_is_refused() {
+    // TRAIN_CONFIG_DIR names a directory under JOB_PATH, which only --volume-claim sets.
+    let (code, stdout, stderr) = manifest_output(&["--env", "TRAIN_CONFIG_DIR=conf"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stdout.is_empty());
+    assert!(
+        stderr.contains("invalid --env TRAIN_CONFIG_DIR: \"conf\""),
+        "{stderr}"
+    );
+    let (code, _, stderr) = manifest_output(&["--namespace", "Team_A"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("invalid --namespace: \"Team_A\""),
+        "{stderr}"
+    );
+}
+
+/// The program of the container: the first absolute path after `--` in its args, else in ENTRY.
+fn program_path(container: &Value) -> Option<String> {
+    let args: Vec<String> = serde_json::from_value(container["args"].clone()).unwrap();
+    let after = args.iter().skip_while(|a| *a != "--").skip(1);
+    let entry = container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "ENTRY")
+        .and_then(|v| v["value"].as_str())
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect::<Vec<_>>();
+    after
+        .chain(entry.iter())
+        .find(|word| word.starts_with('/'))
+        .cloned()
+}
+
+/// No volume of a generated pod is mounted over the training program (the image's
+/// /workspace/train.py stays visible), in every variant and every file of k8s-examples/.
+#[test]
+fn no_volume_hides_the_program() {
+    let mut manifests: Vec<(String, String)> = VARIANTS
+        .iter()
+        .map(|args| (format!("{args:?}"), manifest(args)))
+        .collect();
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("k8s-examples");
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            manifests.push((path.display().to_string(), text));
+        }
+    }
+    let mut checked = 0;
+    for (source, text) in &manifests {
+        let docs: Vec<Value> = serde_saphyr::from_multiple(text).unwrap();
+        for job in docs.iter().filter(|d| d["kind"] == "Job") {
+            let container = &job["spec"]["template"]["spec"]["containers"][0];
+            let Some(program) = program_path(container) else {
+                continue;
+            };
+            for mount in container["volumeMounts"].as_array().unwrap() {
+                let at = mount["mountPath"].as_str().unwrap().trim_end_matches('/');
+                assert!(
+                    !(program == at || program.starts_with(&format!("{at}/"))),
+                    "{source}: the volume {} at {at} hides the program {program}",
+                    mount["name"]
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 8, "only {checked} containers name their program");
+}
+
+/// `manifest --help` describes every option and names every kind of object it prints.
+#[test]
+fn manifest_help_describes_every_option_and_object() {
+    use clap::CommandFactory;
+    let cli = paddle_launcher::cli::Cli::command();
+    let manifest = cli.find_subcommand("manifest").unwrap();
+    // The short help (`-h`, the subcommand list) and the long one (`--help`).
+    let about = manifest.get_about().unwrap().to_string();
+    for kind in [
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "NetworkPolicy",
+        "Job",
+    ] {
+        assert!(
+            about.contains(kind),
+            "`manifest` says nothing of {kind}: {about}"
+        );
+    }
+    let long = manifest.get_long_about().unwrap().to_string();
+    assert!(long.contains("headless Service"), "{long}");
+    let undescribed: Vec<String> = manifest
+        .get_arguments()
+        .filter(|a| a.get_help().is_none() && a.get_id() != "help")
+        .map(|a| a.get_id().to_string())
+        .collect();
+    assert!(undescribed.is_empty(), "no help for {undescribed:?}");
 }
