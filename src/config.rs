@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cli::{JobArgs, Opt};
+use crate::error::Error;
 use crate::selector::{is_dns_label, is_dns_subdomain, LabelSelector};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -29,7 +30,6 @@ impl ConfigError {
 
 pub const JOB_NAME: Opt = Opt("job_name");
 pub const NAMESPACE: Opt = Opt("namespace");
-pub const JOB_PATH: Opt = Opt("job_path");
 pub const TRAIN_CONFIG_DIR: Opt = Opt("train_config_dir");
 pub const NIC: Opt = Opt("nic");
 pub const PORT: Opt = Opt("port");
@@ -42,8 +42,6 @@ pub const SELECTOR: Opt = Opt("selector");
 pub const PEERS: Opt = Opt("peers");
 pub const WAIT_TIMEOUT: Opt = Opt("wait_timeout");
 pub const PSERVER_TIMEOUT: Opt = Opt("pserver_timeout");
-pub const PSERVER_CMD: Opt = Opt("pserver_cmd");
-pub const TRAINER_CMD: Opt = Opt("trainer_cmd");
 pub const LINGER: Opt = Opt("linger");
 pub const GRACE_PERIOD: Opt = Opt("grace_period");
 pub const TRAINER_ARGS: &str = "trainer argument (after --)";
@@ -66,10 +64,10 @@ pub const WORKDIR: Opt = Opt("workdir");
 pub const ID_DIR: Opt = Opt("id_dir");
 
 /// Every option named in this module's messages (a test checks each one has a definition).
-pub const NAMED_OPTIONS: &[Opt] = &[
+#[cfg(test)]
+const NAMED_OPTIONS: &[Opt] = &[
     JOB_NAME,
     NAMESPACE,
-    JOB_PATH,
     TRAIN_CONFIG_DIR,
     NIC,
     PORT,
@@ -82,8 +80,6 @@ pub const NAMED_OPTIONS: &[Opt] = &[
     PEERS,
     WAIT_TIMEOUT,
     PSERVER_TIMEOUT,
-    PSERVER_CMD,
-    TRAINER_CMD,
     LINGER,
     GRACE_PERIOD,
     ROLE,
@@ -257,7 +253,6 @@ pub struct Config {
     pub trainer_cmd: Vec<String>,
     pub linger: Duration,
     pub grace_period: Duration,
-    pub termination_log: Option<PathBuf>,
     pub workdir: PathBuf,
     pub trainer_args: PassThrough,
 }
@@ -649,7 +644,6 @@ impl Config {
             trainer_cmd: command(&args.trainer_cmd, "paddle train"),
             linger: seconds(&args.linger, LINGER, 30)?,
             grace_period: seconds(&args.grace_period, GRACE_PERIOD, 10)?,
-            termination_log: termination_log(args),
             workdir,
             trainer_args,
         })
@@ -820,7 +814,7 @@ pub fn own_ip(
     config: &Config,
     interfaces: &Interfaces,
     hostname_ip: impl FnOnce() -> Option<IpAddr>,
-) -> Result<IpAddr, OwnIpError> {
+) -> Result<IpAddr, Error> {
     let nic_ips: Vec<IpAddr> = match interfaces {
         Ok(list) => list
             .iter()
@@ -830,23 +824,25 @@ pub fn own_ip(
         Err(_) => Vec::new(),
     };
     if config.protocol.uses_nic() && nic_ips.is_empty() {
-        let list = interfaces
-            .as_ref()
-            .map_err(|e| OwnIpError::NoInterfaceList(e.clone()))?;
+        let list = interfaces.as_ref().map_err(|e| Error::NoInterfaceList {
+            nic: NIC.to_string(),
+            source: std::io::Error::other(e.clone()),
+        })?;
         let mut known: Vec<&str> = Vec::new();
         for (name, _) in list {
             if !known.contains(&name.as_str()) {
                 known.push(name);
             }
         }
-        return Err(OwnIpError::Config(ConfigError::new(
+        return Err(ConfigError::new(
             NIC,
             &config.nic,
             format!(
                 "a network interface of this host with an address: {}",
                 known.join(", ")
             ),
-        )));
+        )
+        .into());
     }
     if let Some(ip) = config.pod_ip {
         return Ok(ip);
@@ -857,28 +853,20 @@ pub fn own_ip(
         .or(nic_ips.first())
         .copied();
     nic_ip.or_else(hostname_ip).ok_or_else(|| {
-        OwnIpError::Config(ConfigError::new(
+        ConfigError::new(
             POD_IP,
             "",
             format!(
                 "this pod's IP (set it from the downward API status.podIP; {} has no address here)",
                 config.nic
             ),
-        ))
+        )
+        .into()
     })
 }
 
 /// This host's interfaces and addresses, or why they could not be listed.
 pub type Interfaces = Result<Vec<(String, IpAddr)>, String>;
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum OwnIpError {
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// Not the user's value: the host would not say which interfaces it has.
-    #[error("cannot list this host's network interfaces to check {NIC}: {0}")]
-    NoInterfaceList(String),
-}
 
 #[cfg(test)]
 mod tests {
@@ -931,7 +919,7 @@ mod tests {
         );
         assert_eq!(c.wait_timeout, Some(Duration::from_secs(1800)));
         assert_eq!(
-            c.termination_log,
+            termination_log(&base()),
             Some(PathBuf::from("/dev/termination-log"))
         );
     }
@@ -1274,7 +1262,7 @@ mod tests {
         c.pod_ip = Some("10.0.0.7".parse().unwrap());
         assert_eq!(own_ip(&c, &ifs, host).unwrap().to_string(), "10.0.0.7");
         c.nic = "ib0".into();
-        let OwnIpError::Config(err) = own_ip(&c, &ifs, host).unwrap_err() else {
+        let Error::Config(err) = own_ip(&c, &ifs, host).unwrap_err() else {
             panic!("not a configuration error")
         };
         assert_eq!(err.variable, NIC.to_string());
@@ -1309,7 +1297,7 @@ mod tests {
         let v1 = with(|a| a.pod_ip = Some("10.0.0.9".into())).unwrap();
         assert!(matches!(
             own_ip(&v1, &ifs, || None),
-            Err(OwnIpError::Config(ConfigError { variable, .. })) if variable == NIC.to_string()
+            Err(Error::Config(ConfigError { variable, .. })) if variable == NIC.to_string()
         ));
     }
 
@@ -1317,10 +1305,12 @@ mod tests {
     fn an_unreadable_interface_list_is_not_called_a_bad_nic() {
         let c = with(|_| {}).unwrap();
         let err = own_ip(&c, &Err("Operation not permitted".into()), || None).unwrap_err();
-        assert_eq!(
-            err,
-            OwnIpError::NoInterfaceList("Operation not permitted".into())
+        assert!(matches!(err, Error::NoInterfaceList { .. }), "{err}");
+        assert_eq!(err.exit_code(), crate::exit::INTERNAL);
+        assert!(
+            err.to_string()
+                .contains("cannot list this host's network interfaces"),
+            "{err}"
         );
-        assert!(err.to_string().contains("cannot list"), "{err}");
     }
 }

@@ -4,10 +4,10 @@
 
 use crate::cli::JobArgs;
 use crate::config::{own_ip, Config, Discovery, Interfaces};
+use crate::error::Error;
 use crate::exit::{self, Outcome};
 use crate::membership::{judge, rank, Membership, Readiness};
 use crate::peers::kubernetes;
-use crate::peers::DiscoveryError;
 
 /// The report's lines and the outcome: 0 when the job would start now.
 pub async fn doctor(
@@ -32,9 +32,8 @@ pub async fn doctor(
     let my_ip = match own_ip(&config, interfaces, hostname_ip) {
         Ok(ip) => ip,
         Err(e) => {
-            let outcome = crate::launch::own_ip_failed(e);
-            let reason = format!("this pod's address: {}", outcome.reason);
-            return (lines, Outcome::new(outcome.code, reason));
+            let reason = format!("this pod's address: {e}");
+            return (lines, Outcome::new(e.exit_code(), reason));
         }
     };
     lines.push(format!(
@@ -60,13 +59,14 @@ pub async fn doctor(
             ));
             let expected = config.trainers as usize;
             return match crate::peers::dns::resolve_once(name, *server).await {
-                Ok(ips) if ips.len() == expected && ips.contains(&my_ip) => {
+                Err(e) => (lines, e.into()),
+                Ok(Ok(ips)) if ips.len() == expected && ips.contains(&my_ip) => {
                     let reason = format!(
                         "{name} resolves to all {expected} addresses: the job would start now"
                     );
                     (lines, Outcome::new(exit::SUCCESS, reason))
                 }
-                Ok(ips) => {
+                Ok(Ok(ips)) => {
                     let list: Vec<String> = ips.iter().map(ToString::to_string).collect();
                     let why = if ips.contains(&my_ip) {
                         ""
@@ -80,18 +80,18 @@ pub async fn doctor(
                     );
                     (lines, Outcome::new(exit::PEERS_TIMEOUT, reason))
                 }
-                Err(e) => (lines, Outcome::new(exit::PEERS_TIMEOUT, e)),
+                Ok(Err(e)) => (lines, Outcome::new(exit::PEERS_TIMEOUT, e)),
             };
         }
         Discovery::Kubernetes { groups } => groups,
     };
     let server = match kubernetes::connect(config.namespace.as_deref()).await {
         Ok(server) => server,
-        Err(e) => return (lines, e.outcome()),
+        Err(e) => return (lines, e.into()),
     };
     let lists = match kubernetes::list_once(&server, groups).await {
         Ok(lists) => lists,
-        Err(e) => return (lines, e.outcome()),
+        Err(e) => return (lines, e.into()),
     };
     lines.push(format!(
         "Kubernetes: {} reachable; pods can be listed in namespace {}",
@@ -119,8 +119,7 @@ pub async fn doctor(
         }
     }
     if let Some((failed, max)) = verdict.too_many_failed {
-        let refusal = DiscoveryError::TooManyFailures { failed, max };
-        return (lines, refusal.outcome());
+        return (lines, Error::TooManyFailures { failed, max }.into());
     }
     let Some(ready) = verdict.ready() else {
         return (
@@ -154,6 +153,6 @@ pub async fn doctor(
                 Outcome::new(exit::SUCCESS, "the job would start now"),
             )
         }
-        Err(e) => (lines, Outcome::new(exit::MEMBERSHIP, e.to_string())),
+        Err(e) => (lines, Error::from(e).into()),
     }
 }

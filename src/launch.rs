@@ -11,9 +11,9 @@ use tokio::time::{sleep, sleep_until, timeout, Instant};
 use tracing::info;
 
 use crate::cli::JobArgs;
-use crate::config::{own_ip, Config, ConfigError, Discovery, Interfaces, OwnIpError, Protocol};
+use crate::config::{own_ip, Config, ConfigError, Discovery, Interfaces, Protocol};
+use crate::error::Error;
 use crate::exit::{self, Outcome};
-use crate::membership::MembershipError;
 use crate::plan::{Plan, ProcessSpec, Role};
 use crate::protocol::InputFiles;
 use crate::supervise::Signals;
@@ -27,22 +27,21 @@ const PROBE_PAUSE_LAST: Duration = Duration::from_millis(100);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// `run` and `plan`: everything up to the launch; then print the plan (`plan_only`) or carry
-/// it out.
+/// it out. The outcome is the trainer's (or the pserver's) own end, or the launcher's failure.
 pub async fn launch(args: &JobArgs, plan_only: bool) -> Outcome {
-    let invalid = |e: ConfigError| Outcome::new(exit::INVALID_CONFIG, e.to_string());
     info!(
         "paddle-launcher {} starting as pid {}",
         env!("CARGO_PKG_VERSION"),
         std::process::id()
     );
-    let mut config = match Config::from_args(args) {
-        Ok(c) => c,
-        Err(e) => return invalid(e),
-    };
-    let my_ip = match own_ip(&config, &host_interfaces(), hostname_ip) {
-        Ok(ip) => ip,
-        Err(e) => return own_ip_failed(e),
-    };
+    launch_steps(args, plan_only)
+        .await
+        .unwrap_or_else(Outcome::from)
+}
+
+async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error> {
+    let mut config = Config::from_args(args)?;
+    let my_ip = own_ip(&config, &host_interfaces(), hostname_ip)?;
     let pod = config.pod_name.clone().unwrap_or_else(|| my_ip.to_string());
     tracing::Span::current().record("pod", tracing::field::display(&pod));
     // Installed before anything that takes time, so a TERM ends it at once, and zombies are
@@ -50,79 +49,54 @@ pub async fn launch(args: &JobArgs, plan_only: bool) -> Outcome {
     let mut supervisor = if plan_only {
         None
     } else {
-        match Signals::install() {
-            Ok(signals) => Some(Supervisor::new(signals, config.grace_period)),
-            Err(e) => {
-                return Outcome::new(
-                    exit::INTERNAL,
-                    format!("cannot install signal handlers: {e}"),
-                )
-            }
-        }
+        let signals =
+            Signals::install().map_err(|e| Error::io("cannot install signal handlers", e))?;
+        Some(Supervisor::new(signals, config.grace_period))
     };
     // Files are on the pod's own or a shared filesystem, not in the membership: check them first.
     let for_inputs = config.clone();
-    let inputs = match off_thread(supervisor.as_mut(), "expanding the file globs", move || {
+    let inputs = off_thread(supervisor.as_mut(), "expanding the file globs", move || {
         input_files(&for_inputs)
     })
-    .await
-    {
-        Ok(Ok(inputs)) => inputs,
-        Ok(Err(e)) => return invalid(e),
-        Err(outcome) => return outcome,
-    };
-    let found = match wait_for_peers(&config, supervisor.as_mut()).await {
-        Ok(found) => found,
-        Err(outcome) => return outcome,
-    };
+    .await??;
     let peers::Found {
         membership,
         namespace,
         peer_loss,
         trainers_done,
-    } = found;
+    } = wait_for_peers(&config, supervisor.as_mut()).await?;
     if namespace.is_some() {
         config.namespace = namespace;
     }
-    let membership_error = |e: MembershipError| Outcome::new(exit::MEMBERSHIP, e.to_string());
-    if let Err(e) = membership.check_listeners(config.protocol) {
-        return membership_error(e);
-    }
+    membership.check_listeners(config.protocol)?;
     // Static and DNS members have made-up names: only a real pod list can be searched by name.
     let own_name = match config.discovery {
         Discovery::Kubernetes { .. } => config.pod_name.as_deref(),
         Discovery::Static { .. } | Discovery::Dns { .. } => None,
     };
-    let me = match membership.locate(&config, own_name, my_ip) {
-        Ok(me) => me,
-        Err(e) => return membership_error(e),
-    };
+    let me = membership.locate(&config, own_name, my_ip)?;
     let plan = protocol::plan(&config, &membership, &me, &inputs);
     info!("{} pod {}: {}", me.name, me.ip, ranks_line(&plan, &config));
-    if plan_only {
+    let Some(mut supervisor) = supervisor else {
         println!("{}", plan.to_json());
-        return Outcome::new(exit::SUCCESS, "plan printed");
-    }
+        return Ok(Outcome::new(exit::SUCCESS, "plan printed"));
+    };
     let for_workspace = plan.clone();
-    let prepared = off_thread(supervisor.as_mut(), "preparing the workspace", move || {
-        workspace::prepare(&for_workspace)
-    })
-    .await;
-    if let Err(outcome) = prepared.and_then(|done| done) {
-        return outcome;
+    off_thread(
+        Some(&mut supervisor),
+        "preparing the workspace",
+        move || workspace::prepare(&for_workspace),
+    )
+    .await??;
+    if let (true, Some(loss)) = (config.watch_peers, peer_loss) {
+        supervisor.watch_peers(loss);
     }
-    match supervisor {
-        Some(mut supervisor) => {
-            if let (true, Some(loss)) = (config.watch_peers, peer_loss) {
-                supervisor.watch_peers(loss);
-            }
-            if let Some(done) = trainers_done {
-                supervisor.end_when(done);
-            }
-            run_plan(&plan, &config, &mut supervisor).await
-        }
-        None => Outcome::new(exit::INTERNAL, "no signal handlers"),
+    if let Some(done) = trainers_done {
+        supervisor.end_when(done);
     }
+    let outcome = supervise_job(&mut supervisor, &plan, &config).await;
+    supervisor.finish();
+    outcome
 }
 
 /// "trainer id 1 of 3, pserver id 1 of 3": the roles this pod has, nothing for the others.
@@ -141,22 +115,19 @@ fn ranks_line(plan: &Plan, config: &Config) -> String {
 async fn wait_for_peers(
     config: &Config,
     supervisor: Option<&mut Supervisor>,
-) -> Result<peers::Found, Outcome> {
+) -> Result<peers::Found, Error> {
     let discovery = peers::discover(config);
     tokio::pin!(discovery);
     let Some(supervisor) = supervisor else {
-        return discovery.await.map_err(|e| e.outcome());
+        return discovery.await;
     };
     loop {
         tokio::select! {
-            found = &mut discovery => return found.map_err(|e| e.outcome()),
+            found = &mut discovery => return found,
             event = supervisor.next_event() => match event {
                 // HUP too: a pod being reconfigured should not start with the old settings.
                 Event::Signal(sig) if is_stop_signal(sig) || sig == nix::libc::SIGHUP => {
-                    return Err(Outcome::new(
-                        exit::by_signal(sig),
-                        format!("received {} while waiting for the job's pods", signal_name(sig)),
-                    ))
+                    return Err(stopped_by(sig, " while waiting for the job's pods"))
                 }
                 Event::Signal(sig) => {
                     info!("ignoring {}: no child to forward it to yet", signal_name(sig))
@@ -173,11 +144,11 @@ async fn off_thread<T: Send + 'static>(
     supervisor: Option<&mut Supervisor>,
     doing: &str,
     work: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, Outcome> {
+) -> Result<T, Error> {
     let task = tokio::task::spawn_blocking(work);
     tokio::pin!(task);
     let joined = |result: Result<T, tokio::task::JoinError>| {
-        result.map_err(|e| Outcome::new(exit::INTERNAL, format!("{doing} failed: {e}")))
+        result.map_err(|e| Error::io(format!("{doing} failed"), e.into()))
     };
     let Some(supervisor) = supervisor else {
         return joined(task.await);
@@ -233,14 +204,6 @@ pub fn host_interfaces() -> Interfaces {
     local_ip_address::list_afinet_netifas().map_err(|e| e.to_string())
 }
 
-pub fn own_ip_failed(error: OwnIpError) -> Outcome {
-    let code = match error {
-        OwnIpError::Config(_) => exit::INVALID_CONFIG,
-        OwnIpError::NoInterfaceList(_) => exit::INTERNAL,
-    };
-    Outcome::new(code, error.to_string())
-}
-
 /// The hostname's address, the last fallback for the own IP (what start_paddle.py used).
 pub fn hostname_ip() -> Option<IpAddr> {
     let host = nix::unistd::gethostname().ok()?.into_string().ok()?;
@@ -251,13 +214,7 @@ pub fn hostname_ip() -> Option<IpAddr> {
         .next()
 }
 
-pub async fn run_plan(plan: &Plan, config: &Config, sup: &mut Supervisor) -> Outcome {
-    let outcome = supervise_job(sup, plan, config).await;
-    sup.finish();
-    outcome
-}
-
-fn spawn(sup: &mut Supervisor, spec: &ProcessSpec) -> Result<usize, Outcome> {
+fn spawn(sup: &mut Supervisor, spec: &ProcessSpec) -> Result<usize, Error> {
     sup.spawn(SpawnSpec {
         label: spec.name.clone(),
         argv: &spec.argv,
@@ -269,48 +226,48 @@ fn spawn(sup: &mut Supervisor, spec: &ProcessSpec) -> Result<usize, Outcome> {
     })
 }
 
-fn stopped_by(sig: i32, what: &str) -> Outcome {
-    Outcome::new(
-        exit::by_signal(sig),
-        format!("received {}{what}", signal_name(sig)),
-    )
+fn stopped_by(signal: i32, doing: &str) -> Error {
+    Error::Stopped {
+        signal,
+        doing: doing.to_string(),
+    }
 }
 
 /// Whatever the plan holds: a pserver and/or a trainer. The trainer's end decides the status;
 /// a pod with only a pserver ends with the pserver.
-async fn supervise_job(sup: &mut Supervisor, plan: &Plan, config: &Config) -> Outcome {
-    let pserver = match plan
+async fn supervise_job(
+    sup: &mut Supervisor,
+    plan: &Plan,
+    config: &Config,
+) -> Result<Outcome, Error> {
+    let pserver = plan
         .process(Role::Pserver)
         .map(|spec| spawn(sup, spec))
-        .transpose()
-    {
-        Ok(pserver) => pserver,
-        Err(outcome) => return outcome,
-    };
+        .transpose()?;
     let Some(trainer_spec) = plan.process(Role::Trainer) else {
         return match pserver {
             Some(pserver) => supervise_pserver(sup, pserver).await,
-            None => Outcome::new(exit::INTERNAL, "the plan has no process to run"),
+            None => Ok(Outcome::new(
+                exit::SUCCESS,
+                "the plan has no process to run",
+            )),
         };
     };
     if !plan.pserver_endpoints.is_empty() {
-        if let Err(outcome) = wait_for_pservers(
+        wait_for_pservers(
             sup,
             pserver,
             &plan.pserver_endpoints,
             config.pserver_timeout,
             config.protocol,
         )
-        .await
-        {
-            return outcome;
-        }
+        .await?;
     }
     let trainer = match spawn(sup, trainer_spec) {
         Ok(i) => i,
-        Err(outcome) => {
+        Err(e) => {
             sup.stop(&Vec::from_iter(pserver), SIGTERM).await;
-            return outcome;
+            return Err(e);
         }
     };
     let all: Vec<usize> = std::iter::once(trainer).chain(pserver).collect();
@@ -318,42 +275,37 @@ async fn supervise_job(sup: &mut Supervisor, plan: &Plan, config: &Config) -> Ou
         match sup.next_event().await {
             Event::Signal(sig) if is_stop_signal(sig) => {
                 sup.stop(&all, sig).await;
-                return stopped_by(sig, &format!("; stopped {}", names(sup, &all)));
+                return Err(stopped_by(sig, &format!("; stopped {}", names(sup, &all))));
             }
             Event::Signal(sig) => sup.forward(sig),
             Event::Exited { child, ended } if child == trainer => {
                 if let (0, Some(pserver)) = (ended.exit_code(), pserver) {
-                    if let Some(outcome) = linger(sup, pserver, config.linger).await {
-                        return outcome;
-                    }
+                    linger(sup, pserver, config.linger).await?;
                 }
                 sup.stop(&Vec::from_iter(pserver), SIGTERM).await;
-                return Outcome::new(ended.exit_code(), format!("trainer {}", ended.describe()));
+                return Ok(Outcome::new(
+                    ended.exit_code(),
+                    format!("trainer {}", ended.describe()),
+                ));
             }
             Event::PeerLost(reason) => {
                 sup.stop(&all, SIGTERM).await;
-                return peer_lost(reason, &names(sup, &all));
+                return Err(Error::PeerLost {
+                    reason,
+                    stopped: names(sup, &all),
+                });
             }
             Event::Exited { child, ended } if Some(child) == pserver => {
                 sup.stop(&[trainer], SIGTERM).await;
-                return Outcome::new(
-                    exit::PSERVER_DIED,
-                    format!(
-                        "pserver {} while the trainer was running; the trainer was stopped",
-                        ended.describe()
-                    ),
-                );
+                return Err(Error::PserverDied {
+                    ended: ended.describe(),
+                    when: "while the trainer was running; the trainer was stopped",
+                    hint: "",
+                });
             }
             Event::Exited { .. } | Event::JobDone(_) => {}
         }
     }
-}
-
-fn peer_lost(reason: String, stopped: &str) -> Outcome {
-    Outcome::new(
-        exit::PEER_LOST,
-        format!("{reason}: stopped {stopped} so that the Job can restart cleanly"),
-    )
 }
 
 fn names(sup: &Supervisor, children: &[usize]) -> String {
@@ -365,33 +317,39 @@ fn names(sup: &Supervisor, children: &[usize]) -> String {
 }
 
 /// A pserver-only pod (split layout): it serves until it ends or is told to stop.
-async fn supervise_pserver(sup: &mut Supervisor, pserver: usize) -> Outcome {
+async fn supervise_pserver(sup: &mut Supervisor, pserver: usize) -> Result<Outcome, Error> {
     loop {
         match sup.next_event().await {
             Event::Signal(sig) if is_stop_signal(sig) => {
                 sup.stop(&[pserver], sig).await;
-                return stopped_by(sig, "; stopped the pserver");
+                return Err(stopped_by(sig, "; stopped the pserver"));
             }
             Event::Signal(sig) => sup.forward(sig),
             Event::Exited { child, ended } if child == pserver => {
-                return Outcome::new(ended.exit_code(), format!("pserver {}", ended.describe()));
+                return Ok(Outcome::new(
+                    ended.exit_code(),
+                    format!("pserver {}", ended.describe()),
+                ));
             }
             Event::PeerLost(reason) => {
                 sup.stop(&[pserver], SIGTERM).await;
-                return peer_lost(reason, sup.label(pserver));
+                return Err(Error::PeerLost {
+                    reason,
+                    stopped: sup.label(pserver).to_string(),
+                });
             }
             // The split layout's trainers are all done: stop serving so the Job completes.
             Event::JobDone(Ok(reason)) => {
                 sup.stop(&[pserver], SIGTERM).await;
-                return Outcome::new(exit::SUCCESS, format!("{reason}: stopped the pserver"));
+                return Ok(Outcome::new(
+                    exit::SUCCESS,
+                    format!("{reason}: stopped the pserver"),
+                ));
             }
             // Serving on without knowing when the trainers are done would never end the Job.
-            Event::JobDone(Err(refused)) => {
+            Event::JobDone(Err(refusal)) => {
                 sup.stop(&[pserver], SIGTERM).await;
-                return Outcome::new(
-                    exit::FORBIDDEN,
-                    format!("stopped the pserver: it can no longer tell when the trainer pods are done: {refused}"),
-                );
+                return Err(Error::WatchRefused { refusal });
             }
             Event::Exited { .. } => {}
         }
@@ -418,7 +376,7 @@ async fn wait_for_pservers(
     endpoints: &[SocketAddr],
     limit: Duration,
     protocol: Protocol,
-) -> Result<(), Outcome> {
+) -> Result<(), Error> {
     let started = Instant::now();
     let mut waiting: Vec<SocketAddr> = endpoints.to_vec();
     let mut pause = PROBE_PAUSE_FIRST;
@@ -444,27 +402,25 @@ async fn wait_for_pservers(
                 }
                 Event::Signal(sig) => sup.forward(sig),
                 Event::Exited { child, ended } if Some(child) == pserver => {
-                    return Err(Outcome::new(
-                        exit::PSERVER_DIED,
-                        format!("pserver {} before the trainer started{}", ended.describe(), pserver_hint(protocol, ended)),
-                    ));
+                    return Err(Error::PserverDied {
+                        ended: ended.describe(),
+                        when: "before the trainer started",
+                        hint: pserver_hint(protocol, ended),
+                    });
                 }
                 Event::PeerLost(reason) => {
                     sup.stop(&Vec::from_iter(pserver), SIGTERM).await;
-                    return Err(peer_lost(reason, "the pserver"));
+                    return Err(Error::PeerLost { reason, stopped: "the pserver".into() });
                 }
                 Event::Exited { .. } | Event::JobDone(_) => {}
             },
             _ = sleep_until(started + limit) => {
                 sup.stop(&Vec::from_iter(pserver), SIGTERM).await;
-                let list: Vec<String> = waiting.iter().map(ToString::to_string).collect();
-                return Err(Outcome::new(
-                    exit::PSERVERS_NOT_READY,
-                    format!(
-                        "{} of {} pserver endpoints never accepted a connection within {} s (PADDLE_LAUNCHER_PSERVER_TIMEOUT): {}",
-                        waiting.len(), endpoints.len(), limit.as_secs(), list.join(", ")
-                    ),
-                ));
+                return Err(Error::PserversNotReady {
+                    waiting: waiting.iter().map(ToString::to_string).collect(),
+                    total: endpoints.len(),
+                    limit_s: limit.as_secs(),
+                });
             }
         }
     }
@@ -487,10 +443,10 @@ async fn unreachable(endpoints: &[SocketAddr]) -> Vec<SocketAddr> {
 }
 
 /// After a successful trainer: peers may still be pulling parameters from our pserver.
-/// Returns an outcome only when a stop signal ends the linger.
-async fn linger(sup: &mut Supervisor, pserver: usize, how_long: Duration) -> Option<Outcome> {
+/// Fails only when a stop signal ends the linger.
+async fn linger(sup: &mut Supervisor, pserver: usize, how_long: Duration) -> Result<(), Error> {
     if how_long.is_zero() || !sup.is_running(pserver) {
-        return None;
+        return Ok(());
     }
     info!(
         "trainer finished; the pserver keeps serving for {} s",
@@ -499,14 +455,14 @@ async fn linger(sup: &mut Supervisor, pserver: usize, how_long: Duration) -> Opt
     let deadline = Instant::now() + how_long;
     loop {
         tokio::select! {
-            _ = sleep_until(deadline) => return None,
+            _ = sleep_until(deadline) => return Ok(()),
             event = sup.next_event() => match event {
                 Event::Signal(sig) if is_stop_signal(sig) => {
                     sup.stop(&[pserver], sig).await;
-                    return Some(stopped_by(sig, " while the pserver lingered; stopped it"));
+                    return Err(stopped_by(sig, " while the pserver lingered; stopped it"));
                 }
                 Event::Signal(sig) => sup.forward(sig),
-                Event::Exited { child, .. } if child == pserver => return None,
+                Event::Exited { child, .. } if child == pserver => return Ok(()),
                 Event::Exited { .. } | Event::JobDone(_) => {}
                 // Our trainer is done: a peer failing now is its pod's own failure.
                 Event::PeerLost(reason) => info!("{reason} (ignored: this trainer already succeeded)"),

@@ -15,10 +15,9 @@ use crate::config::{
     Config, ConfigError, GRADIENT_NUM, ID_DIR, NIC, PEERS, POD_IP, POD_NAME, SELECTOR,
     TERMINATION_LOG, WORKDIR,
 };
+use crate::error::Error;
 use crate::exit::{self, Outcome};
-use crate::supervise::{
-    is_stop_signal, signal_name, Event, Output, Signals, SpawnSpec, Supervisor,
-};
+use crate::supervise::{is_stop_signal, Event, Output, Signals, SpawnSpec, Supervisor};
 
 /// 127.0.0.2 .. 127.0.0.201: all on `lo`, none of them 127.0.0.1 (which other services use).
 pub const MAX_LOCAL_PODS: u64 = 200;
@@ -92,48 +91,39 @@ fn instance_env(
 }
 
 pub async fn local(args: &LocalArgs, matches: &ArgMatches, command: &clap::Command) -> Outcome {
-    let invalid = |e: ConfigError| Outcome::new(exit::INVALID_CONFIG, e.to_string());
+    run_instances(args, matches, command)
+        .await
+        .unwrap_or_else(Outcome::from)
+}
+
+async fn run_instances(
+    args: &LocalArgs,
+    matches: &ArgMatches,
+    command: &clap::Command,
+) -> Result<Outcome, Error> {
     let trainers = match args.trainers.trim().parse::<u64>() {
         Ok(n) if (1..=MAX_LOCAL_PODS).contains(&n) => n as usize,
         _ => {
-            return invalid(ConfigError::new(
+            return Err(ConfigError::new(
                 "--trainers",
                 &args.trainers,
                 format!("a number of simulated pods from 1 to {MAX_LOCAL_PODS}"),
-            ))
+            )
+            .into())
         }
     };
-    let envs = match instance_env(args, matches, command, trainers) {
-        Ok(envs) => envs,
-        Err(e) => return invalid(e),
-    };
+    let envs = instance_env(args, matches, command, trainers)?;
     // Validate once here, with what instance 0 will see, instead of N times in the instances.
     let mut probe = args.job.clone();
     probe.peers = envs[0].get(PEERS.env()).cloned();
     probe.gradient_num = Some(trainers.to_string());
     probe.pod_ip = envs[0].get(POD_IP.env()).cloned();
-    let config = match Config::from_args(&probe) {
-        Ok(config) => config,
-        Err(e) => return invalid(e),
-    };
-    let exe = match std::env::current_exe() {
-        Ok(exe) => exe.display().to_string(),
-        Err(e) => {
-            return Outcome::new(
-                exit::INTERNAL,
-                format!("cannot find the launcher's own executable: {e}"),
-            )
-        }
-    };
-    let signals = match Signals::install() {
-        Ok(s) => s,
-        Err(e) => {
-            return Outcome::new(
-                exit::INTERNAL,
-                format!("cannot install signal handlers: {e}"),
-            )
-        }
-    };
+    let config = Config::from_args(&probe)?;
+    let exe = std::env::current_exe()
+        .map_err(|e| Error::io("cannot find the launcher's own executable", e))?
+        .display()
+        .to_string();
+    let signals = Signals::install().map_err(|e| Error::io("cannot install signal handlers", e))?;
     // The instances need their own grace period to stop their children first.
     let mut sup = Supervisor::new(
         signals,
@@ -153,9 +143,9 @@ pub async fn local(args: &LocalArgs, matches: &ArgMatches, command: &clap::Comma
         };
         match sup.spawn(spec) {
             Ok(child) => instances.push(child),
-            Err(outcome) => {
+            Err(e) => {
                 sup.stop(&instances, SIGTERM).await;
-                return outcome;
+                return Err(e);
             }
         }
         info!("simulated pod {i} on {}", env[POD_IP.env()]);
@@ -166,16 +156,16 @@ pub async fn local(args: &LocalArgs, matches: &ArgMatches, command: &clap::Comma
 }
 
 /// Ends with the first failing instance's status (stopping the others), or 0 when all succeed.
-async fn watch_instances(sup: &mut Supervisor, instances: &[usize]) -> Outcome {
+async fn watch_instances(sup: &mut Supervisor, instances: &[usize]) -> Result<Outcome, Error> {
     let mut failure: Option<Outcome> = None;
     while instances.iter().any(|&i| sup.is_running(i)) {
         match sup.next_event().await {
             Event::Signal(sig) if is_stop_signal(sig) => {
                 sup.stop(instances, sig).await;
-                return Outcome::new(
-                    exit::by_signal(sig),
-                    format!("received {}; stopped every simulated pod", signal_name(sig)),
-                );
+                return Err(Error::Stopped {
+                    signal: sig,
+                    doing: "; stopped every simulated pod".into(),
+                });
             }
             Event::Signal(sig) => sup.forward(sig),
             // Simulated pods have static membership: no peer watch.
@@ -195,10 +185,10 @@ async fn watch_instances(sup: &mut Supervisor, instances: &[usize]) -> Outcome {
             }
         }
     }
-    failure.unwrap_or_else(|| {
+    Ok(failure.unwrap_or_else(|| {
         Outcome::new(
             exit::SUCCESS,
             format!("all {} simulated pods succeeded", instances.len()),
         )
-    })
+    }))
 }

@@ -21,7 +21,8 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::{sleep_until, Instant};
 use tracing::{debug, info, warn};
 
-use crate::exit::{self, Outcome};
+use crate::error::Error;
+use crate::exit;
 
 const PYTHON_UNBUFFERED: &str = "PYTHONUNBUFFERED";
 /// How often `stop` looks whether a group is empty when no SIGCHLD tells.
@@ -203,7 +204,7 @@ impl Supervisor {
 
     /// Starts a process in its own process group (so a signal reaches its whole tree), without
     /// a shell. A missing or non-executable command becomes 127 / 126, as in a shell.
-    pub fn spawn(&mut self, spec: SpawnSpec<'_>) -> Result<usize, Outcome> {
+    pub fn spawn(&mut self, spec: SpawnSpec<'_>) -> Result<usize, Error> {
         let mut command = Command::new(&spec.argv[0]);
         command
             .args(&spec.argv[1..])
@@ -222,21 +223,11 @@ impl Supervisor {
                 command.env(PYTHON_UNBUFFERED, "1");
             }
         }
-        let mut child = command.spawn().map_err(|e| {
-            let code = match e.kind() {
-                io::ErrorKind::NotFound => exit::NOT_FOUND,
-                io::ErrorKind::PermissionDenied => exit::CANNOT_EXECUTE,
-                _ => exit::INTERNAL,
-            };
-            Outcome::new(
-                code,
-                format!(
-                    "cannot start the {} command `{}` in {}: {e}",
-                    spec.label,
-                    spec.argv[0],
-                    spec.cwd.display()
-                ),
-            )
+        let mut child = command.spawn().map_err(|source| Error::Spawn {
+            label: spec.label.clone(),
+            command: spec.argv[0].clone(),
+            cwd: spec.cwd.to_path_buf(),
+            source,
         })?;
         let pid = Pid::from_raw(child.id() as i32);
         info!(

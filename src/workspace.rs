@@ -6,11 +6,11 @@ use std::path::Path;
 
 use tracing::{info, warn};
 
-use crate::exit::{self, Outcome};
+use crate::error::Error;
 use crate::plan::Plan;
 
-pub fn prepare(plan: &Plan) -> Result<(), Outcome> {
-    let fail = |what: String, e: io::Error| Outcome::new(exit::INTERNAL, format!("{what}: {e}"));
+pub fn prepare(plan: &Plan) -> Result<(), Error> {
+    let fail = |what: String, e: io::Error| Error::io(what, e);
     for process in &plan.processes {
         fs::create_dir_all(&process.cwd).map_err(|e| {
             fail(

@@ -4,10 +4,7 @@
 use clap::CommandFactory;
 use k8s_openapi::api::core::v1::Pod;
 use paddle_launcher::cli::{Cli, JobArgs};
-use paddle_launcher::config::Config;
-use paddle_launcher::membership::{rank, readiness, PodView, Readiness};
-use paddle_launcher::peers::kubernetes::pod_view;
-use paddle_launcher::selector::LabelSelector;
+use paddle_launcher::{pod_view, rank, readiness, Config, LabelSelector, PodView, Readiness};
 use proptest::prelude::*;
 use serde_json::Value;
 

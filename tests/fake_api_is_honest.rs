@@ -6,7 +6,7 @@ mod support;
 use std::process::Command;
 
 use k8s_openapi::api::core::v1::Pod;
-use paddle_launcher::peers::kubernetes::pod_view;
+use paddle_launcher::pod_view;
 use serde_json::Value;
 use support::fake_api::{job_pod, FakeApi};
 

@@ -15,7 +15,7 @@ use hickory_resolver::TokioResolver;
 use tokio::time::{sleep, Instant};
 use tracing::info;
 
-use super::DiscoveryError;
+use crate::error::Error;
 use crate::membership::Member;
 
 const RESOLVE_EVERY: Duration = Duration::from_secs(1);
@@ -23,7 +23,7 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(30);
 /// The resolver retries inside a lookup; this bounds one round against a dead server.
 const LOOKUP_LIMIT: Duration = Duration::from_secs(3);
 
-fn resolver(server: Option<SocketAddr>) -> Result<TokioResolver, DiscoveryError> {
+fn resolver(server: Option<SocketAddr>) -> Result<TokioResolver, Error> {
     let provider = TokioConnectionProvider::default();
     let mut builder = match server {
         Some(addr) => {
@@ -33,8 +33,9 @@ fn resolver(server: Option<SocketAddr>) -> Result<TokioResolver, DiscoveryError>
                 provider,
             )
         }
-        None => TokioResolver::builder(provider)
-            .map_err(|e| DiscoveryError::DnsConfig(e.to_string()))?,
+        None => {
+            TokioResolver::builder(provider).map_err(|e| Error::DnsConfig { source: e.into() })?
+        }
     };
     let options = builder.options_mut();
     // Every round must ask the server: a cached answer would hide pods that just appeared.
@@ -60,13 +61,13 @@ async fn lookup(resolver: &TokioResolver, name: &str) -> Result<BTreeSet<IpAddr>
     }
 }
 
-/// The addresses `name` resolves to right now, for `doctor`.
+/// The addresses `name` resolves to right now, for `doctor`: Err when DNS cannot be used at
+/// all, Ok(Err) when this one lookup failed.
 pub async fn resolve_once(
     name: &str,
     server: Option<SocketAddr>,
-) -> Result<BTreeSet<IpAddr>, String> {
-    let resolver = resolver(server).map_err(|e| e.to_string())?;
-    lookup(&resolver, name).await
+) -> Result<Result<BTreeSet<IpAddr>, String>, Error> {
+    Ok(lookup(&resolver(server)?, name).await)
 }
 
 /// The job's members once `name` resolves to exactly `expected` addresses, the same twice.
@@ -75,7 +76,7 @@ pub async fn wait_until_stable(
     server: Option<SocketAddr>,
     expected: usize,
     timeout: Option<Duration>,
-) -> Result<Vec<Member>, DiscoveryError> {
+) -> Result<Vec<Member>, Error> {
     let resolver = resolver(server)?;
     let started = Instant::now();
     info!(
@@ -120,7 +121,7 @@ pub async fn wait_until_stable(
         }
         previous = seen;
         if timeout.is_some_and(|t| started.elapsed() >= t) {
-            return Err(DiscoveryError::Timeout {
+            return Err(Error::PeersTimeout {
                 waited_s: started.elapsed().as_secs(),
                 status,
             });

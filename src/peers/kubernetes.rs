@@ -12,8 +12,8 @@ use kube::{Api, Client};
 use tokio::time::{interval_at, sleep_until, Instant};
 use tracing::{info, warn};
 
-use super::DiscoveryError;
 use crate::config::{Group, GroupKind};
+use crate::error::Error;
 use crate::membership::{judge, lost, Member, PodSet, PodView, Readiness, Verdict};
 
 /// Interval of the "still waiting" line, so a stuck job always says why.
@@ -31,15 +31,15 @@ pub struct ApiServer {
 }
 
 /// Client config the standard way: $KUBECONFIG / ~/.kube/config, else in-cluster.
-pub async fn connect(namespace: Option<&str>) -> Result<ApiServer, DiscoveryError> {
+pub async fn connect(namespace: Option<&str>) -> Result<ApiServer, Error> {
     let config = kube::Config::infer()
         .await
-        .map_err(|e| DiscoveryError::NoCluster(e.to_string()))?;
+        .map_err(|e| Error::NoCluster { source: e.into() })?;
     let namespace = namespace
         .map(str::to_string)
         .unwrap_or_else(|| config.default_namespace.clone());
     let url = config.cluster_url.to_string();
-    let client = Client::try_from(config).map_err(|e| DiscoveryError::NoCluster(e.to_string()))?;
+    let client = Client::try_from(config).map_err(|e| Error::NoCluster { source: e.into() })?;
     Ok(ApiServer {
         client,
         namespace,
@@ -113,9 +113,8 @@ enum Change {
     /// Mid-relist, or not every group listed yet.
     Unsettled,
     Error(String),
-    Forbidden(String),
-    /// The server answered the pods' path with 404: it is not a Kubernetes API server.
-    NotAnApiServer(String),
+    /// An answer that retrying cannot change: access refused, or not an API server.
+    Refused(Error),
 }
 
 impl PodWatch {
@@ -146,13 +145,14 @@ impl PodWatch {
             Ok(event) => event,
             Err(error) => {
                 return match refusal(&error) {
-                    Some(Refusal::Forbidden(message)) => {
-                        Change::Forbidden(rbac_hint(&self.namespace, &message))
-                    }
-                    Some(Refusal::NotFound(message)) => Change::NotAnApiServer(format!(
-                        "{} is not a Kubernetes API server (or not the one of this cluster): it answered the pods' path with {message}",
-                        self.url
-                    )),
+                    Some(Refusal::Forbidden(message)) => Change::Refused(Error::Forbidden {
+                        namespace: self.namespace.clone(),
+                        message,
+                    }),
+                    Some(Refusal::NotFound(answer)) => Change::Refused(Error::NotAnApiServer {
+                        url: self.url.clone(),
+                        answer,
+                    }),
                     None => Change::Error(error.to_string()),
                 }
             }
@@ -174,8 +174,8 @@ impl PodWatch {
     }
 
     /// After the launch: waits for the next complete view. API errors are retried (and
-    /// logged); a refusal (401/403) is returned, since retrying cannot help.
-    async fn settled(&mut self, watching: &str) -> Result<(), String> {
+    /// logged); a refusal (401/403, 404) is returned, since retrying cannot help.
+    async fn settled(&mut self, watching: &str) -> Result<(), Error> {
         loop {
             match self.next_change().await {
                 Change::Settled => return Ok(()),
@@ -184,7 +184,7 @@ impl PodWatch {
                     "the Kubernetes API server at {} failed, retrying with backoff (watching {watching}): {e}",
                     self.url
                 ),
-                Change::Forbidden(e) | Change::NotAnApiServer(e) => return Err(e),
+                Change::Refused(e) => return Err(e),
             }
         }
     }
@@ -220,7 +220,10 @@ impl PodWatch {
 pub async fn all_succeeded(server: ApiServer, group: Group) -> Result<String, String> {
     let mut watch = PodWatch::start(&server, std::slice::from_ref(&group));
     loop {
-        watch.settled("the trainer pods").await?;
+        watch
+            .settled("the trainer pods")
+            .await
+            .map_err(|e| e.to_string())?;
         let done = watch
             .views
             .group(0)
@@ -244,7 +247,7 @@ pub async fn wait_until_ready(
     groups: &[Group],
     timeout: Option<Duration>,
     max_failed_trainers: Option<u32>,
-) -> Result<(Vec<Vec<PodView>>, PodWatch), DiscoveryError> {
+) -> Result<(Vec<Vec<PodView>>, PodWatch), Error> {
     let mut watch = PodWatch::start(server, groups);
     let started = Instant::now();
     let deadline = timeout.map(|t| started + t);
@@ -271,6 +274,7 @@ pub async fn wait_until_ready(
         server.url
     );
     let mut errors = Repeats::default();
+    let mut last_error = String::from("no answer yet");
     let mut progress = interval_at(started + PROGRESS_EVERY, PROGRESS_EVERY);
     loop {
         tokio::select! {
@@ -284,16 +288,16 @@ pub async fn wait_until_ready(
                             server.url
                         ));
                         status = format!("last API error: {e}");
+                        last_error = e;
                         continue;
                     }
-                    Change::Forbidden(hint) => return Err(DiscoveryError::Forbidden(hint)),
-                    Change::NotAnApiServer(why) => return Err(DiscoveryError::NotAnApiServer(why)),
+                    Change::Refused(e) => return Err(e),
                 }
                 let pods: Vec<Vec<PodView>> =
                     (0..groups.len()).map(|i| watch.views.group(i).pods()).collect();
                 let verdict = judge(groups, &pods, max_failed_trainers);
                 if let Some((failed, max)) = verdict.too_many_failed {
-                    return Err(DiscoveryError::TooManyFailures { failed, max });
+                    return Err(Error::TooManyFailures { failed, max });
                 }
                 if let Some(ready) = verdict.ready() {
                     info!("all pods are Running after {:.1} s", started.elapsed().as_secs_f64());
@@ -311,9 +315,9 @@ pub async fn wait_until_ready(
             _ = async { sleep_until(deadline.unwrap_or(started)).await }, if deadline.is_some() => {
                 let waited_s = started.elapsed().as_secs();
                 if !watch.answered {
-                    return Err(DiscoveryError::Unreachable { url: server.url.clone(), waited_s, status });
+                    return Err(Error::Unreachable { url: server.url.clone(), waited_s, last_error: last_error.clone() });
                 }
-                return Err(DiscoveryError::Timeout { waited_s, status });
+                return Err(Error::PeersTimeout { waited_s, status });
             }
         }
     }
@@ -366,32 +370,30 @@ impl Repeats {
 }
 
 /// One plain list of each group's pods, no watch: for `doctor`.
-pub async fn list_once(
-    server: &ApiServer,
-    groups: &[Group],
-) -> Result<Vec<Vec<PodView>>, DiscoveryError> {
+pub async fn list_once(server: &ApiServer, groups: &[Group]) -> Result<Vec<Vec<PodView>>, Error> {
     let api: Api<Pod> = Api::namespaced(server.client.clone(), &server.namespace);
-    let namespace = &server.namespace;
     let mut lists = Vec::new();
     for group in groups {
         let params = kube::api::ListParams::default().labels(&group.selector.to_string());
         match api.list(&params).await {
             Ok(list) => lists.push(list.items.iter().map(pod_view).collect()),
             Err(kube::Error::Api(status)) if matches!(status.code, 401 | 403) => {
-                let message = format!("{} {}", status.code, status.message);
-                return Err(DiscoveryError::Forbidden(rbac_hint(namespace, &message)));
+                return Err(Error::Forbidden {
+                    namespace: server.namespace.clone(),
+                    message: format!("{} {}", status.code, status.message),
+                })
             }
             Err(kube::Error::Api(status)) if status.code == 404 => {
-                return Err(DiscoveryError::NotAnApiServer(format!(
-                    "{} is not a Kubernetes API server (or not the one of this cluster): it answered the pods' path with 404 {}",
-                    server.url, status.message
-                )))
+                return Err(Error::NotAnApiServer {
+                    url: server.url.clone(),
+                    answer: format!("404 {}", status.message),
+                })
             }
             Err(e) => {
-                return Err(DiscoveryError::Unreachable {
+                return Err(Error::Unreachable {
                     url: server.url.clone(),
                     waited_s: 0,
-                    status: e.to_string(),
+                    last_error: e.to_string(),
                 })
             }
         }

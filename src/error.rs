@@ -1,0 +1,177 @@
+//! Every way the launcher itself can fail, in one type, with the exit status of each in one
+//! place (`exit_code`; the README's table mirrors it). Each variant keeps what it is about as
+//! data, and its cause as a `#[source]`, so that the one line it prints is built here.
+
+use std::io;
+use std::path::PathBuf;
+
+use crate::config::ConfigError;
+use crate::exit::{self, Outcome};
+use crate::membership::MembershipError;
+use crate::peers::kubernetes::rbac_hint;
+use crate::supervise::signal_name;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Not the user's value: the host would not say which interfaces it has.
+    #[error("cannot list this host's network interfaces to check {nic}: {source}")]
+    NoInterfaceList {
+        nic: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("no Kubernetes client configuration ({source}); run in a pod with a service account, set KUBECONFIG, or give the peers with --peers / PADDLE_LAUNCHER_PEERS")]
+    NoCluster {
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("{}", rbac_hint(namespace, message))]
+    Forbidden { namespace: String, message: String },
+    #[error("gave up after {waited_s} s waiting for the job's pods (set --wait-timeout / PADDLE_LAUNCHER_WAIT_TIMEOUT to wait longer): {status}")]
+    PeersTimeout { waited_s: u64, status: String },
+    #[error("the Kubernetes API server at {url} did not answer in {waited_s} s ({last_error}); check KUBECONFIG or the in-cluster service")]
+    Unreachable {
+        url: String,
+        waited_s: u64,
+        last_error: String,
+    },
+    #[error("{url} is not a Kubernetes API server (or not the one of this cluster): it answered the pods' path with {answer}")]
+    NotAnApiServer { url: String, answer: String },
+    #[error("cannot read the DNS configuration for PADDLE_LAUNCHER_DNS: {source}; fix /etc/resolv.conf or set PADDLE_LAUNCHER_DNS_SERVER (--dns-server)")]
+    DnsConfig {
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("{failed} trainer pods of the job have Failed, more than PADDLE_LAUNCHER_MAX_FAILED_TRAINERS = {max}: not starting again")]
+    TooManyFailures { failed: usize, max: u32 },
+    #[error(transparent)]
+    Membership(#[from] MembershipError),
+    #[error("{} of {} pserver endpoints never accepted a connection within {limit_s} s (PADDLE_LAUNCHER_PSERVER_TIMEOUT): {}", waiting.len(), total, waiting.join(", "))]
+    PserversNotReady {
+        waiting: Vec<String>,
+        total: usize,
+        limit_s: u64,
+    },
+    /// `when`: "before the trainer started" or "while the trainer was running; ...".
+    #[error("pserver {ended} {when}{hint}")]
+    PserverDied {
+        ended: String,
+        when: &'static str,
+        hint: &'static str,
+    },
+    #[error("{reason}: stopped {stopped} so that the Job can restart cleanly")]
+    PeerLost { reason: String, stopped: String },
+    /// A split-layout pserver pod can no longer tell when the trainers are done.
+    #[error(
+        "stopped the pserver: it can no longer tell when the trainer pods are done: {refusal}"
+    )]
+    WatchRefused { refusal: String },
+    #[error("cannot start the {label} command `{command}` in {}: {source}", cwd.display())]
+    Spawn {
+        label: String,
+        command: String,
+        cwd: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// A stop signal ended the launcher; `doing` completes "received SIGTERM<doing>".
+    #[error("received {}{doing}", signal_name(*signal))]
+    Stopped { signal: i32, doing: String },
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl Error {
+    /// The status the launcher exits with for this failure.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Config(_) => exit::INVALID_CONFIG,
+            Error::NoInterfaceList { .. } | Error::Io { .. } => exit::INTERNAL,
+            Error::NoCluster { .. } => exit::NO_CLUSTER,
+            Error::Forbidden { .. } | Error::WatchRefused { .. } => exit::FORBIDDEN,
+            Error::PeersTimeout { .. } => exit::PEERS_TIMEOUT,
+            Error::Unreachable { .. } | Error::NotAnApiServer { .. } | Error::DnsConfig { .. } => {
+                exit::SOURCE_UNUSABLE
+            }
+            Error::TooManyFailures { .. } => exit::TOO_MANY_FAILURES,
+            Error::Membership(_) => exit::MEMBERSHIP,
+            Error::PserversNotReady { .. } => exit::PSERVERS_NOT_READY,
+            Error::PserverDied { .. } => exit::PSERVER_DIED,
+            Error::PeerLost { .. } => exit::PEER_LOST,
+            Error::Spawn { source, .. } => match source.kind() {
+                io::ErrorKind::NotFound => exit::NOT_FOUND,
+                io::ErrorKind::PermissionDenied => exit::CANNOT_EXECUTE,
+                _ => exit::INTERNAL,
+            },
+            Error::Stopped { signal, .. } => exit::by_signal(*signal),
+        }
+    }
+
+    pub fn io(what: impl Into<String>, source: io::Error) -> Self {
+        Error::Io {
+            what: what.into(),
+            source,
+        }
+    }
+}
+
+impl From<Error> for Outcome {
+    fn from(error: Error) -> Outcome {
+        Outcome::new(error.exit_code(), error.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_failure_has_its_documented_status_and_one_line() {
+        let cases: Vec<(Error, i32)> = vec![
+            (ConfigError::new("X (--x)", "v", "y").into(), 2),
+            (
+                Error::Spawn {
+                    label: "trainer".into(),
+                    command: "nope".into(),
+                    cwd: ".".into(),
+                    source: io::Error::from(io::ErrorKind::NotFound),
+                },
+                127,
+            ),
+            (
+                Error::Spawn {
+                    label: "trainer".into(),
+                    command: "x".into(),
+                    cwd: ".".into(),
+                    source: io::Error::from(io::ErrorKind::PermissionDenied),
+                },
+                126,
+            ),
+            (
+                Error::Stopped {
+                    signal: nix::libc::SIGTERM,
+                    doing: " while waiting".into(),
+                },
+                143,
+            ),
+            (
+                Error::Unreachable {
+                    url: "https://10.96.0.1/".into(),
+                    waited_s: 3,
+                    last_error: "connect".into(),
+                },
+                79,
+            ),
+        ];
+        for (error, code) in cases {
+            assert_eq!(error.exit_code(), code, "{error}");
+            assert!(!error.to_string().contains('\n'), "{error}");
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! The command line: parse it, run one command, map the outcome to an exit status.
+
+use std::path::PathBuf;
+
+use clap::{CommandFactory, FromArgMatches};
+use tracing::{error, info, Instrument};
+
+use crate::cli::{Cli, Command, JobArgs, LogFormat, ManifestArgs};
+use crate::config::termination_log;
+use crate::error::Error;
+use crate::exit::{self, Outcome};
+use crate::supervise::write_termination_message;
+use crate::{doctor, launch, local, manifest};
+
+/// The whole program; `main.rs` only calls it, so every other module can stay crate-private.
+pub fn main() -> ! {
+    let command = Cli::command();
+    let matches = command.clone().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    let logs = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_target(false)
+        .with_env_filter(
+            // kube's own lines repeat every retry at ERROR level without naming the server;
+            // the launcher reports API failures itself (PADDLE_LAUNCHER_LOG=debug shows all).
+            tracing_subscriber::EnvFilter::try_from_env("PADDLE_LAUNCHER_LOG")
+                .unwrap_or_else(|_| "info,kube_client=off,kube_runtime=off".into()),
+        );
+    match cli.log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().with_current_span(true).init(),
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => finish(
+            Outcome::new(exit::INTERNAL, format!("cannot start the runtime: {e}")),
+            None,
+        ),
+    };
+    // Launcher logs carry the pod's name or IP once known: local mode interleaves several.
+    let span = tracing::info_span!("launcher", pod = tracing::field::Empty);
+    let launch = |args: &JobArgs, plan_only: bool| {
+        runtime.block_on(launch::launch(args, plan_only).instrument(span.clone()))
+    };
+    let (outcome, reason_file) = match &cli.command {
+        Some(Command::Local(args)) => {
+            let sub = matches.subcommand_matches("local").unwrap_or(&matches);
+            let local_command = command.find_subcommand("local").unwrap_or(&command);
+            let outcome = runtime.block_on(local::local(args, sub, local_command));
+            log_outcome(&outcome);
+            (outcome, None)
+        }
+        Some(Command::Plan(args)) => (launch(args, true), None),
+        Some(Command::Manifest(args)) => (print_manifest(args), None),
+        Some(Command::Doctor(args)) => {
+            let interfaces = launch::host_interfaces();
+            let (lines, outcome) =
+                runtime.block_on(doctor::doctor(args, &interfaces, launch::hostname_ip));
+            for line in lines {
+                println!("{line}");
+            }
+            println!("{}", outcome.reason);
+            (outcome, None)
+        }
+        Some(Command::Completions { shell }) => {
+            let mut command = Cli::command();
+            let name = "paddle-launcher";
+            clap_complete::generate(*shell, &mut command, name, &mut std::io::stdout());
+            (Outcome::new(exit::SUCCESS, "completions printed"), None)
+        }
+        Some(Command::Run(args)) => (launch(args, false), termination_log(args)),
+        None => (launch(&cli.job, false), termination_log(&cli.job)),
+    };
+    // local logs its own outcome; doctor's verdict is its last printed line, not a log line
+    // too; completions print a script and nothing else.
+    let logs_outcome = !matches!(
+        cli.command,
+        Some(Command::Local(_) | Command::Doctor(_) | Command::Completions { .. })
+    );
+    if logs_outcome {
+        let _in_span = span.enter();
+        log_outcome(&outcome);
+    }
+    finish(outcome, reason_file)
+}
+
+fn print_manifest(args: &ManifestArgs) -> Outcome {
+    match manifest::documents(args) {
+        Ok(docs) => {
+            let words: Vec<String> = std::env::args()
+                .skip(1)
+                .map(|w| {
+                    if w.contains(char::is_whitespace) {
+                        format!("{w:?}")
+                    } else {
+                        w
+                    }
+                })
+                .collect();
+            let command_line = format!("paddle-launcher {}", words.join(" "));
+            print!("{}", manifest::to_yaml(&docs, &command_line));
+            Outcome::new(exit::SUCCESS, format!("{} documents printed", docs.len()))
+        }
+        Err(e) => Error::from(e).into(),
+    }
+}
+
+fn log_outcome(outcome: &Outcome) {
+    if outcome.code == 0 {
+        info!("{}", outcome.reason);
+    } else {
+        error!("exiting with status {}: {}", outcome.code, outcome.reason);
+    }
+}
+
+/// Exits with the outcome's status, after writing the termination message when there is one.
+fn finish(outcome: Outcome, termination_log: Option<PathBuf>) -> ! {
+    if let Some(path) = termination_log {
+        write_termination_message(&path, &outcome.reason);
+    }
+    std::process::exit(outcome.code)
+}
