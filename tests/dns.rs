@@ -10,7 +10,7 @@ use std::time::Duration;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
-use support::Launcher;
+use support::{assert_contains, Launcher};
 
 const NAME: &str = "trainers.paddle.test";
 const LIMIT: Duration = Duration::from_secs(90);
@@ -127,11 +127,7 @@ fn launchers_agree_once_the_records_are_exactly_the_job_and_stable() {
         .map(|l| {
             let done = l.wait(LIMIT);
             assert_eq!(done.code(), 0, "{}", done.stderr);
-            assert!(
-                done.stderr.contains("more than expected"),
-                "{}",
-                done.stderr
-            );
+            assert_contains(&done.stderr, "more than expected");
             serde_json::from_str(&done.stdout).unwrap()
         })
         .collect();
@@ -154,11 +150,9 @@ fn a_name_that_never_resolves_times_out_with_what_was_seen() {
     env.push(("PADDLE_LAUNCHER_WAIT_TIMEOUT", "3".to_string()));
     let done = Launcher::start(dir.path(), "nodns", &["plan"], &env).wait(LIMIT);
     assert_eq!(done.code(), 71, "{}", done.stderr);
-    assert!(
-        done.stderr
-            .contains(&format!("{NAME} resolves to 0 of 2 addresses")),
-        "{}",
-        done.stderr
+    assert_contains(
+        &done.stderr,
+        &format!("{NAME} resolves to 0 of 2 addresses"),
     );
 }
 
@@ -173,15 +167,13 @@ fn doctor_reports_what_the_name_resolves_to() {
     let expected = format!(
         "{NAME} resolves to 2 of 3 addresses [127.0.0.76, 127.0.0.77]: the job would not start yet"
     );
-    assert!(done.stdout.contains(&expected), "{}", done.stdout);
+    assert_contains(&done.stdout, &expected);
     dns.set(&["127.0.0.76", "127.0.0.77", "127.0.0.78"]);
     let done = Launcher::start(dir.path(), "doc2", &["doctor"], &env("127.0.0.78")).wait(LIMIT);
     assert_eq!(done.code(), 0, "{}", done.stdout);
-    assert!(
-        done.stdout
-            .contains("resolves to all 3 addresses: the job would start now"),
-        "{}",
-        done.stdout
+    assert_contains(
+        &done.stdout,
+        "resolves to all 3 addresses: the job would start now",
     );
 }
 

@@ -8,8 +8,8 @@ use nix::sys::signal::Signal;
 use serde_json::Value;
 use support::fake_api::{job_pod, FakeApi};
 use support::{
-    assert_nothing_left, cluster_env, free_ports, standin, survivors, Cluster, Launcher, OnePod,
-    Rng,
+    assert_contains, assert_nothing_left, cluster_env, free_ports, standin, standin_cmd, survivors,
+    Cluster, Launcher, OnePod, Rng,
 };
 
 const LIMIT: Duration = Duration::from_secs(120);
@@ -175,14 +175,8 @@ fn launch_happens_after_the_api_was_down_for_20_seconds() {
             env.extend([
                 ("POD_IP", format!("127.0.0.{}", 26 + i)),
                 ("CONF_PADDLE_PORT", port.clone()),
-                (
-                    "PADDLE_LAUNCHER_PSERVER_CMD",
-                    format!("{} pserver", standin()),
-                ),
-                (
-                    "PADDLE_LAUNCHER_TRAINER_CMD",
-                    format!("{} train", standin()),
-                ),
+                standin_cmd("pserver"),
+                standin_cmd("train"),
                 ("PADDLE_LAUNCHER_LINGER", "3".to_string()),
             ]);
             Launcher::start(dir.path(), &name, &["run"], &env)
@@ -191,16 +185,10 @@ fn launch_happens_after_the_api_was_down_for_20_seconds() {
     for (i, launcher) in launchers.into_iter().enumerate() {
         let done = launcher.wait(LIMIT);
         assert_eq!(done.code(), 0, "{}", done.stderr);
-        assert!(
-            done.stderr.contains("failed, retrying with backoff"),
-            "{}",
-            done.stderr
-        );
-        assert!(
-            done.stdout
-                .contains(&format!("trainer {i} connected to 3 pserver endpoints")),
-            "{}",
-            done.stdout
+        assert_contains(&done.stderr, "failed, retrying with backoff");
+        assert_contains(
+            &done.stdout,
+            &format!("trainer {i} connected to 3 pserver endpoints"),
         );
     }
 }
@@ -228,14 +216,8 @@ fn lose_peer(
         ("POD_IP", format!("127.0.0.{first_ip}")),
         ("POD_NAME", names[0].clone()),
         ("CONF_PADDLE_PORT", port.clone()),
-        (
-            "PADDLE_LAUNCHER_PSERVER_CMD",
-            format!("{} pserver", standin()),
-        ),
-        (
-            "PADDLE_LAUNCHER_TRAINER_CMD",
-            format!("{} train", standin()),
-        ),
+        standin_cmd("pserver"),
+        standin_cmd("train"),
         ("PADDLE_LAUNCHER_WATCH_PEERS", watch.to_string()),
         ("STANDIN_TRAINER_SECONDS", "120".to_string()),
         ("STANDIN_PID_DIR", pids.display().to_string()),
@@ -275,12 +257,9 @@ fn a_deleted_peer_stops_the_launch_with_78() {
         api.delete_pod("default", name)
     });
     assert_eq!(done.code(), 78, "{}", done.stderr);
-    assert!(
-        done.stderr.contains(
-            "peer pod del-1 (rank 1, 127.0.0.31) was deleted: stopped trainer-0 and pserver-0"
-        ),
-        "{}",
-        done.stderr
+    assert_contains(
+        &done.stderr,
+        "peer pod del-1 (rank 1, 127.0.0.31) was deleted: stopped trainer-0 and pserver-0",
     );
     assert_eq!(survivors(&pids), Vec::<String>::new());
 }
@@ -291,11 +270,9 @@ fn a_failed_peer_stops_the_launch_with_78() {
         api.set_status("default", name, "Failed", None)
     });
     assert_eq!(done.code(), 78, "{}", done.stderr);
-    assert!(
-        done.stderr
-            .contains("peer pod fail-1 (rank 1, 127.0.0.33) has Failed"),
-        "{}",
-        done.stderr
+    assert_contains(
+        &done.stderr,
+        "peer pod fail-1 (rank 1, 127.0.0.33) has Failed",
     );
     assert_eq!(survivors(&pids), Vec::<String>::new());
 }
@@ -310,12 +287,7 @@ fn a_peer_back_with_a_new_ip_stops_the_launch_with_78() {
         api.put_pod(pod);
     });
     assert_eq!(done.code(), 78, "{}", done.stderr);
-    assert!(
-        done.stderr
-            .contains("peer pod moved-1 (rank 1, 127.0.0.35)"),
-        "{}",
-        done.stderr
-    );
+    assert_contains(&done.stderr, "peer pod moved-1 (rank 1, 127.0.0.35)");
 }
 
 #[test]
@@ -340,7 +312,7 @@ fn sigterm_during(pod: &OnePod, phase: &str, reason: &str) {
 
 #[test]
 fn sigterm_while_the_pserver_starts_exits_143_and_leaves_nothing() {
-    let pod = OnePod::new("127.0.0.40").set("STANDIN_PSERVER_DELAY", "600");
+    let pod = OnePod::new().set("STANDIN_PSERVER_DELAY", "600");
     sigterm_during(
         &pod,
         "waiting for 1 pserver endpoints",
@@ -350,7 +322,7 @@ fn sigterm_while_the_pserver_starts_exits_143_and_leaves_nothing() {
 
 #[test]
 fn sigterm_while_lingering_exits_143_and_leaves_nothing() {
-    let pod = OnePod::new("127.0.0.41").set("PADDLE_LAUNCHER_LINGER", "600");
+    let pod = OnePod::new().set("PADDLE_LAUNCHER_LINGER", "600");
     sigterm_during(
         &pod,
         "the pserver keeps serving for 600 s",
@@ -407,12 +379,8 @@ fn a_server_that_is_not_an_api_server_is_named_at_once() {
     env.push(("PADDLE_LAUNCHER_WAIT_TIMEOUT", "0".into()));
     let done = Launcher::start(cluster.dir.path(), "wrong", &["run"], &env).wait(LIMIT);
     assert_eq!(done.code(), 79, "{}", done.stderr);
-    assert!(
-        done.stderr.contains(&format!(
-            "{}/ is not a Kubernetes API server",
-            cluster.api.url()
-        )),
-        "{}",
-        done.stderr
+    assert_contains(
+        &done.stderr,
+        &format!("{}/ is not a Kubernetes API server", cluster.api.url()),
     );
 }

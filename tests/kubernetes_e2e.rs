@@ -7,7 +7,10 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use serde_json::json;
 use support::fake_api::job_pod;
-use support::{free_ports, standin, survivors, trainer_argv, Cluster, Launcher, Rng};
+use support::{
+    assert_contains, free_ports, standin, standin_cmd, survivors, trainer_argv, Cluster, Launcher,
+    Rng,
+};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -42,14 +45,8 @@ fn three_pods_agree_on_ranks_and_train_against_each_others_pservers() {
                 ("CONF_PADDLE_PORT", port.to_string()),
                 ("CONF_PADDLE_PORTS_NUM", "2".to_string()),
                 ("CONF_PADDLE_PORTS_NUM_SPARSE", "1".to_string()),
-                (
-                    "PADDLE_LAUNCHER_PSERVER_CMD",
-                    format!("{} pserver", standin()),
-                ),
-                (
-                    "PADDLE_LAUNCHER_TRAINER_CMD",
-                    format!("{} train", standin()),
-                ),
+                standin_cmd("pserver"),
+                standin_cmd("train"),
                 // Peers' trainers still connect to our pserver after our own trainer is done.
                 ("PADDLE_LAUNCHER_LINGER", "3".to_string()),
                 (
@@ -189,21 +186,11 @@ fn missing_role_is_an_immediate_error_with_the_rbac_to_apply() {
     env.push(("PADDLE_LAUNCHER_WAIT_TIMEOUT", "600".into()));
     let done = Launcher::start(cluster.dir.path(), "rbac", &["run"], &env).wait(LIMIT);
     assert_eq!(done.code(), 72, "{}", done.stderr);
-    assert!(
-        done.stderr.contains("403 pods is forbidden"),
-        "{}",
-        done.stderr
-    );
-    assert!(
-        done.stderr.contains("verbs: [get, list, watch]"),
-        "{}",
-        done.stderr
-    );
-    assert!(
-        done.stderr
-            .contains("kind: ServiceAccount, name: trainer, namespace: default"),
-        "{}",
-        done.stderr
+    assert_contains(&done.stderr, "403 pods is forbidden");
+    assert_contains(&done.stderr, "verbs: [get, list, watch]");
+    assert_contains(
+        &done.stderr,
+        "kind: ServiceAccount, name: trainer, namespace: default",
     );
 }
 
@@ -218,11 +205,9 @@ fn sigterm_while_waiting_for_pods_exits_with_143() {
     launcher.signal(Signal::SIGTERM);
     let done = launcher.wait(LIMIT);
     assert_eq!(done.code(), 143, "{}", done.stderr);
-    assert!(
-        done.stderr
-            .contains("received SIGTERM while waiting for the job's pods"),
-        "{}",
-        done.stderr
+    assert_contains(
+        &done.stderr,
+        "received SIGTERM while waiting for the job's pods",
     );
 }
 
@@ -241,11 +226,7 @@ fn wait_timeout_says_which_pod_is_not_running_and_why() {
     env.push(("PADDLE_LAUNCHER_WAIT_TIMEOUT", "2".into()));
     let done = Launcher::start(cluster.dir.path(), "slow", &["plan"], &env).wait(LIMIT);
     assert_eq!(done.code(), 71, "{}", done.stderr);
-    assert!(
-        done.stderr.contains("1/2 pods Running with an IP (2 live, 0 finished or terminating ignored); slow-1: Pending (Unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu.)"),
-        "{}",
-        done.stderr
-    );
+    assert_contains(&done.stderr, "1/2 pods Running with an IP (2 live, 0 finished or terminating ignored); slow-1: Pending (Unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu.)");
 }
 
 #[test]
@@ -296,11 +277,7 @@ fn duplicate_host_network_ips_from_a_real_pod_list_are_rejected() {
     ]);
     let done = Launcher::start(cluster.dir.path(), "kind", &["plan"], &env).wait(LIMIT);
     assert_eq!(done.code(), 73, "{}", done.stderr);
-    assert!(
-        done.stderr.contains("pods etcd-v1.34-control-plane and kube-apiserver-v1.34-control-plane share the IP 172.18.0.4"),
-        "{}",
-        done.stderr
-    );
+    assert_contains(&done.stderr, "pods etcd-v1.34-control-plane and kube-apiserver-v1.34-control-plane share the IP 172.18.0.4");
 }
 
 #[test]
@@ -403,11 +380,7 @@ fn doctor_says_why_the_job_would_not_start() {
     cluster.api.set_forbidden(true);
     let done = Launcher::start(cluster.dir.path(), "doctor2", &["doctor"], &env).wait(LIMIT);
     assert_eq!(done.code(), 72);
-    assert!(
-        done.stdout.contains("verbs: [get, list, watch]"),
-        "{}",
-        done.stdout
-    );
+    assert_contains(&done.stdout, "verbs: [get, list, watch]");
 }
 
 #[test]
@@ -422,18 +395,8 @@ fn doctor_says_when_the_job_would_start_and_with_which_rank() {
     env.push(("POD_IP", "127.0.0.3".into()));
     let done = Launcher::start(cluster.dir.path(), "doctor", &["doctor"], &env).wait(LIMIT);
     assert_eq!(done.code(), 0, "{}\n{}", done.stdout, done.stderr);
-    assert!(
-        done.stdout
-            .contains("pods `job-name=ok`: all 2 Running with an IP"),
-        "{}",
-        done.stdout
-    );
-    assert!(
-        done.stdout
-            .contains("this pod would be trainer 1 / pserver 1"),
-        "{}",
-        done.stdout
-    );
+    assert_contains(&done.stdout, "pods `job-name=ok`: all 2 Running with an IP");
+    assert_contains(&done.stdout, "this pod would be trainer 1 / pserver 1");
 }
 
 /// doctor judges with the launcher's own rule, the failed-trainer guard included.
@@ -454,11 +417,8 @@ fn doctor_applies_the_failed_trainer_guard_as_the_launcher_does() {
     env.push(("PADDLE_LAUNCHER_MAX_FAILED_TRAINERS", "0".into()));
     let done = Launcher::start(cluster.dir.path(), "doctor", &["doctor"], &env).wait(LIMIT);
     assert_eq!(done.code(), 77, "{}\n{}", done.stdout, done.stderr);
-    assert!(
-        done.stdout.contains(
-            "1 trainer pods of the job have Failed, more than PADDLE_LAUNCHER_MAX_FAILED_TRAINERS = 0"
-        ),
-        "{}",
-        done.stdout
+    assert_contains(
+        &done.stdout,
+        "1 trainer pods of the job have Failed, more than PADDLE_LAUNCHER_MAX_FAILED_TRAINERS = 0",
     );
 }

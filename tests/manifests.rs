@@ -13,7 +13,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use serde_json::{json, Value};
 use support::fake_api::FakeApi;
-use support::{Cluster, Launcher, LAUNCHER};
+use support::{assert_contains, Cluster, Launcher, LAUNCHER};
 
 /// checkov findings that are deliberate: the image tag and the namespace are the user's choice,
 /// and the launcher needs its service-account token to watch the job's pods.
@@ -304,11 +304,9 @@ fn launchers_started_from_each_manifest_plan_the_job() {
                 let env = pod_env(job, &pods[0]);
                 let done = Launcher::start(dir.path(), "doctor", &["doctor"], &env)
                     .wait(std::time::Duration::from_secs(60));
-                assert!(
-                    done.stdout
-                        .contains("peers: the DNS records of dn-pods (no Kubernetes API"),
-                    "{}",
-                    done.stdout
+                assert_contains(
+                    &done.stdout,
+                    "peers: the DNS records of dn-pods (no Kubernetes API",
                 );
                 // There is no such Service here: the doctor says the job would not start.
                 assert_eq!(done.code(), 71, "{}", done.stdout);

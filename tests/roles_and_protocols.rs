@@ -8,7 +8,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use serde_json::{json, Value};
 use support::fake_api::job_pod;
-use support::{free_ports, standin, Cluster, Launcher, Rng};
+use support::{assert_contains, free_ports, standin_cmd, Cluster, Launcher, Rng};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -99,12 +99,7 @@ fn real_paddle_trains_data_parallel_over_gloo_with_three_launchers() {
             done.stdout,
             done.stderr
         );
-        assert!(
-            done.stdout
-                .contains(&format!("[trainer-{i}] rank {i} of world 3")),
-            "{}",
-            done.stdout
-        );
+        assert_contains(&done.stdout, &format!("[trainer-{i}] rank {i} of world 3"));
     }
     let results: Vec<Value> = (0..3)
         .map(|r| {
@@ -175,10 +170,7 @@ fn split_layout_v2_trainers_find_pservers_and_may_share_an_ip() {
             ("POD_NAME", name.to_string()),
             ("PADDLE_LAUNCHER_ROLE", role.to_string()),
             ("PADDLE_LAUNCHER_PROTOCOL", "v2".to_string()),
-            (
-                "PADDLE_LAUNCHER_PSERVER_CMD",
-                format!("{} pserver", standin()),
-            ),
+            standin_cmd("pserver"),
             ("PADDLE_LAUNCHER_WORKDIR", workdir.display().to_string()),
             ("PADDLE_LAUNCHER_ID_DIR", workdir.display().to_string()),
             (
@@ -215,19 +207,10 @@ fn split_layout_v2_trainers_find_pservers_and_may_share_an_ip() {
     {
         let done = launcher.wait(LIMIT);
         assert_eq!(done.code(), 0, "{name}:\n{}\n{}", done.stdout, done.stderr);
-        assert!(
-            done.stdout.contains(&format!(
-                "v2 flags: --nics=lo --num_gradient_servers=3 --port={port} --ports_num=2 --ports_num_for_sparse=0 --pservers=127.0.0.22,127.0.0.23 --trainer_id={id}"
-            )),
-            "{}",
-            done.stdout
-        );
-        assert!(
-            done.stdout.contains(&format!(
-                "v2 trainer {id} of 3 connected to 4 pserver endpoints"
-            )),
-            "{}",
-            done.stdout
+        assert_contains(&done.stdout, &format!("v2 flags: --nics=lo --num_gradient_servers=3 --port={port} --ports_num=2 --ports_num_for_sparse=0 --pservers=127.0.0.22,127.0.0.23 --trainer_id={id}"));
+        assert_contains(
+            &done.stdout,
+            &format!("v2 trainer {id} of 3 connected to 4 pserver endpoints"),
         );
         let list = std::fs::read_to_string(dir.path().join(name).join("train.list")).unwrap();
         let expected: String = (0..7)
@@ -246,12 +229,7 @@ fn split_layout_v2_trainers_find_pservers_and_may_share_an_ip() {
     stopped.signal(Signal::SIGTERM);
     let done = stopped.wait(LIMIT);
     assert_eq!(done.code(), 143, "{}", done.stderr);
-    assert!(
-        done.stderr
-            .contains("received SIGTERM; stopped the pserver"),
-        "{}",
-        done.stderr
-    );
+    assert_contains(&done.stderr, "received SIGTERM; stopped the pserver");
     // ...and otherwise serves until every trainer pod has Succeeded, then ends with 0 so that
     // the pserver Job completes.
     let mut serving = pserver_launchers.next().unwrap();
@@ -264,11 +242,9 @@ fn split_layout_v2_trainers_find_pservers_and_may_share_an_ip() {
     }
     let done = serving.wait(LIMIT);
     assert_eq!(done.code(), 0, "{}", done.stderr);
-    assert!(
-        done.stderr
-            .contains("all 3 trainer pods `paddle-job=split` Succeeded: stopped the pserver"),
-        "{}",
-        done.stderr
+    assert_contains(
+        &done.stderr,
+        "all 3 trainer pods `paddle-job=split` Succeeded: stopped the pserver",
     );
 }
 
@@ -339,10 +315,7 @@ fn a_split_pserver_that_may_no_longer_watch_the_trainers_stops_with_72() {
         ("POD_IP", pserver.1.to_string()),
         ("POD_NAME", pserver.0.to_string()),
         ("PADDLE_LAUNCHER_ROLE", "pserver".to_string()),
-        (
-            "PADDLE_LAUNCHER_PSERVER_CMD",
-            format!("{} pserver", standin()),
-        ),
+        standin_cmd("pserver"),
     ];
     let launcher = Launcher::start(dir.path(), "pserver", &["run"], &env);
     launcher.wait_for_output("[pserver-0] pserver listening", LIMIT);
@@ -350,15 +323,9 @@ fn a_split_pserver_that_may_no_longer_watch_the_trainers_stops_with_72() {
     api.end_watches();
     let done = launcher.wait(LIMIT);
     assert_eq!(done.code(), 72, "{}", done.stderr);
-    assert!(
-        done.stderr
-            .contains("stopped the pserver: it can no longer tell when the trainer pods are done"),
-        "{}",
-        done.stderr
+    assert_contains(
+        &done.stderr,
+        "stopped the pserver: it can no longer tell when the trainer pods are done",
     );
-    assert!(
-        done.stdout.contains("[pserver-0] pserver received SIGTERM"),
-        "{}",
-        done.stdout
-    );
+    assert_contains(&done.stdout, "[pserver-0] pserver received SIGTERM");
 }

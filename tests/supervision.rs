@@ -7,13 +7,13 @@ use std::path::Path;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use support::{assert_nothing_left, free_ports, standin, Launcher, OnePod};
+use support::{assert_contains, assert_nothing_left, free_ports, standin, Launcher, OnePod};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
 #[test]
 fn trainer_exit_code_becomes_launcher_exit_code() {
-    let pod = OnePod::new("127.0.0.21").set("STANDIN_TRAINER_EXIT", "3");
+    let pod = OnePod::new().set("STANDIN_TRAINER_EXIT", "3");
     let term_log = pod.dir.path().join("termination-log");
     std::fs::write(&term_log, "").unwrap();
     let pod = pod.set(
@@ -36,27 +36,17 @@ fn trainer_exit_code_becomes_launcher_exit_code() {
 
 #[test]
 fn sigterm_during_training_is_forwarded_to_both_children() {
-    let pod = OnePod::new("127.0.0.22").set("STANDIN_TRAINER_SECONDS", "120");
+    let pod = OnePod::new().set("STANDIN_TRAINER_SECONDS", "120");
     let launcher = pod.start();
     launcher.wait_for_output("connected to 1 pserver endpoints", LIMIT);
     launcher.signal(Signal::SIGTERM);
     let done = launcher.wait(LIMIT);
     assert_eq!(done.code(), 143, "{}", done.stderr);
-    assert!(
-        done.stdout.contains("[trainer-0] trainer received SIGTERM"),
-        "{}",
-        done.stdout
-    );
-    assert!(
-        done.stdout.contains("[pserver-0] pserver received SIGTERM"),
-        "{}",
-        done.stdout
-    );
-    assert!(
-        done.stderr
-            .contains("received SIGTERM; stopped trainer-0 and pserver-0"),
-        "{}",
-        done.stderr
+    assert_contains(&done.stdout, "[trainer-0] trainer received SIGTERM");
+    assert_contains(&done.stdout, "[pserver-0] pserver received SIGTERM");
+    assert_contains(
+        &done.stderr,
+        "received SIGTERM; stopped trainer-0 and pserver-0",
     );
     assert_nothing_left(&pod.pids());
 }
@@ -67,7 +57,7 @@ fn sigterm_during_training_is_forwarded_to_both_children() {
 #[test]
 fn every_catchable_signal_is_forwarded_to_both_children_which_keep_running() {
     use nix::libc::{SIGHUP, SIGPWR, SIGRTMIN, SIGUSR1, SIGUSR2, SIGWINCH};
-    let pod = OnePod::new("127.0.0.31").set("STANDIN_TRAINER_SECONDS", "120");
+    let pod = OnePod::new().set("STANDIN_TRAINER_SECONDS", "120");
     let launcher = pod.start();
     launcher.wait_for_output("connected to 1 pserver endpoints", LIMIT);
     for (sig, name) in [
@@ -94,7 +84,7 @@ fn every_catchable_signal_is_forwarded_to_both_children_which_keep_running() {
 /// early.)
 #[test]
 fn the_whole_process_group_gets_the_grace_period() {
-    let pod = OnePod::new("127.0.0.35");
+    let pod = OnePod::new();
     let cleaned = pod.dir.path().join("cleaned");
     let trainer = script(
         pod.dir.path(),
@@ -123,7 +113,7 @@ fn the_whole_process_group_gets_the_grace_period() {
 /// FIFO nobody writes to, in the job's config directory) still ends the launcher at once.
 #[test]
 fn sigterm_ends_a_workspace_copy_that_hangs() {
-    let pod = OnePod::new("127.0.0.36");
+    let pod = OnePod::new();
     let config_dir = pod.dir.path().join("jobs/sup/conf");
     std::fs::create_dir_all(&config_dir).unwrap();
     let made = std::process::Command::new("mkfifo")
@@ -138,18 +128,16 @@ fn sigterm_ends_a_workspace_copy_that_hangs() {
     launcher.signal(Signal::SIGTERM);
     let done = launcher.wait(LIMIT);
     assert_eq!(done.code(), 143, "{}", done.stderr);
-    assert!(
-        done.stderr
-            .contains("received SIGTERM while preparing the workspace"),
-        "{}",
-        done.stderr
+    assert_contains(
+        &done.stderr,
+        "received SIGTERM while preparing the workspace",
     );
     assert_nothing_left(&pod.pids());
 }
 
 #[test]
 fn children_that_ignore_sigterm_are_killed_after_the_grace_period() {
-    let pod = OnePod::new("127.0.0.23").set("PADDLE_LAUNCHER_GRACE_PERIOD", "1");
+    let pod = OnePod::new().set("PADDLE_LAUNCHER_GRACE_PERIOD", "1");
     let trainer = stubborn_trainer(pod.dir.path());
     let pod = pod.set("PADDLE_LAUNCHER_TRAINER_CMD", &trainer);
     let launcher = pod.start();
@@ -157,17 +145,8 @@ fn children_that_ignore_sigterm_are_killed_after_the_grace_period() {
     launcher.signal(Signal::SIGTERM);
     let done = launcher.wait(LIMIT);
     assert_eq!(done.code(), 143, "{}", done.stderr);
-    assert!(
-        done.stderr
-            .contains("grace period of 1 s over: sending SIGKILL"),
-        "{}",
-        done.stderr
-    );
-    assert!(
-        done.stderr.contains("was killed by SIGKILL"),
-        "{}",
-        done.stderr
-    );
+    assert_contains(&done.stderr, "grace period of 1 s over: sending SIGKILL");
+    assert_contains(&done.stderr, "was killed by SIGKILL");
 }
 
 /// An executable shell script standing in for a user's trainer; it accepts any flags.
@@ -192,7 +171,7 @@ fn stubborn_trainer(dir: &Path) -> String {
 /// (`Launcher::start` clears it), as a user's pod has none.
 #[test]
 fn a_python_trainers_lines_reach_the_log_while_it_runs() {
-    let pod = OnePod::new("127.0.0.33");
+    let pod = OnePod::new();
     assert!(!pod.env.iter().any(|(name, _)| *name == "PYTHONUNBUFFERED"));
     let trainer = pod.dir.path().join("trainer.py");
     std::fs::write(
@@ -214,7 +193,7 @@ fn a_python_trainers_lines_reach_the_log_while_it_runs() {
 /// A user's own choice wins: PYTHONUNBUFFERED=0 in the pod is passed on as it is.
 #[test]
 fn a_pythonunbuffered_the_user_set_is_kept() {
-    let pod = OnePod::new("127.0.0.34").set("PYTHONUNBUFFERED", "0");
+    let pod = OnePod::new().set("PYTHONUNBUFFERED", "0");
     let show = script(
         pod.dir.path(),
         "show-env",
@@ -225,18 +204,14 @@ fn a_pythonunbuffered_the_user_set_is_kept() {
         .start()
         .wait(LIMIT);
     assert_eq!(done.code(), 0, "{}", done.stderr);
-    assert!(
-        done.stdout.contains("[trainer-0] PYTHONUNBUFFERED=[0]"),
-        "{}",
-        done.stdout
-    );
+    assert_contains(&done.stdout, "[trainer-0] PYTHONUNBUFFERED=[0]");
 }
 
 /// PaddlePaddle >= 2's `paddle pserver` prints its version and exits 0 (here `true` does the
 /// same): the error names the likely cause and the protocols to use instead.
 #[test]
 fn a_pserver_that_exits_0_at_once_is_explained() {
-    let pod = OnePod::new("127.0.0.37").set("PADDLE_LAUNCHER_PSERVER_CMD", "true");
+    let pod = OnePod::new().set("PADDLE_LAUNCHER_PSERVER_CMD", "true");
     let done = pod.start().wait(LIMIT);
     assert_eq!(done.code(), 75, "{}", done.stderr);
     let last = done.stderr.lines().last().unwrap_or_default();
@@ -250,22 +225,16 @@ fn a_pserver_that_exits_0_at_once_is_explained() {
 
 #[test]
 fn pserver_death_stops_the_trainer_with_its_own_code() {
-    let pod = OnePod::new("127.0.0.24")
+    let pod = OnePod::new()
         .set("STANDIN_TRAINER_SECONDS", "120")
         .set("STANDIN_PSERVER_SECONDS", "1");
     let done = pod.start().wait(LIMIT);
     assert_eq!(done.code(), 75, "{}", done.stderr);
-    assert!(
-        done.stderr
-            .contains("pserver exited with status 1 while the trainer was running"),
-        "{}",
-        done.stderr
+    assert_contains(
+        &done.stderr,
+        "pserver exited with status 1 while the trainer was running",
     );
-    assert!(
-        done.stdout.contains("[trainer-0] trainer received SIGTERM"),
-        "{}",
-        done.stdout
-    );
+    assert_contains(&done.stdout, "[trainer-0] trainer received SIGTERM");
     assert_nothing_left(&pod.pids());
 }
 
@@ -273,20 +242,15 @@ fn pserver_death_stops_the_trainer_with_its_own_code() {
 fn trainer_starts_only_once_the_pserver_listens() {
     // The stand-in trainer connects once, without retrying: it succeeds only if the launcher
     // waited for the port (the old launcher slept a fixed 20 s instead).
-    let pod = OnePod::new("127.0.0.25").set("STANDIN_PSERVER_DELAY", "1.5");
+    let pod = OnePod::new().set("STANDIN_PSERVER_DELAY", "1.5");
     let done = pod.start().wait(LIMIT);
     assert_eq!(done.code(), 0, "{}\n{}", done.stdout, done.stderr);
-    assert!(
-        done.stdout
-            .contains("trainer 0 connected to 1 pserver endpoints"),
-        "{}",
-        done.stdout
-    );
+    assert_contains(&done.stdout, "trainer 0 connected to 1 pserver endpoints");
 }
 
 #[test]
 fn pserver_that_never_listens_is_reported_by_endpoint() {
-    let pod = OnePod::new("127.0.0.26")
+    let pod = OnePod::new()
         .set("STANDIN_PSERVER_DELAY", "600")
         .set("PADDLE_LAUNCHER_PSERVER_TIMEOUT", "1");
     let port = pod
@@ -298,33 +262,27 @@ fn pserver_that_never_listens_is_reported_by_endpoint() {
         .clone();
     let done = pod.start().wait(LIMIT);
     assert_eq!(done.code(), 74, "{}", done.stderr);
-    assert!(
-        done.stderr.contains(&format!("1 of 1 pserver endpoints never accepted a connection within 1 s (PADDLE_LAUNCHER_PSERVER_TIMEOUT): 127.0.0.26:{port}")),
-        "{}",
-        done.stderr
-    );
+    assert_contains(&done.stderr, &format!("1 of 1 pserver endpoints never accepted a connection within 1 s (PADDLE_LAUNCHER_PSERVER_TIMEOUT): 127.0.0.26:{port}"));
     assert_nothing_left(&pod.pids());
 }
 
 #[test]
 fn missing_command_exits_127_and_names_it() {
-    let pod = OnePod::new("127.0.0.27").set(
+    let pod = OnePod::new().set(
         "PADDLE_LAUNCHER_PSERVER_CMD",
         "paddle_pserver_main_missing --x",
     );
     let done = pod.start().wait(LIMIT);
     assert_eq!(done.code(), 127, "{}", done.stderr);
-    assert!(
-        done.stderr
-            .contains("cannot start the pserver-0 command `paddle_pserver_main_missing`"),
-        "{}",
-        done.stderr
+    assert_contains(
+        &done.stderr,
+        "cannot start the pserver-0 command `paddle_pserver_main_missing`",
     );
 }
 
 #[test]
 fn successful_trainer_leaves_the_pserver_serving_for_the_linger_time() {
-    let pod = OnePod::new("127.0.0.28").set("PADDLE_LAUNCHER_LINGER", "2");
+    let pod = OnePod::new().set("PADDLE_LAUNCHER_LINGER", "2");
     let port = pod
         .env
         .iter()
@@ -377,27 +335,19 @@ fn local_mode_runs_a_whole_job_on_loopback() {
     let done = Launcher::start(dir.path(), "local", &args, &[]).wait(LIMIT);
     assert_eq!(done.code(), 0, "{}\n{}", done.stdout, done.stderr);
     for rank in 0..3 {
-        assert!(
-            done.stdout.contains(&format!(
-                "[trainer-{rank}] trainer {rank} connected to 3 pserver endpoints"
-            )),
-            "{}",
-            done.stdout
+        assert_contains(
+            &done.stdout,
+            &format!("[trainer-{rank}] trainer {rank} connected to 3 pserver endpoints"),
         );
-        assert!(
-            done.stdout.contains(&format!(
+        assert_contains(
+            &done.stdout,
+            &format!(
                 "[pserver-{rank}] pserver listening on 127.0.0.{}:{port}",
                 rank + 2
-            )),
-            "{}",
-            done.stdout
+            ),
         );
     }
-    assert!(
-        done.stderr.contains("all 3 simulated pods succeeded"),
-        "{}",
-        done.stderr
-    );
+    assert_contains(&done.stderr, "all 3 simulated pods succeeded");
 }
 
 #[test]
@@ -422,11 +372,7 @@ fn local_mode_fails_with_the_first_failing_pod_and_stops_the_rest() {
     let done = Launcher::start(dir.path(), "local", &args, &[]).wait(LIMIT);
     // The strict stand-in rejects the unknown flag with 2; the launcher passes that on.
     assert_eq!(done.code(), 2, "{}\n{}", done.stdout, done.stderr);
-    assert!(
-        done.stderr.contains("unknown flag --no_such_flag"),
-        "{}",
-        done.stderr
-    );
+    assert_contains(&done.stderr, "unknown flag --no_such_flag");
 }
 
 #[test]
@@ -448,12 +394,9 @@ fn local_mode_rejects_options_it_sets_itself() {
     )
     .wait(LIMIT);
     assert_eq!(done.code(), 2, "{}", done.stderr);
-    assert!(
-        done.stderr.contains(
-            "invalid POD_IP (--pod-ip): \"10.0.0.1\": expected nothing: local mode sets it"
-        ),
-        "{}",
-        done.stderr
+    assert_contains(
+        &done.stderr,
+        "invalid POD_IP (--pod-ip): \"10.0.0.1\": expected nothing: local mode sets it",
     );
 }
 
@@ -466,18 +409,14 @@ fn orphaning_trainer(dir: &Path) -> String {
 
 #[test]
 fn orphaned_grandchildren_are_reaped_by_the_launcher_as_subreaper() {
-    let pod = OnePod::new("127.0.0.29").set("PADDLE_LAUNCHER_LOG", "debug");
+    let pod = OnePod::new().set("PADDLE_LAUNCHER_LOG", "debug");
     let trainer = orphaning_trainer(pod.dir.path());
     let done = pod
         .set("PADDLE_LAUNCHER_TRAINER_CMD", &trainer)
         .start()
         .wait(LIMIT);
     assert_eq!(done.code(), 0, "{}", done.stderr);
-    assert!(
-        done.stdout.contains("[trainer-0] trainer done"),
-        "{}",
-        done.stdout
-    );
+    assert_contains(&done.stdout, "[trainer-0] trainer done");
     assert!(
         done.stderr.contains("reaped orphan pid"),
         "the orphan did not come to the launcher:\n{}",
@@ -487,7 +426,7 @@ fn orphaned_grandchildren_are_reaped_by_the_launcher_as_subreaper() {
 
 #[test]
 fn as_pid_1_in_a_fresh_pid_namespace_orphans_are_reaped_and_the_status_passes_through() {
-    let pod = OnePod::new("127.0.0.30")
+    let pod = OnePod::new()
         .set("PADDLE_LAUNCHER_LOG", "debug")
         .set("STANDIN_TRAINER_EXIT", "0");
     let trainer = orphaning_trainer(pod.dir.path());

@@ -16,6 +16,16 @@ pub fn standin() -> String {
     format!("{}/standins/paddle", env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The environment entry that makes a launcher run the stand-in for `role` ("pserver" or
+/// "train"), e.g. `("PADDLE_LAUNCHER_PSERVER_CMD", "<repo>/standins/paddle pserver")`.
+pub fn standin_cmd(role: &str) -> (&'static str, String) {
+    let variable = match role {
+        "pserver" => "PADDLE_LAUNCHER_PSERVER_CMD",
+        _ => "PADDLE_LAUNCHER_TRAINER_CMD",
+    };
+    (variable, format!("{} {role}", standin()))
+}
+
 pub fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/k8s-api-replays")
@@ -138,6 +148,12 @@ impl Drop for Launcher {
     }
 }
 
+/// Fails with the whole text when `wanted` is not in it (a launcher's output, a manifest).
+#[track_caller]
+pub fn assert_contains(text: &str, wanted: &str) {
+    assert!(text.contains(wanted), "no {wanted:?} in:\n{text}");
+}
+
 /// A port with the next `count - 1` ports likely free too (an ephemeral port the kernel just
 /// handed out and took back).
 pub fn free_ports(count: u16) -> u16 {
@@ -209,15 +225,27 @@ pub fn trainer_argv(text: &str) -> Option<Vec<String>> {
     serde_json::from_str(json).ok()
 }
 
-/// A one-pod job on `ip`, with stand-in processes that record their pids.
+/// A loopback address that no other test of this run is given: 127.<p>.<n / 250>.<n % 250 + 2>,
+/// with p from the process id (nextest runs each test in a process of its own) and n counting
+/// up within the process. Linux routes all of 127.0.0.0/8 to `lo`, so each simulated pod has
+/// an address of its own without any set-up.
+pub fn loopback_ip() -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let p = std::process::id() % 200 + 20;
+    format!("127.{p}.{}.{}", n / 250 % 250, n % 250 + 2)
+}
+
+/// A one-pod job on an address of its own, with stand-in processes that record their pids.
 pub struct OnePod {
     pub dir: tempfile::TempDir,
-    pub ip: &'static str,
+    pub ip: String,
     pub env: Vec<(&'static str, String)>,
 }
 
 impl OnePod {
-    pub fn new(ip: &'static str) -> OnePod {
+    pub fn new() -> OnePod {
+        let ip = loopback_ip();
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("pids")).unwrap();
         let env = vec![
@@ -226,14 +254,8 @@ impl OnePod {
             ("POD_IP", ip.to_string()),
             ("CONF_PADDLE_NIC", "lo".to_string()),
             ("CONF_PADDLE_PORT", free_ports(1).to_string()),
-            (
-                "PADDLE_LAUNCHER_PSERVER_CMD",
-                format!("{} pserver", standin()),
-            ),
-            (
-                "PADDLE_LAUNCHER_TRAINER_CMD",
-                format!("{} train", standin()),
-            ),
+            standin_cmd("pserver"),
+            standin_cmd("train"),
             ("PADDLE_LAUNCHER_LINGER", "0".to_string()),
             ("PADDLE_LAUNCHER_GRACE_PERIOD", "5".to_string()),
             (
@@ -251,7 +273,7 @@ impl OnePod {
     }
 
     pub fn start(&self) -> Launcher {
-        Launcher::start(self.dir.path(), self.ip, &["run"], &self.env)
+        Launcher::start(self.dir.path(), &self.ip, &["run"], &self.env)
     }
 
     pub fn pids(&self) -> PathBuf {
