@@ -262,7 +262,7 @@ fn pserver_that_never_listens_is_reported_by_endpoint() {
         .clone();
     let done = pod.start().wait(LIMIT);
     assert_eq!(done.code(), 74, "{}", done.stderr);
-    assert_contains(&done.stderr, &format!("1 of 1 pserver endpoints never accepted a connection within 1 s (PADDLE_LAUNCHER_PSERVER_TIMEOUT): 127.0.0.26:{port}"));
+    assert_contains(&done.stderr, &format!("1 of 1 pserver endpoints never accepted a connection within 1 s (PADDLE_LAUNCHER_PSERVER_TIMEOUT): {}:{port}", pod.ip));
     assert_nothing_left(&pod.pids());
 }
 
@@ -293,7 +293,7 @@ fn successful_trainer_leaves_the_pserver_serving_for_the_linger_time() {
     let launcher = pod.start();
     launcher.wait_for_output("the pserver keeps serving for 2 s", LIMIT);
     // The trainer is gone, the pserver still serves its peers.
-    std::net::TcpStream::connect(format!("127.0.0.28:{port}"))
+    std::net::TcpStream::connect(format!("{}:{port}", pod.ip))
         .expect("the pserver stopped serving during the linger");
     let done = launcher.wait(LIMIT);
     assert_eq!(done.code(), 0, "{}", done.stderr);
