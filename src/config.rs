@@ -127,7 +127,7 @@ impl PortLayout {
 /// What this pod runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum PodRole {
-    /// A pserver and a trainer in every pod (seed 004); in `collective`, only the trainer.
+    /// A pserver and a trainer in every pod (the colocated layout of PaddlePaddle's tutorial); in `collective`, only the trainer.
     Both,
     /// Only the pserver (PaddleCloud's split layout).
     Pserver,
@@ -187,7 +187,7 @@ impl Protocol {
 /// Which pods a group of the job is, and so what they run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GroupKind {
-    /// Every pod is a trainer, and a pserver when the protocol has them (one Job, seed 004).
+    /// Every pod is a trainer, and a pserver when the protocol has them (one Job, the colocated layout).
     Job,
     Pservers,
     Trainers,
@@ -215,52 +215,100 @@ pub enum Discovery {
     },
 }
 
+/// A validated configuration, in parts that are each built and tested on their own.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
+    pub topology: Topology,
+    pub ports: Ports,
+    pub program: Program,
+    pub timing: Timing,
+    pub workspace: Workspace,
+}
+
+/// Who is in the job and who this pod is: names, role, protocol, counts, and how peers are found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topology {
     pub job_name: String,
     pub namespace: Option<String>,
-    pub job_path: Option<PathBuf>,
-    pub train_config_dir: Option<String>,
-    pub nic: String,
-    pub ports: PortLayout,
     pub role: PodRole,
     pub protocol: Protocol,
     /// Number of trainers (--num_gradient_servers).
     pub trainers: u32,
-    /// Number of pservers: the pods in seed 004's layout, the pserver pods in the split one.
+    /// Number of pservers: the pods in the colocated layout, the pserver pods in the split one.
     pub pservers: u32,
     pub max_failed_trainers: Option<u32>,
     /// Stop when a peer pod is lost after the launch.
     pub watch_peers: bool,
     /// A pserver pod of the split layout ends (status 0) once these trainer pods all Succeeded.
     pub trainers_to_finish: Option<Group>,
+    pub pod_ip: Option<IpAddr>,
+    pub pod_name: Option<String>,
+    pub discovery: Discovery,
+}
+
+/// The network side: the NIC given to Paddle, the pservers' ports and the trainers' port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ports {
+    pub nic: String,
+    pub pserver: PortLayout,
+    /// Port of each trainer's own endpoint (fleet, collective).
+    pub trainer: u16,
+}
+
+/// What runs: the commands, and the training program with its arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Program {
+    pub pserver_cmd: Vec<String>,
+    pub trainer_cmd: Vec<String>,
     /// The training program for v2/fleet/collective: `sh -c ENTRY`, or the args after `--`.
     pub entry: Option<String>,
-    pub trainer_port: u16,
+    pub trainer_args: PassThrough,
+}
+
+/// How long the launcher waits, lingers and gives its children to stop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Timing {
+    /// None: wait forever.
+    pub wait_timeout: Option<Duration>,
+    pub pserver_timeout: Duration,
+    pub linger: Duration,
+    pub grace_period: Duration,
+}
+
+/// Files: the shared job directory, the work directory, id files and file lists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Workspace {
+    pub job_path: Option<PathBuf>,
+    pub train_config_dir: Option<String>,
+    pub workdir: PathBuf,
     /// Directory for the `trainer_id` and `trainer_count` files; None: not written.
     pub id_dir: Option<PathBuf>,
     pub train_files: Option<String>,
     pub test_files: Option<String>,
     pub train_list: PathBuf,
     pub test_list: PathBuf,
-    pub pod_ip: Option<IpAddr>,
-    pub pod_name: Option<String>,
-    pub discovery: Discovery,
-    /// None: wait forever.
-    pub wait_timeout: Option<Duration>,
-    pub pserver_timeout: Duration,
-    pub pserver_cmd: Vec<String>,
-    pub trainer_cmd: Vec<String>,
-    pub linger: Duration,
-    pub grace_period: Duration,
-    pub workdir: PathBuf,
-    pub trainer_args: PassThrough,
 }
 
 impl Config {
+    /// Validates every option; the parts in the order their rules depend on each other.
+    pub fn from_args(args: &JobArgs) -> Result<Config, ConfigError> {
+        let topology = Topology::from_args(args)?;
+        let ports = Ports::from_args(args)?;
+        let program = Program::from_args(args, &topology, &ports)?;
+        let timing = Timing::from_args(args)?;
+        let workspace = Workspace::from_args(args)?;
+        Ok(Config {
+            topology,
+            ports,
+            program,
+            timing,
+            workspace,
+        })
+    }
+
     /// The pods' group this pod belongs to, by its role.
     pub fn own_group(&self) -> GroupKind {
-        match self.role {
+        match self.topology.role {
             PodRole::Both => GroupKind::Job,
             PodRole::Pserver => GroupKind::Pservers,
             PodRole::Trainer => GroupKind::Trainers,
@@ -290,8 +338,8 @@ pub const GENERATED_TRAINER_FLAGS: &[&str] = &[
     "save_dir",
 ];
 
-impl Config {
-    pub fn from_args(args: &JobArgs) -> Result<Config, ConfigError> {
+impl Topology {
+    pub fn from_args(args: &JobArgs) -> Result<Topology, ConfigError> {
         let job_name = required(&args.job_name, JOB_NAME, "the job's name")?;
         if !(job_name.len() <= 63 && is_dns_subdomain(&job_name)) {
             return Err(ConfigError::new(
@@ -310,31 +358,6 @@ impl Config {
             }
             ns => ns.map(str::to_string),
         };
-        let job_path = present(&args.job_path).map(PathBuf::from);
-        let train_config_dir = match present(&args.train_config_dir) {
-            Some(dir) if job_path.is_none() => return Err(ConfigError::new(
-                TRAIN_CONFIG_DIR,
-                dir,
-                "to be set together with JOB_PATH (it names a directory under $JOB_PATH/$JOB_NAME)",
-            )),
-            Some(dir) if dir.split('/').any(|c| c == "..") || dir.starts_with('/') => {
-                return Err(ConfigError::new(
-                    TRAIN_CONFIG_DIR,
-                    dir,
-                    "a relative directory under $JOB_PATH/$JOB_NAME, without '..'",
-                ))
-            }
-            dir => dir.map(str::to_string),
-        };
-        let nic = present(&args.nic).unwrap_or(DEFAULT_NIC).to_string();
-        if nic.len() > 15 || nic.contains(['/', ' ', ',', ':']) {
-            return Err(ConfigError::new(
-                NIC,
-                &nic,
-                "a network interface name such as eth0 (at most 15 characters)",
-            ));
-        }
-        let ports = port_layout(args)?;
         let role = match present(&args.role).unwrap_or("both") {
             "both" => PodRole::Both,
             "pserver" => PodRole::Pserver,
@@ -549,6 +572,58 @@ impl Config {
             .map(|text| parse_int(text, MAX_FAILED, 0, MAX_PODS as u64, "a number of pods"))
             .transpose()?
             .map(|n| n as u32);
+        Ok(Topology {
+            job_name,
+            namespace,
+            role,
+            protocol,
+            trainers,
+            pservers,
+            max_failed_trainers,
+            watch_peers: match present(&args.watch_peers).unwrap_or("true") {
+                "true" | "1" | "yes" => true,
+                "false" | "0" | "no" => false,
+                other => return Err(ConfigError::new(WATCH_PEERS, other, "true or false")),
+            },
+            trainers_to_finish,
+            pod_ip,
+            pod_name,
+            discovery,
+        })
+    }
+}
+
+impl Ports {
+    pub fn from_args(args: &JobArgs) -> Result<Ports, ConfigError> {
+        let nic = present(&args.nic).unwrap_or(DEFAULT_NIC).to_string();
+        if nic.len() > 15 || nic.contains(['/', ' ', ',', ':']) {
+            return Err(ConfigError::new(
+                NIC,
+                &nic,
+                "a network interface name such as eth0 (at most 15 characters)",
+            ));
+        }
+        let ports = port_layout(args)?;
+        let trainer_port = match present(&args.trainer_port) {
+            Some(text) => parse_int(text, TRAINER_PORT, 1, 65535, "a TCP port")? as u16,
+            None => DEFAULT_TRAINER_PORT,
+        };
+        Ok(Ports {
+            nic,
+            pserver: ports,
+            trainer: trainer_port,
+        })
+    }
+}
+
+impl Program {
+    /// The entry rules depend on the protocol; v1's pass-through flags on the ports and counts.
+    pub fn from_args(
+        args: &JobArgs,
+        topology: &Topology,
+        ports: &Ports,
+    ) -> Result<Program, ConfigError> {
+        let protocol = topology.protocol;
         let entry = present(&args.entry).map(str::to_string);
         match (protocol, &entry) {
             (Protocol::V1, Some(text)) => {
@@ -575,9 +650,54 @@ impl Config {
             }
             _ => {}
         }
-        let trainer_port = match present(&args.trainer_port) {
-            Some(text) => parse_int(text, TRAINER_PORT, 1, 65535, "a TCP port")? as u16,
-            None => DEFAULT_TRAINER_PORT,
+        // Only v1 generates trainer flags; other protocols run the program's argv as given.
+        let trainer_args = if protocol == Protocol::V1 {
+            parse_pass_through(&args.trainer_args, &ports.pserver, topology.trainers)?
+        } else {
+            PassThrough {
+                overrides: Vec::new(),
+                rest: args.trainer_args.clone(),
+            }
+        };
+        Ok(Program {
+            pserver_cmd: command(&args.pserver_cmd, "paddle pserver"),
+            trainer_cmd: command(&args.trainer_cmd, "paddle train"),
+            entry,
+            trainer_args,
+        })
+    }
+}
+
+impl Timing {
+    pub fn from_args(args: &JobArgs) -> Result<Timing, ConfigError> {
+        let wait_timeout = seconds(&args.wait_timeout, WAIT_TIMEOUT, 1800)?;
+        let pserver_timeout = seconds(&args.pserver_timeout, PSERVER_TIMEOUT, 300)?;
+        Ok(Timing {
+            wait_timeout: (!wait_timeout.is_zero()).then_some(wait_timeout),
+            pserver_timeout,
+            linger: seconds(&args.linger, LINGER, 30)?,
+            grace_period: seconds(&args.grace_period, GRACE_PERIOD, 10)?,
+        })
+    }
+}
+
+impl Workspace {
+    pub fn from_args(args: &JobArgs) -> Result<Workspace, ConfigError> {
+        let job_path = present(&args.job_path).map(PathBuf::from);
+        let train_config_dir = match present(&args.train_config_dir) {
+            Some(dir) if job_path.is_none() => return Err(ConfigError::new(
+                TRAIN_CONFIG_DIR,
+                dir,
+                "to be set together with JOB_PATH (it names a directory under $JOB_PATH/$JOB_NAME)",
+            )),
+            Some(dir) if dir.split('/').any(|c| c == "..") || dir.starts_with('/') => {
+                return Err(ConfigError::new(
+                    TRAIN_CONFIG_DIR,
+                    dir,
+                    "a relative directory under $JOB_PATH/$JOB_NAME, without '..'",
+                ))
+            }
+            dir => dir.map(str::to_string),
         };
         let glob_option = |value: &Option<String>, variable| match present(value) {
             Some(pattern) if glob::Pattern::new(pattern).is_err() => Err(ConfigError::new(
@@ -595,37 +715,10 @@ impl Config {
         };
         let train_list = list_path(&args.train_list, "train.list");
         let test_list = list_path(&args.test_list, "test.list");
-        let wait_timeout = seconds(&args.wait_timeout, WAIT_TIMEOUT, 1800)?;
-        let pserver_timeout = seconds(&args.pserver_timeout, PSERVER_TIMEOUT, 300)?;
-        // Only v1 generates trainer flags; other protocols run the program's argv as given.
-        let trainer_args = if protocol == Protocol::V1 {
-            parse_pass_through(&args.trainer_args, &ports, trainers)?
-        } else {
-            PassThrough {
-                overrides: Vec::new(),
-                rest: args.trainer_args.clone(),
-            }
-        };
-        Ok(Config {
-            job_name,
-            namespace,
+        Ok(Workspace {
             job_path,
             train_config_dir,
-            nic,
-            ports,
-            role,
-            protocol,
-            trainers,
-            pservers,
-            max_failed_trainers,
-            trainers_to_finish,
-            watch_peers: match present(&args.watch_peers).unwrap_or("true") {
-                "true" | "1" | "yes" => true,
-                "false" | "0" | "no" => false,
-                other => return Err(ConfigError::new(WATCH_PEERS, other, "true or false")),
-            },
-            entry,
-            trainer_port,
+            workdir,
             id_dir: match args.id_dir.as_deref() {
                 None => Some(PathBuf::from("/")),
                 Some("") => None,
@@ -635,17 +728,6 @@ impl Config {
             test_files,
             train_list,
             test_list,
-            pod_ip,
-            pod_name,
-            discovery,
-            wait_timeout: (!wait_timeout.is_zero()).then_some(wait_timeout),
-            pserver_timeout,
-            pserver_cmd: command(&args.pserver_cmd, "paddle pserver"),
-            trainer_cmd: command(&args.trainer_cmd, "paddle train"),
-            linger: seconds(&args.linger, LINGER, 30)?,
-            grace_period: seconds(&args.grace_period, GRACE_PERIOD, 10)?,
-            workdir,
-            trainer_args,
         })
     }
 }
@@ -818,12 +900,12 @@ pub fn own_ip(
     let nic_ips: Vec<IpAddr> = match interfaces {
         Ok(list) => list
             .iter()
-            .filter(|(name, _)| *name == config.nic)
+            .filter(|(name, _)| *name == config.ports.nic)
             .map(|(_, ip)| *ip)
             .collect(),
         Err(_) => Vec::new(),
     };
-    if config.protocol.uses_nic() && nic_ips.is_empty() {
+    if config.topology.protocol.uses_nic() && nic_ips.is_empty() {
         let list = interfaces.as_ref().map_err(|e| Error::NoInterfaceList {
             nic: NIC.to_string(),
             source: std::io::Error::other(e.clone()),
@@ -836,7 +918,7 @@ pub fn own_ip(
         }
         return Err(ConfigError::new(
             NIC,
-            &config.nic,
+            &config.ports.nic,
             format!(
                 "a network interface of this host with an address: {}",
                 known.join(", ")
@@ -844,7 +926,7 @@ pub fn own_ip(
         )
         .into());
     }
-    if let Some(ip) = config.pod_ip {
+    if let Some(ip) = config.topology.pod_ip {
         return Ok(ip);
     }
     let nic_ip = nic_ips
@@ -858,7 +940,7 @@ pub fn own_ip(
             "",
             format!(
                 "this pod's IP (set it from the downward API status.podIP; {} has no address here)",
-                config.nic
+                config.ports.nic
             ),
         )
         .into()
@@ -890,21 +972,21 @@ mod tests {
     fn seed_defaults() {
         let c = with(|_| {}).unwrap();
         assert_eq!(
-            c.ports,
+            c.ports.pserver,
             PortLayout {
                 first: 7164,
                 dense: 1,
                 sparse: 0
             }
         );
-        assert_eq!(c.nic, "eth0");
+        assert_eq!(c.ports.nic, "eth0");
         // Empty counts as unset, for commands too.
         let blank = with(|a| a.pserver_cmd = Some("  ".into())).unwrap();
-        assert_eq!(blank.pserver_cmd, ["paddle", "pserver"]);
-        assert_eq!(c.pserver_cmd, ["paddle", "pserver"]);
-        assert_eq!(c.trainer_cmd, ["paddle", "train"]);
+        assert_eq!(blank.program.pserver_cmd, ["paddle", "pserver"]);
+        assert_eq!(c.program.pserver_cmd, ["paddle", "pserver"]);
+        assert_eq!(c.program.trainer_cmd, ["paddle", "train"]);
         assert_eq!(
-            c.discovery,
+            c.topology.discovery,
             Discovery::Kubernetes {
                 groups: vec![Group {
                     kind: GroupKind::Job,
@@ -914,10 +996,10 @@ mod tests {
             }
         );
         assert_eq!(
-            (c.role, c.protocol, c.pservers),
+            (c.topology.role, c.topology.protocol, c.topology.pservers),
             (PodRole::Both, Protocol::V1, 3)
         );
-        assert_eq!(c.wait_timeout, Some(Duration::from_secs(1800)));
+        assert_eq!(c.timing.wait_timeout, Some(Duration::from_secs(1800)));
         assert_eq!(
             termination_log(&base()),
             Some(PathBuf::from("/dev/termination-log"))
@@ -1172,6 +1254,89 @@ mod tests {
         }
     }
 
+    #[test]
+    fn timing_wait_of_zero_is_forever_and_defaults_hold() {
+        let t = Timing::from_args(&JobArgs {
+            wait_timeout: Some("0".into()),
+            linger: Some("5".into()),
+            ..JobArgs::default()
+        })
+        .unwrap();
+        assert_eq!(t.wait_timeout, None);
+        assert_eq!(t.linger, Duration::from_secs(5));
+        assert_eq!(
+            (t.pserver_timeout, t.grace_period),
+            (Duration::from_secs(300), Duration::from_secs(10))
+        );
+    }
+
+    #[test]
+    fn workspace_lists_follow_the_workdir_and_an_empty_id_dir_is_off() {
+        let w = Workspace::from_args(&JobArgs {
+            workdir: Some("/w".into()),
+            id_dir: Some(String::new()),
+            test_list: Some("/lists/test".into()),
+            ..JobArgs::default()
+        })
+        .unwrap();
+        assert_eq!(w.train_list, PathBuf::from("/w/train.list"));
+        assert_eq!(w.test_list, PathBuf::from("/lists/test"));
+        assert_eq!(w.id_dir, None);
+        let default = Workspace::from_args(&JobArgs::default()).unwrap();
+        assert_eq!(default.id_dir, Some(PathBuf::from("/")));
+    }
+
+    #[test]
+    fn ports_need_nothing_else_and_default_to_the_seed() {
+        let p = Ports::from_args(&JobArgs::default()).unwrap();
+        assert_eq!(
+            (p.nic.as_str(), p.pserver.first, p.trainer),
+            ("eth0", 7164, 6170)
+        );
+    }
+
+    #[test]
+    fn a_split_pserver_waits_for_pservers_and_watches_the_trainers() {
+        let t = Topology::from_args(&JobArgs {
+            job_name: Some("j".into()),
+            role: Some("pserver".into()),
+            pserver_count: Some("2".into()),
+            trainer_count: Some("3".into()),
+            ..JobArgs::default()
+        })
+        .unwrap();
+        assert_eq!((t.trainers, t.pservers), (3, 2));
+        let Discovery::Kubernetes { groups } = &t.discovery else {
+            panic!("{:?}", t.discovery)
+        };
+        assert_eq!(groups.len(), 1);
+        assert_eq!(groups[0].kind, GroupKind::Pservers);
+        assert_eq!(
+            t.trainers_to_finish.map(|g| g.selector.to_string()),
+            Some("paddle-job=j".to_string())
+        );
+    }
+
+    #[test]
+    fn program_pass_through_is_checked_against_the_ports_and_counts() {
+        let args = JobArgs {
+            job_name: Some("j".into()),
+            gradient_num: Some("2".into()),
+            trainer_args: vec!["--num_gradient_servers=2".into(), "--x=1".into()],
+            ..JobArgs::default()
+        };
+        let topology = Topology::from_args(&args).unwrap();
+        let ports = Ports::from_args(&args).unwrap();
+        let program = Program::from_args(&args, &topology, &ports).unwrap();
+        assert_eq!(program.trainer_args.rest, ["--x=1"]);
+        let four = Topology {
+            trainers: 4,
+            ..topology
+        };
+        let err = Program::from_args(&args, &four, &ports).unwrap_err();
+        assert_eq!(err.variable, TRAINER_ARGS);
+    }
+
     /// Messages name options by their clap definition: each one named here must have one.
     #[test]
     fn every_named_option_has_a_definition() {
@@ -1194,7 +1359,10 @@ mod tests {
             a.ports_num_sparse = Some("1".into());
         })
         .unwrap();
-        assert_eq!(c.ports.ports().collect::<Vec<_>>(), [65533, 65534, 65535]);
+        assert_eq!(
+            c.ports.pserver.ports().collect::<Vec<_>>(),
+            [65533, 65534, 65535]
+        );
     }
 
     #[test]
@@ -1204,9 +1372,9 @@ mod tests {
             a.peers = Some("10.0.0.2, 10.0.0.1".into());
         })
         .unwrap();
-        assert_eq!(c.trainers, 2);
+        assert_eq!(c.topology.trainers, 2);
         assert_eq!(
-            c.discovery,
+            c.topology.discovery,
             Discovery::Static {
                 ips: vec!["10.0.0.2".parse().unwrap(), "10.0.0.1".parse().unwrap()]
             }
@@ -1231,12 +1399,12 @@ mod tests {
         })
         .unwrap();
         assert_eq!(
-            c.trainer_args.overrides,
+            c.program.trainer_args.overrides,
             [("ports_num", "2"), ("local", "1"), ("save_dir", "/out2")]
                 .map(|(a, b)| (a.to_string(), b.to_string()))
         );
         assert_eq!(
-            c.trainer_args.rest,
+            c.program.trainer_args.rest,
             ["--dot_period=10", "--config=trainer_config.lr.py"]
         );
     }
@@ -1259,9 +1427,9 @@ mod tests {
         let mut c = with(|_| {}).unwrap();
         let host = || Some("10.9.9.9".parse().unwrap());
         assert_eq!(own_ip(&c, &ifs, host).unwrap().to_string(), "10.1.2.3");
-        c.pod_ip = Some("10.0.0.7".parse().unwrap());
+        c.topology.pod_ip = Some("10.0.0.7".parse().unwrap());
         assert_eq!(own_ip(&c, &ifs, host).unwrap().to_string(), "10.0.0.7");
-        c.nic = "ib0".into();
+        c.ports.nic = "ib0".into();
         let Error::Config(err) = own_ip(&c, &ifs, host).unwrap_err() else {
             panic!("not a configuration error")
         };

@@ -27,7 +27,10 @@ pub async fn doctor(
     };
     lines.push(format!(
         "configuration: OK (job {}, {} trainers, {} pservers, protocol {})",
-        config.job_name, config.trainers, config.pservers, config.protocol
+        config.topology.job_name,
+        config.topology.trainers,
+        config.topology.pservers,
+        config.topology.protocol
     ));
     let my_ip = match own_ip(&config, interfaces, hostname_ip) {
         Ok(ip) => ip,
@@ -38,11 +41,15 @@ pub async fn doctor(
     };
     lines.push(format!(
         "this pod: {} on {} (NIC {})",
-        config.pod_name.as_deref().unwrap_or("(no POD_NAME)"),
+        config
+            .topology
+            .pod_name
+            .as_deref()
+            .unwrap_or("(no POD_NAME)"),
         my_ip,
-        config.nic
+        config.ports.nic
     ));
-    let groups = match &config.discovery {
+    let groups = match &config.topology.discovery {
         Discovery::Static { ips } => {
             lines.push(format!(
                 "peers: a static list of {} addresses, no Kubernetes needed",
@@ -57,7 +64,7 @@ pub async fn doctor(
             lines.push(format!(
                 "peers: the DNS records of {name} (no Kubernetes API, no RBAC needed)"
             ));
-            let expected = config.trainers as usize;
+            let expected = config.topology.trainers as usize;
             return match crate::peers::dns::resolve_once(name, *server).await {
                 Err(e) => (lines, e.into()),
                 Ok(Ok(ips)) if ips.len() == expected && ips.contains(&my_ip) => {
@@ -85,7 +92,7 @@ pub async fn doctor(
         }
         Discovery::Kubernetes { groups } => groups,
     };
-    let server = match kubernetes::connect(config.namespace.as_deref()).await {
+    let server = match kubernetes::connect(config.topology.namespace.as_deref()).await {
         Ok(server) => server,
         Err(e) => return (lines, e.into()),
     };
@@ -98,7 +105,7 @@ pub async fn doctor(
         server.url, server.namespace
     ));
     // The same rule as the wait of `run`, so that doctor's verdict is the launcher's.
-    let verdict = judge(groups, &lists, config.max_failed_trainers);
+    let verdict = judge(groups, &lists, config.topology.max_failed_trainers);
     for (group, readiness) in groups.iter().zip(&verdict.groups) {
         let name = kubernetes::describe_group(group.kind);
         match readiness {
@@ -135,10 +142,10 @@ pub async fn doctor(
         .zip(ready)
         .map(|(group, pods)| (group.kind, rank(&pods)))
         .collect();
-    let membership = Membership::from_groups(config.protocol, ranked);
-    let own_name = config.pod_name.as_deref();
+    let membership = Membership::from_groups(config.topology.protocol, ranked);
+    let own_name = config.topology.pod_name.as_deref();
     let me = membership
-        .check_listeners(config.protocol)
+        .check_listeners(config.topology.protocol)
         .and_then(|()| membership.locate(&config, own_name, my_ip));
     match me {
         Ok(me) => {

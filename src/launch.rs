@@ -42,7 +42,11 @@ pub async fn launch(args: &JobArgs, plan_only: bool) -> Outcome {
 async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error> {
     let mut config = Config::from_args(args)?;
     let my_ip = own_ip(&config, &host_interfaces(), hostname_ip)?;
-    let pod = config.pod_name.clone().unwrap_or_else(|| my_ip.to_string());
+    let pod = config
+        .topology
+        .pod_name
+        .clone()
+        .unwrap_or_else(|| my_ip.to_string());
     tracing::Span::current().record("pod", tracing::field::display(&pod));
     // Installed before anything that takes time, so a TERM ends it at once, and zombies are
     // reaped from the start when we are PID 1.
@@ -51,7 +55,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
     } else {
         let signals =
             Signals::install().map_err(|e| Error::io("cannot install signal handlers", e))?;
-        Some(Supervisor::new(signals, config.grace_period))
+        Some(Supervisor::new(signals, config.timing.grace_period))
     };
     // Files are on the pod's own or a shared filesystem, not in the membership: check them first.
     let for_inputs = config.clone();
@@ -66,12 +70,12 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
         trainers_done,
     } = wait_for_peers(&config, supervisor.as_mut()).await?;
     if namespace.is_some() {
-        config.namespace = namespace;
+        config.topology.namespace = namespace;
     }
-    membership.check_listeners(config.protocol)?;
+    membership.check_listeners(config.topology.protocol)?;
     // Static and DNS members have made-up names: only a real pod list can be searched by name.
-    let own_name = match config.discovery {
-        Discovery::Kubernetes { .. } => config.pod_name.as_deref(),
+    let own_name = match config.topology.discovery {
+        Discovery::Kubernetes { .. } => config.topology.pod_name.as_deref(),
         Discovery::Static { .. } | Discovery::Dns { .. } => None,
     };
     let me = membership.locate(&config, own_name, my_ip)?;
@@ -88,7 +92,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
         move || workspace::prepare(&for_workspace),
     )
     .await??;
-    if let (true, Some(loss)) = (config.watch_peers, peer_loss) {
+    if let (true, Some(loss)) = (config.topology.watch_peers, peer_loss) {
         supervisor.watch_peers(loss);
     }
     if let Some(done) = trainers_done {
@@ -103,10 +107,10 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
 fn ranks_line(plan: &Plan, config: &Config) -> String {
     let mut parts = Vec::new();
     if let Some(id) = plan.trainer_id {
-        parts.push(format!("trainer id {id} of {}", config.trainers));
+        parts.push(format!("trainer id {id} of {}", config.topology.trainers));
     }
     if let Some(id) = plan.pserver_id {
-        parts.push(format!("pserver id {id} of {}", config.pservers));
+        parts.push(format!("pserver id {id} of {}", config.topology.pservers));
     }
     parts.join(", ")
 }
@@ -194,8 +198,8 @@ fn input_files(config: &Config) -> Result<InputFiles, ConfigError> {
         Ok(Some(files))
     };
     Ok(InputFiles {
-        train: expand(&config.train_files, crate::config::TRAIN_FILES)?,
-        test: expand(&config.test_files, crate::config::TEST_FILES)?,
+        train: expand(&config.workspace.train_files, crate::config::TRAIN_FILES)?,
+        test: expand(&config.workspace.test_files, crate::config::TEST_FILES)?,
     })
 }
 
@@ -258,8 +262,8 @@ async fn supervise_job(
             sup,
             pserver,
             &plan.pserver_endpoints,
-            config.pserver_timeout,
-            config.protocol,
+            config.timing.pserver_timeout,
+            config.topology.protocol,
         )
         .await?;
     }
@@ -280,7 +284,7 @@ async fn supervise_job(
             Event::Signal(sig) => sup.forward(sig),
             Event::Exited { child, ended } if child == trainer => {
                 if let (0, Some(pserver)) = (ended.exit_code(), pserver) {
-                    linger(sup, pserver, config.linger).await?;
+                    linger(sup, pserver, config.timing.linger).await?;
                 }
                 sup.stop(&Vec::from_iter(pserver), SIGTERM).await;
                 return Ok(Outcome::new(

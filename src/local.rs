@@ -127,7 +127,7 @@ async fn run_instances(
     // The instances need their own grace period to stop their children first.
     let mut sup = Supervisor::new(
         signals,
-        config.grace_period + std::time::Duration::from_secs(5),
+        config.timing.grace_period + std::time::Duration::from_secs(5),
     );
     let mut argv = vec![exe, "run".to_string(), "--".to_string()];
     argv.extend(args.job.trainer_args.iter().cloned());

@@ -220,7 +220,7 @@ pub fn judge(groups: &[Group], pods: &[Vec<PodView>], max_failed_trainers: Optio
     }
 }
 
-/// The job's members by role, each list in rank order. In seed 004's layout both lists are the
+/// The job's members by role, each list in rank order. In the colocated layout both lists are the
 /// same pods.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Membership {
@@ -264,7 +264,11 @@ impl Membership {
         own_ip: IpAddr,
     ) -> Result<Me, MembershipError> {
         let (list, pserver, trainer) = match config.own_group() {
-            GroupKind::Job => (&self.trainers, config.protocol.has_pservers(), true),
+            GroupKind::Job => (
+                &self.trainers,
+                config.topology.protocol.has_pservers(),
+                true,
+            ),
             GroupKind::Pservers => (&self.pservers, true, false),
             GroupKind::Trainers => (&self.trainers, false, true),
         };

@@ -23,32 +23,32 @@ pub struct Found {
 /// Waits until every group has exactly the expected number of ready pods.
 pub async fn discover(config: &Config) -> Result<Found, Error> {
     let mut trainers_done = None;
-    let (groups, namespace, peer_loss) = match &config.discovery {
+    let (groups, namespace, peer_loss) = match &config.topology.discovery {
         Discovery::Static { ips } => {
-            let members = static_list::members(&config.job_name, ips);
+            let members = static_list::members(&config.topology.job_name, ips);
             (vec![(GroupKind::Job, members)], None, None)
         }
         Discovery::Dns { name, server } => {
             let members = dns::wait_until_stable(
                 name,
                 *server,
-                config.trainers as usize,
-                config.wait_timeout,
+                config.topology.trainers as usize,
+                config.timing.wait_timeout,
             )
             .await?;
             (vec![(GroupKind::Job, members)], None, None)
         }
         Discovery::Kubernetes { groups } => {
-            let server = kubernetes::connect(config.namespace.as_deref()).await?;
-            if let Some(group) = &config.trainers_to_finish {
+            let server = kubernetes::connect(config.topology.namespace.as_deref()).await?;
+            if let Some(group) = &config.topology.trainers_to_finish {
                 let done = kubernetes::all_succeeded(server.clone(), group.clone());
                 trainers_done = Some(done.boxed());
             }
             let (ready, watch) = kubernetes::wait_until_ready(
                 &server,
                 groups,
-                config.wait_timeout,
-                config.max_failed_trainers,
+                config.timing.wait_timeout,
+                config.topology.max_failed_trainers,
             )
             .await?;
             let ranked: Vec<(GroupKind, Vec<Member>)> = groups
@@ -62,7 +62,7 @@ pub async fn discover(config: &Config) -> Result<Found, Error> {
         }
     };
     Ok(Found {
-        membership: Membership::from_groups(config.protocol, groups),
+        membership: Membership::from_groups(config.topology.protocol, groups),
         namespace,
         peer_loss,
         trainers_done,

@@ -19,22 +19,22 @@ pub fn trainer_env(
     let master = m
         .trainers
         .first()
-        .map(|rank0| SocketAddr::new(rank0.ip, config.trainer_port).to_string())
+        .map(|rank0| SocketAddr::new(rank0.ip, config.ports.trainer).to_string())
         .unwrap_or_default();
     env(vec![
         ("PADDLE_TRAINER_ID", trainer_id.to_string()),
-        ("PADDLE_TRAINERS_NUM", config.trainers.to_string()),
+        ("PADDLE_TRAINERS_NUM", config.topology.trainers.to_string()),
         (
             "PADDLE_TRAINER_ENDPOINTS",
-            endpoints(&m.trainers, config.trainer_port),
+            endpoints(&m.trainers, config.ports.trainer),
         ),
         (
             "PADDLE_CURRENT_ENDPOINT",
-            SocketAddr::new(me.ip, config.trainer_port).to_string(),
+            SocketAddr::new(me.ip, config.ports.trainer).to_string(),
         ),
         ("PADDLE_MASTER", master),
-        ("PADDLE_NNODES", config.trainers.to_string()),
-        ("PADDLE_JOB_ID", config.job_name.clone()),
+        ("PADDLE_NNODES", config.topology.trainers.to_string()),
+        ("PADDLE_JOB_ID", config.topology.job_name.clone()),
     ])
 }
 

@@ -15,17 +15,17 @@ fn shared(config: &Config, m: &Membership, role: &str) -> Vec<(&'static str, Str
         ("PADDLE_TRAINING_ROLE", role.to_string()),
         (
             "PADDLE_PSERVERS_IP_PORT_LIST",
-            endpoints(&m.pservers, config.ports.first),
+            endpoints(&m.pservers, config.ports.pserver.first),
         ),
-        ("PADDLE_PSERVER_NUMS", config.pservers.to_string()),
-        ("PADDLE_TRAINERS_NUM", config.trainers.to_string()),
+        ("PADDLE_PSERVER_NUMS", config.topology.pservers.to_string()),
+        ("PADDLE_TRAINERS_NUM", config.topology.trainers.to_string()),
     ]
 }
 
 /// The complete contract of a pserver process.
 pub fn pserver_env(config: &Config, m: &Membership, me: &Me) -> BTreeMap<String, String> {
     let mut vars = shared(config, m, "PSERVER");
-    vars.push(("PADDLE_PORT", config.ports.first.to_string()));
+    vars.push(("PADDLE_PORT", config.ports.pserver.first.to_string()));
     vars.push(("POD_IP", me.ip.to_string()));
     env(vars)
 }
@@ -41,9 +41,9 @@ pub fn trainer_env(
     vars.push(("PADDLE_TRAINER_ID", trainer_id.to_string()));
     vars.push((
         "PADDLE_TRAINER_ENDPOINTS",
-        endpoints(&m.trainers, config.trainer_port),
+        endpoints(&m.trainers, config.ports.trainer),
     ));
-    vars.push(("PADDLE_PORT", config.trainer_port.to_string()));
+    vars.push(("PADDLE_PORT", config.ports.trainer.to_string()));
     vars.push(("POD_IP", me.ip.to_string()));
     env(vars)
 }

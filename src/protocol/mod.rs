@@ -15,14 +15,18 @@ use crate::config::{Config, Protocol};
 use crate::membership::{Me, Member, Membership};
 use crate::plan::{Copy, FileSpec, Plan, PodEntry, ProcessSpec, Role};
 
-/// Directory layout of the seed: `$JOB_PATH/$JOB_NAME/{output/node_<rank>, <rank>/data, <config>}`.
+/// Directory layout of PaddlePaddle's original Kubernetes tutorial: `$JOB_PATH/$JOB_NAME/{output/node_<rank>, <rank>/data, <config>}`.
 pub struct JobDir {
     pub root: PathBuf,
 }
 
 impl JobDir {
     pub fn new(config: &Config) -> Option<Self> {
-        let root = config.job_path.as_ref()?.join(&config.job_name);
+        let root = config
+            .workspace
+            .job_path
+            .as_ref()?
+            .join(&config.topology.job_name);
         Some(JobDir { root })
     }
 
@@ -31,7 +35,7 @@ impl JobDir {
     }
 }
 
-/// Where a process's output is copied: `output/node_<rank>/{server,train}.log` as in the seed;
+/// Where a process's output is copied: `output/node_<rank>/{server,train}.log` as in PaddlePaddle's tutorial;
 /// pserver pods of the split layout use `output/pserver_<rank>/server.log`.
 pub fn log_file(
     config: &Config,
@@ -39,7 +43,7 @@ pub fn log_file(
     role: Role,
     rank: usize,
 ) -> Option<PathBuf> {
-    let dir = match (role, config.role) {
+    let dir = match (role, config.topology.role) {
         (Role::Pserver, crate::config::PodRole::Pserver) => format!("pserver_{rank}"),
         _ => format!("node_{rank}"),
     };
@@ -70,9 +74,9 @@ pub fn ips(members: &[Member]) -> String {
 /// The training program of the entry-command protocols: `sh -c ENTRY` (the user's own shell
 /// line, explicitly), else the argv after `--`.
 pub fn program(config: &Config) -> Vec<String> {
-    match &config.entry {
+    match &config.program.entry {
         Some(line) => vec!["sh".into(), "-c".into(), line.clone()],
-        None => config.trainer_args.rest.clone(),
+        None => config.program.trainer_args.rest.clone(),
     }
 }
 
@@ -94,7 +98,7 @@ pub fn process(
         role,
         argv,
         env,
-        cwd: config.workdir.clone(),
+        cwd: config.workspace.workdir.clone(),
         log: log_file(config, job_dir, role, rank),
     }
 }
@@ -107,7 +111,7 @@ fn pserver(
     jd: Option<&JobDir>,
     rank: usize,
 ) -> Option<ProcessSpec> {
-    Some(match config.protocol {
+    Some(match config.topology.protocol {
         Protocol::V1 | Protocol::V2 => v1::pserver(config, rank, jd),
         Protocol::Fleet => process(
             config,
@@ -129,7 +133,7 @@ fn trainer(
     jd: Option<&JobDir>,
     rank: usize,
 ) -> ProcessSpec {
-    let env = match config.protocol {
+    let env = match config.topology.protocol {
         Protocol::V1 => return v1::trainer(config, m, rank, jd),
         Protocol::V2 => v2::trainer_env(config, m, rank),
         Protocol::Fleet => fleet::trainer_env(config, m, me, rank),
@@ -140,9 +144,9 @@ fn trainer(
 
 /// Every pserver endpoint the trainer needs up before it starts (empty: no gate).
 pub fn pserver_endpoints(config: &Config, membership: &Membership) -> Vec<SocketAddr> {
-    let ports: Vec<u16> = match config.protocol {
-        Protocol::V1 | Protocol::V2 => config.ports.ports().collect(),
-        Protocol::Fleet => vec![config.ports.first],
+    let ports: Vec<u16> = match config.topology.protocol {
+        Protocol::V1 | Protocol::V2 => config.ports.pserver.ports().collect(),
+        Protocol::Fleet => vec![config.ports.pserver.first],
         Protocol::Collective => vec![],
     };
     membership
@@ -185,25 +189,25 @@ pub fn plan(config: &Config, membership: &Membership, me: &Me, inputs: &InputFil
     let rank = me.trainer_rank.or(me.pserver_rank).unwrap_or(0);
     let mut copies = Vec::new();
     if let Some(dir) = &job_dir {
-        if let Some(sub) = &config.train_config_dir {
+        if let Some(sub) = &config.workspace.train_config_dir {
             copies.push(Copy {
                 from: dir.root.join(sub),
-                to: config.workdir.clone(),
+                to: config.workspace.workdir.clone(),
             });
         }
         if me.trainer_rank.is_some() {
             copies.push(Copy {
                 from: dir.root.join(rank.to_string()).join("data"),
-                to: config.workdir.join("data"),
+                to: config.workspace.workdir.join("data"),
             });
         }
     }
     let mut files = Vec::new();
     if let Some(id) = me.trainer_rank {
-        if let Some(dir) = &config.id_dir {
+        if let Some(dir) = &config.workspace.id_dir {
             for (name, value) in [
                 ("trainer_id", id as u32),
-                ("trainer_count", config.trainers),
+                ("trainer_count", config.topology.trainers),
             ] {
                 files.push(FileSpec {
                     path: dir.join(name),
@@ -214,14 +218,14 @@ pub fn plan(config: &Config, membership: &Membership, me: &Me, inputs: &InputFil
         }
         if let Some(train) = &inputs.train {
             files.push(list_file(
-                &config.train_list,
-                &shard(train, config.trainers, id),
+                &config.workspace.train_list,
+                &shard(train, config.topology.trainers, id),
             ));
         }
         if let Some(test) = &inputs.test {
             files.push(list_file(
-                &config.test_list,
-                &shard(test, config.trainers, id),
+                &config.workspace.test_list,
+                &shard(test, config.topology.trainers, id),
             ));
         }
     }
@@ -240,12 +244,12 @@ pub fn plan(config: &Config, membership: &Membership, me: &Me, inputs: &InputFil
         Vec::new()
     };
     Plan {
-        job: config.job_name.clone(),
-        namespace: config.namespace.clone(),
-        protocol: config.protocol,
+        job: config.topology.job_name.clone(),
+        namespace: config.topology.namespace.clone(),
+        protocol: config.topology.protocol,
         trainer_id: me.trainer_rank,
         pserver_id: me.pserver_rank,
-        num_gradient_servers: config.trainers,
+        num_gradient_servers: config.topology.trainers,
         pod_ip: me.ip,
         pods: pod_entries(membership),
         pserver_endpoints: gate,
@@ -279,7 +283,7 @@ pub(crate) mod tests {
     use crate::config::GroupKind;
     use crate::membership::{rank, tests::pod};
 
-    /// A config from the seed's values plus edits.
+    /// A config from the tutorial job's values plus edits.
     pub fn config(edit: impl FnOnce(&mut JobArgs)) -> Config {
         let mut args = JobArgs {
             job_name: Some("paddle-cluster-job".into()),
@@ -310,7 +314,7 @@ pub(crate) mod tests {
                 (GroupKind::Trainers, trainers),
             ]
         };
-        Membership::from_groups(config.protocol, groups)
+        Membership::from_groups(config.topology.protocol, groups)
     }
 
     #[test]

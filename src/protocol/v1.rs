@@ -9,15 +9,18 @@ use crate::config::Config;
 use crate::membership::Membership;
 use crate::plan::{ProcessSpec, Role};
 
-/// Marks the processes as the launcher's, as the seed did (`ps` shows it).
+/// Marks the processes as the launcher's, as the tutorial's start script did (`ps` shows it).
 pub const COMMENT: &str = "paddle_process_by_paddle";
 
 fn common_flags(config: &Config) -> Vec<(&'static str, String)> {
     vec![
-        ("port", config.ports.first.to_string()),
-        ("ports_num", config.ports.dense.to_string()),
-        ("ports_num_for_sparse", config.ports.sparse.to_string()),
-        ("nics", config.nic.clone()),
+        ("port", config.ports.pserver.first.to_string()),
+        ("ports_num", config.ports.pserver.dense.to_string()),
+        (
+            "ports_num_for_sparse",
+            config.ports.pserver.sparse.to_string(),
+        ),
+        ("nics", config.ports.nic.clone()),
         ("comment", COMMENT.to_string()),
     ]
 }
@@ -37,8 +40,8 @@ fn argv(command: &[String], flags: &[(&str, String)]) -> Vec<String> {
 /// The v1 pserver; v2 jobs run the same one.
 pub fn pserver(config: &Config, rank: usize, job_dir: Option<&JobDir>) -> ProcessSpec {
     let mut flags = common_flags(config);
-    flags.push(("num_gradient_servers", config.trainers.to_string()));
-    let argv = argv(&config.pserver_cmd, &flags);
+    flags.push(("num_gradient_servers", config.topology.trainers.to_string()));
+    let argv = argv(&config.program.pserver_cmd, &flags);
     process(config, job_dir, Role::Pserver, rank, argv, BTreeMap::new())
 }
 
@@ -50,20 +53,20 @@ pub fn trainer(
 ) -> ProcessSpec {
     let mut flags = common_flags(config);
     flags.push(("pservers", ips(&m.pservers)));
-    flags.push(("num_gradient_servers", config.trainers.to_string()));
+    flags.push(("num_gradient_servers", config.topology.trainers.to_string()));
     flags.push(("trainer_id", rank.to_string()));
     flags.push(("local", "0".to_string()));
     if let Some(dir) = job_dir {
         flags.push(("save_dir", dir.output().display().to_string()));
     }
-    for (name, value) in &config.trainer_args.overrides {
+    for (name, value) in &config.program.trainer_args.overrides {
         match flags.iter_mut().find(|(n, _)| n == name) {
             Some(slot) => slot.1 = value.clone(),
             None => flags.push((name.as_str(), value.clone())),
         }
     }
-    let mut argv = argv(&config.trainer_cmd, &flags);
-    argv.extend(config.trainer_args.rest.iter().cloned());
+    let mut argv = argv(&config.program.trainer_cmd, &flags);
+    argv.extend(config.program.trainer_args.rest.iter().cloned());
     process(config, job_dir, Role::Trainer, rank, argv, BTreeMap::new())
 }
 

@@ -12,16 +12,19 @@ pub fn trainer_env(
     trainer_id: usize,
 ) -> std::collections::BTreeMap<String, String> {
     env(vec![
-        ("PADDLE_INIT_PORT", config.ports.first.to_string()),
-        ("PADDLE_INIT_PORTS_NUM", config.ports.dense.to_string()),
+        ("PADDLE_INIT_PORT", config.ports.pserver.first.to_string()),
+        (
+            "PADDLE_INIT_PORTS_NUM",
+            config.ports.pserver.dense.to_string(),
+        ),
         (
             "PADDLE_INIT_PORTS_NUM_FOR_SPARSE",
-            config.ports.sparse.to_string(),
+            config.ports.pserver.sparse.to_string(),
         ),
-        ("PADDLE_INIT_NICS", config.nic.clone()),
+        ("PADDLE_INIT_NICS", config.ports.nic.clone()),
         (
             "PADDLE_INIT_NUM_GRADIENT_SERVERS",
-            config.trainers.to_string(),
+            config.topology.trainers.to_string(),
         ),
         ("PADDLE_INIT_TRAINER_ID", trainer_id.to_string()),
         ("PADDLE_INIT_PSERVERS", ips(&m.pservers)),
