@@ -212,6 +212,23 @@ impl Supervisor {
             .current_dir(spec.cwd)
             .stdin(Stdio::null())
             .process_group(0);
+        // Children never outlive their launcher, even when it is SIGKILLed and is not PID 1
+        // (local mode, a wrapper entrypoint). The death signal follows the *thread* that
+        // forked: every spawn happens on the runtime's one thread, which lives as long as the
+        // launcher. A launcher that died between fork and prctl is caught by the ppid check.
+        let launcher = std::process::id() as i32;
+        // SAFETY: only async-signal-safe system calls run between fork and exec.
+        unsafe {
+            command.pre_exec(move || {
+                if nix::libc::prctl(nix::libc::PR_SET_PDEATHSIG, nix::libc::SIGKILL) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                if nix::libc::getppid() != launcher {
+                    nix::libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
         let prefixed = matches!(spec.output, Output::Prefixed { .. });
         if prefixed {
             command.stdout(Stdio::piped()).stderr(Stdio::piped());

@@ -3,11 +3,14 @@
 
 mod support;
 
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use support::{assert_contains, assert_nothing_left, free_ports, standin, Launcher, OnePod};
+use support::{
+    assert_contains, assert_nothing_left, free_ports, standin, survivors, Launcher, OnePod,
+};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -221,6 +224,24 @@ fn a_pserver_that_exits_0_at_once_is_explained() {
             && last.contains("--protocol fleet"),
         "{last}"
     );
+}
+
+/// Children never outlive their launcher: SIGKILLed, it cannot stop them itself, yet they die
+/// with it (PR_SET_PDEATHSIG), also when it is not PID 1 (here, local mode, wrappers).
+#[test]
+fn a_sigkilled_launcher_leaves_no_child_behind() {
+    let pod = OnePod::new().set("STANDIN_TRAINER_SECONDS", "120");
+    let launcher = pod.start();
+    launcher.wait_for_output("connected to 1 pserver endpoints", LIMIT);
+    assert_eq!(survivors(&pod.pids()).len(), 2, "pserver and trainer run");
+    launcher.signal(Signal::SIGKILL);
+    assert_eq!(launcher.wait(LIMIT).status.signal(), Some(9));
+    // Their end is asynchronous: look until they are gone or the limit says they never will be.
+    let deadline = std::time::Instant::now() + LIMIT;
+    while !survivors(&pod.pids()).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_nothing_left(&pod.pids());
 }
 
 #[test]
