@@ -24,6 +24,6 @@ pub(crate) mod supervise;
 pub(crate) mod workspace;
 
 pub use config::Config;
-pub use membership::{rank, readiness, PodView, Readiness};
+pub use membership::{rank, readiness, PodPhase, PodView, Readiness};
 pub use peers::kubernetes::pod_view;
 pub use selector::LabelSelector;

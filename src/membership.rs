@@ -6,13 +6,58 @@ use std::net::IpAddr;
 
 use crate::config::{Config, Group, GroupKind, Protocol};
 
+/// A pod's `status.phase`. Anything the launcher does not know is `Unknown`, which is neither
+/// ready nor finished: such a pod keeps the job waiting rather than being counted wrongly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodPhase {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Unknown,
+}
+
+impl PodPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PodPhase::Pending => "Pending",
+            PodPhase::Running => "Running",
+            PodPhase::Succeeded => "Succeeded",
+            PodPhase::Failed => "Failed",
+            PodPhase::Unknown => "Unknown",
+        }
+    }
+
+    /// Done for good: the pod will not run again.
+    pub fn is_finished(self) -> bool {
+        matches!(self, PodPhase::Succeeded | PodPhase::Failed)
+    }
+}
+
+impl From<&str> for PodPhase {
+    fn from(text: &str) -> Self {
+        match text {
+            "Pending" => PodPhase::Pending,
+            "Running" => PodPhase::Running,
+            "Succeeded" => PodPhase::Succeeded,
+            "Failed" => PodPhase::Failed,
+            _ => PodPhase::Unknown,
+        }
+    }
+}
+
+impl fmt::Display for PodPhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What the launcher needs to know of one pod, whatever the discovery backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodView {
     pub name: String,
     pub ip: Option<IpAddr>,
-    /// Pending, Running, Succeeded, Failed, Unknown.
-    pub phase: String,
+    pub phase: PodPhase,
     /// metadata.deletionTimestamp is set: the pod is going away.
     pub terminating: bool,
     /// The Indexed-Job annotation `batch.kubernetes.io/job-completion-index`.
@@ -24,11 +69,11 @@ pub struct PodView {
 impl PodView {
     /// A pod that is, or may still become, part of the job.
     pub fn is_live(&self) -> bool {
-        !self.terminating && self.phase != "Failed" && self.phase != "Succeeded"
+        !self.terminating && !self.phase.is_finished()
     }
 
     pub fn is_ready(&self) -> bool {
-        self.is_live() && self.phase == "Running" && self.ip.is_some()
+        self.is_live() && self.phase == PodPhase::Running && self.ip.is_some()
     }
 }
 
@@ -85,8 +130,8 @@ pub fn lost(member: &Member, now: Option<&PodView>, succeeded_before: bool) -> O
     let what = match now {
         None if succeeded_before => return None,
         None => "was deleted".to_string(),
-        Some(p) if p.phase == "Succeeded" => return None,
-        Some(p) if p.phase == "Failed" => "has Failed".to_string(),
+        Some(p) if p.phase == PodPhase::Succeeded => return None,
+        Some(p) if p.phase == PodPhase::Failed => "has Failed".to_string(),
         Some(p) if p.terminating => "is terminating".to_string(),
         Some(p) if p.ip.is_some_and(|ip| ip != member.ip) => {
             format!(
@@ -120,7 +165,7 @@ pub struct WaitStatus {
     /// Failed, Succeeded or terminating pods, ignored.
     pub ignored: usize,
     /// (name, phase, reason) of each live pod that is not ready.
-    pub not_ready: Vec<(String, String, Option<String>)>,
+    pub not_ready: Vec<(String, PodPhase, Option<String>)>,
 }
 
 impl fmt::Display for WaitStatus {
@@ -169,14 +214,14 @@ pub fn readiness(pods: &[PodView], expected: usize) -> Readiness {
         not_ready: live
             .iter()
             .filter(|p| !p.is_ready())
-            .map(|p| (p.name.clone(), p.phase.clone(), p.waiting_reason.clone()))
+            .map(|p| (p.name.clone(), p.phase, p.waiting_reason.clone()))
             .collect(),
     })
 }
 
 /// Pods of a group that have Failed (PaddleCloud's guard against restarting a broken job).
 pub fn failed(pods: &[PodView]) -> usize {
-    pods.iter().filter(|p| p.phase == "Failed").count()
+    pods.iter().filter(|p| p.phase == PodPhase::Failed).count()
 }
 
 /// The one rule for "may the job start now", used by the wait and by `doctor` alike: the
@@ -387,6 +432,18 @@ pub(crate) mod tests {
             terminating: false,
             completion_index: None,
             waiting_reason: None,
+        }
+    }
+
+    /// A phase the launcher does not know (or the API's own `Unknown`, a lost node) is neither
+    /// ready nor finished: the job waits instead of counting the pod either way.
+    #[test]
+    fn an_unknown_phase_keeps_the_job_waiting() {
+        for phase in ["Unknown", "Evicting"] {
+            let p = pod("a", Some("10.0.0.1"), phase);
+            assert_eq!(p.phase, PodPhase::Unknown);
+            assert!(p.is_live() && !p.is_ready());
+            assert!(matches!(readiness(&[p], 1), Readiness::Waiting(_)));
         }
     }
 

@@ -176,7 +176,7 @@ fn every_recorded_pod_parses() {
                     "{file}: {}",
                     view.phase
                 );
-                if view.phase == "Running" {
+                if view.phase == paddle_launcher::PodPhase::Running {
                     assert!(
                         view.ip.is_some(),
                         "{file}: {} Running without an IP",

@@ -14,7 +14,7 @@ use tracing::{info, warn};
 
 use crate::config::{Group, GroupKind};
 use crate::error::Error;
-use crate::membership::{judge, lost, Member, PodSet, PodView, Readiness, Verdict};
+use crate::membership::{judge, lost, Member, PodPhase, PodSet, PodView, Readiness, Verdict};
 
 /// Interval of the "still waiting" line, so a stuck job always says why.
 const PROGRESS_EVERY: Duration = Duration::from_secs(30);
@@ -205,7 +205,7 @@ impl PodWatch {
                     if let Some(reason) = lost(member, now, succeeded.contains(&member.name)) {
                         return reason;
                     }
-                    if now.is_some_and(|p| p.phase == "Succeeded") {
+                    if now.is_some_and(|p| p.phase == PodPhase::Succeeded) {
                         succeeded.insert(member.name.clone());
                     }
                 }
@@ -229,7 +229,7 @@ pub async fn all_succeeded(server: ApiServer, group: Group) -> Result<String, St
             .group(0)
             .pods()
             .iter()
-            .filter(|p| p.phase == "Succeeded")
+            .filter(|p| p.phase == PodPhase::Succeeded)
             .count();
         if done >= group.expected as usize {
             return Ok(format!(
@@ -467,8 +467,8 @@ pub fn pod_view(pod: &Pod) -> PodView {
             .and_then(|s| s.pod_ip.as_deref())
             .and_then(|ip| ip.parse().ok()),
         phase: status
-            .and_then(|s| s.phase.clone())
-            .unwrap_or_else(|| "Pending".to_string()),
+            .and_then(|s| s.phase.as_deref())
+            .map_or(PodPhase::Pending, PodPhase::from),
         terminating: meta.deletion_timestamp.is_some(),
         completion_index: meta
             .annotations
@@ -530,7 +530,7 @@ mod tests {
                 "message": "0/3 nodes are available: 3 Insufficient cpu."}]}
         }));
         let v = pod_view(&p);
-        assert_eq!(v.phase, "Pending");
+        assert_eq!(v.phase, PodPhase::Pending);
         assert_eq!(
             v.waiting_reason.as_deref(),
             Some("Unschedulable: 0/3 nodes are available: 3 Insufficient cpu.")
@@ -560,8 +560,8 @@ mod tests {
     fn a_pod_without_status_is_pending() {
         let v = pod_view(&pod(serde_json::json!({"metadata": {"name": "x"}})));
         assert_eq!(
-            (v.phase.as_str(), v.ip, v.waiting_reason),
-            ("Pending", None, None)
+            (v.phase, v.ip, v.waiting_reason),
+            (PodPhase::Pending, None, None)
         );
     }
 
