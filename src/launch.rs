@@ -1,23 +1,27 @@
 //! `run` and `plan`: configuration -> peers -> plan, then the launch: the pserver first, the
 //! trainer once every pserver endpoint of the job accepts TCP, then supervision until it is done.
 
+use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::time::Duration;
 
-use nix::libc::SIGTERM;
+use futures::future::BoxFuture;
+use futures::FutureExt;
 use tokio::net::TcpStream;
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 use tracing::info;
 
 use crate::cli::JobArgs;
-use crate::config::{own_ip, Config, ConfigError, Discovery, Interfaces, Protocol};
+use crate::config::{own_ip, Config, ConfigError, Discovery, Interfaces};
 use crate::error::Error;
 use crate::exit::{self, Outcome};
+use crate::lifecycle::{Command, Input, Lifecycle, Setup};
 use crate::plan::{Plan, ProcessSpec, Role};
 use crate::protocol::InputFiles;
 use crate::supervise::Signals;
-use crate::supervise::{is_stop_signal, signal_name, Ended, Event, Output, SpawnSpec, Supervisor};
+use crate::supervise::{is_stop_signal, signal_name, Event, Output, SpawnSpec, Supervisor};
 use crate::{peers, protocol, workspace};
 
 /// Between probe rounds, doubling from the first to the last: pservers that start in a few
@@ -98,7 +102,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
     if let Some(done) = trainers_done {
         supervisor.end_when(done);
     }
-    let outcome = supervise_job(&mut supervisor, &plan, &config).await;
+    let outcome = drive(&mut supervisor, &plan, &config).await;
     supervisor.finish();
     outcome
 }
@@ -237,152 +241,111 @@ fn stopped_by(signal: i32, doing: &str) -> Error {
     }
 }
 
-/// Whatever the plan holds: a pserver and/or a trainer. The trainer's end decides the status;
-/// a pod with only a pserver ends with the pserver.
-async fn supervise_job(
-    sup: &mut Supervisor,
-    plan: &Plan,
-    config: &Config,
-) -> Result<Outcome, Error> {
-    let pserver = plan
-        .process(Role::Pserver)
-        .map(|spec| spawn(sup, spec))
-        .transpose()?;
-    let Some(trainer_spec) = plan.process(Role::Trainer) else {
-        return match pserver {
-            Some(pserver) => supervise_pserver(sup, pserver).await,
-            None => Ok(Outcome::new(
-                exit::SUCCESS,
-                "the plan has no process to run",
-            )),
-        };
+/// Carries out the lifecycle's commands (spawn, signal, probe, timers, stop) and feeds it what
+/// happened, until it finishes. All decisions are the lifecycle's; this only does I/O.
+async fn drive(sup: &mut Supervisor, plan: &Plan, config: &Config) -> Result<Outcome, Error> {
+    let label = |role| {
+        plan.process(role)
+            .map(|p| p.name.clone())
+            .unwrap_or_default()
     };
-    if !plan.pserver_endpoints.is_empty() {
-        wait_for_pservers(
-            sup,
-            pserver,
-            &plan.pserver_endpoints,
-            config.timing.pserver_timeout,
-            config.topology.protocol,
-        )
-        .await?;
-    }
-    let trainer = match spawn(sup, trainer_spec) {
-        Ok(i) => i,
-        Err(e) => {
-            sup.stop(&Vec::from_iter(pserver), SIGTERM).await;
-            return Err(e);
-        }
-    };
-    let all: Vec<usize> = std::iter::once(trainer).chain(pserver).collect();
+    let trainer = plan.process(Role::Trainer).is_some();
+    let (mut machine, first) = Lifecycle::start(Setup {
+        pserver: plan.process(Role::Pserver).is_some(),
+        trainer,
+        gate_on_pservers: trainer && !plan.pserver_endpoints.is_empty(),
+        protocol: config.topology.protocol,
+        linger: config.timing.linger,
+        trainer_label: label(Role::Trainer),
+        pserver_label: label(Role::Pserver),
+    });
+    let mut commands: VecDeque<Command> = first.into();
+    // The supervisor's child index of each started role.
+    let mut children: Vec<(Role, usize)> = Vec::new();
+    let mut probe: Option<BoxFuture<'static, Input>> = None;
+    let mut linger: Option<Pin<Box<tokio::time::Sleep>>> = None;
     loop {
-        match sup.next_event().await {
-            Event::Signal(sig) if is_stop_signal(sig) => {
-                sup.stop(&all, sig).await;
-                return Err(stopped_by(sig, &format!("; stopped {}", names(sup, &all))));
-            }
-            Event::Signal(sig) => sup.forward(sig),
-            Event::Exited { child, ended } if child == trainer => {
-                if let (0, Some(pserver)) = (ended.exit_code(), pserver) {
-                    linger(sup, pserver, config.timing.linger).await?;
+        while let Some(command) = commands.pop_front() {
+            let input = match command {
+                Command::Spawn(role) => match plan.process(role).map(|spec| spawn(sup, spec)) {
+                    Some(Ok(child)) => {
+                        children.push((role, child));
+                        None
+                    }
+                    Some(Err(error)) => Some(Input::SpawnFailed { role, error }),
+                    None => None,
+                },
+                Command::Forward(sig) => {
+                    sup.forward(sig);
+                    None
                 }
-                sup.stop(&Vec::from_iter(pserver), SIGTERM).await;
-                return Ok(Outcome::new(
-                    ended.exit_code(),
-                    format!("trainer {}", ended.describe()),
-                ));
+                Command::ProbePservers => {
+                    let endpoints = plan.pserver_endpoints.clone();
+                    probe = Some(probe_pservers(endpoints, config.timing.pserver_timeout).boxed());
+                    None
+                }
+                Command::Linger(how_long) => {
+                    linger = Some(Box::pin(sleep(how_long)));
+                    None
+                }
+                Command::Stop { roles, signal } => {
+                    probe = None;
+                    linger = None;
+                    let stopping: Vec<usize> = children
+                        .iter()
+                        .filter(|(role, _)| roles.contains(role))
+                        .map(|(_, child)| *child)
+                        .collect();
+                    sup.stop(&stopping, signal).await;
+                    Some(Input::Stopped)
+                }
+                Command::Log(line) => {
+                    info!("{line}");
+                    None
+                }
+                Command::Finish(result) => return result,
+            };
+            if let Some(input) = input {
+                commands.extend(machine.step(input));
             }
-            Event::PeerLost(reason) => {
-                sup.stop(&all, SIGTERM).await;
-                return Err(Error::PeerLost {
-                    reason,
-                    stopped: names(sup, &all),
-                });
-            }
-            Event::Exited { child, ended } if Some(child) == pserver => {
-                sup.stop(&[trainer], SIGTERM).await;
-                return Err(Error::PserverDied {
-                    ended: ended.describe(),
-                    when: "while the trainer was running; the trainer was stopped",
-                    hint: "",
-                });
-            }
-            Event::Exited { .. } | Event::JobDone(_) => {}
         }
+        let input = tokio::select! {
+            event = sup.next_event() => match event {
+                Event::Signal(sig) => Input::Signal(sig),
+                Event::Exited { child, ended } => {
+                    match children.iter().find(|(_, c)| *c == child) {
+                        Some((role, _)) => Input::Exited { role: *role, ended },
+                        None => continue,
+                    }
+                }
+                Event::PeerLost(reason) => Input::PeerLost(reason),
+                Event::JobDone(done) => Input::JobDone(done),
+            },
+            input = or_never(probe.as_mut()), if probe.is_some() => {
+                probe = None;
+                input
+            }
+            _ = or_never(linger.as_mut()), if linger.is_some() => {
+                linger = None;
+                Input::LingerOver
+            }
+        };
+        commands.extend(machine.step(input));
     }
 }
 
-fn names(sup: &Supervisor, children: &[usize]) -> String {
-    children
-        .iter()
-        .map(|&c| sup.label(c).to_string())
-        .collect::<Vec<_>>()
-        .join(" and ")
-}
-
-/// A pserver-only pod (split layout): it serves until it ends or is told to stop.
-async fn supervise_pserver(sup: &mut Supervisor, pserver: usize) -> Result<Outcome, Error> {
-    loop {
-        match sup.next_event().await {
-            Event::Signal(sig) if is_stop_signal(sig) => {
-                sup.stop(&[pserver], sig).await;
-                return Err(stopped_by(sig, "; stopped the pserver"));
-            }
-            Event::Signal(sig) => sup.forward(sig),
-            Event::Exited { child, ended } if child == pserver => {
-                return Ok(Outcome::new(
-                    ended.exit_code(),
-                    format!("pserver {}", ended.describe()),
-                ));
-            }
-            Event::PeerLost(reason) => {
-                sup.stop(&[pserver], SIGTERM).await;
-                return Err(Error::PeerLost {
-                    reason,
-                    stopped: sup.label(pserver).to_string(),
-                });
-            }
-            // The split layout's trainers are all done: stop serving so the Job completes.
-            Event::JobDone(Ok(reason)) => {
-                sup.stop(&[pserver], SIGTERM).await;
-                return Ok(Outcome::new(
-                    exit::SUCCESS,
-                    format!("{reason}: stopped the pserver"),
-                ));
-            }
-            // Serving on without knowing when the trainers are done would never end the Job.
-            Event::JobDone(Err(refusal)) => {
-                sup.stop(&[pserver], SIGTERM).await;
-                return Err(Error::WatchRefused { refusal });
-            }
-            Event::Exited { .. } => {}
-        }
+/// The future's output, or never when there is none.
+async fn or_never<F: std::future::Future + Unpin>(future: Option<&mut F>) -> F::Output {
+    match future {
+        Some(future) => future.await,
+        None => std::future::pending().await,
     }
 }
 
-/// Why a pserver that ends at once with status 0 most likely did: PaddlePaddle >= 2 has no v1
-/// parameter server, and its `paddle pserver` prints the version and exits 0.
-fn pserver_hint(protocol: Protocol, ended: Ended) -> &'static str {
-    match (protocol, ended) {
-        (Protocol::V1 | Protocol::V2, Ended::Code(0)) => {
-            ": the image's `paddle` is probably PaddlePaddle 2 or later, whose `paddle pserver` only prints its version; \
-             the v1/v2 protocols need PaddlePaddle 0.x/1.x (see the README), or use --protocol fleet \
-             (parameter server, Paddle 2.x) or --protocol collective (data parallel)"
-        }
-        _ => "",
-    }
-}
-
-/// Polls every endpoint until all accept a TCP connection, watching the own pserver and signals.
-async fn wait_for_pservers(
-    sup: &mut Supervisor,
-    pserver: Option<usize>,
-    endpoints: &[SocketAddr],
-    limit: Duration,
-    protocol: Protocol,
-) -> Result<(), Error> {
+/// Probes every endpoint until all accept a TCP connection, or the limit passes.
+async fn probe_pservers(endpoints: Vec<SocketAddr>, limit: Duration) -> Input {
     let started = Instant::now();
-    let mut waiting: Vec<SocketAddr> = endpoints.to_vec();
+    let mut waiting = endpoints.clone();
     let mut pause = PROBE_PAUSE_FIRST;
     info!(
         "waiting for {} pserver endpoints to accept connections",
@@ -394,37 +357,17 @@ async fn wait_for_pservers(
                 waiting = refused;
                 if waiting.is_empty() {
                     info!("all {} pserver endpoints are up after {:.2} s", endpoints.len(), started.elapsed().as_secs_f64());
-                    return Ok(());
+                    return Input::PserversUp;
                 }
                 sleep(pause).await;
                 pause = (pause * 2).min(PROBE_PAUSE_LAST);
             }
-            event = sup.next_event() => match event {
-                Event::Signal(sig) if is_stop_signal(sig) => {
-                    sup.stop(&Vec::from_iter(pserver), sig).await;
-                    return Err(stopped_by(sig, " while waiting for the pservers"));
-                }
-                Event::Signal(sig) => sup.forward(sig),
-                Event::Exited { child, ended } if Some(child) == pserver => {
-                    return Err(Error::PserverDied {
-                        ended: ended.describe(),
-                        when: "before the trainer started",
-                        hint: pserver_hint(protocol, ended),
-                    });
-                }
-                Event::PeerLost(reason) => {
-                    sup.stop(&Vec::from_iter(pserver), SIGTERM).await;
-                    return Err(Error::PeerLost { reason, stopped: "the pserver".into() });
-                }
-                Event::Exited { .. } | Event::JobDone(_) => {}
-            },
             _ = sleep_until(started + limit) => {
-                sup.stop(&Vec::from_iter(pserver), SIGTERM).await;
-                return Err(Error::PserversNotReady {
+                return Input::PserversTimedOut {
                     waiting: waiting.iter().map(ToString::to_string).collect(),
                     total: endpoints.len(),
                     limit_s: limit.as_secs(),
-                });
+                };
             }
         }
     }
@@ -444,33 +387,4 @@ async fn unreachable(endpoints: &[SocketAddr]) -> Vec<SocketAddr> {
         .into_iter()
         .flatten()
         .collect()
-}
-
-/// After a successful trainer: peers may still be pulling parameters from our pserver.
-/// Fails only when a stop signal ends the linger.
-async fn linger(sup: &mut Supervisor, pserver: usize, how_long: Duration) -> Result<(), Error> {
-    if how_long.is_zero() || !sup.is_running(pserver) {
-        return Ok(());
-    }
-    info!(
-        "trainer finished; the pserver keeps serving for {} s",
-        how_long.as_secs()
-    );
-    let deadline = Instant::now() + how_long;
-    loop {
-        tokio::select! {
-            _ = sleep_until(deadline) => return Ok(()),
-            event = sup.next_event() => match event {
-                Event::Signal(sig) if is_stop_signal(sig) => {
-                    sup.stop(&[pserver], sig).await;
-                    return Err(stopped_by(sig, " while the pserver lingered; stopped it"));
-                }
-                Event::Signal(sig) => sup.forward(sig),
-                Event::Exited { child, .. } if child == pserver => return Ok(()),
-                Event::Exited { .. } | Event::JobDone(_) => {}
-                // Our trainer is done: a peer failing now is its pod's own failure.
-                Event::PeerLost(reason) => info!("{reason} (ignored: this trainer already succeeded)"),
-            }
-        }
-    }
 }

@@ -1,8 +1,9 @@
 //! paddle-launcher: environment -> peers -> ranks -> process plan -> supervised processes.
 //!
 //! Everything up to the process plan (`config`, `selector`, `membership`, `protocol`, `plan`)
-//! is pure and unit-tested without a cluster; `peers`, `workspace`, `supervise` and `local`
-//! are the thin I/O shell around it. Modules are crate-private unless the tests read them
+//! is pure and unit-tested without a cluster, and so is what a pod does after the launch
+//! (`lifecycle`: one state machine deciding every exit); `peers`, `workspace`, `supervise`,
+//! `launch` (the driver of the lifecycle) and `local` are the thin I/O shell around them. Modules are crate-private unless the tests read them
 //! (the CLI definition; configuration, membership, selectors and the pod view of the API's
 //! objects are re-exported for them below). The compiler then finds dead code.
 
@@ -12,6 +13,7 @@ pub(crate) mod doctor;
 pub(crate) mod error;
 pub(crate) mod exit;
 pub(crate) mod launch;
+pub(crate) mod lifecycle;
 pub(crate) mod local;
 pub(crate) mod manifest;
 pub(crate) mod membership;

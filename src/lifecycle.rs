@@ -1,0 +1,685 @@
+//! A pod's life after the launch decision, as one pure state machine: `step(input) -> commands`.
+//! The driver (`launch`) turns commands into effects (spawn, signal, probe, timers, stop) and
+//! effects back into inputs; the supervisor keeps only the process table, the reaper and the
+//! signal source. Every way this phase ends — and so every exit status it decides — is a
+//! `Command::Finish` in this file, and the transitions are tested as tables without a process.
+
+use std::time::Duration;
+
+use crate::config::Protocol;
+use crate::error::Error;
+use crate::exit::{self, Outcome};
+use crate::plan::Role;
+use crate::supervise::{is_stop_signal, Ended};
+
+/// What happened.
+#[derive(Debug)]
+pub enum Input {
+    /// A signal from outside (not consumed by a stop in progress).
+    Signal(i32),
+    Exited {
+        role: Role,
+        ended: Ended,
+    },
+    /// A process could not be started.
+    SpawnFailed {
+        role: Role,
+        error: Error,
+    },
+    /// Every pserver endpoint of the job accepts connections.
+    PserversUp,
+    /// Some pserver endpoints never accepted a connection within the timeout.
+    PserversTimedOut {
+        waiting: Vec<String>,
+        total: usize,
+        limit_s: u64,
+    },
+    LingerOver,
+    /// A peer pod of the job was lost (the reason).
+    PeerLost(String),
+    /// Split layout: every trainer pod is done, or that can no longer be known.
+    JobDone(Result<String, String>),
+    /// The processes of the last `Command::Stop` are all gone.
+    Stopped,
+}
+
+/// What to do, in order.
+#[derive(Debug)]
+pub enum Command {
+    Spawn(Role),
+    Forward(i32),
+    /// Probe every pserver endpoint until all accept (`PserversUp`) or the timeout passes.
+    ProbePservers,
+    /// `LingerOver` after this long.
+    Linger(Duration),
+    /// Stop these processes' groups with `signal`, SIGKILL after the grace period; `Stopped`
+    /// follows.
+    Stop {
+        roles: Vec<Role>,
+        signal: i32,
+    },
+    Log(String),
+    /// The end of the pod's run: the child's own outcome, or the launcher's failure.
+    Finish(Result<Outcome, Error>),
+}
+
+#[derive(Debug)]
+enum Phase {
+    /// The pserver runs; the trainer waits for every pserver endpoint.
+    WaitingForPservers,
+    Training,
+    /// The trainer succeeded; the pserver keeps serving the peers for a while.
+    Lingering {
+        trainer: Outcome,
+    },
+    /// Split layout: this pod only serves.
+    Serving,
+    /// Waiting for `Stopped`, then finishing with this.
+    Stopping(Option<Result<Outcome, Error>>),
+    Done,
+}
+
+/// What the machine needs to know of the plan.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    pub pserver: bool,
+    pub trainer: bool,
+    /// The trainer starts only once the job's pserver endpoints accept connections.
+    pub gate_on_pservers: bool,
+    pub protocol: Protocol,
+    pub linger: Duration,
+    /// The processes' names in messages ("trainer-0", "pserver-0").
+    pub trainer_label: String,
+    pub pserver_label: String,
+}
+
+pub struct Lifecycle {
+    setup: Setup,
+    phase: Phase,
+    /// Started and not yet seen to exit.
+    running: Vec<Role>,
+}
+
+impl Lifecycle {
+    /// The machine and its first commands.
+    pub fn start(setup: Setup) -> (Lifecycle, Vec<Command>) {
+        let mut machine = Lifecycle {
+            phase: Phase::Done,
+            running: Vec::new(),
+            setup,
+        };
+        let mut commands = Vec::new();
+        if machine.setup.pserver {
+            commands.push(machine.spawn(Role::Pserver));
+        }
+        machine.phase = match (machine.setup.trainer, machine.setup.pserver) {
+            (true, _) if machine.setup.gate_on_pservers => {
+                commands.push(Command::ProbePservers);
+                Phase::WaitingForPservers
+            }
+            (true, _) => {
+                commands.push(machine.spawn(Role::Trainer));
+                Phase::Training
+            }
+            (false, true) => Phase::Serving,
+            (false, false) => {
+                let done = Outcome::new(exit::SUCCESS, "the plan has no process to run");
+                commands.push(Command::Finish(Ok(done)));
+                Phase::Done
+            }
+        };
+        (machine, commands)
+    }
+
+    pub fn step(&mut self, input: Input) -> Vec<Command> {
+        if let Input::Exited { role, .. } = &input {
+            self.running.retain(|r| r != role);
+        }
+        let phase = std::mem::replace(&mut self.phase, Phase::Done);
+        match (phase, input) {
+            (phase, Input::Signal(sig)) if !is_stop_signal(sig) => {
+                self.phase = phase;
+                vec![Command::Forward(sig)]
+            }
+            (Phase::Stopping(then), Input::Stopped) => {
+                vec![Command::Finish(then.unwrap_or_else(|| {
+                    Ok(Outcome::new(exit::SUCCESS, "stopped"))
+                }))]
+            }
+            (phase @ Phase::Stopping(_), _) | (phase @ Phase::Done, _) => {
+                self.phase = phase;
+                Vec::new()
+            }
+            (_, Input::SpawnFailed { role, error }) => {
+                self.running.retain(|r| *r != role);
+                self.stop_then(self.running.clone(), libc_term(), Err(error))
+            }
+            (Phase::WaitingForPservers, input) => self.waiting_for_pservers(input),
+            (Phase::Training, input) => self.training(input),
+            (Phase::Lingering { trainer }, input) => self.lingering(trainer, input),
+            (Phase::Serving, input) => self.serving(input),
+        }
+    }
+
+    fn waiting_for_pservers(&mut self, input: Input) -> Vec<Command> {
+        match input {
+            Input::PserversUp => {
+                self.phase = Phase::Training;
+                vec![self.spawn(Role::Trainer)]
+            }
+            Input::Signal(sig) => self.stop_then(
+                vec![Role::Pserver],
+                sig,
+                Err(stopped(sig, " while waiting for the pservers")),
+            ),
+            Input::Exited {
+                role: Role::Pserver,
+                ended,
+            } => self.finish(Err(Error::PserverDied {
+                ended: ended.describe(),
+                when: "before the trainer started",
+                hint: pserver_hint(self.setup.protocol, ended),
+            })),
+            Input::PeerLost(reason) => self.stop_then(
+                vec![Role::Pserver],
+                libc_term(),
+                Err(Error::PeerLost {
+                    reason,
+                    stopped: "the pserver".into(),
+                }),
+            ),
+            Input::PserversTimedOut {
+                waiting,
+                total,
+                limit_s,
+            } => self.stop_then(
+                vec![Role::Pserver],
+                libc_term(),
+                Err(Error::PserversNotReady {
+                    waiting,
+                    total,
+                    limit_s,
+                }),
+            ),
+            _ => self.stay(Phase::WaitingForPservers),
+        }
+    }
+
+    fn training(&mut self, input: Input) -> Vec<Command> {
+        let all = self.started();
+        match input {
+            Input::Signal(sig) => {
+                let doing = format!("; stopped {}", self.names(&all));
+                self.stop_then(all, sig, Err(stopped(sig, &doing)))
+            }
+            Input::Exited {
+                role: Role::Trainer,
+                ended,
+            } => {
+                let trainer =
+                    Outcome::new(ended.exit_code(), format!("trainer {}", ended.describe()));
+                let pserver_serves = self.running.contains(&Role::Pserver);
+                if ended.exit_code() == 0 && pserver_serves && !self.setup.linger.is_zero() {
+                    let seconds = self.setup.linger.as_secs();
+                    self.phase = Phase::Lingering { trainer };
+                    return vec![
+                        Command::Log(format!(
+                            "trainer finished; the pserver keeps serving for {seconds} s"
+                        )),
+                        Command::Linger(self.setup.linger),
+                    ];
+                }
+                self.stop_then(vec![Role::Pserver], libc_term(), Ok(trainer))
+            }
+            Input::Exited {
+                role: Role::Pserver,
+                ended,
+            } => self.stop_then(
+                vec![Role::Trainer],
+                libc_term(),
+                Err(Error::PserverDied {
+                    ended: ended.describe(),
+                    when: "while the trainer was running; the trainer was stopped",
+                    hint: "",
+                }),
+            ),
+            Input::PeerLost(reason) => {
+                let stopped = self.names(&all);
+                self.stop_then(all, libc_term(), Err(Error::PeerLost { reason, stopped }))
+            }
+            _ => self.stay(Phase::Training),
+        }
+    }
+
+    fn lingering(&mut self, trainer: Outcome, input: Input) -> Vec<Command> {
+        match input {
+            Input::Signal(sig) => self.stop_then(
+                vec![Role::Pserver],
+                sig,
+                Err(stopped(sig, " while the pserver lingered; stopped it")),
+            ),
+            Input::Exited {
+                role: Role::Pserver,
+                ..
+            } => self.finish(Ok(trainer)),
+            Input::LingerOver => self.stop_then(vec![Role::Pserver], libc_term(), Ok(trainer)),
+            // This trainer is done: a peer failing now is its own pod's failure.
+            Input::PeerLost(reason) => {
+                self.phase = Phase::Lingering { trainer };
+                vec![Command::Log(format!(
+                    "{reason} (ignored: this trainer already succeeded)"
+                ))]
+            }
+            _ => self.stay(Phase::Lingering { trainer }),
+        }
+    }
+
+    fn serving(&mut self, input: Input) -> Vec<Command> {
+        match input {
+            Input::Signal(sig) => self.stop_then(
+                vec![Role::Pserver],
+                sig,
+                Err(stopped(sig, "; stopped the pserver")),
+            ),
+            Input::Exited {
+                role: Role::Pserver,
+                ended,
+            } => self.finish(Ok(Outcome::new(
+                ended.exit_code(),
+                format!("pserver {}", ended.describe()),
+            ))),
+            Input::PeerLost(reason) => {
+                let stopped = self.setup.pserver_label.clone();
+                self.stop_then(
+                    vec![Role::Pserver],
+                    libc_term(),
+                    Err(Error::PeerLost { reason, stopped }),
+                )
+            }
+            // The split layout's trainers are all done: stop serving so that the Job completes.
+            Input::JobDone(Ok(reason)) => self.stop_then(
+                vec![Role::Pserver],
+                libc_term(),
+                Ok(Outcome::new(
+                    exit::SUCCESS,
+                    format!("{reason}: stopped the pserver"),
+                )),
+            ),
+            // Serving on without knowing when the trainers are done would never end the Job.
+            Input::JobDone(Err(refusal)) => self.stop_then(
+                vec![Role::Pserver],
+                libc_term(),
+                Err(Error::WatchRefused { refusal }),
+            ),
+            _ => self.stay(Phase::Serving),
+        }
+    }
+
+    fn spawn(&mut self, role: Role) -> Command {
+        self.running.push(role);
+        Command::Spawn(role)
+    }
+
+    fn stay(&mut self, phase: Phase) -> Vec<Command> {
+        self.phase = phase;
+        Vec::new()
+    }
+
+    fn finish(&mut self, result: Result<Outcome, Error>) -> Vec<Command> {
+        self.phase = Phase::Done;
+        vec![Command::Finish(result)]
+    }
+
+    /// Stops those of `roles` that still run, then finishes with `then`.
+    fn stop_then(
+        &mut self,
+        roles: Vec<Role>,
+        signal: i32,
+        then: Result<Outcome, Error>,
+    ) -> Vec<Command> {
+        let roles: Vec<Role> = roles
+            .into_iter()
+            .filter(|r| self.running.contains(r))
+            .collect();
+        if roles.is_empty() {
+            return self.finish(then);
+        }
+        self.phase = Phase::Stopping(Some(then));
+        vec![Command::Stop { roles, signal }]
+    }
+
+    /// The processes this pod has, trainer first, as messages list them.
+    fn started(&self) -> Vec<Role> {
+        let mut roles = Vec::new();
+        if self.setup.trainer {
+            roles.push(Role::Trainer);
+        }
+        if self.setup.pserver {
+            roles.push(Role::Pserver);
+        }
+        roles
+    }
+
+    fn names(&self, roles: &[Role]) -> String {
+        roles
+            .iter()
+            .map(|role| match role {
+                Role::Trainer => self.setup.trainer_label.as_str(),
+                Role::Pserver => self.setup.pserver_label.as_str(),
+            })
+            .collect::<Vec<_>>()
+            .join(" and ")
+    }
+}
+
+fn libc_term() -> i32 {
+    nix::libc::SIGTERM
+}
+
+fn stopped(signal: i32, doing: &str) -> Error {
+    Error::Stopped {
+        signal,
+        doing: doing.to_string(),
+    }
+}
+
+/// Why a pserver that ends at once with status 0 most likely did: PaddlePaddle >= 2 has no v1
+/// parameter server, and its `paddle pserver` prints the version and exits 0.
+fn pserver_hint(protocol: Protocol, ended: Ended) -> &'static str {
+    match (protocol, ended) {
+        (Protocol::V1 | Protocol::V2, Ended::Code(0)) => {
+            ": the image's `paddle` is probably PaddlePaddle 2 or later, whose `paddle pserver` only prints its version; \
+             the v1/v2 protocols need PaddlePaddle 0.x/1.x (see the README), or use --protocol fleet \
+             (parameter server, Paddle 2.x) or --protocol collective (data parallel)"
+        }
+        _ => "",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::libc::{SIGHUP, SIGINT, SIGTERM};
+
+    fn setup(pserver: bool, trainer: bool) -> Setup {
+        Setup {
+            pserver,
+            trainer,
+            gate_on_pservers: pserver && trainer,
+            protocol: Protocol::V1,
+            linger: Duration::from_secs(30),
+            trainer_label: "trainer-0".into(),
+            pserver_label: "pserver-0".into(),
+        }
+    }
+
+    /// A compact picture of commands, so that a table row fits on a line.
+    fn show(commands: &[Command]) -> Vec<String> {
+        commands
+            .iter()
+            .map(|c| match c {
+                Command::Spawn(role) => format!("spawn {}", role.as_str()),
+                Command::Forward(sig) => format!("forward {sig}"),
+                Command::ProbePservers => "probe".into(),
+                Command::Linger(d) => format!("linger {}", d.as_secs()),
+                Command::Stop { roles, signal } => format!(
+                    "stop {} {signal}",
+                    roles
+                        .iter()
+                        .map(|r| r.as_str())
+                        .collect::<Vec<_>>()
+                        .join("+")
+                ),
+                Command::Log(line) => format!("log {line}"),
+                Command::Finish(Ok(o)) => format!("finish {} {}", o.code, o.reason),
+                Command::Finish(Err(e)) => format!("fail {} {e}", e.exit_code()),
+            })
+            .collect()
+    }
+
+    fn exited(role: Role, code: i32) -> Input {
+        Input::Exited {
+            role,
+            ended: Ended::Code(code),
+        }
+    }
+
+    /// Runs the inputs and returns every command, rendered.
+    fn run(setup: Setup, inputs: Vec<Input>) -> Vec<String> {
+        let (mut machine, first) = Lifecycle::start(setup);
+        let mut all = show(&first);
+        for input in inputs {
+            all.extend(show(&machine.step(input)));
+        }
+        all
+    }
+
+    #[test]
+    fn transitions() {
+        let both = || setup(true, true);
+        let cases: Vec<(&str, Setup, Vec<Input>, Vec<&str>)> = vec![
+            (
+                "happy path with linger",
+                both(),
+                vec![
+                    Input::PserversUp,
+                    exited(Role::Trainer, 0),
+                    Input::LingerOver,
+                    Input::Stopped,
+                ],
+                vec![
+                    "spawn pserver",
+                    "probe",
+                    "spawn trainer",
+                    "log trainer finished; the pserver keeps serving for 30 s",
+                    "linger 30",
+                    "stop pserver 15",
+                    "finish 0 trainer exited with status 0",
+                ],
+            ),
+            (
+                "the trainer's failure is the pod's status",
+                both(),
+                vec![Input::PserversUp, exited(Role::Trainer, 3), Input::Stopped],
+                vec![
+                    "spawn pserver",
+                    "probe",
+                    "spawn trainer",
+                    "stop pserver 15",
+                    "finish 3 trainer exited with status 3",
+                ],
+            ),
+            (
+                "TERM while training stops both, 143",
+                both(),
+                vec![Input::PserversUp, Input::Signal(SIGTERM), Input::Stopped],
+                vec![
+                    "spawn pserver",
+                    "probe",
+                    "spawn trainer",
+                    "stop trainer+pserver 15",
+                    "fail 143 received SIGTERM; stopped trainer-0 and pserver-0",
+                ],
+            ),
+            (
+                "other signals are forwarded in every phase",
+                both(),
+                vec![
+                    Input::Signal(SIGHUP),
+                    Input::PserversUp,
+                    Input::Signal(SIGHUP),
+                ],
+                vec!["spawn pserver", "probe", "forward 1", "spawn trainer", "forward 1"],
+            ),
+            (
+                "a pserver that exits 0 before the trainer is explained",
+                both(),
+                vec![exited(Role::Pserver, 0)],
+                vec![
+                    "spawn pserver",
+                    "probe",
+                    "fail 75 pserver exited with status 0 before the trainer started: the image's `paddle` is probably PaddlePaddle 2 or later, whose `paddle pserver` only prints its version; the v1/v2 protocols need PaddlePaddle 0.x/1.x (see the README), or use --protocol fleet (parameter server, Paddle 2.x) or --protocol collective (data parallel)",
+                ],
+            ),
+            (
+                "the pserver dying under the trainer stops it, 75",
+                both(),
+                vec![Input::PserversUp, exited(Role::Pserver, 9), Input::Stopped],
+                vec![
+                    "spawn pserver",
+                    "probe",
+                    "spawn trainer",
+                    "stop trainer 15",
+                    "fail 75 pserver exited with status 9 while the trainer was running; the trainer was stopped",
+                ],
+            ),
+            (
+                "pservers that never listen, 74",
+                both(),
+                vec![
+                    Input::PserversTimedOut {
+                        waiting: vec!["10.0.0.2:7164".into()],
+                        total: 2,
+                        limit_s: 300,
+                    },
+                    Input::Stopped,
+                ],
+                vec![
+                    "spawn pserver",
+                    "probe",
+                    "stop pserver 15",
+                    "fail 74 1 of 2 pserver endpoints never accepted a connection within 300 s (PADDLE_LAUNCHER_PSERVER_TIMEOUT): 10.0.0.2:7164",
+                ],
+            ),
+            (
+                "a lost peer stops both, 78; while lingering it is only logged",
+                both(),
+                vec![
+                    Input::PserversUp,
+                    exited(Role::Trainer, 0),
+                    Input::PeerLost("peer pod p-1 has Failed".into()),
+                    exited(Role::Pserver, 0),
+                ],
+                vec![
+                    "spawn pserver",
+                    "probe",
+                    "spawn trainer",
+                    "log trainer finished; the pserver keeps serving for 30 s",
+                    "linger 30",
+                    "log peer pod p-1 has Failed (ignored: this trainer already succeeded)",
+                    "finish 0 trainer exited with status 0",
+                ],
+            ),
+            (
+                "a lost peer while training",
+                both(),
+                vec![
+                    Input::PserversUp,
+                    Input::PeerLost("peer pod p-1 was deleted".into()),
+                    Input::Stopped,
+                ],
+                vec![
+                    "spawn pserver",
+                    "probe",
+                    "spawn trainer",
+                    "stop trainer+pserver 15",
+                    "fail 78 peer pod p-1 was deleted: stopped trainer-0 and pserver-0 so that the Job can restart cleanly",
+                ],
+            ),
+            (
+                "collective: no pserver, no gate",
+                setup(false, true),
+                vec![Input::Signal(SIGINT), Input::Stopped],
+                vec![
+                    "spawn trainer",
+                    "stop trainer 2",
+                    "fail 130 received SIGINT; stopped trainer-0",
+                ],
+            ),
+            (
+                "split pserver: done when the trainers are",
+                setup(true, false),
+                vec![
+                    Input::JobDone(Ok("all 3 trainer pods `paddle-job=j` Succeeded".into())),
+                    Input::Stopped,
+                ],
+                vec![
+                    "spawn pserver",
+                    "stop pserver 15",
+                    "finish 0 all 3 trainer pods `paddle-job=j` Succeeded: stopped the pserver",
+                ],
+            ),
+            (
+                "split pserver: no longer allowed to watch, 72",
+                setup(true, false),
+                vec![Input::JobDone(Err("403".into())), Input::Stopped],
+                vec![
+                    "spawn pserver",
+                    "stop pserver 15",
+                    "fail 72 stopped the pserver: it can no longer tell when the trainer pods are done: 403",
+                ],
+            ),
+            (
+                "a command that cannot start stops what runs",
+                both(),
+                vec![
+                    Input::PserversUp,
+                    Input::SpawnFailed {
+                        role: Role::Trainer,
+                        error: Error::Spawn {
+                            label: "trainer-0".into(),
+                            command: "nope".into(),
+                            cwd: ".".into(),
+                            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+                        },
+                    },
+                    Input::Stopped,
+                ],
+                vec![
+                    "spawn pserver",
+                    "probe",
+                    "spawn trainer",
+                    "stop pserver 15",
+                    "fail 127 cannot start the trainer-0 command `nope` in .: entity not found",
+                ],
+            ),
+            (
+                "nothing happens after the end",
+                setup(false, true),
+                vec![
+                    exited(Role::Trainer, 0),
+                    Input::Stopped,
+                    Input::Signal(SIGTERM),
+                    exited(Role::Trainer, 1),
+                ],
+                vec!["spawn trainer", "finish 0 trainer exited with status 0"],
+            ),
+        ];
+        for (name, setup, inputs, expected) in cases {
+            assert_eq!(run(setup, inputs), expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn no_linger_without_a_running_pserver_or_with_zero() {
+        let mut quick = setup(true, true);
+        quick.linger = Duration::ZERO;
+        assert_eq!(
+            run(quick, vec![Input::PserversUp, exited(Role::Trainer, 0)]),
+            ["spawn pserver", "probe", "spawn trainer", "stop pserver 15"]
+        );
+        assert_eq!(
+            run(
+                setup(true, true),
+                vec![
+                    Input::PserversUp,
+                    exited(Role::Pserver, 0),
+                    Input::Stopped,
+                ]
+            )
+            .last()
+            .map(String::as_str),
+            Some("fail 75 pserver exited with status 0 while the trainer was running; the trainer was stopped")
+        );
+    }
+}
