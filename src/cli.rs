@@ -275,6 +275,24 @@ pub struct JobArgs {
     /// Failed, terminating or back with another IP: `true` or `false` [default: true].
     #[arg(long, env = "PADDLE_LAUNCHER_WATCH_PEERS")]
     pub watch_peers: Option<String>,
+    /// Shared secret of the job's launchers (from a Kubernetes Secret; at least 16 characters).
+    /// Setting it turns on the control channel: every launcher sends heartbeats to the
+    /// coordinating launcher, and a silent one stops the job (status 78) within
+    /// --heartbeat-timeout [default: unset, no control channel].
+    #[arg(long, env = "PADDLE_LAUNCHER_JOB_SECRET", hide_env_values = true)]
+    pub job_secret: Option<String>,
+    /// HOST:PORT of the coordinating launcher: the launcher whose pod IP is HOST's address
+    /// serves there, every other one connects (HOST may be a DNS name that follows the pod)
+    /// [default: the pod of rank 0 on --control-port].
+    #[arg(long, env = "PADDLE_LAUNCHER_COORDINATOR")]
+    pub coordinator: Option<String>,
+    /// Port of the control channel when no --coordinator is given [default: 6171].
+    #[arg(long, env = "PADDLE_LAUNCHER_CONTROL_PORT")]
+    pub control_port: Option<String>,
+    /// Seconds of silence after which a launcher counts as lost (frozen, or its node gone)
+    /// [default: 10].
+    #[arg(long, env = "PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT")]
+    pub heartbeat_timeout: Option<String>,
     /// Arguments after `--` go to the trainer; `--name=value` replaces a generated flag.
     #[arg(last = true, value_name = "TRAINER_ARGS")]
     pub trainer_args: Vec<String>,

@@ -62,6 +62,10 @@ pub const WATCH_PEERS: Opt = Opt("watch_peers");
 pub const TERMINATION_LOG: Opt = Opt("termination_log");
 pub const WORKDIR: Opt = Opt("workdir");
 pub const ID_DIR: Opt = Opt("id_dir");
+pub const JOB_SECRET: Opt = Opt("job_secret");
+pub const COORDINATOR: Opt = Opt("coordinator");
+pub const CONTROL_PORT: Opt = Opt("control_port");
+pub const HEARTBEAT_TIMEOUT: Opt = Opt("heartbeat_timeout");
 
 /// Every option named in this module's messages (a test checks each one has a definition).
 #[cfg(test)]
@@ -99,12 +103,18 @@ const NAMED_OPTIONS: &[Opt] = &[
     TERMINATION_LOG,
     WORKDIR,
     ID_DIR,
+    JOB_SECRET,
+    COORDINATOR,
+    CONTROL_PORT,
+    HEARTBEAT_TIMEOUT,
 ];
 
 pub const DEFAULT_PORT: u16 = 7164;
 /// paddle.distributed.launch's default port.
 pub const DEFAULT_TRAINER_PORT: u16 = 6170;
 pub const DEFAULT_NIC: &str = "eth0";
+/// Next to paddle.distributed.launch's 6170.
+pub const DEFAULT_CONTROL_PORT: u16 = 6171;
 pub const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
 /// Far above any real job; keeps a typo like 1000000 from meaning "a million pods".
 pub const MAX_PODS: u32 = 100_000;
@@ -223,6 +233,27 @@ pub struct Config {
     pub program: Program,
     pub timing: Timing,
     pub workspace: Workspace,
+    pub control: Control,
+}
+
+/// The job's control channel: on only with a secret, since an open port must authenticate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Control {
+    pub secret: Option<Secret>,
+    /// (host, port) of the coordinating launcher; None: the pod of rank 0 on `port`.
+    pub coordinator: Option<(String, u16)>,
+    pub port: u16,
+    pub heartbeat_timeout: Duration,
+}
+
+/// The job's shared secret; never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub Vec<u8>);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
 }
 
 /// Who is in the job and who this pod is: names, role, protocol, counts, and how peers are found.
@@ -297,12 +328,14 @@ impl Config {
         let program = Program::from_args(args, &topology, &ports)?;
         let timing = Timing::from_args(args)?;
         let workspace = Workspace::from_args(args)?;
+        let control = Control::from_args(args)?;
         Ok(Config {
             topology,
             ports,
             program,
             timing,
             workspace,
+            control,
         })
     }
 
@@ -677,6 +710,60 @@ impl Timing {
             pserver_timeout,
             linger: seconds(&args.linger, LINGER, 30)?,
             grace_period: seconds(&args.grace_period, GRACE_PERIOD, 10)?,
+        })
+    }
+}
+
+impl Control {
+    pub fn from_args(args: &JobArgs) -> Result<Control, ConfigError> {
+        let secret = match args.job_secret.as_deref().filter(|s| !s.is_empty()) {
+            // The value is not echoed: it is a secret.
+            Some(text) if text.len() < 16 => {
+                return Err(ConfigError::new(
+                    JOB_SECRET,
+                    "(hidden)",
+                    "at least 16 characters, e.g. from `openssl rand -hex 16` in a Secret",
+                ))
+            }
+            secret => secret.map(|s| Secret(s.as_bytes().to_vec())),
+        };
+        let port = |text: &str, variable| {
+            parse_int(text, variable, 1, 65535, "a TCP port").map(|n| n as u16)
+        };
+        let coordinator = present(&args.coordinator)
+            .map(|text| {
+                let bad = || {
+                    ConfigError::new(
+                        COORDINATOR,
+                        text,
+                        "HOST:PORT, e.g. my-job-0.my-job:6171 or 10.1.2.3:6171 ([v6]:port for IPv6)",
+                    )
+                };
+                let (host, number) = text.rsplit_once(':').ok_or_else(bad)?;
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                if host.is_empty() || host.contains(char::is_whitespace) {
+                    return Err(bad());
+                }
+                Ok((host.to_string(), port(number, COORDINATOR).map_err(|_| bad())?))
+            })
+            .transpose()?;
+        Ok(Control {
+            secret,
+            coordinator,
+            port: present(&args.control_port)
+                .map(|text| port(text, CONTROL_PORT))
+                .transpose()?
+                .unwrap_or(DEFAULT_CONTROL_PORT),
+            heartbeat_timeout: match seconds(&args.heartbeat_timeout, HEARTBEAT_TIMEOUT, 10)? {
+                d if d.is_zero() => {
+                    return Err(ConfigError::new(
+                        HEARTBEAT_TIMEOUT,
+                        "0",
+                        "whole seconds from 1 (a launcher must be allowed some silence)",
+                    ))
+                }
+                d => d,
+            },
         })
     }
 }

@@ -15,9 +15,11 @@ use tracing::info;
 
 use crate::cli::JobArgs;
 use crate::config::{own_ip, Config, ConfigError, Discovery, Interfaces};
+use crate::control::{self, Channel, Role as ControlRole};
 use crate::error::Error;
 use crate::exit::{self, Outcome};
 use crate::lifecycle::{Command, Input, Lifecycle, Setup};
+use crate::membership::{Me, Membership};
 use crate::plan::{Plan, ProcessSpec, Role};
 use crate::protocol::InputFiles;
 use crate::supervise::Signals;
@@ -29,6 +31,7 @@ use crate::{peers, protocol, workspace};
 const PROBE_PAUSE_FIRST: Duration = Duration::from_millis(2);
 const PROBE_PAUSE_LAST: Duration = Duration::from_millis(100);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+const COORDINATOR_RESOLVE_LIMIT: Duration = Duration::from_secs(60);
 
 /// `run` and `plan`: everything up to the launch; then print the plan (`plan_only`) or carry
 /// it out. The outcome is the trainer's (or the pserver's) own end, or the launcher's failure.
@@ -96,15 +99,124 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
         move || workspace::prepare(&for_workspace),
     )
     .await??;
+    let mut losses = Vec::new();
     if let (true, Some(loss)) = (config.topology.watch_peers, peer_loss) {
-        supervisor.watch_peers(loss);
+        losses.push(loss);
+    }
+    let channel = match join_channel(&config, &membership, &me).await? {
+        Some((channel, silence)) => {
+            losses.push(silence);
+            Some(channel)
+        }
+        None => None,
+    };
+    if !losses.is_empty() {
+        let first = futures::future::select_all(losses).map(|(reason, _, _)| reason);
+        supervisor.watch_peers(first.boxed());
     }
     if let Some(done) = trainers_done {
         supervisor.end_when(done);
     }
     let outcome = drive(&mut supervisor, &plan, &config).await;
+    if let Some(channel) = channel {
+        channel.finish().await;
+    }
     supervisor.finish();
     outcome
+}
+
+/// The addresses of the coordinator's HOST: an IP, or a DNS name resolved without NSS (the
+/// static binary has none). A name that does not resolve yet (its pod is starting) is retried
+/// for a minute, saying so.
+async fn resolve(
+    host: &str,
+    port: u16,
+    dns_server: Option<SocketAddr>,
+) -> Result<Vec<SocketAddr>, Error> {
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(vec![SocketAddr::new(ip, port)]);
+    }
+    let started = Instant::now();
+    loop {
+        let why = match peers::dns::resolve_once(host, dns_server).await? {
+            Ok(ips) if !ips.is_empty() => {
+                return Ok(ips
+                    .into_iter()
+                    .map(|ip| SocketAddr::new(ip, port))
+                    .collect())
+            }
+            Ok(_) => format!("{host} has no address yet"),
+            Err(e) => e,
+        };
+        if started.elapsed() > COORDINATOR_RESOLVE_LIMIT {
+            return Err(Error::io(
+                format!("cannot find the coordinating launcher {host}"),
+                std::io::Error::other(why),
+            ));
+        }
+        info!("control channel: waiting for the coordinator's address: {why}");
+        sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Joins the job's control channel when there is a secret: as the coordinator (the pod at
+/// --coordinator's address, else the pod of rank 0) or as a follower of it.
+async fn join_channel(
+    config: &Config,
+    membership: &Membership,
+    me: &Me,
+) -> Result<Option<(Channel, BoxFuture<'static, String>)>, Error> {
+    let control = &config.control;
+    let Some(secret) = control.secret.clone() else {
+        return Ok(None);
+    };
+    let mut members: Vec<String> = Vec::new();
+    for member in membership.trainers.iter().chain(&membership.pservers) {
+        if !members.contains(&member.name) {
+            members.push(member.name.clone());
+        }
+    }
+    let role = match &control.coordinator {
+        Some((host, port)) => {
+            let dns_server = match &config.topology.discovery {
+                Discovery::Dns { server, .. } => *server,
+                _ => None,
+            };
+            let addresses = resolve(host, *port, dns_server).await?;
+            match addresses.iter().find(|a| a.ip() == me.ip) {
+                Some(_) => ControlRole::Coordinator {
+                    listen: SocketAddr::new(me.ip, *port),
+                },
+                None => ControlRole::Follower {
+                    coordinator: addresses[0],
+                },
+            }
+        }
+        None => {
+            // This pod is a member, so the membership is never empty.
+            let Some(first) = membership.trainers.first().or(membership.pservers.first()) else {
+                return Ok(None);
+            };
+            let address = SocketAddr::new(first.ip, control.port);
+            if first.name == me.name {
+                ControlRole::Coordinator { listen: address }
+            } else {
+                ControlRole::Follower {
+                    coordinator: address,
+                }
+            }
+        }
+    };
+    let joined = control::join(
+        role,
+        secret,
+        me.name.clone(),
+        members,
+        control.heartbeat_timeout,
+    )
+    .await
+    .map_err(|e| Error::io("cannot serve the control channel", e))?;
+    Ok(Some(joined))
 }
 
 /// "trainer id 1 of 3, pserver id 1 of 3": the roles this pod has, nothing for the others.

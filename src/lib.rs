@@ -9,6 +9,7 @@
 
 pub mod cli;
 pub(crate) mod config;
+pub(crate) mod control;
 pub(crate) mod doctor;
 pub(crate) mod error;
 pub(crate) mod exit;
@@ -26,6 +27,13 @@ pub(crate) mod supervise;
 pub(crate) mod workspace;
 
 pub use config::Config;
+/// For the tests' hostile clients of the control channel.
+pub use control::{Message as ControlMessage, Session as ControlSession};
 pub use membership::{rank, readiness, PodPhase, PodView, Readiness};
 pub use peers::kubernetes::pod_view;
 pub use selector::LabelSelector;
+
+/// A job secret, as `PADDLE_LAUNCHER_JOB_SECRET` gives it.
+pub fn config_secret(bytes: &[u8]) -> config::Secret {
+    config::Secret(bytes.to_vec())
+}
