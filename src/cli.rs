@@ -281,6 +281,10 @@ pub struct JobArgs {
     /// --heartbeat-timeout [default: unset, no control channel].
     #[arg(long, env = "PADDLE_LAUNCHER_JOB_SECRET", hide_env_values = true)]
     pub job_secret: Option<String>,
+    /// File holding the job secret instead (a mounted Secret, as `manifest` generates); a file
+    /// that does not exist means no control channel [default: unset].
+    #[arg(long, env = "PADDLE_LAUNCHER_JOB_SECRET_FILE")]
+    pub job_secret_file: Option<String>,
     /// HOST:PORT of the coordinating launcher: the launcher whose pod IP is HOST's address
     /// serves there, every other one connects (HOST may be a DNS name that follows the pod)
     /// [default: the pod of rank 0 on --control-port].

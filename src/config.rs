@@ -63,6 +63,7 @@ pub const TERMINATION_LOG: Opt = Opt("termination_log");
 pub const WORKDIR: Opt = Opt("workdir");
 pub const ID_DIR: Opt = Opt("id_dir");
 pub const JOB_SECRET: Opt = Opt("job_secret");
+pub const JOB_SECRET_FILE: Opt = Opt("job_secret_file");
 pub const COORDINATOR: Opt = Opt("coordinator");
 pub const CONTROL_PORT: Opt = Opt("control_port");
 pub const HEARTBEAT_TIMEOUT: Opt = Opt("heartbeat_timeout");
@@ -104,6 +105,7 @@ const NAMED_OPTIONS: &[Opt] = &[
     WORKDIR,
     ID_DIR,
     JOB_SECRET,
+    JOB_SECRET_FILE,
     COORDINATOR,
     CONTROL_PORT,
     HEARTBEAT_TIMEOUT,
@@ -240,6 +242,8 @@ pub struct Config {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Control {
     pub secret: Option<Secret>,
+    /// Read at the launch (a file is not this module's business); a missing one: no channel.
+    pub secret_file: Option<PathBuf>,
     /// (host, port) of the coordinating launcher; None: the pod of rank 0 on `port`.
     pub coordinator: Option<(String, u16)>,
     pub port: u16,
@@ -249,6 +253,9 @@ pub struct Control {
 /// The job's shared secret; never printed.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(pub Vec<u8>);
+
+/// Secrets shorter than this are refused: an HMAC key an attacker could guess is no key.
+pub const MIN_SECRET_LEN: usize = 16;
 
 impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -718,7 +725,7 @@ impl Control {
     pub fn from_args(args: &JobArgs) -> Result<Control, ConfigError> {
         let secret = match args.job_secret.as_deref().filter(|s| !s.is_empty()) {
             // The value is not echoed: it is a secret.
-            Some(text) if text.len() < 16 => {
+            Some(text) if text.len() < MIN_SECRET_LEN => {
                 return Err(ConfigError::new(
                     JOB_SECRET,
                     "(hidden)",
@@ -727,6 +734,14 @@ impl Control {
             }
             secret => secret.map(|s| Secret(s.as_bytes().to_vec())),
         };
+        let secret_file = present(&args.job_secret_file).map(PathBuf::from);
+        if let (Some(_), Some(file)) = (&secret, &secret_file) {
+            return Err(ConfigError::new(
+                JOB_SECRET_FILE,
+                &file.display().to_string(),
+                "either the secret or its file, not both",
+            ));
+        }
         let port = |text: &str, variable| {
             parse_int(text, variable, 1, 65535, "a TCP port").map(|n| n as u16)
         };
@@ -749,6 +764,7 @@ impl Control {
             .transpose()?;
         Ok(Control {
             secret,
+            secret_file,
             coordinator,
             port: present(&args.control_port)
                 .map(|text| port(text, CONTROL_PORT))

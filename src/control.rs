@@ -430,6 +430,7 @@ impl Link {
             s.last_seen.insert(pod.clone(), Instant::now());
             s.links.push(tx);
         }
+        info!("control channel: {pod} joined");
         let (reader, mut writer) = stream.into_split();
         let (mut incoming, _reader) = frames(session, reader);
         let mut beat = tokio::time::interval(self.heartbeat_timeout / 3);

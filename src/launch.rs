@@ -14,7 +14,10 @@ use tokio::time::{sleep, sleep_until, timeout, Instant};
 use tracing::info;
 
 use crate::cli::JobArgs;
-use crate::config::{own_ip, Config, ConfigError, Discovery, Interfaces};
+use crate::config::{
+    own_ip, Config, ConfigError, Control, Discovery, Interfaces, Secret, JOB_SECRET_FILE,
+    MIN_SECRET_LEN,
+};
 use crate::control::{self, Channel, Role as ControlRole};
 use crate::error::Error;
 use crate::exit::{self, Outcome};
@@ -49,6 +52,8 @@ pub async fn launch(args: &JobArgs, plan_only: bool) -> Outcome {
 async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error> {
     let mut config = Config::from_args(args)?;
     let my_ip = own_ip(&config, &host_interfaces(), hostname_ip)?;
+    // Read before any network call, like every other bad value.
+    let secret = job_secret(&config.control)?;
     let pod = config
         .topology
         .pod_name
@@ -103,7 +108,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
     if let (true, Some(loss)) = (config.topology.watch_peers, peer_loss) {
         losses.push(loss);
     }
-    let channel = match join_channel(&config, &membership, &me).await? {
+    let channel = match join_channel(secret, &config, &membership, &me).await? {
         Some((channel, silence)) => {
             losses.push(silence);
             Some(channel)
@@ -159,15 +164,52 @@ async fn resolve(
     }
 }
 
+/// The job secret: given, or read from its file (a mounted Secret). A file that does not
+/// exist is an optional Secret nobody created: no channel, and the log says so.
+fn job_secret(control: &Control) -> Result<Option<Secret>, Error> {
+    if let Some(secret) = &control.secret {
+        return Ok(Some(secret.clone()));
+    }
+    let Some(path) = &control.secret_file else {
+        return Ok(None);
+    };
+    match std::fs::read(path) {
+        Ok(bytes) => {
+            let text = String::from_utf8_lossy(&bytes).trim().to_string();
+            if text.len() < MIN_SECRET_LEN {
+                return Err(ConfigError::new(
+                    JOB_SECRET_FILE,
+                    &path.display().to_string(),
+                    format!("a file holding at least {MIN_SECRET_LEN} characters"),
+                )
+                .into());
+            }
+            Ok(Some(Secret(text.into_bytes())))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            info!(
+                "no job secret at {}: no control channel (no heartbeats)",
+                path.display()
+            );
+            Ok(None)
+        }
+        Err(e) => Err(Error::io(
+            format!("cannot read the job secret {}", path.display()),
+            e,
+        )),
+    }
+}
+
 /// Joins the job's control channel when there is a secret: as the coordinator (the pod at
 /// --coordinator's address, else the pod of rank 0) or as a follower of it.
 async fn join_channel(
+    secret: Option<Secret>,
     config: &Config,
     membership: &Membership,
     me: &Me,
 ) -> Result<Option<(Channel, BoxFuture<'static, String>)>, Error> {
     let control = &config.control;
-    let Some(secret) = control.secret.clone() else {
+    let Some(secret) = secret else {
         return Ok(None);
     };
     let mut members: Vec<String> = Vec::new();

@@ -11,6 +11,7 @@
 use serde_json::{json, Value};
 
 use crate::cli::{JobArgs, ManifestArgs};
+use crate::config::DEFAULT_CONTROL_PORT;
 use crate::config::{Config, ConfigError, PodRole, Protocol};
 use crate::selector::is_dns_subdomain;
 
@@ -21,6 +22,9 @@ use crate::selector::is_dns_subdomain;
 /// the launcher under /var/lib (a program's variable state) is one no image ships files in, so
 /// the emptyDir mounted here hides nothing.
 pub const WORKDIR: &str = "/var/lib/paddle-launcher";
+/// Where the optional job Secret is mounted, and its key.
+const SECRET_DIR: &str = "/etc/paddle-launcher";
+const SECRET_KEY: &str = "secret";
 /// On every pod of the job: what its NetworkPolicy selects.
 const JOB_LABEL: &str = "paddle-launcher/job";
 /// A high UID, not one of the image's users (checkov: CKV_K8S_40).
@@ -189,6 +193,11 @@ fn container_env(a: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
         env_value("PADDLE_LAUNCHER_WORKDIR", WORKDIR),
         // The root filesystem is read-only: the id files go to the work directory.
         env_value("PADDLE_LAUNCHER_ID_DIR", WORKDIR),
+        // From the optional Secret `<job>-launcher`: heartbeats once someone creates it.
+        env_value(
+            "PADDLE_LAUNCHER_JOB_SECRET_FILE",
+            format!("{SECRET_DIR}/{SECRET_KEY}"),
+        ),
     ];
     if kind.role == PodRole::Both {
         env.push(env_value("CONF_PADDLE_GRADIENT_NUM", a.trainers));
@@ -336,6 +345,7 @@ fn job(a: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
     if kind.role != PodRole::Pserver && a.protocol.trainers_listen() {
         ports.push(json!({"name": "trainer", "containerPort": a.trainer_port}));
     }
+    ports.push(json!({"name": "control", "containerPort": DEFAULT_CONTROL_PORT}));
     let mut labels = kind.labels.clone();
     labels[JOB_LABEL] = json!(a.job_name);
     let mut resources = json!({"cpu": kind.cpu, "memory": kind.memory});
@@ -345,10 +355,16 @@ fn job(a: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
     let mut mounts = vec![
         json!({"name": "tmp", "mountPath": "/tmp"}),
         json!({"name": "scratch", "mountPath": WORKDIR}),
+        json!({"name": "job-secret", "mountPath": SECRET_DIR, "readOnly": true}),
     ];
+    // A file, not an environment variable: it does not show in `ps` or `kubectl describe`.
+    // Optional, so that the job runs (without heartbeats) before the Secret exists.
+    let secret = json!({"secretName": secret_name(a), "optional": true,
+                        "items": [{"key": SECRET_KEY, "path": SECRET_KEY}]});
     let mut volumes = vec![
         json!({"name": "tmp", "emptyDir": {}}),
         json!({"name": "scratch", "emptyDir": {}}),
+        json!({"name": "job-secret", "secret": secret}),
     ];
     if let Some(claim) = &a.volume_claim {
         mounts.push(json!({"name": "jobpath", "mountPath": a.job_path}));
@@ -416,6 +432,11 @@ fn job(a: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
         "metadata": {"name": name, "namespace": a.namespace},
         "spec": spec,
     })
+}
+
+/// The Secret holding the job's control-channel secret (`kubectl create secret generic`).
+fn secret_name(a: &ManifestArgs) -> String {
+    format!("{}-launcher", a.job_name)
 }
 
 /// The headless Service of --dns, resolved through the pod's search domains.

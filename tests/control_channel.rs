@@ -31,16 +31,27 @@ impl Job {
         }
     }
 
+    /// Pod 0 gets the secret as a variable, the others as a file (a mounted Secret, with the
+    /// newline `echo` leaves), as pods may.
     fn start(&self, pod: usize, trainer_seconds: u32) -> Launcher {
-        let env = vec![
+        let mut env = vec![
             ("JOB_NAME", "hb".to_string()),
             ("PADDLE_LAUNCHER_PEERS", self.ips.join(",")),
             ("POD_IP", self.ips[pod].clone()),
             ("PADDLE_LAUNCHER_PROTOCOL", "collective".to_string()),
-            ("PADDLE_LAUNCHER_JOB_SECRET", SECRET.to_string()),
             ("PADDLE_LAUNCHER_CONTROL_PORT", self.port.to_string()),
             ("PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT", "2".to_string()),
         ];
+        if pod == 0 {
+            env.push(("PADDLE_LAUNCHER_JOB_SECRET", SECRET.to_string()));
+        } else {
+            let file = self.dir.path().join(format!("secret-{pod}"));
+            std::fs::write(&file, format!("{SECRET}\n")).unwrap();
+            env.push((
+                "PADDLE_LAUNCHER_JOB_SECRET_FILE",
+                file.display().to_string(),
+            ));
+        }
         let seconds = trainer_seconds.to_string();
         Launcher::start(
             self.dir.path(),
@@ -61,9 +72,7 @@ impl Job {
 fn a_frozen_follower_stops_the_job_within_the_heartbeat_timeout() {
     let job = Job::new(3);
     let launchers: Vec<Launcher> = (0..3).map(|i| job.start(i, 120)).collect();
-    for launcher in &launchers[1..] {
-        launcher.wait_for_output("control channel: following the coordinator", LIMIT);
-    }
+    launchers[0].wait_for_output("control channel: hb-2 joined", LIMIT);
     launchers[2].wait_for_output("started trainer-2", LIMIT);
     launchers[2].signal(Signal::SIGSTOP);
     let mut launchers = launchers.into_iter();
@@ -87,7 +96,7 @@ fn a_frozen_coordinator_stops_the_job_within_the_heartbeat_timeout() {
     let coordinator = job.start(0, 120);
     let follower = job.start(1, 120);
     follower.wait_for_output("started trainer-1", LIMIT);
-    coordinator.wait_for_output("started trainer-0", LIMIT);
+    coordinator.wait_for_output("control channel: hb-1 joined", LIMIT);
     coordinator.signal(Signal::SIGSTOP);
     let done = follower.wait(LIMIT);
     assert_eq!(done.code(), 78, "{}", done.stderr);
@@ -206,5 +215,46 @@ fn hostile_clients_are_dropped_and_the_job_ends_cleanly() {
         !done.stderr.contains("sent no heartbeat"),
         "{}",
         done.stderr
+    );
+}
+
+/// A secret file that does not exist is an optional Secret nobody created: the job runs
+/// without a channel. One too short to be a key is refused before anything starts.
+#[test]
+fn a_missing_secret_file_means_no_channel_and_a_short_one_is_refused() {
+    let job = Job::new(1);
+    let env = |file: &str| {
+        vec![
+            ("JOB_NAME", "hb".to_string()),
+            ("PADDLE_LAUNCHER_PEERS", job.ips[0].clone()),
+            ("POD_IP", job.ips[0].clone()),
+            ("PADDLE_LAUNCHER_PROTOCOL", "collective".to_string()),
+            ("PADDLE_LAUNCHER_JOB_SECRET_FILE", file.to_string()),
+        ]
+    };
+    let missing = job.dir.path().join("no-such-secret").display().to_string();
+    let done = Launcher::start(
+        job.dir.path(),
+        "missing",
+        &["run", "--", "true"],
+        &env(&missing),
+    )
+    .wait(LIMIT);
+    assert_eq!(done.code(), 0, "{}", done.stderr);
+    assert_contains(&done.stderr, "no control channel (no heartbeats)");
+    let short = job.dir.path().join("short");
+    std::fs::write(&short, "tooshort\n").unwrap();
+    let short = short.display().to_string();
+    let done = Launcher::start(
+        job.dir.path(),
+        "short",
+        &["run", "--", "true"],
+        &env(&short),
+    )
+    .wait(LIMIT);
+    assert_eq!(done.code(), 2, "{}", done.stderr);
+    assert_contains(
+        &done.stderr,
+        "invalid PADDLE_LAUNCHER_JOB_SECRET_FILE (--job-secret-file)",
     );
 }

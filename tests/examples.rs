@@ -108,7 +108,10 @@ fn colocated_example_is_valid_and_wired_to_the_launcher() {
         .iter()
         .map(|p| p.container_port)
         .collect();
-    assert_eq!(ports, (first..first + count).collect::<Vec<_>>());
+    // The pserver's ports, then the control channel's (used once the job's Secret exists).
+    let mut expected: Vec<i32> = (first..first + count).collect();
+    expected.push(6171);
+    assert_eq!(ports, expected);
     assert_eq!(
         container.args.as_ref().unwrap()[..2],
         ["run".to_string(), "--".to_string()]
