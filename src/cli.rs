@@ -275,7 +275,7 @@ pub struct JobArgs {
     /// Failed, terminating or back with another IP: `true` or `false` [default: true].
     #[arg(long, env = "PADDLE_LAUNCHER_WATCH_PEERS")]
     pub watch_peers: Option<String>,
-    /// Shared secret of the job's launchers (from a Kubernetes Secret; at least 16 characters).
+    /// Shared secret of the job's launchers (from a Kubernetes Secret; at least 32 characters).
     /// Setting it turns on the control channel: every launcher sends heartbeats to the
     /// coordinating launcher, and a silent one stops the job (status 78) within
     /// --heartbeat-timeout [default: unset, no control channel].

@@ -255,7 +255,7 @@ pub struct Control {
 pub struct Secret(pub Vec<u8>);
 
 /// Secrets shorter than this are refused: an HMAC key an attacker could guess is no key.
-pub const MIN_SECRET_LEN: usize = 16;
+pub const MIN_SECRET_LEN: usize = 32;
 
 impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -729,7 +729,7 @@ impl Control {
                 return Err(ConfigError::new(
                     JOB_SECRET,
                     "(hidden)",
-                    "at least 16 characters, e.g. from `openssl rand -hex 16` in a Secret",
+                    "at least 32 characters, e.g. from `openssl rand -hex 16` in a Secret",
                 ))
             }
             secret => secret.map(|s| Secret(s.as_bytes().to_vec())),

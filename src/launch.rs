@@ -124,7 +124,9 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
     }
     let outcome = drive(&mut supervisor, &plan, &config).await;
     if let Some(channel) = channel {
-        channel.finish().await;
+        channel
+            .finish(matches!(&outcome, Ok(o) if o.code == exit::SUCCESS))
+            .await;
     }
     supervisor.finish();
     outcome
@@ -212,10 +214,13 @@ async fn join_channel(
     let Some(secret) = secret else {
         return Ok(None);
     };
-    let mut members: Vec<String> = Vec::new();
+    let mut members: Vec<control::Member> = Vec::new();
     for member in membership.trainers.iter().chain(&membership.pservers) {
-        if !members.contains(&member.name) {
-            members.push(member.name.clone());
+        if !members.iter().any(|m| m.name == member.name) {
+            members.push(control::Member {
+                name: member.name.clone(),
+                ip: member.ip,
+            });
         }
     }
     let role = match &control.coordinator {
@@ -252,7 +257,10 @@ async fn join_channel(
     let joined = control::join(
         role,
         secret,
-        me.name.clone(),
+        control::Member {
+            name: me.name.clone(),
+            ip: me.ip,
+        },
         members,
         control.heartbeat_timeout,
     )

@@ -13,7 +13,7 @@ use paddle_launcher::{ControlMessage, ControlSession};
 use support::{assert_contains, free_ports, loopback_ip, Launcher};
 
 const LIMIT: Duration = Duration::from_secs(90);
-const SECRET: &str = "control-channel-test-secret";
+const SECRET: &str = "control-channel-test-secret-0123456789";
 
 /// A job of `seconds.len()` pods whose trainer is `sleep <seconds[i]>`; pod 0 coordinates.
 struct Job {
@@ -31,9 +31,19 @@ impl Job {
         }
     }
 
+    fn start(&self, pod: usize, trainer_seconds: u32) -> Launcher {
+        let seconds = trainer_seconds.to_string();
+        Launcher::start(
+            self.dir.path(),
+            &format!("pod-{pod}"),
+            &["run", "--", "sleep", &seconds],
+            &self.env(pod),
+        )
+    }
+
     /// Pod 0 gets the secret as a variable, the others as a file (a mounted Secret, with the
     /// newline `echo` leaves), as pods may.
-    fn start(&self, pod: usize, trainer_seconds: u32) -> Launcher {
+    fn env(&self, pod: usize) -> Vec<(&'static str, String)> {
         let mut env = vec![
             ("JOB_NAME", "hb".to_string()),
             ("PADDLE_LAUNCHER_PEERS", self.ips.join(",")),
@@ -52,13 +62,7 @@ impl Job {
                 file.display().to_string(),
             ));
         }
-        let seconds = trainer_seconds.to_string();
-        Launcher::start(
-            self.dir.path(),
-            &format!("pod-{pod}"),
-            &["run", "--", "sleep", &seconds],
-            &env,
-        )
+        env
     }
 
     fn coordinator(&self) -> String {
@@ -127,95 +131,155 @@ fn closed_by_server(stream: &mut TcpStream) -> bool {
     }
 }
 
-fn connect_with_challenge(address: &str) -> (TcpStream, [u8; 16]) {
-    let mut stream = TcpStream::connect(address).unwrap();
-    let mut challenge = [0u8; 16];
-    stream.read_exact(&mut challenge).unwrap();
+/// A client on `from` (a loopback address of the test's choosing) that has read the
+/// coordinator's challenge and sent its own; returns both.
+fn connect_from(from: &str, address: &str) -> (TcpStream, [u8; 32]) {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let from: std::net::SocketAddr = format!("{from}:0").parse().unwrap();
+    socket.bind(&from.into()).unwrap();
+    let to: std::net::SocketAddr = address.parse().unwrap();
+    socket.connect(&to.into()).unwrap();
+    let mut stream: TcpStream = socket.into();
+    let mut challenge = [0u8; 32];
+    stream.read_exact(&mut challenge[..16]).unwrap();
+    challenge[16..].copy_from_slice(&[0x5a; 16]);
+    stream.write_all(&challenge[16..]).unwrap();
     (stream, challenge)
 }
 
-/// Hostile clients on the coordinator's port change nothing: junk, an oversized frame, the
-/// wrong secret, a replayed frame, a stranger with the right secret and a silent client are
-/// all disconnected, and the job still ends well. Trainers end at different moments (the
-/// follower first): a follower that is done is not mistaken for a lost one.
+/// Hostile clients on the coordinator's port change nothing: from an address outside the job
+/// they are refused at once, however many; from a member's address (pod 2's, which is not up),
+/// junk, an oversized frame, the wrong secret, a hello recorded on another connection, another
+/// pod's name and a silent client are each disconnected for their own reason; the job still
+/// ends well. Trainers end at different moments (the follower first): a follower that is done
+/// is not taken for a lost one.
 #[test]
 fn hostile_clients_are_dropped_and_the_job_ends_cleanly() {
-    let job = Job::new(2);
-    let coordinator = job.start(0, 12);
-    let follower = job.start(1, 6);
-    follower.wait_for_output("started trainer-1", LIMIT);
-    coordinator.wait_for_output("control channel: coordinating 2 launchers", LIMIT);
+    let job = Job::new(3);
+    let coordinator = job.start(0, 14);
+    let follower = job.start(1, 7);
+    coordinator.wait_for_output("control channel: hb-1 joined", LIMIT);
     let address = job.coordinator();
 
-    let (mut junk, _) = connect_with_challenge(&address);
+    // A flood from an address that is not the job's: every connection closed at once.
+    let outsider = loopback_ip();
+    for _ in 0..300 {
+        let (mut stream, _) = connect_from_unchecked(&outsider, &address);
+        assert!(closed_by_server(&mut stream), "an outsider was served");
+    }
+
+    let member = job.ips[2].clone();
+    let expect_closed = |client: &mut TcpStream, what: &str, reason: &str| {
+        assert!(closed_by_server(client), "{what} kept its connection");
+        coordinator.wait_for_output(reason, LIMIT);
+    };
+
+    let (mut junk, _) = connect_from(&member, &address);
     junk.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         .unwrap();
-    assert!(closed_by_server(&mut junk), "junk kept its connection");
+    expect_closed(&mut junk, "junk", "a frame of 18245 bytes, more than 1024");
 
-    let (mut huge, _) = connect_with_challenge(&address);
-    huge.write_all(&[0xff, 0xff]).unwrap();
-    huge.write_all(&[b'x'; 4096]).unwrap_or(());
-    assert!(
-        closed_by_server(&mut huge),
-        "an oversized frame kept its connection"
+    let (mut huge, _) = connect_from(&member, &address);
+    huge.write_all(&[0x04, 0x01]).unwrap();
+    expect_closed(
+        &mut huge,
+        "an oversized frame",
+        "a frame of 1025 bytes, more than 1024",
     );
 
-    let (mut forged, challenge) = connect_with_challenge(&address);
-    let wrong = paddle_launcher::config_secret(b"not-the-job-secret-at-all");
-    let mut session = ControlSession::new(&wrong, challenge, false);
-    let hello = ControlMessage::Hello { pod: "hb-1".into() };
-    forged.write_all(&session.seal(&hello)).unwrap();
-    assert!(
-        closed_by_server(&mut forged),
-        "a frame under the wrong secret was accepted"
-    );
+    let hello = ControlMessage::Hello { pod: "hb-2".into() };
+    let (mut forged, challenge) = connect_from(&member, &address);
+    let wrong = paddle_launcher::config_secret(b"not-the-job-secret-at-all-0123456789");
+    forged
+        .write_all(&ControlSession::new(&wrong, challenge, false).seal(&hello))
+        .unwrap();
+    expect_closed(&mut forged, "the wrong secret", "fails authentication");
 
+    // A hello sealed for one connection, sent on another: its challenges are not this one's.
     let right = paddle_launcher::config_secret(SECRET.as_bytes());
-    let (mut replayed, challenge) = connect_with_challenge(&address);
-    let mut session = ControlSession::new(&right, challenge, false);
-    let frame = session.seal(&hello);
-    replayed.write_all(&frame).unwrap();
-    replayed.write_all(&frame).unwrap();
+    let (recorded_on, challenge) = connect_from(&member, &address);
+    let recorded = ControlSession::new(&right, challenge, false).seal(&hello);
+    let (mut replayed, _) = connect_from(&member, &address);
+    replayed.write_all(&recorded).unwrap();
     assert!(
         closed_by_server(&mut replayed),
-        "a replayed frame was accepted"
+        "a hello from another connection was accepted"
+    );
+    drop(recorded_on);
+
+    let (mut stranger, challenge) = connect_from(&member, &address);
+    let intruder = ControlMessage::Hello { pod: "hb-0".into() };
+    stranger
+        .write_all(&ControlSession::new(&right, challenge, false).seal(&intruder))
+        .unwrap();
+    expect_closed(
+        &mut stranger,
+        "another pod's name",
+        &format!("hb-0 is not a member of this job at {member}"),
     );
 
-    let (mut stranger, challenge) = connect_with_challenge(&address);
-    let mut session = ControlSession::new(&right, challenge, false);
-    let intruder = ControlMessage::Hello {
-        pod: "not-in-the-job".into(),
-    };
-    stranger.write_all(&session.seal(&intruder)).unwrap();
-    assert!(
-        closed_by_server(&mut stranger),
-        "a pod outside the job was accepted"
-    );
-
-    let (mut silent, _) = connect_with_challenge(&address);
-    assert!(
-        closed_by_server(&mut silent),
-        "a client that never says hello kept its connection"
+    let (mut silent, _) = connect_from(&member, &address);
+    expect_closed(
+        &mut silent,
+        "a client that never says hello",
+        "no hello within 5 s",
     );
 
     let done = follower.wait(LIMIT);
     assert_eq!(done.code(), 0, "{}", done.stderr);
     let done = coordinator.wait(LIMIT);
     assert_eq!(done.code(), 0, "{}", done.stderr);
-    for line in [
-        "closed the connection from",
-        "more than 1024",
-        "fails authentication",
-        "not-in-the-job is not a member of this job",
-        "no hello within 5 s",
-    ] {
-        assert_contains(&done.stderr, line);
-    }
     assert!(
         !done.stderr.contains("sent no heartbeat"),
         "{}",
         done.stderr
     );
+    assert!(!done.stderr.contains("hb-2 joined"), "{}", done.stderr);
+}
+
+/// A client that does not wait for the challenge (the outsider is closed before it is sent).
+fn connect_from_unchecked(from: &str, address: &str) -> (TcpStream, ()) {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let from: std::net::SocketAddr = format!("{from}:0").parse().unwrap();
+    socket.bind(&from.into()).unwrap();
+    let to: std::net::SocketAddr = address.parse().unwrap();
+    socket.connect(&to.into()).unwrap();
+    (socket.into(), ())
+}
+
+/// The coordinator's trainer ends first: its goodbye reaches the follower, which goes on and
+/// ends well instead of taking the coordinator's end for a loss.
+#[test]
+fn the_coordinator_may_finish_first() {
+    for _ in 0..3 {
+        let job = Job::new(2);
+        let coordinator = job.start(0, 1);
+        let follower = job.start(1, 6);
+        coordinator.wait_for_output("control channel: hb-1 joined", LIMIT);
+        let done = coordinator.wait(LIMIT);
+        assert_eq!(done.code(), 0, "{}", done.stderr);
+        let done = follower.wait(LIMIT);
+        assert_eq!(done.code(), 0, "{}", done.stderr);
+        assert_contains(&done.stderr, "the coordinator finished");
+    }
+}
+
+/// A follower whose trainer failed says no goodbye: the coordinator notices its silence, and
+/// a job without any other watch (static membership) does not hang on the missing pod.
+#[test]
+fn a_failed_follower_says_no_goodbye_and_the_job_stops() {
+    let job = Job::new(2);
+    let coordinator = job.start(0, 120);
+    let follower = Launcher::start(
+        job.dir.path(),
+        "failing",
+        &["run", "--", "false"],
+        &job.env(1),
+    );
+    assert_eq!(follower.wait(LIMIT).code(), 1);
+    let done = coordinator.wait(LIMIT);
+    assert_eq!(done.code(), 78, "{}", done.stderr);
+    assert_contains(&done.stderr, "peer pod hb-1 sent no heartbeat for 2 s");
 }
 
 /// A secret file that does not exist is an optional Secret nobody created: the job runs
