@@ -155,11 +155,30 @@ pub async fn doctor(
                 id(me.trainer_rank),
                 id(me.pserver_rank)
             ));
+            lines.push(control_line(&config, &membership, &me));
             (
                 lines,
                 Outcome::new(exit::SUCCESS, "the job would start now"),
             )
         }
         Err(e) => (lines, Error::from(e).into()),
+    }
+}
+
+/// Where this pod stands in the control channel, in plain words.
+fn control_line(config: &Config, membership: &Membership, me: &crate::membership::Me) -> String {
+    match crate::plan::ControlPlan::new(config, membership, me) {
+        None => "control channel: off (no PADDLE_LAUNCHER_JOB_SECRET or _FILE)".to_string(),
+        Some(plan) => {
+            let role = match plan.this_pod_coordinates {
+                Some(true) => "this pod coordinates",
+                Some(false) => "this pod follows",
+                None => "who coordinates is decided by resolving the name at the launch",
+            };
+            format!(
+                "control channel: coordinator {}, {role}; heartbeat timeout {} s",
+                plan.coordinator, plan.heartbeat_timeout_s
+            )
+        }
     }
 }

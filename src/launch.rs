@@ -108,7 +108,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
     if let (true, Some(loss)) = (config.topology.watch_peers, peer_loss) {
         losses.push(loss);
     }
-    let channel = match join_channel(secret, &config, &membership, &me).await? {
+    let channel = match join_channel(secret, &plan, &config, &membership, &me).await? {
         Some((channel, silence)) => {
             losses.push(silence);
             Some(channel)
@@ -206,6 +206,7 @@ fn job_secret(control: &Control) -> Result<Option<Secret>, Error> {
 /// --coordinator's address, else the pod of rank 0) or as a follower of it.
 async fn join_channel(
     secret: Option<Secret>,
+    plan: &Plan,
     config: &Config,
     membership: &Membership,
     me: &Me,
@@ -223,8 +224,20 @@ async fn join_channel(
             });
         }
     }
-    let role = match &control.coordinator {
-        Some((host, port)) => {
+    let Some(plan) = &plan.control else {
+        return Ok(None);
+    };
+    let role = match (
+        plan.this_pod_coordinates,
+        plan.coordinator.parse::<SocketAddr>(),
+    ) {
+        (Some(true), Ok(listen)) => ControlRole::Coordinator { listen },
+        (Some(false), Ok(coordinator)) => ControlRole::Follower { coordinator },
+        // A DNS name: whoever has its address serves.
+        _ => {
+            let Some((host, port)) = &control.coordinator else {
+                return Ok(None);
+            };
             let dns_server = match &config.topology.discovery {
                 Discovery::Dns { server, .. } => *server,
                 _ => None,
@@ -234,23 +247,10 @@ async fn join_channel(
                 Some(_) => ControlRole::Coordinator {
                     listen: SocketAddr::new(me.ip, *port),
                 },
-                None => ControlRole::Follower {
-                    coordinator: addresses[0],
+                None => match addresses.first() {
+                    Some(&coordinator) => ControlRole::Follower { coordinator },
+                    None => return Ok(None),
                 },
-            }
-        }
-        None => {
-            // This pod is a member, so the membership is never empty.
-            let Some(first) = membership.trainers.first().or(membership.pservers.first()) else {
-                return Ok(None);
-            };
-            let address = SocketAddr::new(first.ip, control.port);
-            if first.name == me.name {
-                ControlRole::Coordinator { listen: address }
-            } else {
-                ControlRole::Follower {
-                    coordinator: address,
-                }
             }
         }
     };

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::config::Protocol;
+use crate::config::{Config, Protocol};
+use crate::membership::{Me, Membership};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -63,6 +64,50 @@ pub struct PodEntry {
     pub role: &'static str,
 }
 
+/// The job's control channel as this pod will join it (when a job secret is configured).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ControlPlan {
+    /// HOST:PORT of the coordinating launcher.
+    pub coordinator: String,
+    /// Whether this pod serves it; null when HOST is a DNS name, resolved at the launch.
+    pub this_pod_coordinates: Option<bool>,
+    pub heartbeat_timeout_s: u64,
+}
+
+impl ControlPlan {
+    /// The coordinator: --coordinator's HOST:PORT, else the pod of rank 0 (the first trainer,
+    /// else the first pserver) on the control port — the same on every pod.
+    pub fn new(config: &Config, membership: &Membership, me: &Me) -> Option<ControlPlan> {
+        let control = &config.control;
+        if control.secret.is_none() && control.secret_file.is_none() {
+            return None;
+        }
+        let (coordinator, this_pod_coordinates) = match &control.coordinator {
+            Some((host, port)) => {
+                let address = match host.parse::<IpAddr>() {
+                    Ok(ip) => SocketAddr::new(ip, *port).to_string(),
+                    Err(_) => format!("{host}:{port}"),
+                };
+                let ours = host.parse::<IpAddr>().ok().map(|ip| ip == me.ip);
+                (address, ours)
+            }
+            None => {
+                let first = membership
+                    .trainers
+                    .first()
+                    .or(membership.pservers.first())?;
+                let address = SocketAddr::new(first.ip, control.port).to_string();
+                (address, Some(first.name == me.name))
+            }
+        };
+        Some(ControlPlan {
+            coordinator,
+            this_pod_coordinates,
+            heartbeat_timeout_s: control.heartbeat_timeout.as_secs(),
+        })
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Plan {
     pub job: String,
@@ -81,6 +126,8 @@ pub struct Plan {
     pub copies: Vec<Copy>,
     pub files: Vec<FileSpec>,
     pub processes: Vec<ProcessSpec>,
+    /// The control channel; null without a job secret.
+    pub control: Option<ControlPlan>,
 }
 
 impl Plan {

@@ -397,6 +397,15 @@ fn doctor_says_when_the_job_would_start_and_with_which_rank() {
     assert_eq!(done.code(), 0, "{}\n{}", done.stdout, done.stderr);
     assert_contains(&done.stdout, "pods `job-name=ok`: all 2 Running with an IP");
     assert_contains(&done.stdout, "this pod would be trainer 1 / pserver 1");
+    assert_contains(&done.stdout, "control channel: off");
+    env.push(("PADDLE_LAUNCHER_JOB_SECRET", "d".repeat(32)));
+    let done = Launcher::start(cluster.dir.path(), "doctor2", &["doctor"], &env).wait(LIMIT);
+    assert_eq!(done.code(), 0, "{}\n{}", done.stdout, done.stderr);
+    // Rank 0 is the lower address, ok-1's: it coordinates, this pod follows.
+    assert_contains(
+        &done.stdout,
+        "control channel: coordinator 127.0.0.2:6171, this pod follows; heartbeat timeout 10 s",
+    );
 }
 
 /// doctor judges with the launcher's own rule, the failed-trainer guard included.

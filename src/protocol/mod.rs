@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::{Config, Protocol};
 use crate::membership::{Me, Member, Membership};
-use crate::plan::{Copy, FileSpec, Plan, PodEntry, ProcessSpec, Role};
+use crate::plan::{ControlPlan, Copy, FileSpec, Plan, PodEntry, ProcessSpec, Role};
 
 /// Directory layout of PaddlePaddle's original Kubernetes tutorial: `$JOB_PATH/$JOB_NAME/{output/node_<rank>, <rank>/data, <config>}`.
 pub struct JobDir {
@@ -256,6 +256,7 @@ pub fn plan(config: &Config, membership: &Membership, me: &Me, inputs: &InputFil
         copies,
         files,
         processes,
+        control: ControlPlan::new(config, membership, me),
     }
 }
 
@@ -303,7 +304,8 @@ pub(crate) mod tests {
         rank(&pods)
     }
 
-    /// Seed 004's layout of 3 pods, or PaddleCloud's split layout of 2 pservers + 3 trainers.
+    /// The layout of PaddlePaddle's tutorial (3 pods), or PaddleCloud's split layout of 2
+    /// pservers + 3 trainers.
     pub fn membership(config: &Config) -> Membership {
         let trainers = members("t", &["10.0.1.1", "10.0.1.2", "10.0.1.3"]);
         let groups = if config.own_group() == GroupKind::Job {
@@ -315,6 +317,41 @@ pub(crate) mod tests {
             ]
         };
         Membership::from_groups(config.topology.protocol, groups)
+    }
+
+    /// The coordinator is the same on every pod: rank 0 on the control port, or --coordinator.
+    #[test]
+    fn the_control_plan_names_one_coordinator_for_every_pod() {
+        let me = |ip: &str, name: &str| Me {
+            name: name.into(),
+            ip: ip.parse().unwrap(),
+            pserver_rank: None,
+            trainer_rank: Some(0),
+        };
+        let off = config(|_| {});
+        assert_eq!(
+            ControlPlan::new(&off, &membership(&off), &me("10.0.1.1", "t-0")),
+            None
+        );
+        let on = config(|a| a.job_secret = Some("s".repeat(32)));
+        let m = membership(&on);
+        let first = ControlPlan::new(&on, &m, &me("10.0.1.1", "t-0")).unwrap();
+        let other = ControlPlan::new(&on, &m, &me("10.0.1.2", "t-1")).unwrap();
+        assert_eq!(first.coordinator, "10.0.1.1:6171");
+        assert_eq!(other.coordinator, first.coordinator);
+        assert_eq!(
+            (first.this_pod_coordinates, other.this_pod_coordinates),
+            (Some(true), Some(false))
+        );
+        let named = config(|a| {
+            a.job_secret_file = Some("/etc/paddle-launcher/secret".into());
+            a.coordinator = Some("job-0.job:7000".into());
+        });
+        let plan = ControlPlan::new(&named, &membership(&named), &me("10.0.1.2", "t-1")).unwrap();
+        assert_eq!(
+            (plan.coordinator.as_str(), plan.this_pod_coordinates),
+            ("job-0.job:7000", None)
+        );
     }
 
     #[test]
