@@ -34,6 +34,45 @@ fn invalid(flag: &str, value: &str, expected: &str) -> ConfigError {
     ConfigError::new(flag, value, expected)
 }
 
+/// `--job-path` is mounted only with `--volume-claim`: it must be an absolute directory of its
+/// own, neither one of the pod's other mounts nor over the training program.
+fn check_job_path(a: &ManifestArgs) -> Result<(), ConfigError> {
+    if a.volume_claim.is_none() {
+        return Ok(());
+    }
+    let path = a.job_path.trim_end_matches('/');
+    let within =
+        |inner: &str, outer: &str| inner == outer || inner.starts_with(&format!("{outer}/"));
+    let reserved = ["/tmp", WORKDIR, SECRET_DIR];
+    let program = program_path(a);
+    let clash = !path.starts_with('/')
+        || path.is_empty()
+        || path.split('/').any(|c| c == "..")
+        || reserved.iter().any(|r| within(path, r) || within(r, path))
+        || program.is_some_and(|p| within(&p, path));
+    if clash {
+        return Err(invalid(
+            "--job-path",
+            &a.job_path,
+            "an absolute directory of its own for the claim: not /, not /tmp, /var/lib/paddle-launcher or /etc/paddle-launcher, and not above the training program",
+        ));
+    }
+    Ok(())
+}
+
+/// The training program's path: the first absolute path in the program after `--`, or in
+/// --entry. A volume mounted over it would hide it.
+fn program_path(a: &ManifestArgs) -> Option<String> {
+    let words: Vec<String> = match &a.entry {
+        Some(entry) => entry.split_whitespace().map(str::to_string).collect(),
+        None => a.trainer_args.clone(),
+    };
+    words
+        .into_iter()
+        .find(|w| w.starts_with('/'))
+        .map(|w| w.trim_end_matches('/').to_string())
+}
+
 /// What one of the pod templates runs: one Job each.
 struct PodKind<'a> {
     role: PodRole,
@@ -113,13 +152,32 @@ pub fn documents(a: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
             "--split too (without it every pod runs a pserver)",
         ));
     }
+    let kinds = pod_kinds(a);
+    // The variables the manifest sets itself: an --env of the same name would be a second
+    // entry, and the last one wins (JOB_NAME=other would make the pods wait for other pods).
+    let without_envs = ManifestArgs {
+        envs: Vec::new(),
+        ..a.clone()
+    };
+    let own: Vec<String> = kinds
+        .iter()
+        .flat_map(|kind| container_env(&without_envs, kind))
+        .filter_map(|entry| entry["name"].as_str().map(str::to_string))
+        .collect();
     for pair in &a.envs {
         match pair.split_once('=') {
+            Some((name, _)) if own.iter().any(|o| o == name) => {
+                return Err(invalid(
+                    "--env",
+                    pair,
+                    "a variable the manifest does not set itself (set the launcher's own options with their manifest flags)",
+                ))
+            }
             Some((name, _)) if !name.is_empty() && !name.contains(char::is_whitespace) => {}
             _ => return Err(invalid("--env", pair, "NAME=VALUE")),
         }
     }
-    let kinds = pod_kinds(a);
+    check_job_path(a)?;
     for kind in &kinds {
         validate_pods(a, kind)?;
     }

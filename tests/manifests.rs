@@ -586,3 +586,57 @@ fn manifest_help_describes_every_option_and_object() {
         .collect();
     assert!(undescribed.is_empty(), "no help for {undescribed:?}");
 }
+
+/// Found by a new user: a claim mounted over the program or over another mount, and an
+/// --env that overrides what the manifest sets itself, were accepted.
+#[test]
+fn mounts_and_variables_that_would_break_the_pods_are_refused() {
+    let program = [
+        "--protocol",
+        "collective",
+        "--",
+        "python",
+        "/workspace/train.py",
+    ];
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--volume-claim", "pvc", "--job-path", "/workspace"],
+            "--job-path",
+        ),
+        (
+            &["--volume-claim", "pvc", "--job-path", "/tmp"],
+            "--job-path",
+        ),
+        (
+            &[
+                "--volume-claim",
+                "pvc",
+                "--job-path",
+                "/var/lib/paddle-launcher/x",
+            ],
+            "--job-path",
+        ),
+        (&["--volume-claim", "pvc", "--job-path", "/"], "--job-path"),
+        (
+            &["--volume-claim", "pvc", "--job-path", "rel"],
+            "--job-path",
+        ),
+        (&["--env", "JOB_NAME=other"], "--env"),
+        (&["--env", "POD_IP=1.2.3.4"], "--env"),
+    ];
+    for (extra, flag) in cases {
+        let args: Vec<&str> = extra.iter().chain(&program).copied().collect();
+        let (code, stdout, stderr) = manifest_output(&args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(stdout.is_empty(), "{args:?} printed {stdout}");
+        assert_contains(&stderr, &format!("invalid {flag}: "));
+    }
+    for fine in [
+        &["--volume-claim", "pvc", "--job-path", "/mnt/jobpath"][..],
+        &["--env", "PADDLE_DISTRI_BACKEND=gloo"],
+    ] {
+        let args: Vec<&str> = fine.iter().chain(&program).copied().collect();
+        let (code, _, stderr) = manifest_output(&args);
+        assert_eq!(code, Some(0), "{args:?}: {stderr}");
+    }
+}
