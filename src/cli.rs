@@ -216,8 +216,8 @@ pub struct JobArgs {
     /// Seconds between forwarding SIGTERM and sending SIGKILL to the children [default: 10].
     #[arg(long, env = "PADDLE_LAUNCHER_GRACE_PERIOD")]
     pub grace_period: Option<String>,
-    /// File that receives the one-line reason of the exit, when writable; empty disables
-    /// [default: /dev/termination-log].
+    /// Existing file that receives the one-line reason of the exit (the kubelet creates
+    /// /dev/termination-log; nothing is created); empty disables [default: /dev/termination-log].
     #[arg(long, env = "PADDLE_LAUNCHER_TERMINATION_LOG")]
     pub termination_log: Option<String>,
     /// Working directory of the pserver and the trainer [default: the current directory].

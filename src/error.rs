@@ -22,7 +22,7 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
-    #[error("no Kubernetes client configuration ({source}); run in a pod with a service account, set KUBECONFIG, or give the peers with --peers / PADDLE_LAUNCHER_PEERS")]
+    #[error("no Kubernetes client configuration ({source}); run in a pod with a service account, set KUBECONFIG, or give the peers with --peers / PADDLE_LAUNCHER_PEERS or --dns / PADDLE_LAUNCHER_DNS")]
     NoCluster {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,

@@ -25,7 +25,8 @@ pub const SUCCESS: i32 = 0;
 pub const INTERNAL: i32 = 1;
 /// An invalid flag or environment variable; nothing was contacted or started.
 pub const INVALID_CONFIG: i32 = 2;
-/// The expected pods were not all Running within the wait timeout (or the API stayed unreachable).
+/// The expected pods were not all Running within the wait timeout (an API server that never
+/// answered is SOURCE_UNUSABLE instead).
 pub const PEERS_TIMEOUT: i32 = 71;
 /// The Kubernetes API refused us (401/403): the pod's service account lacks pods get/list/watch.
 pub const FORBIDDEN: i32 = 72;
