@@ -31,7 +31,7 @@ pub enum Error {
     Forbidden { namespace: String, message: String },
     #[error("gave up after {waited_s} s waiting for the job's pods (set --wait-timeout / PADDLE_LAUNCHER_WAIT_TIMEOUT to wait longer): {status}")]
     PeersTimeout { waited_s: u64, status: String },
-    #[error("the Kubernetes API server at {url} did not answer in {waited_s} s ({last_error}); check KUBECONFIG or the in-cluster service")]
+    #[error("the Kubernetes API server at {url} did not answer{} ({last_error}); check KUBECONFIG or the in-cluster service", if *waited_s > 0 { format!(" in {waited_s} s") } else { String::new() })]
     Unreachable {
         url: String,
         waited_s: u64,

@@ -443,6 +443,16 @@ impl Supervisor {
         if stopping.is_empty() {
             return;
         }
+        let names: Vec<&str> = stopping
+            .iter()
+            .map(|&i| self.children[i].label.as_str())
+            .collect();
+        info!(
+            "stopping {} with {} (SIGKILL after {} s)",
+            names.join(", "),
+            signal_name(sig),
+            self.grace.as_secs()
+        );
         self.signal(&stopping, sig);
         let deadline = Instant::now() + self.grace;
         let mut killed = false;

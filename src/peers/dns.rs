@@ -100,13 +100,19 @@ pub async fn wait_until_stable(
                 info!("{name} resolves to the same {expected} addresses twice: ready");
                 return Ok(members(name, ips));
             }
+            let listed = ips
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ");
             status = format!(
-                "{name} resolves to {} of {expected} addresses: {}{}",
+                "{name} resolves to {} of {expected} addresses{}{}",
                 ips.len(),
-                ips.iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                if listed.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {listed}")
+                },
                 if ips.len() > expected {
                     " (more than expected: waiting for the extra ones to go)"
                 } else {
