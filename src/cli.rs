@@ -277,8 +277,8 @@ pub struct JobArgs {
     pub watch_peers: Option<String>,
     /// Shared secret of the job's launchers (from a Kubernetes Secret; at least 32 characters).
     /// Setting it turns on the control channel: every launcher sends heartbeats to the
-    /// coordinating launcher, and a silent one stops the job (status 78) within
-    /// --heartbeat-timeout [default: unset, no control channel].
+    /// coordinating launcher, and a silent one stops the job (status 78), or costs it a restart
+    /// (--max-restarts), within --heartbeat-timeout [default: unset, no control channel].
     #[arg(long, env = "PADDLE_LAUNCHER_JOB_SECRET", hide_env_values = true)]
     pub job_secret: Option<String>,
     /// File holding the job secret instead (a mounted Secret, as `manifest` generates); a file
@@ -297,6 +297,12 @@ pub struct JobArgs {
     /// [default: 10].
     #[arg(long, env = "PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT")]
     pub heartbeat_timeout: Option<String>,
+    /// Group restarts the job may make: on a failed trainer or pserver, a lost or silent pod,
+    /// every launcher stops its children, waits for the job's pods again and starts them anew
+    /// with PADDLE_LAUNCHER_RESTART_COUNT; needs the control channel (a job secret)
+    /// [default: 0, the first failure ends every pod].
+    #[arg(long, env = "PADDLE_LAUNCHER_MAX_RESTARTS")]
+    pub max_restarts: Option<String>,
     /// Arguments after `--` go to the trainer; `--name=value` replaces a generated flag.
     #[arg(last = true, value_name = "TRAINER_ARGS")]
     pub trainer_args: Vec<String>,

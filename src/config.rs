@@ -67,6 +67,7 @@ pub const JOB_SECRET_FILE: Opt = Opt("job_secret_file");
 pub const COORDINATOR: Opt = Opt("coordinator");
 pub const CONTROL_PORT: Opt = Opt("control_port");
 pub const HEARTBEAT_TIMEOUT: Opt = Opt("heartbeat_timeout");
+pub const MAX_RESTARTS: Opt = Opt("max_restarts");
 
 /// Every option named in this module's messages (a test checks each one has a definition).
 #[cfg(test)]
@@ -109,6 +110,7 @@ const NAMED_OPTIONS: &[Opt] = &[
     COORDINATOR,
     CONTROL_PORT,
     HEARTBEAT_TIMEOUT,
+    MAX_RESTARTS,
 ];
 
 pub const DEFAULT_PORT: u16 = 7164;
@@ -248,6 +250,8 @@ pub struct Control {
     pub coordinator: Option<(String, u16)>,
     pub port: u16,
     pub heartbeat_timeout: Duration,
+    /// Group restarts left to the job at its start (0: the first failure ends every pod).
+    pub max_restarts: u32,
 }
 
 /// The job's shared secret; never printed.
@@ -762,7 +766,20 @@ impl Control {
                 Ok((host.to_string(), port(number, COORDINATOR).map_err(|_| bad())?))
             })
             .transpose()?;
+        let max_restarts = present(&args.max_restarts)
+            .map(|text| parse_int(text, MAX_RESTARTS, 0, 10_000, "a number of restarts"))
+            .transpose()?
+            .unwrap_or(0) as u32;
+        if max_restarts > 0 && secret.is_none() && secret_file.is_none() {
+            return Err(ConfigError::new(
+                MAX_RESTARTS,
+                &max_restarts.to_string(),
+                "0 without a job secret: the launchers agree on restarts over the control channel \
+                 (set PADDLE_LAUNCHER_JOB_SECRET or PADDLE_LAUNCHER_JOB_SECRET_FILE)",
+            ));
+        }
         Ok(Control {
+            max_restarts,
             secret,
             secret_file,
             coordinator,

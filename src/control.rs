@@ -1,12 +1,21 @@
 //! The job's control channel: every launcher keeps one TCP connection to the coordinating
-//! launcher and both sides send heartbeats, so that a launcher that goes silent — frozen, or on
-//! a node that died while the API still says Running — is noticed within the heartbeat timeout
-//! and the job stops (as for any lost peer) instead of hanging in a collective operation.
+//! launcher. Over it the launchers
+//! - agree when to start: the coordinator answers `Go` with the restart epoch once every member
+//!   has said hello with the same view of the membership (a barrier, also before a restart);
+//! - notice a launcher that goes silent (frozen, or on a node that died while the API still says
+//!   Running) within the heartbeat timeout, and one whose connection closes (its pod is gone);
+//! - learn of the first failure anywhere (`Failed` to the coordinator, `Lost` to everyone), so
+//!   that every launcher stops its children at once and, while restarts are left, gathers again.
+//!
+//! A channel lives for one attempt: after a failure every launcher closes it, discovers the job
+//! again and joins anew (the coordinator may be another pod by then). The epoch needs no memory
+//! on the coordinator: each hello says the epoch its launcher would start next (0 for a new pod,
+//! one more than the last start for a survivor), and `Go` carries the largest.
 //!
 //! The port is reachable by every pod of the cluster, so nothing on it is trusted:
 //! - a connection from an address that is not a member pod's is closed at once, before any
 //!   task, buffer or log line is spent on it; each member address may hold only a few
-//!   connections, and there are at most twice as many connections as members;
+//!   connections;
 //! - the server sends a random challenge, the client one of its own; every frame carries an
 //!   HMAC-SHA256 under the job's secret over its direction, both challenges and a per-direction
 //!   sequence number: a forged, altered, replayed (on this or any other connection, in either
@@ -17,11 +26,13 @@
 //!
 //! An attacker on the pod network without the secret can connect from a non-member address and
 //! be dropped; spoofing a member's address (or cutting connections, as any on-path party can)
-//! makes launchers look silent, which stops the job rather than letting it train wrong.
+//! makes launchers look silent or gone, which stops the job (or costs it a restart) rather than
+//! letting it train wrong. It cannot start, restart or finish anything.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -31,9 +42,10 @@ use ring::rand::{SecureRandom, SystemRandom};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::mpsc;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::{sleep, timeout, Instant};
-use tracing::{debug, info, warn};
+use tracing::{debug, info, warn, Instrument};
 
 use crate::config::Secret;
 
@@ -45,10 +57,10 @@ pub type Challenge = [u8; 2 * NONCE_LEN];
 const HANDSHAKE: Duration = Duration::from_secs(5);
 /// Connections one member address may hold at once (a reconnect overlaps the old one).
 const PER_ADDRESS: usize = 2;
-/// How long a follower tries to reach the coordinator, and a member may take to join at all.
-const CONNECT_GRACE: Duration = Duration::from_secs(60);
 /// Longer reasons are cut: a frame must stay within `MAX_PAYLOAD`.
 const MAX_REASON: usize = 400;
+/// How long queued last words (Lost, Bye) may take to go out when a channel closes.
+const FLUSH: Duration = Duration::from_secs(1);
 const CLIENT: u8 = b'C';
 const SERVER: u8 = b'S';
 
@@ -56,27 +68,40 @@ const SERVER: u8 = b'S';
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Message {
-    /// A follower's first frame: which member of the job it is.
+    /// A follower's first frame: which member it is, the restart epoch it would start next,
+    /// and the fingerprint of the membership it found.
     Hello {
         pod: String,
+        next: u32,
+        view: String,
     },
     Beat,
-    /// A follower ends normally: its silence from now on is not a loss.
+    /// Coordinator: every member is here with the same view: start restart epoch `epoch`.
+    Go {
+        epoch: u32,
+    },
+    /// A follower's trainer succeeded: its end from now on is not a loss.
     Done,
-    /// The coordinator saw the job lose a member: stop.
-    Lost {
+    /// A follower failed (or saw the job fail): the coordinator tells everyone.
+    Failed {
         reason: String,
     },
-    /// The coordinator ends normally.
+    /// Coordinator: the job lost a member or one failed: stop. `restart`: whether the job may
+    /// start again (not once a member has finished).
+    Lost {
+        reason: String,
+        restart: bool,
+    },
+    /// Coordinator: the membership is not what everyone agrees on yet: discover the job again.
+    Regather {
+        reason: String,
+    },
+    /// The coordinator ends normally, after every follower is done.
     Bye,
 }
 
-impl Message {
-    fn lost(reason: &str) -> Message {
-        Message::Lost {
-            reason: reason.chars().take(MAX_REASON).collect(),
-        }
-    }
+fn cut(reason: &str) -> String {
+    reason.chars().take(MAX_REASON).collect()
 }
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -89,6 +114,10 @@ pub enum WireError {
     Malformed(String),
     #[error("{0}")]
     Io(String),
+    #[error("sent no heartbeat for {0} s")]
+    Silent(u64),
+    #[error("the connection was closed")]
+    Closed,
 }
 
 /// One connection's authenticated session, for one direction of sending and receiving.
@@ -120,8 +149,8 @@ impl Session {
         input
     }
 
-    /// The bytes of one frame: length, payload, MAC. Messages are built small (`Message::lost`
-    /// cuts reasons), so the payload always fits.
+    /// The bytes of one frame: length, payload, MAC. Messages are built small (`cut`
+    /// shortens reasons), so the payload always fits.
     pub fn seal(&mut self, message: &Message) -> Vec<u8> {
         let mut payload = serde_json::to_vec(message).unwrap_or_default();
         payload.truncate(MAX_PAYLOAD);
@@ -178,7 +207,12 @@ impl Session {
 }
 
 fn io(e: std::io::Error) -> WireError {
-    WireError::Io(e.to_string())
+    use std::io::ErrorKind::{ConnectionReset, UnexpectedEof};
+    match e.kind() {
+        // The peer's process is gone (its kernel closed or reset the connection).
+        UnexpectedEof | ConnectionReset => WireError::Closed,
+        _ => WireError::Io(e.to_string()),
+    }
 }
 
 /// Reads frames one after the other on a task of their own: a read must never be cancelled
@@ -216,22 +250,15 @@ pub struct Member {
     pub ip: IpAddr,
 }
 
-/// A joined control channel; its loss future (from `join`) resolves when the job lost a member.
-pub struct Channel {
-    finish: Option<oneshot::Sender<bool>>,
-    finished: Option<oneshot::Receiver<()>>,
-}
-
-impl Channel {
-    /// Ends this launcher's part. After a success it says goodbye (a follower "done", the
-    /// coordinator "bye"), so that the others do not take its end for a loss; after a failure
-    /// it says nothing, so that they do.
-    pub async fn finish(mut self, succeeded: bool) {
-        if let (Some(finish), Some(finished)) = (self.finish.take(), self.finished.take()) {
-            let _ = finish.send(succeeded);
-            let _ = timeout(Duration::from_secs(1), finished).await;
-        }
-    }
+/// What a launcher hears from the channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Heard {
+    /// Every member is ready: start restart epoch `epoch`.
+    Go(u32),
+    /// Not everyone found the same members, or not all joined: discover the job again.
+    Regather(String),
+    /// The job lost a member or one failed: stop. `restart`: whether the job may start again.
+    Lost { reason: String, restart: bool },
 }
 
 /// Where this launcher stands in the channel.
@@ -240,60 +267,161 @@ pub enum Role {
     Follower { coordinator: SocketAddr },
 }
 
-/// Joins the channel: serves it (the coordinator, for `members`) or connects to it. Returns the
-/// channel and a future that resolves with the reason when the job lost a member.
-pub async fn join(
-    role: Role,
-    secret: Secret,
-    me: Member,
-    members: Vec<Member>,
-    heartbeat_timeout: Duration,
-) -> std::io::Result<(Channel, BoxFuture<'static, String>)> {
-    let (lost_tx, lost_rx) = oneshot::channel::<String>();
-    let (finish_tx, finish_rx) = oneshot::channel::<bool>();
-    let (finished_tx, finished_rx) = oneshot::channel::<()>();
-    match role {
+/// Everything a launcher brings to one attempt's channel.
+pub struct Joining {
+    pub role: Role,
+    pub secret: Secret,
+    pub me: Member,
+    /// Every member of the job, this one included.
+    pub members: Vec<Member>,
+    /// The fingerprint of the membership this launcher found (`view`).
+    pub view: String,
+    /// The restart epoch this launcher would start next.
+    pub next: u32,
+    pub heartbeat_timeout: Duration,
+    /// How long members may take to join: they may still be stopping their children.
+    pub join_grace: Duration,
+}
+
+/// The fingerprint of a membership: equal on two pods exactly when they found the same pods at
+/// the same addresses.
+pub fn view(members: &[Member]) -> String {
+    let mut entries: Vec<String> = members
+        .iter()
+        .map(|m| format!("{}={}", m.name, m.ip))
+        .collect();
+    entries.sort();
+    let digest = ring::digest::digest(&ring::digest::SHA256, entries.join("\n").as_bytes());
+    digest.as_ref()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+enum Request {
+    Failed(String),
+    Finish { succeeded: bool },
+}
+
+/// This launcher's part of one attempt's channel.
+pub struct Channel {
+    heard: Option<mpsc::UnboundedReceiver<Heard>>,
+    requests: mpsc::UnboundedSender<Request>,
+    task: Option<JoinHandle<()>>,
+    may_restart: Arc<AtomicBool>,
+}
+
+impl Channel {
+    /// The next thing heard; never, once the channel has nothing more to say.
+    pub async fn heard(&mut self) -> Heard {
+        match self.heard.as_mut() {
+            Some(heard) => match heard.recv().await {
+                Some(heard) => heard,
+                None => std::future::pending().await,
+            },
+            None => std::future::pending().await,
+        }
+    }
+
+    /// After `Go`: a future of the first loss the channel reports (the reason).
+    pub fn losses(&mut self) -> BoxFuture<'static, String> {
+        let heard = self.heard.take();
+        async move {
+            if let Some(mut heard) = heard {
+                while let Some(heard) = heard.recv().await {
+                    if let Heard::Lost { reason, .. } = heard {
+                        return reason;
+                    }
+                }
+            }
+            std::future::pending().await
+        }
+        .boxed()
+    }
+
+    /// Whether the job may still restart: not once a member finished, or the coordinator
+    /// said the loss is final.
+    pub fn may_restart(&self) -> bool {
+        self.may_restart.load(Ordering::SeqCst)
+    }
+
+    /// Tells the job that this launcher failed (a follower tells the coordinator, which tells
+    /// everyone; the coordinator tells everyone).
+    pub fn failed(&self, reason: &str) {
+        let _ = self.requests.send(Request::Failed(cut(reason)));
+    }
+
+    /// Ends this launcher's part and waits until it has. After a success a follower says
+    /// "done", and the coordinator stays until every follower has reported its outcome, then
+    /// says goodbye; after a failure nothing is said, and the others notice the end.
+    pub async fn finish(mut self, succeeded: bool) {
+        let _ = self.requests.send(Request::Finish { succeeded });
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Channel {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// Joins one attempt's channel: serves it (the coordinator) or connects to it. What follows
+/// is heard through the returned channel: `Go`, `Regather` or `Lost`.
+pub async fn join(joining: Joining) -> std::io::Result<Channel> {
+    let (heard_tx, heard_rx) = mpsc::unbounded_channel();
+    let (requests_tx, requests_rx) = mpsc::unbounded_channel();
+    let may_restart = Arc::new(AtomicBool::new(true));
+    let ends = Ends {
+        heard: heard_tx,
+        requests: requests_rx,
+        may_restart: may_restart.clone(),
+    };
+    let limit = joining.heartbeat_timeout.as_secs();
+    let task = match joining.role {
         Role::Coordinator { listen } => {
             let listener = TcpListener::bind(listen).await?;
             info!(
-                "control channel: coordinating {} launchers on {listen} (heartbeat timeout {} s)",
-                members.len(),
-                heartbeat_timeout.as_secs()
+                "control channel: coordinating {} launchers on {listen} (heartbeat timeout {limit} s)",
+                joining.members.len()
             );
-            let others: Vec<Member> = members.into_iter().filter(|m| m.name != me.name).collect();
-            let coordinator = Coordinator::new(secret, others, heartbeat_timeout);
-            tokio::spawn(coordinator.run(listener, lost_tx, finish_rx, finished_tx));
+            tokio::spawn(
+                Coordinator::new(joining)
+                    .run(listener, ends)
+                    .in_current_span(),
+            )
         }
         Role::Follower { coordinator } => {
-            info!(
-                "control channel: following the coordinator at {coordinator} (heartbeat timeout {} s)",
-                heartbeat_timeout.as_secs()
-            );
-            tokio::spawn(async move {
-                let follower = Follower {
-                    coordinator,
-                    secret,
-                    me,
-                    heartbeat_timeout,
-                };
-                if let Some(reason) = follower.run(finish_rx, finished_tx).await {
-                    let _ = lost_tx.send(reason);
-                }
-            });
+            info!("control channel: following the coordinator at {coordinator} (heartbeat timeout {limit} s)");
+            tokio::spawn(follow(joining, coordinator, ends).in_current_span())
         }
+    };
+    Ok(Channel {
+        heard: Some(heard_rx),
+        requests: requests_tx,
+        task: Some(task),
+        may_restart,
+    })
+}
+
+/// The task's side of a `Channel`.
+struct Ends {
+    heard: mpsc::UnboundedSender<Heard>,
+    requests: mpsc::UnboundedReceiver<Request>,
+    may_restart: Arc<AtomicBool>,
+}
+
+impl Ends {
+    fn hear(&self, heard: Heard) {
+        if let Heard::Lost { restart: false, .. } = &heard {
+            self.may_restart.store(false, Ordering::SeqCst);
+        }
+        let _ = self.heard.send(heard);
     }
-    let loss = async move {
-        match lost_rx.await {
-            Ok(reason) => reason,
-            // The channel ended without a loss: nothing more to report, ever.
-            Err(_) => std::future::pending().await,
-        }
-    };
-    let channel = Channel {
-        finish: Some(finish_tx),
-        finished: Some(finished_rx),
-    };
-    Ok((channel, loss.boxed()))
 }
 
 fn nonce() -> Result<[u8; NONCE_LEN], WireError> {
@@ -311,75 +439,114 @@ fn both(server: [u8; NONCE_LEN], client: [u8; NONCE_LEN]) -> Challenge {
     challenge
 }
 
-/// What the coordinator knows of its followers.
-struct Members {
-    started: Instant,
-    last_seen: HashMap<String, Instant>,
-    done: Vec<String>,
-    /// The live link of each member, for broadcasts; a newer connection replaces an older one.
+/// What a connection's task tells the coordinator.
+enum FromLink {
+    Joined {
+        link: u64,
+        pod: String,
+        next: u32,
+        view: String,
+        to_link: mpsc::UnboundedSender<Message>,
+    },
+    Said {
+        pod: String,
+        message: Message,
+    },
+    Ended {
+        link: u64,
+        ip: IpAddr,
+        pod: Option<String>,
+        why: WireError,
+    },
+}
+
+#[derive(Debug)]
+enum Stage {
+    /// Waiting for every member's hello: the epoch each would start next.
+    Gathering {
+        since: Instant,
+        ready: HashMap<String, u32>,
+    },
+    Running,
+    /// Said what there was to say; waiting for this launcher to close the channel.
+    Closing,
+}
+
+/// The coordinator's state, owned by its one task: connection tasks only report to it.
+struct Coordinator {
+    shared: Arc<Shared>,
+    view: String,
+    next: u32,
+    join_grace: Duration,
+    stage: Stage,
+    /// The live connection of each member; a second hello of the same pod is refused.
     links: HashMap<String, (u64, mpsc::UnboundedSender<Message>)>,
     /// Open connections by address, authenticated or not.
     open: HashMap<IpAddr, usize>,
-    /// Set once the job lost a member: told to every link, late ones too.
-    lost: Option<String>,
     refused: u64,
+    done: HashSet<String>,
+    /// The first loss, told to every link, late ones too.
+    lost: Option<(String, bool)>,
+    /// This launcher's trainer succeeded: the coordinator stays until the followers report.
+    own_success: bool,
 }
 
-struct Coordinator {
-    state: Arc<Mutex<Members>>,
-    members: Arc<Vec<Member>>,
+/// What connection tasks read: the followers, the secret, the timeout.
+struct Shared {
+    others: Vec<Member>,
     secret: Secret,
     heartbeat_timeout: Duration,
 }
 
 impl Coordinator {
-    fn new(secret: Secret, members: Vec<Member>, heartbeat_timeout: Duration) -> Self {
+    fn new(joining: Joining) -> Coordinator {
+        let me = joining.me.name.clone();
         Coordinator {
-            state: Arc::new(Mutex::new(Members {
-                started: Instant::now(),
-                last_seen: HashMap::new(),
-                done: Vec::new(),
-                links: HashMap::new(),
-                open: HashMap::new(),
-                lost: None,
-                refused: 0,
-            })),
-            members: Arc::new(members),
-            secret,
-            heartbeat_timeout,
+            shared: Arc::new(Shared {
+                others: joining
+                    .members
+                    .into_iter()
+                    .filter(|m| m.name != me)
+                    .collect(),
+                secret: joining.secret,
+                heartbeat_timeout: joining.heartbeat_timeout,
+            }),
+            view: joining.view,
+            next: joining.next,
+            join_grace: joining.join_grace,
+            stage: Stage::Gathering {
+                since: Instant::now(),
+                ready: HashMap::new(),
+            },
+            links: HashMap::new(),
+            open: HashMap::new(),
+            refused: 0,
+            done: HashSet::new(),
+            lost: None,
+            own_success: false,
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Members> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Whether a connection from `ip` may be served: only member addresses, a few each.
-    fn admit(&self, ip: IpAddr) -> bool {
-        let pods_there = self.members.iter().filter(|m| m.ip == ip).count();
-        let mut s = self.lock();
-        let open = s.open.entry(ip).or_insert(0);
+    fn admit(&mut self, ip: IpAddr) -> bool {
+        let pods_there = self.shared.others.iter().filter(|m| m.ip == ip).count();
+        let open = self.open.entry(ip).or_insert(0);
         if pods_there == 0 || *open >= PER_ADDRESS * pods_there {
-            s.refused += 1;
+            self.refused += 1;
             return false;
         }
         *open += 1;
         true
     }
 
-    async fn run(
-        self,
-        listener: TcpListener,
-        lost_tx: oneshot::Sender<String>,
-        mut finish_rx: oneshot::Receiver<bool>,
-        finished_tx: oneshot::Sender<()>,
-    ) {
-        let this = Arc::new(self);
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let mut watchdog = tokio::time::interval(Duration::from_millis(250));
-        let mut lost_tx = Some(lost_tx);
+    async fn run(mut self, listener: TcpListener, mut ends: Ends) {
+        let (from_links_tx, mut from_links) = mpsc::unbounded_channel::<FromLink>();
+        let mut connections = JoinSet::new();
+        let mut ticks = tokio::time::interval(Duration::from_millis(250));
         let mut refusals = tokio::time::interval(Duration::from_secs(60));
         let mut next_link = 0u64;
+        // A job of one pod has nobody to wait for.
+        self.start_when_ready(&ends);
         loop {
             tokio::select! {
                 accepted = listener.accept() => {
@@ -392,79 +559,257 @@ impl Coordinator {
                             continue;
                         }
                     };
-                    if !this.admit(peer.ip()) {
+                    if !self.admit(peer.ip()) {
                         // Closed at once; counted, not logged one by one (a flood would
                         // bury the trainers' output).
                         drop(stream);
                         continue;
                     }
                     next_link += 1;
-                    let (link, this) = (next_link, this.clone());
-                    let stop = stop_rx.clone();
-                    tokio::spawn(async move {
-                        let served = this.serve(link, stream, peer, stop).await;
-                        if let Some(open) = this.lock().open.get_mut(&peer.ip()) {
-                            *open = open.saturating_sub(1);
-                        }
-                        if let Err(why) = served {
-                            warn!("control channel: closed the connection from {peer}: {why}");
-                        }
+                    let link = next_link;
+                    let (shared, to_me) = (self.shared.clone(), from_links_tx.clone());
+                    connections.spawn(async move {
+                        let why = serve(&shared, link, stream, peer, &to_me).await;
+                        let _ = to_me.send(FromLink::Ended { link, ip: peer.ip(), pod: why.0, why: why.1 });
                     });
                 }
+                Some(report) = from_links.recv() => self.on_link(report, &ends),
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                request = ends.requests.recv() => match request {
+                    Some(Request::Failed(reason)) => self.lose(reason, &ends, false),
+                    Some(Request::Finish { succeeded: true }) if matches!(self.stage, Stage::Running) && self.lost.is_none() => {
+                        self.own_success = true;
+                        let waiting = self.waiting_for();
+                        if !waiting.is_empty() {
+                            info!("control channel: waiting for {} launchers to report their outcome: {}", waiting.len(), waiting.join(", "));
+                        }
+                    }
+                    // A failure, the end of an attempt, or the launcher is gone: close.
+                    Some(Request::Finish { .. }) | None => break,
+                },
+                _ = ticks.tick() => self.on_tick(&ends),
                 _ = refusals.tick() => {
-                    let refused = std::mem::take(&mut this.lock().refused);
+                    let refused = std::mem::take(&mut self.refused);
                     if refused > 0 {
                         warn!("control channel: refused {refused} connections from addresses that are not the job's pods, or too many from one");
                     }
                 }
-                _ = watchdog.tick(), if lost_tx.is_some() => {
-                    let silent = silent_member(&this.lock(), &this.members, this.heartbeat_timeout);
-                    if let Some(reason) = silent {
-                        warn!("control channel: {reason}");
-                        this.broadcast(&Message::lost(&reason));
-                        this.lock().lost = Some(reason.clone());
-                        if let Some(tx) = lost_tx.take() {
-                            let _ = tx.send(reason);
+            }
+            if self.own_success && (self.lost.is_some() || self.waiting_for().is_empty()) {
+                break;
+            }
+        }
+        // Last words: goodbye after a success nobody spoiled, else what is queued (a Lost).
+        if self.own_success && self.lost.is_none() {
+            self.broadcast(&Message::Bye);
+        }
+        // Dropping the senders lets each connection write what is queued, then end.
+        self.links.clear();
+        drop(listener);
+        let _ = timeout(FLUSH, async {
+            while connections.join_next().await.is_some() {}
+        })
+        .await;
+    }
+
+    /// Followers that have neither said they are done nor gone.
+    fn waiting_for(&self) -> Vec<String> {
+        self.shared
+            .others
+            .iter()
+            .filter(|m| !self.done.contains(&m.name) && self.links.contains_key(&m.name))
+            .map(|m| m.name.clone())
+            .collect()
+    }
+
+    fn broadcast(&self, message: &Message) {
+        for (_, link) in self.links.values() {
+            let _ = link.send(message.clone());
+        }
+    }
+
+    /// The job lost a member, or one failed: everyone stops, once. `tell_self`: false for
+    /// this launcher's own report (it knows).
+    fn lose(&mut self, reason: String, ends: &Ends, tell_self: bool) {
+        if self.lost.is_some() || matches!(self.stage, Stage::Closing) {
+            return;
+        }
+        // Once a member has finished, the job cannot start again as a whole.
+        let restart = self.done.is_empty() && !self.own_success;
+        warn!("control channel: {reason}");
+        self.broadcast(&Message::Lost {
+            reason: cut(&reason),
+            restart,
+        });
+        if tell_self {
+            ends.hear(Heard::Lost {
+                reason: reason.clone(),
+                restart,
+            });
+        } else if !restart {
+            ends.may_restart.store(false, Ordering::SeqCst);
+        }
+        self.lost = Some((reason, restart));
+    }
+
+    /// Everyone (this launcher too) discovers the job again.
+    fn regather(&mut self, reason: String, ends: &Ends) {
+        info!("control channel: {reason}: discovering the job again");
+        self.broadcast(&Message::Regather {
+            reason: cut(&reason),
+        });
+        ends.hear(Heard::Regather(reason));
+        self.stage = Stage::Closing;
+    }
+
+    fn on_link(&mut self, report: FromLink, ends: &Ends) {
+        match report {
+            FromLink::Joined {
+                link,
+                pod,
+                next,
+                view,
+                to_link,
+            } => {
+                if self.links.contains_key(&pod) {
+                    warn!("control channel: closed a second connection of {pod}: it is already connected");
+                    return;
+                }
+                info!("control channel: {pod} joined");
+                self.links.insert(pod.clone(), (link, to_link.clone()));
+                match &mut self.stage {
+                    Stage::Gathering { ready, .. } if view == self.view => {
+                        ready.insert(pod, next);
+                        self.start_when_ready(ends);
+                    }
+                    Stage::Gathering { .. } => {
+                        self.regather(format!("{pod} found other pods than this launcher"), ends)
+                    }
+                    Stage::Running => match &self.lost {
+                        Some((reason, restart)) => {
+                            let _ = to_link.send(Message::Lost {
+                                reason: cut(reason),
+                                restart: *restart,
+                            });
                         }
+                        // Its earlier connection ended, which already counted as a loss.
+                        None => self.lose(
+                            format!("the launcher of peer pod {pod} joined again (it restarted)"),
+                            ends,
+                            true,
+                        ),
+                    },
+                    Stage::Closing => {}
+                }
+            }
+            FromLink::Said { pod, message } => match message {
+                Message::Done => {
+                    self.done.insert(pod);
+                }
+                Message::Failed { reason } => {
+                    if matches!(self.stage, Stage::Running) {
+                        self.lose(reason, ends, true);
                     }
                 }
-                finished = &mut finish_rx => {
-                    // Only a success says goodbye: after a failure the followers must notice.
-                    if finished == Ok(true) && lost_tx.is_some() {
-                        this.broadcast(&Message::Bye);
-                    }
-                    let _ = stop_tx.send(true);
-                    sleep(Duration::from_millis(50)).await;
-                    let _ = finished_tx.send(());
+                _ => {}
+            },
+            FromLink::Ended { link, ip, pod, why } => {
+                if let Some(open) = self.open.get_mut(&ip) {
+                    *open = open.saturating_sub(1);
+                }
+                let Some(pod) = pod else {
+                    warn!("control channel: closed the connection from {ip}: {why}");
                     return;
+                };
+                if self.links.get(&pod).is_none_or(|(id, _)| *id != link) {
+                    return;
+                }
+                self.links.remove(&pod);
+                match &mut self.stage {
+                    Stage::Gathering { ready, .. } => {
+                        ready.remove(&pod);
+                        info!("control channel: {pod} left before the start: {why}");
+                    }
+                    Stage::Running if !self.done.contains(&pod) => {
+                        let reason = match why {
+                            WireError::Silent(seconds) => format!(
+                                "peer pod {pod} sent no heartbeat for {seconds} s (frozen, or its node is gone)"
+                            ),
+                            WireError::Closed => format!(
+                                "the launcher of peer pod {pod} closed the control connection (its pod is gone, or it was killed)"
+                            ),
+                            other => format!("the control connection of peer pod {pod} failed: {other}"),
+                        };
+                        self.lose(reason, ends, true);
+                    }
+                    Stage::Running | Stage::Closing => {}
                 }
             }
         }
     }
 
-    fn broadcast(&self, message: &Message) {
-        let s = self.lock();
-        for (_, link) in s.links.values() {
-            let _ = link.send(message.clone());
+    fn start_when_ready(&mut self, ends: &Ends) {
+        let Stage::Gathering { ready, .. } = &self.stage else {
+            return;
+        };
+        if self
+            .shared
+            .others
+            .iter()
+            .any(|m| !ready.contains_key(&m.name))
+        {
+            return;
         }
+        let epoch = ready.values().copied().fold(self.next, u32::max);
+        info!(
+            "control channel: all {} launchers are here: starting restart epoch {epoch}",
+            self.shared.others.len() + 1
+        );
+        self.broadcast(&Message::Go { epoch });
+        self.stage = Stage::Running;
+        ends.hear(Heard::Go(epoch));
     }
 
-    /// One follower's connection: challenge, hello (naming the member of this address), then
-    /// heartbeats both ways until it ends.
-    async fn serve(
-        &self,
-        link: u64,
-        stream: TcpStream,
-        peer: SocketAddr,
-        mut stop: watch::Receiver<bool>,
-    ) -> Result<(), WireError> {
-        let server = nonce()?;
-        let (reader, mut writer) = stream.into_split();
+    fn on_tick(&mut self, ends: &Ends) {
+        if let Stage::Gathering { since, ready } = &self.stage {
+            if since.elapsed() > self.join_grace {
+                let missing: Vec<&str> = self
+                    .shared
+                    .others
+                    .iter()
+                    .filter(|m| !ready.contains_key(&m.name))
+                    .map(|m| m.name.as_str())
+                    .collect();
+                let reason = format!(
+                    "{} did not join the control channel within {} s",
+                    missing.join(", "),
+                    self.join_grace.as_secs()
+                );
+                self.regather(reason, ends);
+            }
+        }
+    }
+}
+
+/// One follower's connection: challenge, hello (naming the member of this address), then
+/// heartbeats both ways until it ends. Returns the pod (once known) and why it ended.
+async fn serve(
+    shared: &Shared,
+    link: u64,
+    stream: TcpStream,
+    peer: SocketAddr,
+    to_coordinator: &mpsc::UnboundedSender<FromLink>,
+) -> (Option<String>, WireError) {
+    let server = match nonce() {
+        Ok(server) => server,
+        Err(e) => return (None, e),
+    };
+    let (mut reader, mut writer) = stream.into_split();
+    let greeted = async {
         timeout(HANDSHAKE, writer.write_all(&server))
             .await
             .map_err(|_| WireError::Io("no room to send the challenge".into()))?
             .map_err(io)?;
-        let mut reader = reader;
         let mut client = [0u8; NONCE_LEN];
         let no_hello = || WireError::Io(format!("no hello within {} s", HANDSHAKE.as_secs()));
         timeout(HANDSHAKE, reader.read_exact(&mut client))
@@ -472,17 +817,17 @@ impl Coordinator {
             .map_err(|_| no_hello())?
             .map_err(io)?;
         let challenge = both(server, client);
-        let mut session = Session::new(&self.secret, challenge, true);
+        let mut session = Session::new(&shared.secret, challenge, true);
         let hello = timeout(HANDSHAKE, session.read(&mut reader))
             .await
             .map_err(|_| no_hello())??;
-        let Message::Hello { pod } = hello else {
+        let Message::Hello { pod, next, view } = hello else {
             return Err(WireError::Malformed(
                 "the first frame is not a hello".into(),
             ));
         };
-        if !self
-            .members
+        if !shared
+            .others
             .iter()
             .any(|m| m.name == pod && m.ip == peer.ip())
         {
@@ -491,242 +836,254 @@ impl Coordinator {
                 peer.ip()
             )));
         }
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        {
-            let mut s = self.lock();
-            // One live connection per pod: a second hello cannot push the first one out.
-            if s.links.contains_key(&pod) {
-                return Err(WireError::Malformed(format!("{pod} is already connected")));
-            }
-            s.last_seen.insert(pod.clone(), Instant::now());
-            if let Some(reason) = &s.lost {
-                let _ = tx.send(Message::lost(reason));
-            }
-            s.links.insert(pod.clone(), (link, tx));
+        Ok((challenge, session, pod, next, view))
+    };
+    let (challenge, session, pod, next, view) = match greeted.await {
+        Ok(greeted) => greeted,
+        Err(e) => return (None, e),
+    };
+    let (to_link, mut rx) = mpsc::unbounded_channel();
+    let _ = to_coordinator.send(FromLink::Joined {
+        link,
+        pod: pod.clone(),
+        next,
+        view,
+        to_link,
+    });
+    let why = talk(
+        shared,
+        &pod,
+        challenge,
+        session,
+        reader,
+        &mut writer,
+        &mut rx,
+        to_coordinator,
+    )
+    .await;
+    (Some(pod), why)
+}
+
+/// A joined follower's connection, until it ends (the reason). Whatever the coordinator
+/// queued goes out first, so a `Lost` or `Bye` is written before the connection closes.
+#[allow(clippy::too_many_arguments)]
+async fn talk(
+    shared: &Shared,
+    pod: &str,
+    challenge: Challenge,
+    reading: Session,
+    reader: tokio::net::tcp::OwnedReadHalf,
+    writer: &mut tokio::net::tcp::OwnedWriteHalf,
+    rx: &mut mpsc::UnboundedReceiver<Message>,
+    to_coordinator: &mpsc::UnboundedSender<FromLink>,
+) -> WireError {
+    let limit = shared.heartbeat_timeout;
+    let (mut incoming, _reader) = frames(reading, reader);
+    let mut out = Session::new(&shared.secret, challenge, true);
+    let mut beat = tokio::time::interval(limit / 3);
+    let mut idle_until = Instant::now() + limit;
+    loop {
+        let result = tokio::select! {
+            biased;
+            message = rx.recv() => match message {
+                Some(message) => out.write(writer, &message, limit).await,
+                // The coordinator let go of this link: it said all there was to say.
+                None => {
+                    let _ = writer.shutdown().await;
+                    return WireError::Closed;
+                }
+            },
+            frame = incoming.recv() => match frame {
+                Some(Ok(Message::Beat)) => {
+                    idle_until = Instant::now() + limit;
+                    Ok(())
+                }
+                Some(Ok(message @ (Message::Done | Message::Failed { .. }))) => {
+                    idle_until = Instant::now() + limit;
+                    let _ = to_coordinator.send(FromLink::Said { pod: pod.to_string(), message });
+                    Ok(())
+                }
+                Some(Ok(other)) => Err(WireError::Malformed(format!("{other:?} from {pod}"))),
+                Some(Err(e)) => Err(e),
+                None => Err(WireError::Closed),
+            },
+            _ = tokio::time::sleep_until(idle_until) => Err(WireError::Silent(limit.as_secs())),
+            _ = beat.tick() => out.write(writer, &Message::Beat, limit).await,
+        };
+        if let Err(why) = result {
+            return why;
         }
-        info!("control channel: {pod} joined");
-        let result = self
-            .talk(&pod, challenge, reader, &mut writer, &mut rx, &mut stop)
-            .await;
-        let mut s = self.lock();
-        if s.links.get(&pod).is_some_and(|(id, _)| *id == link) {
-            s.links.remove(&pod);
-        }
-        result
     }
+}
 
-    async fn talk(
-        &self,
-        pod: &str,
-        challenge: Challenge,
-        reader: tokio::net::tcp::OwnedReadHalf,
-        writer: &mut tokio::net::tcp::OwnedWriteHalf,
-        rx: &mut mpsc::UnboundedReceiver<Message>,
-        stop: &mut watch::Receiver<bool>,
-    ) -> Result<(), WireError> {
-        let limit = self.heartbeat_timeout;
-        let mut reading = Session::new(&self.secret, challenge, true);
-        reading.received = 1; // the hello
-        let (mut incoming, _reader) = frames(reading, reader);
-        let mut out = Session::new(&self.secret, challenge, true);
-        let mut beat = tokio::time::interval(limit / 3);
-        let mut idle_until = Instant::now() + limit;
-        loop {
-            tokio::select! {
-                // Queued messages first: a Bye or Lost must go out before a stop closes us.
-                biased;
-                message = rx.recv() => {
-                    let Some(message) = message else { return Ok(()) };
-                    out.write(writer, &message, limit).await?;
-                }
-                frame = incoming.recv() => match frame {
-                    Some(Ok(Message::Beat)) => {
-                        self.lock().last_seen.insert(pod.to_string(), Instant::now());
-                        idle_until = Instant::now() + limit;
-                    }
-                    Some(Ok(Message::Done)) => {
-                        self.lock().done.push(pod.to_string());
-                        return Ok(());
-                    }
-                    Some(Ok(other)) => {
-                        return Err(WireError::Malformed(format!("{other:?} from {pod}")))
-                    }
-                    Some(Err(e)) => return Err(e),
-                    None => return Ok(()),
-                },
-                _ = stop.changed() => {
-                    while let Ok(message) = rx.try_recv() {
-                        out.write(writer, &message, limit).await?;
-                    }
-                    return Ok(());
-                }
-                // The watchdog decides what the silence means.
-                _ = tokio::time::sleep_until(idle_until) => return Ok(()),
-                _ = beat.tick() => out.write(writer, &Message::Beat, limit).await?,
-            }
+/// A follower's side of one attempt: connect (retrying while the coordinator is not up yet),
+/// say hello, wait for `Go`, then beat and listen until this launcher finishes.
+async fn follow(joining: Joining, coordinator: SocketAddr, mut ends: Ends) {
+    let limit = joining.heartbeat_timeout;
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(50);
+    let mut last_said = None;
+    let (challenge, reader, mut writer) = loop {
+        let why = match handshake(&joining, coordinator).await {
+            Ok(connected) => break connected,
+            Err(why) => why,
+        };
+        if started.elapsed() > joining.join_grace {
+            ends.hear(Heard::Regather(format!(
+                "the coordinating launcher at {coordinator} could not be reached for {} s ({why})",
+                joining.join_grace.as_secs()
+            )));
+            return;
         }
-    }
-}
-
-/// The first member that is neither done nor heard from within its limit: the heartbeat
-/// timeout since its last frame, or a grace period to join at all.
-fn silent_member(s: &Members, members: &[Member], limit: Duration) -> Option<String> {
-    members.iter().find_map(|m| {
-        if s.done.contains(&m.name) {
-            return None;
+        // The first refusal and then one line in ten seconds: it may take a while.
+        if last_said.is_none_or(|at: Instant| at.elapsed() > Duration::from_secs(10)) {
+            info!("control channel: waiting for the coordinator at {coordinator} ({why})");
+            last_said = Some(Instant::now());
         }
-        let (since, allowed) = match s.last_seen.get(&m.name) {
-            Some(at) => (*at, limit),
-            None => (s.started, limit.max(CONNECT_GRACE)),
-        };
-        (since.elapsed() > allowed).then(|| {
-            format!(
-                "peer pod {} sent no heartbeat for {} s (frozen, or its node is gone)",
-                m.name,
-                allowed.as_secs()
-            )
-        })
-    })
-}
-
-/// A follower's side of the channel.
-struct Follower {
-    coordinator: SocketAddr,
-    secret: Secret,
-    me: Member,
-    heartbeat_timeout: Duration,
-}
-
-impl Follower {
-    /// Connects (retrying while the coordinator is not up yet), then beats and listens. The
-    /// reason of a loss, or None after the coordinator's or its own end.
-    async fn run(
-        self,
-        mut finish_rx: oneshot::Receiver<bool>,
-        finished_tx: oneshot::Sender<()>,
-    ) -> Option<String> {
-        let started = Instant::now();
-        let mut pause = Duration::from_millis(50);
-        let (challenge, reader, mut writer) = loop {
-            let why = match self.handshake().await {
-                Ok(connected) => break connected,
-                Err(why) => why,
-            };
-            if started.elapsed() > CONNECT_GRACE {
-                return Some(format!(
-                    "the coordinating launcher at {} could not be reached for {} s ({why})",
-                    self.coordinator,
-                    CONNECT_GRACE.as_secs()
-                ));
+        tokio::select! {
+            _ = sleep(pause) => {}
+            request = ends.requests.recv() => match request {
+                Some(Request::Finish { .. }) | None => return,
+                Some(Request::Failed(_)) => {}
+            },
+        }
+        pause = (pause * 2).min(Duration::from_secs(2));
+    };
+    let mut out = Session::new(&joining.secret, challenge, false);
+    out.sent = 1; // the hello
+    let (mut incoming, _reader) = frames(Session::new(&joining.secret, challenge, false), reader);
+    let mut beat = tokio::time::interval(limit / 3);
+    let mut heard_until = Instant::now() + limit;
+    let mut running = false;
+    // Set once the coordinator said Lost or Bye: the link's end is no news after that.
+    let mut told = false;
+    let broken = loop {
+        tokio::select! {
+            frame = incoming.recv() => match frame {
+                Some(Ok(Message::Beat)) => heard_until = Instant::now() + limit,
+                Some(Ok(Message::Go { epoch })) if !running => {
+                    running = true;
+                    heard_until = Instant::now() + limit;
+                    ends.hear(Heard::Go(epoch));
+                }
+                Some(Ok(Message::Regather { reason })) if !running => {
+                    ends.hear(Heard::Regather(reason));
+                    told = true;
+                    break None;
+                }
+                Some(Ok(Message::Lost { reason, restart })) => {
+                    ends.hear(Heard::Lost { reason, restart });
+                    told = true;
+                    break None;
+                }
+                Some(Ok(Message::Bye)) => {
+                    info!("control channel: the coordinator finished");
+                    ends.may_restart.store(false, Ordering::SeqCst);
+                    told = true;
+                    break None;
+                }
+                Some(Ok(other)) => break Some(format!("unexpected {other:?}")),
+                Some(Err(e)) => break Some(e.to_string()),
+                None => break Some("closed".into()),
+            },
+            _ = tokio::time::sleep_until(heard_until) => {
+                break Some(format!("sent no heartbeat for {} s (frozen, or its node is gone)", limit.as_secs()));
             }
-            info!(
-                "control channel: waiting for the coordinator at {} ({why})",
-                self.coordinator
-            );
-            tokio::select! {
-                _ = sleep(pause) => {}
-                _ = &mut finish_rx => {
-                    let _ = finished_tx.send(());
-                    return None;
+            _ = beat.tick() => {
+                if let Err(e) = out.write(&mut writer, &Message::Beat, limit).await {
+                    break Some(e.to_string());
                 }
             }
-            pause = (pause * 2).min(Duration::from_secs(2));
-        };
-        let limit = self.heartbeat_timeout;
-        let mut out = Session::new(&self.secret, challenge, false);
-        out.sent = 1; // the hello
-        let (mut incoming, _reader) = frames(Session::new(&self.secret, challenge, false), reader);
-        let lost_link = |why: String| {
-            Some(format!(
-                "lost the connection to the coordinating launcher at {} ({why})",
-                self.coordinator
-            ))
-        };
-        let mut beat = tokio::time::interval(limit / 3);
-        let mut heard_until = Instant::now() + limit;
-        loop {
-            tokio::select! {
-                frame = incoming.recv() => match frame {
-                    Some(Ok(Message::Beat)) => heard_until = Instant::now() + limit,
-                    Some(Ok(Message::Lost { reason })) => return Some(reason),
-                    Some(Ok(Message::Bye)) => {
-                        info!("control channel: the coordinator finished");
-                        let _ = finish_rx.await;
-                        let _ = finished_tx.send(());
-                        return None;
-                    }
-                    Some(Ok(other)) => return lost_link(format!("unexpected {other:?}")),
-                    Some(Err(e)) => return lost_link(e.to_string()),
-                    None => return lost_link("closed".into()),
-                },
-                _ = tokio::time::sleep_until(heard_until) => {
-                    return Some(format!(
-                        "the coordinating launcher at {} sent no heartbeat for {} s (frozen, or its node is gone)",
-                        self.coordinator,
-                        limit.as_secs()
-                    ));
+            request = ends.requests.recv() => match request {
+                Some(Request::Failed(reason)) => {
+                    let _ = out.write(&mut writer, &Message::Failed { reason }, limit).await;
                 }
-                _ = beat.tick() => {
-                    if let Err(e) = out.write(&mut writer, &Message::Beat, limit).await {
-                        return lost_link(e.to_string());
-                    }
-                }
-                finished = &mut finish_rx => {
-                    // Only a success says "done": after a failure the coordinator must notice.
-                    if finished == Ok(true) {
+                Some(Request::Finish { succeeded }) => {
+                    if succeeded && running {
                         let _ = out.write(&mut writer, &Message::Done, limit).await;
                     }
                     let _ = writer.shutdown().await;
-                    let _ = finished_tx.send(());
-                    return None;
+                    return;
                 }
+                None => return,
+            },
+        }
+    };
+    if let (Some(why), false) = (broken, told) {
+        let reason = match why.strip_prefix("sent no heartbeat") {
+            Some(_) => format!("the coordinating launcher at {coordinator} {why}"),
+            None => {
+                format!("lost the connection to the coordinating launcher at {coordinator} ({why})")
             }
+        };
+        ends.hear(if running {
+            Heard::Lost {
+                reason,
+                restart: ends.may_restart.load(Ordering::SeqCst),
+            }
+        } else {
+            Heard::Regather(reason)
+        });
+    }
+    // Stay until this launcher is done with the attempt, saying whatever it still says.
+    while let Some(request) = ends.requests.recv().await {
+        match request {
+            Request::Failed(reason) => {
+                let _ = out
+                    .write(&mut writer, &Message::Failed { reason }, limit)
+                    .await;
+            }
+            Request::Finish { .. } => break,
         }
     }
+    let _ = writer.shutdown().await;
+}
 
-    /// Connects from this pod's own address (the coordinator admits member addresses only),
-    /// exchanges challenges and says hello.
-    async fn handshake(
-        &self,
-    ) -> Result<
-        (
-            Challenge,
-            tokio::net::tcp::OwnedReadHalf,
-            tokio::net::tcp::OwnedWriteHalf,
-        ),
-        String,
-    > {
-        let socket = match self.coordinator {
-            SocketAddr::V4(_) => TcpSocket::new_v4(),
-            SocketAddr::V6(_) => TcpSocket::new_v6(),
-        }
-        .map_err(|e| e.to_string())?;
-        socket
-            .bind(SocketAddr::new(self.me.ip, 0))
-            .map_err(|e| format!("cannot use {}: {e}", self.me.ip))?;
-        let stream = timeout(HANDSHAKE, socket.connect(self.coordinator))
-            .await
-            .map_err(|_| "no answer".to_string())?
-            .map_err(|e| e.to_string())?;
-        let (mut reader, mut writer) = stream.into_split();
-        let mut server = [0u8; NONCE_LEN];
-        timeout(HANDSHAKE, reader.read_exact(&mut server))
-            .await
-            .map_err(|_| "no challenge".to_string())?
-            .map_err(|e| format!("no challenge: {e}"))?;
-        let client = nonce().map_err(|e| e.to_string())?;
-        let challenge = both(server, client);
-        let mut hello = Session::new(&self.secret, challenge, false);
-        let mut first = client.to_vec();
-        first.extend(hello.seal(&Message::Hello {
-            pod: self.me.name.clone(),
-        }));
-        timeout(HANDSHAKE, writer.write_all(&first))
-            .await
-            .map_err(|_| "cannot say hello".to_string())?
-            .map_err(|e| e.to_string())?;
-        Ok((challenge, reader, writer))
+/// Connects from this pod's own address (the coordinator admits member addresses only),
+/// exchanges challenges and says hello.
+async fn handshake(
+    joining: &Joining,
+    coordinator: SocketAddr,
+) -> Result<
+    (
+        Challenge,
+        tokio::net::tcp::OwnedReadHalf,
+        tokio::net::tcp::OwnedWriteHalf,
+    ),
+    String,
+> {
+    let socket = match coordinator {
+        SocketAddr::V4(_) => TcpSocket::new_v4(),
+        SocketAddr::V6(_) => TcpSocket::new_v6(),
     }
+    .map_err(|e| e.to_string())?;
+    socket
+        .bind(SocketAddr::new(joining.me.ip, 0))
+        .map_err(|e| format!("cannot use {}: {e}", joining.me.ip))?;
+    let stream = timeout(HANDSHAKE, socket.connect(coordinator))
+        .await
+        .map_err(|_| "no answer".to_string())?
+        .map_err(|e| e.to_string())?;
+    let (mut reader, mut writer) = stream.into_split();
+    let mut server = [0u8; NONCE_LEN];
+    timeout(HANDSHAKE, reader.read_exact(&mut server))
+        .await
+        .map_err(|_| "no challenge".to_string())?
+        .map_err(|e| format!("no challenge: {e}"))?;
+    let client = nonce().map_err(|e| e.to_string())?;
+    let challenge = both(server, client);
+    let mut hello = Session::new(&joining.secret, challenge, false);
+    let mut first = client.to_vec();
+    first.extend(hello.seal(&Message::Hello {
+        pod: joining.me.name.clone(),
+        next: joining.next,
+        view: joining.view.clone(),
+    }));
+    timeout(HANDSHAKE, writer.write_all(&first))
+        .await
+        .map_err(|_| "cannot say hello".to_string())?
+        .map_err(|e| e.to_string())?;
+    Ok((challenge, reader, writer))
 }
 
 #[cfg(test)]
@@ -735,6 +1092,14 @@ mod tests {
 
     fn secret() -> Secret {
         Secret(b"0123456789abcdef0123456789abcdef".to_vec())
+    }
+
+    fn hello(pod: &str) -> Message {
+        Message::Hello {
+            pod: pod.into(),
+            next: 0,
+            view: "v".into(),
+        }
     }
 
     fn split(frame: &[u8]) -> (&[u8], &[u8]) {
@@ -747,10 +1112,10 @@ mod tests {
         let challenge = both([7u8; NONCE_LEN], [9u8; NONCE_LEN]);
         let mut client = Session::new(&secret(), challenge, false);
         let mut server = Session::new(&secret(), challenge, true);
-        let hello = client.seal(&Message::Hello { pod: "j-1".into() });
+        let sealed = client.seal(&hello("j-1"));
         let beat = client.seal(&Message::Beat);
-        let (p, m) = split(&hello);
-        assert_eq!(server.open(p, m), Ok(Message::Hello { pod: "j-1".into() }));
+        let (p, m) = split(&sealed);
+        assert_eq!(server.open(p, m), Ok(hello("j-1")));
         // Replaying the hello (sequence 0 again) fails; the next frame in order passes.
         assert_eq!(server.open(p, m), Err(WireError::BadMac));
         let (p2, m2) = split(&beat);
@@ -781,7 +1146,10 @@ mod tests {
     fn a_coordinator_stream_recorded_on_one_connection_fails_on_another() {
         let server = [3u8; NONCE_LEN];
         let mut recorded = Session::new(&secret(), both(server, [1u8; NONCE_LEN]), true);
-        let lost = recorded.seal(&Message::lost("replayed"));
+        let lost = recorded.seal(&Message::Lost {
+            reason: "replayed".into(),
+            restart: true,
+        });
         let (p, m) = split(&lost);
         let mut victim = Session::new(&secret(), both(server, [2u8; NONCE_LEN]), false);
         assert_eq!(victim.open(p, m), Err(WireError::BadMac));
@@ -790,7 +1158,10 @@ mod tests {
     #[test]
     fn long_reasons_are_cut_to_fit_a_frame() {
         let mut session = Session::new(&secret(), [0u8; 2 * NONCE_LEN], true);
-        let frame = session.seal(&Message::lost(&"x".repeat(10_000)));
+        let frame = session.seal(&Message::Lost {
+            reason: cut(&"x".repeat(10_000)),
+            restart: false,
+        });
         let (payload, _) = split(&frame);
         assert!(payload.len() <= MAX_PAYLOAD);
         assert!(serde_json::from_slice::<Message>(payload).is_ok());
@@ -813,37 +1184,163 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_member_is_silent_after_the_timeout_unless_done() {
-        let limit = Duration::from_secs(10);
-        let coordinator = Coordinator::new(
-            secret(),
-            vec![member("a", "10.0.0.2"), member("b", "10.0.0.3")],
-            limit,
-        );
-        let mut s = coordinator.lock();
-        s.last_seen
-            .insert("a".into(), Instant::now() - Duration::from_secs(11));
-        assert!(silent_member(&s, &coordinator.members, limit)
-            .is_some_and(|r| r.contains("peer pod a sent no heartbeat for 10 s")));
-        s.done.push("a".into());
-        // b never joined, but its grace to join is not over.
-        assert_eq!(silent_member(&s, &coordinator.members, limit), None);
-    }
-
     /// Only member addresses are served, and only a few connections each.
     #[test]
     fn connections_are_admitted_from_member_addresses_only_and_a_few_each() {
-        let coordinator = Coordinator::new(
-            secret(),
-            vec![member("a", "10.0.0.2")],
-            Duration::from_secs(10),
-        );
+        let members = vec![member("me", "10.0.0.1"), member("a", "10.0.0.2")];
+        let mut coordinator = Coordinator::new(joining(&members, 0, 0, 0));
         let stranger: IpAddr = "10.9.9.9".parse().unwrap();
         let a: IpAddr = "10.0.0.2".parse().unwrap();
         assert!(!coordinator.admit(stranger));
+        assert!(
+            !coordinator.admit("10.0.0.1".parse().unwrap()),
+            "its own address"
+        );
         assert!(coordinator.admit(a) && coordinator.admit(a));
         assert!(!coordinator.admit(a), "a third connection from one pod");
-        assert_eq!(coordinator.lock().refused, 2);
+        assert_eq!(coordinator.refused, 3);
+    }
+
+    #[test]
+    fn a_view_names_the_members_and_their_addresses_in_any_order() {
+        let one = [member("a", "10.0.0.2"), member("b", "10.0.0.3")];
+        let swapped = [member("b", "10.0.0.3"), member("a", "10.0.0.2")];
+        let moved = [member("a", "10.0.0.2"), member("b", "10.0.0.4")];
+        assert_eq!(view(&one), view(&swapped));
+        assert_ne!(view(&one), view(&moved));
+    }
+
+    /// `index` of `members` joins; the coordinator is member 0 on `port`.
+    fn joining(members: &[Member], index: usize, port: u16, next: u32) -> Joining {
+        let coordinator = SocketAddr::new(members[0].ip, port);
+        Joining {
+            role: if index == 0 {
+                Role::Coordinator {
+                    listen: coordinator,
+                }
+            } else {
+                Role::Follower { coordinator }
+            },
+            secret: secret(),
+            me: members[index].clone(),
+            members: members.to_vec(),
+            view: view(members),
+            next,
+            heartbeat_timeout: Duration::from_secs(2),
+            join_grace: Duration::from_secs(5),
+        }
+    }
+
+    fn free_port(ip: &str) -> u16 {
+        std::net::TcpListener::bind((ip.parse::<IpAddr>().unwrap(), 0))
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    async fn heard(channel: &mut Channel) -> Heard {
+        timeout(Duration::from_secs(20), channel.heard())
+            .await
+            .expect("the channel said nothing")
+    }
+
+    /// Three launchers on their own loopback addresses (127.0.6.x): the coordinator and two
+    /// followers that would start epochs `nexts`.
+    async fn three(base: u8, nexts: [u32; 3]) -> (Vec<Member>, Vec<Channel>) {
+        let members: Vec<Member> = (0..3)
+            .map(|i| member(&format!("p-{i}"), &format!("127.0.6.{}", base + i as u8)))
+            .collect();
+        let port = free_port("127.0.6.1");
+        let mut channels = Vec::new();
+        for (i, next) in nexts.into_iter().enumerate() {
+            channels.push(join(joining(&members, i, port, next)).await.unwrap());
+        }
+        (members, channels)
+    }
+
+    /// Nobody starts before everyone is there, and all start the largest epoch anyone would:
+    /// a replacement pod (next 0) joins survivors (next 2) in epoch 2.
+    #[tokio::test]
+    async fn everyone_starts_the_same_epoch_once_all_have_joined() {
+        let (_, mut channels) = three(10, [2, 0, 2]).await;
+        for channel in &mut channels {
+            assert_eq!(heard(channel).await, Heard::Go(2));
+        }
+    }
+
+    /// A follower's failure reaches everyone at once, as a loss the job may restart from; once
+    /// a member is done, a later loss is final.
+    #[tokio::test]
+    async fn a_failure_is_told_to_everyone_and_is_final_once_a_member_is_done() {
+        let (_, mut channels) = three(20, [0, 0, 0]).await;
+        for channel in &mut channels {
+            assert_eq!(heard(channel).await, Heard::Go(0));
+        }
+        channels[1].failed("pod p-1 (trainer 1): trainer exited with status 3");
+        let lost = Heard::Lost {
+            reason: "pod p-1 (trainer 1): trainer exited with status 3".into(),
+            restart: true,
+        };
+        assert_eq!(heard(&mut channels[0]).await, lost);
+        assert_eq!(heard(&mut channels[2]).await, lost);
+        assert!(channels.iter().all(Channel::may_restart));
+
+        let (_, mut channels) = three(30, [1, 1, 1]).await;
+        for channel in &mut channels {
+            assert_eq!(heard(channel).await, Heard::Go(1));
+        }
+        let done = channels.remove(2);
+        done.finish(true).await;
+        // The follower's Done is read before its connection's end: not a loss.
+        sleep(Duration::from_millis(300)).await;
+        channels[1].failed("pod p-1 (trainer 1): trainer exited with status 3");
+        let Heard::Lost { restart, .. } = heard(&mut channels[0]).await else {
+            panic!("not a loss")
+        };
+        assert!(!restart, "a restart after a member finished");
+        assert!(!channels[0].may_restart());
+    }
+
+    /// A follower whose launcher is gone (its connection closed without a word) is a loss at
+    /// once, not after the heartbeat timeout.
+    #[tokio::test]
+    async fn a_follower_that_vanishes_is_a_loss_at_once() {
+        let (_, mut channels) = three(40, [0, 0, 0]).await;
+        for channel in &mut channels {
+            assert_eq!(heard(channel).await, Heard::Go(0));
+        }
+        let started = Instant::now();
+        drop(channels.remove(2));
+        let Heard::Lost { reason, restart } = heard(&mut channels[0]).await else {
+            panic!("not a loss")
+        };
+        assert!(restart);
+        assert!(
+            reason.contains("the launcher of peer pod p-2 closed the control connection"),
+            "{reason}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "only the heartbeat timeout told"
+        );
+        assert!(matches!(heard(&mut channels[1]).await, Heard::Lost { .. }));
+    }
+
+    /// A follower that found other pods than the coordinator did: everyone discovers again.
+    #[tokio::test]
+    async fn different_views_make_everyone_discover_again() {
+        let members: Vec<Member> = (0..2)
+            .map(|i| member(&format!("p-{i}"), &format!("127.0.6.{}", 50 + i)))
+            .collect();
+        let port = free_port("127.0.6.50");
+        let mut coordinator = join(joining(&members, 0, port, 0)).await.unwrap();
+        let mut stale = joining(&members, 1, port, 0);
+        stale.view = "an older view".into();
+        let mut follower = join(stale).await.unwrap();
+        assert!(
+            matches!(heard(&mut coordinator).await, Heard::Regather(r) if r.contains("p-1 found other pods"))
+        );
+        assert!(matches!(heard(&mut follower).await, Heard::Regather(_)));
     }
 }

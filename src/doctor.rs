@@ -175,8 +175,12 @@ fn control_line(config: &Config, membership: &Membership, me: &crate::membership
                 Some(false) => "this pod follows",
                 None => "who coordinates is decided by resolving the name at the launch",
             };
+            let restarts = match plan.max_restarts {
+                0 => "no group restarts (the first failure ends every pod)".to_string(),
+                n => format!("up to {n} group restarts"),
+            };
             format!(
-                "control channel: coordinator {}, {role}; heartbeat timeout {} s",
+                "control channel: coordinator {}, {role}; heartbeat timeout {} s; {restarts}",
                 plan.coordinator, plan.heartbeat_timeout_s
             )
         }

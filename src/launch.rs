@@ -11,17 +11,17 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use tokio::net::TcpStream;
 use tokio::time::{sleep, sleep_until, timeout, Instant};
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::cli::JobArgs;
 use crate::config::{
     own_ip, Config, ConfigError, Control, Discovery, Interfaces, Secret, JOB_SECRET_FILE,
-    MIN_SECRET_LEN,
+    MAX_RESTARTS, MIN_SECRET_LEN,
 };
-use crate::control::{self, Channel, Role as ControlRole};
+use crate::control::{self, Channel, Heard, Joining, Role as ControlRole};
 use crate::error::Error;
 use crate::exit::{self, Outcome};
-use crate::lifecycle::{Command, Input, Lifecycle, Setup};
+use crate::lifecycle::{self, AfterRun, Budget, Command, Input, Lifecycle, Setup};
 use crate::membership::{Me, Membership};
 use crate::plan::{Plan, ProcessSpec, Role};
 use crate::protocol::InputFiles;
@@ -35,6 +35,9 @@ const PROBE_PAUSE_FIRST: Duration = Duration::from_millis(2);
 const PROBE_PAUSE_LAST: Duration = Duration::from_millis(100);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const COORDINATOR_RESOLVE_LIMIT: Duration = Duration::from_secs(60);
+/// How long the launchers of an attempt may take to join its control channel, besides the
+/// grace period they may spend stopping their children first.
+const JOIN_GRACE: Duration = Duration::from_secs(60);
 
 /// `run` and `plan`: everything up to the launch; then print the plan (`plan_only`) or carry
 /// it out. The outcome is the trainer's (or the pserver's) own end, or the launcher's failure.
@@ -54,6 +57,14 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
     let my_ip = own_ip(&config, &host_interfaces(), hostname_ip)?;
     // Read before any network call, like every other bad value.
     let secret = job_secret(&config.control)?;
+    if secret.is_none() && config.control.max_restarts > 0 && !plan_only {
+        return Err(ConfigError::new(
+            MAX_RESTARTS,
+            &config.control.max_restarts.to_string(),
+            "0 while the job secret file does not exist: restarts are agreed over the control channel",
+        )
+        .into());
+    }
     let pod = config
         .topology
         .pod_name
@@ -75,61 +86,215 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
         input_files(&for_inputs)
     })
     .await??;
-    let peers::Found {
-        membership,
-        namespace,
-        peer_loss,
-        trainers_done,
-    } = wait_for_peers(&config, supervisor.as_mut()).await?;
-    if namespace.is_some() {
-        config.topology.namespace = namespace;
+    let Some(mut supervisor) = supervisor else {
+        let found = wait_for_peers(&config, None).await?;
+        let (plan, _, _) = plan_for(&mut config, &found, my_ip, &inputs)?;
+        println!("{}", plan.to_json());
+        return Ok(Outcome::new(exit::SUCCESS, "plan printed"));
+    };
+    // Each pass is one attempt: the job's pods found, ranked and started in one restart epoch.
+    let mut next_epoch = 0;
+    loop {
+        let attempt = gather(
+            &mut config,
+            &mut supervisor,
+            secret.as_ref(),
+            my_ip,
+            &inputs,
+            next_epoch,
+        )
+        .await?;
+        let Attempt {
+            plan,
+            who,
+            mut channel,
+            peer_loss,
+            trainers_done,
+        } = attempt;
+        let for_workspace = plan.clone();
+        off_thread(
+            Some(&mut supervisor),
+            "preparing the workspace",
+            move || workspace::prepare(&for_workspace),
+        )
+        .await??;
+        let mut losses = Vec::new();
+        if let (true, Some(loss)) = (config.topology.watch_peers, peer_loss) {
+            losses.push(loss);
+        }
+        if let Some(channel) = &mut channel {
+            losses.push(channel.losses());
+        }
+        supervisor.forget_watches();
+        if !losses.is_empty() {
+            let first = futures::future::select_all(losses).map(|(reason, _, _)| reason);
+            supervisor.watch_peers(first.boxed());
+        }
+        if let Some(done) = trainers_done {
+            supervisor.end_when(done);
+        }
+        let result = drive(&mut supervisor, &plan, &config).await;
+        let budget = Budget {
+            epoch: plan.restart_count,
+            max_restarts: config.control.max_restarts,
+            may_restart: channel.as_ref().is_some_and(Channel::may_restart),
+        };
+        match lifecycle::after_run(result, &budget) {
+            AfterRun::Restart(reason) => {
+                warn!(
+                    "{reason}: restarting the job (restart {} of {})",
+                    budget.epoch + 1,
+                    budget.max_restarts
+                );
+                if let Some(channel) = channel {
+                    channel.failed(&format!("{who}: {reason}"));
+                    channel.finish(false).await;
+                }
+                next_epoch = budget.epoch + 1;
+            }
+            AfterRun::Finish(result) => {
+                if let Some(channel) = channel {
+                    let succeeded = matches!(&result, Ok(o) if o.code == exit::SUCCESS);
+                    if !succeeded {
+                        let reason = match &result {
+                            Ok(outcome) => outcome.reason.clone(),
+                            Err(e) => e.to_string(),
+                        };
+                        channel.failed(&format!("{who}: {reason}"));
+                    }
+                    // A stop signal ends the wait for the others; the pod's outcome stands.
+                    let _ = interruptible(
+                        Some(&mut supervisor),
+                        "waiting for the other launchers to report",
+                        false,
+                        channel.finish(succeeded),
+                    )
+                    .await;
+                }
+                supervisor.finish();
+                return result;
+            }
+        }
     }
+}
+
+/// One attempt, ready to start: the plan in its restart epoch and the watches that may end it.
+struct Attempt {
+    plan: Plan,
+    /// "pod p-1 (trainer id 1 of 3)": who this launcher is, in what it tells the others.
+    who: String,
+    channel: Option<Channel>,
+    peer_loss: Option<BoxFuture<'static, String>>,
+    trainers_done: Option<BoxFuture<'static, Result<String, String>>>,
+}
+
+/// Finds the job's pods and, with a control channel, waits until every launcher has found the
+/// same ones; the coordinator names the restart epoch. A membership that changes meanwhile
+/// (a pod lost, views that differ) means discovering again, at no cost to the restart budget.
+async fn gather(
+    config: &mut Config,
+    supervisor: &mut Supervisor,
+    secret: Option<&Secret>,
+    my_ip: IpAddr,
+    inputs: &InputFiles,
+    next_epoch: u32,
+) -> Result<Attempt, Error> {
+    loop {
+        let found = wait_for_peers(config, Some(supervisor)).await?;
+        let (plan, membership, me) = plan_for(config, &found, my_ip, inputs)?;
+        let peers::Found {
+            peer_loss,
+            trainers_done,
+            ..
+        } = found;
+        let who = format!("pod {} ({})", me.name, ranks_line(&plan, config));
+        let mut attempt = Attempt {
+            plan,
+            who,
+            channel: None,
+            peer_loss,
+            trainers_done,
+        };
+        let Some(secret) = secret else {
+            return Ok(attempt);
+        };
+        let Some(mut channel) = join_channel(
+            secret.clone(),
+            &attempt.plan,
+            config,
+            &membership,
+            &me,
+            next_epoch,
+        )
+        .await?
+        else {
+            return Ok(attempt);
+        };
+        let peer_loss = &mut attempt.peer_loss;
+        let heard = interruptible(
+            Some(supervisor),
+            "waiting for the job's launchers",
+            true,
+            async {
+                tokio::select! {
+                    heard = channel.heard() => heard,
+                    loss = or_never(peer_loss.as_mut()) => Heard::Regather(loss),
+                }
+            },
+        )
+        .await?;
+        match heard {
+            Heard::Go(epoch) => {
+                if epoch > 0 {
+                    info!("restart epoch {epoch}: starting again");
+                }
+                attempt.plan = attempt.plan.for_restart(epoch);
+                attempt.channel = Some(channel);
+                return Ok(attempt);
+            }
+            Heard::Regather(reason)
+            | Heard::Lost {
+                reason,
+                restart: true,
+            } => {
+                info!("{reason}: discovering the job's pods again");
+                channel.finish(false).await;
+            }
+            Heard::Lost {
+                reason,
+                restart: false,
+            } => {
+                channel.finish(false).await;
+                return Err(Error::PeerLost {
+                    reason,
+                    stopped: "nothing".into(),
+                });
+            }
+        }
+    }
+}
+
+/// The plan for what discovery found: this pod located among the members, ranked.
+fn plan_for(
+    config: &mut Config,
+    found: &peers::Found,
+    my_ip: IpAddr,
+    inputs: &InputFiles,
+) -> Result<(Plan, Membership, Me), Error> {
+    if found.namespace.is_some() {
+        config.topology.namespace = found.namespace.clone();
+    }
+    let membership = found.membership.clone();
     membership.check_listeners(config.topology.protocol)?;
     // Static and DNS members have made-up names: only a real pod list can be searched by name.
     let own_name = match config.topology.discovery {
         Discovery::Kubernetes { .. } => config.topology.pod_name.as_deref(),
         Discovery::Static { .. } | Discovery::Dns { .. } => None,
     };
-    let me = membership.locate(&config, own_name, my_ip)?;
-    let plan = protocol::plan(&config, &membership, &me, &inputs);
-    info!("{} pod {}: {}", me.name, me.ip, ranks_line(&plan, &config));
-    let Some(mut supervisor) = supervisor else {
-        println!("{}", plan.to_json());
-        return Ok(Outcome::new(exit::SUCCESS, "plan printed"));
-    };
-    let for_workspace = plan.clone();
-    off_thread(
-        Some(&mut supervisor),
-        "preparing the workspace",
-        move || workspace::prepare(&for_workspace),
-    )
-    .await??;
-    let mut losses = Vec::new();
-    if let (true, Some(loss)) = (config.topology.watch_peers, peer_loss) {
-        losses.push(loss);
-    }
-    let channel = match join_channel(secret, &plan, &config, &membership, &me).await? {
-        Some((channel, silence)) => {
-            losses.push(silence);
-            Some(channel)
-        }
-        None => None,
-    };
-    if !losses.is_empty() {
-        let first = futures::future::select_all(losses).map(|(reason, _, _)| reason);
-        supervisor.watch_peers(first.boxed());
-    }
-    if let Some(done) = trainers_done {
-        supervisor.end_when(done);
-    }
-    let outcome = drive(&mut supervisor, &plan, &config).await;
-    if let Some(channel) = channel {
-        channel
-            .finish(matches!(&outcome, Ok(o) if o.code == exit::SUCCESS))
-            .await;
-    }
-    supervisor.finish();
-    outcome
+    let me = membership.locate(config, own_name, my_ip)?;
+    let plan = protocol::plan(config, &membership, &me, inputs).for_restart(0);
+    info!("{} pod {}: {}", me.name, me.ip, ranks_line(&plan, config));
+    Ok((plan, membership, me))
 }
 
 /// The addresses of the coordinator's HOST: an IP, or a DNS name resolved without NSS (the
@@ -202,19 +367,17 @@ fn job_secret(control: &Control) -> Result<Option<Secret>, Error> {
     }
 }
 
-/// Joins the job's control channel when there is a secret: as the coordinator (the pod at
-/// --coordinator's address, else the pod of rank 0) or as a follower of it.
+/// Joins this attempt's control channel: as the coordinator (the pod at --coordinator's
+/// address, else the pod of rank 0) or as a follower of it.
 async fn join_channel(
-    secret: Option<Secret>,
+    secret: Secret,
     plan: &Plan,
     config: &Config,
     membership: &Membership,
     me: &Me,
-) -> Result<Option<(Channel, BoxFuture<'static, String>)>, Error> {
+    next_epoch: u32,
+) -> Result<Option<Channel>, Error> {
     let control = &config.control;
-    let Some(secret) = secret else {
-        return Ok(None);
-    };
     let mut members: Vec<control::Member> = Vec::new();
     for member in membership.trainers.iter().chain(&membership.pservers) {
         if !members.iter().any(|m| m.name == member.name) {
@@ -254,19 +417,23 @@ async fn join_channel(
             }
         }
     };
-    let joined = control::join(
+    let channel = control::join(Joining {
         role,
         secret,
-        control::Member {
+        me: control::Member {
             name: me.name.clone(),
             ip: me.ip,
         },
+        view: control::view(&members),
         members,
-        control.heartbeat_timeout,
-    )
+        next: next_epoch,
+        heartbeat_timeout: control.heartbeat_timeout,
+        // The others may still be stopping their children (a grace period) before they join.
+        join_grace: JOIN_GRACE + config.timing.grace_period,
+    })
     .await
     .map_err(|e| Error::io("cannot serve the control channel", e))?;
-    Ok(Some(joined))
+    Ok(Some(channel))
 }
 
 /// "trainer id 1 of 3, pserver id 1 of 3": the roles this pod has, nothing for the others.
@@ -281,31 +448,19 @@ fn ranks_line(plan: &Plan, config: &Config) -> String {
     parts.join(", ")
 }
 
-/// Discovery, ended early by a stop signal when there is a supervisor (`run`).
+/// Discovery, ended early by a stop signal when there is a supervisor (`run`); HUP too: a
+/// pod being reconfigured should not start with the old settings.
 async fn wait_for_peers(
     config: &Config,
     supervisor: Option<&mut Supervisor>,
 ) -> Result<peers::Found, Error> {
-    let discovery = peers::discover(config);
-    tokio::pin!(discovery);
-    let Some(supervisor) = supervisor else {
-        return discovery.await;
-    };
-    loop {
-        tokio::select! {
-            found = &mut discovery => return found,
-            event = supervisor.next_event() => match event {
-                // HUP too: a pod being reconfigured should not start with the old settings.
-                Event::Signal(sig) if is_stop_signal(sig) || sig == nix::libc::SIGHUP => {
-                    return Err(stopped_by(sig, " while waiting for the job's pods"))
-                }
-                Event::Signal(sig) => {
-                    info!("ignoring {}: no child to forward it to yet", signal_name(sig))
-                }
-                Event::Exited { .. } | Event::PeerLost(_) | Event::JobDone(_) => {}
-            },
-        }
-    }
+    interruptible(
+        supervisor,
+        "waiting for the job's pods",
+        true,
+        peers::discover(config),
+    )
+    .await?
 }
 
 /// Runs file work (globs over shared filesystems, copies of data) on the blocking pool, so that
@@ -315,19 +470,27 @@ async fn off_thread<T: Send + 'static>(
     doing: &str,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, Error> {
-    let task = tokio::task::spawn_blocking(work);
-    tokio::pin!(task);
-    let joined = |result: Result<T, tokio::task::JoinError>| {
-        result.map_err(|e| Error::io(format!("{doing} failed"), e.into()))
-    };
+    let joined = interruptible(supervisor, doing, false, tokio::task::spawn_blocking(work)).await?;
+    joined.map_err(|e| Error::io(format!("{doing} failed"), e.into()))
+}
+
+/// Waits for `work` while no child runs: a stop signal (and HUP when `hup_stops`) ends the wait
+/// with an error; other signals have no child to go to, and are logged.
+async fn interruptible<T>(
+    supervisor: Option<&mut Supervisor>,
+    doing: &str,
+    hup_stops: bool,
+    work: impl std::future::Future<Output = T>,
+) -> Result<T, Error> {
     let Some(supervisor) = supervisor else {
-        return joined(task.await);
+        return Ok(work.await);
     };
+    tokio::pin!(work);
     loop {
         tokio::select! {
-            result = &mut task => return joined(result),
+            done = &mut work => return Ok(done),
             event = supervisor.next_event() => match event {
-                Event::Signal(sig) if is_stop_signal(sig) => {
+                Event::Signal(sig) if is_stop_signal(sig) || (hup_stops && sig == nix::libc::SIGHUP) => {
                     return Err(stopped_by(sig, &format!(" while {doing}")));
                 }
                 Event::Signal(sig) => {

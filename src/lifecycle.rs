@@ -372,6 +372,61 @@ impl Lifecycle {
     }
 }
 
+/// Where the end of one attempt leads: another attempt, or the pod's end.
+#[derive(Debug)]
+pub enum AfterRun {
+    /// A recoverable failure while restarts are left (the reason).
+    Restart(String),
+    Finish(Result<Outcome, Error>),
+}
+
+/// What the job may still do when an attempt ends.
+#[derive(Debug, Clone)]
+pub struct Budget {
+    /// The restart epoch that ended.
+    pub epoch: u32,
+    pub max_restarts: u32,
+    /// False once a pod of the job has finished, or the coordinator said the loss is final.
+    pub may_restart: bool,
+}
+
+/// Decides what an attempt's end means. A failed trainer or pserver, a lost or silent peer and
+/// pservers that never came up are recoverable: a restart starts them again, with the same or
+/// a replaced pod. A stop signal (the pod is being deleted), a command that cannot start and
+/// every configuration error are not: starting again would end the same way. Without a budget
+/// the first failure ends the pod as it always did.
+pub fn after_run(result: Result<Outcome, Error>, budget: &Budget) -> AfterRun {
+    let reason = match &result {
+        Ok(outcome) if outcome.code == exit::SUCCESS => return AfterRun::Finish(result),
+        Ok(outcome) => outcome.reason.clone(),
+        Err(Error::PeerLost { reason, .. }) => reason.clone(),
+        Err(e @ (Error::PserverDied { .. } | Error::PserversNotReady { .. })) => e.to_string(),
+        Err(_) => return AfterRun::Finish(result),
+    };
+    if budget.max_restarts == 0 {
+        return AfterRun::Finish(result);
+    }
+    let why_not = if !budget.may_restart {
+        "no restart: a pod of the job has already finished".to_string()
+    } else if budget.epoch >= budget.max_restarts {
+        format!(
+            "no restart left (all {} of PADDLE_LAUNCHER_MAX_RESTARTS used)",
+            budget.max_restarts
+        )
+    } else {
+        return AfterRun::Restart(reason);
+    };
+    let code = match &result {
+        Ok(outcome) => outcome.code,
+        Err(e) => e.exit_code(),
+    };
+    let described = match result {
+        Ok(outcome) => outcome.reason,
+        Err(e) => e.to_string(),
+    };
+    AfterRun::Finish(Ok(Outcome::new(code, format!("{described}; {why_not}"))))
+}
+
 fn libc_term() -> i32 {
     nix::libc::SIGTERM
 }
@@ -681,5 +736,71 @@ mod tests {
             .map(String::as_str),
             Some("fail 75 pserver exited with status 0 while the trainer was running; the trainer was stopped")
         );
+    }
+
+    #[test]
+    fn what_an_attempts_end_leads_to() {
+        let budget = |epoch, max_restarts, may_restart| Budget {
+            epoch,
+            max_restarts,
+            may_restart,
+        };
+        let trainer_failed = || Ok(Outcome::new(3, "trainer exited with status 3"));
+        let peer_lost = || {
+            Err(Error::PeerLost {
+                reason: "peer pod p-1 was deleted".into(),
+                stopped: "trainer-0".into(),
+            })
+        };
+        let show = |after: AfterRun| match after {
+            AfterRun::Restart(reason) => format!("restart: {reason}"),
+            AfterRun::Finish(Ok(o)) => format!("finish {}: {}", o.code, o.reason),
+            AfterRun::Finish(Err(e)) => format!("fail {}: {e}", e.exit_code()),
+        };
+        let cases: Vec<(Result<Outcome, Error>, Budget, &str)> = vec![
+            (
+                Ok(Outcome::new(0, "trainer exited with status 0")),
+                budget(0, 3, true),
+                "finish 0: trainer exited with status 0",
+            ),
+            (trainer_failed(), budget(0, 3, true), "restart: trainer exited with status 3"),
+            (trainer_failed(), budget(2, 3, true), "restart: trainer exited with status 3"),
+            (
+                trainer_failed(),
+                budget(3, 3, true),
+                "finish 3: trainer exited with status 3; no restart left (all 3 of PADDLE_LAUNCHER_MAX_RESTARTS used)",
+            ),
+            (
+                trainer_failed(),
+                budget(0, 3, false),
+                "finish 3: trainer exited with status 3; no restart: a pod of the job has already finished",
+            ),
+            // No budget: today's fail-fast, the outcome untouched.
+            (trainer_failed(), budget(0, 0, true), "finish 3: trainer exited with status 3"),
+            (peer_lost(), budget(0, 1, true), "restart: peer pod p-1 was deleted"),
+            (
+                peer_lost(),
+                budget(1, 1, true),
+                "finish 78: peer pod p-1 was deleted: stopped trainer-0 so that the Job can restart cleanly; no restart left (all 1 of PADDLE_LAUNCHER_MAX_RESTARTS used)",
+            ),
+            (
+                Err(Error::PserverDied {
+                    ended: "exited with status 9".into(),
+                    when: "while the trainer was running; the trainer was stopped",
+                    hint: "",
+                }),
+                budget(0, 1, true),
+                "restart: pserver exited with status 9 while the trainer was running; the trainer was stopped",
+            ),
+            // The pod is being deleted: stop, whatever the budget.
+            (
+                Err(stopped(SIGTERM, "; stopped trainer-0")),
+                budget(0, 5, true),
+                "fail 143: received SIGTERM; stopped trainer-0",
+            ),
+        ];
+        for (result, budget, expected) in cases {
+            assert_eq!(show(after_run(result, &budget)), expected);
+        }
     }
 }

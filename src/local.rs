@@ -12,7 +12,7 @@ use tracing::info;
 
 use crate::cli::LocalArgs;
 use crate::config::{
-    Config, ConfigError, GRADIENT_NUM, ID_DIR, NIC, PEERS, POD_IP, POD_NAME, SELECTOR,
+    Config, ConfigError, GRADIENT_NUM, ID_DIR, JOB_SECRET, NIC, PEERS, POD_IP, POD_NAME, SELECTOR,
     TERMINATION_LOG, WORKDIR,
 };
 use crate::error::Error;
@@ -68,6 +68,11 @@ fn instance_env(
             shared.insert(env.to_string(), value.to_string());
         }
     }
+    // Restarts are agreed over the control channel, which needs a secret: one for this run.
+    let restarts = present(&job.max_restarts).is_some_and(|n| n.trim() != "0");
+    if restarts && present(&job.job_secret).is_none() && present(&job.job_secret_file).is_none() {
+        shared.insert(JOB_SECRET.env().to_string(), random_secret()?);
+    }
     let ips: Vec<String> = (0..trainers).map(|i| pod_ip(i).to_string()).collect();
     shared.insert(PEERS.env().into(), ips.join(","));
     shared.insert(GRADIENT_NUM.env().into(), trainers.to_string());
@@ -88,6 +93,20 @@ fn instance_env(
             env
         })
         .collect())
+}
+
+fn present(value: &Option<String>) -> Option<&str> {
+    value.as_deref().filter(|v| !v.trim().is_empty())
+}
+
+/// 32 random bytes, hex: a job secret nobody else knows.
+fn random_secret() -> Result<String, ConfigError> {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 32];
+    ring::rand::SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| ConfigError::new(JOB_SECRET, "(generated)", "random bytes from the system"))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 pub async fn local(args: &LocalArgs, matches: &ArgMatches, command: &clap::Command) -> Outcome {
@@ -118,6 +137,7 @@ async fn run_instances(
     probe.peers = envs[0].get(PEERS.env()).cloned();
     probe.gradient_num = Some(trainers.to_string());
     probe.pod_ip = envs[0].get(POD_IP.env()).cloned();
+    probe.job_secret = envs[0].get(JOB_SECRET.env()).cloned();
     let config = Config::from_args(&probe)?;
     let exe = std::env::current_exe()
         .map_err(|e| Error::io("cannot find the launcher's own executable", e))?

@@ -72,6 +72,8 @@ pub struct ControlPlan {
     /// Whether this pod serves it; null when HOST is a DNS name, resolved at the launch.
     pub this_pod_coordinates: Option<bool>,
     pub heartbeat_timeout_s: u64,
+    /// Group restarts the job may make.
+    pub max_restarts: u32,
 }
 
 impl ControlPlan {
@@ -104,6 +106,7 @@ impl ControlPlan {
             coordinator,
             this_pod_coordinates,
             heartbeat_timeout_s: control.heartbeat_timeout.as_secs(),
+            max_restarts: control.max_restarts,
         })
     }
 }
@@ -128,9 +131,24 @@ pub struct Plan {
     pub processes: Vec<ProcessSpec>,
     /// The control channel; null without a job secret.
     pub control: Option<ControlPlan>,
+    /// The job-wide restart epoch these processes start in: 0 first, then one more per group
+    /// restart (`PADDLE_LAUNCHER_RESTART_COUNT`, so a program can resume from its checkpoint).
+    pub restart_count: u32,
 }
 
+/// The variable that tells the training program which restart epoch it runs in.
+pub const RESTART_COUNT: &str = "PADDLE_LAUNCHER_RESTART_COUNT";
+
 impl Plan {
+    /// The plan for restart epoch `epoch`: the same processes, told the epoch.
+    pub fn for_restart(mut self, epoch: u32) -> Plan {
+        self.restart_count = epoch;
+        for process in &mut self.processes {
+            process.env.insert(RESTART_COUNT.into(), epoch.to_string());
+        }
+        self
+    }
+
     pub fn process(&self, role: Role) -> Option<&ProcessSpec> {
         self.processes.iter().find(|p| p.role == role)
     }

@@ -197,6 +197,12 @@ impl Supervisor {
         self.job_done = Some(job_done);
     }
 
+    /// Forgets the watches of an attempt that ended: the next one brings its own.
+    pub fn forget_watches(&mut self) {
+        self.peer_loss = None;
+        self.job_done = None;
+    }
+
     /// From now on, `next_event` also reports the first lost peer.
     pub fn watch_peers(&mut self, first_loss: BoxFuture<'static, String>) {
         self.peer_loss = Some(first_loss);
@@ -470,6 +476,10 @@ impl Supervisor {
                 sig = next_of(streams) => {
                     if !is_stop_signal(sig) {
                         self.forward(sig);
+                    } else {
+                        // Also seen by whatever waits next: a stop for a restart must not
+                        // swallow the signal that ends the pod.
+                        self.pending.push_back(Event::Signal(sig));
                     }
                     is_stop_signal(sig)
                 }

@@ -148,7 +148,7 @@ fn connect_from(from: &str, address: &str) -> (TcpStream, [u8; 32]) {
 }
 
 /// Hostile clients on the coordinator's port change nothing: from an address outside the job
-/// they are refused at once, however many; from a member's address (pod 2's, which is not up),
+/// they are refused at once, however many; from a member's address (pod 2's, beside its own launcher),
 /// junk, an oversized frame, the wrong secret, a hello recorded on another connection, another
 /// pod's name and a silent client are each disconnected for their own reason; the job still
 /// ends well. Trainers end at different moments (the follower first): a follower that is done
@@ -158,7 +158,8 @@ fn hostile_clients_are_dropped_and_the_job_ends_cleanly() {
     let job = Job::new(3);
     let coordinator = job.start(0, 14);
     let follower = job.start(1, 7);
-    coordinator.wait_for_output("control channel: hb-1 joined", LIMIT);
+    let third = job.start(2, 7);
+    coordinator.wait_for_output("starting restart epoch 0", LIMIT);
     let address = job.coordinator();
 
     // A flood from an address that is not the job's: every connection closed at once.
@@ -187,7 +188,11 @@ fn hostile_clients_are_dropped_and_the_job_ends_cleanly() {
         "a frame of 1025 bytes, more than 1024",
     );
 
-    let hello = ControlMessage::Hello { pod: "hb-2".into() };
+    let hello = ControlMessage::Hello {
+        pod: "hb-2".into(),
+        next: 0,
+        view: "any".into(),
+    };
     let (mut forged, challenge) = connect_from(&member, &address);
     let wrong = paddle_launcher::config_secret(b"not-the-job-secret-at-all-0123456789");
     forged
@@ -199,16 +204,21 @@ fn hostile_clients_are_dropped_and_the_job_ends_cleanly() {
     let right = paddle_launcher::config_secret(SECRET.as_bytes());
     let (recorded_on, challenge) = connect_from(&member, &address);
     let recorded = ControlSession::new(&right, challenge, false).seal(&hello);
+    // Closed first: the member's own launcher holds one of the two connections its address may.
+    drop(recorded_on);
     let (mut replayed, _) = connect_from(&member, &address);
     replayed.write_all(&recorded).unwrap();
     assert!(
         closed_by_server(&mut replayed),
         "a hello from another connection was accepted"
     );
-    drop(recorded_on);
 
     let (mut stranger, challenge) = connect_from(&member, &address);
-    let intruder = ControlMessage::Hello { pod: "hb-0".into() };
+    let intruder = ControlMessage::Hello {
+        pod: "hb-0".into(),
+        next: 0,
+        view: "any".into(),
+    };
     stranger
         .write_all(&ControlSession::new(&right, challenge, false).seal(&intruder))
         .unwrap();
@@ -225,16 +235,19 @@ fn hostile_clients_are_dropped_and_the_job_ends_cleanly() {
         "no hello within 5 s",
     );
 
-    let done = follower.wait(LIMIT);
-    assert_eq!(done.code(), 0, "{}", done.stderr);
+    for pod in [follower, third] {
+        let done = pod.wait(LIMIT);
+        assert_eq!(done.code(), 0, "{}", done.stderr);
+    }
     let done = coordinator.wait(LIMIT);
     assert_eq!(done.code(), 0, "{}", done.stderr);
-    assert!(
-        !done.stderr.contains("sent no heartbeat"),
-        "{}",
-        done.stderr
-    );
-    assert!(!done.stderr.contains("hb-2 joined"), "{}", done.stderr);
+    for word in [
+        "sent no heartbeat",
+        "control connection",
+        "hb-2 joined again",
+    ] {
+        assert!(!done.stderr.contains(word), "{}", done.stderr);
+    }
 }
 
 /// A client that does not wait for the challenge (the outsider is closed before it is sent).
@@ -247,27 +260,38 @@ fn connect_from_unchecked(from: &str, address: &str) -> (TcpStream, ()) {
     (socket.into(), ())
 }
 
-/// The coordinator's trainer ends first: its goodbye reaches the follower, which goes on and
-/// ends well instead of taking the coordinator's end for a loss.
+/// The coordinator's trainer ends first: it stays until the follower has reported its outcome,
+/// so the follower's later end is neither taken for a loss nor left unwatched.
 #[test]
-fn the_coordinator_may_finish_first() {
+fn the_coordinator_may_finish_first_and_waits_for_the_others() {
     for _ in 0..3 {
         let job = Job::new(2);
         let coordinator = job.start(0, 1);
         let follower = job.start(1, 6);
-        coordinator.wait_for_output("control channel: hb-1 joined", LIMIT);
-        let done = coordinator.wait(LIMIT);
-        assert_eq!(done.code(), 0, "{}", done.stderr);
+        coordinator.wait_for_output(
+            "control channel: waiting for 1 launchers to report their outcome: hb-1",
+            LIMIT,
+        );
+        assert!(
+            !follower.stderr_so_far().contains("trainer exited"),
+            "the coordinator waited for a follower that was done"
+        );
         let done = follower.wait(LIMIT);
         assert_eq!(done.code(), 0, "{}", done.stderr);
-        assert_contains(&done.stderr, "the coordinator finished");
+        assert!(
+            !done.stderr.contains("coordinating launcher"),
+            "{}",
+            done.stderr
+        );
+        let done = coordinator.wait(LIMIT);
+        assert_eq!(done.code(), 0, "{}", done.stderr);
     }
 }
 
-/// A follower whose trainer failed says no goodbye: the coordinator notices its silence, and
-/// a job without any other watch (static membership) does not hang on the missing pod.
+/// A follower whose trainer failed tells the coordinator, which stops the job at once (not
+/// after the heartbeat timeout), naming the pod, its rank and what happened.
 #[test]
-fn a_failed_follower_says_no_goodbye_and_the_job_stops() {
+fn a_failed_follower_stops_the_job_at_once_naming_its_failure() {
     let job = Job::new(2);
     let coordinator = job.start(0, 120);
     let follower = Launcher::start(
@@ -279,7 +303,15 @@ fn a_failed_follower_says_no_goodbye_and_the_job_stops() {
     assert_eq!(follower.wait(LIMIT).code(), 1);
     let done = coordinator.wait(LIMIT);
     assert_eq!(done.code(), 78, "{}", done.stderr);
-    assert_contains(&done.stderr, "peer pod hb-1 sent no heartbeat for 2 s");
+    assert_contains(
+        &done.stderr,
+        "exiting with status 78: pod hb-1 (trainer id 1 of 2): trainer exited with status 1",
+    );
+    assert!(
+        !done.stderr.contains("sent no heartbeat"),
+        "{}",
+        done.stderr
+    );
 }
 
 /// A secret file that does not exist is an optional Secret nobody created: the job runs

@@ -257,6 +257,7 @@ pub fn plan(config: &Config, membership: &Membership, me: &Me, inputs: &InputFil
         files,
         processes,
         control: ControlPlan::new(config, membership, me),
+        restart_count: 0,
     }
 }
 
