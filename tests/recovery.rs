@@ -1,0 +1,366 @@
+//! Recovery in place: group restarts agreed over the control channel. Real launcher processes
+//! against the fake Kubernetes API, each simulated pod on a loopback address of its own, and the
+//! test playing the kubelet and the Job controller: a pod whose launcher is killed turns Failed,
+//! and a replacement pod (new name, new IP) is created and started.
+
+mod support;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use support::fake_api::job_pod;
+use support::{assert_contains, free_ports, loopback_ip, Cluster, Launcher};
+
+const LIMIT: Duration = Duration::from_secs(120);
+const SECRET: &str = "recovery-test-secret-0123456789abcdef";
+
+/// The training program: prints what it was told, then works: for a long time in epoch 0
+/// (until the test breaks something), briefly after a restart. `FAIL_ONCE_RANK` fails once.
+const PROGRAM: &str = r#"echo "rank=$PADDLE_TRAINER_ID count=$PADDLE_LAUNCHER_RESTART_COUNT endpoints=$PADDLE_TRAINER_ENDPOINTS"
+if [ "$PADDLE_LAUNCHER_RESTART_COUNT" = 0 ]; then
+  if [ "$PADDLE_TRAINER_ID" = "$FAIL_ONCE_RANK" ]; then sleep 1; exit 3; fi
+  exec sleep 120
+fi
+exec sleep 2"#;
+
+/// A job of Kubernetes pods whose launchers the test starts, kills and replaces.
+struct Job {
+    cluster: Cluster,
+    name: &'static str,
+    pods: usize,
+    control_port: u16,
+    max_restarts: u32,
+    fail_once_rank: Option<usize>,
+    /// Every pod ever created: (pod name, IP, its launcher while it runs).
+    created: Vec<(String, String, Option<Launcher>)>,
+}
+
+impl Job {
+    fn new(name: &'static str, pods: usize, max_restarts: u32) -> Job {
+        Job {
+            cluster: Cluster::new(),
+            name,
+            pods,
+            control_port: free_ports(1),
+            max_restarts,
+            fail_once_rank: None,
+            created: Vec::new(),
+        }
+    }
+
+    fn termination_log(&self, pod: &str) -> PathBuf {
+        self.cluster.dir.path().join(format!("{pod}.termination"))
+    }
+
+    /// The Job controller creates a pod, the kubelet starts it: Running with a new IP, and the
+    /// container's entrypoint (the launcher) starts.
+    fn create_pod(&mut self) -> usize {
+        let index = self.created.len();
+        let pod = format!("{}-{index}", self.name);
+        let ip = loopback_ip();
+        let api = &self.cluster.api;
+        api.put_pod(job_pod(self.name, &pod));
+        api.set_status("default", &pod, "Running", Some(&ip));
+        let log = self.termination_log(&pod);
+        std::fs::write(&log, "").unwrap();
+        let mut env = self.cluster.env(self.name, self.pods);
+        env.extend([
+            ("POD_IP", ip.clone()),
+            ("POD_NAME", pod.clone()),
+            ("PADDLE_LAUNCHER_PROTOCOL", "collective".to_string()),
+            ("PADDLE_LAUNCHER_TRAINER_PORT", free_ports(1).to_string()),
+            ("PADDLE_LAUNCHER_JOB_SECRET", SECRET.to_string()),
+            (
+                "PADDLE_LAUNCHER_MAX_RESTARTS",
+                self.max_restarts.to_string(),
+            ),
+            (
+                "PADDLE_LAUNCHER_CONTROL_PORT",
+                self.control_port.to_string(),
+            ),
+            ("PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT", "2".to_string()),
+            ("PADDLE_LAUNCHER_GRACE_PERIOD", "3".to_string()),
+            ("PADDLE_LAUNCHER_TERMINATION_LOG", log.display().to_string()),
+            (
+                "FAIL_ONCE_RANK",
+                self.fail_once_rank
+                    .map_or("none".to_string(), |r| r.to_string()),
+            ),
+        ]);
+        let launcher = Launcher::start(
+            self.cluster.dir.path(),
+            &pod,
+            &["run", "--", "sh", "-c", PROGRAM],
+            &env,
+        );
+        self.created.push((pod, ip, Some(launcher)));
+        index
+    }
+
+    fn launcher(&self, index: usize) -> &Launcher {
+        self.created[index]
+            .2
+            .as_ref()
+            .expect("that pod's launcher is gone")
+    }
+
+    /// The node dies under a pod: its launcher is SIGKILLed (its children follow it), and the
+    /// API reports the pod Failed.
+    fn kill_pod(&mut self, index: usize) {
+        let launcher = self.created[index].2.take().unwrap();
+        launcher.signal(Signal::SIGKILL);
+        launcher.wait(LIMIT);
+        let name = self.created[index].0.clone();
+        self.cluster
+            .api
+            .set_status("default", &name, "Failed", None);
+    }
+
+    /// Waits for every running launcher; each must exit 0 after its trainer ran in `epoch`.
+    fn all_finish_in_epoch(&mut self, epoch: u32) -> Vec<String> {
+        let mut outputs = Vec::new();
+        for (pod, _, launcher) in &mut self.created {
+            let Some(launcher) = launcher.take() else {
+                continue;
+            };
+            let done = launcher.wait(LIMIT);
+            assert_eq!(done.code(), 0, "{pod}:\n{}\n{}", done.stdout, done.stderr);
+            assert_contains(&done.stdout, &format!("count={epoch} "));
+            outputs.push(done.stdout);
+        }
+        outputs
+    }
+
+    fn ips(&self, pods: &[usize]) -> Vec<String> {
+        pods.iter().map(|&i| self.created[i].1.clone()).collect()
+    }
+}
+
+/// The lines a trainer printed in `epoch`, by rank: "rank=R count=E endpoints=...".
+fn epoch_lines(outputs: &[String], epoch: u32) -> Vec<String> {
+    let mut lines: Vec<String> = outputs
+        .iter()
+        .flat_map(|out| out.lines())
+        .filter(|l| l.contains(&format!(" count={epoch} ")))
+        .map(|l| l.split_once("] ").map_or(l, |(_, rest)| rest).to_string())
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// The endpoints list every trainer of a membership is told, in rank (IP) order.
+fn endpoints(job: &Job, pods: &[usize]) -> Vec<String> {
+    let mut ips = job.ips(pods);
+    ips.sort_by_key(|ip| ip.parse::<std::net::Ipv4Addr>().unwrap());
+    ips
+}
+
+fn assert_restarted_with(outputs: &[String], epoch: u32, members: &[String]) {
+    let lines = epoch_lines(outputs, epoch);
+    assert_eq!(lines.len(), members.len(), "{lines:?}");
+    for (rank, line) in lines.iter().enumerate() {
+        assert!(
+            line.starts_with(&format!("rank={rank} count={epoch} endpoints=")),
+            "{line}"
+        );
+        let told: Vec<&str> = line.rsplit_once('=').unwrap().1.split(',').collect();
+        let ips: Vec<&str> = told.iter().map(|e| e.rsplit_once(':').unwrap().0).collect();
+        assert_eq!(ips, members, "{line}");
+    }
+}
+
+/// A trainer that fails once: every pod's trainer is restarted with count 1, no launcher exits
+/// until the job is done, and every launcher then exits 0.
+#[test]
+fn a_trainer_failing_once_restarts_every_trainer_and_the_job_succeeds() {
+    let mut job = Job::new("once", 3, 2);
+    job.fail_once_rank = Some(1);
+    for _ in 0..3 {
+        job.create_pod();
+    }
+    let outputs = job.all_finish_in_epoch(1);
+    let everyone = endpoints(&job, &[0, 1, 2]);
+    assert_restarted_with(&outputs, 1, &everyone);
+    assert_eq!(
+        epoch_lines(&outputs, 0).len(),
+        3,
+        "every trainer started in epoch 0"
+    );
+    // The failure was named on every pod.
+    for out in &job.created {
+        let stderr =
+            std::fs::read_to_string(job.cluster.dir.path().join(format!("{}.stderr", out.0)))
+                .unwrap();
+        assert_contains(
+            &stderr,
+            "trainer exited with status 3: restarting the job (restart 1 of 2)",
+        );
+    }
+}
+
+/// A pod killed whole (launcher and children) and replaced by a pod with a new name and a new
+/// IP: the survivors' launchers never exit; every trainer restarts with the new membership, the
+/// replacement's in the survivors' epoch.
+#[test]
+fn a_pod_killed_and_replaced_rejoins_the_survivors_in_their_epoch() {
+    let mut job = Job::new("killed", 3, 1);
+    for _ in 0..3 {
+        job.create_pod();
+    }
+    for i in 0..3 {
+        job.launcher(i).wait_for_output("count=0 ", LIMIT);
+    }
+    job.kill_pod(2);
+    for i in 0..2 {
+        job.launcher(i)
+            .wait_for_output("restarting the job (restart 1 of 1)", LIMIT);
+    }
+    let replacement = job.create_pod();
+    let outputs = job.all_finish_in_epoch(1);
+    assert_restarted_with(&outputs, 1, &endpoints(&job, &[0, 1, replacement]));
+}
+
+/// The coordinator's pod (rank 0) killed and replaced: the survivor that ranks first now
+/// coordinates, learns the epoch from the others, and they restart together.
+#[test]
+fn the_coordinators_pod_killed_and_replaced() {
+    let mut job = Job::new("coord", 3, 1);
+    for _ in 0..3 {
+        job.create_pod();
+    }
+    job.launcher(0)
+        .wait_for_output("starting restart epoch 0", LIMIT);
+    for i in 0..3 {
+        job.launcher(i).wait_for_output("count=0 ", LIMIT);
+    }
+    job.kill_pod(0);
+    let replacement = job.create_pod();
+    job.launcher(1)
+        .wait_for_output("control channel: coordinating 3 launchers", LIMIT);
+    let outputs = job.all_finish_in_epoch(1);
+    assert_restarted_with(&outputs, 1, &endpoints(&job, &[1, 2, replacement]));
+}
+
+/// A pod frozen with SIGSTOP while the API still says Running: the others stop their trainers
+/// within the heartbeat timeout, wait, and restart once the pod is replaced.
+#[test]
+fn a_frozen_pod_stops_the_others_trainers_and_its_replacement_restarts_them() {
+    let mut job = Job::new("frozen", 3, 1);
+    for _ in 0..3 {
+        job.create_pod();
+    }
+    for i in 0..3 {
+        job.launcher(i).wait_for_output("count=0 ", LIMIT);
+    }
+    job.launcher(1).signal(Signal::SIGSTOP);
+    for i in [0, 2] {
+        job.launcher(i)
+            .wait_for_output("restarting the job (restart 1 of 1)", LIMIT);
+    }
+    assert_contains(
+        &job.launcher(0).stderr_so_far(),
+        "sent no heartbeat for 2 s (frozen, or its node is gone)",
+    );
+    // Stopped, not restarted: the frozen pod is still a member.
+    for i in [0, 2] {
+        let err = job.launcher(i).stderr_so_far();
+        assert!(err.contains("was killed by SIGTERM"), "{err}");
+        assert!(!err.contains("restart epoch 1"), "{err}");
+    }
+    job.kill_pod(1);
+    let replacement = job.create_pod();
+    let outputs = job.all_finish_in_epoch(1);
+    assert_restarted_with(&outputs, 1, &endpoints(&job, &[0, 2, replacement]));
+}
+
+/// The budget used up: every launcher ends non-zero within seconds, and every pod's termination
+/// log names the first failure (pod, rank, what happened).
+#[test]
+fn an_exhausted_budget_ends_every_pod_naming_the_first_failure() {
+    let mut job = Job::new("spent", 3, 1);
+    for _ in 0..3 {
+        job.create_pod();
+    }
+    for i in 0..3 {
+        job.launcher(i).wait_for_output("count=0 ", LIMIT);
+    }
+    job.kill_pod(2);
+    let replacement = job.create_pod();
+    job.launcher(replacement).wait_for_output("count=1 ", LIMIT);
+    job.kill_pod(1);
+    for i in [0, replacement] {
+        let launcher = job.created[i].2.take().unwrap();
+        let pod = job.created[i].0.clone();
+        let done = launcher.wait(LIMIT);
+        assert_eq!(done.code(), 78, "{pod}: {}", done.stderr);
+        let reason = std::fs::read_to_string(job.termination_log(&pod)).unwrap();
+        assert_contains(&reason, "spent-1");
+        assert_contains(
+            &reason,
+            "no restart left (all 1 of PADDLE_LAUNCHER_MAX_RESTARTS used)",
+        );
+    }
+}
+
+/// Restarts without a secret cannot be agreed: refused before anything starts.
+#[test]
+fn restarts_without_a_job_secret_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let done = Launcher::start(
+        dir.path(),
+        "nosecret",
+        &["run", "--", "true"],
+        &[
+            ("JOB_NAME", "j".to_string()),
+            ("PADDLE_LAUNCHER_PEERS", "127.0.0.1".to_string()),
+            ("PADDLE_LAUNCHER_PROTOCOL", "collective".to_string()),
+            ("PADDLE_LAUNCHER_MAX_RESTARTS", "2".to_string()),
+        ],
+    )
+    .wait(LIMIT);
+    assert_eq!(done.code(), 2, "{}", done.stderr);
+    assert_contains(
+        &done.stderr,
+        "invalid PADDLE_LAUNCHER_MAX_RESTARTS (--max-restarts): \"2\": expected 0 without a job secret",
+    );
+}
+
+/// `local` mode: a user watches a trainer that fails once get restarted, with every other.
+#[test]
+fn local_mode_restarts_a_trainer_that_fails_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let done = Launcher::start(
+        dir.path(),
+        "local",
+        &[
+            "local",
+            "--job-name",
+            "loc",
+            "--trainers",
+            "3",
+            "--protocol",
+            "collective",
+            "--max-restarts",
+            "1",
+            "--control-port",
+            &free_ports(1).to_string(),
+            "--trainer-port",
+            &free_ports(1).to_string(),
+            "--",
+            "sh",
+            "-c",
+            PROGRAM,
+        ],
+        &[("FAIL_ONCE_RANK", "2".to_string())],
+    )
+    .wait(LIMIT);
+    assert_eq!(done.code(), 0, "{}\n{}", done.stdout, done.stderr);
+    assert_contains(&done.stderr, "all 3 simulated pods succeeded");
+    let outputs = [done.stdout];
+    assert_eq!(epoch_lines(&outputs, 1).len(), 3, "{}", outputs[0]);
+    assert_contains(
+        &done.stderr,
+        "pod loc-2 (trainer id 2 of 3): trainer exited with status 3",
+    );
+}
