@@ -117,6 +117,12 @@ pub struct ManifestArgs {
     /// DNS membership: a headless Service lists the pods; no ServiceAccount, Role or token.
     #[arg(long)]
     pub dns: bool,
+    /// Group restarts the job may make (recovery in place). Above 0 the Job is Indexed, a
+    /// headless Service names each pod (`<job>-0.<job>-pods` coordinates), the Secret
+    /// `<job>-launcher` must exist before the pods start, and a podFailurePolicy makes a lost
+    /// pod cost the Job one failure, preemption none, and an exhausted budget fail it at once.
+    #[arg(long, default_value_t = 0)]
+    pub max_restarts: u32,
     /// A PersistentVolumeClaim mounted at --job-path: the shared job directory of the workspace
     /// layout (output/node_<rank>/ logs, per-rank data, TRAIN_CONFIG_DIR).
     #[arg(long)]

@@ -947,7 +947,7 @@ async fn follow(joining: Joining, coordinator: SocketAddr, mut ends: Ends) {
                 Some(Request::Failed(_)) => {}
             },
         }
-        pause = (pause * 2).min(Duration::from_secs(2));
+        pause = (pause * 2).min(Duration::from_millis(500));
     };
     let mut out = Session::new(&joining.secret, challenge, false);
     out.sent = 1; // the hello

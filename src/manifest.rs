@@ -145,6 +145,13 @@ pub fn documents(a: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
             "--pservers of at least 1 and a protocol with pservers (v1, v2, fleet)",
         ));
     }
+    if a.split && a.max_restarts > 0 {
+        return Err(invalid(
+            "--max-restarts",
+            &a.max_restarts.to_string(),
+            "0 with --split (group restarts are generated for the one-Job layout)",
+        ));
+    }
     if !a.split && a.pservers != 0 {
         return Err(invalid(
             "--pservers",
@@ -183,11 +190,18 @@ pub fn documents(a: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
     }
     let account = format!("{}-launcher", a.job_name);
     let mut docs = Vec::new();
-    if a.dns {
-        // Headless, and listing pods before they are Ready: the launchers wait for all of them.
-        let mut ports = vec![json!({"name": "pserver", "port": a.port})];
-        if a.protocol.trainers_listen() {
-            ports = vec![json!({"name": "trainer", "port": a.trainer_port})];
+    if a.dns || a.max_restarts > 0 {
+        // Headless, and listing pods before they are Ready: the launchers wait for all of them,
+        // and the coordinator's name must resolve while its pod starts.
+        let mut ports = Vec::new();
+        if a.dns {
+            ports.push(match a.protocol.trainers_listen() {
+                true => json!({"name": "trainer", "port": a.trainer_port}),
+                false => json!({"name": "pserver", "port": a.port}),
+            });
+        }
+        if a.max_restarts > 0 {
+            ports.push(json!({"name": "control", "port": DEFAULT_CONTROL_PORT}));
         }
         docs.push(json!({
             "apiVersion": "v1", "kind": "Service",
@@ -195,7 +209,8 @@ pub fn documents(a: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
             "spec": {"clusterIP": "None", "publishNotReadyAddresses": true,
                      "selector": {JOB_LABEL: a.job_name}, "ports": ports},
         }));
-    } else {
+    }
+    if !a.dns {
         docs.extend([
             json!({"apiVersion": "v1", "kind": "ServiceAccount",
                    "metadata": {"name": account, "namespace": a.namespace}}),
@@ -270,6 +285,14 @@ fn container_env(a: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
     if a.dns {
         env.push(env_value("PADDLE_LAUNCHER_DNS", dns_name(a)));
     }
+    if a.max_restarts > 0 {
+        env.push(env_value("PADDLE_LAUNCHER_MAX_RESTARTS", a.max_restarts));
+        // The Indexed Job's first pod, by the name its replacement keeps.
+        env.push(env_value(
+            "PADDLE_LAUNCHER_COORDINATOR",
+            format!("{}:{DEFAULT_CONTROL_PORT}", coordinator_host(a)),
+        ));
+    }
     if let Some(entry) = &a.entry {
         env.push(env_value("ENTRY", entry));
     }
@@ -302,6 +325,7 @@ const FLAG_OF_VARIABLE: &[(&str, &str)] = &[
     ("PSERVERS", "--pservers"),
     ("JOB_PATH", "--job-path"),
     ("ENTRY", "--entry"),
+    ("PADDLE_LAUNCHER_MAX_RESTARTS", "--max-restarts"),
 ];
 
 /// Runs the launcher's own validation (`Config::from_args`, what `run` does in each pod) on
@@ -417,7 +441,8 @@ fn job(a: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
     ];
     // A file, not an environment variable: it does not show in `ps` or `kubectl describe`.
     // Optional, so that the job runs (without heartbeats) before the Secret exists.
-    let secret = json!({"secretName": secret_name(a), "optional": true,
+    // Restarts are agreed over the channel: then the pods wait for the Secret to exist.
+    let secret = json!({"secretName": secret_name(a), "optional": a.max_restarts == 0,
                         "items": [{"key": SECRET_KEY, "path": SECRET_KEY}]});
     let mut volumes = vec![
         json!({"name": "tmp", "emptyDir": {}}),
@@ -428,12 +453,8 @@ fn job(a: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
         mounts.push(json!({"name": "jobpath", "mountPath": a.job_path}));
         volumes.push(json!({"name": "jobpath", "persistentVolumeClaim": {"claimName": claim}}));
     }
-    let container_name = match kind.role {
-        PodRole::Both | PodRole::Trainer => "trainer",
-        PodRole::Pserver => "pserver",
-    };
     let mut container = json!({
-        "name": container_name,
+        "name": container_name(kind),
         "image": a.image,
         "imagePullPolicy": "Always",
         "args": args,
@@ -474,8 +495,23 @@ fn job(a: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
             },
         },
     });
-    if a.indexed {
+    if a.indexed || a.max_restarts > 0 {
         spec["completionMode"] = json!("Indexed");
+    }
+    if a.max_restarts > 0 {
+        // The launchers restart in place: the Job only replaces a pod that is gone, and that
+        // costs it one failure (each one also costs the launchers one restart, so the two
+        // budgets run out together). A launcher that exits non-zero has used up the job's
+        // budget, or cannot run at all: fail the Job at once instead of retrying the pod. Not
+        // counted: preemption and eviction (DisruptionTarget); counted, not fatal: a container
+        // killed from outside (137: SIGKILL or OOM; 143: SIGTERM, the pod deleted).
+        spec["backoffLimit"] = json!(a.max_restarts);
+        spec["podFailurePolicy"] = json!({"rules": [
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+            {"action": "FailJob", "onExitCodes": {"containerName": container_name(kind),
+                "operator": "NotIn", "values": [137, 143]}},
+        ]});
+        spec["template"]["spec"]["subdomain"] = json!(dns_name(a));
     }
     let pod = &mut spec["template"]["spec"];
     if a.dns {
@@ -492,12 +528,26 @@ fn job(a: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
     })
 }
 
+fn container_name(kind: &PodKind) -> &'static str {
+    match kind.role {
+        PodRole::Both | PodRole::Trainer => "trainer",
+        PodRole::Pserver => "pserver",
+    }
+}
+
+/// The DNS name of the Indexed Job's pod 0 through the headless Service (`subdomain`): it
+/// follows the pod, so a replacement of the coordinator's pod serves at the same name.
+fn coordinator_host(a: &ManifestArgs) -> String {
+    format!("{}-0.{}", a.job_name, dns_name(a))
+}
+
 /// The Secret holding the job's control-channel secret (`kubectl create secret generic`).
 fn secret_name(a: &ManifestArgs) -> String {
     format!("{}-launcher", a.job_name)
 }
 
-/// The headless Service of --dns, resolved through the pod's search domains.
+/// The headless Service of --dns and of --max-restarts, resolved through the pod's search
+/// domains.
 fn dns_name(a: &ManifestArgs) -> String {
     format!("{}-pods", a.job_name)
 }

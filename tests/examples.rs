@@ -194,3 +194,91 @@ fn readme_job_snippets_are_valid_and_use_known_variables() {
         ["collective", "fleet", "v2"].map(String::from).into()
     );
 }
+
+/// The recovering example: the launchers find their coordinator by the name of the Indexed
+/// Job's pod 0 through the headless Service, wait for the Secret, and the Job's own policy
+/// matches the launchers' budget (preemption free, a lost pod one failure, a launcher's
+/// non-zero exit the end).
+#[test]
+fn recovering_example_names_its_coordinator_and_fails_the_job_when_the_budget_is_spent() {
+    use k8s_openapi::api::core::v1::Service;
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/k8s-examples/recovering-collective.yaml"
+    ))
+    .unwrap();
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    let of_kind = |kind: &str| docs.iter().find(|d| d["kind"] == kind).unwrap().clone();
+    let job: Job = serde_json::from_value(of_kind("Job")).unwrap();
+    let service: Service = serde_json::from_value(of_kind("Service")).unwrap();
+    let service_spec = service.spec.unwrap();
+    assert_eq!(service_spec.cluster_ip.as_deref(), Some("None"));
+    assert_eq!(service_spec.publish_not_ready_addresses, Some(true));
+
+    let spec = job.spec.unwrap();
+    assert_eq!(spec.completion_mode.as_deref(), Some("Indexed"));
+    let pod = spec.template.spec.unwrap();
+    let service_name = service.metadata.name.unwrap();
+    assert_eq!(pod.subdomain.as_deref(), Some(service_name.as_str()));
+    // The Service selects the pods.
+    let labels = spec.template.metadata.unwrap().labels.unwrap();
+    for (key, value) in service_spec.selector.unwrap() {
+        assert_eq!(labels.get(&key), Some(&value));
+    }
+    let container = &pod.containers[0];
+    let env = container.env.clone().unwrap();
+    let known = launcher_env_names();
+    let value = |name: &str| {
+        env.iter()
+            .find(|e| e.name == name)
+            .and_then(|e| e.value.clone())
+            .unwrap_or_else(|| panic!("no {name}"))
+    };
+    for var in &env {
+        assert!(known.contains(&var.name) || var.name == "PADDLE_DISTRI_BACKEND");
+    }
+    let job_name = job.metadata.name.unwrap();
+    assert_eq!(
+        value("PADDLE_LAUNCHER_COORDINATOR"),
+        format!("{job_name}-0.{service_name}:6171")
+    );
+    let budget: i32 = value("PADDLE_LAUNCHER_MAX_RESTARTS").parse().unwrap();
+    assert!(budget > 0);
+    assert_eq!(spec.backoff_limit, Some(budget));
+    // The secret is mounted where the launcher reads it, and the pods wait for it.
+    let secret_file = value("PADDLE_LAUNCHER_JOB_SECRET_FILE");
+    let volume = pod
+        .volumes
+        .unwrap()
+        .into_iter()
+        .find(|v| v.secret.is_some())
+        .unwrap();
+    let secret = volume.secret.unwrap();
+    assert_eq!(secret.optional, Some(false));
+    let mount = container
+        .volume_mounts
+        .clone()
+        .unwrap()
+        .into_iter()
+        .find(|m| m.name == volume.name)
+        .unwrap();
+    let key = &secret.items.unwrap()[0].path;
+    assert_eq!(secret_file, format!("{}/{key}", mount.mount_path));
+
+    let rules = spec.pod_failure_policy.unwrap().rules;
+    assert_eq!(rules.len(), 2);
+    assert_eq!(rules[0].action, "Ignore");
+    assert_eq!(
+        rules[0].on_pod_conditions.as_ref().unwrap()[0].type_,
+        "DisruptionTarget"
+    );
+    assert_eq!(rules[1].action, "FailJob");
+    let codes = rules[1].on_exit_codes.as_ref().unwrap();
+    assert_eq!(
+        codes.container_name.as_deref(),
+        Some(container.name.as_str())
+    );
+    assert_eq!(codes.operator, "NotIn");
+    // Killed from outside: counted, not fatal; every exit of the launcher itself is fatal.
+    assert_eq!(codes.values, [137, 143]);
+}

@@ -89,6 +89,23 @@ const VARIANTS: &[&[&str]] = &[
         "--entry",
         "python /workspace/ps.py",
     ],
+    &[
+        "--job-name",
+        "rs",
+        "--namespace",
+        "team-a",
+        "--image",
+        "example.com/t/p:v1",
+        "--trainers",
+        "3",
+        "--protocol",
+        "collective",
+        "--max-restarts",
+        "2",
+        "--",
+        "python",
+        "/workspace/train.py",
+    ],
 ];
 
 fn manifest(args: &[&str]) -> String {
@@ -126,6 +143,15 @@ fn every_document_is_a_valid_kubernetes_object() {
         // DNS membership needs no API access, so no RBAC objects at all.
         let access: &[&str] = if args.contains(&"--dns") {
             &["Service", "NetworkPolicy"]
+        } else if args.contains(&"--max-restarts") {
+            // The headless Service that names the coordinator's pod, then the API access.
+            &[
+                "Service",
+                "ServiceAccount",
+                "Role",
+                "RoleBinding",
+                "NetworkPolicy",
+            ]
         } else {
             &["ServiceAccount", "Role", "RoleBinding", "NetworkPolicy"]
         };

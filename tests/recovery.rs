@@ -9,8 +9,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
+use serde_json::Value;
 use support::fake_api::job_pod;
-use support::{assert_contains, free_ports, loopback_ip, Cluster, Launcher};
+use support::{assert_contains, free_ports, loopback_ip, paddle_python, Cluster, Launcher};
 
 const LIMIT: Duration = Duration::from_secs(120);
 const SECRET: &str = "recovery-test-secret-0123456789abcdef";
@@ -32,6 +33,10 @@ struct Job {
     control_port: u16,
     max_restarts: u32,
     fail_once_rank: Option<usize>,
+    /// The container's command after `run --`.
+    program: Vec<String>,
+    extra_env: Vec<(&'static str, String)>,
+    trainer_port: u16,
     /// Every pod ever created: (pod name, IP, its launcher while it runs).
     created: Vec<(String, String, Option<Launcher>)>,
 }
@@ -45,6 +50,9 @@ impl Job {
             control_port: free_ports(1),
             max_restarts,
             fail_once_rank: None,
+            program: ["sh", "-c", PROGRAM].map(String::from).to_vec(),
+            extra_env: Vec::new(),
+            trainer_port: free_ports(1),
             created: Vec::new(),
         }
     }
@@ -69,7 +77,10 @@ impl Job {
             ("POD_IP", ip.clone()),
             ("POD_NAME", pod.clone()),
             ("PADDLE_LAUNCHER_PROTOCOL", "collective".to_string()),
-            ("PADDLE_LAUNCHER_TRAINER_PORT", free_ports(1).to_string()),
+            (
+                "PADDLE_LAUNCHER_TRAINER_PORT",
+                self.trainer_port.to_string(),
+            ),
             ("PADDLE_LAUNCHER_JOB_SECRET", SECRET.to_string()),
             (
                 "PADDLE_LAUNCHER_MAX_RESTARTS",
@@ -88,12 +99,10 @@ impl Job {
                     .map_or("none".to_string(), |r| r.to_string()),
             ),
         ]);
-        let launcher = Launcher::start(
-            self.cluster.dir.path(),
-            &pod,
-            &["run", "--", "sh", "-c", PROGRAM],
-            &env,
-        );
+        env.extend(self.extra_env.iter().cloned());
+        let mut args = vec!["run", "--"];
+        args.extend(self.program.iter().map(String::as_str));
+        let launcher = Launcher::start(self.cluster.dir.path(), &pod, &args, &env);
         self.created.push((pod, ip, Some(launcher)));
         index
     }
@@ -117,8 +126,8 @@ impl Job {
             .set_status("default", &name, "Failed", None);
     }
 
-    /// Waits for every running launcher; each must exit 0 after its trainer ran in `epoch`.
-    fn all_finish_in_epoch(&mut self, epoch: u32) -> Vec<String> {
+    /// Waits for every running launcher; each must exit 0. Their outputs.
+    fn all_finish(&mut self) -> Vec<String> {
         let mut outputs = Vec::new();
         for (pod, _, launcher) in &mut self.created {
             let Some(launcher) = launcher.take() else {
@@ -126,8 +135,16 @@ impl Job {
             };
             let done = launcher.wait(LIMIT);
             assert_eq!(done.code(), 0, "{pod}:\n{}\n{}", done.stdout, done.stderr);
-            assert_contains(&done.stdout, &format!("count={epoch} "));
             outputs.push(done.stdout);
+        }
+        outputs
+    }
+
+    /// `all_finish`, each trainer having run last in `epoch`.
+    fn all_finish_in_epoch(&mut self, epoch: u32) -> Vec<String> {
+        let outputs = self.all_finish();
+        for out in &outputs {
+            assert_contains(out, &format!("count={epoch} "));
         }
         outputs
     }
@@ -363,4 +380,64 @@ fn local_mode_restarts_a_trainer_that_fails_once() {
         &done.stderr,
         "pod loc-2 (trainer id 2 of 3): trainer exited with status 3",
     );
+}
+
+/// Real PaddlePaddle (CPU, gloo): the collective example checkpoints every step; one pod is
+/// killed mid-training and replaced; every rank resumes from the checkpoint in restart epoch 1,
+/// the job finishes, and the final parameters are identical on every rank (each rank trains on
+/// its own data: only a working all-reduce keeps them equal).
+#[test]
+fn real_paddle_resumes_from_its_checkpoint_after_a_pod_is_killed_and_replaced() {
+    let mut job = Job::new("rp", 3, 1);
+    let out = job.cluster.dir.path().join("out");
+    let checkpoints = job.cluster.dir.path().join("checkpoints");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::create_dir_all(&checkpoints).unwrap();
+    let train = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/collective/train.py");
+    job.program = vec![
+        paddle_python(),
+        train.display().to_string(),
+        out.display().to_string(),
+        checkpoints.display().to_string(),
+    ];
+    job.extra_env = vec![
+        ("STEP_SECONDS", "0.2".to_string()),
+        ("PADDLE_DISTRI_BACKEND", "gloo".to_string()),
+        ("HOME", job.cluster.dir.path().display().to_string()),
+    ];
+    for _ in 0..3 {
+        job.create_pod();
+    }
+    job.launcher(1).wait_for_output("rank 1: step 10 ", LIMIT);
+    job.kill_pod(1);
+    let replacement = job.create_pod();
+    let outputs = job.all_finish();
+    let results: Vec<Value> = (0..3)
+        .map(|rank| {
+            let text = std::fs::read_to_string(out.join(format!("result-{rank}.json"))).unwrap();
+            serde_json::from_str(&text).unwrap()
+        })
+        .collect();
+    for (rank, result) in results.iter().enumerate() {
+        assert_eq!(result["restart_count"], 1, "rank {rank}: {outputs:?}");
+        assert_eq!(result["world"], 3);
+        let resumed = result["resumed_after_step"].as_u64().unwrap();
+        assert!(
+            resumed >= 9,
+            "rank {rank} resumed after step {resumed}: not from the checkpoint"
+        );
+        let last = result["last_loss"].as_f64().unwrap();
+        assert!(last < 0.01, "rank {rank}: final loss {last}");
+    }
+    assert_eq!(results[0]["params"], results[1]["params"]);
+    assert_eq!(results[0]["params"], results[2]["params"]);
+    // The replacement trained too, in the survivors' epoch.
+    let replaced = std::fs::read_to_string(
+        job.cluster
+            .dir
+            .path()
+            .join(format!("{}.stdout", job.created[replacement].0)),
+    )
+    .unwrap();
+    assert_contains(&replaced, "restart 1, resuming after step");
 }

@@ -8,27 +8,12 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use serde_json::{json, Value};
 use support::fake_api::job_pod;
-use support::{assert_contains, free_ports, standin_cmd, Cluster, Launcher, Rng};
+use support::{assert_contains, free_ports, paddle_python, standin_cmd, Cluster, Launcher, Rng};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
 fn manifest_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The virtualenv with `paddlepaddle` that .ci/run creates (or PADDLE_PYTHON).
-fn paddle_python() -> String {
-    let python = std::env::var("PADDLE_PYTHON").unwrap_or_else(|_| {
-        manifest_dir()
-            .join("target/paddle-venv/bin/python")
-            .display()
-            .to_string()
-    });
-    assert!(
-        std::path::Path::new(&python).exists(),
-        "{python} is missing: run `bash .ci/run` (it creates the venv with paddlepaddle), or set PADDLE_PYTHON"
-    );
-    python
 }
 
 fn pod_with(job: &str, name: &str, labels: Value) -> Value {

@@ -6,10 +6,16 @@ directory given as the first argument (default: the current directory).
 
     paddle-launcher local --trainers 3 --job-name demo --protocol collective \
         -- python examples/collective/train.py /tmp/out
+
+Recovery: with a second argument, a directory every pod shares, rank 0 checkpoints the
+parameters after each step (written whole, then renamed: a kill never leaves half a file), and
+a start with PADDLE_LAUNCHER_RESTART_COUNT > 0 resumes from the last checkpoint instead of step
+0. STEP_SECONDS (default 0) slows each step down, so that a test can kill a pod mid-training.
 """
 import json
 import os
 import sys
+import time
 
 import numpy as np
 import paddle
@@ -30,17 +36,31 @@ def main():
     x, y = paddle.to_tensor(x), paddle.to_tensor(y)
 
     paddle.seed(rank)  # different initial weights: DataParallel must broadcast rank 0's
-    model = paddle.DataParallel(paddle.nn.Linear(2, 1))
+    layer = paddle.nn.Linear(2, 1)
+    checkpoint_dir = sys.argv[2] if len(sys.argv) > 2 else None
+    restart = int(os.environ.get("PADDLE_LAUNCHER_RESTART_COUNT", "0"))
+    start = 0
+    if checkpoint_dir and restart > 0:
+        start = resume(layer, checkpoint_dir)
+        print(f"rank {rank}: restart {restart}, resuming after step {start}", flush=True)
+    model = paddle.DataParallel(layer)
     optimizer = paddle.optimizer.SGD(learning_rate=0.1, parameters=model.parameters())
+    step_seconds = float(os.environ.get("STEP_SECONDS", "0"))
     losses = []
-    for _ in range(40):
+    for step in range(start + 1, 41):
         loss = paddle.nn.functional.mse_loss(model(x), y)
         loss.backward()
         optimizer.step()
         optimizer.clear_grad()
         losses.append(float(loss))
+        if checkpoint_dir and rank == 0:
+            save(layer, step, checkpoint_dir)
+        print(f"rank {rank}: step {step} loss {losses[-1]:.6f}", flush=True)
+        time.sleep(step_seconds)
 
     result = {
+        "restart_count": restart,
+        "resumed_after_step": start,
         "rank": rank,
         "world": world,
         "env_trainer_id": int(os.environ["PADDLE_TRAINER_ID"]),
@@ -51,6 +71,27 @@ def main():
     with open(os.path.join(out_dir, f"result-{rank}.json"), "w") as f:
         json.dump(result, f)
     print(f"rank {rank}: loss {losses[0]:.4f} -> {losses[-1]:.4f}", flush=True)
+
+
+def save(layer, step, directory):
+    state = {"step": step, "params": {k: v.numpy().tolist() for k, v in layer.state_dict().items()}}
+    path = os.path.join(directory, "checkpoint.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(state, f)
+    os.replace(path + ".tmp", path)
+
+
+def resume(layer, directory):
+    """Loads the last checkpoint into the layer; the step it was taken after (0: none)."""
+    path = os.path.join(directory, "checkpoint.json")
+    if not os.path.exists(path):
+        return 0
+    with open(path) as f:
+        state = json.load(f)
+    layer.set_state_dict(
+        {k: paddle.to_tensor(np.array(v, dtype="float32")) for k, v in state["params"].items()}
+    )
+    return state["step"]
 
 
 if __name__ == "__main__":

@@ -318,3 +318,18 @@ pub fn cluster_env(dir: &Path, job: &str, pods: usize) -> Vec<(&'static str, Str
         ("CONF_PADDLE_NIC", "lo".to_string()),
     ]
 }
+
+/// The virtualenv with `paddlepaddle` that .ci/run creates (or PADDLE_PYTHON).
+pub fn paddle_python() -> String {
+    let python = std::env::var("PADDLE_PYTHON").unwrap_or_else(|_| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("target/paddle-venv/bin/python")
+            .display()
+            .to_string()
+    });
+    assert!(
+        Path::new(&python).exists(),
+        "{python} is missing: run `bash .ci/run` (it creates the venv with paddlepaddle), or set PADDLE_PYTHON"
+    );
+    python
+}
