@@ -1,7 +1,7 @@
 //! Measures the launcher on this machine; prints a Markdown report (BENCHMARKS.md keeps it).
 //!
 //!     cargo bench --bench launch              # everything (about 5 minutes)
-//!     cargo bench --bench launch -- latency   # one part: latency | api | footprint | old
+//!     cargo bench --bench launch -- latency   # one part: latency | api | footprint | old | recovery
 //!
 //! Launchers are real processes (the release build) against the tests' fake Kubernetes API, one
 //! loopback IP per simulated pod. The pserver and trainer are this binary itself in stand-in mode
@@ -46,6 +46,9 @@ fn main() {
     }
     if wants("old") {
         old_way();
+    }
+    if wants("recovery") {
+        recovery();
     }
 }
 
@@ -459,4 +462,268 @@ fn old_way() {
         );
     }
     println!("\nMedian ratio: {:.0}x\n", median(ratios));
+}
+
+/// A job whose launchers recover in place: collective protocol, a job secret, a restart budget;
+/// each trainer is `sleep 600`, so that only the bench ends it.
+struct Recovering {
+    api: FakeApi,
+    dir: tempfile::TempDir,
+    job: String,
+    pods: usize,
+    control_port: u16,
+    max_restarts: u32,
+    /// (pod name, IP, launcher, log file) of every pod ever created.
+    members: Vec<(String, String, Option<Child>, PathBuf)>,
+}
+
+const HEARTBEAT_TIMEOUT_S: u64 = 3;
+
+impl Recovering {
+    /// `pods` Running pods and their launchers, once every trainer started.
+    fn start(job: &str, pods: usize, max_restarts: u32) -> Recovering {
+        let api = FakeApi::start();
+        let dir = tempfile::tempdir().unwrap();
+        api.write_kubeconfig(&dir.path().join("kubeconfig"));
+        let mut this = Recovering {
+            api,
+            dir,
+            job: job.to_string(),
+            pods,
+            control_port: free_port(),
+            max_restarts,
+            members: Vec::new(),
+        };
+        for _ in 0..pods {
+            let i = this.add_pod();
+            this.set_running(i);
+        }
+        this.until_each(&this.alive(), "started trainer-", 0.0);
+        this
+    }
+
+    /// A new Pending pod (new name, new IP) and its launcher, waiting for it.
+    fn add_pod(&mut self) -> usize {
+        let i = self.members.len();
+        let name = format!("{}-{i}", self.job);
+        self.api.put_pod(job_pod(&self.job, &name));
+        let log = self.dir.path().join(format!("{i}.log"));
+        let child = Command::new(LAUNCHER)
+            .args(["run", "--", "sleep", "600"])
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("KUBECONFIG", self.dir.path().join("kubeconfig"))
+            .env("JOB_NAME", &self.job)
+            .env("CONF_PADDLE_GRADIENT_NUM", self.pods.to_string())
+            .env("CONF_PADDLE_NIC", "lo")
+            .env("POD_IP", pod_ip(i))
+            .env("POD_NAME", &name)
+            .env("PADDLE_LAUNCHER_PROTOCOL", "collective")
+            .env(
+                "PADDLE_LAUNCHER_JOB_SECRET",
+                "bench-secret-0123456789abcdef0123456789",
+            )
+            .env(
+                "PADDLE_LAUNCHER_MAX_RESTARTS",
+                self.max_restarts.to_string(),
+            )
+            .env(
+                "PADDLE_LAUNCHER_CONTROL_PORT",
+                self.control_port.to_string(),
+            )
+            .env(
+                "PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT",
+                HEARTBEAT_TIMEOUT_S.to_string(),
+            )
+            .env("PADDLE_LAUNCHER_TERMINATION_LOG", "")
+            .env("PADDLE_LAUNCHER_ID_DIR", "")
+            .current_dir(self.dir.path())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        self.members.push((name, pod_ip(i), Some(child), log));
+        i
+    }
+
+    fn set_running(&self, i: usize) -> f64 {
+        let (name, ip, ..) = &self.members[i];
+        self.api.set_status("default", name, "Running", Some(ip));
+        time_of_day(SystemTime::now())
+    }
+
+    fn alive(&self) -> Vec<usize> {
+        (0..self.members.len())
+            .filter(|&i| self.members[i].2.is_some())
+            .collect()
+    }
+
+    fn log(&self, i: usize) -> String {
+        fs::read_to_string(&self.members[i].3).unwrap_or_default()
+    }
+
+    /// The time of the first line of `i`'s log after `after` (seconds of the day) that
+    /// contains `pattern`.
+    fn line_after(&self, i: usize, pattern: &str, after: f64) -> Option<f64> {
+        self.log(i)
+            .lines()
+            .filter(|l| l.contains(pattern))
+            .filter_map(log_time)
+            .find(|&t| t > after)
+    }
+
+    /// Waits until each of `pods` logged `pattern` after `after`; the latest of those times.
+    fn until_each(&self, pods: &[usize], pattern: &str, after: f64) -> f64 {
+        let deadline = Instant::now() + Duration::from_secs(300);
+        loop {
+            let times: Vec<Option<f64>> = pods
+                .iter()
+                .map(|&i| self.line_after(i, pattern, after))
+                .collect();
+            if times.iter().all(Option::is_some) {
+                return times.into_iter().flatten().fold(f64::MIN, f64::max);
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {pattern}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Kills pod `i`'s trainer (the `sleep` its launcher started last) as a crash would.
+    fn crash_trainer(&self, i: usize) -> f64 {
+        let log = self.log(i);
+        let pid = log
+            .lines()
+            .filter_map(|l| {
+                l.split("(pid ")
+                    .nth(1)?
+                    .split(')')
+                    .next()?
+                    .parse::<i32>()
+                    .ok()
+            })
+            .last()
+            .unwrap();
+        let at = time_of_day(SystemTime::now());
+        Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap();
+        at
+    }
+
+    fn signal_launcher(&self, i: usize, signal: &str) -> f64 {
+        let child = self.members[i].2.as_ref().unwrap();
+        let at = time_of_day(SystemTime::now());
+        Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .unwrap();
+        at
+    }
+
+    /// The node of pod `i` is gone: its launcher killed, the pod Failed.
+    fn lose_pod(&mut self, i: usize) {
+        let mut child = self.members[i].2.take().unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+        let name = self.members[i].0.clone();
+        self.api.set_status("default", &name, "Failed", None);
+    }
+
+    fn stop(mut self) {
+        for (.., child, _) in &mut self.members {
+            if let Some(child) = child {
+                let _ = Command::new("kill").arg(child.id().to_string()).status();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+/// Recovery in place against today's way, at 3 and 32 pods.
+fn recovery() {
+    println!("## 5. Recovery in place\n");
+    println!("Launchers with a job secret and `--max-restarts` (collective protocol, trainer `sleep 600`,");
+    println!(
+        "heartbeat timeout {HEARTBEAT_TIMEOUT_S} s), all on this machine. Times from the launchers' own log lines:"
+    );
+    println!("- trainer failure: one trainer SIGKILLed -> every trainer of the job started again;");
+    println!(
+        "- frozen peer: one launcher SIGSTOPped (its pod still Running in the API) -> every other"
+    );
+    println!("  trainer stopped (bounded below by the heartbeat timeout);");
+    println!(
+        "- replacement: the frozen pod's launcher killed, its pod Failed, a new pod (new name, new"
+    );
+    println!("  IP) created; from the new pod's Running event -> every trainer started again;");
+    println!(
+        "- today's way (`--max-restarts 0`): one trainer SIGKILLed -> every launcher exited, then"
+    );
+    println!(
+        "  new launchers for already-Running pods -> every trainer started. A cluster adds the"
+    );
+    println!(
+        "  deletion, scheduling and container start of every pod to this (minutes at 1,000 nodes,"
+    );
+    println!("  JobSet KEP-467), which recovery in place does for one pod at most.\n");
+    println!("| pods | trainer failure -> all restarted: median (max) | frozen peer -> all others stopped: median (max) | replacement Running -> all restarted: median (max) | today's way: failure -> all exited + relaunch |");
+    println!("|---|---|---|---|---|");
+    for (pods, runs) in [(3, 3), (32, 3)] {
+        let mut job = Recovering::start(&format!("rec{pods}"), pods, 10);
+        let (mut failure, mut frozen, mut replaced) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..runs {
+            let alive = job.alive();
+            let at = job.crash_trainer(alive[1]);
+            failure.push((job.until_each(&alive, "started trainer-", at) - at) * 1000.0);
+
+            let alive = job.alive();
+            let victim = alive[1];
+            let at = job.signal_launcher(victim, "-STOP");
+            let others: Vec<usize> = alive.iter().copied().filter(|&i| i != victim).collect();
+            frozen.push((job.until_each(&others, "was killed by SIGTERM", at) - at) * 1000.0);
+            job.lose_pod(victim);
+            let new = job.add_pod();
+            // The survivors wait for the pod; the replacement's launcher is up and watching.
+            job.until_each(&[new], "waiting: ", 0.0);
+            let at = job.set_running(new);
+            let alive = job.alive();
+            replaced.push((job.until_each(&alive, "started trainer-", at) - at) * 1000.0);
+        }
+        job.stop();
+        let today = todays_way(pods);
+        let max = |v: &[f64]| v.iter().cloned().fold(f64::MIN, f64::max);
+        println!(
+            "| {pods} | {:.0} ms ({:.0} ms) | {:.0} ms ({:.0} ms) | {:.0} ms ({:.0} ms) | {:.0} ms + {:.0} ms + the pods' recreation |",
+            median(failure.clone()),
+            max(&failure),
+            median(frozen.clone()),
+            max(&frozen),
+            median(replaced.clone()),
+            max(&replaced),
+            today.0,
+            today.1,
+        );
+    }
+    println!();
+}
+
+/// Today's way, measured here: (failure -> every launcher exited, relaunch -> every trainer
+/// started), in milliseconds.
+fn todays_way(pods: usize) -> (f64, f64) {
+    let mut job = Recovering::start(&format!("today{pods}"), pods, 0);
+    let at = job.crash_trainer(1);
+    let mut exited = at;
+    for (.., child, log) in &mut job.members {
+        let _ = child.take().unwrap().wait();
+        let text = fs::read_to_string(log).unwrap_or_default();
+        if let Some(t) = text.lines().rev().find_map(log_time) {
+            exited = exited.max(t);
+        }
+    }
+    job.stop();
+    let relaunch = time_of_day(SystemTime::now());
+    let again = Recovering::start(&format!("again{pods}"), pods, 0);
+    let started = again.until_each(&again.alive(), "started trainer-", 0.0);
+    again.stop();
+    ((exited - at) * 1000.0, (started - relaunch) * 1000.0)
 }

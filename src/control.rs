@@ -603,9 +603,11 @@ impl Coordinator {
         if self.own_success && self.lost.is_none() {
             self.broadcast(&Message::Bye);
         }
-        // Dropping the senders lets each connection write what is queued, then end.
+        // Dropping the senders lets each connection write what is queued, then end: those of
+        // the links joined but not yet seen (queued reports) too.
         self.links.clear();
         drop(listener);
+        drop(from_links);
         let _ = timeout(FLUSH, async {
             while connections.join_next().await.is_some() {}
         })
@@ -947,7 +949,7 @@ async fn follow(joining: Joining, coordinator: SocketAddr, mut ends: Ends) {
                 Some(Request::Failed(_)) => {}
             },
         }
-        pause = (pause * 2).min(Duration::from_millis(500));
+        pause = (pause * 2).min(Duration::from_millis(250));
     };
     let mut out = Session::new(&joining.secret, challenge, false);
     out.sent = 1; // the hello
