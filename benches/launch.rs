@@ -593,7 +593,8 @@ impl Recovering {
         let log = self.log(i);
         let pid = log
             .lines()
-            .filter_map(|l| {
+            .rev()
+            .find_map(|l| {
                 l.split("(pid ")
                     .nth(1)?
                     .split(')')
@@ -601,7 +602,6 @@ impl Recovering {
                     .parse::<i32>()
                     .ok()
             })
-            .last()
             .unwrap();
         let at = time_of_day(SystemTime::now());
         Command::new("kill")
