@@ -2,10 +2,11 @@
 //!
 //! Everything up to the process plan (`config`, `selector`, `membership`, `protocol`, `plan`)
 //! is pure and unit-tested without a cluster, and so is what a pod does after the launch
-//! (`lifecycle`: one state machine deciding every exit); `peers`, `workspace`, `supervise`,
-//! `launch` (the driver of the lifecycle) and `local` are the thin I/O shell around them. Modules are crate-private unless the tests read them
-//! (the CLI definition; configuration, membership, selectors and the pod view of the API's
-//! objects are re-exported for them below). The compiler then finds dead code.
+//! (`lifecycle`: the state machines deciding every exit and every group restart); `peers`,
+//! `workspace`, `supervise`, `control` (the job's channel), `launch` and `local` (the drivers
+//! of the lifecycle) are the thin I/O shell around them. Modules are crate-private unless the
+//! tests read them (the CLI definition; configuration, membership, selectors and the pod view
+//! of the API's objects are re-exported for them below). The compiler then finds dead code.
 
 pub mod cli;
 pub(crate) mod config;

@@ -1,8 +1,10 @@
-//! A pod's life after the launch decision, as one pure state machine: `step(input) -> commands`.
-//! The driver (`launch`) turns commands into effects (spawn, signal, probe, timers, stop) and
-//! effects back into inputs; the supervisor keeps only the process table, the reaper and the
-//! signal source. Every way this phase ends — and so every exit status it decides — is a
-//! `Command::Finish` in this file, and the transitions are tested as tables without a process.
+//! A pod's life after the launch decision, as pure state machines: `step(input) -> commands`.
+//! The drivers (`launch`, `local`) turn commands into effects (spawn, signal, probe, timers,
+//! stop) and effects back into inputs; the supervisor keeps only the process table, the reaper
+//! and the signal source. Every way a run ends — and so every exit status — is decided here:
+//! `Lifecycle` for one attempt of a pod, `after_run` for whether the attempt's end means a
+//! group restart or the pod's end, `LocalPods` for `local`'s simulated pods. The transitions are
+//! tested as tables without a process.
 
 use std::time::Duration;
 
@@ -369,6 +371,94 @@ impl Lifecycle {
             })
             .collect::<Vec<_>>()
             .join(" and ")
+    }
+}
+
+/// `local`: the simulated pods (each a launcher process) as one machine. The first pod that
+/// fails stops the others and its status is the run's; a stop signal stops them all.
+pub struct LocalPods {
+    total: usize,
+    running: usize,
+    failure: Option<Outcome>,
+    /// Waiting for `Stopped`, then finishing with this.
+    stopping: Option<Result<Outcome, Error>>,
+    done: bool,
+}
+
+#[derive(Debug)]
+pub enum LocalInput {
+    Signal(i32),
+    /// A simulated pod's launcher ended (its label, e.g. "pod demo-1").
+    Exited {
+        label: String,
+        ended: Ended,
+    },
+    /// Every pod of the last `StopAll` is gone.
+    Stopped,
+}
+
+#[derive(Debug)]
+pub enum LocalCommand {
+    Forward(i32),
+    StopAll(i32),
+    Finish(Result<Outcome, Error>),
+}
+
+impl LocalPods {
+    pub fn new(pods: usize) -> LocalPods {
+        LocalPods {
+            total: pods,
+            running: pods,
+            failure: None,
+            stopping: None,
+            done: false,
+        }
+    }
+
+    pub fn step(&mut self, input: LocalInput) -> Vec<LocalCommand> {
+        if self.done {
+            return Vec::new();
+        }
+        match input {
+            LocalInput::Signal(sig) if !is_stop_signal(sig) => vec![LocalCommand::Forward(sig)],
+            LocalInput::Signal(sig) if self.stopping.is_none() => {
+                self.stopping = Some(Err(stopped(sig, "; stopped every simulated pod")));
+                vec![LocalCommand::StopAll(sig)]
+            }
+            LocalInput::Signal(_) => Vec::new(),
+            LocalInput::Exited { label, ended } => {
+                self.running = self.running.saturating_sub(1);
+                if ended.exit_code() != 0 && self.failure.is_none() && self.stopping.is_none() {
+                    let failure = Outcome::new(
+                        ended.exit_code(),
+                        format!("{label} {}; stopped the other pods", ended.describe()),
+                    );
+                    self.failure = Some(failure.clone());
+                    if self.running > 0 {
+                        self.stopping = Some(Ok(failure));
+                        return vec![LocalCommand::StopAll(libc_term())];
+                    }
+                }
+                if self.running == 0 && self.stopping.is_none() {
+                    return self.finish(Ok(self.failure.clone().unwrap_or_else(|| {
+                        Outcome::new(
+                            exit::SUCCESS,
+                            format!("all {} simulated pods succeeded", self.total),
+                        )
+                    })));
+                }
+                Vec::new()
+            }
+            LocalInput::Stopped => match self.stopping.take() {
+                Some(then) => self.finish(then),
+                None => Vec::new(),
+            },
+        }
+    }
+
+    fn finish(&mut self, result: Result<Outcome, Error>) -> Vec<LocalCommand> {
+        self.done = true;
+        vec![LocalCommand::Finish(result)]
     }
 }
 
@@ -801,6 +891,76 @@ mod tests {
         ];
         for (result, budget, expected) in cases {
             assert_eq!(show(after_run(result, &budget)), expected);
+        }
+    }
+
+    #[test]
+    fn local_pods() {
+        let exited = |pod: &str, code| LocalInput::Exited {
+            label: format!("pod {pod}"),
+            ended: Ended::Code(code),
+        };
+        let run = |pods, inputs: Vec<LocalInput>| {
+            let mut machine = LocalPods::new(pods);
+            inputs
+                .into_iter()
+                .flat_map(|i| machine.step(i))
+                .map(|c| match c {
+                    LocalCommand::Forward(sig) => format!("forward {sig}"),
+                    LocalCommand::StopAll(sig) => format!("stop all {sig}"),
+                    LocalCommand::Finish(Ok(o)) => format!("finish {} {}", o.code, o.reason),
+                    LocalCommand::Finish(Err(e)) => format!("fail {} {e}", e.exit_code()),
+                })
+                .collect::<Vec<_>>()
+        };
+        let cases: Vec<(&str, usize, Vec<LocalInput>, Vec<&str>)> = vec![
+            (
+                "all succeed",
+                2,
+                vec![exited("a", 0), exited("b", 0)],
+                vec!["finish 0 all 2 simulated pods succeeded"],
+            ),
+            (
+                "the first failure stops the others and is the status",
+                3,
+                vec![
+                    exited("a", 0),
+                    exited("b", 4),
+                    exited("c", 143),
+                    LocalInput::Stopped,
+                ],
+                vec![
+                    "stop all 15",
+                    "finish 4 pod b exited with status 4; stopped the other pods",
+                ],
+            ),
+            (
+                "the last pod failing needs no stop",
+                2,
+                vec![exited("a", 0), exited("b", 1)],
+                vec!["finish 1 pod b exited with status 1; stopped the other pods"],
+            ),
+            (
+                "TERM stops all; a second is nothing new; HUP is forwarded",
+                2,
+                vec![
+                    LocalInput::Signal(SIGHUP),
+                    LocalInput::Signal(SIGTERM),
+                    LocalInput::Signal(SIGTERM),
+                    exited("a", 143),
+                    exited("b", 143),
+                    LocalInput::Stopped,
+                    exited("c", 1),
+                ],
+                vec![
+                    "forward 1",
+                    "stop all 15",
+                    "fail 143 received SIGTERM; stopped every simulated pod",
+                ],
+            ),
+        ];
+        for (name, pods, inputs, expected) in cases {
+            assert_eq!(run(pods, inputs), expected, "{name}");
         }
     }
 }

@@ -16,8 +16,9 @@ use crate::config::{
     TERMINATION_LOG, WORKDIR,
 };
 use crate::error::Error;
-use crate::exit::{self, Outcome};
-use crate::supervise::{is_stop_signal, Event, Output, Signals, SpawnSpec, Supervisor};
+use crate::exit::Outcome;
+use crate::lifecycle::{LocalCommand, LocalInput, LocalPods};
+use crate::supervise::{Event, Output, Signals, SpawnSpec, Supervisor};
 
 /// 127.0.0.2 .. 127.0.0.201: all on `lo`, none of them 127.0.0.1 (which other services use).
 pub const MAX_LOCAL_PODS: u64 = 200;
@@ -175,40 +176,37 @@ async fn run_instances(
     outcome
 }
 
-/// Ends with the first failing instance's status (stopping the others), or 0 when all succeed.
+/// Carries out the `LocalPods` machine's commands until it finishes: every decision (which
+/// status, when to stop the others) is the machine's.
 async fn watch_instances(sup: &mut Supervisor, instances: &[usize]) -> Result<Outcome, Error> {
-    let mut failure: Option<Outcome> = None;
-    while instances.iter().any(|&i| sup.is_running(i)) {
-        match sup.next_event().await {
-            Event::Signal(sig) if is_stop_signal(sig) => {
-                sup.stop(instances, sig).await;
-                return Err(Error::Stopped {
-                    signal: sig,
-                    doing: "; stopped every simulated pod".into(),
-                });
-            }
-            Event::Signal(sig) => sup.forward(sig),
-            // Simulated pods have static membership: no peer watch.
-            Event::PeerLost(_) | Event::JobDone(_) => {}
-            Event::Exited { child, ended } => {
-                if ended.exit_code() != 0 && failure.is_none() {
-                    failure = Some(Outcome::new(
-                        ended.exit_code(),
-                        format!(
-                            "{} {}; stopped the other pods",
-                            sup.label(child),
-                            ended.describe()
-                        ),
-                    ));
-                    sup.stop(instances, SIGTERM).await;
+    let mut machine = LocalPods::new(instances.len());
+    let mut commands = Vec::new();
+    loop {
+        for command in std::mem::take(&mut commands) {
+            match command {
+                LocalCommand::Forward(sig) => sup.forward(sig),
+                LocalCommand::StopAll(sig) => {
+                    sup.stop(instances, sig).await;
+                    commands.extend(machine.step(LocalInput::Stopped));
                 }
+                LocalCommand::Finish(result) => return result,
             }
         }
+        if commands.is_empty() {
+            let event = sup.next_event().await;
+            commands.extend(step_with(&mut machine, sup, event));
+        }
     }
-    Ok(failure.unwrap_or_else(|| {
-        Outcome::new(
-            exit::SUCCESS,
-            format!("all {} simulated pods succeeded", instances.len()),
-        )
-    }))
+}
+
+fn step_with(machine: &mut LocalPods, sup: &Supervisor, event: Event) -> Vec<LocalCommand> {
+    match event {
+        Event::Signal(sig) => machine.step(LocalInput::Signal(sig)),
+        Event::Exited { child, ended } => machine.step(LocalInput::Exited {
+            label: sup.label(child).to_string(),
+            ended,
+        }),
+        // Simulated pods have static membership: no peer watch.
+        Event::PeerLost(_) | Event::JobDone(_) => Vec::new(),
+    }
 }

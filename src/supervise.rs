@@ -324,10 +324,6 @@ impl Supervisor {
         &self.children[child].label
     }
 
-    pub fn is_running(&self, child: usize) -> bool {
-        self.children[child].ended.is_none()
-    }
-
     /// Whether any process of the child's group may still be alive (the child itself, or what
     /// it started: the program under `sh -c ENTRY`, daemons).
     fn group_alive(&mut self, child: usize) -> bool {
