@@ -404,8 +404,24 @@ fn doctor_says_when_the_job_would_start_and_with_which_rank() {
     // Rank 0 is the lower address, ok-1's: it coordinates, this pod follows.
     assert_contains(
         &done.stdout,
-        "control channel: coordinator 127.0.0.2:6171, this pod follows; heartbeat timeout 10 s",
+        "control channel: coordinator 127.0.0.2:6171, this pod follows; heartbeat timeout 10 s; no group restarts",
     );
+    env.push(("PADDLE_LAUNCHER_MAX_RESTARTS", "2".into()));
+    let done = Launcher::start(cluster.dir.path(), "doctor3", &["doctor"], &env).wait(LIMIT);
+    assert_eq!(done.code(), 0, "{}\n{}", done.stdout, done.stderr);
+    assert_contains(
+        &done.stdout,
+        "heartbeat timeout 10 s; up to 2 group restarts",
+    );
+    // plan shows the budget, and the epoch the processes would start in.
+    let done = Launcher::start(cluster.dir.path(), "plan", &["plan"], &env).wait(LIMIT);
+    assert_eq!(done.code(), 0, "{}", done.stderr);
+    let plan: serde_json::Value = serde_json::from_str(&done.stdout).unwrap();
+    assert_eq!(plan["control"]["max_restarts"], 2);
+    assert_eq!(plan["restart_count"], 0);
+    for process in plan["processes"].as_array().unwrap() {
+        assert_eq!(process["env"]["PADDLE_LAUNCHER_RESTART_COUNT"], "0");
+    }
 }
 
 /// doctor judges with the launcher's own rule, the failed-trainer guard included.
