@@ -10,7 +10,7 @@ use std::time::Duration;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
-use support::{assert_contains, Launcher};
+use support::{assert_contains, free_ports, loopback_ip, Launcher};
 
 const NAME: &str = "trainers.paddle.test";
 const LIMIT: Duration = Duration::from_secs(90);
@@ -70,7 +70,16 @@ impl Dnsmasq {
 
     /// Replaces the records of NAME and makes dnsmasq reload them.
     fn set(&self, ips: &[&str]) {
-        let text: String = ips.iter().map(|ip| format!("{ip} {NAME}\n")).collect();
+        let records: Vec<(&str, &str)> = ips.iter().map(|ip| (*ip, NAME)).collect();
+        self.set_records(&records);
+    }
+
+    /// Replaces every record, (address, name) each, and makes dnsmasq reload them.
+    fn set_records(&self, records: &[(&str, &str)]) {
+        let text: String = records
+            .iter()
+            .map(|(ip, name)| format!("{ip} {name}\n"))
+            .collect();
         std::fs::write(&self.hosts, text).unwrap();
         kill(Pid::from_raw(self.child.id() as i32), Signal::SIGHUP).unwrap();
     }
@@ -212,4 +221,78 @@ fn a_broken_resolv_conf_is_named_as_the_dns_configuration() {
         stderr.contains("cannot read the DNS configuration") && !stderr.contains("KUBECONFIG"),
         "{stderr}"
     );
+}
+
+/// The coordinator named by a DNS name that follows its pod (an Indexed Job's
+/// `<job>-0.<service>`): its pod is killed, the name moves to the replacement, which serves
+/// there, learns the epoch from the survivors, and every trainer restarts in epoch 1.
+#[test]
+fn a_replaced_coordinator_serves_at_the_same_name_and_the_group_restarts() {
+    const COORDINATOR: &str = "job-0.pods.paddle.test";
+    let dir = tempfile::tempdir().unwrap();
+    let dns = Dnsmasq::start(dir.path());
+    let ips: Vec<String> = (0..4).map(|_| loopback_ip()).collect();
+    let records = |pods: &[usize]| -> Vec<(String, &str)> {
+        let mut records: Vec<(String, &str)> =
+            pods.iter().map(|&i| (ips[i].clone(), NAME)).collect();
+        records.push((ips[pods[0]].clone(), COORDINATOR));
+        records
+    };
+    let set = |pods: &[usize]| {
+        let owned = records(pods);
+        let borrowed: Vec<(&str, &str)> = owned.iter().map(|(ip, n)| (ip.as_str(), *n)).collect();
+        dns.set_records(&borrowed);
+    };
+    set(&[0, 1, 2]);
+    let port = free_ports(1);
+    let trainer_port = free_ports(1);
+    let program = r#"echo "count=$PADDLE_LAUNCHER_RESTART_COUNT rank=$PADDLE_TRAINER_ID"
+[ "$PADDLE_LAUNCHER_RESTART_COUNT" = 0 ] && exec sleep 120
+exec sleep 1"#;
+    let start = |i: usize| {
+        let mut env = dns.env("dc", 3, &ips[i]);
+        env.extend([
+            ("PADDLE_LAUNCHER_PROTOCOL", "collective".to_string()),
+            ("PADDLE_LAUNCHER_TRAINER_PORT", trainer_port.to_string()),
+            ("PADDLE_LAUNCHER_JOB_SECRET", "d".repeat(40)),
+            ("PADDLE_LAUNCHER_MAX_RESTARTS", "1".to_string()),
+            (
+                "PADDLE_LAUNCHER_COORDINATOR",
+                format!("{COORDINATOR}:{port}"),
+            ),
+            ("PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT", "2".to_string()),
+        ]);
+        Launcher::start(
+            dir.path(),
+            &format!("pod-{i}"),
+            &["run", "--", "sh", "-c", program],
+            &env,
+        )
+    };
+    let mut launchers: Vec<Option<Launcher>> = (0..3).map(|i| Some(start(i))).collect();
+    for launcher in launchers.iter().flatten() {
+        launcher.wait_for_output("count=0 ", LIMIT);
+    }
+    launchers[0].as_ref().unwrap().wait_for_output(
+        &format!("coordinating 3 launchers on {}:{port}", ips[0]),
+        LIMIT,
+    );
+    // Pod 0's node dies; its replacement gets another address, and the name follows it.
+    let killed = launchers[0].take().unwrap();
+    killed.signal(Signal::SIGKILL);
+    killed.wait(LIMIT);
+    set(&[3, 1, 2]);
+    launchers.push(Some(start(3)));
+    for (i, launcher) in launchers.into_iter().enumerate() {
+        let Some(launcher) = launcher else { continue };
+        let done = launcher.wait(LIMIT);
+        assert_eq!(done.code(), 0, "pod {i}:\n{}\n{}", done.stdout, done.stderr);
+        assert_contains(&done.stdout, "count=1 ");
+        if i == 3 {
+            assert_contains(
+                &done.stderr,
+                &format!("coordinating 3 launchers on {}:{port}", ips[3]),
+            );
+        }
+    }
 }
