@@ -309,6 +309,8 @@ pub struct Channel {
     requests: mpsc::UnboundedSender<Request>,
     task: Option<JoinHandle<()>>,
     may_restart: Arc<AtomicBool>,
+    /// Set once the job's loss is known here: told by the coordinator, or decided by it.
+    lost: Arc<AtomicBool>,
 }
 
 impl Channel {
@@ -346,9 +348,15 @@ impl Channel {
     }
 
     /// Tells the job that this launcher failed (a follower tells the coordinator, which tells
-    /// everyone; the coordinator tells everyone).
-    pub fn failed(&self, reason: &str) {
+    /// everyone; the coordinator tells everyone), and waits up to `wait` for the job's answer:
+    /// whether it may restart (`may_restart` then says) depends on what the others did, e.g. a
+    /// pod that already finished. A coordinator that does not answer leaves it as it was.
+    pub async fn failed(&self, reason: &str, wait: Duration) {
         let _ = self.requests.send(Request::Failed(cut(reason)));
+        let deadline = Instant::now() + wait;
+        while !self.lost.load(Ordering::SeqCst) && Instant::now() < deadline {
+            sleep(Duration::from_millis(5)).await;
+        }
     }
 
     /// Ends this launcher's part and waits until it has. After a success a follower says
@@ -376,10 +384,12 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
     let (heard_tx, heard_rx) = mpsc::unbounded_channel();
     let (requests_tx, requests_rx) = mpsc::unbounded_channel();
     let may_restart = Arc::new(AtomicBool::new(true));
+    let lost = Arc::new(AtomicBool::new(false));
     let ends = Ends {
         heard: heard_tx,
         requests: requests_rx,
         may_restart: may_restart.clone(),
+        lost: lost.clone(),
     };
     let limit = joining.heartbeat_timeout.as_secs();
     let task = match joining.role {
@@ -405,6 +415,7 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
         requests: requests_tx,
         task: Some(task),
         may_restart,
+        lost,
     })
 }
 
@@ -413,14 +424,23 @@ struct Ends {
     heard: mpsc::UnboundedSender<Heard>,
     requests: mpsc::UnboundedReceiver<Request>,
     may_restart: Arc<AtomicBool>,
+    lost: Arc<AtomicBool>,
 }
 
 impl Ends {
     fn hear(&self, heard: Heard) {
-        if let Heard::Lost { restart: false, .. } = &heard {
-            self.may_restart.store(false, Ordering::SeqCst);
+        if let Heard::Lost { restart, .. } = &heard {
+            self.knows_lost(*restart);
         }
         let _ = self.heard.send(heard);
+    }
+
+    /// The job lost a member; `restart`: whether it may start again.
+    fn knows_lost(&self, restart: bool) {
+        if !restart {
+            self.may_restart.store(false, Ordering::SeqCst);
+        }
+        self.lost.store(true, Ordering::SeqCst);
     }
 }
 
@@ -648,8 +668,8 @@ impl Coordinator {
                 reason: reason.clone(),
                 restart,
             });
-        } else if !restart {
-            ends.may_restart.store(false, Ordering::SeqCst);
+        } else {
+            ends.knows_lost(restart);
         }
         self.lost = Some((reason, restart));
     }
@@ -1241,6 +1261,8 @@ mod tests {
             .port()
     }
 
+    const WAIT: Duration = Duration::from_secs(5);
+
     async fn heard(channel: &mut Channel) -> Heard {
         timeout(Duration::from_secs(20), channel.heard())
             .await
@@ -1279,7 +1301,9 @@ mod tests {
         for channel in &mut channels {
             assert_eq!(heard(channel).await, Heard::Go(0));
         }
-        channels[1].failed("pod p-1 (trainer 1): trainer exited with status 3");
+        channels[1]
+            .failed("pod p-1 (trainer 1): trainer exited with status 3", WAIT)
+            .await;
         let lost = Heard::Lost {
             reason: "pod p-1 (trainer 1): trainer exited with status 3".into(),
             restart: true,
@@ -1296,7 +1320,11 @@ mod tests {
         done.finish(true).await;
         // The follower's Done is read before its connection's end: not a loss.
         sleep(Duration::from_millis(300)).await;
-        channels[1].failed("pod p-1 (trainer 1): trainer exited with status 3");
+        channels[1]
+            .failed("pod p-1 (trainer 1): trainer exited with status 3", WAIT)
+            .await;
+        // The failed follower has the answer before it decides.
+        assert!(!channels[1].may_restart(), "the follower would restart");
         let Heard::Lost { restart, .. } = heard(&mut channels[0]).await else {
             panic!("not a loss")
         };

@@ -38,6 +38,8 @@ const COORDINATOR_RESOLVE_LIMIT: Duration = Duration::from_secs(60);
 /// How long the launchers of an attempt may take to join its control channel, besides the
 /// grace period they may spend stopping their children first.
 const JOIN_GRACE: Duration = Duration::from_secs(60);
+/// How long a failed launcher waits for the coordinator's word on whether the job may restart.
+const VERDICT_WAIT: Duration = Duration::from_secs(2);
 
 /// `run` and `plan`: everything up to the launch; then print the plan (`plan_only`) or carry
 /// it out. The outcome is the trainer's (or the pserver's) own end, or the launcher's failure.
@@ -134,6 +136,17 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             supervisor.end_when(done);
         }
         let result = drive(&mut supervisor, &plan, &config).await;
+        let succeeded = matches!(&result, Ok(o) if o.code == exit::SUCCESS);
+        if let (Some(channel), false) = (&channel, succeeded) {
+            let reason = match &result {
+                Ok(outcome) => outcome.reason.clone(),
+                Err(e) => e.to_string(),
+            };
+            // Told before deciding: whether the job may restart depends on the others.
+            channel
+                .failed(&format!("{who}: {reason}"), VERDICT_WAIT)
+                .await;
+        }
         let budget = Budget {
             epoch: plan.restart_count,
             max_restarts: config.control.max_restarts,
@@ -147,21 +160,12 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                     budget.max_restarts
                 );
                 if let Some(channel) = channel {
-                    channel.failed(&format!("{who}: {reason}"));
                     channel.finish(false).await;
                 }
                 next_epoch = budget.epoch + 1;
             }
             AfterRun::Finish(result) => {
                 if let Some(channel) = channel {
-                    let succeeded = matches!(&result, Ok(o) if o.code == exit::SUCCESS);
-                    if !succeeded {
-                        let reason = match &result {
-                            Ok(outcome) => outcome.reason.clone(),
-                            Err(e) => e.to_string(),
-                        };
-                        channel.failed(&format!("{who}: {reason}"));
-                    }
                     // A stop signal ends the wait for the others; the pod's outcome stands.
                     let _ = interruptible(
                         Some(&mut supervisor),

@@ -441,3 +441,38 @@ fn real_paddle_resumes_from_its_checkpoint_after_a_pod_is_killed_and_replaced() 
     .unwrap();
     assert_contains(&replaced, "restart 1, resuming after step");
 }
+
+/// Trainers that end at different moments: once one has succeeded, a later failure cannot be
+/// recovered as a group; every launcher ends at once (none waits for a restart that cannot
+/// come), the failed pod with its trainer's status, the others as lost peers, the one that
+/// succeeded with 0.
+#[test]
+fn a_failure_after_another_pod_finished_ends_the_job_without_a_restart() {
+    let mut job = Job::new("late", 3, 2);
+    job.program = [
+        "sh",
+        "-c",
+        r#"case "$PADDLE_TRAINER_ID" in
+  0) sleep 1 ;;
+  1) sleep 3; exit 5 ;;
+  *) exec sleep 120 ;;
+esac"#,
+    ]
+    .map(String::from)
+    .to_vec();
+    for _ in 0..3 {
+        job.create_pod();
+    }
+    let expected = [(0, 0), (1, 5), (2, 78)];
+    for (i, code) in expected {
+        let launcher = job.created[i].2.take().unwrap();
+        let done = launcher.wait(LIMIT);
+        assert_eq!(done.code(), code, "pod {i}: {}", done.stderr);
+        if code != 0 {
+            assert_contains(
+                &done.stderr,
+                "no restart: a pod of the job has already finished",
+            );
+        }
+    }
+}
