@@ -48,8 +48,12 @@ use tokio::time::{sleep, timeout, Instant};
 use tracing::{debug, info, warn, Instrument};
 
 use crate::config::Secret;
+use crate::membership::Membership;
 
+/// The largest frame the coordinator reads: a follower only ever says small things.
 pub const MAX_PAYLOAD: usize = 1024;
+/// The largest frame a follower reads from its coordinator: the membership of a big job.
+const MAX_FROM_COORDINATOR: usize = 16 << 20;
 const MAC_LEN: usize = 32;
 const NONCE_LEN: usize = 16;
 /// Both challenges, the server's first.
@@ -76,9 +80,11 @@ pub enum Message {
         view: String,
     },
     Beat,
-    /// Coordinator: every member is here with the same view: start restart epoch `epoch`.
+    /// Coordinator: every member is here with the same view: start restart epoch `epoch`, with
+    /// this membership (which a follower that did not discover the pods itself needs).
     Go {
         epoch: u32,
+        membership: Option<Membership>,
     },
     /// A follower's trainer succeeded: its end from now on is not a loss.
     Done,
@@ -106,8 +112,8 @@ fn cut(reason: &str) -> String {
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
-    #[error("a frame of {0} bytes, more than {MAX_PAYLOAD}")]
-    Oversized(usize),
+    #[error("a frame of {0} bytes, more than {1}")]
+    Oversized(usize, usize),
     #[error("a frame that fails authentication (wrong secret, altered, replayed or out of order)")]
     BadMac,
     #[error("a frame that is not a message: {0}")]
@@ -120,6 +126,23 @@ pub enum WireError {
     Closed,
 }
 
+/// A message serialised once, with the digest its MACs cover: a membership sent to a thousand
+/// followers is encoded and hashed once, and each connection only MACs 32 bytes.
+pub struct Encoded {
+    payload: Vec<u8>,
+    digest: [u8; 32],
+}
+
+impl Encoded {
+    pub fn new(message: &Message) -> Arc<Encoded> {
+        // Serialising plain strings, numbers and addresses cannot fail.
+        let payload = serde_json::to_vec(message).unwrap_or_default();
+        let mut digest = [0u8; 32];
+        digest.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, &payload).as_ref());
+        Arc::new(Encoded { payload, digest })
+    }
+}
+
 /// One connection's authenticated session, for one direction of sending and receiving.
 pub struct Session {
     key: hmac::Key,
@@ -127,6 +150,9 @@ pub struct Session {
     own: u8,
     sent: u64,
     received: u64,
+    /// The largest frame this side reads: small for the coordinator (anyone can connect), a
+    /// whole membership for a follower (it reads only the coordinator it chose to connect to).
+    limit: usize,
 }
 
 impl Session {
@@ -137,27 +163,37 @@ impl Session {
             own: if is_server { SERVER } else { CLIENT },
             sent: 0,
             received: 0,
+            limit: if is_server {
+                MAX_PAYLOAD
+            } else {
+                MAX_FROM_COORDINATOR
+            },
         }
     }
 
-    fn mac_input(&self, direction: u8, seq: u64, payload: &[u8]) -> Vec<u8> {
-        let mut input = Vec::with_capacity(1 + self.challenge.len() + 8 + payload.len());
+    fn mac_input(&self, direction: u8, seq: u64, digest: &[u8]) -> Vec<u8> {
+        let mut input = Vec::with_capacity(1 + self.challenge.len() + 8 + digest.len());
         input.push(direction);
         input.extend_from_slice(&self.challenge);
         input.extend_from_slice(&seq.to_be_bytes());
-        input.extend_from_slice(payload);
+        input.extend_from_slice(digest);
         input
     }
 
-    /// The bytes of one frame: length, payload, MAC. Messages are built small (`cut`
-    /// shortens reasons), so the payload always fits.
+    /// The bytes of one frame: length, payload, MAC (over the payload's digest).
     pub fn seal(&mut self, message: &Message) -> Vec<u8> {
-        let mut payload = serde_json::to_vec(message).unwrap_or_default();
-        payload.truncate(MAX_PAYLOAD);
-        let tag = hmac::sign(&self.key, &self.mac_input(self.own, self.sent, &payload));
+        self.seal_encoded(&Encoded::new(message))
+    }
+
+    fn seal_encoded(&mut self, encoded: &Encoded) -> Vec<u8> {
+        let tag = hmac::sign(
+            &self.key,
+            &self.mac_input(self.own, self.sent, &encoded.digest),
+        );
         self.sent += 1;
-        let mut frame = (payload.len() as u16).to_be_bytes().to_vec();
-        frame.extend_from_slice(&payload);
+        let mut frame = Vec::with_capacity(4 + encoded.payload.len() + MAC_LEN);
+        frame.extend_from_slice(&(encoded.payload.len() as u32).to_be_bytes());
+        frame.extend_from_slice(&encoded.payload);
         frame.extend_from_slice(tag.as_ref());
         frame
     }
@@ -165,7 +201,8 @@ impl Session {
     /// Checks one frame's payload and MAC, in the order the peer must have sent them.
     pub fn open(&mut self, payload: &[u8], mac: &[u8]) -> Result<Message, WireError> {
         let peer = if self.own == SERVER { CLIENT } else { SERVER };
-        let input = self.mac_input(peer, self.received, payload);
+        let digest = ring::digest::digest(&ring::digest::SHA256, payload);
+        let input = self.mac_input(peer, self.received, digest.as_ref());
         hmac::verify(&self.key, &input, mac).map_err(|_| WireError::BadMac)?;
         self.received += 1;
         serde_json::from_slice(payload).map_err(|e| WireError::Malformed(e.to_string()))
@@ -175,11 +212,11 @@ impl Session {
         &mut self,
         stream: &mut (impl AsyncRead + Unpin),
     ) -> Result<Message, WireError> {
-        let mut length = [0u8; 2];
+        let mut length = [0u8; 4];
         stream.read_exact(&mut length).await.map_err(io)?;
-        let length = u16::from_be_bytes(length) as usize;
-        if length > MAX_PAYLOAD {
-            return Err(WireError::Oversized(length));
+        let length = u32::from_be_bytes(length) as usize;
+        if length > self.limit {
+            return Err(WireError::Oversized(length, self.limit));
         }
         let mut frame = vec![0u8; length + MAC_LEN];
         stream.read_exact(&mut frame).await.map_err(io)?;
@@ -195,7 +232,17 @@ impl Session {
         message: &Message,
         deadline: Duration,
     ) -> Result<(), WireError> {
-        let frame = self.seal(message);
+        self.write_encoded(stream, &Encoded::new(message), deadline)
+            .await
+    }
+
+    async fn write_encoded(
+        &mut self,
+        stream: &mut (impl AsyncWrite + Unpin),
+        encoded: &Encoded,
+        deadline: Duration,
+    ) -> Result<(), WireError> {
+        let frame = self.seal_encoded(encoded);
         match timeout(deadline, stream.write_all(&frame)).await {
             Ok(written) => written.map_err(io),
             Err(_) => Err(WireError::Io(format!(
@@ -253,8 +300,12 @@ pub struct Member {
 /// What a launcher hears from the channel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Heard {
-    /// Every member is ready: start restart epoch `epoch`.
-    Go(u32),
+    /// Every member is ready: start restart epoch `epoch`; a follower gets the coordinator's
+    /// membership.
+    Go {
+        epoch: u32,
+        membership: Option<Membership>,
+    },
     /// Not everyone found the same members, or not all joined: discover the job again.
     Regather(String),
     /// The job lost a member or one failed: stop. `restart`: whether the job may start again.
@@ -281,6 +332,8 @@ pub struct Joining {
     pub heartbeat_timeout: Duration,
     /// How long members may take to join: they may still be stopping their children.
     pub join_grace: Duration,
+    /// The coordinator's: the membership it found, sent with `Go`.
+    pub membership: Option<Membership>,
 }
 
 /// The fingerprint of a membership: equal on two pods exactly when they found the same pods at
@@ -362,11 +415,18 @@ impl Channel {
     /// Ends this launcher's part and waits until it has. After a success a follower says
     /// "done", and the coordinator stays until every follower has reported its outcome, then
     /// says goodbye; after a failure nothing is said, and the others notice the end.
-    pub async fn finish(mut self, succeeded: bool) {
+    pub async fn finish(&mut self, succeeded: bool) {
         let _ = self.requests.send(Request::Finish { succeeded });
         if let Some(task) = self.task.take() {
             let _ = task.await;
         }
+    }
+}
+
+impl Channel {
+    /// Ends this attempt's part without a word (a regather, or a failure already told).
+    pub async fn close(&mut self) {
+        self.finish(false).await;
     }
 }
 
@@ -466,7 +526,7 @@ enum FromLink {
         pod: String,
         next: u32,
         view: String,
-        to_link: mpsc::UnboundedSender<Message>,
+        to_link: mpsc::UnboundedSender<Arc<Encoded>>,
     },
     Said {
         pod: String,
@@ -500,7 +560,7 @@ struct Coordinator {
     join_grace: Duration,
     stage: Stage,
     /// The live connection of each member; a second hello of the same pod is refused.
-    links: HashMap<String, (u64, mpsc::UnboundedSender<Message>)>,
+    links: HashMap<String, (u64, mpsc::UnboundedSender<Arc<Encoded>>)>,
     /// Open connections by address, authenticated or not.
     open: HashMap<IpAddr, usize>,
     refused: u64,
@@ -509,6 +569,7 @@ struct Coordinator {
     lost: Option<(String, bool)>,
     /// This launcher's trainer succeeded: the coordinator stays until the followers report.
     own_success: bool,
+    membership: Option<Membership>,
 }
 
 /// What connection tasks read: the followers, the secret, the timeout.
@@ -544,6 +605,7 @@ impl Coordinator {
             done: HashSet::new(),
             lost: None,
             own_success: false,
+            membership: joining.membership,
         }
     }
 
@@ -644,9 +706,11 @@ impl Coordinator {
             .collect()
     }
 
+    /// One encoding for every link.
     fn broadcast(&self, message: &Message) {
+        let encoded = Encoded::new(message);
         for (_, link) in self.links.values() {
-            let _ = link.send(message.clone());
+            let _ = link.send(encoded.clone());
         }
     }
 
@@ -700,7 +764,8 @@ impl Coordinator {
                 info!("control channel: {pod} joined");
                 self.links.insert(pod.clone(), (link, to_link.clone()));
                 match &mut self.stage {
-                    Stage::Gathering { ready, .. } if view == self.view => {
+                    // An empty view: a follower that takes the membership from `Go`.
+                    Stage::Gathering { ready, .. } if view == self.view || view.is_empty() => {
                         ready.insert(pod, next);
                         self.start_when_ready(ends);
                     }
@@ -709,10 +774,10 @@ impl Coordinator {
                     }
                     Stage::Running => match &self.lost {
                         Some((reason, restart)) => {
-                            let _ = to_link.send(Message::Lost {
+                            let _ = to_link.send(Encoded::new(&Message::Lost {
                                 reason: cut(reason),
                                 restart: *restart,
-                            });
+                            }));
                         }
                         // Its earlier connection ended, which already counted as a loss.
                         None => self.lose(
@@ -787,9 +852,15 @@ impl Coordinator {
             "control channel: all {} launchers are here: starting restart epoch {epoch}",
             self.shared.others.len() + 1
         );
-        self.broadcast(&Message::Go { epoch });
+        self.broadcast(&Message::Go {
+            epoch,
+            membership: self.membership.clone(),
+        });
         self.stage = Stage::Running;
-        ends.hear(Heard::Go(epoch));
+        ends.hear(Heard::Go {
+            epoch,
+            membership: None,
+        });
     }
 
     fn on_tick(&mut self, ends: &Ends) {
@@ -848,17 +919,20 @@ async fn serve(
                 "the first frame is not a hello".into(),
             ));
         };
-        if !shared
-            .others
-            .iter()
-            .any(|m| m.name == pod && m.ip == peer.ip())
-        {
+        // A follower without a pod name is known by its address, when that is one pod's.
+        let at_address: Vec<&Member> = shared.others.iter().filter(|m| m.ip == peer.ip()).collect();
+        let member = match pod.as_str() {
+            "" if at_address.len() == 1 => Some(at_address[0]),
+            "" => None,
+            name => at_address.into_iter().find(|m| m.name == name),
+        };
+        let Some(member) = member else {
             return Err(WireError::Malformed(format!(
                 "{pod} is not a member of this job at {}",
                 peer.ip()
             )));
-        }
-        Ok((challenge, session, pod, next, view))
+        };
+        Ok((challenge, session, member.name.clone(), next, view))
     };
     let (challenge, session, pod, next, view) = match greeted.await {
         Ok(greeted) => greeted,
@@ -896,7 +970,7 @@ async fn talk(
     reading: Session,
     reader: tokio::net::tcp::OwnedReadHalf,
     writer: &mut tokio::net::tcp::OwnedWriteHalf,
-    rx: &mut mpsc::UnboundedReceiver<Message>,
+    rx: &mut mpsc::UnboundedReceiver<Arc<Encoded>>,
     to_coordinator: &mpsc::UnboundedSender<FromLink>,
 ) -> WireError {
     let limit = shared.heartbeat_timeout;
@@ -908,7 +982,7 @@ async fn talk(
         let result = tokio::select! {
             biased;
             message = rx.recv() => match message {
-                Some(message) => out.write(writer, &message, limit).await,
+                Some(encoded) => out.write_encoded(writer, &encoded, limit).await,
                 // The coordinator let go of this link: it said all there was to say.
                 None => {
                     let _ = writer.shutdown().await;
@@ -983,10 +1057,10 @@ async fn follow(joining: Joining, coordinator: SocketAddr, mut ends: Ends) {
         tokio::select! {
             frame = incoming.recv() => match frame {
                 Some(Ok(Message::Beat)) => heard_until = Instant::now() + limit,
-                Some(Ok(Message::Go { epoch })) if !running => {
+                Some(Ok(Message::Go { epoch, membership })) if !running => {
                     running = true;
                     heard_until = Instant::now() + limit;
-                    ends.hear(Heard::Go(epoch));
+                    ends.hear(Heard::Go { epoch, membership });
                 }
                 Some(Ok(Message::Regather { reason })) if !running => {
                     ends.hear(Heard::Regather(reason));
@@ -1125,8 +1199,8 @@ mod tests {
     }
 
     fn split(frame: &[u8]) -> (&[u8], &[u8]) {
-        let length = u16::from_be_bytes([frame[0], frame[1]]) as usize;
-        frame[2..].split_at(length)
+        let length = u32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]) as usize;
+        frame[4..].split_at(length)
     }
 
     #[test]
@@ -1192,10 +1266,10 @@ mod tests {
     #[tokio::test]
     async fn an_oversized_length_is_refused_before_reading_it() {
         let mut session = Session::new(&secret(), [0u8; 2 * NONCE_LEN], true);
-        let mut bytes: &[u8] = &[0xff, 0xff, 1, 2, 3];
+        let mut bytes: &[u8] = &[0, 0, 0x04, 0x01, 1, 2, 3];
         assert_eq!(
             session.read(&mut bytes).await,
-            Err(WireError::Oversized(65535))
+            Err(WireError::Oversized(1025, MAX_PAYLOAD))
         );
     }
 
@@ -1250,6 +1324,7 @@ mod tests {
             next,
             heartbeat_timeout: Duration::from_secs(2),
             join_grace: Duration::from_secs(5),
+            membership: Some(Membership::default()),
         }
     }
 
@@ -1262,6 +1337,14 @@ mod tests {
     }
 
     const WAIT: Duration = Duration::from_secs(5);
+
+    /// The epoch a `Go` names; a follower's comes with the coordinator's membership.
+    async fn started(channel: &mut Channel) -> u32 {
+        match heard(channel).await {
+            Heard::Go { epoch, .. } => epoch,
+            other => panic!("not a start: {other:?}"),
+        }
+    }
 
     async fn heard(channel: &mut Channel) -> Heard {
         timeout(Duration::from_secs(20), channel.heard())
@@ -1289,7 +1372,7 @@ mod tests {
     async fn everyone_starts_the_same_epoch_once_all_have_joined() {
         let (_, mut channels) = three(10, [2, 0, 2]).await;
         for channel in &mut channels {
-            assert_eq!(heard(channel).await, Heard::Go(2));
+            assert_eq!(started(channel).await, 2);
         }
     }
 
@@ -1299,7 +1382,7 @@ mod tests {
     async fn a_failure_is_told_to_everyone_and_is_final_once_a_member_is_done() {
         let (_, mut channels) = three(20, [0, 0, 0]).await;
         for channel in &mut channels {
-            assert_eq!(heard(channel).await, Heard::Go(0));
+            assert_eq!(started(channel).await, 0);
         }
         channels[1]
             .failed("pod p-1 (trainer 1): trainer exited with status 3", WAIT)
@@ -1314,9 +1397,9 @@ mod tests {
 
         let (_, mut channels) = three(30, [1, 1, 1]).await;
         for channel in &mut channels {
-            assert_eq!(heard(channel).await, Heard::Go(1));
+            assert_eq!(started(channel).await, 1);
         }
-        let done = channels.remove(2);
+        let mut done = channels.remove(2);
         done.finish(true).await;
         // The follower's Done is read before its connection's end: not a loss.
         sleep(Duration::from_millis(300)).await;
@@ -1338,7 +1421,7 @@ mod tests {
     async fn a_follower_that_vanishes_is_a_loss_at_once() {
         let (_, mut channels) = three(40, [0, 0, 0]).await;
         for channel in &mut channels {
-            assert_eq!(heard(channel).await, Heard::Go(0));
+            assert_eq!(started(channel).await, 0);
         }
         let started = Instant::now();
         drop(channels.remove(2));
@@ -1372,5 +1455,44 @@ mod tests {
             matches!(heard(&mut coordinator).await, Heard::Regather(r) if r.contains("p-1 found other pods"))
         );
         assert!(matches!(heard(&mut follower).await, Heard::Regather(_)));
+    }
+
+    /// A follower that did not discover the pods (no view) and has no pod name: the coordinator
+    /// knows it by its address and sends it the membership it found.
+    #[tokio::test]
+    async fn a_follower_without_a_view_gets_the_coordinators_membership() {
+        let members: Vec<Member> = (0..2)
+            .map(|i| member(&format!("p-{i}"), &format!("127.0.6.{}", 60 + i)))
+            .collect();
+        let found = Membership {
+            pservers: Vec::new(),
+            trainers: members
+                .iter()
+                .enumerate()
+                .map(|(rank, m)| crate::membership::Member {
+                    name: m.name.clone(),
+                    ip: m.ip,
+                    rank,
+                })
+                .collect(),
+        };
+        let port = free_port("127.0.6.60");
+        let mut coordinating = joining(&members, 0, port, 0);
+        coordinating.membership = Some(found.clone());
+        let mut coordinator = join(coordinating).await.unwrap();
+        let mut asking = joining(&members, 1, port, 0);
+        asking.view = String::new();
+        asking.me.name = String::new();
+        asking.members = Vec::new();
+        asking.membership = None;
+        let mut follower = join(asking).await.unwrap();
+        assert_eq!(started(&mut coordinator).await, 0);
+        assert_eq!(
+            heard(&mut follower).await,
+            Heard::Go {
+                epoch: 0,
+                membership: Some(found)
+            }
+        );
     }
 }

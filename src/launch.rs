@@ -15,8 +15,8 @@ use tracing::{info, warn};
 
 use crate::cli::JobArgs;
 use crate::config::{
-    own_ip, Config, ConfigError, Control, Discovery, Interfaces, Secret, JOB_SECRET_FILE,
-    MAX_RESTARTS, MIN_SECRET_LEN,
+    own_ip, Config, ConfigError, Control, Discovery, GroupKind, Interfaces, Secret,
+    JOB_SECRET_FILE, MAX_RESTARTS, MIN_SECRET_LEN,
 };
 use crate::control::{self, Channel, Heard, Joining, Role as ControlRole};
 use crate::error::Error;
@@ -159,13 +159,13 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                     budget.epoch + 1,
                     budget.max_restarts
                 );
-                if let Some(channel) = channel {
+                if let Some(mut channel) = channel {
                     channel.finish(false).await;
                 }
                 next_epoch = budget.epoch + 1;
             }
             AfterRun::Finish(result) => {
-                if let Some(channel) = channel {
+                if let Some(mut channel) = channel {
                     // A stop signal ends the wait for the others; the pod's outcome stands.
                     let _ = interruptible(
                         Some(&mut supervisor),
@@ -195,6 +195,8 @@ struct Attempt {
 /// Finds the job's pods and, with a control channel, waits until every launcher has found the
 /// same ones; the coordinator names the restart epoch. A membership that changes meanwhile
 /// (a pod lost, views that differ) means discovering again, at no cost to the restart budget.
+/// With a named coordinator (`--coordinator`, Kubernetes discovery), only the coordinator finds
+/// the pods: every other launcher learns them from it and makes no API request at all.
 async fn gather(
     config: &mut Config,
     supervisor: &mut Supervisor,
@@ -204,6 +206,24 @@ async fn gather(
     next_epoch: u32,
 ) -> Result<Attempt, Error> {
     loop {
+        if let (Some(secret), true) = (secret, membership_from_coordinator(config)) {
+            if let Some(coordinator) = coordinator_elsewhere(config, my_ip).await? {
+                match follow_coordinator(
+                    config,
+                    supervisor,
+                    secret,
+                    coordinator,
+                    my_ip,
+                    inputs,
+                    next_epoch,
+                )
+                .await?
+                {
+                    Some(attempt) => return Ok(attempt),
+                    None => continue,
+                }
+            }
+        }
         let found = wait_for_peers(config, Some(supervisor)).await?;
         let (plan, membership, me) = plan_for(config, &found, my_ip, inputs)?;
         let peers::Found {
@@ -247,35 +267,134 @@ async fn gather(
             },
         )
         .await?;
-        match heard {
-            Heard::Go(epoch) => {
-                if epoch > 0 {
-                    info!("restart epoch {epoch}: starting again");
-                }
-                attempt.plan = attempt.plan.for_restart(epoch);
-                attempt.channel = Some(channel);
-                return Ok(attempt);
-            }
-            Heard::Regather(reason)
-            | Heard::Lost {
-                reason,
-                restart: true,
-            } => {
-                info!("{reason}: discovering the job's pods again");
-                channel.finish(false).await;
-            }
-            Heard::Lost {
-                reason,
-                restart: false,
-            } => {
-                channel.finish(false).await;
-                return Err(Error::PeerLost {
-                    reason,
-                    stopped: "nothing".into(),
-                });
-            }
+        if let Some(epoch) = started(heard, &mut channel).await? {
+            attempt.plan = attempt.plan.for_restart(epoch.0);
+            attempt.channel = Some(channel);
+            return Ok(attempt);
         }
     }
+}
+
+/// What the channel's answer to a gathering means: start (the epoch, and the membership when
+/// the coordinator sent it), or gather again (None, the channel closed), or the job's end.
+async fn started(
+    heard: Heard,
+    channel: &mut Channel,
+) -> Result<Option<(u32, Option<Membership>)>, Error> {
+    match heard {
+        Heard::Go { epoch, membership } => {
+            if epoch > 0 {
+                info!("restart epoch {epoch}: starting again");
+            }
+            Ok(Some((epoch, membership)))
+        }
+        Heard::Regather(reason)
+        | Heard::Lost {
+            reason,
+            restart: true,
+        } => {
+            info!("{reason}: discovering the job's pods again");
+            channel.close().await;
+            Ok(None)
+        }
+        Heard::Lost {
+            reason,
+            restart: false,
+        } => {
+            channel.close().await;
+            Err(Error::PeerLost {
+                reason,
+                stopped: "nothing".into(),
+            })
+        }
+    }
+}
+
+/// Whether the launchers other than the coordinator take the membership from it: with a named
+/// coordinator, when the pods would be found through the Kubernetes API (the load this saves)
+/// and the job is one Job (the split layout's pservers watch the trainers themselves).
+fn membership_from_coordinator(config: &Config) -> bool {
+    config.control.coordinator.is_some()
+        && matches!(config.topology.discovery, Discovery::Kubernetes { .. })
+        && config.own_group() == GroupKind::Job
+}
+
+/// The coordinator's address when it is another pod's; None when this pod coordinates.
+async fn coordinator_elsewhere(
+    config: &Config,
+    my_ip: IpAddr,
+) -> Result<Option<SocketAddr>, Error> {
+    let Some((host, port)) = &config.control.coordinator else {
+        return Ok(None);
+    };
+    let addresses = resolve(host, *port, None).await?;
+    if addresses.iter().any(|a| a.ip() == my_ip) {
+        return Ok(None);
+    }
+    Ok(addresses.first().copied())
+}
+
+/// One attempt of a follower that does not discover the pods: join the coordinator, and plan
+/// with the membership it sends. None: gather again.
+async fn follow_coordinator(
+    config: &mut Config,
+    supervisor: &mut Supervisor,
+    secret: &Secret,
+    coordinator: SocketAddr,
+    my_ip: IpAddr,
+    inputs: &InputFiles,
+    next_epoch: u32,
+) -> Result<Option<Attempt>, Error> {
+    let mut channel = control::join(Joining {
+        role: ControlRole::Follower { coordinator },
+        secret: secret.clone(),
+        // Without a name, the coordinator knows this pod by its address.
+        me: control::Member {
+            name: config.topology.pod_name.clone().unwrap_or_default(),
+            ip: my_ip,
+        },
+        members: Vec::new(),
+        // Empty: "send me the membership".
+        view: String::new(),
+        next: next_epoch,
+        heartbeat_timeout: config.control.heartbeat_timeout,
+        join_grace: JOIN_GRACE + config.timing.grace_period,
+        membership: None,
+    })
+    .await
+    .map_err(|e| Error::io("cannot join the control channel", e))?;
+    let heard = interruptible(
+        Some(supervisor),
+        "waiting for the coordinator's membership",
+        true,
+        channel.heard(),
+    )
+    .await?;
+    let Some((epoch, membership)) = started(heard, &mut channel).await? else {
+        return Ok(None);
+    };
+    let Some(membership) = membership else {
+        info!(
+            "the coordinator at {coordinator} sent no membership: discovering the job's pods again"
+        );
+        channel.close().await;
+        return Ok(None);
+    };
+    let found = peers::Found {
+        membership,
+        namespace: None,
+        peer_loss: None,
+        trainers_done: None,
+    };
+    let (plan, _, me) = plan_for(config, &found, my_ip, inputs)?;
+    let who = format!("pod {} ({})", me.name, ranks_line(&plan, config));
+    Ok(Some(Attempt {
+        plan: plan.for_restart(epoch),
+        who,
+        channel: Some(channel),
+        peer_loss: None,
+        trainers_done: None,
+    }))
 }
 
 /// The plan for what discovery found: this pod located among the members, ranked.
@@ -434,6 +553,7 @@ async fn join_channel(
         heartbeat_timeout: control.heartbeat_timeout,
         // The others may still be stopping their children (a grace period) before they join.
         join_grace: JOIN_GRACE + config.timing.grace_period,
+        membership: Some(membership.clone()),
     })
     .await
     .map_err(|e| Error::io("cannot serve the control channel", e))?;

@@ -149,7 +149,7 @@ pub fn lost(member: &Member, now: Option<&PodView>, succeeded_before: bool) -> O
 }
 
 /// A pod with its rank.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Member {
     pub name: String,
     pub ip: IpAddr,
@@ -267,7 +267,7 @@ pub fn judge(groups: &[Group], pods: &[Vec<PodView>], max_failed_trainers: Optio
 
 /// The job's members by role, each list in rank order. In the colocated layout both lists are the
 /// same pods.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Membership {
     pub pservers: Vec<Member>,
     pub trainers: Vec<Member>,

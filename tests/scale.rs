@@ -1,0 +1,104 @@
+//! Big jobs: with a named coordinator, only the coordinator lists and watches the job's pods;
+//! every other launcher takes the membership from it over the control channel.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use support::fake_api::job_pod;
+use support::{assert_contains, free_ports, loopback_ip, Cluster, Launcher};
+
+const LIMIT: Duration = Duration::from_secs(120);
+const PODS: usize = 33;
+
+/// 33 launchers, each able to reach the API (a kubeconfig, RBAC): the coordinator makes one
+/// list and one watch, the 32 followers none at all, and every pod still gets its own rank and
+/// the whole endpoint list. Followers started before the coordinator wait for it, saying so.
+#[test]
+fn followers_of_a_named_coordinator_make_no_api_request() {
+    let cluster = Cluster::new();
+    let job = "big";
+    let ips: Vec<String> = (0..PODS).map(|_| loopback_ip()).collect();
+    for (i, ip) in ips.iter().enumerate() {
+        let name = format!("{job}-{i}");
+        cluster.api.put_pod(job_pod(job, &name));
+        cluster
+            .api
+            .set_status("default", &name, "Running", Some(ip));
+    }
+    let control_port = free_ports(1);
+    let trainer_port = free_ports(1);
+    let start = |i: usize| {
+        let mut env = cluster.env(job, PODS);
+        env.extend([
+            ("POD_IP", ips[i].clone()),
+            ("POD_NAME", format!("{job}-{i}")),
+            ("PADDLE_LAUNCHER_PROTOCOL", "collective".to_string()),
+            ("PADDLE_LAUNCHER_TRAINER_PORT", trainer_port.to_string()),
+            ("PADDLE_LAUNCHER_JOB_SECRET", "s".repeat(40)),
+            (
+                "PADDLE_LAUNCHER_COORDINATOR",
+                format!("{}:{control_port}", ips[0]),
+            ),
+        ]);
+        Launcher::start(
+            cluster.dir.path(),
+            &format!("{job}-{i}"),
+            &[
+                "run",
+                "--",
+                "sh",
+                "-c",
+                "echo \"rank=$PADDLE_TRAINER_ID endpoints=$PADDLE_TRAINER_ENDPOINTS\"",
+            ],
+            &env,
+        )
+    };
+    // The followers first: they wait for the coordinator.
+    let mut launchers: Vec<Launcher> = (1..PODS).map(start).collect();
+    launchers[0].wait_for_output(
+        &format!("waiting for the coordinator at {}:{control_port}", ips[0]),
+        LIMIT,
+    );
+    launchers.insert(0, start(0));
+    let mut ranks = BTreeSet::new();
+    for (i, launcher) in launchers.into_iter().enumerate() {
+        let done = launcher.wait(LIMIT);
+        assert_eq!(done.code(), 0, "pod {i}:\n{}", done.stderr);
+        let line = done
+            .stdout
+            .lines()
+            .find(|l| l.contains("rank="))
+            .unwrap_or_else(|| panic!("pod {i} printed no rank: {}", done.stdout));
+        let rank: usize = line
+            .split("rank=")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|r| r.parse().ok())
+            .unwrap();
+        ranks.insert(rank);
+        let endpoints = line.split("endpoints=").nth(1).unwrap();
+        assert_eq!(endpoints.split(',').count(), PODS, "{line}");
+        // The line every launcher that watches the pods itself writes first.
+        let watches = "to be Running (API server";
+        if i > 0 {
+            assert!(
+                !done.stderr.contains(watches),
+                "a follower waited for the pods itself: {}",
+                done.stderr
+            );
+        } else {
+            assert_contains(&done.stderr, watches);
+            assert_contains(&done.stderr, &format!("coordinating {PODS} launchers"));
+        }
+    }
+    assert_eq!(ranks, (0..PODS).collect::<BTreeSet<_>>());
+    let (lists, watches) = cluster.api.pod_requests();
+    assert_eq!(
+        (lists, watches),
+        (1, 1),
+        "requests: {:?}",
+        cluster.api.requests()
+    );
+}
