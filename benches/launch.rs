@@ -1,7 +1,7 @@
 //! Measures the launcher on this machine; prints a Markdown report (BENCHMARKS.md keeps it).
 //!
 //!     cargo bench --bench launch              # everything (about 5 minutes)
-//!     cargo bench --bench launch -- latency   # one part: latency | api | footprint | old | recovery
+//!     cargo bench --bench launch -- latency   # one part: latency | api | footprint | old | recovery | scale
 //!
 //! Launchers are real processes (the release build) against the tests' fake Kubernetes API, one
 //! loopback IP per simulated pod. The pserver and trainer are this binary itself in stand-in mode
@@ -49,6 +49,9 @@ fn main() {
     }
     if wants("recovery") {
         recovery();
+    }
+    if wants("scale") {
+        scale();
     }
 }
 
@@ -726,4 +729,229 @@ fn todays_way(pods: usize) -> (f64, f64) {
     let started = again.until_each(&again.alive(), "started trainer-", 0.0);
     again.stop();
     ((exited - at) * 1000.0, (started - relaunch) * 1000.0)
+}
+
+/// A pod as the Job controller makes it, with the managedFields of a real pod (from the
+/// recorded API responses): what the API server sends for each pod of a real job.
+fn realistic_pod(job: &str, name: &str) -> serde_json::Value {
+    static FIELDS: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+    let fields = FIELDS.get_or_init(|| {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/k8s-api-replays/v1-36-pod-list.json");
+        let replay: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(path).unwrap()).unwrap();
+        let list: serde_json::Value =
+            serde_json::from_str(replay[0]["response_body"].as_str().unwrap()).unwrap();
+        // kube-proxy's: a DaemonSet pod, the closest to a Job's (one container, no probes).
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| {
+                p["metadata"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("kube-proxy")
+            })
+            .unwrap()["metadata"]["managedFields"]
+            .clone()
+    });
+    let mut pod = job_pod(job, name);
+    pod["metadata"]["managedFields"] = fields.clone();
+    pod
+}
+
+/// One start of a big job: every launcher against the fake API, the pods Pending, then Running
+/// one after the other. `coordinator`: the launchers name pod 0's as their coordinator.
+struct ScaleRun {
+    requests: usize,
+    api_bytes: u64,
+    pod_bytes: usize,
+    start_ms: f64,
+    coordinator_rss_kib: u64,
+    channel_bytes: Option<u64>,
+    /// Where the start's time went, from pod 0's log and the trainers' start times.
+    timeline: String,
+}
+
+fn scale_run(pods: usize, coordinator: bool) -> ScaleRun {
+    let job = if coordinator { "co" } else { "all" };
+    let api = FakeApi::start();
+    api.set_bookmark_interval(Duration::from_secs(60));
+    let dir = tempfile::tempdir().unwrap();
+    api.write_kubeconfig(&dir.path().join("kubeconfig"));
+    let names: Vec<String> = (0..pods).map(|i| format!("{job}-{i}")).collect();
+    let pod_bytes = serde_json::to_string(&realistic_pod(job, &names[0]))
+        .unwrap()
+        .len();
+    for name in &names {
+        api.put_pod(realistic_pod(job, name));
+    }
+    let me = std::env::current_exe().unwrap().display().to_string();
+    let (control, trainer) = (free_port(), free_port());
+    let launchers: Vec<Child> = (0..pods)
+        .map(|i| {
+            let mut command = Command::new(LAUNCHER);
+            command
+                .args(["run", "--", &me, "--standin", "trainer"])
+                .env_clear()
+                .env("PATH", std::env::var("PATH").unwrap_or_default())
+                .env("KUBECONFIG", dir.path().join("kubeconfig"))
+                .env("JOB_NAME", job)
+                .env("CONF_PADDLE_GRADIENT_NUM", pods.to_string())
+                .env("CONF_PADDLE_NIC", "lo")
+                .env("POD_IP", pod_ip(i))
+                .env("POD_NAME", &names[i])
+                .env("PADDLE_LAUNCHER_PROTOCOL", "collective")
+                .env("PADDLE_LAUNCHER_TRAINER_PORT", trainer.to_string())
+                .env("PADDLE_LAUNCHER_TERMINATION_LOG", "")
+                .env("PADDLE_LAUNCHER_ID_DIR", "")
+                .current_dir(dir.path())
+                .stdout(Stdio::null())
+                .stderr(fs::File::create(dir.path().join(format!("{i}.log"))).unwrap());
+            if coordinator {
+                command
+                    .env(
+                        "PADDLE_LAUNCHER_JOB_SECRET",
+                        "scale-secret-0123456789abcdef0123456789",
+                    )
+                    .env(
+                        "PADDLE_LAUNCHER_COORDINATOR",
+                        format!("{}:{control}", pod_ip(0)),
+                    );
+            }
+            command.spawn().unwrap()
+        })
+        .collect();
+    let log =
+        |i: usize| fs::read_to_string(dir.path().join(format!("{i}.log"))).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    // Every launcher that watches is watching (today: all; coordinator mode: one).
+    let watchers = if coordinator { 1 } else { pods };
+    while api.pod_requests().1 < watchers {
+        assert!(Instant::now() < deadline, "the launchers never watched");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for (i, name) in names.iter().enumerate() {
+        api.set_status("default", name, "Running", Some(&pod_ip(i)));
+    }
+    let event = time_of_day(SystemTime::now());
+    let launcher0 = launchers[0].id();
+    let mut peak = 0;
+    let mut pending: Vec<usize> = (0..pods).collect();
+    while !pending.is_empty() {
+        assert!(Instant::now() < deadline, "not every trainer started");
+        peak = peak.max(rss_kib(launcher0, "VmHWM:"));
+        pending.retain(|&i| !log(i).contains("started trainer-"));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let mut starts: Vec<f64> = (0..pods)
+        .filter_map(|i| first_line_time(&log(i), "started trainer-"))
+        .map(|t| (t - event) * 1000.0)
+        .collect();
+    starts.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let started = event + starts[starts.len() - 1] / 1000.0;
+    let at = |pattern: &str| {
+        first_line_time(&log(0), pattern).map_or("-".to_string(), |t| {
+            format!("{:.0} ms", (t - event) * 1000.0)
+        })
+    };
+    let timeline = format!(
+        "{pods} pods, {}: pod 0 saw every pod Running at {}, all launchers joined at {}; trainers started from {:.0} ms, half by {:.0} ms, all by {:.0} ms",
+        if coordinator { "coordinator" } else { "every launcher" },
+        at("all pods are Running"),
+        at("launchers are here"),
+        starts[0],
+        starts[starts.len() / 2],
+        starts[starts.len() - 1],
+    );
+    let (lists, watches) = api.pod_requests();
+    let api_bytes = api.bytes_sent();
+    for mut child in launchers {
+        let _ = child.wait();
+    }
+    let channel_bytes = coordinator.then(|| {
+        log(0)
+            .lines()
+            .find_map(|l| l.split("closed; ").nth(1)?.split(' ').next()?.parse().ok())
+            .unwrap_or(0)
+    });
+    ScaleRun {
+        requests: lists + watches,
+        api_bytes,
+        pod_bytes,
+        start_ms: (started - event) * 1000.0,
+        coordinator_rss_kib: peak,
+        channel_bytes,
+        timeline,
+    }
+}
+
+/// Big jobs, both modes side by side: every launcher watching the pods, or only the coordinator.
+fn scale() {
+    println!("## 6. Big jobs: every launcher watches, or only the coordinator\n");
+    println!(
+        "N launchers (collective protocol, a trainer that exits at once) against the fake API,"
+    );
+    println!("which serves each pod with the managedFields of a real one; the pods are created");
+    println!(
+        "Pending, the launchers started and watching, then every pod is set Running. API bytes:"
+    );
+    println!("everything the API served for this one start (lists and watch events). Start: from");
+    println!("the moment the last pod was set Running to the last trainer started. RSS: VmHWM of");
+    println!("pod 0's launcher (the coordinator in that mode). Control channel: bytes the");
+    println!("coordinator sent (the membership with `Go`, then the end), heartbeats aside.");
+    println!(
+        "Pod objects of {} bytes.\n",
+        serde_json::to_string(&realistic_pod("co", "co-0"))
+            .unwrap()
+            .len()
+    );
+    println!("| pods | mode | API requests | API bytes | = one list + watch of the job x | start | pod 0's launcher peak RSS | control channel bytes |");
+    println!("|---|---|---|---|---|---|---|---|");
+    // Every launcher watching 1,000 pods does not fit this machine (1,000 processes holding
+    // the job's pods at once): that mode stops at 256; its cost grows as N^2 (the table).
+    // PADDLE_BENCH_SCALE=64,128:coordinator measures other sizes (":coordinator": that mode only).
+    let runs: Vec<(usize, bool)> = std::env::var("PADDLE_BENCH_SCALE")
+        .unwrap_or_else(|_| "128,256,1000:coordinator".to_string())
+        .split(',')
+        .flat_map(|entry| {
+            let (pods, only) = entry.split_once(':').unwrap_or((entry, ""));
+            let pods: usize = pods.trim().parse().expect("PADDLE_BENCH_SCALE: sizes");
+            let modes: &[bool] = if only == "coordinator" {
+                &[true]
+            } else {
+                &[false, true]
+            };
+            modes.iter().map(move |&c| (pods, c)).collect::<Vec<_>>()
+        })
+        .collect();
+    let mut timelines = Vec::new();
+    for (pods, coordinator) in runs {
+        {
+            let run = scale_run(pods, coordinator);
+            let mode = if coordinator {
+                "coordinator"
+            } else {
+                "every launcher"
+            };
+            println!(
+                "| {pods} | {mode} | {} | {:.1} MB | {:.2} | {:.0} ms | {:.1} MB | {} |",
+                run.requests,
+                run.api_bytes as f64 / 1e6,
+                // One list of the job's pods and one watch event for each: 2 pod objects a pod.
+                run.api_bytes as f64 / (2 * run.pod_bytes * pods) as f64,
+                run.start_ms,
+                run.coordinator_rss_kib as f64 / 1024.0,
+                run.channel_bytes
+                    .map_or("-".to_string(), |b| format!("{:.1} MB", b as f64 / 1e6)),
+            );
+            timelines.push(run.timeline);
+        }
+    }
+    println!();
+    for timeline in timelines {
+        println!("- {timeline}");
+    }
+    println!();
 }

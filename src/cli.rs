@@ -61,6 +61,8 @@ pub struct ManifestArgs {
     #[arg(long)]
     pub image: String,
     /// Number of trainers (pods of the trainer Job; in the colocated layout, of the one Job).
+    /// From 64 pods on (one Job, no --dns) the Job is Indexed and its pod 0 coordinates: only
+    /// it uses the Kubernetes API, the Secret `<job>-launcher` must exist before the pods start.
     #[arg(long, default_value_t = 2)]
     pub trainers: u32,
     /// Number of pserver pods of the split layout.

@@ -134,6 +134,11 @@ pub struct Encoded {
 }
 
 impl Encoded {
+    /// The bytes its frame takes on the wire.
+    fn frame_len(&self) -> u64 {
+        (4 + self.payload.len() + MAC_LEN) as u64
+    }
+
     pub fn new(message: &Message) -> Arc<Encoded> {
         // Serialising plain strings, numbers and addresses cannot fail.
         let payload = serde_json::to_vec(message).unwrap_or_default();
@@ -577,6 +582,8 @@ struct Shared {
     others: Vec<Member>,
     secret: Secret,
     heartbeat_timeout: Duration,
+    /// Bytes written to followers, for the record (a big job's fan-out cost).
+    sent: std::sync::atomic::AtomicU64,
 }
 
 impl Coordinator {
@@ -591,6 +598,7 @@ impl Coordinator {
                     .collect(),
                 secret: joining.secret,
                 heartbeat_timeout: joining.heartbeat_timeout,
+                sent: std::sync::atomic::AtomicU64::new(0),
             }),
             view: joining.view,
             next: joining.next,
@@ -694,6 +702,10 @@ impl Coordinator {
             while connections.join_next().await.is_some() {}
         })
         .await;
+        info!(
+            "control channel: closed; {} bytes of messages sent to the followers (heartbeats aside)",
+            self.shared.sent.load(Ordering::Relaxed)
+        );
     }
 
     /// Followers that have neither said they are done nor gone.
@@ -982,7 +994,10 @@ async fn talk(
         let result = tokio::select! {
             biased;
             message = rx.recv() => match message {
-                Some(encoded) => out.write_encoded(writer, &encoded, limit).await,
+                Some(encoded) => {
+                    shared.sent.fetch_add(encoded.frame_len(), Ordering::Relaxed);
+                    out.write_encoded(writer, &encoded, limit).await
+                }
                 // The coordinator let go of this link: it said all there was to say.
                 None => {
                     let _ = writer.shutdown().await;

@@ -2,8 +2,13 @@
 //! configuration, this pod's address, the cluster connection and RBAC, and each group of pods
 //! with the reason every missing one gives. Nothing is started and nothing is waited for.
 
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+
 use crate::cli::JobArgs;
-use crate::config::{own_ip, Config, Discovery, Interfaces};
+use crate::config::{own_ip, Config, Discovery, GroupKind, Interfaces};
 use crate::error::Error;
 use crate::exit::{self, Outcome};
 use crate::membership::{judge, rank, Membership, Readiness};
@@ -92,6 +97,9 @@ pub async fn doctor(
         }
         Discovery::Kubernetes { groups } => groups,
     };
+    if let Some(verdict) = follower_check(&config, my_ip, &mut lines).await {
+        return (lines, verdict);
+    }
     let server = match kubernetes::connect(config.topology.namespace.as_deref()).await {
         Ok(server) => server,
         Err(e) => return (lines, e.into()),
@@ -184,5 +192,64 @@ fn control_line(config: &Config, membership: &Membership, me: &crate::membership
                 plan.coordinator, plan.heartbeat_timeout_s
             )
         }
+    }
+}
+
+/// A follower of a named coordinator makes no API request: what it needs is the coordinator.
+/// None when this pod is the coordinator (or there is none): the API checks follow.
+async fn follower_check(
+    config: &Config,
+    my_ip: IpAddr,
+    lines: &mut Vec<String>,
+) -> Option<Outcome> {
+    let (host, port) = config.control.coordinator.as_ref()?;
+    if config.own_group() != GroupKind::Job
+        || (config.control.secret.is_none() && config.control.secret_file.is_none())
+    {
+        return None;
+    }
+    let addresses: Vec<IpAddr> = match host.parse::<IpAddr>() {
+        Ok(ip) => vec![ip],
+        Err(_) => match crate::peers::dns::resolve_once(host, None).await {
+            Ok(Ok(ips)) => ips.into_iter().collect(),
+            Ok(Err(why)) => {
+                lines.push(format!("coordinator {host}:{port}: {why}"));
+                return Some(Outcome::new(
+                    exit::PEERS_TIMEOUT,
+                    format!("the coordinator's name {host} does not resolve yet: its pod may not exist yet"),
+                ));
+            }
+            Err(e) => return Some(e.into()),
+        },
+    };
+    if addresses.contains(&my_ip) {
+        lines.push(format!(
+            "coordinator {host}:{port}: this pod (it finds the pods through the API for everyone)"
+        ));
+        return None;
+    }
+    let Some(&ip) = addresses.first() else {
+        return Some(Outcome::new(
+            exit::PEERS_TIMEOUT,
+            format!("the coordinator's name {host} has no address yet"),
+        ));
+    };
+    lines.push(format!(
+        "peers: from the coordinating launcher at {host}:{port} ({ip}); this pod makes no Kubernetes API request"
+    ));
+    let address = SocketAddr::new(ip, *port);
+    match tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(address)).await {
+        Ok(Ok(_)) => Some(Outcome::new(
+            exit::SUCCESS,
+            format!("the coordinator at {address} accepts connections: the job would start once it has every pod"),
+        )),
+        Ok(Err(e)) => Some(Outcome::new(
+            exit::PEERS_TIMEOUT,
+            format!("the coordinator at {address} does not accept connections ({e}): it listens once it has found every pod, or its pod is not running"),
+        )),
+        Err(_) => Some(Outcome::new(
+            exit::PEERS_TIMEOUT,
+            format!("the coordinator at {address} did not answer within 2 s"),
+        )),
     }
 }

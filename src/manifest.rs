@@ -190,7 +190,7 @@ pub fn documents(a: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
     }
     let account = format!("{}-launcher", a.job_name);
     let mut docs = Vec::new();
-    if a.dns || a.max_restarts > 0 {
+    if a.dns || named_coordinator(a) {
         // Headless, and listing pods before they are Ready: the launchers wait for all of them,
         // and the coordinator's name must resolve while its pod starts.
         let mut ports = Vec::new();
@@ -200,7 +200,7 @@ pub fn documents(a: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
                 false => json!({"name": "pserver", "port": a.port}),
             });
         }
-        if a.max_restarts > 0 {
+        if named_coordinator(a) {
             ports.push(json!({"name": "control", "port": DEFAULT_CONTROL_PORT}));
         }
         docs.push(json!({
@@ -287,6 +287,8 @@ fn container_env(a: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
     }
     if a.max_restarts > 0 {
         env.push(env_value("PADDLE_LAUNCHER_MAX_RESTARTS", a.max_restarts));
+    }
+    if named_coordinator(a) {
         // The Indexed Job's first pod, by the name its replacement keeps.
         env.push(env_value(
             "PADDLE_LAUNCHER_COORDINATOR",
@@ -441,8 +443,8 @@ fn job(a: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
     ];
     // A file, not an environment variable: it does not show in `ps` or `kubectl describe`.
     // Optional, so that the job runs (without heartbeats) before the Secret exists.
-    // Restarts are agreed over the channel: then the pods wait for the Secret to exist.
-    let secret = json!({"secretName": secret_name(a), "optional": a.max_restarts == 0,
+    // Restarts and a named coordinator work over the channel: the pods wait for the Secret.
+    let secret = json!({"secretName": secret_name(a), "optional": !named_coordinator(a),
                         "items": [{"key": SECRET_KEY, "path": SECRET_KEY}]});
     let mut volumes = vec![
         json!({"name": "tmp", "emptyDir": {}}),
@@ -495,8 +497,11 @@ fn job(a: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
             },
         },
     });
-    if a.indexed || a.max_restarts > 0 {
+    if a.indexed || named_coordinator(a) {
         spec["completionMode"] = json!("Indexed");
+    }
+    if named_coordinator(a) {
+        spec["template"]["spec"]["subdomain"] = json!(dns_name(a));
     }
     if a.max_restarts > 0 {
         // The launchers restart in place: the Job only replaces a pod that is gone, and that
@@ -511,7 +516,6 @@ fn job(a: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
             {"action": "FailJob", "onExitCodes": {"containerName": container_name(kind),
                 "operator": "NotIn", "values": [137, 143]}},
         ]});
-        spec["template"]["spec"]["subdomain"] = json!(dns_name(a));
     }
     let pod = &mut spec["template"]["spec"];
     if a.dns {
@@ -526,6 +530,20 @@ fn job(a: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
         "metadata": {"name": name, "namespace": a.namespace},
         "spec": spec,
     })
+}
+
+/// From this many pods on, `manifest` names a coordinator (the Indexed Job's pod 0) even without
+/// restarts: only it lists and watches the pods, the others learn them from it. Every launcher
+/// watching the job moves about 2 x N^2 pod objects through the API server per start (measured:
+/// 26 MB at 64 pods, 416 MB at 256, BENCHMARKS.md section 6) against 2 x N with a coordinator;
+/// below 64 that is small enough not to ask for a Secret and a headless Service.
+pub const NAMED_COORDINATOR_FROM: u32 = 64;
+
+/// Whether the pods get a named coordinator: for restarts (its replacement keeps the name), and
+/// for big jobs (only it uses the API). Not for the split layout, whose pservers watch the
+/// trainers themselves, nor with --dns, which needs no API.
+fn named_coordinator(a: &ManifestArgs) -> bool {
+    a.max_restarts > 0 || (!a.split && !a.dns && a.trainers >= NAMED_COORDINATOR_FROM)
 }
 
 fn container_name(kind: &PodKind) -> &'static str {

@@ -666,3 +666,63 @@ fn mounts_and_variables_that_would_break_the_pods_are_refused() {
         assert_eq!(code, Some(0), "{args:?}: {stderr}");
     }
 }
+
+/// From 64 pods on, the one-Job layout names a coordinator (pod 0 of the Indexed Job, through
+/// the headless Service) so that only it uses the API; below that, nothing of it.
+#[test]
+fn big_jobs_name_a_coordinator_small_ones_do_not() {
+    let job_of = |trainers: &str| -> (Value, Vec<String>) {
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&manifest(&[
+            "--job-name",
+            "big",
+            "--image",
+            "example.com/t/p:v1",
+            "--protocol",
+            "collective",
+            "--trainers",
+            trainers,
+            "--",
+            "python",
+            "/workspace/train.py",
+        ]))
+        .unwrap();
+        let kinds = docs
+            .iter()
+            .map(|d| d["kind"].as_str().unwrap().to_string())
+            .collect();
+        (
+            docs.into_iter().find(|d| d["kind"] == "Job").unwrap(),
+            kinds,
+        )
+    };
+    let env_of = |job: &Value, name: &str| {
+        job["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .map(|e| e["value"].clone())
+    };
+    let secret_optional = |job: &Value| {
+        job["spec"]["template"]["spec"]["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find_map(|v| v["secret"]["optional"].as_bool())
+            .unwrap()
+    };
+    let (small, kinds) = job_of("63");
+    assert_eq!(env_of(&small, "PADDLE_LAUNCHER_COORDINATOR"), None);
+    assert!(secret_optional(&small));
+    assert!(!kinds.contains(&"Service".to_string()));
+    let (big, kinds) = job_of("64");
+    assert_eq!(
+        env_of(&big, "PADDLE_LAUNCHER_COORDINATOR"),
+        Some(json!("big-0.big-pods:6171"))
+    );
+    assert_eq!(env_of(&big, "PADDLE_LAUNCHER_MAX_RESTARTS"), None);
+    assert!(!secret_optional(&big), "the followers need the channel");
+    assert_eq!(big["spec"]["completionMode"], "Indexed");
+    assert_eq!(big["spec"]["template"]["spec"]["subdomain"], "big-pods");
+    assert!(kinds.contains(&"Service".to_string()));
+}

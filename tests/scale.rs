@@ -102,3 +102,37 @@ fn followers_of_a_named_coordinator_make_no_api_request() {
         cluster.api.requests()
     );
 }
+
+/// A follower's `doctor` asks the coordinator, not the API: refused while nothing listens
+/// there, fine once something does; no API request either way.
+#[test]
+fn doctor_of_a_follower_checks_the_coordinator_and_not_the_api() {
+    let cluster = Cluster::new();
+    let (coordinator, me) = (loopback_ip(), loopback_ip());
+    let port = free_ports(1);
+    let mut env = cluster.env("big", 4);
+    env.extend([
+        ("POD_IP", me.clone()),
+        ("POD_NAME", "big-1".to_string()),
+        ("PADDLE_LAUNCHER_PROTOCOL", "collective".to_string()),
+        ("PADDLE_LAUNCHER_JOB_SECRET", "s".repeat(40)),
+        (
+            "PADDLE_LAUNCHER_COORDINATOR",
+            format!("{coordinator}:{port}"),
+        ),
+        ("ENTRY", "python train.py".to_string()),
+    ]);
+    let done = Launcher::start(cluster.dir.path(), "doctor", &["doctor"], &env).wait(LIMIT);
+    assert_eq!(done.code(), 71, "{}", done.stdout);
+    assert_contains(&done.stdout, "this pod makes no Kubernetes API request");
+    assert_contains(
+        &done.stdout,
+        &format!("the coordinator at {coordinator}:{port} does not accept connections"),
+    );
+    let listener = std::net::TcpListener::bind((coordinator.as_str(), port)).unwrap();
+    let done = Launcher::start(cluster.dir.path(), "doctor2", &["doctor"], &env).wait(LIMIT);
+    assert_eq!(done.code(), 0, "{}", done.stdout);
+    assert_contains(&done.stdout, "accepts connections");
+    drop(listener);
+    assert_eq!(cluster.api.pod_requests(), (0, 0));
+}
