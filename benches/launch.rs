@@ -731,11 +731,12 @@ fn todays_way(pods: usize) -> (f64, f64) {
     ((exited - at) * 1000.0, (started - relaunch) * 1000.0)
 }
 
-/// A pod as the Job controller makes it, with the managedFields of a real pod (from the
-/// recorded API responses): what the API server sends for each pod of a real job.
+/// A pod as the Job controller makes it, with the managedFields, conditions and container
+/// statuses of a real pod (from the recorded API responses): about the size the API server
+/// sends for each pod of a real job (4.6 KB).
 fn realistic_pod(job: &str, name: &str) -> serde_json::Value {
-    static FIELDS: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
-    let fields = FIELDS.get_or_init(|| {
+    static REAL: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+    let real = REAL.get_or_init(|| {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures/k8s-api-replays/v1-36-pod-list.json");
         let replay: serde_json::Value =
@@ -753,11 +754,14 @@ fn realistic_pod(job: &str, name: &str) -> serde_json::Value {
                     .unwrap()
                     .starts_with("kube-proxy")
             })
-            .unwrap()["metadata"]["managedFields"]
+            .unwrap()
             .clone()
     });
     let mut pod = job_pod(job, name);
-    pod["metadata"]["managedFields"] = fields.clone();
+    pod["metadata"]["managedFields"] = real["metadata"]["managedFields"].clone();
+    for field in ["conditions", "containerStatuses"] {
+        pod["status"][field] = real["status"][field].clone();
+    }
     pod
 }
 

@@ -534,9 +534,10 @@ fn job(a: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
 
 /// From this many pods on, `manifest` names a coordinator (the Indexed Job's pod 0) even without
 /// restarts: only it lists and watches the pods, the others learn them from it. Every launcher
-/// watching the job moves about 2 x N^2 pod objects through the API server per start (measured:
-/// 26 MB at 64 pods, 416 MB at 256, BENCHMARKS.md section 6) against 2 x N with a coordinator;
-/// below 64 that is small enough not to ask for a Secret and a headless Service.
+/// watching the job moves about 2 x N^2 pod objects through the API server per start (measured
+/// with 4.6 KB pods: 152 MB at 128 pods, 610 MB at 256, BENCHMARKS.md section 6) against 2 x N
+/// with a coordinator; below 64 (~38 MB) that is small enough not to ask for a Secret and a
+/// headless Service.
 pub const NAMED_COORDINATOR_FROM: u32 = 64;
 
 /// Whether the pods get a named coordinator: for restarts (its replacement keeps the name), and

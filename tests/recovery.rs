@@ -37,6 +37,8 @@ struct Job {
     program: Vec<String>,
     extra_env: Vec<(&'static str, String)>,
     trainer_port: u16,
+    /// The launchers name pod 0 their coordinator: only it uses the API.
+    named_coordinator: bool,
     /// Every pod ever created: (pod name, IP, its launcher while it runs).
     created: Vec<(String, String, Option<Launcher>)>,
 }
@@ -53,6 +55,7 @@ impl Job {
             program: ["sh", "-c", PROGRAM].map(String::from).to_vec(),
             extra_env: Vec::new(),
             trainer_port: free_ports(1),
+            named_coordinator: false,
             created: Vec::new(),
         }
     }
@@ -100,6 +103,13 @@ impl Job {
             ),
         ]);
         env.extend(self.extra_env.iter().cloned());
+        if self.named_coordinator {
+            let first = self.created.first().map_or(&ip, |pod| &pod.1);
+            env.push((
+                "PADDLE_LAUNCHER_COORDINATOR",
+                format!("{first}:{}", self.control_port),
+            ));
+        }
         let mut args = vec!["run", "--"];
         args.extend(self.program.iter().map(String::as_str));
         let launcher = Launcher::start(self.cluster.dir.path(), &pod, &args, &env);
@@ -474,5 +484,38 @@ esac"#,
                 "no restart: a pod of the job has already finished",
             );
         }
+    }
+}
+
+/// With a named coordinator only it watches the pods: a follower's pod killed and replaced is
+/// seen by the coordinator's watch, every trainer restarts with the new membership, and the
+/// followers made no API request through it all.
+#[test]
+fn a_named_coordinator_restarts_the_job_around_a_replaced_follower() {
+    let mut job = Job::new("named", 3, 1);
+    job.named_coordinator = true;
+    for _ in 0..3 {
+        job.create_pod();
+    }
+    for i in 0..3 {
+        job.launcher(i).wait_for_output("count=0 ", LIMIT);
+    }
+    job.kill_pod(2);
+    let replacement = job.create_pod();
+    let outputs = job.all_finish_in_epoch(1);
+    assert_restarted_with(&outputs, 1, &endpoints(&job, &[0, 1, replacement]));
+    // Every list the API served is one the coordinator logged; no follower logged one.
+    let discoveries = |pod: &str| {
+        std::fs::read_to_string(job.cluster.dir.path().join(format!("{pod}.stderr")))
+            .unwrap()
+            .matches("to be Running (API server")
+            .count()
+    };
+    let (lists, watches) = job.cluster.api.pod_requests();
+    assert_eq!(lists, discoveries("named-0"));
+    assert_eq!(watches, lists);
+    assert!(lists >= 2, "the coordinator did not discover the job again");
+    for pod in ["named-1", "named-2", "named-3"] {
+        assert_eq!(discoveries(pod), 0, "{pod} used the API");
     }
 }
