@@ -200,7 +200,8 @@ pub struct JobArgs {
     /// (`publishNotReadyAddresses: true`) whose A/AAAA records are the pods; needs no RBAC.
     #[arg(long, env = "PADDLE_LAUNCHER_DNS")]
     pub dns: Option<String>,
-    /// The DNS server for --dns, `ip:port` [default: the nameservers of /etc/resolv.conf].
+    /// The DNS server for --dns and for a --coordinator named by DNS, `ip:port` [default: the
+    /// nameservers of /etc/resolv.conf].
     #[arg(long, env = "PADDLE_LAUNCHER_DNS_SERVER")]
     pub dns_server: Option<String>,
     /// Seconds to wait for all pods to be Running; 0 waits forever [default: 1800].

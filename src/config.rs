@@ -1,7 +1,7 @@
 //! Raw option text -> validated `Config`. Pure: no network, no files. Each bad value yields one
 //! `ConfigError` naming the variable and flag, the value, and what is expected.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -252,6 +252,8 @@ pub struct Control {
     pub heartbeat_timeout: Duration,
     /// Group restarts left to the job at its start (0: the first failure ends every pod).
     pub max_restarts: u32,
+    /// Where a coordinator named by DNS is resolved (--dns-server); None: resolv.conf.
+    pub dns_server: Option<SocketAddr>,
 }
 
 /// The job's shared secret; never printed.
@@ -488,17 +490,7 @@ impl Topology {
                             "a DNS name such as my-job-pods.default.svc.cluster.local",
                         ));
                     }
-                    let server = present(&args.dns_server)
-                        .map(|text| {
-                            text.parse().map_err(|_| {
-                                ConfigError::new(
-                                    DNS_SERVER,
-                                    text,
-                                    "ip:port of a DNS server, e.g. 10.96.0.10:53",
-                                )
-                            })
-                        })
-                        .transpose()?;
+                    let server = dns_server(args)?;
                     Ok(Discovery::Dns {
                         name: name.to_string(),
                         server,
@@ -780,6 +772,7 @@ impl Control {
         }
         Ok(Control {
             max_restarts,
+            dns_server: dns_server(args)?,
             secret,
             secret_file,
             coordinator,
@@ -933,6 +926,21 @@ fn parse_peers(text: &str) -> Result<Vec<IpAddr>, ConfigError> {
             })
         })
         .collect()
+}
+
+/// --dns-server: for --dns, and for a coordinator named by DNS.
+fn dns_server(args: &JobArgs) -> Result<Option<SocketAddr>, ConfigError> {
+    present(&args.dns_server)
+        .map(|text| {
+            text.parse().map_err(|_| {
+                ConfigError::new(
+                    DNS_SERVER,
+                    text,
+                    "ip:port of a DNS server, e.g. 10.96.0.10:53",
+                )
+            })
+        })
+        .transpose()
 }
 
 fn seconds(value: &Option<String>, variable: Opt, default: u64) -> Result<Duration, ConfigError> {

@@ -210,7 +210,7 @@ async fn follower_check(
     }
     let addresses: Vec<IpAddr> = match host.parse::<IpAddr>() {
         Ok(ip) => vec![ip],
-        Err(_) => match crate::peers::dns::resolve_once(host, None).await {
+        Err(_) => match crate::peers::dns::resolve_once(host, config.control.dns_server).await {
             Ok(Ok(ips)) => ips.into_iter().collect(),
             Ok(Err(why)) => {
                 lines.push(format!("coordinator {host}:{port}: {why}"));

@@ -327,7 +327,7 @@ async fn coordinator_elsewhere(
     let Some((host, port)) = &config.control.coordinator else {
         return Ok(None);
     };
-    let addresses = resolve(host, *port, None).await?;
+    let addresses = resolve(host, *port, config.control.dns_server).await?;
     if addresses.iter().any(|a| a.ip() == my_ip) {
         return Ok(None);
     }
@@ -524,11 +524,7 @@ async fn join_channel(
             let Some((host, port)) = &control.coordinator else {
                 return Ok(None);
             };
-            let dns_server = match &config.topology.discovery {
-                Discovery::Dns { server, .. } => *server,
-                _ => None,
-            };
-            let addresses = resolve(host, *port, dns_server).await?;
+            let addresses = resolve(host, *port, config.control.dns_server).await?;
             match addresses.iter().find(|a| a.ip() == me.ip) {
                 Some(_) => ControlRole::Coordinator {
                     listen: SocketAddr::new(me.ip, *port),

@@ -3,90 +3,31 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::Duration;
 
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use serde_json::Value;
+use support::dnsmasq::Dnsmasq;
 use support::{assert_contains, free_ports, loopback_ip, Launcher};
 
 const NAME: &str = "trainers.paddle.test";
 const LIMIT: Duration = Duration::from_secs(90);
 
-struct Dnsmasq {
-    child: Child,
-    hosts: PathBuf,
-    port: u16,
+/// What these tests do with the DNS server.
+trait JobDns {
+    /// Replaces the records of NAME and makes dnsmasq reload them.
+    fn set(&self, ips: &[&str]);
+    /// A launcher's environment for a DNS-membership job of `pods` pods, as the pod at `ip`.
+    fn env(&self, job: &str, pods: usize, ip: &str) -> Vec<(&'static str, String)>;
 }
 
-impl Dnsmasq {
-    fn start(dir: &Path) -> Dnsmasq {
-        let port = std::net::UdpSocket::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let hosts = dir.join("hosts");
-        std::fs::write(&hosts, "").unwrap();
-        let binary = ["/usr/sbin/dnsmasq", "/usr/bin/dnsmasq"]
-            .into_iter()
-            .find(|p| Path::new(p).exists())
-            .expect("dnsmasq is needed (.ci/run installs Debian's dnsmasq-base)");
-        let child = Command::new(binary)
-            .args([
-                "--keep-in-foreground",
-                "--conf-file=/dev/null",
-                "--no-resolv",
-                "--no-hosts",
-                "--bind-interfaces",
-                "--listen-address=127.0.0.1",
-                "--local-ttl=0",
-                "--user=root",
-                "--pid-file",
-                "--log-facility=-",
-            ])
-            .arg(format!("--port={port}"))
-            .arg(format!("--addn-hosts={}", hosts.display()))
-            .stderr(std::fs::File::create(dir.join("dnsmasq.log")).unwrap())
-            .spawn()
-            .unwrap();
-        // Until it has started, a SIGHUP would kill it instead of reloading the records.
-        let log = dir.join("dnsmasq.log");
-        let deadline = std::time::Instant::now() + LIMIT;
-        while !std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .contains("started, version")
-        {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "dnsmasq did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Dnsmasq { child, hosts, port }
-    }
-
-    /// Replaces the records of NAME and makes dnsmasq reload them.
+impl JobDns for Dnsmasq {
     fn set(&self, ips: &[&str]) {
         let records: Vec<(&str, &str)> = ips.iter().map(|ip| (*ip, NAME)).collect();
         self.set_records(&records);
     }
 
-    /// Replaces every record, (address, name) each, and makes dnsmasq reload them.
-    fn set_records(&self, records: &[(&str, &str)]) {
-        let text: String = records
-            .iter()
-            .map(|(ip, name)| format!("{ip} {name}\n"))
-            .collect();
-        std::fs::write(&self.hosts, text).unwrap();
-        kill(Pid::from_raw(self.child.id() as i32), Signal::SIGHUP).unwrap();
-    }
-}
-
-impl Dnsmasq {
-    /// A launcher's environment for a DNS-membership job of `pods` pods, as the pod at `ip`.
     fn env(&self, job: &str, pods: usize, ip: &str) -> Vec<(&'static str, String)> {
         vec![
             ("JOB_NAME", job.to_string()),
@@ -99,13 +40,6 @@ impl Dnsmasq {
                 format!("127.0.0.1:{}", self.port),
             ),
         ]
-    }
-}
-
-impl Drop for Dnsmasq {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use serde_json::Value;
+use support::dnsmasq::Dnsmasq;
 use support::fake_api::job_pod;
 use support::{assert_contains, free_ports, loopback_ip, paddle_python, Cluster, Launcher};
 
@@ -39,6 +40,10 @@ struct Job {
     trainer_port: u16,
     /// The launchers name pod 0 their coordinator: only it uses the API.
     named_coordinator: bool,
+    /// PADDLE_LAUNCHER_COORDINATOR as given (a DNS name), instead of pod 0's address.
+    coordinator: Option<String>,
+    /// The address the next pod gets, when the test needed it before the pod existed.
+    reserved_ip: Option<String>,
     /// Every pod ever created: (pod name, IP, its launcher while it runs).
     created: Vec<(String, String, Option<Launcher>)>,
 }
@@ -56,6 +61,8 @@ impl Job {
             extra_env: Vec::new(),
             trainer_port: free_ports(1),
             named_coordinator: false,
+            coordinator: None,
+            reserved_ip: None,
             created: Vec::new(),
         }
     }
@@ -69,7 +76,7 @@ impl Job {
     fn create_pod(&mut self) -> usize {
         let index = self.created.len();
         let pod = format!("{}-{index}", self.name);
-        let ip = loopback_ip();
+        let ip = self.reserved_ip.take().unwrap_or_else(loopback_ip);
         let api = &self.cluster.api;
         api.put_pod(job_pod(self.name, &pod));
         api.set_status("default", &pod, "Running", Some(&ip));
@@ -103,7 +110,9 @@ impl Job {
             ),
         ]);
         env.extend(self.extra_env.iter().cloned());
-        if self.named_coordinator {
+        if let Some(coordinator) = &self.coordinator {
+            env.push(("PADDLE_LAUNCHER_COORDINATOR", coordinator.clone()));
+        } else if self.named_coordinator {
             let first = self.created.first().map_or(&ip, |pod| &pod.1);
             env.push((
                 "PADDLE_LAUNCHER_COORDINATOR",
@@ -115,6 +124,16 @@ impl Job {
         let launcher = Launcher::start(self.cluster.dir.path(), &pod, &args, &env);
         self.created.push((pod, ip, Some(launcher)));
         index
+    }
+
+    /// The address the next pod will get.
+    fn reserve_ip(&mut self) -> String {
+        self.reserved_ip.get_or_insert_with(loopback_ip).clone()
+    }
+
+    fn stderr(&self, index: usize) -> String {
+        let pod = &self.created[index].0;
+        std::fs::read_to_string(self.cluster.dir.path().join(format!("{pod}.stderr"))).unwrap()
     }
 
     fn launcher(&self, index: usize) -> &Launcher {
@@ -504,18 +523,58 @@ fn a_named_coordinator_restarts_the_job_around_a_replaced_follower() {
     let replacement = job.create_pod();
     let outputs = job.all_finish_in_epoch(1);
     assert_restarted_with(&outputs, 1, &endpoints(&job, &[0, 1, replacement]));
-    // Every list the API served is one the coordinator logged; no follower logged one.
-    let discoveries = |pod: &str| {
-        std::fs::read_to_string(job.cluster.dir.path().join(format!("{pod}.stderr")))
-            .unwrap()
-            .matches("to be Running (API server")
-            .count()
-    };
+    assert_only_coordinators_used_the_api(&job, &[0]);
+}
+
+/// Every list the API served is one that a coordinator (`coordinators`) logged; no other
+/// launcher logged one.
+fn assert_only_coordinators_used_the_api(job: &Job, coordinators: &[usize]) {
+    let discoveries = |i: usize| job.stderr(i).matches(DISCOVERS).count();
     let (lists, watches) = job.cluster.api.pod_requests();
-    assert_eq!(lists, discoveries("named-0"));
+    let by_coordinators: usize = coordinators.iter().map(|&i| discoveries(i)).sum();
+    assert_eq!(lists, by_coordinators);
     assert_eq!(watches, lists);
-    assert!(lists >= 2, "the coordinator did not discover the job again");
-    for pod in ["named-1", "named-2", "named-3"] {
-        assert_eq!(discoveries(pod), 0, "{pod} used the API");
+    assert!(lists >= 2, "the job was not discovered again");
+    for i in (0..job.created.len()).filter(|i| !coordinators.contains(i)) {
+        assert_eq!(discoveries(i), 0, "{} used the API", job.created[i].0);
     }
+}
+
+/// The line a launcher writes when it lists and watches the job's pods itself.
+const DISCOVERS: &str = "to be Running (API server";
+
+/// With a coordinator named by DNS (an Indexed Job's `<job>-0.<service>`), its pod killed: the
+/// name moves to the replacement, which coordinates (and is the only one to use the API), and
+/// every trainer restarts in the survivors' epoch.
+#[test]
+fn a_named_coordinators_replacement_takes_over_at_the_same_name() {
+    const NAME: &str = "dnsco-0.pods.paddle.test";
+    let mut job = Job::new("dnsco", 3, 1);
+    let dns = Dnsmasq::start(job.cluster.dir.path());
+    job.coordinator = Some(format!("{NAME}:{}", job.control_port));
+    job.extra_env = vec![(
+        "PADDLE_LAUNCHER_DNS_SERVER",
+        format!("127.0.0.1:{}", dns.port),
+    )];
+    let first = job.reserve_ip();
+    dns.set_records(&[(&first, NAME)]);
+    for _ in 0..3 {
+        job.create_pod();
+    }
+    for i in 0..3 {
+        job.launcher(i).wait_for_output("count=0 ", LIMIT);
+    }
+    // The replacement's address is the name's before the old pod dies, as the Service's
+    // endpoints would follow the new pod.
+    let next = job.reserve_ip();
+    dns.set_records(&[(&next, NAME)]);
+    job.kill_pod(0);
+    let replacement = job.create_pod();
+    let outputs = job.all_finish_in_epoch(1);
+    assert_restarted_with(&outputs, 1, &endpoints(&job, &[1, 2, replacement]));
+    assert_contains(
+        &job.stderr(replacement),
+        "control channel: coordinating 3 launchers",
+    );
+    assert_only_coordinators_used_the_api(&job, &[0, replacement]);
 }
