@@ -928,6 +928,27 @@ fn parse_peers(text: &str) -> Result<Vec<IpAddr>, ConfigError> {
         .collect()
 }
 
+/// The coordinator an Indexed Job with a headless Service implies: pod 0 of the job by its DNS
+/// name, `<job>-0.<subdomain>` (a pod's hostname is `<job>-<index>`, and with `subdomain` the
+/// kubelet writes its FQDN `<job>-<index>.<subdomain>.<ns>.svc...` into /etc/hosts). None
+/// without a completion index or a subdomain: there is no stable name to derive.
+pub fn indexed_job_coordinator(
+    completion_index: Option<&str>,
+    hostname: &str,
+    etc_hosts: &str,
+    port: u16,
+) -> Option<(String, u16)> {
+    let index: u32 = completion_index?.trim().parse().ok()?;
+    let job = hostname.strip_suffix(&format!("-{index}"))?;
+    let fqdn = etc_hosts
+        .lines()
+        .filter(|line| !line.trim_start().starts_with('#'))
+        .flat_map(str::split_whitespace)
+        .find(|field| field.starts_with(&format!("{hostname}.")))?;
+    let subdomain = fqdn.split('.').nth(1).filter(|s| !s.is_empty())?;
+    Some((format!("{job}-0.{subdomain}"), port))
+}
+
 /// --dns-server: for --dns, and for a coordinator named by DNS.
 fn dns_server(args: &JobArgs) -> Result<Option<SocketAddr>, ConfigError> {
     present(&args.dns_server)
@@ -1607,6 +1628,26 @@ mod tests {
             err.to_string()
                 .contains("cannot list this host's network interfaces"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn an_indexed_job_with_a_subdomain_implies_its_pod_0_as_coordinator() {
+        let hosts = "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n10.1.2.3\ttrain-2.train-pods.team-a.svc.cluster.local\ttrain-2\n";
+        assert_eq!(
+            indexed_job_coordinator(Some("2"), "train-2", hosts, 6171),
+            Some(("train-0.train-pods".to_string(), 6171))
+        );
+        // No index (not an Indexed Job), a hostname of another index, no subdomain: nothing.
+        assert_eq!(indexed_job_coordinator(None, "train-2", hosts, 6171), None);
+        assert_eq!(
+            indexed_job_coordinator(Some("3"), "train-2", hosts, 6171),
+            None
+        );
+        let bare = "127.0.0.1\tlocalhost\n10.1.2.3\ttrain-2\n";
+        assert_eq!(
+            indexed_job_coordinator(Some("2"), "train-2", bare, 6171),
+            None
         );
     }
 }

@@ -21,7 +21,7 @@ pub async fn doctor(
     hostname_ip: impl FnOnce() -> Option<std::net::IpAddr>,
 ) -> (Vec<String>, Outcome) {
     let mut lines = Vec::new();
-    let config = match Config::from_args(args) {
+    let mut config = match Config::from_args(args) {
         Ok(config) => config,
         Err(e) => {
             return (
@@ -30,6 +30,9 @@ pub async fn doctor(
             )
         }
     };
+    if config.control.secret.is_some() || config.control.secret_file.is_some() {
+        crate::launch::derive_coordinator(&mut config);
+    }
     lines.push(format!(
         "configuration: OK (job {}, {} trainers, {} pservers, protocol {})",
         config.topology.job_name,

@@ -59,6 +59,9 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
     let my_ip = own_ip(&config, &host_interfaces(), hostname_ip)?;
     // Read before any network call, like every other bad value.
     let secret = job_secret(&config.control)?;
+    if secret.is_some() {
+        derive_coordinator(&mut config);
+    }
     if secret.is_none() && config.control.max_restarts > 0 && !plan_only {
         return Err(ConfigError::new(
             MAX_RESTARTS,
@@ -418,6 +421,33 @@ fn plan_for(
     let plan = protocol::plan(config, &membership, &me, inputs).for_restart(0);
     info!("{} pod {}: {}", me.name, me.ip, ranks_line(&plan, config));
     Ok((plan, membership, me))
+}
+
+/// Without --coordinator, in an Indexed Job whose pods have a subdomain (a headless Service),
+/// the coordinator is pod 0 by its DNS name: derived from this pod's hostname, its completion
+/// index and /etc/hosts, so that only pod 0 uses the API without any setting.
+pub(crate) fn derive_coordinator(config: &mut Config) {
+    if config.control.coordinator.is_some()
+        || !matches!(config.topology.discovery, Discovery::Kubernetes { .. })
+    {
+        return;
+    }
+    let index = std::env::var("JOB_COMPLETION_INDEX").ok();
+    let hostname = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_default();
+    let hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+    let derived = crate::config::indexed_job_coordinator(
+        index.as_deref(),
+        &hostname,
+        &hosts,
+        config.control.port,
+    );
+    if let Some((host, port)) = derived {
+        info!("coordinator: {host}:{port}, pod 0 of this Indexed Job (JOB_COMPLETION_INDEX, hostname {hostname}, its subdomain in /etc/hosts)");
+        config.control.coordinator = Some((host, port));
+    }
 }
 
 /// The addresses of the coordinator's HOST: an IP, or a DNS name resolved without NSS (the
