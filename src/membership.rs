@@ -64,6 +64,9 @@ pub struct PodView {
     pub completion_index: Option<u32>,
     /// Why a pod is not Running yet, e.g. "Unschedulable: 0/3 nodes are available: ...".
     pub waiting_reason: Option<String>,
+    /// The scheduling gates holding it (Kueue's `kueue.x-k8s.io/admission`, topology gates):
+    /// not scheduled until a queue admits the job.
+    pub gates: Vec<String>,
 }
 
 impl PodView {
@@ -432,6 +435,7 @@ pub(crate) mod tests {
             terminating: false,
             completion_index: None,
             waiting_reason: None,
+            gates: Vec::new(),
         }
     }
 

@@ -190,6 +190,7 @@ fn a_hundred_thousand_pods_are_judged_and_ranked() {
             terminating: false,
             completion_index: None,
             waiting_reason: None,
+            gates: Vec::new(),
         })
         .collect();
     let Readiness::Ready(ready) = readiness(&pods, 100_000) else {

@@ -8,8 +8,8 @@ use nix::sys::signal::Signal;
 use serde_json::json;
 use support::fake_api::job_pod;
 use support::{
-    assert_contains, free_ports, standin, standin_cmd, survivors, trainer_argv, Cluster, Launcher,
-    Rng,
+    assert_contains, free_ports, loopback_ip, standin, standin_cmd, survivors, trainer_argv,
+    Cluster, Launcher, Rng,
 };
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -446,4 +446,62 @@ fn doctor_applies_the_failed_trainer_guard_as_the_launcher_does() {
         &done.stdout,
         "1 trainer pods of the job have Failed, more than PADDLE_LAUNCHER_MAX_FAILED_TRAINERS = 0",
     );
+}
+
+/// Pods held by Kueue's scheduling gate (Pending, `PodScheduled=False` `SchedulingGated`, as the
+/// API shows a gated pod: k8s.io/kubernetes pkg/scheduler, KEP-3521; gate name from Kueue's
+/// pkg/controller/jobs/pod): the launcher says it waits for admission by that gate, and its wait
+/// timeout does not run while the whole job is queued; admitted later, the job starts.
+#[test]
+fn a_job_held_by_kueue_waits_for_admission_without_timing_out() {
+    let cluster = Cluster::new();
+    let job = "queued";
+    let names = ["queued-0", "queued-1"];
+    let ips = [loopback_ip(), loopback_ip()];
+    let gated = |name: &str| {
+        let mut pod = job_pod(job, name);
+        pod["spec"]["schedulingGates"] = json!([{"name": "kueue.x-k8s.io/admission"}]);
+        pod["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "False",
+            "reason": "SchedulingGated", "message": "Scheduling is blocked due to non-empty scheduling gates"}]);
+        pod
+    };
+    for name in names {
+        cluster.api.put_pod(gated(name));
+    }
+    let launchers: Vec<Launcher> = (0..2)
+        .map(|i| {
+            let mut env = cluster.env(job, 2);
+            env.extend([
+                ("POD_IP", ips[i].clone()),
+                ("POD_NAME", names[i].to_string()),
+                ("PADDLE_LAUNCHER_PROTOCOL", "collective".to_string()),
+                ("PADDLE_LAUNCHER_TRAINER_PORT", free_ports(1).to_string()),
+                ("PADDLE_LAUNCHER_WAIT_TIMEOUT", "2".to_string()),
+            ]);
+            Launcher::start(cluster.dir.path(), names[i], &["run", "--", "true"], &env)
+        })
+        .collect();
+    for launcher in &launchers {
+        launcher.wait_for_output("waiting for admission by kueue.x-k8s.io/admission", LIMIT);
+        launcher.wait_for_output("held by a scheduling gate", LIMIT);
+    }
+    // Twice the wait timeout, queued: nobody gave up.
+    std::thread::sleep(Duration::from_secs(4));
+    for launcher in &launchers {
+        assert!(
+            !launcher.stderr_so_far().contains("exiting with status"),
+            "{}",
+            launcher.stderr_so_far()
+        );
+    }
+    // Kueue admits the job: the gates go, the scheduler places the pods, they run.
+    for (name, ip) in names.iter().zip(&ips) {
+        let mut pod = job_pod(job, name);
+        pod["status"] = json!({"phase": "Running", "podIP": ip});
+        cluster.api.put_pod(pod);
+    }
+    for launcher in launchers {
+        let done = launcher.wait(LIMIT);
+        assert_eq!(done.code(), 0, "{}", done.stderr);
+    }
 }

@@ -250,7 +250,10 @@ pub async fn wait_until_ready(
 ) -> Result<(Vec<Vec<PodView>>, PodWatch), Error> {
     let mut watch = PodWatch::start(server, groups);
     let started = Instant::now();
-    let deadline = timeout.map(|t| started + t);
+    let mut deadline = timeout.map(|t| started + t);
+    // Since when every pod of the job has been held by a scheduling gate: the job is queued
+    // (Kueue), and the wait timeout does not run meanwhile.
+    let mut gated_since: Option<Instant> = None;
     let wanted: Vec<String> = groups
         .iter()
         .map(|g| {
@@ -303,6 +306,17 @@ pub async fn wait_until_ready(
                     info!("all pods are Running after {:.1} s", started.elapsed().as_secs_f64());
                     return Ok((ready, watch));
                 }
+                match (all_gated(&pods), gated_since) {
+                    (true, None) => {
+                        info!("every pod of the job is held by a scheduling gate: waiting for its admission, without a timeout");
+                        gated_since = Some(Instant::now());
+                    }
+                    (false, Some(since)) => {
+                        deadline = deadline.map(|d| d + since.elapsed());
+                        gated_since = None;
+                    }
+                    _ => {}
+                }
                 let now = waiting_line(groups, &verdict);
                 if now != status {
                     info!("waiting: {now}");
@@ -312,7 +326,7 @@ pub async fn wait_until_ready(
             _ = progress.tick() => {
                 info!("still waiting after {} s: {status}", started.elapsed().as_secs());
             }
-            _ = async { sleep_until(deadline.unwrap_or(started)).await }, if deadline.is_some() => {
+            _ = async { sleep_until(deadline.unwrap_or(started)).await }, if deadline.is_some() && gated_since.is_none() => {
                 let waited_s = started.elapsed().as_secs();
                 if !watch.answered {
                     return Err(Error::Unreachable { url: server.url.clone(), waited_s, last_error: last_error.clone() });
@@ -321,6 +335,12 @@ pub async fn wait_until_ready(
             }
         }
     }
+}
+
+/// Whether the job is queued: it has pods, and each live one is held by a scheduling gate.
+fn all_gated(groups: &[Vec<PodView>]) -> bool {
+    let mut live = groups.iter().flatten().filter(|p| p.is_live()).peekable();
+    live.peek().is_some() && live.all(|p| !p.gates.is_empty())
 }
 
 /// What the groups that are not ready wait for, in one line.
@@ -476,12 +496,27 @@ pub fn pod_view(pod: &Pod) -> PodView {
             .and_then(|a| a.get(COMPLETION_INDEX))
             .and_then(|i| i.parse().ok()),
         waiting_reason: waiting_reason(pod),
+        gates: gates(pod),
     }
+}
+
+/// The scheduling gates of a pod that is not scheduled yet.
+fn gates(pod: &Pod) -> Vec<String> {
+    pod.spec
+        .as_ref()
+        .and_then(|spec| spec.scheduling_gates.as_ref())
+        .map(|gates| gates.iter().map(|g| g.name.clone()).collect())
+        .unwrap_or_default()
 }
 
 /// The most telling reason a pod is not Running: the scheduler's verdict, then a waiting
 /// (init) container, then the pod's own reason (Evicted, ...).
 fn waiting_reason(pod: &Pod) -> Option<String> {
+    // A gated pod waits for a queue (Kueue), not for the scheduler: say which gate.
+    let gates = gates(pod);
+    if !gates.is_empty() {
+        return Some(format!("waiting for admission by {}", gates.join(", ")));
+    }
     let status = pod.status.as_ref()?;
     let with_message = |reason: &str, message: Option<&String>| match message {
         Some(m) if !m.is_empty() => format!("{reason}: {m}"),
@@ -519,6 +554,26 @@ mod tests {
 
     fn pod(json: serde_json::Value) -> Pod {
         serde_json::from_value(json).unwrap()
+    }
+
+    /// Kueue holds a pod with its gate: the gate is the reason, not the scheduler's
+    /// "SchedulingGated" condition.
+    #[test]
+    fn a_gated_pod_waits_for_admission_by_its_gate() {
+        let v = pod_view(&pod(serde_json::json!({
+            "metadata": {"name": "q"},
+            "spec": {"containers": [], "schedulingGates": [{"name": "kueue.x-k8s.io/admission"}]},
+            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]}
+        })));
+        assert_eq!(
+            v.waiting_reason.as_deref(),
+            Some("waiting for admission by kueue.x-k8s.io/admission")
+        );
+        assert!(all_gated(&[vec![v.clone()]]));
+        let mut running = v;
+        running.gates.clear();
+        assert!(!all_gated(&[vec![running]]));
+        assert!(!all_gated(&[vec![]]), "a job without pods is not queued");
     }
 
     #[test]
