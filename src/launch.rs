@@ -425,11 +425,20 @@ fn plan_for(
 
 /// Without --coordinator, in an Indexed Job whose pods have a subdomain (a headless Service),
 /// the coordinator is pod 0 by its DNS name: derived from this pod's hostname, its completion
-/// index and /etc/hosts, so that only pod 0 uses the API without any setting.
+/// index and /etc/hosts, so that only pod 0 uses the API without any setting. Only when the
+/// Job is the whole job: JOB_NAME is its name and the default selector finds its pods.
 pub(crate) fn derive_coordinator(config: &mut Config) {
-    if config.control.coordinator.is_some()
-        || !matches!(config.topology.discovery, Discovery::Kubernetes { .. })
-    {
+    // Only for the pods the default selector finds, `job-name=<JOB_NAME>`, when the hostname
+    // says this pod is of that very Job: under JobSet, say, pod 0 of one child Job is not the
+    // whole job's, and two coordinators would wait for each other.
+    let default_selector = format!("job-name={}", config.topology.job_name);
+    let one_job = match &config.topology.discovery {
+        Discovery::Kubernetes { groups } => {
+            groups.len() == 1 && groups[0].selector.to_string() == default_selector
+        }
+        _ => false,
+    };
+    if config.control.coordinator.is_some() || !one_job {
         return;
     }
     let index = std::env::var("JOB_COMPLETION_INDEX").ok();
@@ -437,6 +446,12 @@ pub(crate) fn derive_coordinator(config: &mut Config) {
         .ok()
         .and_then(|h| h.into_string().ok())
         .unwrap_or_default();
+    let of_this_job = index.as_deref().is_some_and(|i| {
+        hostname.strip_suffix(&format!("-{}", i.trim())) == Some(config.topology.job_name.as_str())
+    });
+    if !of_this_job {
+        return;
+    }
     let hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
     let derived = crate::config::indexed_job_coordinator(
         index.as_deref(),
