@@ -936,10 +936,14 @@ pub fn indexed_job_coordinator(
     completion_index: Option<&str>,
     hostname: &str,
     etc_hosts: &str,
+    job_name: &str,
     port: u16,
 ) -> Option<(String, u16)> {
     let index: u32 = completion_index?.trim().parse().ok()?;
-    let job = hostname.strip_suffix(&format!("-{index}"))?;
+    // This pod's Job must be the job (JOB_NAME): under JobSet a child Job is only a part.
+    let job = hostname
+        .strip_suffix(&format!("-{index}"))
+        .filter(|job| *job == job_name)?;
     let fqdn = etc_hosts
         .lines()
         .filter(|line| !line.trim_start().starts_with('#'))
@@ -1634,20 +1638,21 @@ mod tests {
     #[test]
     fn an_indexed_job_with_a_subdomain_implies_its_pod_0_as_coordinator() {
         let hosts = "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n10.1.2.3\ttrain-2.train-pods.team-a.svc.cluster.local\ttrain-2\n";
+        let derive = |index, hostname, hosts, job| {
+            indexed_job_coordinator(index, hostname, hosts, job, 6171)
+        };
         assert_eq!(
-            indexed_job_coordinator(Some("2"), "train-2", hosts, 6171),
+            derive(Some("2"), "train-2", hosts, "train"),
             Some(("train-0.train-pods".to_string(), 6171))
         );
         // No index (not an Indexed Job), a hostname of another index, no subdomain: nothing.
-        assert_eq!(indexed_job_coordinator(None, "train-2", hosts, 6171), None);
-        assert_eq!(
-            indexed_job_coordinator(Some("3"), "train-2", hosts, 6171),
-            None
-        );
+        assert_eq!(derive(None, "train-2", hosts, "train"), None);
+        assert_eq!(derive(Some("3"), "train-2", hosts, "train"), None);
         let bare = "127.0.0.1\tlocalhost\n10.1.2.3\ttrain-2\n";
-        assert_eq!(
-            indexed_job_coordinator(Some("2"), "train-2", bare, 6171),
-            None
-        );
+        assert_eq!(derive(Some("2"), "train-2", bare, "train"), None);
+        // A JobSet's child Job `train-workers-1` of job `train`: its pod 0 is not the job's.
+        let child =
+            "10.1.2.4\ttrain-workers-1-2.train.team-a.svc.cluster.local\ttrain-workers-1-2\n";
+        assert_eq!(derive(Some("2"), "train-workers-1-2", child, "train"), None);
     }
 }

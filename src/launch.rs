@@ -446,17 +446,12 @@ pub(crate) fn derive_coordinator(config: &mut Config) {
         .ok()
         .and_then(|h| h.into_string().ok())
         .unwrap_or_default();
-    let of_this_job = index.as_deref().is_some_and(|i| {
-        hostname.strip_suffix(&format!("-{}", i.trim())) == Some(config.topology.job_name.as_str())
-    });
-    if !of_this_job {
-        return;
-    }
     let hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
     let derived = crate::config::indexed_job_coordinator(
         index.as_deref(),
         &hostname,
         &hosts,
+        &config.topology.job_name,
         config.control.port,
     );
     if let Some((host, port)) = derived {
