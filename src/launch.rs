@@ -307,7 +307,7 @@ async fn started(
             channel.close().await;
             Err(Error::PeerLost {
                 reason,
-                stopped: "nothing".into(),
+                stopped: "nothing (no process had started)".into(),
             })
         }
     }
