@@ -856,7 +856,7 @@ pub fn termination_log(args: &JobArgs) -> Option<PathBuf> {
 }
 
 /// Empty environment variables count as unset, as Kubernetes manifests often carry `value: ""`.
-fn present(value: &Option<String>) -> Option<&str> {
+pub(crate) fn present(value: &Option<String>) -> Option<&str> {
     value.as_deref().map(str::trim).filter(|v| !v.is_empty())
 }
 

@@ -63,10 +63,15 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
         derive_coordinator(&mut config);
     }
     if secret.is_none() && config.control.max_restarts > 0 && !plan_only {
+        let file = config
+            .control
+            .secret_file
+            .as_ref()
+            .map_or(String::new(), |f| f.display().to_string());
         return Err(ConfigError::new(
             MAX_RESTARTS,
             &config.control.max_restarts.to_string(),
-            "0 while the job secret file does not exist: restarts are agreed over the control channel",
+            format!("0 while the job secret file {file} does not exist: restarts are agreed over the control channel"),
         )
         .into());
     }

@@ -12,8 +12,8 @@ use tracing::info;
 
 use crate::cli::LocalArgs;
 use crate::config::{
-    Config, ConfigError, GRADIENT_NUM, ID_DIR, JOB_SECRET, NIC, PEERS, POD_IP, POD_NAME, SELECTOR,
-    TERMINATION_LOG, WORKDIR,
+    present, Config, ConfigError, GRADIENT_NUM, ID_DIR, JOB_SECRET, NIC, PEERS, POD_IP, POD_NAME,
+    SELECTOR, TERMINATION_LOG, WORKDIR,
 };
 use crate::error::Error;
 use crate::exit::Outcome;
@@ -70,7 +70,7 @@ fn instance_env(
         }
     }
     // Restarts are agreed over the control channel, which needs a secret: one for this run.
-    let restarts = present(&job.max_restarts).is_some_and(|n| n.trim() != "0");
+    let restarts = present(&job.max_restarts).is_some_and(|n| n != "0");
     if restarts && present(&job.job_secret).is_none() && present(&job.job_secret_file).is_none() {
         shared.insert(JOB_SECRET.env().to_string(), random_secret()?);
     }
@@ -94,10 +94,6 @@ fn instance_env(
             env
         })
         .collect())
-}
-
-fn present(value: &Option<String>) -> Option<&str> {
-    value.as_deref().filter(|v| !v.trim().is_empty())
 }
 
 /// 32 random bytes, hex: a job secret nobody else knows.

@@ -12,7 +12,9 @@ use nix::sys::signal::Signal;
 use serde_json::Value;
 use support::dnsmasq::Dnsmasq;
 use support::fake_api::job_pod;
-use support::{assert_contains, free_ports, loopback_ip, paddle_python, Cluster, Launcher};
+use support::{
+    assert_contains, free_ports, loopback_ip, paddle_python, Cluster, Launcher, DISCOVERS,
+};
 
 const LIMIT: Duration = Duration::from_secs(120);
 const SECRET: &str = "recovery-test-secret-0123456789abcdef";
@@ -126,6 +128,21 @@ impl Job {
         index
     }
 
+    fn create_pods(&mut self, pods: usize) {
+        for _ in 0..pods {
+            self.create_pod();
+        }
+    }
+
+    /// Creates `pods` pods and waits until each one's trainer runs in epoch 0.
+    fn start_training(&mut self, pods: usize) {
+        let first = self.created.len();
+        self.create_pods(pods);
+        for i in first..first + pods {
+            self.launcher(i).wait_for_output("count=0 ", LIMIT);
+        }
+    }
+
     /// The address the next pod will get.
     fn reserve_ip(&mut self) -> String {
         self.reserved_ip.get_or_insert_with(loopback_ip).clone()
@@ -222,9 +239,7 @@ fn assert_restarted_with(outputs: &[String], epoch: u32, members: &[String]) {
 fn a_trainer_failing_once_restarts_every_trainer_and_the_job_succeeds() {
     let mut job = Job::new("once", 3, 2);
     job.fail_once_rank = Some(1);
-    for _ in 0..3 {
-        job.create_pod();
-    }
+    job.create_pods(3);
     let outputs = job.all_finish_in_epoch(1);
     let everyone = endpoints(&job, &[0, 1, 2]);
     assert_restarted_with(&outputs, 1, &everyone);
@@ -251,12 +266,7 @@ fn a_trainer_failing_once_restarts_every_trainer_and_the_job_succeeds() {
 #[test]
 fn a_pod_killed_and_replaced_rejoins_the_survivors_in_their_epoch() {
     let mut job = Job::new("killed", 3, 1);
-    for _ in 0..3 {
-        job.create_pod();
-    }
-    for i in 0..3 {
-        job.launcher(i).wait_for_output("count=0 ", LIMIT);
-    }
+    job.start_training(3);
     job.kill_pod(2);
     for i in 0..2 {
         job.launcher(i)
@@ -272,14 +282,7 @@ fn a_pod_killed_and_replaced_rejoins_the_survivors_in_their_epoch() {
 #[test]
 fn the_coordinators_pod_killed_and_replaced() {
     let mut job = Job::new("coord", 3, 1);
-    for _ in 0..3 {
-        job.create_pod();
-    }
-    job.launcher(0)
-        .wait_for_output("starting restart epoch 0", LIMIT);
-    for i in 0..3 {
-        job.launcher(i).wait_for_output("count=0 ", LIMIT);
-    }
+    job.start_training(3);
     job.kill_pod(0);
     let replacement = job.create_pod();
     job.launcher(1)
@@ -293,12 +296,7 @@ fn the_coordinators_pod_killed_and_replaced() {
 #[test]
 fn a_frozen_pod_stops_the_others_trainers_and_its_replacement_restarts_them() {
     let mut job = Job::new("frozen", 3, 1);
-    for _ in 0..3 {
-        job.create_pod();
-    }
-    for i in 0..3 {
-        job.launcher(i).wait_for_output("count=0 ", LIMIT);
-    }
+    job.start_training(3);
     job.launcher(1).signal(Signal::SIGSTOP);
     for i in [0, 2] {
         job.launcher(i)
@@ -325,12 +323,7 @@ fn a_frozen_pod_stops_the_others_trainers_and_its_replacement_restarts_them() {
 #[test]
 fn an_exhausted_budget_ends_every_pod_naming_the_first_failure() {
     let mut job = Job::new("spent", 3, 1);
-    for _ in 0..3 {
-        job.create_pod();
-    }
-    for i in 0..3 {
-        job.launcher(i).wait_for_output("count=0 ", LIMIT);
-    }
+    job.start_training(3);
     job.kill_pod(2);
     let replacement = job.create_pod();
     job.launcher(replacement).wait_for_output("count=1 ", LIMIT);
@@ -434,9 +427,7 @@ fn real_paddle_resumes_from_its_checkpoint_after_a_pod_is_killed_and_replaced() 
         ("PADDLE_DISTRI_BACKEND", "gloo".to_string()),
         ("HOME", job.cluster.dir.path().display().to_string()),
     ];
-    for _ in 0..3 {
-        job.create_pod();
-    }
+    job.create_pods(3);
     job.launcher(1).wait_for_output("rank 1: step 10 ", LIMIT);
     job.kill_pod(1);
     let replacement = job.create_pod();
@@ -489,9 +480,7 @@ esac"#,
     ]
     .map(String::from)
     .to_vec();
-    for _ in 0..3 {
-        job.create_pod();
-    }
+    job.create_pods(3);
     let expected = [(0, 0), (1, 5), (2, 78)];
     for (i, code) in expected {
         let launcher = job.created[i].2.take().unwrap();
@@ -513,12 +502,7 @@ esac"#,
 fn a_named_coordinator_restarts_the_job_around_a_replaced_follower() {
     let mut job = Job::new("named", 3, 1);
     job.named_coordinator = true;
-    for _ in 0..3 {
-        job.create_pod();
-    }
-    for i in 0..3 {
-        job.launcher(i).wait_for_output("count=0 ", LIMIT);
-    }
+    job.start_training(3);
     job.kill_pod(2);
     let replacement = job.create_pod();
     let outputs = job.all_finish_in_epoch(1);
@@ -540,9 +524,6 @@ fn assert_only_coordinators_used_the_api(job: &Job, coordinators: &[usize]) {
     }
 }
 
-/// The line a launcher writes when it lists and watches the job's pods itself.
-const DISCOVERS: &str = "to be Running (API server";
-
 /// With a coordinator named by DNS (an Indexed Job's `<job>-0.<service>`), its pod killed: the
 /// name moves to the replacement, which coordinates (and is the only one to use the API), and
 /// every trainer restarts in the survivors' epoch.
@@ -558,12 +539,7 @@ fn a_named_coordinators_replacement_takes_over_at_the_same_name() {
     )];
     let first = job.reserve_ip();
     dns.set_records(&[(&first, NAME)]);
-    for _ in 0..3 {
-        job.create_pod();
-    }
-    for i in 0..3 {
-        job.launcher(i).wait_for_output("count=0 ", LIMIT);
-    }
+    job.start_training(3);
     // The replacement's address is the name's before the old pod dies, as the Service's
     // endpoints would follow the new pod.
     let next = job.reserve_ip();

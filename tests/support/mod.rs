@@ -334,3 +334,6 @@ pub fn paddle_python() -> String {
     );
     python
 }
+
+/// The line a launcher writes when it lists and watches the job's pods itself.
+pub const DISCOVERS: &str = "to be Running (API server";
