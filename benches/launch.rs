@@ -97,6 +97,28 @@ fn pod_ip(i: usize) -> String {
     format!("127.0.{}.{}", (i + 2) / 250, (i + 2) % 250)
 }
 
+/// The launcher of simulated pod `i` (`name`) of `job` (`pods` pods) against the fake API whose
+/// kubeconfig is in `dir`, with a clean environment and its log in `log`: what every part of
+/// the bench starts, before its own settings.
+fn pod_launcher(dir: &Path, job: &str, pods: usize, i: usize, name: &str, log: &Path) -> Command {
+    let mut command = Command::new(LAUNCHER);
+    command
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("KUBECONFIG", dir.join("kubeconfig"))
+        .env("JOB_NAME", job)
+        .env("CONF_PADDLE_GRADIENT_NUM", pods.to_string())
+        .env("CONF_PADDLE_NIC", "lo")
+        .env("POD_IP", pod_ip(i))
+        .env("POD_NAME", name)
+        .env("PADDLE_LAUNCHER_TERMINATION_LOG", "")
+        .env("PADDLE_LAUNCHER_ID_DIR", "")
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(log).unwrap());
+    command
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -127,17 +149,10 @@ impl Job {
         let port = free_port().to_string();
         let launchers = (0..pods)
             .map(|i| {
-                Command::new(LAUNCHER)
+                let log = dir.path().join(format!("{i}.log"));
+                pod_launcher(dir.path(), job, pods, i, &names[i], &log)
                     .arg("run")
-                    .env_clear()
-                    .env("PATH", std::env::var("PATH").unwrap_or_default())
-                    .env("KUBECONFIG", dir.path().join("kubeconfig"))
-                    .env("JOB_NAME", job)
-                    .env("CONF_PADDLE_GRADIENT_NUM", pods.to_string())
-                    .env("CONF_PADDLE_NIC", "lo")
                     .env("CONF_PADDLE_PORT", &port)
-                    .env("POD_IP", pod_ip(i))
-                    .env("POD_NAME", &names[i])
                     .env(
                         "PADDLE_LAUNCHER_PSERVER_CMD",
                         format!("{me} --standin pserver"),
@@ -147,11 +162,6 @@ impl Job {
                         format!("{me} --standin trainer"),
                     )
                     .env("PADDLE_LAUNCHER_LINGER", "600")
-                    .env("PADDLE_LAUNCHER_TERMINATION_LOG", "")
-                    .env("PADDLE_LAUNCHER_ID_DIR", "")
-                    .current_dir(dir.path())
-                    .stdout(Stdio::null())
-                    .stderr(fs::File::create(dir.path().join(format!("{i}.log"))).unwrap())
                     .spawn()
                     .unwrap()
             })
@@ -511,16 +521,8 @@ impl Recovering {
         let name = format!("{}-{i}", self.job);
         self.api.put_pod(job_pod(&self.job, &name));
         let log = self.dir.path().join(format!("{i}.log"));
-        let child = Command::new(LAUNCHER)
+        let child = pod_launcher(self.dir.path(), &self.job, self.pods, i, &name, &log)
             .args(["run", "--", "sleep", "600"])
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("KUBECONFIG", self.dir.path().join("kubeconfig"))
-            .env("JOB_NAME", &self.job)
-            .env("CONF_PADDLE_GRADIENT_NUM", self.pods.to_string())
-            .env("CONF_PADDLE_NIC", "lo")
-            .env("POD_IP", pod_ip(i))
-            .env("POD_NAME", &name)
             .env("PADDLE_LAUNCHER_PROTOCOL", "collective")
             .env(
                 "PADDLE_LAUNCHER_JOB_SECRET",
@@ -538,11 +540,6 @@ impl Recovering {
                 "PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT",
                 HEARTBEAT_TIMEOUT_S.to_string(),
             )
-            .env("PADDLE_LAUNCHER_TERMINATION_LOG", "")
-            .env("PADDLE_LAUNCHER_ID_DIR", "")
-            .current_dir(self.dir.path())
-            .stdout(Stdio::null())
-            .stderr(fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
         self.members.push((name, pod_ip(i), Some(child), log));
@@ -795,24 +792,12 @@ fn scale_run(pods: usize, coordinator: bool) -> ScaleRun {
     let (control, trainer) = (free_port(), free_port());
     let launchers: Vec<Child> = (0..pods)
         .map(|i| {
-            let mut command = Command::new(LAUNCHER);
+            let log = dir.path().join(format!("{i}.log"));
+            let mut command = pod_launcher(dir.path(), job, pods, i, &names[i], &log);
             command
                 .args(["run", "--", &me, "--standin", "trainer"])
-                .env_clear()
-                .env("PATH", std::env::var("PATH").unwrap_or_default())
-                .env("KUBECONFIG", dir.path().join("kubeconfig"))
-                .env("JOB_NAME", job)
-                .env("CONF_PADDLE_GRADIENT_NUM", pods.to_string())
-                .env("CONF_PADDLE_NIC", "lo")
-                .env("POD_IP", pod_ip(i))
-                .env("POD_NAME", &names[i])
                 .env("PADDLE_LAUNCHER_PROTOCOL", "collective")
-                .env("PADDLE_LAUNCHER_TRAINER_PORT", trainer.to_string())
-                .env("PADDLE_LAUNCHER_TERMINATION_LOG", "")
-                .env("PADDLE_LAUNCHER_ID_DIR", "")
-                .current_dir(dir.path())
-                .stdout(Stdio::null())
-                .stderr(fs::File::create(dir.path().join(format!("{i}.log"))).unwrap());
+                .env("PADDLE_LAUNCHER_TRAINER_PORT", trainer.to_string());
             if coordinator {
                 command
                     .env(

@@ -42,7 +42,7 @@ use ring::rand::{SecureRandom, SystemRandom};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::{sleep, timeout, Instant};
 use tracing::{debug, info, warn, Instrument};
@@ -368,7 +368,7 @@ pub struct Channel {
     task: Option<JoinHandle<()>>,
     may_restart: Arc<AtomicBool>,
     /// Set once the job's loss is known here: told by the coordinator, or decided by it.
-    lost: Arc<AtomicBool>,
+    lost: watch::Receiver<bool>,
 }
 
 impl Channel {
@@ -411,10 +411,8 @@ impl Channel {
     /// pod that already finished. A coordinator that does not answer leaves it as it was.
     pub async fn failed(&self, reason: &str, wait: Duration) {
         let _ = self.requests.send(Request::Failed(cut(reason)));
-        let deadline = Instant::now() + wait;
-        while !self.lost.load(Ordering::SeqCst) && Instant::now() < deadline {
-            sleep(Duration::from_millis(5)).await;
-        }
+        let mut lost = self.lost.clone();
+        let _ = timeout(wait, lost.wait_for(|known| *known)).await;
     }
 
     /// Ends this launcher's part and waits until it has. After a success a follower says
@@ -449,12 +447,12 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
     let (heard_tx, heard_rx) = mpsc::unbounded_channel();
     let (requests_tx, requests_rx) = mpsc::unbounded_channel();
     let may_restart = Arc::new(AtomicBool::new(true));
-    let lost = Arc::new(AtomicBool::new(false));
+    let (lost_tx, lost) = watch::channel(false);
     let ends = Ends {
         heard: heard_tx,
         requests: requests_rx,
         may_restart: may_restart.clone(),
-        lost: lost.clone(),
+        lost: lost_tx,
     };
     let limit = joining.heartbeat_timeout.as_secs();
     let task = match joining.role {
@@ -489,7 +487,7 @@ struct Ends {
     heard: mpsc::UnboundedSender<Heard>,
     requests: mpsc::UnboundedReceiver<Request>,
     may_restart: Arc<AtomicBool>,
-    lost: Arc<AtomicBool>,
+    lost: watch::Sender<bool>,
 }
 
 impl Ends {
@@ -505,7 +503,7 @@ impl Ends {
         if !restart {
             self.may_restart.store(false, Ordering::SeqCst);
         }
-        self.lost.store(true, Ordering::SeqCst);
+        self.lost.send_replace(true);
     }
 }
 
