@@ -154,8 +154,8 @@ pub struct LocalArgs {
 
 #[derive(Debug, Args, Clone, Default)]
 pub struct JobArgs {
-    /// Job name (required); also the default label selector `job-name=<name>` set by the Job
-    /// controller.
+    /// Job name (required unless a batch system names the job, see --runtime); also the default
+    /// label selector `job-name=<name>` set by the Job controller.
     #[arg(long, env = "JOB_NAME")]
     pub job_name: Option<String>,
     /// Namespace of the job's pods [default: the kubeconfig's or service account's namespace].
@@ -181,7 +181,7 @@ pub struct JobArgs {
     #[arg(long, env = "CONF_PADDLE_PORTS_NUM_SPARSE")]
     pub ports_num_sparse: Option<String>,
     /// Number of pods = trainers = pservers (--num_gradient_servers). Required, unless --peers
-    /// gives the list.
+    /// gives the list or a batch system the number (--runtime).
     #[arg(long, env = "CONF_PADDLE_GRADIENT_NUM")]
     pub gradient_num: Option<String>,
     /// This pod's IP (downward API status.podIP) [default: address of the NIC, then of the hostname].
@@ -313,6 +313,12 @@ pub struct JobArgs {
     /// [default: 0, the first failure ends every pod].
     #[arg(long, env = "PADDLE_LAUNCHER_MAX_RESTARTS")]
     pub max_restarts: Option<String>,
+    /// The batch system whose names on this pod say who is in the job: `auto` (whichever this
+    /// pod shows: JobSet, Volcano, LeaderWorkerSet, Kubeflow, a Job), one of `job`, `jobset`,
+    /// `volcano`, `lws`, `kubeflow`, or `static` (read none). Settings given explicitly win
+    /// over what it says [default: auto].
+    #[arg(long, env = "PADDLE_LAUNCHER_RUNTIME")]
+    pub runtime: Option<String>,
     /// Arguments after `--` go to the trainer; `--name=value` replaces a generated flag.
     #[arg(last = true, value_name = "TRAINER_ARGS")]
     pub trainer_args: Vec<String>,

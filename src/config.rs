@@ -68,6 +68,7 @@ pub const COORDINATOR: Opt = Opt("coordinator");
 pub const CONTROL_PORT: Opt = Opt("control_port");
 pub const HEARTBEAT_TIMEOUT: Opt = Opt("heartbeat_timeout");
 pub const MAX_RESTARTS: Opt = Opt("max_restarts");
+pub const RUNTIME: Opt = Opt("runtime");
 
 /// Every option named in this module's messages (a test checks each one has a definition).
 #[cfg(test)]
@@ -111,6 +112,7 @@ const NAMED_OPTIONS: &[Opt] = &[
     CONTROL_PORT,
     HEARTBEAT_TIMEOUT,
     MAX_RESTARTS,
+    RUNTIME,
 ];
 
 pub const DEFAULT_PORT: u16 = 7164;
@@ -213,6 +215,32 @@ pub struct Group {
     pub kind: GroupKind,
     pub selector: LabelSelector,
     pub expected: u32,
+    pub ranking: Ranking,
+}
+
+/// Where a pod's rank and attempt are written on it (label or annotation keys): ranks follow
+/// the `index` values, major first, when every pod has them (else IP order); a pod of an
+/// earlier `attempt` than the newest seen is not part of the job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ranking {
+    pub index: Vec<&'static str>,
+    pub attempt: Option<&'static str>,
+}
+
+impl Ranking {
+    pub fn by(index: &[&'static str], attempt: Option<&'static str>) -> Ranking {
+        Ranking {
+            index: index.to_vec(),
+            attempt,
+        }
+    }
+}
+
+impl Default for Ranking {
+    /// An Indexed Job's: the completion index.
+    fn default() -> Self {
+        Ranking::by(&[crate::runtime::COMPLETION_INDEX], None)
+    }
 }
 
 /// How this launcher learns who is in the job.
@@ -232,12 +260,21 @@ pub enum Discovery {
 /// A validated configuration, in parts that are each built and tested on their own.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
+    /// The batch system that created this pod and what was taken from it; None: none read.
+    pub runtime: Option<RuntimeReport>,
     pub topology: Topology,
     pub ports: Ports,
     pub program: Program,
     pub timing: Timing,
     pub workspace: Workspace,
     pub control: Control,
+}
+
+/// What `plan` and `doctor` say of the batch system: its name, and where each setting came from.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RuntimeReport {
+    pub system: crate::runtime::System,
+    pub settings: Vec<String>,
 }
 
 /// The job's control channel: on only with a secret, since an open port must authenticate.
@@ -343,6 +380,7 @@ impl Config {
         let workspace = Workspace::from_args(args)?;
         let control = Control::from_args(args)?;
         Ok(Config {
+            runtime: None,
             topology,
             ports,
             program,
@@ -535,6 +573,7 @@ impl Topology {
                             format!("job-name={job_name}"),
                         )?,
                         expected: trainers,
+                        ranking: Ranking::default(),
                     }],
                 },
             };
@@ -584,6 +623,7 @@ impl Topology {
                         format!("paddle-job-pserver={job_name}"),
                     )?,
                     expected: pservers,
+                    ranking: Ranking::default(),
                 });
             }
             let trainer_group = Group {
@@ -594,6 +634,7 @@ impl Topology {
                     format!("paddle-job={job_name}"),
                 )?,
                 expected: trainers,
+                ranking: Ranking::default(),
             };
             // A pserver waits only for the pserver pods (its contract names no trainer); it
             // watches the trainer pods after the launch to know when the job is done.
@@ -1145,6 +1186,7 @@ mod tests {
                     kind: GroupKind::Job,
                     selector: LabelSelector::parse("job-name=paddle-cluster-job").unwrap(),
                     expected: 3,
+                    ranking: Ranking::default(),
                 }]
             }
         );

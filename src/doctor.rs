@@ -18,18 +18,23 @@ use crate::peers::kubernetes;
 pub async fn doctor(
     args: &JobArgs,
     interfaces: &Interfaces,
-    hostname_ip: impl FnOnce() -> Option<std::net::IpAddr>,
+    hostname_ip: impl Fn() -> Option<std::net::IpAddr>,
 ) -> (Vec<String>, Outcome) {
     let mut lines = Vec::new();
-    let mut config = match Config::from_args(args) {
+    let mut config = match crate::detect::configure(args, interfaces, &hostname_ip).await {
         Ok(config) => config,
         Err(e) => {
             return (
                 lines,
-                Outcome::new(exit::INVALID_CONFIG, format!("configuration: {e}")),
+                Outcome::new(e.exit_code(), format!("configuration: {e}")),
             )
         }
     };
+    if let Some(runtime) = &config.runtime {
+        for setting in &runtime.settings {
+            lines.push(format!("batch system {}: {setting}", runtime.system.name()));
+        }
+    }
     if config.control.secret.is_some() || config.control.secret_file.is_some() {
         crate::launch::derive_coordinator(&mut config);
     }

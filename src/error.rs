@@ -44,6 +44,8 @@ pub enum Error {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    #[error("cannot read what the batch system says of this job: {what}; set the job's settings yourself (JOB_NAME, CONF_PADDLE_GRADIENT_NUM, ...) or --runtime static")]
+    BatchSystem { what: String },
     #[error("{failed} trainer pods of the job have Failed, more than PADDLE_LAUNCHER_MAX_FAILED_TRAINERS = {max}: not starting again")]
     TooManyFailures { failed: usize, max: u32 },
     #[error(transparent)]
@@ -96,9 +98,10 @@ impl Error {
             Error::NoCluster { .. } => exit::NO_CLUSTER,
             Error::Forbidden { .. } | Error::WatchRefused { .. } => exit::FORBIDDEN,
             Error::PeersTimeout { .. } => exit::PEERS_TIMEOUT,
-            Error::Unreachable { .. } | Error::NotAnApiServer { .. } | Error::DnsConfig { .. } => {
-                exit::SOURCE_UNUSABLE
-            }
+            Error::Unreachable { .. }
+            | Error::NotAnApiServer { .. }
+            | Error::DnsConfig { .. }
+            | Error::BatchSystem { .. } => exit::SOURCE_UNUSABLE,
             Error::TooManyFailures { .. } => exit::TOO_MANY_FAILURES,
             Error::Membership(_) => exit::MEMBERSHIP,
             Error::PserversNotReady { .. } => exit::PSERVERS_NOT_READY,

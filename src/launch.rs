@@ -55,8 +55,9 @@ pub async fn launch(args: &JobArgs, plan_only: bool) -> Outcome {
 }
 
 async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error> {
-    let mut config = Config::from_args(args)?;
-    let my_ip = own_ip(&config, &host_interfaces(), hostname_ip)?;
+    let interfaces = host_interfaces();
+    let mut config = crate::detect::configure(args, &interfaces, hostname_ip).await?;
+    let my_ip = own_ip(&config, &interfaces, hostname_ip)?;
     // Read before any network call, like every other bad value.
     let secret = job_secret(&config.control)?;
     if secret.is_some() {

@@ -11,6 +11,7 @@
 pub mod cli;
 pub(crate) mod config;
 pub(crate) mod control;
+pub(crate) mod detect;
 pub(crate) mod doctor;
 pub(crate) mod error;
 pub(crate) mod exit;
@@ -23,6 +24,7 @@ pub(crate) mod peers;
 pub(crate) mod plan;
 pub(crate) mod protocol;
 pub mod run;
+pub(crate) mod runtime;
 pub(crate) mod selector;
 pub(crate) mod supervise;
 pub(crate) mod workspace;

@@ -60,8 +60,13 @@ pub struct PodView {
     pub phase: PodPhase,
     /// metadata.deletionTimestamp is set: the pod is going away.
     pub terminating: bool,
-    /// The Indexed-Job annotation `batch.kubernetes.io/job-completion-index`.
-    pub completion_index: Option<u32>,
+    /// Its place in rank order as the batch system wrote it (major first): the Indexed-Job
+    /// completion index, JobSet's (global job index, completion index), Volcano's task index...
+    pub index: Option<Vec<u64>>,
+    /// The attempt of the job it was created for (JobSet restart-attempt, Volcano job-version).
+    pub attempt: Option<u64>,
+    /// metadata.creationTimestamp, in seconds since the epoch.
+    pub created: Option<i64>,
     /// Why a pod is not Running yet, e.g. "Unschedulable: 0/3 nodes are available: ...".
     pub waiting_reason: Option<String>,
     /// The scheduling gates holding it (Kueue's `kueue.x-k8s.io/admission`, topology gates):
@@ -118,8 +123,9 @@ impl PodSet {
         self.pods.remove(name);
     }
 
+    /// The pods of the job's current attempt (see `current`).
     pub fn pods(&self) -> Vec<PodView> {
-        self.pods.values().cloned().collect()
+        current(self.pods.values().cloned().collect())
     }
 
     pub fn get(&self, name: &str) -> Option<&PodView> {
@@ -353,12 +359,41 @@ pub enum MembershipError {
     AmbiguousIp { ip: IpAddr, names: String },
 }
 
-/// Ranks: the Indexed-Job completion index when every pod has one, else numeric IP order
-/// (IPv4 before IPv6; 10.0.0.9 before 10.0.0.10), ties by pod name.
+/// The pods that are part of the job now: those of its newest attempt (a pod of an earlier
+/// one is on its way out: JobSet and Volcano recreate every pod on a restart), and of several
+/// pods with one index (a replaced Indexed Job pod and its replacement) the live one, else the
+/// newest. Such pods never count, not even as failed.
+pub fn current(pods: Vec<PodView>) -> Vec<PodView> {
+    let newest = pods.iter().filter_map(|p| p.attempt).max();
+    let mut by_index: BTreeMap<Vec<u64>, PodView> = BTreeMap::new();
+    let mut unindexed = Vec::new();
+    for pod in pods {
+        if newest.is_some() && pod.attempt.unwrap_or(0) < newest.unwrap_or(0) {
+            continue;
+        }
+        let Some(index) = pod.index.clone() else {
+            unindexed.push(pod);
+            continue;
+        };
+        let preferred = |p: &PodView| (p.is_live(), p.created, p.name.clone());
+        match by_index.get(&index) {
+            Some(kept) if preferred(kept) >= preferred(&pod) => {}
+            _ => {
+                by_index.insert(index, pod);
+            }
+        }
+    }
+    unindexed.extend(by_index.into_values());
+    unindexed.sort_by(|a, b| a.name.cmp(&b.name));
+    unindexed
+}
+
+/// Ranks: the index the batch system wrote on each pod when every pod has one, else numeric
+/// IP order (IPv4 before IPv6; 10.0.0.9 before 10.0.0.10), ties by pod name.
 pub fn rank(pods: &[PodView]) -> Vec<Member> {
     let mut ordered: Vec<&PodView> = pods.iter().filter(|p| p.ip.is_some()).collect();
-    if ordered.iter().all(|p| p.completion_index.is_some()) {
-        ordered.sort_by(|a, b| (a.completion_index, &a.name).cmp(&(b.completion_index, &b.name)));
+    if ordered.iter().all(|p| p.index.is_some()) {
+        ordered.sort_by(|a, b| (&a.index, &a.name).cmp(&(&b.index, &b.name)));
     } else {
         ordered.sort_by(|a, b| (a.ip, &a.name).cmp(&(b.ip, &b.name)));
     }
@@ -433,7 +468,9 @@ pub(crate) mod tests {
             ip: ip.map(|ip| ip.parse().unwrap()),
             phase: phase.into(),
             terminating: false,
-            completion_index: None,
+            index: None,
+            attempt: None,
+            created: None,
             waiting_reason: None,
             gates: Vec::new(),
         }
@@ -535,13 +572,67 @@ pub(crate) mod tests {
             pod("job-2-ghi", Some("10.0.0.2"), "Running"),
         ];
         for (i, p) in pods.iter_mut().enumerate() {
-            p.completion_index = Some(i as u32);
+            p.index = Some(vec![i as u64]);
         }
         let members = rank(&pods);
         assert_eq!(names(&members), ["job-0-abc", "job-1-def", "job-2-ghi"]);
         // Without the annotation on every pod, IP order applies.
-        pods[1].completion_index = None;
+        pods[1].index = None;
         assert_eq!(names(&rank(&pods)), ["job-1-def", "job-2-ghi", "job-0-abc"]);
+    }
+
+    #[test]
+    fn ranks_follow_a_two_level_index_not_ip_order() {
+        // JobSet: (global job index, completion index); 2 jobs of 2 pods, IPs in reverse.
+        let mut pods: Vec<PodView> = (0..4)
+            .map(|i| {
+                pod(
+                    &format!("js-{i}"),
+                    Some(&format!("10.0.0.{}", 9 - i)),
+                    "Running",
+                )
+            })
+            .collect();
+        for (i, p) in pods.iter_mut().enumerate() {
+            p.index = Some(vec![(i / 2) as u64, (i % 2) as u64]);
+        }
+        pods.swap(0, 3);
+        assert_eq!(names(&rank(&pods)), ["js-0", "js-1", "js-2", "js-3"]);
+    }
+
+    #[test]
+    fn pods_of_an_earlier_attempt_or_replaced_at_their_index_do_not_count() {
+        let at = |name: &str, index: u64, attempt: Option<u64>, phase: &str, created: i64| {
+            let mut p = pod(name, Some("10.0.0.1"), phase);
+            p.index = Some(vec![index]);
+            p.attempt = attempt;
+            p.created = Some(created);
+            p
+        };
+        // A restart: attempt 1's pods replace attempt 0's, one of which still runs.
+        let pods = vec![
+            at("old-0", 0, Some(0), "Running", 1700000000),
+            at("old-1", 1, Some(0), "Failed", 1700000000),
+            at("new-0", 0, Some(1), "Pending", 1700000060),
+            at("new-1", 1, Some(1), "Running", 1700000060),
+        ];
+        assert_eq!(names_of(&current(pods.clone())), ["new-0", "new-1"]);
+        // A replaced Indexed Job pod: the Failed one is gone from the count, and of two live
+        // pods at one index the newer is the job's.
+        let pods = vec![
+            at("job-0-a", 0, None, "Failed", 1700000000),
+            at("job-0-b", 0, None, "Running", 1700000120),
+            at("job-1-a", 1, None, "Running", 1700000000),
+            at("job-1-b", 1, None, "Pending", 1700000180),
+        ];
+        assert_eq!(names_of(&current(pods)), ["job-0-b", "job-1-b"]);
+        // Without indexes or attempts nothing is dropped.
+        let plain = vec![pod("a", None, "Failed"), pod("b", None, "Running")];
+        assert_eq!(names_of(&current(plain)), ["a", "b"]);
+    }
+
+    fn names_of(pods: &[PodView]) -> Vec<&str> {
+        pods.iter().map(|p| p.name.as_str()).collect()
     }
 
     #[test]

@@ -134,6 +134,8 @@ pub struct Plan {
     /// The job-wide restart epoch these processes start in: 0 first, then one more per group
     /// restart (`PADDLE_LAUNCHER_RESTART_COUNT`, so a program can resume from its checkpoint).
     pub restart_count: u32,
+    /// The batch system that created this pod and the settings taken from it; null: none.
+    pub runtime: Option<crate::config::RuntimeReport>,
 }
 
 /// The variable that tells the training program which restart epoch it runs in.

@@ -188,7 +188,9 @@ fn a_hundred_thousand_pods_are_judged_and_ranked() {
             ])),
             phase: "Running".into(),
             terminating: false,
-            completion_index: None,
+            index: None,
+            attempt: None,
+            created: None,
             waiting_reason: None,
             gates: Vec::new(),
         })

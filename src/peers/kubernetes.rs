@@ -1,25 +1,31 @@
 //! Peers from the Kubernetes API: one list + watch of the selector's pods (kube-runtime's
 //! watcher: relists on 410 Gone, resumes from bookmarks, backs off on errors).
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
+use std::net::IpAddr;
 use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
-use tokio::time::{interval_at, sleep_until, Instant};
+use tokio::time::{interval_at, sleep, sleep_until, Instant};
 use tracing::{info, warn};
 
-use crate::config::{Group, GroupKind};
+use crate::config::{Group, GroupKind, Ranking};
 use crate::error::Error;
 use crate::membership::{judge, lost, Member, PodPhase, PodSet, PodView, Readiness, Verdict};
 
 /// Interval of the "still waiting" line, so a stuck job always says why.
 const PROGRESS_EVERY: Duration = Duration::from_secs(30);
+/// How long a pod looks for its own object: the kubelet publishes the pod's IP moments after
+/// the containers start.
+const OWN_POD_WAIT: Duration = Duration::from_secs(60);
 
-pub const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
+#[cfg(test)]
+use crate::runtime::COMPLETION_INDEX;
 
 /// The API server the launcher talks to: its client, the namespace of the job's pods, and its
 /// URL (named in every error, so that a wrong server is recognised).
@@ -66,6 +72,8 @@ pub struct PodWatch {
     url: String,
     /// Some event came from the API server: it is reachable and speaks Kubernetes.
     answered: bool,
+    /// Where each group's pods carry their rank and attempt.
+    rankings: Vec<Ranking>,
 }
 
 /// Every group's pods as its watch has shown them. A set may be judged only when every group
@@ -133,6 +141,7 @@ impl PodWatch {
             namespace: server.namespace.clone(),
             url: server.url.clone(),
             answered: false,
+            rankings: groups.iter().map(|g| g.ranking.clone()).collect(),
         }
     }
 
@@ -159,12 +168,13 @@ impl PodWatch {
         };
         // Init comes before the list request is even sent: it proves nothing.
         self.answered |= !matches!(event, Event::Init);
+        let ranking = &self.rankings[group];
         let event = match event {
             Event::Init => Event::Init,
-            Event::InitApply(pod) => Event::InitApply(pod_view(&pod)),
+            Event::InitApply(pod) => Event::InitApply(ranked_view(&pod, ranking)),
             Event::InitDone => Event::InitDone,
-            Event::Apply(pod) => Event::Apply(pod_view(&pod)),
-            Event::Delete(pod) => Event::Delete(pod_view(&pod)),
+            Event::Apply(pod) => Event::Apply(ranked_view(&pod, ranking)),
+            Event::Delete(pod) => Event::Delete(ranked_view(&pod, ranking)),
         };
         if self.views.apply(group, event) {
             Change::Settled
@@ -389,6 +399,100 @@ impl Repeats {
     }
 }
 
+/// This pod's labels and annotations in one map (annotations win): found by POD_NAME, else by
+/// its IP (a field selector), waiting up to a minute for the kubelet to publish the IP.
+pub async fn own_marks(
+    server: &ApiServer,
+    name: Option<&str>,
+    ip: IpAddr,
+) -> Result<BTreeMap<String, String>, Error> {
+    let api: Api<Pod> = Api::namespaced(server.client.clone(), &server.namespace);
+    let refused = |e: kube::Error| match e {
+        kube::Error::Api(status) if matches!(status.code, 401 | 403) => Error::Forbidden {
+            namespace: server.namespace.clone(),
+            message: status.message,
+        },
+        e => Error::BatchSystem {
+            what: format!("this pod's object from {}: {e}", server.url),
+        },
+    };
+    let started = Instant::now();
+    let pod = loop {
+        let found = match name {
+            Some(name) => api
+                .get_opt(name)
+                .await
+                .map_err(refused)?
+                .into_iter()
+                .collect(),
+            None => {
+                let params = kube::api::ListParams::default().fields(&format!("status.podIP={ip}"));
+                api.list(&params).await.map_err(refused)?.items
+            }
+        };
+        let who = name.map_or(format!("with IP {ip}"), |n| format!("named {n}"));
+        match &found[..] {
+            [pod] => break pod.clone(),
+            [] if started.elapsed() < OWN_POD_WAIT => {
+                info!(
+                    "batch system: no pod {who} in namespace {} yet; asking again",
+                    server.namespace
+                );
+                sleep(Duration::from_secs(2)).await;
+            }
+            [] => {
+                return Err(Error::BatchSystem {
+                    what: format!(
+                        "no pod {who} in namespace {} (set JOB_NAMESPACE, POD_NAME)",
+                        server.namespace
+                    ),
+                })
+            }
+            several => {
+                let names: Vec<String> = several
+                    .iter()
+                    .filter_map(|p| p.metadata.name.clone())
+                    .collect();
+                return Err(Error::BatchSystem {
+                    what: format!("pods {} all have IP {ip} (hostNetwork): set POD_NAME from the downward API", names.join(", ")),
+                });
+            }
+        }
+    };
+    let meta = pod.metadata;
+    let mut marks = meta.labels.unwrap_or_default();
+    marks.extend(meta.annotations.unwrap_or_default());
+    Ok(marks)
+}
+
+/// The JobSet object `name`, for the size of each replicated job.
+pub async fn jobset(server: &ApiServer, name: &str) -> Result<serde_json::Value, Error> {
+    let resource = ApiResource {
+        group: "jobset.x-k8s.io".into(),
+        version: "v1alpha2".into(),
+        api_version: "jobset.x-k8s.io/v1alpha2".into(),
+        kind: "JobSet".into(),
+        plural: "jobsets".into(),
+    };
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(server.client.clone(), &server.namespace, &resource);
+    match api.get(name).await {
+        Ok(object) => Ok(object.data),
+        Err(kube::Error::Api(status)) if matches!(status.code, 401 | 403) => {
+            Err(Error::Forbidden {
+                namespace: server.namespace.clone(),
+                message: format!(
+                    "{} (the launcher reads its JobSet for the number of pods: grant `get` on jobsets.jobset.x-k8s.io, or set CONF_PADDLE_GRADIENT_NUM)",
+                    status.message
+                ),
+            })
+        }
+        Err(e) => Err(Error::BatchSystem {
+            what: format!("JobSet {name} in namespace {}: {e}", server.namespace),
+        }),
+    }
+}
+
 /// One plain list of each group's pods, no watch: for `doctor`.
 pub async fn list_once(server: &ApiServer, groups: &[Group]) -> Result<Vec<Vec<PodView>>, Error> {
     let api: Api<Pod> = Api::namespaced(server.client.clone(), &server.namespace);
@@ -396,7 +500,12 @@ pub async fn list_once(server: &ApiServer, groups: &[Group]) -> Result<Vec<Vec<P
     for group in groups {
         let params = kube::api::ListParams::default().labels(&group.selector.to_string());
         match api.list(&params).await {
-            Ok(list) => lists.push(list.items.iter().map(pod_view).collect()),
+            Ok(list) => lists.push(crate::membership::current(
+                list.items
+                    .iter()
+                    .map(|pod| ranked_view(pod, &group.ranking))
+                    .collect(),
+            )),
             Err(kube::Error::Api(status)) if matches!(status.code, 401 | 403) => {
                 return Err(Error::Forbidden {
                     namespace: server.namespace.clone(),
@@ -477,10 +586,24 @@ pub fn rbac_hint(namespace: &str, message: &str) -> String {
     )
 }
 
-/// What the readiness rule needs from a pod; tolerant of any missing field.
+/// What the readiness rule needs from a pod of an Indexed Job (or of none); tolerant of any
+/// missing field.
 pub fn pod_view(pod: &Pod) -> PodView {
+    ranked_view(pod, &Ranking::default())
+}
+
+/// A label or annotation of the pod (annotations first: where the systems write indexes).
+fn mark<'a>(pod: &'a Pod, key: &str) -> Option<&'a String> {
+    let meta = &pod.metadata;
+    let annotations = meta.annotations.as_ref().and_then(|a| a.get(key));
+    annotations.or_else(|| meta.labels.as_ref().and_then(|l| l.get(key)))
+}
+
+/// The pod's view, with its index and attempt read where `ranking` says.
+pub fn ranked_view(pod: &Pod, ranking: &Ranking) -> PodView {
     let meta = &pod.metadata;
     let status = pod.status.as_ref();
+    let number = |key: &str| mark(pod, key).and_then(|v| v.trim().parse::<u64>().ok());
     PodView {
         name: meta.name.clone().unwrap_or_default(),
         ip: status
@@ -490,11 +613,9 @@ pub fn pod_view(pod: &Pod) -> PodView {
             .and_then(|s| s.phase.as_deref())
             .map_or(PodPhase::Pending, PodPhase::from),
         terminating: meta.deletion_timestamp.is_some(),
-        completion_index: meta
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(COMPLETION_INDEX))
-            .and_then(|i| i.parse().ok()),
+        index: ranking.index.iter().map(|key| number(key)).collect(),
+        attempt: ranking.attempt.and_then(number),
+        created: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()),
         waiting_reason: waiting_reason(pod),
         gates: gates(pod),
     }
@@ -606,7 +727,7 @@ mod tests {
             v.waiting_reason.as_deref(),
             Some("ImagePullBackOff: Back-off pulling image")
         );
-        assert_eq!(v.completion_index, Some(1));
+        assert_eq!(v.index, Some(vec![1]));
         assert!(v.terminating);
         assert_eq!(v.ip, Some("10.0.0.5".parse().unwrap()));
     }

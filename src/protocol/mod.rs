@@ -258,6 +258,7 @@ pub fn plan(config: &Config, membership: &Membership, me: &Me, inputs: &InputFil
         processes,
         control: ControlPlan::new(config, membership, me),
         restart_count: 0,
+        runtime: config.runtime.clone(),
     }
 }
 

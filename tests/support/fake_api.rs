@@ -361,9 +361,27 @@ impl FakeApi {
                 }
             },
         };
+        // The pod fields the real server can select on that the launcher uses; any other is
+        // refused as the real one refuses it.
+        let field = match query.get("fieldSelector").filter(|t| !t.is_empty()) {
+            None => None,
+            Some(text) => match text.split_once('=') {
+                Some((key @ ("status.podIP" | "metadata.name"), value)) if !value.contains(',') => {
+                    Some((key.to_string(), value.trim_start_matches('=').to_string()))
+                }
+                _ => {
+                    return status_reply(
+                        400,
+                        "BadRequest",
+                        &format!("\"{text}\" is not a known field selector: only \"metadata.name\", \"status.podIP\""),
+                    )
+                }
+            },
+        };
         let filter = Filter {
             namespace: ns.map(str::to_string),
             selector,
+            field,
         };
         if watching {
             let from = query.get("resourceVersion").cloned().unwrap_or_default();
@@ -560,6 +578,8 @@ struct Watch {
 struct Filter {
     namespace: Option<String>,
     selector: Option<LabelSelector>,
+    /// (field path, value) of a `fieldSelector`.
+    field: Option<(String, String)>,
 }
 
 impl Filter {
@@ -573,8 +593,16 @@ impl Filter {
                     .collect()
             })
             .unwrap_or_default();
+        let field = |path: &str| match path {
+            "status.podIP" => pod["status"]["podIP"].as_str().unwrap_or("").to_string(),
+            _ => pod["metadata"]["name"].as_str().unwrap_or("").to_string(),
+        };
         self.namespace.as_deref().is_none_or(|n| n == ns)
             && self.selector.as_ref().is_none_or(|s| s.matches(&labels))
+            && self
+                .field
+                .as_ref()
+                .is_none_or(|(path, value)| field(path) == *value)
     }
 }
 

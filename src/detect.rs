@@ -1,0 +1,113 @@
+//! The I/O around `runtime`: gathers the facts its detection asks for (the environment, this
+//! pod's own object, its JobSet) and builds the configuration from the settings it fills in.
+
+use tracing::{info, warn};
+
+use crate::cli::JobArgs;
+use crate::config::{own_ip, present, Config, Discovery, Interfaces, RuntimeReport};
+use crate::error::Error;
+use crate::peers::kubernetes;
+use crate::runtime::{self, Choice, Facts, Step};
+
+/// The configuration of this pod: its settings, with what the batch system that created it
+/// says filled in where they are unset. Every value the user gave is checked before any
+/// request; in `auto`, a pod asks the API for its own labels only when the job lacks a
+/// setting it needs (its name), so a fully configured pod makes no extra request.
+pub async fn configure(
+    args: &JobArgs,
+    interfaces: &Interfaces,
+    hostname_ip: impl Fn() -> Option<std::net::IpAddr>,
+) -> Result<Config, Error> {
+    let choice = runtime::parse_choice(present(&args.runtime))?;
+    let given_membership = present(&args.peers).is_some() || present(&args.dns).is_some();
+    if choice == Choice::Static || (choice == Choice::Auto && given_membership) {
+        return Ok(Config::from_args(args)?);
+    }
+    // What detection may fill stands in as a placeholder while the rest is checked.
+    let checked = Config::from_args(&with_placeholders(args))?;
+    let need_own_pod = present(&args.job_name).is_none();
+    let mut facts = Facts {
+        env: runtime::system_env(),
+        ..Facts::default()
+    };
+    if !facts.env.contains_key("HOSTNAME") {
+        if let Some(host) = nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+        {
+            facts.env.insert("HOSTNAME".into(), host);
+        }
+    }
+    let mut server = None;
+    loop {
+        let step = match runtime::detect(choice, &facts, need_own_pod)? {
+            Step::Done(None) => return Ok(Config::from_args(args)?),
+            Step::Done(Some(detected)) => return configured(args, *detected),
+            step => step,
+        };
+        let server = match &server {
+            Some(server) => server,
+            None => match kubernetes::connect(checked.topology.namespace.as_deref()).await {
+                Ok(connected) => server.insert(connected),
+                // In `auto`, no cluster means no batch system to ask: the settings alone.
+                Err(e) if choice == Choice::Auto => {
+                    warn!("batch system: not asked, no Kubernetes API ({e})");
+                    return Ok(Config::from_args(args)?);
+                }
+                Err(e) => return Err(e),
+            },
+        };
+        match step {
+            Step::OwnPod => {
+                let ip = own_ip(&checked, interfaces, &hostname_ip)?;
+                let name = checked.topology.pod_name.as_deref();
+                facts.own = Some(kubernetes::own_marks(server, name, ip).await?);
+            }
+            Step::JobSet(name) => {
+                let object = kubernetes::jobset(server, &name).await?;
+                facts.jobset = Some(runtime::jobset_pods(&object));
+            }
+            Step::Done(_) => unreachable!("handled above"),
+        }
+    }
+}
+
+fn configured(args: &JobArgs, detected: runtime::Detected) -> Result<Config, Error> {
+    let (filled, notes) = runtime::fill(&detected, args);
+    for note in &notes {
+        info!("batch system {}: {note}", detected.system.name());
+    }
+    let mut config = Config::from_args(&filled)?;
+    if let Discovery::Kubernetes { groups } = &mut config.topology.discovery {
+        for group in groups {
+            group.ranking = detected.ranking.clone();
+        }
+    }
+    if let Some(group) = &mut config.topology.trainers_to_finish {
+        group.ranking = detected.ranking.clone();
+    }
+    config.runtime = Some(RuntimeReport {
+        system: detected.system,
+        settings: notes,
+    });
+    Ok(config)
+}
+
+/// The settings with a stand-in for each one detection may fill, so that every other value
+/// is checked before the first request.
+fn with_placeholders(args: &JobArgs) -> JobArgs {
+    let mut args = args.clone();
+    let colocated = matches!(present(&args.role), None | Some("both"));
+    if present(&args.job_name).is_none() {
+        args.job_name = Some("placeholder".into());
+    }
+    if colocated && present(&args.gradient_num).is_none() {
+        args.gradient_num = Some("1".into());
+    }
+    for count in [&mut args.trainer_count, &mut args.pserver_count] {
+        if present(count).is_none() {
+            *count = Some("1".into());
+        }
+    }
+    args
+}

@@ -1,0 +1,874 @@
+//! Which batch system created this pod, and what that system already says about the job: its
+//! pods (a label selector), how many, each pod's rank, and the coordinator. Pure: the shell
+//! gathers the facts (environment, this pod's own labels and annotations, the JobSet object)
+//! and `detect` asks for the next one it needs. What it finds only fills the settings the user
+//! left unset: an explicit `CONF_PADDLE_*`/`JOB_*`/flag always wins (`fill`).
+//!
+//! The names read here are those each system puts on its pods, as listed (with their sources)
+//! in the project's reference `batch-systems.md`.
+
+use std::collections::BTreeMap;
+
+use crate::cli::JobArgs;
+use crate::config::{ConfigError, Ranking, RUNTIME};
+
+// Kubernetes Indexed Job (batch/v1): the Job controller's labels and annotation.
+pub const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
+const JOB_NAME: &str = "batch.kubernetes.io/job-name";
+// JobSet, api/jobset/v1alpha2/jobset_types.go.
+const JOBSET_NAME: &str = "jobset.sigs.k8s.io/jobset-name";
+const JOBSET_REPLICATED_JOB: &str = "jobset.sigs.k8s.io/replicatedjob-name";
+const JOBSET_GLOBAL_INDEX: &str = "jobset.sigs.k8s.io/job-global-index";
+const JOBSET_RESTART_ATTEMPT: &str = "jobset.sigs.k8s.io/restart-attempt";
+const JOBSET_COORDINATOR: &str = "jobset.sigs.k8s.io/coordinator";
+// Volcano, volcano-sh/apis pkg/apis/batch/v1alpha1/labels.go and the env/svc job plugins.
+const VOLCANO_JOB_NAME: &str = "volcano.sh/job-name";
+const VOLCANO_TASK: &str = "volcano.sh/task-spec";
+const VOLCANO_TASK_INDEX: &str = "volcano.sh/task-index";
+const VOLCANO_JOB_VERSION: &str = "volcano.sh/job-version";
+// LeaderWorkerSet, api/leaderworkerset/v1/leaderworkerset_types.go.
+const LWS_NAME: &str = "leaderworkerset.sigs.k8s.io/name";
+const LWS_GROUP_INDEX: &str = "leaderworkerset.sigs.k8s.io/group-index";
+const LWS_WORKER_INDEX: &str = "leaderworkerset.sigs.k8s.io/worker-index";
+const LWS_SIZE: &str = "leaderworkerset.sigs.k8s.io/size";
+// Kubeflow training-operator, pkg/apis/kubeflow.org/v1/common_types.go.
+const KUBEFLOW_JOB_NAME: &str = "training.kubeflow.org/job-name";
+const KUBEFLOW_REPLICA_TYPE: &str = "training.kubeflow.org/replica-type";
+const KUBEFLOW_REPLICA_INDEX: &str = "training.kubeflow.org/replica-index";
+
+/// `--runtime`: which system to read, or `auto` (whichever this pod shows), or `static` (none:
+/// the settings alone, as before any system was read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Choice {
+    Auto,
+    Static,
+    Only(System),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum System {
+    Job,
+    JobSet,
+    Volcano,
+    Lws,
+    Kubeflow,
+}
+
+impl System {
+    pub fn name(self) -> &'static str {
+        match self {
+            System::Job => "job",
+            System::JobSet => "jobset",
+            System::Volcano => "volcano",
+            System::Lws => "lws",
+            System::Kubeflow => "kubeflow",
+        }
+    }
+
+    /// What a pod of this system shows, for the error when `--runtime` names it wrongly.
+    fn signs(self) -> &'static str {
+        match self {
+            System::Job => "label batch.kubernetes.io/job-name",
+            System::JobSet => "label jobset.sigs.k8s.io/jobset-name",
+            System::Volcano => "VC_TASK_INDEX or label volcano.sh/job-name",
+            System::Lws => "LWS_LEADER_ADDRESS or label leaderworkerset.sigs.k8s.io/name",
+            System::Kubeflow => "label training.kubeflow.org/job-name",
+        }
+    }
+}
+
+pub fn parse_choice(text: Option<&str>) -> Result<Choice, ConfigError> {
+    Ok(match text.unwrap_or("auto") {
+        "auto" => Choice::Auto,
+        "static" => Choice::Static,
+        "job" => Choice::Only(System::Job),
+        "jobset" => Choice::Only(System::JobSet),
+        "volcano" => Choice::Only(System::Volcano),
+        "lws" => Choice::Only(System::Lws),
+        "kubeflow" => Choice::Only(System::Kubeflow),
+        other => {
+            return Err(ConfigError::new(
+                RUNTIME,
+                other,
+                "one of auto, job, jobset, volcano, lws, kubeflow, static",
+            ))
+        }
+    })
+}
+
+/// What this pod knows of itself so far.
+#[derive(Debug, Clone, Default)]
+pub struct Facts {
+    /// The environment variables the systems set (any others are ignored).
+    pub env: BTreeMap<String, String>,
+    /// This pod's labels and annotations in one map (annotations win), once fetched.
+    pub own: Option<BTreeMap<String, String>>,
+    /// (replicated job, pods) of the JobSet this pod belongs to, once fetched.
+    pub jobset: Option<Vec<(String, u32)>>,
+}
+
+/// The next fact detection needs, or its end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    Done(Option<Box<Detected>>),
+    /// This pod's own object (its labels and annotations).
+    OwnPod,
+    /// The JobSet of that name: how many pods each replicated job has.
+    JobSet(String),
+}
+
+/// A group of the job's pods as the system names it: a Volcano task, a JobSet replicated job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Task {
+    pub name: String,
+    pub selector: String,
+    pub pods: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Layout {
+    /// Every pod is alike (role both).
+    Colocated(Task),
+    /// A pserver task and a trainer task; `own_is_pserver` says which this pod is in.
+    Split {
+        pservers: Task,
+        trainers: Task,
+        own_is_pserver: bool,
+    },
+}
+
+/// What the system says about the job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Detected {
+    pub system: System,
+    pub job_name: String,
+    pub layout: Layout,
+    pub ranking: Ranking,
+    /// Host of the coordinating launcher (a stable DNS name the system provides).
+    pub coordinator: Option<String>,
+    /// Where each of the above came from, for `plan` and `doctor`.
+    pub sources: Vec<String>,
+}
+
+/// The next step of detection. `need_own_pod`: whether, in `auto`, a pod without any sign in
+/// its environment is worth one API request for its labels (the shell says yes when a setting
+/// the job needs is missing).
+pub fn detect(choice: Choice, facts: &Facts, need_own_pod: bool) -> Result<Step, ConfigError> {
+    let wanted = |system| matches!(choice, Choice::Auto) || choice == Choice::Only(system);
+    if choice == Choice::Static {
+        return Ok(Step::Done(None));
+    }
+    if wanted(System::Lws) {
+        if let Some(found) = lws_from_env(&facts.env)? {
+            return Ok(Step::Done(Some(Box::new(found))));
+        }
+    }
+    if wanted(System::Volcano) {
+        if let Some(found) = volcano_from_env(&facts.env)? {
+            return Ok(Step::Done(Some(Box::new(found))));
+        }
+    }
+    let Some(own) = &facts.own else {
+        return Ok(if choice == Choice::Auto && !need_own_pod {
+            Step::Done(None)
+        } else {
+            Step::OwnPod
+        });
+    };
+    if wanted(System::JobSet) {
+        if let Some(name) = own.get(JOBSET_NAME) {
+            let Some(jobs) = &facts.jobset else {
+                return Ok(Step::JobSet(name.clone()));
+            };
+            return jobset(name, own, jobs).map(|d| Step::Done(Some(Box::new(d))));
+        }
+    }
+    if wanted(System::Volcano) {
+        if let Some(found) = volcano_from_labels(own, &facts.env) {
+            return Ok(Step::Done(Some(Box::new(found))));
+        }
+    }
+    if wanted(System::Lws) {
+        if let Some(found) = lws_from_labels(own) {
+            return Ok(Step::Done(Some(Box::new(found))));
+        }
+    }
+    if wanted(System::Kubeflow) {
+        if let Some(found) = kubeflow(own, &facts.env)? {
+            return Ok(Step::Done(Some(Box::new(found))));
+        }
+    }
+    if wanted(System::Job) {
+        if let Some(name) = own.get(JOB_NAME) {
+            return Ok(Step::Done(Some(Box::new(Detected {
+                system: System::Job,
+                job_name: name.clone(),
+                layout: Layout::Colocated(Task {
+                    name: name.clone(),
+                    selector: format!("job-name={name}"),
+                    pods: None,
+                }),
+                ranking: Ranking::default(),
+                coordinator: None,
+                sources: vec![format!("Job {name} (label {JOB_NAME})")],
+            }))));
+        }
+    }
+    match choice {
+        Choice::Only(system) => Err(ConfigError::new(
+            RUNTIME,
+            system.name(),
+            format!(
+                "a pod that system created: this pod has no {}",
+                system.signs()
+            ),
+        )),
+        _ => Ok(Step::Done(None)),
+    }
+}
+
+/// LeaderWorkerSet: one group (leader + workers) is one job; everything is in the env.
+fn lws_from_env(env: &BTreeMap<String, String>) -> Result<Option<Detected>, ConfigError> {
+    let (Some(leader), Some(size)) = (env.get("LWS_LEADER_ADDRESS"), env.get("LWS_GROUP_SIZE"))
+    else {
+        return Ok(None);
+    };
+    // `<lws>-<group>.<lws>.<namespace>`: the leader's hostname, then the LWS's Service.
+    let mut parts = leader.split('.');
+    let (Some(host), Some(lws)) = (parts.next(), parts.next()) else {
+        return Err(unexpected(
+            "LWS_LEADER_ADDRESS",
+            leader,
+            "<lws>-<group>.<lws>.<namespace>",
+        ));
+    };
+    let group = host
+        .strip_prefix(lws)
+        .and_then(|rest| rest.strip_prefix('-'))
+        .filter(|g| g.parse::<u32>().is_ok())
+        .ok_or_else(|| {
+            unexpected(
+                "LWS_LEADER_ADDRESS",
+                leader,
+                "<lws>-<group>.<lws>.<namespace>",
+            )
+        })?;
+    let pods = count("LWS_GROUP_SIZE", size)?;
+    Ok(Some(Detected {
+        system: System::Lws,
+        job_name: host.to_string(),
+        layout: Layout::Colocated(Task {
+            name: host.to_string(),
+            selector: format!("{LWS_NAME}={lws},{LWS_GROUP_INDEX}={group}"),
+            pods: Some(pods),
+        }),
+        ranking: Ranking::by(&[LWS_WORKER_INDEX], None),
+        coordinator: Some(leader.clone()),
+        sources: vec![format!(
+            "LeaderWorkerSet {lws} group {group} of {pods} pods (LWS_LEADER_ADDRESS, LWS_GROUP_SIZE); \
+             ranks from label {LWS_WORKER_INDEX}; coordinator the leader"
+        )],
+    }))
+}
+
+fn lws_from_labels(own: &BTreeMap<String, String>) -> Option<Detected> {
+    let lws = own.get(LWS_NAME)?;
+    let group = own.get(LWS_GROUP_INDEX)?;
+    let pods = own.get(LWS_SIZE).and_then(|s| s.parse().ok());
+    let job_name = format!("{lws}-{group}");
+    Some(Detected {
+        system: System::Lws,
+        job_name: job_name.clone(),
+        layout: Layout::Colocated(Task {
+            name: job_name,
+            selector: format!("{LWS_NAME}={lws},{LWS_GROUP_INDEX}={group}"),
+            pods,
+        }),
+        ranking: Ranking::by(&[LWS_WORKER_INDEX], None),
+        coordinator: None,
+        sources: vec![format!(
+            "LeaderWorkerSet {lws} group {group} (labels {LWS_NAME}, {LWS_GROUP_INDEX}; size from annotation {LWS_SIZE})"
+        )],
+    })
+}
+
+/// Volcano with its `svc` plugin: `VC_<TASK>_HOSTS` lists every task's pods as
+/// `<job>-<task>-<i>.<job>`, `VC_<TASK>_NUM` their number; the env plugin adds VC_TASK_INDEX.
+fn volcano_from_env(env: &BTreeMap<String, String>) -> Result<Option<Detected>, ConfigError> {
+    if !env.contains_key("VC_TASK_INDEX") && !env.contains_key("VK_TASK_INDEX") {
+        return Ok(None);
+    }
+    let mut job = None;
+    let mut tasks = Vec::new();
+    for (name, hosts) in env {
+        let Some(key) = name
+            .strip_prefix("VC_")
+            .and_then(|n| n.strip_suffix("_HOSTS"))
+        else {
+            continue;
+        };
+        // The first host names the job (its subdomain) and the task (between job and index).
+        let Some(first) = hosts.split(',').next().filter(|h| !h.is_empty()) else {
+            continue;
+        };
+        let bad = || unexpected(name, hosts, "<job>-<task>-<index>.<job>, comma-separated");
+        let (host, job_name) = first.split_once('.').ok_or_else(bad)?;
+        let job_name = job_name.split('.').next().unwrap_or(job_name);
+        let task = host
+            .strip_prefix(job_name)
+            .and_then(|rest| rest.strip_prefix('-'))
+            .and_then(|rest| rest.rsplit_once('-'))
+            .map(|(task, _)| task.to_string())
+            .ok_or_else(bad)?;
+        let num_name = format!("VC_{key}_NUM");
+        let pods = match env.get(&num_name) {
+            Some(n) => count(&num_name, n)?,
+            None => hosts.split(',').count() as u32,
+        };
+        job = Some(job_name.to_string());
+        tasks.push(Task {
+            selector: format!("{VOLCANO_JOB_NAME}={job_name},{VOLCANO_TASK}={task}"),
+            name: task,
+            pods: Some(pods),
+        });
+    }
+    let Some(job_name) = job else {
+        // No svc plugin: the names come from the pod's labels.
+        return Ok(None);
+    };
+    let hostname = env.get("HOSTNAME").cloned().unwrap_or_default();
+    let own = tasks
+        .iter()
+        .find(|t| hostname.starts_with(&format!("{job_name}-{}-", t.name)))
+        .map(|t| t.name.clone());
+    let layout = layout(tasks, own.as_deref());
+    let coordinator = match &layout {
+        Layout::Colocated(task) => Some(format!("{job_name}-{}-0.{job_name}", task.name)),
+        Layout::Split { .. } => None,
+    };
+    Ok(Some(Detected {
+        system: System::Volcano,
+        sources: vec![format!(
+            "Volcano job {job_name} (VC_<TASK>_HOSTS and VC_<TASK>_NUM of its svc plugin, HOSTNAME); \
+             ranks from {VOLCANO_TASK_INDEX}; pods of an earlier {VOLCANO_JOB_VERSION} ignored"
+        )],
+        job_name,
+        layout,
+        ranking: volcano_ranking(),
+        coordinator,
+    }))
+}
+
+/// Volcano without the svc plugin: the pod's labels name its job and task; the count is the
+/// user's (CONF_PADDLE_GRADIENT_NUM).
+fn volcano_from_labels(
+    own: &BTreeMap<String, String>,
+    env: &BTreeMap<String, String>,
+) -> Option<Detected> {
+    let job_name = own.get(VOLCANO_JOB_NAME)?;
+    let task = own.get(VOLCANO_TASK)?;
+    let key = format!("VC_{}_NUM", task.to_uppercase().replace('-', "_"));
+    Some(Detected {
+        system: System::Volcano,
+        job_name: job_name.clone(),
+        layout: Layout::Colocated(Task {
+            name: task.clone(),
+            selector: format!("{VOLCANO_JOB_NAME}={job_name},{VOLCANO_TASK}={task}"),
+            pods: env.get(&key).and_then(|n| n.parse().ok()),
+        }),
+        ranking: volcano_ranking(),
+        coordinator: None,
+        sources: vec![format!(
+            "Volcano job {job_name} task {task} (labels {VOLCANO_JOB_NAME}, {VOLCANO_TASK})"
+        )],
+    })
+}
+
+fn volcano_ranking() -> Ranking {
+    Ranking::by(&[VOLCANO_TASK_INDEX], Some(VOLCANO_JOB_VERSION))
+}
+
+/// JobSet: the labels name the JobSet and this pod's replicated job; the JobSet object says
+/// how many pods each replicated job has (replicas x parallelism).
+fn jobset(
+    name: &str,
+    own: &BTreeMap<String, String>,
+    jobs: &[(String, u32)],
+) -> Result<Detected, ConfigError> {
+    let own_job = own.get(JOBSET_REPLICATED_JOB).cloned().unwrap_or_default();
+    let tasks = jobs
+        .iter()
+        .map(|(job, pods)| Task {
+            name: job.clone(),
+            selector: format!("{JOBSET_NAME}={name},{JOBSET_REPLICATED_JOB}={job}"),
+            pods: Some(*pods),
+        })
+        .collect();
+    let layout = layout(tasks, Some(&own_job));
+    let coordinator = own.get(JOBSET_COORDINATOR).cloned();
+    let mut sources = vec![format!(
+        "JobSet {name}, replicated job {own_job} (labels {JOBSET_NAME}, {JOBSET_REPLICATED_JOB}; \
+         pod counts from the JobSet's replicas x parallelism); ranks from {JOBSET_GLOBAL_INDEX} \
+         then {COMPLETION_INDEX}; pods of an earlier {JOBSET_RESTART_ATTEMPT} ignored"
+    )];
+    if let Some(c) = &coordinator {
+        sources.push(format!("coordinator {c} ({JOBSET_COORDINATOR})"));
+    }
+    Ok(Detected {
+        system: System::JobSet,
+        job_name: name.to_string(),
+        layout,
+        ranking: Ranking::by(
+            &[JOBSET_GLOBAL_INDEX, COMPLETION_INDEX],
+            Some(JOBSET_RESTART_ATTEMPT),
+        ),
+        coordinator,
+        sources,
+    })
+}
+
+/// The pods of each replicated job of a JobSet object (`spec.replicatedJobs`).
+pub fn jobset_pods(jobset: &serde_json::Value) -> Vec<(String, u32)> {
+    let jobs = jobset["spec"]["replicatedJobs"].as_array();
+    jobs.into_iter()
+        .flatten()
+        .filter_map(|job| {
+            let name = job["name"].as_str()?.to_string();
+            let replicas = job["replicas"].as_u64().unwrap_or(1);
+            let parallelism = job["template"]["spec"]["parallelism"].as_u64().unwrap_or(1);
+            Some((name, (replicas * parallelism).min(u32::MAX as u64) as u32))
+        })
+        .collect()
+}
+
+/// Kubeflow's PaddleJob: labels name the job and the replica type; the operator's env the
+/// counts (PADDLE_NNODES collective; PADDLE_SERVER_NUM and PADDLE_TRAINER_NUM with pservers).
+fn kubeflow(
+    own: &BTreeMap<String, String>,
+    env: &BTreeMap<String, String>,
+) -> Result<Option<Detected>, ConfigError> {
+    let Some(job_name) = own.get(KUBEFLOW_JOB_NAME) else {
+        return Ok(None);
+    };
+    let own_type = own.get(KUBEFLOW_REPLICA_TYPE).cloned().unwrap_or_default();
+    let task = |kind: &str, pods: Option<u32>| Task {
+        name: kind.to_string(),
+        selector: format!("{KUBEFLOW_JOB_NAME}={job_name},{KUBEFLOW_REPLICA_TYPE}={kind}"),
+        pods,
+    };
+    let number = |name: &str| env.get(name).map(|n| count(name, n)).transpose();
+    let tasks = match number("PADDLE_SERVER_NUM")? {
+        Some(servers) => vec![
+            task("master", Some(servers)),
+            task("worker", number("PADDLE_TRAINER_NUM")?),
+        ],
+        None => vec![task(&own_type, number("PADDLE_NNODES")?)],
+    };
+    Ok(Some(Detected {
+        system: System::Kubeflow,
+        job_name: job_name.clone(),
+        layout: layout(tasks, Some(&own_type)),
+        ranking: Ranking::by(&[KUBEFLOW_REPLICA_INDEX], None),
+        coordinator: None,
+        sources: vec![format!(
+            "Kubeflow PaddleJob {job_name}, replica type {own_type} (labels {KUBEFLOW_JOB_NAME}, \
+             {KUBEFLOW_REPLICA_TYPE}; counts from PADDLE_NNODES or PADDLE_SERVER_NUM/PADDLE_TRAINER_NUM); \
+             ranks from {KUBEFLOW_REPLICA_INDEX}"
+        )],
+    }))
+}
+
+/// One task: every pod alike. A pserver task and a trainer task (by their names): the split
+/// layout. Anything else: the pod's own task is the job.
+fn layout(mut tasks: Vec<Task>, own: Option<&str>) -> Layout {
+    let is_pserver = |t: &Task| {
+        matches!(
+            t.name.as_str(),
+            "pserver" | "pservers" | "ps" | "server" | "servers" | "master"
+        )
+    };
+    let is_trainer = |t: &Task| {
+        matches!(
+            t.name.as_str(),
+            "trainer" | "trainers" | "worker" | "workers"
+        )
+    };
+    if tasks.len() == 2 {
+        let ps = tasks.iter().position(is_pserver);
+        let tr = tasks.iter().position(is_trainer);
+        if let (Some(ps), Some(tr)) = (ps, tr) {
+            let own_is_pserver = own == Some(tasks[ps].name.as_str());
+            let trainers = tasks[tr].clone();
+            let pservers = tasks.swap_remove(ps);
+            return Layout::Split {
+                pservers,
+                trainers,
+                own_is_pserver,
+            };
+        }
+    }
+    let index = tasks
+        .iter()
+        .position(|t| Some(t.name.as_str()) == own)
+        .unwrap_or(0);
+    Layout::Colocated(tasks.swap_remove(index))
+}
+
+fn count(name: &str, text: &str) -> Result<u32, ConfigError> {
+    text.trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| unexpected(name, text, "a number of pods from 1"))
+}
+
+/// A value a batch system set that does not have its documented shape.
+fn unexpected(name: &str, value: &str, shape: &str) -> ConfigError {
+    ConfigError {
+        variable: format!("{name} (set by the batch system; --runtime static ignores it)"),
+        value: value.to_string(),
+        expected: shape.to_string(),
+    }
+}
+
+/// The settings with what the system says filled in where the user set nothing, and one
+/// line per setting saying where its value came from, or that the user's own won.
+pub fn fill(detected: &Detected, args: &JobArgs) -> (JobArgs, Vec<String>) {
+    let mut out = args.clone();
+    let mut notes = detected.sources.clone();
+    let mut set = |slot: &mut Option<String>, name: &str, value: Option<String>| {
+        let Some(value) = value else { return };
+        match crate::config::present(slot) {
+            Some(own) if own != value => notes.push(format!(
+                "{name}: the setting {own:?} wins over {value:?} from {}",
+                detected.system.name()
+            )),
+            Some(_) => {}
+            None => {
+                notes.push(format!("{name}={value} from {}", detected.system.name()));
+                *slot = Some(value);
+            }
+        }
+    };
+    set(
+        &mut out.job_name,
+        "JOB_NAME",
+        Some(detected.job_name.clone()),
+    );
+    let pods = |t: &Task| t.pods.map(|n| n.to_string());
+    match &detected.layout {
+        Layout::Colocated(task) => {
+            set(
+                &mut out.selector,
+                "PADDLE_LAUNCHER_SELECTOR",
+                Some(task.selector.clone()),
+            );
+            set(
+                &mut out.gradient_num,
+                "CONF_PADDLE_GRADIENT_NUM",
+                pods(task),
+            );
+        }
+        Layout::Split {
+            pservers,
+            trainers,
+            own_is_pserver,
+        } => {
+            let role = if *own_is_pserver {
+                "pserver"
+            } else {
+                "trainer"
+            };
+            set(
+                &mut out.role,
+                "PADDLE_LAUNCHER_ROLE",
+                Some(role.to_string()),
+            );
+            set(
+                &mut out.pserver_selector,
+                "PADDLE_LAUNCHER_PSERVER_SELECTOR",
+                Some(pservers.selector.clone()),
+            );
+            set(
+                &mut out.trainer_selector,
+                "PADDLE_LAUNCHER_TRAINER_SELECTOR",
+                Some(trainers.selector.clone()),
+            );
+            set(&mut out.pserver_count, "PSERVERS", pods(pservers));
+            set(&mut out.trainer_count, "TRAINERS", pods(trainers));
+        }
+    }
+    if let Some(host) = &detected.coordinator {
+        let port = crate::config::present(&args.control_port)
+            .and_then(|p| p.parse::<u16>().ok())
+            .unwrap_or(crate::config::DEFAULT_CONTROL_PORT);
+        set(
+            &mut out.coordinator,
+            "PADDLE_LAUNCHER_COORDINATOR",
+            Some(format!("{host}:{port}")),
+        );
+    }
+    (out, notes)
+}
+
+/// The environment variables `detect` reads.
+pub fn system_env() -> BTreeMap<String, String> {
+    std::env::vars()
+        .filter(|(name, _)| {
+            name.starts_with("VC_")
+                || name.starts_with("VK_")
+                || name.starts_with("LWS_")
+                || matches!(
+                    name.as_str(),
+                    "HOSTNAME" | "PADDLE_NNODES" | "PADDLE_SERVER_NUM" | "PADDLE_TRAINER_NUM"
+                )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn done(step: Step) -> Detected {
+        match step {
+            Step::Done(Some(d)) => *d,
+            other => panic!("expected a detection, got {other:?}"),
+        }
+    }
+
+    fn colocated(d: &Detected) -> &Task {
+        match &d.layout {
+            Layout::Colocated(task) => task,
+            other => panic!("expected one task, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_leaderworkerset_group_is_read_from_its_environment() {
+        let facts = Facts {
+            env: map(&[
+                ("LWS_LEADER_ADDRESS", "train-3.train.ml"),
+                ("LWS_GROUP_SIZE", "4"),
+                ("LWS_WORKER_INDEX", "2"),
+            ]),
+            ..Facts::default()
+        };
+        let d = done(detect(Choice::Auto, &facts, false).unwrap());
+        assert_eq!(d.system, System::Lws);
+        assert_eq!(d.job_name, "train-3");
+        let task = colocated(&d);
+        assert_eq!(
+            task.selector,
+            "leaderworkerset.sigs.k8s.io/name=train,leaderworkerset.sigs.k8s.io/group-index=3"
+        );
+        assert_eq!(task.pods, Some(4));
+        assert_eq!(d.coordinator.as_deref(), Some("train-3.train.ml"));
+        assert_eq!(d.ranking.index, [LWS_WORKER_INDEX]);
+        // A shape the system never writes is named, not guessed at.
+        let bad = Facts {
+            env: map(&[("LWS_LEADER_ADDRESS", "nodots"), ("LWS_GROUP_SIZE", "4")]),
+            ..Facts::default()
+        };
+        let e = detect(Choice::Auto, &bad, false).unwrap_err();
+        assert!(e.to_string().contains("LWS_LEADER_ADDRESS"), "{e}");
+        // --runtime static reads none of it.
+        assert_eq!(
+            detect(Choice::Static, &facts, true).unwrap(),
+            Step::Done(None)
+        );
+    }
+
+    #[test]
+    fn volcano_tasks_come_from_its_svc_plugin_and_name_the_layout() {
+        let one_task = Facts {
+            env: map(&[
+                ("VC_TASK_INDEX", "1"),
+                (
+                    "VC_WORKER_HOSTS",
+                    "mnist-worker-0.mnist,mnist-worker-1.mnist,mnist-worker-2.mnist",
+                ),
+                ("VC_WORKER_NUM", "3"),
+                ("HOSTNAME", "mnist-worker-1"),
+            ]),
+            ..Facts::default()
+        };
+        let d = done(detect(Choice::Auto, &one_task, false).unwrap());
+        assert_eq!((d.system, d.job_name.as_str()), (System::Volcano, "mnist"));
+        let task = colocated(&d);
+        assert_eq!(
+            task.selector,
+            "volcano.sh/job-name=mnist,volcano.sh/task-spec=worker"
+        );
+        assert_eq!(task.pods, Some(3));
+        assert_eq!(d.coordinator.as_deref(), Some("mnist-worker-0.mnist"));
+        assert_eq!(d.ranking.attempt, Some(VOLCANO_JOB_VERSION));
+
+        let split = Facts {
+            env: map(&[
+                ("VC_TASK_INDEX", "0"),
+                ("VC_PSERVER_HOSTS", "ctr-pserver-0.ctr,ctr-pserver-1.ctr"),
+                ("VC_PSERVER_NUM", "2"),
+                (
+                    "VC_TRAINER_HOSTS",
+                    "ctr-trainer-0.ctr,ctr-trainer-1.ctr,ctr-trainer-2.ctr",
+                ),
+                ("VC_TRAINER_NUM", "3"),
+                ("HOSTNAME", "ctr-pserver-0"),
+            ]),
+            ..Facts::default()
+        };
+        let d = done(detect(Choice::Only(System::Volcano), &split, false).unwrap());
+        let Layout::Split {
+            pservers,
+            trainers,
+            own_is_pserver,
+        } = &d.layout
+        else {
+            panic!("{:?}", d.layout)
+        };
+        assert!(own_is_pserver);
+        assert_eq!((pservers.pods, trainers.pods), (Some(2), Some(3)));
+        assert_eq!(
+            trainers.selector,
+            "volcano.sh/job-name=ctr,volcano.sh/task-spec=trainer"
+        );
+        assert_eq!(d.coordinator, None);
+    }
+
+    #[test]
+    fn a_jobset_pod_asks_for_its_labels_then_its_jobset() {
+        let mut facts = Facts::default();
+        // Nothing in the environment: in auto, only a pod missing a setting asks the API.
+        assert_eq!(
+            detect(Choice::Auto, &facts, false).unwrap(),
+            Step::Done(None)
+        );
+        assert_eq!(detect(Choice::Auto, &facts, true).unwrap(), Step::OwnPod);
+        facts.own = Some(map(&[
+            (JOBSET_NAME, "big"),
+            (JOBSET_REPLICATED_JOB, "trainer"),
+            (JOBSET_GLOBAL_INDEX, "3"),
+            (JOBSET_COORDINATOR, "big-trainer-0-0.big"),
+            (JOB_NAME, "big-trainer-1"),
+        ]));
+        assert_eq!(
+            detect(Choice::Auto, &facts, true).unwrap(),
+            Step::JobSet("big".into())
+        );
+        let object = serde_json::json!({"spec": {"replicatedJobs": [
+            {"name": "pserver", "replicas": 1, "template": {"spec": {"parallelism": 2}}},
+            {"name": "trainer", "replicas": 2, "template": {"spec": {"parallelism": 3, "completions": 3}}}
+        ]}});
+        facts.jobset = Some(jobset_pods(&object));
+        assert_eq!(
+            facts.jobset.as_deref(),
+            Some(&[("pserver".to_string(), 2), ("trainer".to_string(), 6)][..])
+        );
+        let d = done(detect(Choice::Auto, &facts, true).unwrap());
+        assert_eq!(d.system, System::JobSet);
+        let Layout::Split {
+            pservers,
+            trainers,
+            own_is_pserver,
+        } = &d.layout
+        else {
+            panic!("{:?}", d.layout)
+        };
+        assert!(!own_is_pserver);
+        assert_eq!((pservers.pods, trainers.pods), (Some(2), Some(6)));
+        assert_eq!(
+            trainers.selector,
+            "jobset.sigs.k8s.io/jobset-name=big,jobset.sigs.k8s.io/replicatedjob-name=trainer"
+        );
+        assert_eq!(d.ranking.index, [JOBSET_GLOBAL_INDEX, COMPLETION_INDEX]);
+        assert_eq!(d.ranking.attempt, Some(JOBSET_RESTART_ATTEMPT));
+        assert_eq!(d.coordinator.as_deref(), Some("big-trainer-0-0.big"));
+    }
+
+    #[test]
+    fn kubeflow_and_plain_jobs_are_read_from_labels() {
+        let kubeflow = Facts {
+            env: map(&[("PADDLE_NNODES", "4")]),
+            own: Some(map(&[
+                (KUBEFLOW_JOB_NAME, "pj"),
+                (KUBEFLOW_REPLICA_TYPE, "worker"),
+                (KUBEFLOW_REPLICA_INDEX, "1"),
+            ])),
+            jobset: None,
+        };
+        let d = done(detect(Choice::Auto, &kubeflow, true).unwrap());
+        assert_eq!(d.system, System::Kubeflow);
+        assert_eq!(colocated(&d).pods, Some(4));
+        let with_servers = Facts {
+            env: map(&[("PADDLE_SERVER_NUM", "2"), ("PADDLE_TRAINER_NUM", "3")]),
+            ..kubeflow
+        };
+        let d = done(detect(Choice::Auto, &with_servers, true).unwrap());
+        assert!(
+            matches!(&d.layout, Layout::Split { own_is_pserver: false, trainers, .. } if trainers.pods == Some(3))
+        );
+
+        let job = Facts {
+            own: Some(map(&[(JOB_NAME, "plain")])),
+            ..Facts::default()
+        };
+        let d = done(detect(Choice::Auto, &job, true).unwrap());
+        assert_eq!(
+            (d.system, colocated(&d).selector.as_str()),
+            (System::Job, "job-name=plain")
+        );
+        assert_eq!(colocated(&d).pods, None);
+        // Naming a system the pod does not show is an error naming what was looked for.
+        let e = detect(Choice::Only(System::JobSet), &job, true).unwrap_err();
+        assert!(
+            e.to_string().contains("jobset.sigs.k8s.io/jobset-name"),
+            "{e}"
+        );
+        let none = Facts {
+            own: Some(BTreeMap::new()),
+            ..Facts::default()
+        };
+        assert_eq!(detect(Choice::Auto, &none, true).unwrap(), Step::Done(None));
+        assert!(parse_choice(Some("slurm"))
+            .unwrap_err()
+            .to_string()
+            .contains("PADDLE_LAUNCHER_RUNTIME"));
+    }
+
+    #[test]
+    fn settings_given_win_over_what_the_system_says() {
+        let facts = Facts {
+            env: map(&[("LWS_LEADER_ADDRESS", "t-0.t.ns"), ("LWS_GROUP_SIZE", "4")]),
+            ..Facts::default()
+        };
+        let d = done(detect(Choice::Auto, &facts, false).unwrap());
+        let args = JobArgs {
+            gradient_num: Some("2".into()),
+            control_port: Some("7000".into()),
+            ..JobArgs::default()
+        };
+        let (filled, notes) = fill(&d, &args);
+        assert_eq!(filled.gradient_num.as_deref(), Some("2"));
+        assert_eq!(filled.job_name.as_deref(), Some("t-0"));
+        assert_eq!(filled.coordinator.as_deref(), Some("t-0.t.ns:7000"));
+        assert!(
+            notes.iter().any(
+                |n| n == "CONF_PADDLE_GRADIENT_NUM: the setting \"2\" wins over \"4\" from lws"
+            ),
+            "{notes:?}"
+        );
+        assert!(
+            notes.iter().any(|n| n == "JOB_NAME=t-0 from lws"),
+            "{notes:?}"
+        );
+    }
+}
