@@ -125,6 +125,16 @@ pub struct ManifestArgs {
     /// pod cost the Job one failure, preemption none, and an exhausted budget fail it at once.
     #[arg(long, default_value_t = 0)]
     pub max_restarts: u32,
+    /// What runs the pods: `job` (batch/v1 Jobs), `jobset` (a JobSet: one replicated job per
+    /// kind of pod) or `volcano` (a Volcano Job: one task per kind of pod, with its env and svc
+    /// plugins). Under `jobset` and `volcano` the pods set no job name, count or role: their
+    /// launchers read them from the system (see --runtime of `run`).
+    #[arg(long, value_enum, default_value_t = ManifestRuntime::Job)]
+    pub runtime: ManifestRuntime,
+    /// A queue: Kueue's `kueue.x-k8s.io/queue-name` label on the Jobs or the JobSet (created
+    /// suspended; Kueue admits them), or the Volcano Job's `spec.queue`.
+    #[arg(long)]
+    pub queue: Option<String>,
     /// A PersistentVolumeClaim mounted at --job-path: the shared job directory of the workspace
     /// layout (output/node_<rank>/ logs, per-rank data, TRAIN_CONFIG_DIR).
     #[arg(long)]
@@ -135,6 +145,13 @@ pub struct ManifestArgs {
     /// Arguments after `--` become the trainer's arguments (the container's args after `run --`).
     #[arg(last = true, value_name = "TRAINER_ARGS")]
     pub trainer_args: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ManifestRuntime {
+    Job,
+    Jobset,
+    Volcano,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -10,7 +10,7 @@
 
 use serde_json::{json, Value};
 
-use crate::cli::{JobArgs, ManifestArgs};
+use crate::cli::{JobArgs, ManifestArgs, ManifestRuntime};
 use crate::config::DEFAULT_CONTROL_PORT;
 use crate::config::{Config, ConfigError, PodRole, Protocol};
 use crate::selector::is_dns_subdomain;
@@ -152,6 +152,22 @@ pub fn documents(a: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
             "0 with --split (group restarts are generated for the one-Job layout)",
         ));
     }
+    if a.runtime != ManifestRuntime::Job && (a.dns || a.max_restarts > 0 || a.indexed) {
+        return Err(invalid(
+            "--runtime",
+            runtime_name(a),
+            "job with --dns, --max-restarts or --indexed (under JobSet and Volcano the system's own indexes rank the pods)",
+        ));
+    }
+    if let Some(queue) = &a.queue {
+        if !(queue.len() <= 63 && is_dns_subdomain(queue)) {
+            return Err(invalid(
+                "--queue",
+                queue,
+                "a queue name: 1-63 lowercase letters, digits, '-' or '.'",
+            ));
+        }
+    }
     if !a.split && a.pservers != 0 {
         return Err(invalid(
             "--pservers",
@@ -216,7 +232,7 @@ pub fn documents(a: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
                    "metadata": {"name": account, "namespace": a.namespace}}),
             json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
                    "metadata": {"name": account, "namespace": a.namespace},
-                   "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]}),
+                   "rules": role_rules(a)}),
             json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
                    "metadata": {"name": account, "namespace": a.namespace},
                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
@@ -234,14 +250,110 @@ pub fn documents(a: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
             "ingress": [{"from": [{"podSelector": {"matchLabels": {JOB_LABEL: a.job_name}}}]}],
         },
     }));
-    for kind in &kinds {
-        let name = match kind.role {
-            PodRole::Both => a.job_name.clone(),
-            role => format!("{}-{role}", a.job_name),
-        };
-        docs.push(job(a, &name, kind, &account));
+    match a.runtime {
+        ManifestRuntime::Job => {
+            for kind in &kinds {
+                let name = match kind.role {
+                    PodRole::Both => a.job_name.clone(),
+                    role => format!("{}-{role}", a.job_name),
+                };
+                let mut job = job(a, &name, kind, &account);
+                if let Some(queue) = &a.queue {
+                    // Kueue admits a Job by unsuspending it.
+                    job["metadata"]["labels"] = json!({KUEUE_QUEUE: queue});
+                    job["spec"]["suspend"] = json!(true);
+                }
+                docs.push(job);
+            }
+        }
+        ManifestRuntime::Jobset => docs.push(jobset(a, &kinds, &account)),
+        ManifestRuntime::Volcano => docs.push(volcano_job(a, &kinds, &account)),
     }
     Ok(docs)
+}
+
+/// Kueue's queue label (kueue.x-k8s.io/v1beta1 constants).
+const KUEUE_QUEUE: &str = "kueue.x-k8s.io/queue-name";
+
+fn runtime_name(a: &ManifestArgs) -> &'static str {
+    match a.runtime {
+        ManifestRuntime::Job => "job",
+        ManifestRuntime::Jobset => "jobset",
+        ManifestRuntime::Volcano => "volcano",
+    }
+}
+
+/// The least the launchers need: their pods, and under JobSet the JobSet (its pod counts).
+fn role_rules(a: &ManifestArgs) -> Value {
+    let mut rules =
+        vec![json!({"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]})];
+    if a.runtime == ManifestRuntime::Jobset {
+        rules.push(
+            json!({"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get"]}),
+        );
+    }
+    json!(rules)
+}
+
+/// The name of a kind of pod as a JobSet replicated job or a Volcano task: what the launcher
+/// reads the layout from (`pserver` and `trainer`: the split layout; one: every pod alike).
+fn task_name(kind: &PodKind) -> &'static str {
+    match kind.role {
+        PodRole::Both => "worker",
+        PodRole::Pserver => "pserver",
+        PodRole::Trainer => "trainer",
+    }
+}
+
+/// One JobSet: a replicated job of one Job per kind of pod.
+fn jobset(a: &ManifestArgs, kinds: &[PodKind], account: &str) -> Value {
+    let replicated: Vec<Value> = kinds
+        .iter()
+        .map(|kind| {
+            let job = job(a, task_name(kind), kind, account);
+            json!({"name": task_name(kind), "replicas": 1, "template": {"spec": job["spec"]}})
+        })
+        .collect();
+    let mut jobset = json!({
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": a.job_name, "namespace": a.namespace},
+        "spec": {"replicatedJobs": replicated},
+    });
+    if let Some(queue) = &a.queue {
+        jobset["metadata"]["labels"] = json!({KUEUE_QUEUE: queue});
+        jobset["spec"]["suspend"] = json!(true);
+    }
+    jobset
+}
+
+/// One Volcano Job: a task per kind of pod, gang-scheduled, with the env plugin (task indexes)
+/// and the svc plugin (each task's hosts and count) the launcher reads.
+fn volcano_job(a: &ManifestArgs, kinds: &[PodKind], account: &str) -> Value {
+    let tasks: Vec<Value> = kinds
+        .iter()
+        .map(|kind| {
+            let job = job(a, task_name(kind), kind, account);
+            json!({"name": task_name(kind), "replicas": kind.count, "template": job["spec"]["template"]})
+        })
+        .collect();
+    let pods: u32 = kinds.iter().map(|k| k.count).sum();
+    let mut spec = json!({
+        "schedulerName": "volcano",
+        "minAvailable": pods,
+        "maxRetry": 3,
+        "plugins": {"env": [], "svc": []},
+        "tasks": tasks,
+    });
+    if let Some(queue) = &a.queue {
+        spec["queue"] = json!(queue);
+    }
+    json!({
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": a.job_name, "namespace": a.namespace},
+        "spec": spec,
+    })
 }
 
 fn env_value(name: &str, value: impl ToString) -> Value {
@@ -253,8 +365,10 @@ fn env_field(name: &str, path: &str) -> Value {
 }
 
 fn container_env(a: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
+    // Under JobSet and Volcano the launcher reads the job's name, counts and role from the
+    // system (`--runtime auto`): the pods carry none of them.
+    let from_system = a.runtime != ManifestRuntime::Job;
     let mut env = vec![
-        env_value("JOB_NAME", &a.job_name),
         env_field("JOB_NAMESPACE", "metadata.namespace"),
         env_field("POD_IP", "status.podIP"),
         env_field("POD_NAME", "metadata.name"),
@@ -272,12 +386,15 @@ fn container_env(a: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
             format!("{SECRET_DIR}/{SECRET_KEY}"),
         ),
     ];
-    if kind.role == PodRole::Both {
-        env.push(env_value("CONF_PADDLE_GRADIENT_NUM", a.trainers));
-    } else {
-        env.push(env_value("PADDLE_LAUNCHER_ROLE", kind.role));
-        env.push(env_value("PSERVERS", a.pservers));
-        env.push(env_value("TRAINERS", a.trainers));
+    if !from_system {
+        env.insert(0, env_value("JOB_NAME", &a.job_name));
+        if kind.role == PodRole::Both {
+            env.push(env_value("CONF_PADDLE_GRADIENT_NUM", a.trainers));
+        } else {
+            env.push(env_value("PADDLE_LAUNCHER_ROLE", kind.role));
+            env.push(env_value("PSERVERS", a.pservers));
+            env.push(env_value("TRAINERS", a.trainers));
+        }
     }
     if a.volume_claim.is_some() {
         env.push(env_value("JOB_PATH", &a.job_path));
@@ -365,9 +482,74 @@ fn validate_pods(a: &ManifestArgs, kind: &PodKind) -> Result<(), ConfigError> {
             "options the launcher accepts",
         )
     })?;
+    let args = as_detected(a, kind, args)?;
     match Config::from_args(&args) {
         Ok(_) => Ok(()),
         Err(e) => Err(as_manifest_error(a, e)),
+    }
+}
+
+/// Under JobSet and Volcano: the options with what the pod's launcher will read from the
+/// system filled in, by the launcher's own detection from the names and variables the system
+/// gives this manifest's pods.
+fn as_detected(a: &ManifestArgs, kind: &PodKind, args: JobArgs) -> Result<JobArgs, ConfigError> {
+    use crate::runtime::{detect, fill, Choice, Facts, Step, System};
+    let kinds = pod_kinds(a);
+    let job = &a.job_name;
+    let (system, facts) = match a.runtime {
+        ManifestRuntime::Job => return Ok(args),
+        ManifestRuntime::Jobset => {
+            let own = [
+                ("jobset.sigs.k8s.io/jobset-name", job.clone()),
+                (
+                    "jobset.sigs.k8s.io/replicatedjob-name",
+                    task_name(kind).to_string(),
+                ),
+            ];
+            let facts = Facts {
+                own: Some(own.into_iter().map(|(k, v)| (k.to_string(), v)).collect()),
+                jobset: Some(
+                    kinds
+                        .iter()
+                        .map(|k| (task_name(k).to_string(), k.count))
+                        .collect(),
+                ),
+                ..Facts::default()
+            };
+            (System::JobSet, facts)
+        }
+        ManifestRuntime::Volcano => {
+            let mut env = std::collections::BTreeMap::new();
+            env.insert("VC_TASK_INDEX".to_string(), "0".to_string());
+            env.insert(
+                "HOSTNAME".to_string(),
+                format!("{job}-{}-0", task_name(kind)),
+            );
+            for k in &kinds {
+                let task = task_name(k);
+                let hosts: Vec<String> = (0..k.count)
+                    .map(|i| format!("{job}-{task}-{i}.{job}"))
+                    .collect();
+                let key = task.to_uppercase();
+                env.insert(format!("VC_{key}_HOSTS"), hosts.join(","));
+                env.insert(format!("VC_{key}_NUM"), k.count.to_string());
+            }
+            (
+                System::Volcano,
+                Facts {
+                    env,
+                    ..Facts::default()
+                },
+            )
+        }
+    };
+    match detect(Choice::Only(system), &facts, true)? {
+        Step::Done(Some(detected)) => Ok(fill(&detected, &args).0),
+        other => Err(invalid(
+            "--runtime",
+            runtime_name(a),
+            &format!("pods whose launcher can read the job (it would ask for {other:?})"),
+        )),
     }
 }
 
@@ -544,7 +726,8 @@ pub const NAMED_COORDINATOR_FROM: u32 = 64;
 /// for big jobs (only it uses the API). Not for the split layout, whose pservers watch the
 /// trainers themselves, nor with --dns, which needs no API.
 fn named_coordinator(a: &ManifestArgs) -> bool {
-    a.max_restarts > 0 || (!a.split && !a.dns && a.trainers >= NAMED_COORDINATOR_FROM)
+    a.runtime == ManifestRuntime::Job
+        && (a.max_restarts > 0 || (!a.split && !a.dns && a.trainers >= NAMED_COORDINATOR_FROM))
 }
 
 fn container_name(kind: &PodKind) -> &'static str {

@@ -525,6 +525,32 @@ fn pod_environment_the_launcher_refuses_is_refused() {
     );
 }
 
+/// The items of `list`, each followed down `path`.
+fn each<'a>(list: &'a Value, path: &[&str]) -> Vec<&'a Value> {
+    let mut out = Vec::new();
+    for item in list.as_array().into_iter().flatten() {
+        let mut at = item;
+        for key in path {
+            at = &at[*key];
+        }
+        out.push(at);
+    }
+    out
+}
+
+/// The pod templates of a Job, a JobSet's replicated jobs or a Volcano Job's tasks.
+fn pod_templates(doc: &Value) -> Vec<&Value> {
+    match (doc["apiVersion"].as_str(), doc["kind"].as_str()) {
+        (Some("batch/v1"), Some("Job")) => vec![&doc["spec"]["template"]],
+        (Some("jobset.x-k8s.io/v1alpha2"), _) => each(
+            &doc["spec"]["replicatedJobs"],
+            &["template", "spec", "template"],
+        ),
+        (Some("batch.volcano.sh/v1alpha1"), _) => each(&doc["spec"]["tasks"], &["template"]),
+        _ => Vec::new(),
+    }
+}
+
 /// The program of the container: the first absolute path after `--` in its args, else in ENTRY.
 fn program_path(container: &Value) -> Option<String> {
     let args: Vec<String> = serde_json::from_value(container["args"].clone()).unwrap();
@@ -564,8 +590,8 @@ fn no_volume_hides_the_program() {
     let mut checked = 0;
     for (source, text) in &manifests {
         let docs: Vec<Value> = serde_saphyr::from_multiple(text).unwrap();
-        for job in docs.iter().filter(|d| d["kind"] == "Job") {
-            let container = &job["spec"]["template"]["spec"]["containers"][0];
+        for template in docs.iter().flat_map(pod_templates) {
+            let container = &template["spec"]["containers"][0];
             let Some(program) = program_path(container) else {
                 continue;
             };

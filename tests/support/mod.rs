@@ -1,6 +1,7 @@
 //! Shared test helpers: the fake API server, launcher processes, the stand-in programs.
 #![allow(dead_code)] // each test binary uses a different part of the helpers
 
+pub mod crd;
 pub mod dnsmasq;
 pub mod fake_api;
 

@@ -1,0 +1,357 @@
+//! `manifest --runtime jobset|volcano` and `--queue`: the objects match the CRD schemas of
+//! ../shared/reference/crds (strictly: no field the schema lacks), the core objects pass
+//! kubernetes-validate, and launchers started as the system would start the pods plan the job
+//! without being told its name, size or layout.
+
+mod support;
+
+use std::process::Command;
+
+use serde_json::{json, Value};
+use support::crd::Crd;
+use support::{assert_contains, Cluster, Launcher, LAUNCHER};
+
+fn manifest(args: &[&str]) -> Result<Vec<Value>, String> {
+    let out = Command::new(LAUNCHER)
+        .arg("manifest")
+        .args(args)
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).to_string());
+    }
+    Ok(serde_saphyr::from_multiple(&String::from_utf8(out.stdout).unwrap()).unwrap())
+}
+
+const JOBSET: &[&str] = &[
+    "--job-name",
+    "js",
+    "--namespace",
+    "team-a",
+    "--image",
+    "example.com/t/p:v1",
+    "--trainers",
+    "3",
+    "--protocol",
+    "collective",
+    "--runtime",
+    "jobset",
+    "--queue",
+    "team-a-queue",
+    "--",
+    "python",
+    "/workspace/train.py",
+];
+const VOLCANO: &[&str] = &[
+    "--job-name",
+    "vc",
+    "--namespace",
+    "team-a",
+    "--image",
+    "example.com/t/p:v1",
+    "--split",
+    "--pservers",
+    "2",
+    "--trainers",
+    "3",
+    "--protocol",
+    "fleet",
+    "--runtime",
+    "volcano",
+    "--queue",
+    "research",
+    "--entry",
+    "python /workspace/ps.py",
+];
+
+fn find<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} in {docs:#?}"))
+}
+
+#[test]
+fn jobset_and_volcano_manifests_match_their_crd_schemas() {
+    let jobset = Crd::load("jobset.x-k8s.io_jobsets.yaml");
+    let volcano = Crd::load("batch.volcano.sh_jobs.yaml");
+    let docs = manifest(JOBSET).unwrap();
+    let object = find(&docs, "JobSet");
+    assert_eq!(jobset.violations(object), Vec::<String>::new());
+    assert_eq!(
+        object["metadata"]["labels"]["kueue.x-k8s.io/queue-name"],
+        "team-a-queue"
+    );
+    assert_eq!(
+        object["spec"]["suspend"], true,
+        "Kueue admits it by unsuspending"
+    );
+    let role = find(&docs, "Role");
+    assert_eq!(
+        role["rules"][1],
+        json!({"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get"]})
+    );
+    // The split layout as a JobSet: a `pserver` and a `trainer` replicated job.
+    let split = [
+        "--job-name",
+        "jss",
+        "--image",
+        "example.com/t/p:v1",
+        "--split",
+        "--pservers",
+        "2",
+        "--trainers",
+        "3",
+        "--protocol",
+        "fleet",
+        "--runtime",
+        "jobset",
+        "--entry",
+        "python /w/ps.py",
+    ];
+    let docs = manifest(&split).unwrap();
+    let object = find(&docs, "JobSet");
+    assert_eq!(jobset.violations(object), Vec::<String>::new());
+    let names: Vec<&str> = object["spec"]["replicatedJobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["pserver", "trainer"]);
+
+    let docs = manifest(VOLCANO).unwrap();
+    let object = find(&docs, "Job");
+    assert_eq!(volcano.violations(object), Vec::<String>::new());
+    assert_eq!(object["spec"]["queue"], "research");
+    assert_eq!(object["spec"]["minAvailable"], 5);
+    let tasks: Vec<&str> = object["spec"]["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(tasks, ["pserver", "trainer"]);
+
+    // The checker is strict: a field either schema lacks, a wrong type, a missing required
+    // field are each found.
+    let mut broken = find(&manifest(JOBSET).unwrap(), "JobSet").clone();
+    broken["spec"]["replicatedJobs"][0]["replicaz"] = json!(1);
+    broken["spec"]["suspend"] = json!("yes");
+    broken["spec"]["replicatedJobs"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("name");
+    let found = jobset.violations(&broken).join("\n");
+    assert_contains(
+        &found,
+        ".spec.replicatedJobs[0].replicaz: a field the schema does not have",
+    );
+    assert_contains(&found, ".spec.suspend: \"yes\" is not of type \"boolean\"");
+    assert_contains(
+        &found,
+        ".spec.replicatedJobs[0]: the required field \"name\" is missing",
+    );
+    assert_contains(
+        &volcano.violations(&broken).join("\n"),
+        "is not batch.volcano.sh/v1alpha1 Job",
+    );
+}
+
+#[test]
+fn the_core_objects_pass_kubernetes_validate() {
+    let validate = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target/tools-venv/bin/kubernetes-validate");
+    assert!(
+        validate.exists(),
+        "run `bash .ci/run` (it installs kubernetes-validate)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    for args in [JOBSET, VOLCANO] {
+        let core: Vec<Value> = manifest(args)
+            .unwrap()
+            .into_iter()
+            .filter(|d| {
+                d["apiVersion"]
+                    .as_str()
+                    .is_some_and(|v| !v.contains(".x-k8s.io") && !v.contains("volcano.sh"))
+            })
+            .collect();
+        assert_eq!(
+            core.len(),
+            4,
+            "ServiceAccount, Role, RoleBinding, NetworkPolicy"
+        );
+        let file = dir.path().join("core.yaml");
+        let text: Vec<String> = core
+            .iter()
+            .map(|d| serde_saphyr::to_string(d).unwrap())
+            .collect();
+        std::fs::write(&file, text.join("---\n")).unwrap();
+        let out = Command::new(&validate)
+            .args(["--strict", "--kubernetes-version", "1.33"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+}
+
+#[test]
+fn combinations_the_systems_do_their_own_way_are_refused() {
+    let base = ["--job-name", "x", "--image", "i:1", "--runtime", "jobset"];
+    for extra in [&["--max-restarts", "2"][..], &["--dns"], &["--indexed"]] {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        let e = manifest(&args).unwrap_err();
+        assert_contains(
+            &e,
+            "invalid --runtime: \"jobset\": expected job with --dns, --max-restarts or --indexed",
+        );
+    }
+    let e = manifest(&["--job-name", "x", "--image", "i:1", "--queue", "Team A"]).unwrap_err();
+    assert_contains(&e, "invalid --queue: \"Team A\"");
+}
+
+/// The environment a container of `template` gets, with the downward API filled in.
+fn container_env(
+    template: &Value,
+    name: &str,
+    ip: &str,
+    extra: &[(&'static str, String)],
+) -> Vec<(&'static str, String)> {
+    let mut env: Vec<(&'static str, String)> = Vec::new();
+    for var in template["spec"]["containers"][0]["env"].as_array().unwrap() {
+        let key: &'static str =
+            Box::leak(var["name"].as_str().unwrap().to_string().into_boxed_str());
+        let value = match var["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
+            Some("status.podIP") => ip.to_string(),
+            Some("metadata.name") => name.to_string(),
+            Some("metadata.namespace") => "team-a".to_string(),
+            Some(other) => panic!("unexpected field {other}"),
+            None => var["value"].as_str().unwrap().to_string(),
+        };
+        env.push((key, value));
+    }
+    env.push(("CONF_PADDLE_NIC", "lo".into()));
+    env.extend(extra.iter().cloned());
+    env
+}
+
+fn pod(name: &str, ip: &str, template: &Value, marks: Value) -> Value {
+    let mut labels = template["metadata"]["labels"].clone();
+    for (k, v) in marks.as_object().unwrap() {
+        labels[k] = v.clone();
+    }
+    json!({"kind": "Pod", "apiVersion": "v1",
+           "metadata": {"name": name, "namespace": "team-a", "labels": labels, "annotations": marks},
+           "spec": {"containers": [{"name": "c", "image": "i"}]},
+           "status": {"phase": "Running", "podIP": ip}})
+}
+
+/// The JobSet's pods, as the JobSet and Job controllers would make them from the manifest, and
+/// their launchers with exactly its environment: each plans its rank of three.
+#[test]
+fn launchers_of_the_jobset_manifest_plan_the_job() {
+    let Cluster { api, dir } = Cluster::new();
+    let docs = manifest(JOBSET).unwrap();
+    let jobset = find(&docs, "JobSet");
+    api.record(
+        "/apis/jobset.x-k8s.io/v1alpha2/namespaces/team-a/jobsets/js",
+        200,
+        jobset.to_string(),
+    );
+    let rjob = &jobset["spec"]["replicatedJobs"][0];
+    let template = &rjob["template"]["spec"]["template"];
+    let ips = ["127.0.36.13", "127.0.36.12", "127.0.36.11"];
+    for (i, ip) in ips.iter().enumerate() {
+        let marks = json!({"jobset.sigs.k8s.io/jobset-name": "js",
+                           "jobset.sigs.k8s.io/replicatedjob-name": rjob["name"],
+                           "jobset.sigs.k8s.io/job-index": "0", "jobset.sigs.k8s.io/job-global-index": "0",
+                           "jobset.sigs.k8s.io/restart-attempt": "0",
+                           "batch.kubernetes.io/job-completion-index": i.to_string()});
+        api.put_pod(pod(&format!("js-worker-0-{i}-q"), ip, template, marks));
+    }
+    for (i, ip) in ips.iter().enumerate() {
+        let mut env = container_env(template, &format!("js-worker-0-{i}-q"), ip, &[]);
+        env.push((
+            "KUBECONFIG",
+            dir.path().join("kubeconfig").display().to_string(),
+        ));
+        // The container's own arguments, `run -- <program>`, as `plan`.
+        let args: Vec<&str> = template["spec"]["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .map(|a| if a == "run" { "plan" } else { a })
+            .collect();
+        let done = Launcher::start(dir.path(), &format!("js{i}"), &args, &env)
+            .wait(std::time::Duration::from_secs(60));
+        assert_eq!(done.code(), 0, "{}", done.stderr);
+        let plan: Value = serde_json::from_str(&done.stdout).unwrap();
+        assert_eq!(plan["trainer_id"], i);
+        assert_eq!(plan["job"], "js");
+        assert_eq!(plan["num_gradient_servers"], 3);
+    }
+}
+
+/// The Volcano Job's pods as its controller and env/svc plugins would make them: a trainer
+/// plans the split layout, with the pservers of the pserver task.
+#[test]
+fn launchers_of_the_volcano_manifest_plan_the_split_layout() {
+    let Cluster { api, dir } = Cluster::new();
+    let docs = manifest(VOLCANO).unwrap();
+    let tasks = find(&docs, "Job")["spec"]["tasks"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let mut plugin_env: Vec<(&'static str, String)> = Vec::new();
+    let mut ip = 10;
+    let mut pods = Vec::new();
+    for task in &tasks {
+        let name = task["name"].as_str().unwrap();
+        let count = task["replicas"].as_u64().unwrap();
+        let hosts: Vec<String> = (0..count).map(|i| format!("vc-{name}-{i}.vc")).collect();
+        let upper: &'static str = Box::leak(name.to_uppercase().into_boxed_str());
+        plugin_env.push((
+            Box::leak(format!("VC_{upper}_HOSTS").into_boxed_str()),
+            hosts.join(","),
+        ));
+        plugin_env.push((
+            Box::leak(format!("VC_{upper}_NUM").into_boxed_str()),
+            count.to_string(),
+        ));
+        for i in 0..count {
+            ip += 1;
+            let pod_name = format!("vc-{name}-{i}");
+            let marks = json!({"volcano.sh/job-name": "vc", "volcano.sh/task-spec": name,
+                               "volcano.sh/task-index": i.to_string(), "volcano.sh/job-version": "0"});
+            let address = format!("127.0.37.{ip}");
+            api.put_pod(pod(&pod_name, &address, &task["template"], marks));
+            pods.push((pod_name, address, task["template"].clone(), i));
+        }
+    }
+    let (name, address, template, index) = &pods[3];
+    assert_eq!(name, "vc-trainer-1");
+    let mut extra = plugin_env.clone();
+    extra.push(("VC_TASK_INDEX", index.to_string()));
+    extra.push(("HOSTNAME", name.clone()));
+    extra.push((
+        "KUBECONFIG",
+        dir.path().join("kubeconfig").display().to_string(),
+    ));
+    let env = container_env(template, name, address, &extra);
+    let done =
+        Launcher::start(dir.path(), "vc", &["plan"], &env).wait(std::time::Duration::from_secs(60));
+    assert_eq!(done.code(), 0, "{}", done.stderr);
+    let plan: Value = serde_json::from_str(&done.stdout).unwrap();
+    assert_eq!(plan["trainer_id"], 1);
+    assert_eq!(
+        plan["pserver_endpoints"],
+        json!(["127.0.37.11:7164", "127.0.37.12:7164"])
+    );
+    assert_eq!(plan["num_gradient_servers"], 3);
+}
