@@ -1,5 +1,5 @@
 //! `manifest --runtime jobset|volcano` and `--queue`: the objects match the CRD schemas of
-//! ../shared/reference/crds (strictly: no field the schema lacks), the core objects pass
+//! tests/fixtures/crds (strictly: no field the schema lacks), the core objects pass
 //! kubernetes-validate, and launchers started as the system would start the pods plan the job
 //! without being told its name, size or layout.
 

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-/// The CRD in `file` (under ../shared/reference/crds): (group, kind, served version, schema).
+/// The CRD in `file` (under tests/fixtures/crds): (group, kind, served version, schema).
 pub struct Crd {
     pub api_version: String,
     pub kind: String,
@@ -18,7 +18,7 @@ pub struct Crd {
 impl Crd {
     pub fn load(file: &str) -> Crd {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../shared/reference/crds")
+            .join("tests/fixtures/crds")
             .join(file);
         let text =
             std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
