@@ -225,21 +225,31 @@ pub struct Group {
 pub struct Ranking {
     pub index: Vec<&'static str>,
     pub attempt: Option<&'static str>,
+    /// The index is unique among the group's pods (a batch system's selector): a finished pod
+    /// at the index of a live one was replaced by it, and does not count, not even as failed.
+    pub replaced_ignored: bool,
 }
 
 impl Ranking {
+    /// A batch system's ranking of the pods its selector finds.
     pub fn by(index: &[&'static str], attempt: Option<&'static str>) -> Ranking {
         Ranking {
             index: index.to_vec(),
             attempt,
+            replaced_ignored: true,
         }
     }
 }
 
 impl Default for Ranking {
-    /// An Indexed Job's: the completion index.
+    /// An Indexed Job's completion index, for a selector that may span several Jobs: nothing
+    /// is ignored.
     fn default() -> Self {
-        Ranking::by(&[crate::runtime::COMPLETION_INDEX], None)
+        Ranking {
+            index: vec![crate::runtime::COMPLETION_INDEX],
+            attempt: None,
+            replaced_ignored: false,
+        }
     }
 }
 

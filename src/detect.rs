@@ -26,8 +26,11 @@ pub async fn configure(
     // What detection may fill stands in as a placeholder while the rest is checked.
     let checked = Config::from_args(&with_placeholders(args))?;
     let need_own_pod = present(&args.job_name).is_none();
+    let counts_given = present(&args.gradient_num).is_some()
+        || (present(&args.trainer_count).is_some() && present(&args.pserver_count).is_some());
     let mut facts = Facts {
         env: runtime::system_env(),
+        counts_given,
         ..Facts::default()
     };
     if !facts.env.contains_key("HOSTNAME") {
@@ -61,9 +64,15 @@ pub async fn configure(
             Step::OwnPod => {
                 let ip = own_ip(&checked, interfaces, &hostname_ip)?;
                 let name = checked.topology.pod_name.as_deref();
+                info!(
+                    "batch system: reading this pod's labels ({}) from {}",
+                    name.map_or(format!("IP {ip}"), |n| format!("POD_NAME {n}")),
+                    server.url
+                );
                 facts.own = Some(kubernetes::own_marks(server, name, ip).await?);
             }
             Step::JobSet(name) => {
+                info!("batch system: reading JobSet {name} for its number of pods");
                 let object = kubernetes::jobset(server, &name).await?;
                 facts.jobset = Some(runtime::jobset_pods(&object));
             }

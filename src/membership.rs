@@ -1,6 +1,6 @@
 //! Pods -> live members -> ranks. Pure: the same input gives the same ranks on every pod.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
 
@@ -92,9 +92,18 @@ impl PodView {
 pub struct PodSet {
     pods: BTreeMap<String, PodView>,
     relisting: Option<BTreeMap<String, PodView>>,
+    /// See `current`.
+    replaced_ignored: bool,
 }
 
 impl PodSet {
+    pub fn new(replaced_ignored: bool) -> Self {
+        PodSet {
+            replaced_ignored,
+            ..PodSet::default()
+        }
+    }
+
     pub fn begin_relist(&mut self) {
         self.relisting = Some(BTreeMap::new());
     }
@@ -125,7 +134,7 @@ impl PodSet {
 
     /// The pods of the job's current attempt (see `current`).
     pub fn pods(&self) -> Vec<PodView> {
-        current(self.pods.values().cloned().collect())
+        current(self.pods.values().cloned().collect(), self.replaced_ignored)
     }
 
     pub fn get(&self, name: &str) -> Option<&PodView> {
@@ -360,32 +369,45 @@ pub enum MembershipError {
 }
 
 /// The pods that are part of the job now: those of its newest attempt (a pod of an earlier
-/// one is on its way out: JobSet and Volcano recreate every pod on a restart), and of several
-/// pods with one index (a replaced Indexed Job pod and its replacement) the live one, else the
-/// newest. Such pods never count, not even as failed.
-pub fn current(pods: Vec<PodView>) -> Vec<PodView> {
+/// one is on its way out: JobSet and Volcano recreate every pod on a restart, so its pods never
+/// count, not even as failed), and with `replaced_ignored` (an index unique in the group), of a
+/// finished pod and a live one at one index (a replaced pod and its replacement) only the live
+/// one. Two live pods at one index both stay: the Job controller deletes one, and the readiness
+/// rule waits for that.
+pub fn current(pods: Vec<PodView>, replaced_ignored: bool) -> Vec<PodView> {
     let newest = pods.iter().filter_map(|p| p.attempt).max();
-    let mut by_index: BTreeMap<Vec<u64>, PodView> = BTreeMap::new();
-    let mut unindexed = Vec::new();
-    for pod in pods {
-        if newest.is_some() && pod.attempt.unwrap_or(0) < newest.unwrap_or(0) {
-            continue;
-        }
-        let Some(index) = pod.index.clone() else {
-            unindexed.push(pod);
-            continue;
-        };
-        let preferred = |p: &PodView| (p.is_live(), p.created, p.name.clone());
-        match by_index.get(&index) {
-            Some(kept) if preferred(kept) >= preferred(&pod) => {}
-            _ => {
-                by_index.insert(index, pod);
+    let mut pods: Vec<PodView> = pods
+        .into_iter()
+        .filter(|p| newest.is_none_or(|n| p.attempt.unwrap_or(0) >= n))
+        .collect();
+    if replaced_ignored {
+        let live: BTreeSet<Vec<u64>> = pods
+            .iter()
+            .filter(|p| p.is_live())
+            .filter_map(|p| p.index.clone())
+            .collect();
+        // Of finished pods at one index without a live one, the newest stands for it.
+        let mut newest_finished: BTreeMap<Vec<u64>, (Option<i64>, String)> = BTreeMap::new();
+        for p in pods.iter().filter(|p| !p.is_live()) {
+            if let Some(index) = &p.index {
+                let key = (p.created, p.name.clone());
+                let entry = newest_finished.entry(index.clone()).or_insert(key.clone());
+                if key > *entry {
+                    *entry = key;
+                }
             }
         }
+        pods.retain(|p| match (&p.index, p.is_live()) {
+            (Some(index), false) => {
+                !live.contains(index)
+                    && newest_finished
+                        .get(index)
+                        .is_some_and(|(_, name)| *name == p.name)
+            }
+            _ => true,
+        });
     }
-    unindexed.extend(by_index.into_values());
-    unindexed.sort_by(|a, b| a.name.cmp(&b.name));
-    unindexed
+    pods
 }
 
 /// Ranks: the index the batch system wrote on each pod when every pod has one, else numeric
@@ -616,19 +638,28 @@ pub(crate) mod tests {
             at("new-0", 0, Some(1), "Pending", 1700000060),
             at("new-1", 1, Some(1), "Running", 1700000060),
         ];
-        assert_eq!(names_of(&current(pods.clone())), ["new-0", "new-1"]);
-        // A replaced Indexed Job pod: the Failed one is gone from the count, and of two live
-        // pods at one index the newer is the job's.
+        assert_eq!(names_of(&current(pods.clone(), true)), ["new-0", "new-1"]);
+        assert_eq!(names_of(&current(pods, false)), ["new-0", "new-1"]);
+        // A replaced Indexed Job pod: the Failed one is gone from the count; two live pods at
+        // one index both stay (the readiness rule waits for the controller to delete one); of
+        // two finished pods at an index without a live one, the newer stands for it.
         let pods = vec![
             at("job-0-a", 0, None, "Failed", 1700000000),
             at("job-0-b", 0, None, "Running", 1700000120),
             at("job-1-a", 1, None, "Running", 1700000000),
             at("job-1-b", 1, None, "Pending", 1700000180),
+            at("job-2-a", 2, None, "Failed", 1700000000),
+            at("job-2-b", 2, None, "Failed", 1700000240),
         ];
-        assert_eq!(names_of(&current(pods)), ["job-0-b", "job-1-b"]);
+        assert_eq!(
+            names_of(&current(pods.clone(), true)),
+            ["job-0-b", "job-1-a", "job-1-b", "job-2-b"]
+        );
+        // A selector the user gave may span Jobs whose indexes repeat: nothing is dropped.
+        assert_eq!(current(pods.clone(), false), pods);
         // Without indexes or attempts nothing is dropped.
         let plain = vec![pod("a", None, "Failed"), pod("b", None, "Running")];
-        assert_eq!(names_of(&current(plain)), ["a", "b"]);
+        assert_eq!(names_of(&current(plain, true)), ["a", "b"]);
     }
 
     fn names_of(pods: &[PodView]) -> Vec<&str> {

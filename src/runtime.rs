@@ -106,6 +106,8 @@ pub struct Facts {
     pub own: Option<BTreeMap<String, String>>,
     /// (replicated job, pods) of the JobSet this pod belongs to, once fetched.
     pub jobset: Option<Vec<(String, u32)>>,
+    /// The user gave the job's counts: the JobSet object is not needed (nor `get` on it).
+    pub counts_given: bool,
 }
 
 /// The next fact detection needs, or its end.
@@ -178,8 +180,10 @@ pub fn detect(choice: Choice, facts: &Facts, need_own_pod: bool) -> Result<Step,
     };
     if wanted(System::JobSet) {
         if let Some(name) = own.get(JOBSET_NAME) {
-            let Some(jobs) = &facts.jobset else {
-                return Ok(Step::JobSet(name.clone()));
+            let jobs = match &facts.jobset {
+                Some(jobs) => Some(jobs.as_slice()),
+                None if facts.counts_given => None,
+                None => return Ok(Step::JobSet(name.clone())),
             };
             return jobset(name, own, jobs).map(|d| Step::Done(Some(Box::new(d))));
         }
@@ -234,24 +238,17 @@ fn lws_from_env(env: &BTreeMap<String, String>) -> Result<Option<Detected>, Conf
     else {
         return Ok(None);
     };
-    // `<lws>-<group>.<lws>.<namespace>`: the leader's hostname, then the LWS's Service.
-    let mut parts = leader.split('.');
-    let (Some(host), Some(lws)) = (parts.next(), parts.next()) else {
-        return Err(unexpected(
-            "LWS_LEADER_ADDRESS",
-            leader,
-            "<lws>-<group>.<lws>.<namespace>",
-        ));
-    };
-    let group = host
-        .strip_prefix(lws)
-        .and_then(|rest| rest.strip_prefix('-'))
-        .filter(|g| g.parse::<u32>().is_ok())
+    // `<lws>-<group>.<subdomain>.<namespace>`: the leader's hostname first; the subdomain is
+    // the LWS's name, or the leader's hostname again (subdomainPolicy UniquePerReplica).
+    let host = leader.split('.').next().unwrap_or_default();
+    let (lws, group) = host
+        .rsplit_once('-')
+        .filter(|(lws, g)| !lws.is_empty() && g.parse::<u32>().is_ok())
         .ok_or_else(|| {
             unexpected(
                 "LWS_LEADER_ADDRESS",
                 leader,
-                "<lws>-<group>.<lws>.<namespace>",
+                "<lws>-<group>.<subdomain>.<namespace>",
             )
         })?;
     let pods = count("LWS_GROUP_SIZE", size)?;
@@ -337,12 +334,19 @@ fn volcano_from_env(env: &BTreeMap<String, String>) -> Result<Option<Detected>, 
         // No svc plugin: the names come from the pod's labels.
         return Ok(None);
     };
-    let hostname = env.get("HOSTNAME").cloned().unwrap_or_default();
+    // The pod's name is `<job>-<task>-<index>`, and so is its hostname (the svc plugin's),
+    // unless it shares the node's network.
+    let name = env
+        .get("POD_NAME")
+        .or(env.get("HOSTNAME"))
+        .cloned()
+        .unwrap_or_default();
     let own = tasks
         .iter()
-        .find(|t| hostname.starts_with(&format!("{job_name}-{}-", t.name)))
+        .filter(|t| name.starts_with(&format!("{job_name}-{}-", t.name)))
+        .max_by_key(|t| t.name.len())
         .map(|t| t.name.clone());
-    let layout = layout(tasks, own.as_deref());
+    let layout = layout(tasks, own.as_deref(), None, System::Volcano)?;
     let coordinator = match &layout {
         Layout::Colocated(task) => Some(format!("{job_name}-{}-0.{job_name}", task.name)),
         Layout::Split { .. } => None,
@@ -394,10 +398,11 @@ fn volcano_ranking() -> Ranking {
 fn jobset(
     name: &str,
     own: &BTreeMap<String, String>,
-    jobs: &[(String, u32)],
+    jobs: Option<&[(String, u32)]>,
 ) -> Result<Detected, ConfigError> {
     let own_job = own.get(JOBSET_REPLICATED_JOB).cloned().unwrap_or_default();
-    let tasks = jobs
+    let tasks: Vec<Task> = jobs
+        .unwrap_or_default()
         .iter()
         .map(|(job, pods)| Task {
             name: job.clone(),
@@ -405,8 +410,27 @@ fn jobset(
             pods: Some(*pods),
         })
         .collect();
-    let layout = layout(tasks, Some(&own_job));
-    let coordinator = own.get(JOBSET_COORDINATOR).cloned();
+    // Several replicated jobs (a driver and workers, two worker pools): the whole JobSet is the
+    // job, ranked by the global job index that numbers all of its Jobs.
+    let whole = Task {
+        name: name.to_string(),
+        selector: format!("{JOBSET_NAME}={name}"),
+        pods: Some(jobs.unwrap_or_default().iter().map(|(_, pods)| pods).sum()),
+    };
+    let layout = if jobs.is_none() {
+        // Not read (the counts are the user's): the whole JobSet, counted by the user.
+        Layout::Colocated(Task {
+            pods: None,
+            ..whole
+        })
+    } else {
+        layout(tasks, Some(&own_job), Some(whole), System::JobSet)?
+    };
+    // The coordinator annotation names one pod of the whole JobSet: a coordinator of all.
+    let coordinator = match &layout {
+        Layout::Colocated(_) => own.get(JOBSET_COORDINATOR).cloned(),
+        Layout::Split { .. } => None,
+    };
     let mut sources = vec![format!(
         "JobSet {name}, replicated job {own_job} (labels {JOBSET_NAME}, {JOBSET_REPLICATED_JOB}; \
          pod counts from the JobSet's replicas x parallelism); ranks from {JOBSET_GLOBAL_INDEX} \
@@ -436,14 +460,21 @@ pub fn jobset_pods(jobset: &serde_json::Value) -> Vec<(String, u32)> {
         .filter_map(|job| {
             let name = job["name"].as_str()?.to_string();
             let replicas = job["replicas"].as_u64().unwrap_or(1);
-            let parallelism = job["template"]["spec"]["parallelism"].as_u64().unwrap_or(1);
-            Some((name, (replicas * parallelism).min(u32::MAX as u64) as u32))
+            let spec = &job["template"]["spec"];
+            let parallelism = spec["parallelism"].as_u64().unwrap_or(1);
+            // Fewer completions than parallelism: only that many pods ever run at once.
+            let at_once = parallelism.min(spec["completions"].as_u64().unwrap_or(parallelism));
+            Some((name, (replicas * at_once).min(u32::MAX as u64) as u32))
         })
         .collect()
 }
 
-/// Kubeflow's PaddleJob: labels name the job and the replica type; the operator's env the
-/// counts (PADDLE_NNODES collective; PADDLE_SERVER_NUM and PADDLE_TRAINER_NUM with pservers).
+/// Kubeflow's PaddleJob: labels name the job and the replica type. Collective: the workers,
+/// PADDLE_NNODES of them (the operator's count of the job's pods, a Master replica included:
+/// give CONF_PADDLE_GRADIENT_NUM when there is one). With pservers (the operator sets
+/// PADDLE_SERVER_NUM on Master pods, PADDLE_TRAINER_NUM on Worker pods, each "1": one per pod,
+/// not the job's totals) the layout is Master = pservers, Worker = trainers, and the counts are
+/// the user's (PSERVERS, TRAINERS).
 fn kubeflow(
     own: &BTreeMap<String, String>,
     env: &BTreeMap<String, String>,
@@ -451,68 +482,106 @@ fn kubeflow(
     let Some(job_name) = own.get(KUBEFLOW_JOB_NAME) else {
         return Ok(None);
     };
-    let own_type = own.get(KUBEFLOW_REPLICA_TYPE).cloned().unwrap_or_default();
+    let own_type = own
+        .get(KUBEFLOW_REPLICA_TYPE)
+        .filter(|t| !t.is_empty())
+        .cloned()
+        .unwrap_or_else(|| "worker".to_string());
     let task = |kind: &str, pods: Option<u32>| Task {
         name: kind.to_string(),
         selector: format!("{KUBEFLOW_JOB_NAME}={job_name},{KUBEFLOW_REPLICA_TYPE}={kind}"),
         pods,
     };
-    let number = |name: &str| env.get(name).map(|n| count(name, n)).transpose();
-    let tasks = match number("PADDLE_SERVER_NUM")? {
-        Some(servers) => vec![
-            task("master", Some(servers)),
-            task("worker", number("PADDLE_TRAINER_NUM")?),
-        ],
-        None => vec![task(&own_type, number("PADDLE_NNODES")?)],
+    let with_servers =
+        env.contains_key("PADDLE_SERVER_NUM") || env.contains_key("PADDLE_TRAINER_NUM");
+    let layout = if with_servers {
+        Layout::Split {
+            pservers: task("master", None),
+            trainers: task("worker", None),
+            own_is_pserver: own_type == "master",
+        }
+    } else {
+        let pods = env
+            .get("PADDLE_NNODES")
+            .map(|n| count("PADDLE_NNODES", n))
+            .transpose()?;
+        Layout::Colocated(task(&own_type, pods))
     };
     Ok(Some(Detected {
         system: System::Kubeflow,
         job_name: job_name.clone(),
-        layout: layout(tasks, Some(&own_type)),
+        layout,
         ranking: Ranking::by(&[KUBEFLOW_REPLICA_INDEX], None),
         coordinator: None,
         sources: vec![format!(
             "Kubeflow PaddleJob {job_name}, replica type {own_type} (labels {KUBEFLOW_JOB_NAME}, \
-             {KUBEFLOW_REPLICA_TYPE}; counts from PADDLE_NNODES or PADDLE_SERVER_NUM/PADDLE_TRAINER_NUM); \
+             {KUBEFLOW_REPLICA_TYPE}; the count from PADDLE_NNODES, none with pservers); \
              ranks from {KUBEFLOW_REPLICA_INDEX}"
         )],
     }))
 }
 
 /// One task: every pod alike. A pserver task and a trainer task (by their names): the split
-/// layout. Anything else: the pod's own task is the job.
-fn layout(mut tasks: Vec<Task>, own: Option<&str>) -> Layout {
-    let is_pserver = |t: &Task| {
-        matches!(
-            t.name.as_str(),
-            "pserver" | "pservers" | "ps" | "server" | "servers" | "master"
-        )
-    };
-    let is_trainer = |t: &Task| {
-        matches!(
-            t.name.as_str(),
-            "trainer" | "trainers" | "worker" | "workers"
-        )
+/// layout, this pod in its own task. Several other tasks: the `whole` job as one group when
+/// its indexes rank all of its pods (JobSet's global job index), else an error naming them.
+fn layout(
+    mut tasks: Vec<Task>,
+    own: Option<&str>,
+    whole: Option<Task>,
+    system: System,
+) -> Result<Layout, ConfigError> {
+    let is_pserver = |t: &Task| matches!(t.name.as_str(), "pserver" | "pservers" | "ps");
+    let is_trainer = |t: &Task| matches!(t.name.as_str(), "trainer" | "trainers");
+    let names = |tasks: &[Task]| {
+        tasks
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
     };
     if tasks.len() == 2 {
-        let ps = tasks.iter().position(is_pserver);
-        let tr = tasks.iter().position(is_trainer);
-        if let (Some(ps), Some(tr)) = (ps, tr) {
-            let own_is_pserver = own == Some(tasks[ps].name.as_str());
+        if let (Some(ps), Some(tr)) = (
+            tasks.iter().position(is_pserver),
+            tasks.iter().position(is_trainer),
+        ) {
+            let own_is_pserver = match own {
+                Some(own) if own == tasks[ps].name => true,
+                Some(own) if own == tasks[tr].name => false,
+                _ => {
+                    return Err(ConfigError::new(
+                        RUNTIME,
+                        system.name(),
+                        format!(
+                            "a pod whose own task is known (tasks {}; this pod's: {}): set POD_NAME from the downward API, or PADDLE_LAUNCHER_ROLE",
+                            names(&tasks),
+                            own.unwrap_or("unknown")
+                        ),
+                    ))
+                }
+            };
             let trainers = tasks[tr].clone();
             let pservers = tasks.swap_remove(ps);
-            return Layout::Split {
+            return Ok(Layout::Split {
                 pservers,
                 trainers,
                 own_is_pserver,
-            };
+            });
         }
     }
-    let index = tasks
-        .iter()
-        .position(|t| Some(t.name.as_str()) == own)
-        .unwrap_or(0);
-    Layout::Colocated(tasks.swap_remove(index))
+    if tasks.len() == 1 {
+        return Ok(Layout::Colocated(tasks.swap_remove(0)));
+    }
+    match whole {
+        Some(whole) if !tasks.is_empty() => Ok(Layout::Colocated(whole)),
+        _ => Err(ConfigError::new(
+            RUNTIME,
+            system.name(),
+            format!(
+                "one task, or a `pserver` and a `trainer` task, to read the job from (this job has: {}); set the job's selector and counts yourself, or --runtime static",
+                if tasks.is_empty() { "none".to_string() } else { names(&tasks) }
+            ),
+        )),
+    }
 }
 
 fn count(name: &str, text: &str) -> Result<u32, ConfigError> {
@@ -556,7 +625,11 @@ pub fn fill(detected: &Detected, args: &JobArgs) -> (JobArgs, Vec<String>) {
         "JOB_NAME",
         Some(detected.job_name.clone()),
     );
-    let pods = |t: &Task| t.pods.map(|n| n.to_string());
+    // A selector given picks other pods than the system's: their count is the user's too.
+    let pods = |t: &Task, selector: &Option<String>| match crate::config::present(selector) {
+        Some(_) => None,
+        None => t.pods.map(|n| n.to_string()),
+    };
     match &detected.layout {
         Layout::Colocated(task) => {
             set(
@@ -567,7 +640,7 @@ pub fn fill(detected: &Detected, args: &JobArgs) -> (JobArgs, Vec<String>) {
             set(
                 &mut out.gradient_num,
                 "CONF_PADDLE_GRADIENT_NUM",
-                pods(task),
+                pods(task, &args.selector),
             );
         }
         Layout::Split {
@@ -595,8 +668,16 @@ pub fn fill(detected: &Detected, args: &JobArgs) -> (JobArgs, Vec<String>) {
                 "PADDLE_LAUNCHER_TRAINER_SELECTOR",
                 Some(trainers.selector.clone()),
             );
-            set(&mut out.pserver_count, "PSERVERS", pods(pservers));
-            set(&mut out.trainer_count, "TRAINERS", pods(trainers));
+            set(
+                &mut out.pserver_count,
+                "PSERVERS",
+                pods(pservers, &args.pserver_selector),
+            );
+            set(
+                &mut out.trainer_count,
+                "TRAINERS",
+                pods(trainers, &args.trainer_selector),
+            );
         }
     }
     if let Some(host) = &detected.coordinator {
@@ -621,7 +702,11 @@ pub fn system_env() -> BTreeMap<String, String> {
                 || name.starts_with("LWS_")
                 || matches!(
                     name.as_str(),
-                    "HOSTNAME" | "PADDLE_NNODES" | "PADDLE_SERVER_NUM" | "PADDLE_TRAINER_NUM"
+                    "HOSTNAME"
+                        | "POD_NAME"
+                        | "PADDLE_NNODES"
+                        | "PADDLE_SERVER_NUM"
+                        | "PADDLE_TRAINER_NUM"
                 )
         })
         .collect()
@@ -673,6 +758,19 @@ mod tests {
         assert_eq!(task.pods, Some(4));
         assert_eq!(d.coordinator.as_deref(), Some("train-3.train.ml"));
         assert_eq!(d.ranking.index, [LWS_WORKER_INDEX]);
+        // subdomainPolicy UniquePerReplica: the subdomain is the leader's hostname.
+        let unique = Facts {
+            env: map(&[
+                ("LWS_LEADER_ADDRESS", "my-lws-3.my-lws-3.ml"),
+                ("LWS_GROUP_SIZE", "2"),
+            ]),
+            ..Facts::default()
+        };
+        let d = done(detect(Choice::Auto, &unique, false).unwrap());
+        assert_eq!(
+            colocated(&d).selector,
+            "leaderworkerset.sigs.k8s.io/name=my-lws,leaderworkerset.sigs.k8s.io/group-index=3"
+        );
         // A shape the system never writes is named, not guessed at.
         let bad = Facts {
             env: map(&[("LWS_LEADER_ADDRESS", "nodots"), ("LWS_GROUP_SIZE", "4")]),
@@ -791,7 +889,88 @@ mod tests {
         );
         assert_eq!(d.ranking.index, [JOBSET_GLOBAL_INDEX, COMPLETION_INDEX]);
         assert_eq!(d.ranking.attempt, Some(JOBSET_RESTART_ATTEMPT));
-        assert_eq!(d.coordinator.as_deref(), Some("big-trainer-0-0.big"));
+        // The annotation names a pod of the whole JobSet: no coordinator of the trainers alone.
+        assert_eq!(d.coordinator, None);
+
+        // The user gave the counts: the JobSet is not read, and its pods are one job.
+        let given = Facts {
+            own: facts.own.clone(),
+            counts_given: true,
+            ..Facts::default()
+        };
+        let d = done(detect(Choice::Auto, &given, true).unwrap());
+        assert_eq!(colocated(&d).selector, "jobset.sigs.k8s.io/jobset-name=big");
+        assert_eq!(colocated(&d).pods, None);
+    }
+
+    #[test]
+    fn several_groups_are_one_jobset_or_an_error_naming_them() {
+        // A driver and workers: the whole JobSet, ranked by the global job index.
+        let facts = Facts {
+            own: Some(map(&[
+                (JOBSET_NAME, "mixed"),
+                (JOBSET_REPLICATED_JOB, "workers"),
+                (JOBSET_COORDINATOR, "mixed-driver-0-0.mixed"),
+            ])),
+            jobset: Some(vec![("driver".into(), 1), ("workers".into(), 4)]),
+            ..Facts::default()
+        };
+        let d = done(detect(Choice::Auto, &facts, true).unwrap());
+        let task = colocated(&d);
+        assert_eq!(task.selector, "jobset.sigs.k8s.io/jobset-name=mixed");
+        assert_eq!(task.pods, Some(5));
+        assert_eq!(d.coordinator.as_deref(), Some("mixed-driver-0-0.mixed"));
+        // A JobSet object without replicated jobs is named, not a panic.
+        let empty = Facts {
+            jobset: Some(Vec::new()),
+            ..facts
+        };
+        let e = detect(Choice::Auto, &empty, true).unwrap_err();
+        assert!(e.to_string().contains("this job has: none"), "{e}");
+        // Volcano tasks whose indexes repeat from task to task: which pods are the job is not
+        // guessed.
+        let volcano = Facts {
+            env: map(&[
+                ("VC_TASK_INDEX", "0"),
+                ("VC_MPIMASTER_HOSTS", "m-mpimaster-0.m"),
+                ("VC_MPIWORKER_HOSTS", "m-mpiworker-0.m,m-mpiworker-1.m"),
+                ("HOSTNAME", "m-mpiworker-0"),
+            ]),
+            ..Facts::default()
+        };
+        let e = detect(Choice::Auto, &volcano, false).unwrap_err();
+        assert!(
+            e.to_string().contains("this job has: mpimaster, mpiworker"),
+            "{e}"
+        );
+        // A pserver/trainer job whose own task cannot be told (hostNetwork: the node's name).
+        let unknown = Facts {
+            env: map(&[
+                ("VC_TASK_INDEX", "0"),
+                ("VC_PSERVER_HOSTS", "c-pserver-0.c"),
+                ("VC_TRAINER_HOSTS", "c-trainer-0.c"),
+                ("HOSTNAME", "node-17"),
+            ]),
+            ..Facts::default()
+        };
+        let e = detect(Choice::Auto, &unknown, false).unwrap_err();
+        assert!(e.to_string().contains("this pod's: unknown"), "{e}");
+        let named = Facts {
+            env: {
+                let mut env = unknown.env.clone();
+                env.insert("POD_NAME".into(), "c-trainer-0".into());
+                env
+            },
+            ..Facts::default()
+        };
+        let d = done(detect(Choice::Auto, &named, false).unwrap());
+        assert!(matches!(
+            d.layout,
+            Layout::Split {
+                own_is_pserver: false,
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -803,18 +982,31 @@ mod tests {
                 (KUBEFLOW_REPLICA_TYPE, "worker"),
                 (KUBEFLOW_REPLICA_INDEX, "1"),
             ])),
-            jobset: None,
+            ..Facts::default()
         };
         let d = done(detect(Choice::Auto, &kubeflow, true).unwrap());
         assert_eq!(d.system, System::Kubeflow);
         assert_eq!(colocated(&d).pods, Some(4));
+        // With pservers the operator sets PADDLE_TRAINER_NUM=1 on each Worker pod (one trainer
+        // per pod, not the job's total): the layout is read, the counts are not guessed.
         let with_servers = Facts {
-            env: map(&[("PADDLE_SERVER_NUM", "2"), ("PADDLE_TRAINER_NUM", "3")]),
+            env: map(&[("PADDLE_TRAINER_NUM", "1")]),
             ..kubeflow
         };
         let d = done(detect(Choice::Auto, &with_servers, true).unwrap());
-        assert!(
-            matches!(&d.layout, Layout::Split { own_is_pserver: false, trainers, .. } if trainers.pods == Some(3))
+        let Layout::Split {
+            pservers,
+            trainers,
+            own_is_pserver,
+        } = &d.layout
+        else {
+            panic!("{:?}", d.layout)
+        };
+        assert!(!own_is_pserver);
+        assert_eq!((pservers.pods, trainers.pods), (None, None));
+        assert_eq!(
+            pservers.selector,
+            "training.kubeflow.org/job-name=pj,training.kubeflow.org/replica-type=master"
         );
 
         let job = Facts {

@@ -70,6 +70,38 @@ fn kubectl_lists_pods_by_label_selector() {
     assert_eq!(names(&serde_json::from_str(&stdout).unwrap()), ["job-b-0"]);
 }
 
+/// The field selectors the launcher's own-pod lookup sends (a pod by its IP, not finished),
+/// through kubectl; a field the real server cannot select on is refused as it refuses it.
+#[test]
+fn kubectl_selects_pods_by_ip_and_phase() {
+    let api = FakeApi::start();
+    let dir = tempfile::tempdir().unwrap();
+    for (name, phase) in [("old", "Failed"), ("new", "Running"), ("other", "Running")] {
+        api.put_pod(job_pod("j", name));
+        let ip = if name == "other" {
+            "10.0.0.8"
+        } else {
+            "10.0.0.7"
+        };
+        api.set_status("default", name, phase, Some(ip));
+    }
+    let selector = "status.podIP=10.0.0.7,status.phase!=Succeeded,status.phase!=Failed";
+    let (code, stdout, stderr) = kubectl(
+        &api,
+        dir.path(),
+        &["get", "pods", "--field-selector", selector, "-o", "json"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(names(&serde_json::from_str(&stdout).unwrap()), ["new"]);
+    let (code, _, stderr) = kubectl(
+        &api,
+        dir.path(),
+        &["get", "pods", "--field-selector", "spec.color=blue"],
+    );
+    assert_ne!(code, 0);
+    assert!(stderr.contains("is not a known field selector"), "{stderr}");
+}
+
 #[test]
 fn kubectl_reports_the_forbidden_status_body() {
     let api = FakeApi::start();

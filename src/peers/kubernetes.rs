@@ -86,10 +86,13 @@ pub struct GroupViews {
 }
 
 impl GroupViews {
-    pub fn new(groups: usize) -> Self {
+    pub fn new(groups: &[Group]) -> Self {
         GroupViews {
-            pods: vec![PodSet::default(); groups],
-            listed: vec![false; groups],
+            pods: groups
+                .iter()
+                .map(|g| PodSet::new(g.ranking.replaced_ignored))
+                .collect(),
+            listed: vec![false; groups.len()],
         }
     }
 
@@ -137,7 +140,7 @@ impl PodWatch {
         });
         PodWatch {
             events: futures::stream::select_all(streams),
-            views: GroupViews::new(groups.len()),
+            views: GroupViews::new(groups),
             namespace: server.namespace.clone(),
             url: server.url.clone(),
             answered: false,
@@ -426,7 +429,10 @@ pub async fn own_marks(
                 .into_iter()
                 .collect(),
             None => {
-                let params = kube::api::ListParams::default().fields(&format!("status.podIP={ip}"));
+                // A finished pod keeps its IP, which a new pod may have been given since.
+                let fields =
+                    format!("status.podIP={ip},status.phase!=Succeeded,status.phase!=Failed");
+                let params = kube::api::ListParams::default().fields(&fields);
                 api.list(&params).await.map_err(refused)?.items
             }
         };
@@ -505,6 +511,7 @@ pub async fn list_once(server: &ApiServer, groups: &[Group]) -> Result<Vec<Vec<P
                     .iter()
                     .map(|pod| ranked_view(pod, &group.ranking))
                     .collect(),
+                group.ranking.replaced_ignored,
             )),
             Err(kube::Error::Api(status)) if matches!(status.code, 401 | 403) => {
                 return Err(Error::Forbidden {
@@ -752,7 +759,17 @@ mod tests {
     /// not make the half-relisted group 0 look complete.
     #[test]
     fn no_group_is_judged_while_another_is_mid_relist() {
-        let mut views = GroupViews::new(2);
+        let group = |kind, selector: &str| Group {
+            kind,
+            selector: crate::selector::LabelSelector::parse(selector).unwrap(),
+            expected: 1,
+            ranking: Ranking::default(),
+        };
+        let groups = [
+            group(GroupKind::Pservers, "role=ps"),
+            group(GroupKind::Trainers, "role=tr"),
+        ];
+        let mut views = GroupViews::new(&groups);
         for (group, name) in [(0, "ps-0"), (1, "tr-0")] {
             assert!(!views.apply(group, Event::Init));
             assert!(!views.apply(group, Event::InitApply(running(name, "10.0.0.1"))));

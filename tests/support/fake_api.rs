@@ -363,25 +363,34 @@ impl FakeApi {
         };
         // The pod fields the real server can select on that the launcher uses; any other is
         // refused as the real one refuses it.
-        let field = match query.get("fieldSelector").filter(|t| !t.is_empty()) {
-            None => None,
-            Some(text) => match text.split_once('=') {
-                Some((key @ ("status.podIP" | "metadata.name"), value)) if !value.contains(',') => {
-                    Some((key.to_string(), value.trim_start_matches('=').to_string()))
-                }
-                _ => {
-                    return status_reply(
-                        400,
-                        "BadRequest",
-                        &format!("\"{text}\" is not a known field selector: only \"metadata.name\", \"status.podIP\""),
-                    )
-                }
-            },
-        };
+        let mut fields = Vec::new();
+        for term in query
+            .get("fieldSelector")
+            .map(String::as_str)
+            .unwrap_or("")
+            .split(',')
+            .filter(|t| !t.is_empty())
+        {
+            let (key, equal, value) = match term.split_once("!=") {
+                Some((key, value)) => (key, false, value),
+                None => match term.split_once('=') {
+                    Some((key, value)) => (key, true, value.trim_start_matches('=')),
+                    None => ("", true, ""),
+                },
+            };
+            if !matches!(key, "status.podIP" | "metadata.name" | "status.phase") {
+                return status_reply(
+                    400,
+                    "BadRequest",
+                    &format!("\"{term}\" is not a known field selector: only \"metadata.name\", \"status.phase\", \"status.podIP\""),
+                );
+            }
+            fields.push((key.to_string(), equal, value.to_string()));
+        }
         let filter = Filter {
             namespace: ns.map(str::to_string),
             selector,
-            field,
+            fields,
         };
         if watching {
             let from = query.get("resourceVersion").cloned().unwrap_or_default();
@@ -578,8 +587,8 @@ struct Watch {
 struct Filter {
     namespace: Option<String>,
     selector: Option<LabelSelector>,
-    /// (field path, value) of a `fieldSelector`.
-    field: Option<(String, String)>,
+    /// (field path, equal or not, value) of each term of a `fieldSelector`.
+    fields: Vec<(String, bool, String)>,
 }
 
 impl Filter {
@@ -595,14 +604,15 @@ impl Filter {
             .unwrap_or_default();
         let field = |path: &str| match path {
             "status.podIP" => pod["status"]["podIP"].as_str().unwrap_or("").to_string(),
+            "status.phase" => pod["status"]["phase"].as_str().unwrap_or("").to_string(),
             _ => pod["metadata"]["name"].as_str().unwrap_or("").to_string(),
         };
         self.namespace.as_deref().is_none_or(|n| n == ns)
             && self.selector.as_ref().is_none_or(|s| s.matches(&labels))
             && self
-                .field
-                .as_ref()
-                .is_none_or(|(path, value)| field(path) == *value)
+                .fields
+                .iter()
+                .all(|(path, equal, value)| (field(path) == *value) == *equal)
     }
 }
 
