@@ -355,3 +355,157 @@ fn launchers_of_the_volcano_manifest_plan_the_split_layout() {
     );
     assert_eq!(plan["num_gradient_servers"], 3);
 }
+
+/// The split layout as a JobSet: a `pserver` replicated job (global job index 0, 2 pods) and a
+/// `trainer` one (global job index 1, 3 pods), IPs opposite to rank order. A trainer and a
+/// pserver plan from the JobSet alone: their role, both groups and their own ranks.
+#[test]
+fn launchers_of_a_split_jobset_plan_their_roles() {
+    let Cluster { api, dir } = Cluster::new();
+    let args = [
+        "--job-name",
+        "jsp",
+        "--namespace",
+        "team-a",
+        "--image",
+        "example.com/t/p:v1",
+        "--split",
+        "--pservers",
+        "2",
+        "--trainers",
+        "3",
+        "--protocol",
+        "fleet",
+        "--runtime",
+        "jobset",
+        "--entry",
+        "python /w/ps.py",
+    ];
+    let docs = manifest(&args).unwrap();
+    let jobset = find(&docs, "JobSet");
+    api.record(
+        "/apis/jobset.x-k8s.io/v1alpha2/namespaces/team-a/jobsets/jsp",
+        200,
+        jobset.to_string(),
+    );
+    let mut pods = Vec::new();
+    let mut last_ip = 30;
+    for (global, rjob) in jobset["spec"]["replicatedJobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+    {
+        let template = &rjob["template"]["spec"]["template"];
+        let name = rjob["name"].as_str().unwrap();
+        for i in 0..rjob["template"]["spec"]["parallelism"].as_u64().unwrap() {
+            let marks = json!({"jobset.sigs.k8s.io/jobset-name": "jsp",
+                               "jobset.sigs.k8s.io/replicatedjob-name": name,
+                               "jobset.sigs.k8s.io/job-index": "0",
+                               "jobset.sigs.k8s.io/job-global-index": global.to_string(),
+                               "jobset.sigs.k8s.io/restart-attempt": "0",
+                               "batch.kubernetes.io/job-completion-index": i.to_string()});
+            let pod_name = format!("jsp-{name}-0-{i}-q");
+            let ip = format!("127.0.38.{last_ip}");
+            last_ip -= 1;
+            api.put_pod(pod(&pod_name, &ip, template, marks));
+            pods.push((pod_name, ip, template.clone()));
+        }
+    }
+    let plan_of = |(name, ip, template): &(String, String, Value)| {
+        let mut env = container_env(template, name, ip, &[]);
+        env.push((
+            "KUBECONFIG",
+            dir.path().join("kubeconfig").display().to_string(),
+        ));
+        let done = Launcher::start(dir.path(), name, &["plan"], &env)
+            .wait(std::time::Duration::from_secs(60));
+        assert_eq!(done.code(), 0, "{}", done.stderr);
+        serde_json::from_str::<Value>(&done.stdout).unwrap()
+    };
+    let trainer = plan_of(&pods[3]);
+    assert_eq!(trainer["trainer_id"], 1);
+    assert_eq!(trainer["pserver_id"], Value::Null);
+    assert_eq!(
+        trainer["pserver_endpoints"],
+        json!(["127.0.38.30:7164", "127.0.38.29:7164"])
+    );
+    assert_eq!(trainer["num_gradient_servers"], 3);
+    let pserver = plan_of(&pods[1]);
+    assert_eq!(pserver["pserver_id"], 1);
+    assert_eq!(pserver["trainer_id"], Value::Null);
+}
+
+/// checkov on the JobSet and the Volcano Job finds nothing beyond the exceptions documented in
+/// k8s-examples/README.md (the same ones as for the Jobs). checkov takes the Volcano Job (`kind:
+/// Job`) for a batch/v1 Job and finds no pod template at `spec.template`: its pod-template
+/// checks fail there, and are checked here on the task templates instead.
+#[test]
+fn checkov_finds_nothing_new_in_jobset_and_volcano_manifests() {
+    let checkov =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/tools-venv/bin/checkov");
+    assert!(checkov.exists(), "run `bash .ci/run` (it installs checkov)");
+    let dir = tempfile::tempdir().unwrap();
+    for args in [JOBSET, VOLCANO] {
+        let file = dir.path().join("m.yaml");
+        let docs = manifest(args).unwrap();
+        let text: Vec<String> = docs
+            .iter()
+            .map(|d| serde_saphyr::to_string(d).unwrap())
+            .collect();
+        std::fs::write(&file, text.join("---\n")).unwrap();
+        let out = Command::new(&checkov)
+            .args([
+                "--framework",
+                "kubernetes",
+                "--quiet",
+                "--compact",
+                "-o",
+                "json",
+                "-f",
+            ])
+            .arg(&file)
+            .output()
+            .unwrap();
+        let report: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        let reports = match report.as_array() {
+            Some(all) => all.clone(),
+            None => vec![report.clone()],
+        };
+        let mut passed = 0;
+        let mut failed = Vec::new();
+        for r in &reports {
+            passed += r["summary"]["passed"].as_u64().unwrap_or(0);
+            for check in r["results"]["failed_checks"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                let id = check["check_id"].as_str().unwrap().to_string();
+                let misread = check["resource"] == "Job.team-a.vc"
+                    && ["CKV_K8S_23", "CKV_K8S_29", "CKV_K8S_31", "CKV_K8S_40"]
+                        .contains(&id.as_str());
+                if !["CKV_K8S_21", "CKV_K8S_43", "CKV_K8S_38"].contains(&id.as_str()) && !misread {
+                    failed.push(format!("{id} on {}", check["resource"]));
+                }
+            }
+        }
+        assert!(passed > 10, "checkov ran no checks: {report}");
+        assert!(failed.is_empty(), "{args:?}: {failed:?}");
+    }
+    // What those four checks ask of a pod, on every task template of the Volcano Job.
+    let docs = manifest(VOLCANO).unwrap();
+    for task in find(&docs, "Job")["spec"]["tasks"].as_array().unwrap() {
+        let pod = &task["template"]["spec"];
+        assert_eq!(pod["securityContext"]["runAsNonRoot"], true); // CKV_K8S_23
+        assert_eq!(pod["securityContext"]["runAsUser"], 10001); // CKV_K8S_40
+        assert_eq!(
+            pod["securityContext"]["seccompProfile"]["type"],
+            "RuntimeDefault"
+        ); // 31
+        let container = &pod["containers"][0]["securityContext"]; // CKV_K8S_29
+        assert_eq!(container["allowPrivilegeEscalation"], false);
+        assert_eq!(container["runAsNonRoot"], true);
+    }
+}
