@@ -45,6 +45,10 @@ pub enum Input {
     Stopped,
 }
 
+/// How long a pserver of the split layout may take to end by itself once every trainer pod
+/// has Succeeded (at most --linger).
+const SELF_STOP_WAIT: Duration = Duration::from_secs(5);
+
 /// What to do, in order.
 #[derive(Debug)]
 pub enum Command {
@@ -233,6 +237,20 @@ impl Lifecycle {
                 }
                 self.stop_then(vec![Role::Pserver], libc_term(), Ok(trainer))
             }
+            // Stopped by the job itself: Paddle's trainer 0 ends a parameter-server job with
+            // `stop_server` once every trainer is done, while the others are still exiting.
+            // Only the trainer can tell whether that was too early: its end decides.
+            Input::Exited {
+                role: Role::Pserver,
+                ended,
+            } if ended.exit_code() == 0 => {
+                let line = format!(
+                    "pserver {} while the trainer runs (stopped by the job): the trainer's end decides",
+                    ended.describe()
+                );
+                self.phase = Phase::Training;
+                vec![Command::Log(line)]
+            }
             Input::Exited {
                 role: Role::Pserver,
                 ended,
@@ -298,15 +316,32 @@ impl Lifecycle {
                     Err(Error::PeerLost { reason, stopped }),
                 )
             }
-            // The split layout's trainers are all done: stop serving so that the Job completes.
-            Input::JobDone(Ok(reason)) => self.stop_then(
-                vec![Role::Pserver],
-                libc_term(),
-                Ok(Outcome::new(
-                    exit::SUCCESS,
-                    format!("{reason}: stopped the pserver"),
-                )),
-            ),
+            // The split layout's trainers are all done: the pserver should end so that the Job
+            // completes. Paddle's trainer 0 may be stopping it already (`stop_server`): it gets
+            // a moment to end by itself, since a SIGTERM makes Paddle print a crash banner.
+            Input::JobDone(Ok(reason)) => {
+                let wait = self.setup.linger.min(SELF_STOP_WAIT);
+                if wait.is_zero() {
+                    return self.stop_then(
+                        vec![Role::Pserver],
+                        libc_term(),
+                        Ok(Outcome::new(
+                            exit::SUCCESS,
+                            format!("{reason}: stopped the pserver"),
+                        )),
+                    );
+                }
+                self.phase = Phase::Lingering {
+                    trainer: Outcome::new(exit::SUCCESS, format!("{reason}: the pserver ended")),
+                };
+                vec![
+                    Command::Log(format!(
+                        "{reason}: the pserver may end by itself within {} s, else it is stopped",
+                        wait.as_secs()
+                    )),
+                    Command::Linger(wait),
+                ]
+            }
             // Serving on without knowing when the trainers are done would never end the Job.
             Input::JobDone(Err(refusal)) => self.stop_then(
                 vec![Role::Pserver],
@@ -742,16 +777,33 @@ mod tests {
                 ],
             ),
             (
-                "split pserver: done when the trainers are",
+                "split pserver: done when the trainers are, and it does not end by itself",
                 setup(true, false),
                 vec![
                     Input::JobDone(Ok("all 3 trainer pods `paddle-job=j` Succeeded".into())),
+                    Input::LingerOver,
                     Input::Stopped,
                 ],
                 vec![
                     "spawn pserver",
+                    "log all 3 trainer pods `paddle-job=j` Succeeded: the pserver may end by itself within 5 s, else it is stopped",
+                    "linger 5",
                     "stop pserver 15",
-                    "finish 0 all 3 trainer pods `paddle-job=j` Succeeded: stopped the pserver",
+                    "finish 0 all 3 trainer pods `paddle-job=j` Succeeded: the pserver ended",
+                ],
+            ),
+            (
+                "split pserver: done when the trainers are, and stopped by them (stop_server)",
+                setup(true, false),
+                vec![
+                    Input::JobDone(Ok("all 3 trainer pods `paddle-job=j` Succeeded".into())),
+                    exited(Role::Pserver, 0),
+                ],
+                vec![
+                    "spawn pserver",
+                    "log all 3 trainer pods `paddle-job=j` Succeeded: the pserver may end by itself within 5 s, else it is stopped",
+                    "linger 5",
+                    "finish 0 all 3 trainer pods `paddle-job=j` Succeeded: the pserver ended",
                 ],
             ),
             (
@@ -818,14 +870,34 @@ mod tests {
                 setup(true, true),
                 vec![
                     Input::PserversUp,
-                    exited(Role::Pserver, 0),
+                    exited(Role::Pserver, 9),
                     Input::Stopped,
                 ]
             )
             .last()
             .map(String::as_str),
-            Some("fail 75 pserver exited with status 0 while the trainer was running; the trainer was stopped")
+            Some("fail 75 pserver exited with status 9 while the trainer was running; the trainer was stopped")
         );
+        // A pserver that ends with status 0 was stopped by the job (Paddle's stop_server): the
+        // trainer's own end decides, success or failure.
+        for (trainer_status, last) in [
+            (0, "finish 0 trainer exited with status 0"),
+            (3, "finish 3 trainer exited with status 3"),
+        ] {
+            assert_eq!(
+                run(
+                    setup(true, true),
+                    vec![
+                        Input::PserversUp,
+                        exited(Role::Pserver, 0),
+                        exited(Role::Trainer, trainer_status),
+                    ]
+                )
+                .last()
+                .map(String::as_str),
+                Some(last)
+            );
+        }
     }
 
     #[test]
