@@ -321,6 +321,22 @@ pub fn cluster_env(dir: &Path, job: &str, pods: usize) -> Vec<(&'static str, Str
     ]
 }
 
+/// The virtualenv with `paddlepaddle==2.6.2`, the last release with a CPU parameter server,
+/// that .ci/run creates (or PADDLE_PS_PYTHON).
+pub fn ps_paddle_python() -> String {
+    let python = std::env::var("PADDLE_PS_PYTHON").unwrap_or_else(|_| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("target/ps-venv/bin/python")
+            .display()
+            .to_string()
+    });
+    assert!(
+        Path::new(&python).exists(),
+        "{python} is missing: run `bash .ci/run` (it creates the venv with paddlepaddle 2.6.2), or set PADDLE_PS_PYTHON"
+    );
+    python
+}
+
 /// The virtualenv with `paddlepaddle` that .ci/run creates (or PADDLE_PYTHON).
 pub fn paddle_python() -> String {
     let python = std::env::var("PADDLE_PYTHON").unwrap_or_else(|_| {
