@@ -54,6 +54,10 @@ def wait_for(pattern, count, what):
 
 def main():
     shared = sys.argv[1]
+    os.makedirs(shared, exist_ok=True)
+    # The barriers are files: an earlier run's would let this one through too early.
+    if glob.glob(os.path.join(shared, "done-*")) or os.path.exists(os.path.join(shared, "saved")):
+        sys.exit(f"{shared} holds an earlier run's files: give an empty directory")
     paddle.enable_static()
     fleet.init()  # PaddleCloudRoleMaker: the role and every endpoint from the launcher's env
     ids = [paddle.static.data(name=f"id{i}", shape=[None, 1], dtype="int64") for i in range(2)]
