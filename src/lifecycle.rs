@@ -48,6 +48,9 @@ pub enum Input {
 /// How long a pserver of the split layout may take to end by itself once every trainer pod
 /// has Succeeded (at most --linger).
 const SELF_STOP_WAIT: Duration = Duration::from_secs(5);
+/// How long a trainer may run on after its pod's pserver was stopped by the job (fleet): the
+/// trainers end within moments of trainer 0's `stop_server`; one still running is stuck.
+const PSERVER_GONE_WAIT: Duration = Duration::from_secs(60);
 
 /// What to do, in order.
 #[derive(Debug)]
@@ -80,6 +83,14 @@ enum Phase {
     },
     /// Split layout: this pod only serves.
     Serving,
+    /// Fleet: the pserver ended with status 0 while the trainer runs: stopped by the job
+    /// (Paddle's trainer 0 calls `stop_server` once every trainer is done). The trainer's own
+    /// end decides, if it comes within `PSERVER_GONE_WAIT`.
+    PserverGone,
+    /// Split layout: every trainer pod Succeeded (`reason`); the pserver may end by itself.
+    TrainersDone {
+        reason: String,
+    },
     /// Waiting for `Stopped`, then finishing with this.
     Stopping(Option<Result<Outcome, Error>>),
     Done,
@@ -164,6 +175,8 @@ impl Lifecycle {
             (Phase::Training, input) => self.training(input),
             (Phase::Lingering { trainer }, input) => self.lingering(trainer, input),
             (Phase::Serving, input) => self.serving(input),
+            (Phase::PserverGone, input) => self.pserver_gone(input),
+            (Phase::TrainersDone { reason }, input) => self.trainers_done(reason, input),
         }
     }
 
@@ -240,16 +253,18 @@ impl Lifecycle {
             // Stopped by the job itself: Paddle's trainer 0 ends a parameter-server job with
             // `stop_server` once every trainer is done, while the others are still exiting.
             // Only the trainer can tell whether that was too early: its end decides.
+            // (v1/v2's `paddle pserver` never ends by itself: an exit there is a death.)
             Input::Exited {
                 role: Role::Pserver,
                 ended,
-            } if ended.exit_code() == 0 => {
+            } if ended.exit_code() == 0 && self.setup.protocol == Protocol::Fleet => {
                 let line = format!(
-                    "pserver {} while the trainer runs (stopped by the job): the trainer's end decides",
-                    ended.describe()
+                    "pserver {} while the trainer runs (stopped by the job): the trainer's end decides, within {} s",
+                    ended.describe(),
+                    PSERVER_GONE_WAIT.as_secs()
                 );
-                self.phase = Phase::Training;
-                vec![Command::Log(line)]
+                self.phase = Phase::PserverGone;
+                vec![Command::Log(line), Command::Linger(PSERVER_GONE_WAIT)]
             }
             Input::Exited {
                 role: Role::Pserver,
@@ -331,16 +346,12 @@ impl Lifecycle {
                         )),
                     );
                 }
-                self.phase = Phase::Lingering {
-                    trainer: Outcome::new(exit::SUCCESS, format!("{reason}: the pserver ended")),
-                };
-                vec![
-                    Command::Log(format!(
-                        "{reason}: the pserver may end by itself within {} s, else it is stopped",
-                        wait.as_secs()
-                    )),
-                    Command::Linger(wait),
-                ]
+                let line = format!(
+                    "{reason}: the pserver may end by itself within {} s, else it is stopped",
+                    wait.as_secs()
+                );
+                self.phase = Phase::TrainersDone { reason };
+                vec![Command::Log(line), Command::Linger(wait)]
             }
             // Serving on without knowing when the trainers are done would never end the Job.
             Input::JobDone(Err(refusal)) => self.stop_then(
@@ -349,6 +360,81 @@ impl Lifecycle {
                 Err(Error::WatchRefused { refusal }),
             ),
             _ => self.stay(Phase::Serving),
+        }
+    }
+
+    fn pserver_gone(&mut self, input: Input) -> Vec<Command> {
+        let trainer = self.setup.trainer_label.clone();
+        match input {
+            Input::Signal(sig) => self.stop_then(
+                vec![Role::Trainer],
+                sig,
+                Err(stopped(sig, &format!("; stopped {trainer}"))),
+            ),
+            Input::Exited {
+                role: Role::Trainer,
+                ended,
+            } => self.finish(Ok(Outcome::new(
+                ended.exit_code(),
+                format!("trainer {}", ended.describe()),
+            ))),
+            // A trainer that outlives its stopped pserver this long is stuck on it.
+            Input::LingerOver => self.stop_then(
+                vec![Role::Trainer],
+                libc_term(),
+                Err(Error::PserverDied {
+                    ended: "exited with status 0".into(),
+                    when: "and the trainer had not ended a minute later; the trainer was stopped",
+                    hint: "",
+                }),
+            ),
+            Input::PeerLost(reason) => self.stop_then(
+                vec![Role::Trainer],
+                libc_term(),
+                Err(Error::PeerLost {
+                    reason,
+                    stopped: trainer,
+                }),
+            ),
+            _ => self.stay(Phase::PserverGone),
+        }
+    }
+
+    fn trainers_done(&mut self, reason: String, input: Input) -> Vec<Command> {
+        match input {
+            Input::Signal(sig) => self.stop_then(
+                vec![Role::Pserver],
+                sig,
+                Err(stopped(sig, "; stopped the pserver")),
+            ),
+            // Every trainer succeeded: the job is done whatever the pserver's last status.
+            Input::Exited {
+                role: Role::Pserver,
+                ended,
+            } => {
+                let how = match ended.exit_code() {
+                    0 => "the pserver ended by itself".to_string(),
+                    _ => format!(
+                        "the pserver {} (ignored: the trainers are done)",
+                        ended.describe()
+                    ),
+                };
+                self.finish(Ok(Outcome::new(exit::SUCCESS, format!("{reason}: {how}"))))
+            }
+            Input::LingerOver => self.stop_then(
+                vec![Role::Pserver],
+                libc_term(),
+                Ok(Outcome::new(
+                    exit::SUCCESS,
+                    format!("{reason}: stopped the pserver"),
+                )),
+            ),
+            Input::PeerLost(lost) => {
+                let line = format!("{lost} (ignored: every trainer pod Succeeded)");
+                self.phase = Phase::TrainersDone { reason };
+                vec![Command::Log(line)]
+            }
+            _ => self.stay(Phase::TrainersDone { reason }),
         }
     }
 
@@ -789,7 +875,7 @@ mod tests {
                     "log all 3 trainer pods `paddle-job=j` Succeeded: the pserver may end by itself within 5 s, else it is stopped",
                     "linger 5",
                     "stop pserver 15",
-                    "finish 0 all 3 trainer pods `paddle-job=j` Succeeded: the pserver ended",
+                    "finish 0 all 3 trainer pods `paddle-job=j` Succeeded: stopped the pserver",
                 ],
             ),
             (
@@ -803,7 +889,67 @@ mod tests {
                     "spawn pserver",
                     "log all 3 trainer pods `paddle-job=j` Succeeded: the pserver may end by itself within 5 s, else it is stopped",
                     "linger 5",
-                    "finish 0 all 3 trainer pods `paddle-job=j` Succeeded: the pserver ended",
+                    "finish 0 all 3 trainer pods `paddle-job=j` Succeeded: the pserver ended by itself",
+                ],
+            ),
+            (
+                "split pserver: its own failure after the trainers are done is reported, not fatal",
+                setup(true, false),
+                vec![
+                    Input::JobDone(Ok("all 3 Succeeded".into())),
+                    Input::PeerLost("peer pod t-1 has Failed".into()),
+                    exited(Role::Pserver, 1),
+                ],
+                vec![
+                    "spawn pserver",
+                    "log all 3 Succeeded: the pserver may end by itself within 5 s, else it is stopped",
+                    "linger 5",
+                    "log peer pod t-1 has Failed (ignored: every trainer pod Succeeded)",
+                    "finish 0 all 3 Succeeded: the pserver exited with status 1 (ignored: the trainers are done)",
+                ],
+            ),
+            (
+                "split pserver: a signal while it may end by itself",
+                setup(true, false),
+                vec![
+                    Input::JobDone(Ok("all 3 Succeeded".into())),
+                    Input::Signal(SIGINT),
+                    Input::Stopped,
+                ],
+                vec![
+                    "spawn pserver",
+                    "log all 3 Succeeded: the pserver may end by itself within 5 s, else it is stopped",
+                    "linger 5",
+                    "stop pserver 2",
+                    "fail 130 received SIGINT; stopped the pserver",
+                ],
+            ),
+            (
+                "split pserver: the wait is at most --linger, none with 0",
+                {
+                    let mut short = setup(true, false);
+                    short.linger = Duration::from_secs(2);
+                    short
+                },
+                vec![Input::JobDone(Ok("all 3 Succeeded".into()))],
+                vec![
+                    "spawn pserver",
+                    "log all 3 Succeeded: the pserver may end by itself within 2 s, else it is stopped",
+                    "linger 2",
+                ],
+            ),
+            (
+                "split pserver, linger 0: stopped at once",
+                {
+                    let mut none = setup(true, false);
+                    none.linger = Duration::ZERO;
+                    none
+                },
+                vec![Input::JobDone(Ok("all 3 Succeeded".into())), Input::Stopped],
+                vec![
+                    "spawn pserver",
+                    "stop pserver 15",
+                    "finish 0 all 3 Succeeded: stopped the pserver",
                 ],
             ),
             (
@@ -878,26 +1024,73 @@ mod tests {
             .map(String::as_str),
             Some("fail 75 pserver exited with status 9 while the trainer was running; the trainer was stopped")
         );
-        // A pserver that ends with status 0 was stopped by the job (Paddle's stop_server): the
-        // trainer's own end decides, success or failure.
+        // v1's `paddle pserver` never ends by itself: an exit 0 is a death too.
+        assert_eq!(
+            run(
+                setup(true, true),
+                vec![Input::PserversUp, exited(Role::Pserver, 0), Input::Stopped]
+            )
+            .last()
+            .map(String::as_str),
+            Some("fail 75 pserver exited with status 0 while the trainer was running; the trainer was stopped")
+        );
+        // fleet: a pserver that ends with status 0 was stopped by the job (Paddle's
+        // stop_server): the trainer's own end decides, success or failure, within a minute.
+        let fleet = || Setup {
+            protocol: Protocol::Fleet,
+            ..setup(true, true)
+        };
         for (trainer_status, last) in [
             (0, "finish 0 trainer exited with status 0"),
             (3, "finish 3 trainer exited with status 3"),
         ] {
+            let shown = run(
+                fleet(),
+                vec![
+                    Input::PserversUp,
+                    exited(Role::Pserver, 0),
+                    exited(Role::Trainer, trainer_status),
+                ],
+            );
             assert_eq!(
-                run(
-                    setup(true, true),
-                    vec![
-                        Input::PserversUp,
-                        exited(Role::Pserver, 0),
-                        exited(Role::Trainer, trainer_status),
-                    ]
-                )
-                .last()
-                .map(String::as_str),
-                Some(last)
+                shown[3..],
+                [
+                    "log pserver exited with status 0 while the trainer runs (stopped by the job): the trainer's end decides, within 60 s",
+                    "linger 60",
+                    last,
+                ]
             );
         }
+        assert_eq!(
+            run(
+                fleet(),
+                vec![
+                    Input::PserversUp,
+                    exited(Role::Pserver, 0),
+                    Input::LingerOver,
+                    Input::Stopped,
+                ]
+            )[5..],
+            [
+                "stop trainer 15",
+                "fail 75 pserver exited with status 0 and the trainer had not ended a minute later; the trainer was stopped",
+            ]
+        );
+        assert_eq!(
+            run(
+                fleet(),
+                vec![
+                    Input::PserversUp,
+                    exited(Role::Pserver, 0),
+                    Input::Signal(SIGINT),
+                    Input::Stopped,
+                ]
+            )[5..],
+            [
+                "stop trainer 2",
+                "fail 130 received SIGINT; stopped trainer-0"
+            ]
+        );
     }
 
     #[test]
