@@ -35,6 +35,10 @@ const PROBE_PAUSE_FIRST: Duration = Duration::from_millis(2);
 const PROBE_PAUSE_LAST: Duration = Duration::from_millis(100);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const COORDINATOR_RESOLVE_LIMIT: Duration = Duration::from_secs(60);
+/// Between two rounds of gathering, doubling from the first to the last: a round that ended at
+/// once (views that differ) must not become a busy loop.
+const REGATHER_PAUSE_FIRST: Duration = Duration::from_millis(250);
+const REGATHER_PAUSE_LAST: Duration = Duration::from_secs(5);
 /// How long the launchers of an attempt may take to join its control channel, besides the
 /// grace period they may spend stopping their children first.
 const JOIN_GRACE: Duration = Duration::from_secs(60);
@@ -214,7 +218,33 @@ async fn gather(
     inputs: &InputFiles,
     next_epoch: u32,
 ) -> Result<Attempt, Error> {
+    let began = Instant::now();
+    let mut rounds: u32 = 0;
     loop {
+        if rounds > 0 {
+            // Gathering again: a launcher that never agrees (another job name, a frozen one
+            // whose pod still runs) must not keep the job in a loop it never leaves.
+            if let Some(limit) = config.timing.wait_timeout {
+                if began.elapsed() > limit {
+                    return Err(Error::PeersTimeout {
+                        waited_s: began.elapsed().as_secs(),
+                        status: format!(
+                            "the job's launchers did not agree on a start in {rounds} rounds of gathering (the lines above say why each ended)"
+                        ),
+                    });
+                }
+            }
+            let pause = REGATHER_PAUSE_FIRST * 2u32.saturating_pow(rounds.min(8) - 1);
+            let pause = pause.min(REGATHER_PAUSE_LAST);
+            interruptible(
+                Some(&mut *supervisor),
+                "waiting to gather again",
+                true,
+                sleep(pause),
+            )
+            .await?;
+        }
+        rounds += 1;
         if let (Some(secret), true) = (secret, membership_from_coordinator(config)) {
             if let Some(coordinator) = coordinator_elsewhere(config, my_ip).await? {
                 match follow_coordinator(
@@ -480,11 +510,21 @@ async fn resolve(
     let started = Instant::now();
     loop {
         let why = match peers::dns::resolve_once(host, dns_server).await? {
-            Ok(ips) if !ips.is_empty() => {
+            // One pod coordinates: with two addresses (a replaced pod's old one still listed)
+            // two launchers would each take the name for their own.
+            Ok(ips) if ips.len() == 1 => {
                 return Ok(ips
                     .into_iter()
                     .map(|ip| SocketAddr::new(ip, port))
                     .collect())
+            }
+            Ok(ips) if ips.len() > 1 => {
+                let list: Vec<String> = ips.iter().map(IpAddr::to_string).collect();
+                format!(
+                    "{host} has {} addresses ({}); waiting for one",
+                    ips.len(),
+                    list.join(", ")
+                )
             }
             Ok(_) => format!("{host} has no address yet"),
             Err(e) => e,

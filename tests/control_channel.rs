@@ -374,3 +374,31 @@ fn a_missing_secret_file_means_no_channel_and_a_short_one_is_refused() {
         "invalid PADDLE_LAUNCHER_JOB_SECRET_FILE (--job-secret-file)",
     );
 }
+
+/// Launchers that never agree on who is in the job (here one was given another job name, so
+/// its hello names a pod the coordinator does not know, and each round ends only after the join
+/// grace) gather again and again, pausing between rounds, and give up once --wait-timeout has
+/// passed, with status 71 saying so, instead of looping for ever.
+#[test]
+fn launchers_that_never_agree_give_up_after_the_wait_timeout() {
+    let job = Job::new(2);
+    let start = |pod: usize, name: &str| {
+        let mut env = job.env(pod);
+        env.retain(|(k, _)| *k != "JOB_NAME");
+        env.push(("JOB_NAME", name.to_string()));
+        env.push(("PADDLE_LAUNCHER_WAIT_TIMEOUT", "3".to_string()));
+        Launcher::start(
+            job.dir.path(),
+            &format!("pod-{pod}"),
+            &["run", "--", "sleep", "30"],
+            &env,
+        )
+    };
+    let launchers = [start(0, "hb"), start(1, "other")];
+    for launcher in launchers {
+        let done = launcher.wait(LIMIT);
+        assert_eq!(done.code(), 71, "{}", done.stderr);
+        assert_contains(&done.stderr, "did not agree on a start in");
+        assert_contains(&done.stderr, "rounds of gathering");
+    }
+}
