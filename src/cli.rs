@@ -223,8 +223,8 @@ pub struct JobArgs {
     pub dns_server: Option<String>,
     /// Seconds to wait for all pods to be Running; 0 waits forever. Time while every pod of the
     /// job is held by a scheduling gate (queued by Kueue) does not count. With a job secret, also
-    /// how long the launchers may keep gathering again without agreeing on a start
-    /// [default: 1800].
+    /// how long the launchers may keep gathering again without agreeing on a start, or wait for
+    /// a coordinator's DNS name to get an address [default: 1800].
     #[arg(long, env = "PADDLE_LAUNCHER_WAIT_TIMEOUT")]
     pub wait_timeout: Option<String>,
     /// Seconds to wait for every pserver endpoint to accept connections [default: 300].

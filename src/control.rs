@@ -1,11 +1,16 @@
 //! The job's control channel: every launcher keeps one TCP connection to the coordinating
 //! launcher. Over it the launchers
 //! - agree when to start: the coordinator answers `Go` with the restart epoch once every member
-//!   has said hello with the same view of the membership (a barrier, also before a restart);
+//!   has said hello with the same view of the membership (a barrier, also before a restart),
+//!   and with the job's restart budget: the smallest any launcher was given;
 //! - notice a launcher that goes silent (frozen, or on a node that died while the API still says
 //!   Running) within the heartbeat timeout, and one whose connection closes (its pod is gone);
 //! - learn of the first failure anywhere (`Failed` to the coordinator, `Lost` to everyone), so
 //!   that every launcher stops its children at once and, while restarts are left, gathers again.
+//!   Whether the job may restart is the coordinator's one verdict, sent with `Lost`: not once a
+//!   member's trainer succeeded (`Done`, said the moment it does), not when the failure would
+//!   recur, not when the budget is spent. A `Done` that crosses a `Lost` saying "restart" is
+//!   followed by a second `Lost` saying "no restart".
 //!
 //! A channel lives for one attempt: after a failure every launcher closes it, discovers the job
 //! again and joins anew (the coordinator may be another pod by then). The epoch needs no memory
@@ -78,6 +83,8 @@ pub enum Message {
         pod: String,
         next: u32,
         view: String,
+        /// The restarts this launcher was given (--max-restarts).
+        max_restarts: u32,
     },
     Beat,
     /// Coordinator: every member is here with the same view: start restart epoch `epoch`, with
@@ -85,12 +92,18 @@ pub enum Message {
     Go {
         epoch: u32,
         membership: Option<Membership>,
+        /// The job's restart budget: the smallest any member was given.
+        max_restarts: u32,
     },
-    /// A follower's trainer succeeded: its end from now on is not a loss.
+    /// A follower's trainer succeeded: its end from now on is not a loss, and the job can no
+    /// longer start again as a whole.
     Done,
     /// A follower failed (or saw the job fail): the coordinator tells everyone.
+    /// `restartable`: false when a restart would fail the same way (a command that cannot
+    /// start).
     Failed {
         reason: String,
+        restartable: bool,
     },
     /// Coordinator: the job lost a member or one failed: stop. `restart`: whether the job may
     /// start again (not once a member has finished).
@@ -310,6 +323,8 @@ pub enum Heard {
     Go {
         epoch: u32,
         membership: Option<Membership>,
+        /// The job's restart budget, agreed by all.
+        max_restarts: u32,
     },
     /// Not everyone found the same members, or not all joined: discover the job again.
     Regather(String),
@@ -334,6 +349,8 @@ pub struct Joining {
     pub view: String,
     /// The restart epoch this launcher would start next.
     pub next: u32,
+    /// The restarts this launcher was given.
+    pub max_restarts: u32,
     pub heartbeat_timeout: Duration,
     /// How long members may take to join: they may still be stopping their children.
     pub join_grace: Duration,
@@ -357,7 +374,8 @@ pub fn view(members: &[Member]) -> String {
 }
 
 enum Request {
-    Failed(String),
+    Failed { reason: String, restartable: bool },
+    Done,
     Finish { succeeded: bool },
 }
 
@@ -405,12 +423,22 @@ impl Channel {
         self.may_restart.load(Ordering::SeqCst)
     }
 
+    /// Tells the job that this launcher's trainer succeeded, the moment it does: from now on
+    /// the job cannot start again as a whole (this pod will not be there to join).
+    pub fn done(&self) {
+        let _ = self.requests.send(Request::Done);
+    }
+
     /// Tells the job that this launcher failed (a follower tells the coordinator, which tells
     /// everyone; the coordinator tells everyone), and waits up to `wait` for the job's answer:
     /// whether it may restart (`may_restart` then says) depends on what the others did, e.g. a
     /// pod that already finished. A coordinator that does not answer leaves it as it was.
-    pub async fn failed(&self, reason: &str, wait: Duration) {
-        let _ = self.requests.send(Request::Failed(cut(reason)));
+    /// `restartable`: false when a restart would fail the same way.
+    pub async fn failed(&self, reason: &str, restartable: bool, wait: Duration) {
+        let _ = self.requests.send(Request::Failed {
+            reason: cut(reason),
+            restartable,
+        });
         let mut lost = self.lost.clone();
         let _ = timeout(wait, lost.wait_for(|known| *known)).await;
     }
@@ -529,6 +557,7 @@ enum FromLink {
         pod: String,
         next: u32,
         view: String,
+        max_restarts: u32,
         to_link: mpsc::UnboundedSender<Arc<Encoded>>,
     },
     Said {
@@ -545,12 +574,13 @@ enum FromLink {
 
 #[derive(Debug)]
 enum Stage {
-    /// Waiting for every member's hello: the epoch each would start next.
+    /// Waiting for every member's hello: the epoch each would start next and its budget.
     Gathering {
         since: Instant,
-        ready: HashMap<String, u32>,
+        ready: HashMap<String, (u32, u32)>,
     },
-    Running,
+    /// Started `epoch` with this budget.
+    Running { epoch: u32, max_restarts: u32 },
     /// Said what there was to say; waiting for this launcher to close the channel.
     Closing,
 }
@@ -558,8 +588,11 @@ enum Stage {
 /// The coordinator's state, owned by its one task: connection tasks only report to it.
 struct Coordinator {
     shared: Arc<Shared>,
+    /// This launcher's pod.
+    me: String,
     view: String,
     next: u32,
+    max_restarts: u32,
     join_grace: Duration,
     stage: Stage,
     /// The live connection of each member; a second hello of the same pod is refused.
@@ -588,6 +621,7 @@ impl Coordinator {
     fn new(joining: Joining) -> Coordinator {
         let me = joining.me.name.clone();
         Coordinator {
+            me: me.clone(),
             shared: Arc::new(Shared {
                 others: joining
                     .members
@@ -600,6 +634,7 @@ impl Coordinator {
             }),
             view: joining.view,
             next: joining.next,
+            max_restarts: joining.max_restarts,
             join_grace: joining.join_grace,
             stage: Stage::Gathering {
                 since: Instant::now(),
@@ -664,9 +699,10 @@ impl Coordinator {
                 Some(report) = from_links.recv() => self.on_link(report, &ends),
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
                 request = ends.requests.recv() => match request {
-                    Some(Request::Failed(reason)) => self.lose(reason, &ends, false),
-                    Some(Request::Finish { succeeded: true }) if matches!(self.stage, Stage::Running) && self.lost.is_none() => {
-                        self.own_success = true;
+                    Some(Request::Failed { reason, restartable }) => self.lose(reason, &ends, false, restartable),
+                    Some(Request::Done) => self.own_done(&ends),
+                    Some(Request::Finish { succeeded: true }) if matches!(self.stage, Stage::Running { .. }) && self.lost.is_none() => {
+                        self.own_done(&ends);
                         let waiting = self.waiting_for();
                         if !waiting.is_empty() {
                             info!("control channel: waiting for {} launchers to report their outcome: {}", waiting.len(), waiting.join(", "));
@@ -725,13 +761,21 @@ impl Coordinator {
     }
 
     /// The job lost a member, or one failed: everyone stops, once. `tell_self`: false for
-    /// this launcher's own report (it knows).
-    fn lose(&mut self, reason: String, ends: &Ends, tell_self: bool) {
+    /// this launcher's own report (it knows). `restartable`: false for a failure a restart
+    /// would repeat.
+    fn lose(&mut self, reason: String, ends: &Ends, tell_self: bool, restartable: bool) {
         if self.lost.is_some() || matches!(self.stage, Stage::Closing) {
             return;
         }
+        let budget_left = match self.stage {
+            Stage::Running {
+                epoch,
+                max_restarts,
+            } => epoch < max_restarts,
+            _ => true,
+        };
         // Once a member has finished, the job cannot start again as a whole.
-        let restart = self.done.is_empty() && !self.own_success;
+        let restart = restartable && budget_left && self.done.is_empty() && !self.own_success;
         warn!("control channel: {reason}");
         self.broadcast(&Message::Lost {
             reason: cut(&reason),
@@ -746,6 +790,32 @@ impl Coordinator {
             ends.knows_lost(restart);
         }
         self.lost = Some((reason, restart));
+    }
+
+    /// This launcher's trainer succeeded.
+    fn own_done(&mut self, ends: &Ends) {
+        if !matches!(self.stage, Stage::Running { .. }) || self.own_success {
+            return;
+        }
+        self.own_success = true;
+        let me = self.me.clone();
+        self.finished_after_loss(&me, ends);
+    }
+
+    /// A member finished after a loss went out as one the job may restart from: it cannot
+    /// now (the member will not rejoin), and everyone still deciding must hear it.
+    fn finished_after_loss(&mut self, pod: &str, ends: &Ends) {
+        let Some((reason, true)) = &self.lost else {
+            return;
+        };
+        let reason = format!("{reason}; {pod} had already finished, so the job cannot start again");
+        warn!("control channel: {reason}");
+        self.broadcast(&Message::Lost {
+            reason: cut(&reason),
+            restart: false,
+        });
+        ends.knows_lost(false);
+        self.lost = Some((reason, false));
     }
 
     /// Everyone (this launcher too) discovers the job again.
@@ -765,6 +835,7 @@ impl Coordinator {
                 pod,
                 next,
                 view,
+                max_restarts,
                 to_link,
             } => {
                 if self.links.contains_key(&pod) {
@@ -776,13 +847,13 @@ impl Coordinator {
                 match &mut self.stage {
                     // An empty view: a follower that takes the membership from `Go`.
                     Stage::Gathering { ready, .. } if view == self.view || view.is_empty() => {
-                        ready.insert(pod, next);
+                        ready.insert(pod, (next, max_restarts));
                         self.start_when_ready(ends);
                     }
                     Stage::Gathering { .. } => {
                         self.regather(format!("{pod} found other pods than this launcher"), ends)
                     }
-                    Stage::Running => match &self.lost {
+                    Stage::Running { .. } => match &self.lost {
                         Some((reason, restart)) => {
                             let _ = to_link.send(Encoded::new(&Message::Lost {
                                 reason: cut(reason),
@@ -794,19 +865,23 @@ impl Coordinator {
                             format!("the launcher of peer pod {pod} joined again (it restarted)"),
                             ends,
                             true,
+                            true,
                         ),
                     },
                     Stage::Closing => {}
                 }
             }
+            // Neither means anything before the start: no trainer ran.
             FromLink::Said { pod, message } => match message {
-                Message::Done => {
-                    self.done.insert(pod);
+                Message::Done if matches!(self.stage, Stage::Running { .. }) => {
+                    self.done.insert(pod.clone());
+                    self.finished_after_loss(&pod, ends);
                 }
-                Message::Failed { reason } => {
-                    if matches!(self.stage, Stage::Running) {
-                        self.lose(reason, ends, true);
-                    }
+                Message::Failed {
+                    reason,
+                    restartable,
+                } if matches!(self.stage, Stage::Running { .. }) => {
+                    self.lose(reason, ends, true, restartable);
                 }
                 _ => {}
             },
@@ -827,7 +902,7 @@ impl Coordinator {
                         ready.remove(&pod);
                         info!("control channel: {pod} left before the start: {why}");
                     }
-                    Stage::Running if !self.done.contains(&pod) => {
+                    Stage::Running { .. } if !self.done.contains(&pod) => {
                         let reason = match why {
                             WireError::Silent(seconds) => format!(
                                 "peer pod {pod} sent no heartbeat for {seconds} s (frozen, or its node is gone)"
@@ -837,9 +912,9 @@ impl Coordinator {
                             ),
                             other => format!("the control connection of peer pod {pod} failed: {other}"),
                         };
-                        self.lose(reason, ends, true);
+                        self.lose(reason, ends, true, true);
                     }
-                    Stage::Running | Stage::Closing => {}
+                    Stage::Running { .. } | Stage::Closing => {}
                 }
             }
         }
@@ -857,7 +932,15 @@ impl Coordinator {
         {
             return;
         }
-        let epoch = ready.values().copied().fold(self.next, u32::max);
+        let epoch = ready.values().map(|r| r.0).fold(self.next, u32::max);
+        // One budget for the job, or some would restart while others end.
+        let max_restarts = ready
+            .values()
+            .map(|r| r.1)
+            .fold(self.max_restarts, u32::min);
+        if ready.values().any(|r| r.1 != self.max_restarts) {
+            warn!("control channel: the launchers were given different restart budgets (PADDLE_LAUNCHER_MAX_RESTARTS): the job has the smallest, {max_restarts}");
+        }
         info!(
             "control channel: all {} launchers are here: starting restart epoch {epoch}",
             self.shared.others.len() + 1
@@ -865,11 +948,16 @@ impl Coordinator {
         self.broadcast(&Message::Go {
             epoch,
             membership: self.membership.clone(),
+            max_restarts,
         });
-        self.stage = Stage::Running;
+        self.stage = Stage::Running {
+            epoch,
+            max_restarts,
+        };
         ends.hear(Heard::Go {
             epoch,
             membership: None,
+            max_restarts,
         });
     }
 
@@ -924,7 +1012,13 @@ async fn serve(
         let hello = timeout(HANDSHAKE, session.read(&mut reader))
             .await
             .map_err(|_| no_hello())??;
-        let Message::Hello { pod, next, view } = hello else {
+        let Message::Hello {
+            pod,
+            next,
+            view,
+            max_restarts,
+        } = hello
+        else {
             return Err(WireError::Malformed(
                 "the first frame is not a hello".into(),
             ));
@@ -942,9 +1036,16 @@ async fn serve(
                 peer.ip()
             )));
         };
-        Ok((challenge, session, member.name.clone(), next, view))
+        Ok((
+            challenge,
+            session,
+            member.name.clone(),
+            next,
+            view,
+            max_restarts,
+        ))
     };
-    let (challenge, session, pod, next, view) = match greeted.await {
+    let (challenge, session, pod, next, view, max_restarts) = match greeted.await {
         Ok(greeted) => greeted,
         Err(e) => return (None, e),
     };
@@ -954,6 +1055,7 @@ async fn serve(
         pod: pod.clone(),
         next,
         view,
+        max_restarts,
         to_link,
     });
     let why = talk(
@@ -1053,7 +1155,7 @@ async fn follow(joining: Joining, coordinator: SocketAddr, mut ends: Ends) {
             _ = sleep(pause) => {}
             request = ends.requests.recv() => match request {
                 Some(Request::Finish { .. }) | None => return,
-                Some(Request::Failed(_)) => {}
+                Some(Request::Failed { .. } | Request::Done) => {}
             },
         }
         pause = (pause * 2).min(Duration::from_millis(250));
@@ -1064,16 +1166,17 @@ async fn follow(joining: Joining, coordinator: SocketAddr, mut ends: Ends) {
     let mut beat = tokio::time::interval(limit / 3);
     let mut heard_until = Instant::now() + limit;
     let mut running = false;
+    let mut said_done = false;
     // Set once the coordinator said Lost or Bye: the link's end is no news after that.
     let mut told = false;
     let broken = loop {
         tokio::select! {
             frame = incoming.recv() => match frame {
                 Some(Ok(Message::Beat)) => heard_until = Instant::now() + limit,
-                Some(Ok(Message::Go { epoch, membership })) if !running => {
+                Some(Ok(Message::Go { epoch, membership, max_restarts })) if !running => {
                     running = true;
                     heard_until = Instant::now() + limit;
-                    ends.hear(Heard::Go { epoch, membership });
+                    ends.hear(Heard::Go { epoch, membership, max_restarts });
                 }
                 Some(Ok(Message::Regather { reason })) if !running => {
                     ends.hear(Heard::Regather(reason));
@@ -1104,11 +1207,17 @@ async fn follow(joining: Joining, coordinator: SocketAddr, mut ends: Ends) {
                 }
             }
             request = ends.requests.recv() => match request {
-                Some(Request::Failed(reason)) => {
-                    let _ = out.write(&mut writer, &Message::Failed { reason }, limit).await;
+                Some(Request::Failed { reason, restartable }) => {
+                    let _ = out.write(&mut writer, &Message::Failed { reason, restartable }, limit).await;
+                }
+                Some(Request::Done) => {
+                    if running && !said_done {
+                        said_done = true;
+                        let _ = out.write(&mut writer, &Message::Done, limit).await;
+                    }
                 }
                 Some(Request::Finish { succeeded }) => {
-                    if succeeded && running {
+                    if succeeded && running && !said_done {
                         let _ = out.write(&mut writer, &Message::Done, limit).await;
                     }
                     let _ = writer.shutdown().await;
@@ -1118,6 +1227,7 @@ async fn follow(joining: Joining, coordinator: SocketAddr, mut ends: Ends) {
             },
         }
     };
+    let mut listening = broken.is_none();
     if let (Some(why), false) = (broken, told) {
         let reason = match why.strip_prefix("sent no heartbeat") {
             Some(_) => format!("the coordinating launcher at {coordinator} {why}"),
@@ -1134,15 +1244,29 @@ async fn follow(joining: Joining, coordinator: SocketAddr, mut ends: Ends) {
             Heard::Regather(reason)
         });
     }
-    // Stay until this launcher is done with the attempt, saying whatever it still says.
-    while let Some(request) = ends.requests.recv().await {
-        match request {
-            Request::Failed(reason) => {
-                let _ = out
-                    .write(&mut writer, &Message::Failed { reason }, limit)
-                    .await;
+    // Stay until this launcher is done with the attempt, saying whatever it still says: a
+    // trainer that succeeded as the loss was told must still say so, and the coordinator may
+    // still turn "restart" into "no restart" (a member finished meanwhile).
+    loop {
+        tokio::select! {
+            request = ends.requests.recv() => {
+                let message = match request {
+                    Some(Request::Failed { reason, restartable }) => Message::Failed { reason, restartable },
+                    Some(Request::Done) if running && !said_done => {
+                        said_done = true;
+                        Message::Done
+                    }
+                    Some(Request::Done) => continue,
+                    Some(Request::Finish { .. }) | None => break,
+                };
+                let _ = out.write(&mut writer, &message, limit).await;
             }
-            Request::Finish { .. } => break,
+            frame = incoming.recv(), if listening => match frame {
+                Some(Ok(Message::Lost { restart: false, .. })) => ends.knows_lost(false),
+                Some(Ok(Message::Bye)) => ends.may_restart.store(false, Ordering::SeqCst),
+                Some(Ok(_)) => {}
+                Some(Err(_)) | None => listening = false,
+            },
         }
     }
     let _ = writer.shutdown().await;
@@ -1187,6 +1311,7 @@ async fn handshake(
         pod: joining.me.name.clone(),
         next: joining.next,
         view: joining.view.clone(),
+        max_restarts: joining.max_restarts,
     }));
     timeout(HANDSHAKE, writer.write_all(&first))
         .await
@@ -1208,6 +1333,7 @@ mod tests {
             pod: pod.into(),
             next: 0,
             view: "v".into(),
+            max_restarts: 0,
         }
     }
 
@@ -1335,6 +1461,7 @@ mod tests {
             members: members.to_vec(),
             view: view(members),
             next,
+            max_restarts: 3,
             heartbeat_timeout: Duration::from_secs(2),
             join_grace: Duration::from_secs(5),
             membership: Some(Membership::default()),
@@ -1368,15 +1495,46 @@ mod tests {
     /// Three launchers on their own loopback addresses (127.0.6.x): the coordinator and two
     /// followers that would start epochs `nexts`.
     async fn three(base: u8, nexts: [u32; 3]) -> (Vec<Member>, Vec<Channel>) {
+        three_with_budgets(base, nexts, [3, 3, 3]).await
+    }
+
+    async fn three_with_budgets(
+        base: u8,
+        nexts: [u32; 3],
+        budgets: [u32; 3],
+    ) -> (Vec<Member>, Vec<Channel>) {
         let members: Vec<Member> = (0..3)
             .map(|i| member(&format!("p-{i}"), &format!("127.0.6.{}", base + i as u8)))
             .collect();
         let port = free_port("127.0.6.1");
         let mut channels = Vec::new();
-        for (i, next) in nexts.into_iter().enumerate() {
-            channels.push(join(joining(&members, i, port, next)).await.unwrap());
+        for (i, (next, budget)) in nexts.into_iter().zip(budgets).enumerate() {
+            let mut joining = joining(&members, i, port, next);
+            joining.max_restarts = budget;
+            channels.push(join(joining).await.unwrap());
         }
         (members, channels)
+    }
+
+    /// Three launchers, all started in epoch `next`.
+    async fn three_started(base: u8, next: u32) -> Vec<Channel> {
+        let (_, mut channels) = three(base, [next; 3]).await;
+        for channel in &mut channels {
+            assert_eq!(started(channel).await, next);
+        }
+        channels
+    }
+
+    /// Waits until the channel says the job may not restart; false if it never does.
+    async fn turns_final(channel: &Channel) -> bool {
+        let until = Instant::now() + WAIT;
+        while Instant::now() < until {
+            if !channel.may_restart() {
+                return true;
+            }
+            sleep(Duration::from_millis(20)).await;
+        }
+        false
     }
 
     /// Nobody starts before everyone is there, and all start the largest epoch anyone would:
@@ -1398,7 +1556,11 @@ mod tests {
             assert_eq!(started(channel).await, 0);
         }
         channels[1]
-            .failed("pod p-1 (trainer 1): trainer exited with status 3", WAIT)
+            .failed(
+                "pod p-1 (trainer 1): trainer exited with status 3",
+                true,
+                WAIT,
+            )
             .await;
         let lost = Heard::Lost {
             reason: "pod p-1 (trainer 1): trainer exited with status 3".into(),
@@ -1417,7 +1579,11 @@ mod tests {
         // The follower's Done is read before its connection's end: not a loss.
         sleep(Duration::from_millis(300)).await;
         channels[1]
-            .failed("pod p-1 (trainer 1): trainer exited with status 3", WAIT)
+            .failed(
+                "pod p-1 (trainer 1): trainer exited with status 3",
+                true,
+                WAIT,
+            )
             .await;
         // The failed follower has the answer before it decides.
         assert!(!channels[1].may_restart(), "the follower would restart");
@@ -1426,6 +1592,119 @@ mod tests {
         };
         assert!(!restart, "a restart after a member finished");
         assert!(!channels[0].may_restart());
+    }
+
+    /// A member whose trainer succeeds just as another's failure goes out as a loss the job
+    /// may restart from: the job cannot restart without it, and every launcher still deciding
+    /// hears so, the one that failed included.
+    #[tokio::test]
+    async fn a_done_that_crosses_a_restartable_loss_makes_it_final() {
+        for finisher in [0, 2] {
+            let channels = three_started(70 + 10 * finisher as u8, 0).await;
+            channels[1]
+                .failed(
+                    "pod p-1 (trainer 1): trainer exited with status 3",
+                    true,
+                    WAIT,
+                )
+                .await;
+            assert!(channels.iter().all(Channel::may_restart));
+            channels[finisher].done();
+            for (i, channel) in channels.iter().enumerate() {
+                assert!(
+                    turns_final(channel).await,
+                    "launcher {i} would restart although launcher {finisher} finished"
+                );
+            }
+        }
+    }
+
+    /// Said the moment a trainer succeeds, long before its launcher finishes (its pserver may
+    /// linger): a failure after it is final.
+    #[tokio::test]
+    async fn a_done_said_before_the_launcher_finishes_makes_a_later_failure_final() {
+        let mut channels = three_started(100, 0).await;
+        channels[2].done();
+        sleep(Duration::from_millis(300)).await;
+        channels[1]
+            .failed("pod p-1: trainer exited with status 3", true, WAIT)
+            .await;
+        assert!(
+            !channels[1].may_restart(),
+            "the failed follower would restart"
+        );
+        let Heard::Lost { restart, .. } = heard(&mut channels[0]).await else {
+            panic!("not a loss")
+        };
+        assert!(!restart, "a restart without the member that finished");
+    }
+
+    /// The job restarts only while every member may: the smallest budget is the job's, sent
+    /// with `Go`, and the coordinator's verdict says no restart once it is spent, or when the
+    /// failure would recur.
+    #[tokio::test]
+    async fn one_budget_for_the_job_and_one_verdict_on_each_loss() {
+        let (_, mut channels) = three_with_budgets(110, [1, 1, 1], [3, 1, 2]).await;
+        for channel in &mut channels {
+            assert!(matches!(
+                heard(channel).await,
+                Heard::Go {
+                    epoch: 1,
+                    max_restarts: 1,
+                    ..
+                }
+            ));
+        }
+        channels[2]
+            .failed("pod p-2: trainer exited with status 3", true, WAIT)
+            .await;
+        assert!(!channels[2].may_restart(), "restart 2 of a budget of 1");
+        assert!(matches!(
+            heard(&mut channels[0]).await,
+            Heard::Lost { restart: false, .. }
+        ));
+
+        let mut channels = three_started(120, 0).await;
+        channels[1]
+            .failed(
+                "pod p-1: cannot start the trainer: no such file",
+                false,
+                WAIT,
+            )
+            .await;
+        assert!(!channels[1].may_restart());
+        assert!(matches!(
+            heard(&mut channels[2]).await,
+            Heard::Lost { restart: false, .. }
+        ));
+    }
+
+    /// Nothing ran before `Go`: a `Done` then is not a finished member.
+    #[test]
+    fn a_done_before_the_start_is_ignored() {
+        let members = vec![member("me", "10.0.0.1"), member("a", "10.0.0.2")];
+        let mut coordinator = Coordinator::new(joining(&members, 0, 0, 0));
+        let (heard, _heard) = mpsc::unbounded_channel();
+        let (_requests, requests) = mpsc::unbounded_channel();
+        let (lost, _lost) = watch::channel(false);
+        let ends = Ends {
+            heard,
+            requests,
+            may_restart: Arc::new(AtomicBool::new(true)),
+            lost,
+        };
+        let said = |message| FromLink::Said {
+            pod: "a".into(),
+            message,
+        };
+        coordinator.on_link(said(Message::Done), &ends);
+        assert!(coordinator.done.is_empty());
+        coordinator.stage = Stage::Running {
+            epoch: 0,
+            max_restarts: 3,
+        };
+        coordinator.on_link(said(Message::Done), &ends);
+        assert!(coordinator.done.contains("a"));
     }
 
     /// A follower whose launcher is gone (its connection closed without a word) is a loss at
@@ -1504,7 +1783,8 @@ mod tests {
             heard(&mut follower).await,
             Heard::Go {
                 epoch: 0,
-                membership: Some(found)
+                membership: Some(found),
+                max_restarts: 3,
             }
         );
     }

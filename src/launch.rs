@@ -34,7 +34,6 @@ use crate::{peers, protocol, workspace};
 const PROBE_PAUSE_FIRST: Duration = Duration::from_millis(2);
 const PROBE_PAUSE_LAST: Duration = Duration::from_millis(100);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-const COORDINATOR_RESOLVE_LIMIT: Duration = Duration::from_secs(60);
 /// Between two rounds of gathering, doubling from the first to the last: a round that ended at
 /// once (views that differ) must not become a busy loop.
 const REGATHER_PAUSE_FIRST: Duration = Duration::from_millis(250);
@@ -125,6 +124,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             mut channel,
             peer_loss,
             trainers_done,
+            max_restarts,
         } = attempt;
         let for_workspace = plan.clone();
         off_thread(
@@ -148,7 +148,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
         if let Some(done) = trainers_done {
             supervisor.end_when(done);
         }
-        let result = drive(&mut supervisor, &plan, &config).await;
+        let result = drive(&mut supervisor, &plan, &config, channel.as_ref()).await;
         let succeeded = matches!(&result, Ok(o) if o.code == exit::SUCCESS);
         if let (Some(channel), false) = (&channel, succeeded) {
             let reason = match &result {
@@ -156,13 +156,14 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                 Err(e) => e.to_string(),
             };
             // Told before deciding: whether the job may restart depends on the others.
+            let restartable = lifecycle::others_may_restart(&result);
             channel
-                .failed(&format!("{who}: {reason}"), VERDICT_WAIT)
+                .failed(&format!("{who}: {reason}"), restartable, VERDICT_WAIT)
                 .await;
         }
         let budget = Budget {
             epoch: plan.restart_count,
-            max_restarts: config.control.max_restarts,
+            max_restarts,
             may_restart: channel.as_ref().is_some_and(Channel::may_restart),
         };
         match lifecycle::after_run(result, &budget) {
@@ -203,6 +204,8 @@ struct Attempt {
     channel: Option<Channel>,
     peer_loss: Option<BoxFuture<'static, String>>,
     trainers_done: Option<BoxFuture<'static, Result<String, String>>>,
+    /// The job's restart budget: agreed over the channel, else this pod's own.
+    max_restarts: u32,
 }
 
 /// Finds the job's pods and, with a control channel, waits until every launcher has found the
@@ -220,17 +223,24 @@ async fn gather(
 ) -> Result<Attempt, Error> {
     let began = Instant::now();
     let mut rounds: u32 = 0;
+    // Why the last round ended when it was the coordinator's name that had no address.
+    let mut no_coordinator: Option<String> = None;
     loop {
         if rounds > 0 {
             // Gathering again: a launcher that never agrees (another job name, a frozen one
-            // whose pod still runs) must not keep the job in a loop it never leaves.
+            // whose pod still runs) or a coordinator that never comes back must not keep the
+            // job in a loop it never leaves.
             if let Some(limit) = config.timing.wait_timeout {
                 if began.elapsed() > limit {
-                    return Err(Error::PeersTimeout {
-                        waited_s: began.elapsed().as_secs(),
-                        status: format!(
+                    let status = match no_coordinator {
+                        Some(why) => format!("the coordinating launcher's address: {why}"),
+                        None => format!(
                             "the job's launchers did not agree on a start in {rounds} rounds of gathering (the lines above say why each ended)"
                         ),
+                    };
+                    return Err(Error::PeersTimeout {
+                        waited_s: began.elapsed().as_secs(),
+                        status,
                     });
                 }
             }
@@ -245,8 +255,18 @@ async fn gather(
             .await?;
         }
         rounds += 1;
+        no_coordinator = None;
         if let (Some(secret), true) = (secret, membership_from_coordinator(config)) {
-            if let Some(coordinator) = coordinator_elsewhere(config, my_ip).await? {
+            let coordinator = match coordinator_elsewhere(config, my_ip).await? {
+                Found::Here => None,
+                Found::At(coordinator) => Some(coordinator),
+                Found::NotYet(why) => {
+                    info!("control channel: waiting for the coordinator's address: {why}");
+                    no_coordinator = Some(why);
+                    continue;
+                }
+            };
+            if let Some(coordinator) = coordinator {
                 match follow_coordinator(
                     config,
                     supervisor,
@@ -277,11 +297,12 @@ async fn gather(
             channel: None,
             peer_loss,
             trainers_done,
+            max_restarts: config.control.max_restarts,
         };
         let Some(secret) = secret else {
             return Ok(attempt);
         };
-        let Some(mut channel) = join_channel(
+        let mut channel = match join_channel(
             secret.clone(),
             &attempt.plan,
             config,
@@ -290,8 +311,14 @@ async fn gather(
             next_epoch,
         )
         .await?
-        else {
-            return Ok(attempt);
+        {
+            Found::Here => return Ok(attempt),
+            Found::At(channel) => channel,
+            Found::NotYet(why) => {
+                info!("control channel: waiting for the coordinator's address: {why}");
+                no_coordinator = Some(why);
+                continue;
+            }
         };
         let peer_loss = &mut attempt.peer_loss;
         let heard = interruptible(
@@ -306,26 +333,47 @@ async fn gather(
             },
         )
         .await?;
-        if let Some(epoch) = started(heard, &mut channel).await? {
-            attempt.plan = attempt.plan.for_restart(epoch.0);
+        if let Some(start) = started(heard, &mut channel).await? {
+            attempt.plan = attempt.plan.for_restart(start.epoch);
+            attempt.max_restarts = start.max_restarts;
             attempt.channel = Some(channel);
             return Ok(attempt);
         }
     }
 }
 
+/// What one try to reach the coordinator found: nothing to reach (this pod coordinates, or
+/// there is no channel), the coordinator, or not yet (its name has no single address: why).
+enum Found<T> {
+    Here,
+    At(T),
+    NotYet(String),
+}
+
+/// What the coordinator said to start an attempt.
+struct Start {
+    epoch: u32,
+    membership: Option<Membership>,
+    max_restarts: u32,
+}
+
 /// What the channel's answer to a gathering means: start (the epoch, and the membership when
 /// the coordinator sent it), or gather again (None, the channel closed), or the job's end.
-async fn started(
-    heard: Heard,
-    channel: &mut Channel,
-) -> Result<Option<(u32, Option<Membership>)>, Error> {
+async fn started(heard: Heard, channel: &mut Channel) -> Result<Option<Start>, Error> {
     match heard {
-        Heard::Go { epoch, membership } => {
+        Heard::Go {
+            epoch,
+            membership,
+            max_restarts,
+        } => {
             if epoch > 0 {
                 info!("restart epoch {epoch}: starting again");
             }
-            Ok(Some((epoch, membership)))
+            Ok(Some(Start {
+                epoch,
+                membership,
+                max_restarts,
+            }))
         }
         Heard::Regather(reason)
         | Heard::Lost {
@@ -358,19 +406,18 @@ fn membership_from_coordinator(config: &Config) -> bool {
         && config.own_group() == GroupKind::Job
 }
 
-/// The coordinator's address when it is another pod's; None when this pod coordinates.
-async fn coordinator_elsewhere(
-    config: &Config,
-    my_ip: IpAddr,
-) -> Result<Option<SocketAddr>, Error> {
+/// The coordinator's address when it is another pod's; `Here` when this pod coordinates.
+async fn coordinator_elsewhere(config: &Config, my_ip: IpAddr) -> Result<Found<SocketAddr>, Error> {
     let Some((host, port)) = &config.control.coordinator else {
-        return Ok(None);
+        return Ok(Found::Here);
     };
-    let addresses = resolve(host, *port, config.control.dns_server).await?;
-    if addresses.iter().any(|a| a.ip() == my_ip) {
-        return Ok(None);
-    }
-    Ok(addresses.first().copied())
+    Ok(
+        match resolve(host, *port, config.control.dns_server).await? {
+            Ok(address) if address.ip() == my_ip => Found::Here,
+            Ok(address) => Found::At(address),
+            Err(why) => Found::NotYet(why),
+        },
+    )
 }
 
 /// One attempt of a follower that does not discover the pods: join the coordinator, and plan
@@ -396,6 +443,7 @@ async fn follow_coordinator(
         // Empty: "send me the membership".
         view: String::new(),
         next: next_epoch,
+        max_restarts: config.control.max_restarts,
         heartbeat_timeout: config.control.heartbeat_timeout,
         join_grace: JOIN_GRACE + config.timing.grace_period,
         membership: None,
@@ -409,7 +457,12 @@ async fn follow_coordinator(
         channel.heard(),
     )
     .await?;
-    let Some((epoch, membership)) = started(heard, &mut channel).await? else {
+    let Some(Start {
+        epoch,
+        membership,
+        max_restarts,
+    }) = started(heard, &mut channel).await?
+    else {
         return Ok(None);
     };
     let Some(membership) = membership else {
@@ -433,6 +486,7 @@ async fn follow_coordinator(
         channel: Some(channel),
         peer_loss: None,
         trainers_done: None,
+        max_restarts,
     }))
 }
 
@@ -496,48 +550,35 @@ pub(crate) fn derive_coordinator(config: &mut Config) {
     }
 }
 
-/// The addresses of the coordinator's HOST: an IP, or a DNS name resolved without NSS (the
-/// static binary has none). A name that does not resolve yet (its pod is starting) is retried
-/// for a minute, saying so.
+/// The address of the coordinator's HOST: an IP, or a DNS name resolved without NSS (the
+/// static binary has none). Err: why the name has no single address yet (its pod is
+/// starting, or being replaced); gathering again tries again, within --wait-timeout.
 async fn resolve(
     host: &str,
     port: u16,
     dns_server: Option<SocketAddr>,
-) -> Result<Vec<SocketAddr>, Error> {
+) -> Result<Result<SocketAddr, String>, Error> {
     if let Ok(ip) = host.parse::<IpAddr>() {
-        return Ok(vec![SocketAddr::new(ip, port)]);
+        return Ok(Ok(SocketAddr::new(ip, port)));
     }
-    let started = Instant::now();
-    loop {
-        let why = match peers::dns::resolve_once(host, dns_server).await? {
-            // One pod coordinates: with two addresses (a replaced pod's old one still listed)
-            // two launchers would each take the name for their own.
-            Ok(ips) if ips.len() == 1 => {
-                return Ok(ips
-                    .into_iter()
-                    .map(|ip| SocketAddr::new(ip, port))
-                    .collect())
-            }
-            Ok(ips) if ips.len() > 1 => {
-                let list: Vec<String> = ips.iter().map(IpAddr::to_string).collect();
-                format!(
-                    "{host} has {} addresses ({}); waiting for one",
-                    ips.len(),
-                    list.join(", ")
-                )
-            }
-            Ok(_) => format!("{host} has no address yet"),
-            Err(e) => e,
-        };
-        if started.elapsed() > COORDINATOR_RESOLVE_LIMIT {
-            return Err(Error::io(
-                format!("cannot find the coordinating launcher {host}"),
-                std::io::Error::other(why),
-            ));
+    let ips = match peers::dns::resolve_once(host, dns_server).await? {
+        Ok(ips) => ips,
+        Err(e) => return Ok(Err(format!("{host}: {e}"))),
+    };
+    // One pod coordinates: with two addresses (a replaced pod's old one still listed) two
+    // launchers would each take the name for their own.
+    Ok(match (ips.first(), ips.len()) {
+        (Some(&ip), 1) => Ok(SocketAddr::new(ip, port)),
+        (None, _) => Err(format!("{host} has no address yet")),
+        _ => {
+            let list: Vec<String> = ips.iter().map(IpAddr::to_string).collect();
+            Err(format!(
+                "{host} has {} addresses ({}); waiting for one",
+                ips.len(),
+                list.join(", ")
+            ))
         }
-        info!("control channel: waiting for the coordinator's address: {why}");
-        sleep(Duration::from_secs(1)).await;
-    }
+    })
 }
 
 /// The job secret: given, or read from its file (a mounted Secret). A file that does not
@@ -577,7 +618,7 @@ fn job_secret(control: &Control) -> Result<Option<Secret>, Error> {
 }
 
 /// Joins this attempt's control channel: as the coordinator (the pod at --coordinator's
-/// address, else the pod of rank 0) or as a follower of it.
+/// address, else the pod of rank 0) or as a follower of it. `Here`: the plan has no channel.
 async fn join_channel(
     secret: Secret,
     plan: &Plan,
@@ -585,7 +626,7 @@ async fn join_channel(
     membership: &Membership,
     me: &Me,
     next_epoch: u32,
-) -> Result<Option<Channel>, Error> {
+) -> Result<Found<Channel>, Error> {
     let control = &config.control;
     let mut members: Vec<control::Member> = Vec::new();
     for member in membership.trainers.iter().chain(&membership.pservers) {
@@ -597,7 +638,7 @@ async fn join_channel(
         }
     }
     let Some(plan) = &plan.control else {
-        return Ok(None);
+        return Ok(Found::Here);
     };
     let role = match (
         plan.this_pod_coordinates,
@@ -608,17 +649,14 @@ async fn join_channel(
         // A DNS name: whoever has its address serves.
         _ => {
             let Some((host, port)) = &control.coordinator else {
-                return Ok(None);
+                return Ok(Found::Here);
             };
-            let addresses = resolve(host, *port, config.control.dns_server).await?;
-            match addresses.iter().find(|a| a.ip() == me.ip) {
-                Some(_) => ControlRole::Coordinator {
+            match resolve(host, *port, config.control.dns_server).await? {
+                Ok(address) if address.ip() == me.ip => ControlRole::Coordinator {
                     listen: SocketAddr::new(me.ip, *port),
                 },
-                None => match addresses.first() {
-                    Some(&coordinator) => ControlRole::Follower { coordinator },
-                    None => return Ok(None),
-                },
+                Ok(coordinator) => ControlRole::Follower { coordinator },
+                Err(why) => return Ok(Found::NotYet(why)),
             }
         }
     };
@@ -632,6 +670,7 @@ async fn join_channel(
         view: control::view(&members),
         members,
         next: next_epoch,
+        max_restarts: control.max_restarts,
         heartbeat_timeout: control.heartbeat_timeout,
         // The others may still be stopping their children (a grace period) before they join.
         join_grace: JOIN_GRACE + config.timing.grace_period,
@@ -639,7 +678,7 @@ async fn join_channel(
     })
     .await
     .map_err(|e| Error::io("cannot serve the control channel", e))?;
-    Ok(Some(channel))
+    Ok(Found::At(channel))
 }
 
 /// "trainer id 1 of 3, pserver id 1 of 3": the roles this pod has, nothing for the others.
@@ -774,7 +813,12 @@ fn stopped_by(signal: i32, doing: &str) -> Error {
 
 /// Carries out the lifecycle's commands (spawn, signal, probe, timers, stop) and feeds it what
 /// happened, until it finishes. All decisions are the lifecycle's; this only does I/O.
-async fn drive(sup: &mut Supervisor, plan: &Plan, config: &Config) -> Result<Outcome, Error> {
+async fn drive(
+    sup: &mut Supervisor,
+    plan: &Plan,
+    config: &Config,
+    channel: Option<&Channel>,
+) -> Result<Outcome, Error> {
     let label = |role| {
         plan.process(role)
             .map(|p| p.name.clone())
@@ -832,6 +876,12 @@ async fn drive(sup: &mut Supervisor, plan: &Plan, config: &Config) -> Result<Out
                 }
                 Command::Log(line) => {
                     info!("{line}");
+                    None
+                }
+                Command::TellDone => {
+                    if let Some(channel) = channel {
+                        channel.done();
+                    }
                     None
                 }
                 Command::Finish(result) => return result,

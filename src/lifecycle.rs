@@ -61,6 +61,9 @@ pub enum Command {
     ProbePservers,
     /// `LingerOver` after this long.
     Linger(Duration),
+    /// Tell the job at once that this pod's trainer succeeded: from now on it cannot start
+    /// again as a whole, since this pod will not be there to rejoin.
+    TellDone,
     /// Stop these processes' groups with `signal`, SIGKILL after the grace period; `Stopped`
     /// follows.
     Stop {
@@ -237,18 +240,25 @@ impl Lifecycle {
             } => {
                 let trainer =
                     Outcome::new(ended.exit_code(), format!("trainer {}", ended.describe()));
+                let succeeded = ended.exit_code() == 0;
+                let mut commands = Vec::new();
+                if succeeded {
+                    commands.push(Command::TellDone);
+                }
                 let pserver_serves = self.running.contains(&Role::Pserver);
-                if ended.exit_code() == 0 && pserver_serves && !self.setup.linger.is_zero() {
+                if succeeded && pserver_serves && !self.setup.linger.is_zero() {
                     let seconds = self.setup.linger.as_secs();
                     self.phase = Phase::Lingering { trainer };
-                    return vec![
+                    commands.extend([
                         Command::Log(format!(
                             "trainer finished; the pserver keeps serving for {seconds} s"
                         )),
                         Command::Linger(self.setup.linger),
-                    ];
+                    ]);
+                    return commands;
                 }
-                self.stop_then(vec![Role::Pserver], libc_term(), Ok(trainer))
+                commands.extend(self.stop_then(vec![Role::Pserver], libc_term(), Ok(trainer)));
+                commands
             }
             // Stopped by the job itself: Paddle's trainer 0 ends a parameter-server job with
             // `stop_server` once every trainer is done, while the others are still exiting.
@@ -374,10 +384,17 @@ impl Lifecycle {
             Input::Exited {
                 role: Role::Trainer,
                 ended,
-            } => self.finish(Ok(Outcome::new(
-                ended.exit_code(),
-                format!("trainer {}", ended.describe()),
-            ))),
+            } => {
+                let mut commands = Vec::new();
+                if ended.exit_code() == 0 {
+                    commands.push(Command::TellDone);
+                }
+                commands.extend(self.finish(Ok(Outcome::new(
+                    ended.exit_code(),
+                    format!("trainer {}", ended.describe()),
+                ))));
+                commands
+            }
             // A trainer that outlives its stopped pserver this long is stuck on it.
             Input::LingerOver => self.stop_then(
                 vec![Role::Trainer],
@@ -607,23 +624,20 @@ pub struct Budget {
 /// every configuration error are not: starting again would end the same way. Without a budget
 /// the first failure ends the pod as it always did.
 pub fn after_run(result: Result<Outcome, Error>, budget: &Budget) -> AfterRun {
-    let reason = match &result {
-        Ok(outcome) if outcome.code == exit::SUCCESS => return AfterRun::Finish(result),
-        Ok(outcome) => outcome.reason.clone(),
-        Err(Error::PeerLost { reason, .. }) => reason.clone(),
-        Err(e @ (Error::PserverDied { .. } | Error::PserversNotReady { .. })) => e.to_string(),
-        Err(_) => return AfterRun::Finish(result),
+    let Some(reason) = recoverable(&result) else {
+        return AfterRun::Finish(result);
     };
     if budget.max_restarts == 0 {
         return AfterRun::Finish(result);
     }
-    let why_not = if !budget.may_restart {
-        "no restart: a pod of the job has already finished".to_string()
-    } else if budget.epoch >= budget.max_restarts {
+    let why_not = if budget.epoch >= budget.max_restarts {
         format!(
             "no restart left (all {} of PADDLE_LAUNCHER_MAX_RESTARTS used)",
             budget.max_restarts
         )
+    } else if !budget.may_restart {
+        "no restart: a pod of the job has already finished, or failed in a way a restart would repeat"
+            .to_string()
     } else {
         return AfterRun::Restart(reason);
     };
@@ -636,6 +650,27 @@ pub fn after_run(result: Result<Outcome, Error>, budget: &Budget) -> AfterRun {
         Err(e) => e.to_string(),
     };
     AfterRun::Finish(Ok(Outcome::new(code, format!("{described}; {why_not}"))))
+}
+
+/// The failure an attempt ended with, when a restart could end it otherwise; None for a
+/// success, and for what would end the same way again or ends the pod itself.
+fn recoverable(result: &Result<Outcome, Error>) -> Option<String> {
+    match result {
+        Ok(outcome) if outcome.code == exit::SUCCESS => None,
+        Ok(outcome) => Some(outcome.reason.clone()),
+        Err(Error::PeerLost { reason, .. }) => Some(reason.clone()),
+        Err(e @ (Error::PserverDied { .. } | Error::PserversNotReady { .. })) => {
+            Some(e.to_string())
+        }
+        Err(_) => None,
+    }
+}
+
+/// Whether the rest of the job may restart after this pod's failure: a stop signal ends this
+/// pod (it is being deleted), but the pod that replaces it can rejoin; a command that cannot
+/// start would fail the same way on every pod.
+pub fn others_may_restart(result: &Result<Outcome, Error>) -> bool {
+    matches!(result, Err(Error::Stopped { .. })) || recoverable(result).is_some()
 }
 
 fn libc_term() -> i32 {
@@ -697,6 +732,7 @@ mod tests {
                         .join("+")
                 ),
                 Command::Log(line) => format!("log {line}"),
+                Command::TellDone => "tell done".into(),
                 Command::Finish(Ok(o)) => format!("finish {} {}", o.code, o.reason),
                 Command::Finish(Err(e)) => format!("fail {} {e}", e.exit_code()),
             })
@@ -737,6 +773,7 @@ mod tests {
                     "spawn pserver",
                     "probe",
                     "spawn trainer",
+                    "tell done",
                     "log trainer finished; the pserver keeps serving for 30 s",
                     "linger 30",
                     "stop pserver 15",
@@ -830,6 +867,7 @@ mod tests {
                     "spawn pserver",
                     "probe",
                     "spawn trainer",
+                    "tell done",
                     "log trainer finished; the pserver keeps serving for 30 s",
                     "linger 30",
                     "log peer pod p-1 has Failed (ignored: this trainer already succeeded)",
@@ -995,7 +1033,11 @@ mod tests {
                     Input::Signal(SIGTERM),
                     exited(Role::Trainer, 1),
                 ],
-                vec!["spawn trainer", "finish 0 trainer exited with status 0"],
+                vec![
+                    "spawn trainer",
+                    "tell done",
+                    "finish 0 trainer exited with status 0",
+                ],
             ),
         ];
         for (name, setup, inputs, expected) in cases {
@@ -1009,7 +1051,13 @@ mod tests {
         quick.linger = Duration::ZERO;
         assert_eq!(
             run(quick, vec![Input::PserversUp, exited(Role::Trainer, 0)]),
-            ["spawn pserver", "probe", "spawn trainer", "stop pserver 15"]
+            [
+                "spawn pserver",
+                "probe",
+                "spawn trainer",
+                "tell done",
+                "stop pserver 15"
+            ]
         );
         assert_eq!(
             run(
@@ -1041,8 +1089,11 @@ mod tests {
             ..setup(true, true)
         };
         for (trainer_status, last) in [
-            (0, "finish 0 trainer exited with status 0"),
-            (3, "finish 3 trainer exited with status 3"),
+            (
+                0,
+                &["tell done", "finish 0 trainer exited with status 0"][..],
+            ),
+            (3, &["finish 3 trainer exited with status 3"][..]),
         ] {
             let shown = run(
                 fleet(),
@@ -1053,13 +1104,13 @@ mod tests {
                 ],
             );
             assert_eq!(
-                shown[3..],
+                shown[3..5],
                 [
                     "log pserver exited with status 0 while the trainer runs (stopped by the job): the trainer's end decides, within 60 s",
                     "linger 60",
-                    last,
                 ]
             );
+            assert_eq!(shown[5..], *last);
         }
         assert_eq!(
             run(
@@ -1128,7 +1179,7 @@ mod tests {
             (
                 trainer_failed(),
                 budget(0, 3, false),
-                "finish 3: trainer exited with status 3; no restart: a pod of the job has already finished",
+                "finish 3: trainer exited with status 3; no restart: a pod of the job has already finished, or failed in a way a restart would repeat",
             ),
             // No budget: today's fail-fast, the outcome untouched.
             (trainer_failed(), budget(0, 0, true), "finish 3: trainer exited with status 3"),
@@ -1153,9 +1204,46 @@ mod tests {
                 budget(0, 5, true),
                 "fail 143: received SIGTERM; stopped trainer-0",
             ),
+            // A spent budget is said first: it is this pod's own reason.
+            (
+                trainer_failed(),
+                budget(3, 3, false),
+                "finish 3: trainer exited with status 3; no restart left (all 3 of PADDLE_LAUNCHER_MAX_RESTARTS used)",
+            ),
         ];
         for (result, budget, expected) in cases {
             assert_eq!(show(after_run(result, &budget)), expected);
+        }
+    }
+
+    /// What a failed pod tells the others: whether they may restart without it, or with the
+    /// pod that replaces it.
+    #[test]
+    fn a_failure_tells_the_others_whether_a_restart_could_help() {
+        let cases: Vec<(Result<Outcome, Error>, bool)> = vec![
+            (Ok(Outcome::new(3, "trainer exited with status 3")), true),
+            (
+                Err(Error::PeerLost {
+                    reason: "peer pod p-1 was deleted".into(),
+                    stopped: "trainer-0".into(),
+                }),
+                true,
+            ),
+            // Deleted, preempted, drained: the pod that replaces it can rejoin.
+            (Err(stopped(SIGTERM, "; stopped trainer-0")), true),
+            // The same image on every pod: a command that cannot start never will.
+            (
+                Err(Error::Spawn {
+                    label: "trainer-0".into(),
+                    command: "nope".into(),
+                    cwd: ".".into(),
+                    source: std::io::Error::from(std::io::ErrorKind::NotFound),
+                }),
+                false,
+            ),
+        ];
+        for (result, expected) in cases {
+            assert_eq!(others_may_restart(&result), expected, "{result:?}");
         }
     }
 

@@ -212,6 +212,7 @@ fn hostile_clients_are_dropped_and_the_job_ends_cleanly() {
         pod: "hb-2".into(),
         next: 0,
         view: "any".into(),
+        max_restarts: 0,
     };
     let (mut forged, challenge) = connect_from(&member, &address);
     let wrong = paddle_launcher::config_secret(b"not-the-job-secret-at-all-0123456789");
@@ -238,6 +239,7 @@ fn hostile_clients_are_dropped_and_the_job_ends_cleanly() {
         pod: "hb-0".into(),
         next: 0,
         view: "any".into(),
+        max_restarts: 0,
     };
     stranger
         .write_all(&ControlSession::new(&right, challenge, false).seal(&intruder))

@@ -495,6 +495,100 @@ esac"#,
     }
 }
 
+/// The parameter-server layout, where a trainer's success is not its launcher's end: the pod's
+/// pserver keeps serving the others (--linger). A trainer that succeeds says so at once, so a
+/// failure elsewhere during that linger ends the job instead of restarting it without this pod
+/// (whose pod will have Succeeded, never to rejoin): the failed pod with its trainer's status,
+/// the others as lost peers, the finished one with 0.
+#[test]
+fn a_trainer_that_succeeded_ends_the_restarts_while_its_pserver_still_serves() {
+    // Fleet's entry command serves as pserver (listening, as Paddle's would) and as trainer.
+    const PROGRAM: &str = r#"
+import os, socket, sys, time
+if os.environ["TRAINING_ROLE"] == "PSERVER":
+    server = socket.socket()
+    server.bind((os.environ["POD_IP"], int(os.environ["PADDLE_PORT"])))
+    server.listen()
+    time.sleep(600)
+rank = os.environ["PADDLE_TRAINER_ID"]
+print(f"rank={rank} count={os.environ['PADDLE_LAUNCHER_RESTART_COUNT']}", flush=True)
+if rank == "1":
+    sys.exit(0)
+if rank == "0":
+    time.sleep(3)
+    sys.exit(5)
+time.sleep(120)
+"#;
+    let mut job = Job::new("linger", 3, 2);
+    job.program = ["python3", "-c", PROGRAM].map(String::from).to_vec();
+    job.extra_env = vec![
+        ("PADDLE_LAUNCHER_PROTOCOL", "fleet".to_string()),
+        ("CONF_PADDLE_PORT", free_ports(1).to_string()),
+        ("PADDLE_LAUNCHER_LINGER", "15".to_string()),
+    ];
+    job.create_pods(3);
+    let mut by_rank = std::collections::BTreeMap::new();
+    for (i, (pod, _, launcher)) in job.created.iter_mut().enumerate() {
+        let done = launcher.take().unwrap().wait(LIMIT);
+        let rank = (0..3)
+            .find(|r| done.stdout.contains(&format!("rank={r} count=0")))
+            .unwrap_or_else(|| panic!("pod {i} ({pod}) trained no rank:\n{}", done.stderr));
+        by_rank.insert(rank, done);
+    }
+    for (rank, code) in [(0, 5), (1, 0), (2, 78)] {
+        let done = &by_rank[&rank];
+        assert_eq!(done.code(), code, "rank {rank}:\n{}", done.stderr);
+        assert!(
+            !done.stdout.contains("count=1"),
+            "rank {rank} restarted:\n{}",
+            done.stdout
+        );
+        if code != 0 {
+            assert_contains(
+                &done.stderr,
+                "no restart: a pod of the job has already finished",
+            );
+        }
+    }
+    assert_contains(
+        &by_rank[&1].stderr,
+        "trainer finished; the pserver keeps serving for 15 s",
+    );
+}
+
+/// A coordinator named by DNS whose name gets no address (its pod is not coming back): the
+/// launchers wait for it as for any gathering, within --wait-timeout (status 71, naming the
+/// name), not a fixed minute that fails the pod with another status; and a stop signal ends
+/// the wait at once.
+#[test]
+fn a_coordinator_name_without_an_address_is_waited_for_within_the_wait_timeout() {
+    const NAME: &str = "gone-0.pods.paddle.test";
+    let mut job = Job::new("gone", 2, 1);
+    let dns = Dnsmasq::start(job.cluster.dir.path());
+    dns.set_records(&[]);
+    job.coordinator = Some(format!("{NAME}:{}", job.control_port));
+    job.extra_env = vec![
+        (
+            "PADDLE_LAUNCHER_DNS_SERVER",
+            format!("127.0.0.1:{}", dns.port),
+        ),
+        ("PADDLE_LAUNCHER_WAIT_TIMEOUT", "5".to_string()),
+    ];
+    job.create_pods(2);
+    let stopped = job.created[1].2.take().unwrap();
+    stopped.wait_for_output("waiting for the coordinator's address", LIMIT);
+    stopped.signal(Signal::SIGTERM);
+    let stopped = stopped.wait(Duration::from_secs(10));
+    assert_eq!(stopped.code(), 143, "{}", stopped.stderr);
+
+    let timed_out = job.created[0].2.take().unwrap().wait(LIMIT);
+    assert_eq!(timed_out.code(), 71, "{}", timed_out.stderr);
+    assert_contains(
+        &timed_out.stderr,
+        &format!("the coordinating launcher's address: {NAME}"),
+    );
+}
+
 /// With a named coordinator only it watches the pods: a follower's pod killed and replaced is
 /// seen by the coordinator's watch, every trainer restarts with the new membership, and the
 /// followers made no API request through it all.
