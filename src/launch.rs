@@ -101,7 +101,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
     })
     .await??;
     let Some(mut supervisor) = supervisor else {
-        let found = wait_for_peers(&config, None).await?;
+        let found = wait_for_peers(&config, None, false).await?;
         let (plan, _, _) = plan_for(&mut config, &found, my_ip, &inputs)?;
         println!("{}", plan.to_json());
         return Ok(Outcome::new(exit::SUCCESS, "plan printed"));
@@ -283,7 +283,7 @@ async fn gather(
                 }
             }
         }
-        let found = wait_for_peers(config, Some(supervisor)).await?;
+        let found = wait_for_peers(config, Some(supervisor), next_epoch > 0).await?;
         let (plan, membership, me) = plan_for(config, &found, my_ip, inputs)?;
         let peers::Found {
             peer_loss,
@@ -698,12 +698,13 @@ fn ranks_line(plan: &Plan, config: &Config) -> String {
 async fn wait_for_peers(
     config: &Config,
     supervisor: Option<&mut Supervisor>,
+    restarting: bool,
 ) -> Result<peers::Found, Error> {
     interruptible(
         supervisor,
         "waiting for the job's pods",
         true,
-        peers::discover(config),
+        peers::discover(config, restarting),
     )
     .await?
 }

@@ -249,12 +249,15 @@ pub struct Verdict {
     pub groups: Vec<Readiness>,
     /// (failed trainer pods, the limit) when the guard forbids starting.
     pub too_many_failed: Option<(usize, u32)>,
+    /// Gathering for a restart: a pod of the job that has Succeeded. Its trainer finished, it
+    /// will never rejoin, and the job cannot start again as a whole.
+    pub finished: Option<String>,
 }
 
 impl Verdict {
     /// Every group's ready pods, when the job may start.
     pub fn ready(&self) -> Option<Vec<Vec<PodView>>> {
-        if self.too_many_failed.is_some() {
+        if self.too_many_failed.is_some() || self.finished.is_some() {
             return None;
         }
         self.groups
@@ -267,8 +270,14 @@ impl Verdict {
     }
 }
 
-/// Judges the groups' pods (`pods[i]` are the pods of `groups[i]`).
-pub fn judge(groups: &[Group], pods: &[Vec<PodView>], max_failed_trainers: Option<u32>) -> Verdict {
+/// Judges the groups' pods (`pods[i]` are the pods of `groups[i]`); `restarting`: for a
+/// restart of the job, which a finished pod rules out.
+pub fn judge(
+    groups: &[Group],
+    pods: &[Vec<PodView>],
+    max_failed_trainers: Option<u32>,
+    restarting: bool,
+) -> Verdict {
     let trainers = groups.iter().position(|g| g.kind != GroupKind::Pservers);
     let failed = trainers.map_or(0, |i| failed(&pods[i]));
     Verdict {
@@ -280,6 +289,11 @@ pub fn judge(groups: &[Group], pods: &[Vec<PodView>], max_failed_trainers: Optio
         too_many_failed: max_failed_trainers
             .filter(|&max| failed > max as usize)
             .map(|max| (failed, max)),
+        finished: pods
+            .iter()
+            .flatten()
+            .find(|p| restarting && p.phase == PodPhase::Succeeded)
+            .map(|p| p.name.clone()),
     }
 }
 
@@ -526,6 +540,28 @@ pub(crate) mod tests {
             Readiness::Ready(live) => assert_eq!(live.len(), 2),
             Readiness::Waiting(w) => panic!("not ready: {w}"),
         }
+    }
+
+    /// A pod that Succeeded is ignored when the job starts, but rules out a restart: it will
+    /// never rejoin, so the others end at once instead of waiting for it until the timeout.
+    #[test]
+    fn a_succeeded_pod_rules_out_a_restart() {
+        let group = Group {
+            kind: GroupKind::Job,
+            selector: crate::selector::LabelSelector::parse("job-name=j").unwrap(),
+            expected: 2,
+            ranking: crate::config::Ranking::default(),
+        };
+        let pods = vec![vec![
+            pod("a", Some("10.0.0.1"), "Running"),
+            pod("b", Some("10.0.0.2"), "Running"),
+            pod("done", None, "Succeeded"),
+        ]];
+        let starting = judge(std::slice::from_ref(&group), &pods, None, false);
+        assert!(starting.ready().is_some() && starting.finished.is_none());
+        let restarting = judge(std::slice::from_ref(&group), &pods, None, true);
+        assert!(restarting.ready().is_none());
+        assert_eq!(restarting.finished.as_deref(), Some("done"));
     }
 
     #[test]

@@ -556,6 +556,28 @@ time.sleep(120)
     );
 }
 
+/// A pod of the job that Succeeded as the others decided to restart (its word crossing their
+/// decision): the restart can never gather it again, so every launcher ends at once, naming
+/// it, instead of waiting for it until --wait-timeout.
+#[test]
+fn a_restart_that_finds_a_pod_succeeded_ends_at_once() {
+    let mut job = Job::new("fin", 3, 1);
+    job.fail_once_rank = Some(1);
+    let mut finished = job_pod("fin", "fin-finished");
+    finished["status"] = serde_json::json!({"phase": "Succeeded"});
+    job.cluster.api.put_pod(finished);
+    job.create_pods(3);
+    for (pod, _, launcher) in &mut job.created {
+        let done = launcher.take().unwrap().wait(LIMIT);
+        assert_eq!(done.code(), 78, "{pod}:\n{}", done.stderr);
+        assert_contains(&done.stdout, "count=0 ");
+        assert_contains(
+            &done.stderr,
+            "pod fin-finished has Succeeded: the job cannot start again as a whole",
+        );
+    }
+}
+
 /// A coordinator named by DNS whose name gets no address (its pod is not coming back): the
 /// launchers wait for it as for any gathering, within --wait-timeout (status 71, naming the
 /// name), not a fixed minute that fails the pod with another status; and a stop signal ends

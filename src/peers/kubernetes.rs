@@ -260,6 +260,7 @@ pub async fn wait_until_ready(
     groups: &[Group],
     timeout: Option<Duration>,
     max_failed_trainers: Option<u32>,
+    restarting: bool,
 ) -> Result<(Vec<Vec<PodView>>, PodWatch), Error> {
     let mut watch = PodWatch::start(server, groups);
     let started = Instant::now();
@@ -311,9 +312,17 @@ pub async fn wait_until_ready(
                 }
                 let pods: Vec<Vec<PodView>> =
                     (0..groups.len()).map(|i| watch.views.group(i).pods()).collect();
-                let verdict = judge(groups, &pods, max_failed_trainers);
+                let verdict = judge(groups, &pods, max_failed_trainers, restarting);
                 if let Some((failed, max)) = verdict.too_many_failed {
                     return Err(Error::TooManyFailures { failed, max });
+                }
+                // A restart decided as another pod finished (a crossing the channel could not
+                // undo in time): it can never gather, so it ends now rather than at the timeout.
+                if let Some(pod) = verdict.finished {
+                    return Err(Error::PeerLost {
+                        reason: format!("pod {pod} has Succeeded: the job cannot start again as a whole"),
+                        stopped: "nothing (no process had started)".into(),
+                    });
                 }
                 if let Some(ready) = verdict.ready() {
                     info!("all pods are Running after {:.1} s", started.elapsed().as_secs_f64());
