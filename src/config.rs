@@ -228,6 +228,10 @@ pub struct Ranking {
     /// The index is unique among the group's pods (a batch system's selector): a finished pod
     /// at the index of a live one was replaced by it, and does not count, not even as failed.
     pub replaced_ignored: bool,
+    /// This pod's own `attempt`: the job is at least there, so a pod of an earlier one never
+    /// counts, not even in a group that shows no pod of the new attempt yet (the split layout's
+    /// other task, recreated a moment later).
+    pub own_attempt: Option<u64>,
 }
 
 impl Ranking {
@@ -237,6 +241,7 @@ impl Ranking {
             index: index.to_vec(),
             attempt,
             replaced_ignored: true,
+            own_attempt: None,
         }
     }
 }
@@ -249,6 +254,7 @@ impl Default for Ranking {
             index: vec![crate::runtime::COMPLETION_INDEX],
             attempt: None,
             replaced_ignored: false,
+            own_attempt: None,
         }
     }
 }

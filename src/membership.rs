@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
 
-use crate::config::{Config, Group, GroupKind, Protocol};
+use crate::config::{Config, Group, GroupKind, Protocol, Ranking};
 
 /// A pod's `status.phase`. Anything the launcher does not know is `Unknown`, which is neither
 /// ready nor finished: such a pod keeps the job waiting rather than being counted wrongly.
@@ -93,13 +93,13 @@ pub struct PodSet {
     pods: BTreeMap<String, PodView>,
     relisting: Option<BTreeMap<String, PodView>>,
     /// See `current`.
-    replaced_ignored: bool,
+    ranking: Ranking,
 }
 
 impl PodSet {
-    pub fn new(replaced_ignored: bool) -> Self {
+    pub fn new(ranking: &Ranking) -> Self {
         PodSet {
-            replaced_ignored,
+            ranking: ranking.clone(),
             ..PodSet::default()
         }
     }
@@ -134,7 +134,7 @@ impl PodSet {
 
     /// The pods of the job's current attempt (see `current`).
     pub fn pods(&self) -> Vec<PodView> {
-        current(self.pods.values().cloned().collect(), self.replaced_ignored)
+        current(self.pods.values().cloned().collect(), &self.ranking)
     }
 
     pub fn get(&self, name: &str) -> Option<&PodView> {
@@ -388,8 +388,13 @@ pub enum MembershipError {
 /// finished pod and a live one at one index (a replaced pod and its replacement) only the live
 /// one. Two live pods at one index both stay: the Job controller deletes one, and the readiness
 /// rule waits for that.
-pub fn current(pods: Vec<PodView>, replaced_ignored: bool) -> Vec<PodView> {
-    let newest = pods.iter().filter_map(|p| p.attempt).max();
+pub fn current(pods: Vec<PodView>, ranking: &Ranking) -> Vec<PodView> {
+    let newest = pods
+        .iter()
+        .filter_map(|p| p.attempt)
+        .chain(ranking.own_attempt)
+        .max();
+    let replaced_ignored = ranking.replaced_ignored;
     let mut pods: Vec<PodView> = pods
         .into_iter()
         .filter(|p| newest.is_none_or(|n| p.attempt.unwrap_or(0) >= n))
@@ -660,6 +665,8 @@ pub(crate) mod tests {
 
     #[test]
     fn pods_of_an_earlier_attempt_or_replaced_at_their_index_do_not_count() {
+        let system = Ranking::by(&["index"], Some("attempt"));
+        let plain_job = Ranking::default();
         let at = |name: &str, index: u64, attempt: Option<u64>, phase: &str, created: i64| {
             let mut p = pod(name, Some("10.0.0.1"), phase);
             p.index = Some(vec![index]);
@@ -674,8 +681,21 @@ pub(crate) mod tests {
             at("new-0", 0, Some(1), "Pending", 1700000060),
             at("new-1", 1, Some(1), "Running", 1700000060),
         ];
-        assert_eq!(names_of(&current(pods.clone(), true)), ["new-0", "new-1"]);
-        assert_eq!(names_of(&current(pods, false)), ["new-0", "new-1"]);
+        assert_eq!(
+            names_of(&current(pods.clone(), &system)),
+            ["new-0", "new-1"]
+        );
+        assert_eq!(names_of(&current(pods, &plain_job)), ["new-0", "new-1"]);
+        // The other task of a split layout, seen before its attempt-1 pods exist: this pod's
+        // own attempt says that attempt 0's are gone, though nothing newer shows yet.
+        let trainers = vec![
+            at("old-trainer-0", 0, Some(0), "Running", 1700000000),
+            at("old-trainer-1", 1, Some(0), "Running", 1700000000),
+        ];
+        assert_eq!(current(trainers.clone(), &system), trainers);
+        let mut in_attempt_1 = system.clone();
+        in_attempt_1.own_attempt = Some(1);
+        assert!(current(trainers, &in_attempt_1).is_empty());
         // A replaced Indexed Job pod: the Failed one is gone from the count; two live pods at
         // one index both stay (the readiness rule waits for the controller to delete one); of
         // two finished pods at an index without a live one, the newer stands for it.
@@ -688,14 +708,14 @@ pub(crate) mod tests {
             at("job-2-b", 2, None, "Failed", 1700000240),
         ];
         assert_eq!(
-            names_of(&current(pods.clone(), true)),
+            names_of(&current(pods.clone(), &system)),
             ["job-0-b", "job-1-a", "job-1-b", "job-2-b"]
         );
         // A selector the user gave may span Jobs whose indexes repeat: nothing is dropped.
-        assert_eq!(current(pods.clone(), false), pods);
+        assert_eq!(current(pods.clone(), &plain_job), pods);
         // Without indexes or attempts nothing is dropped.
         let plain = vec![pod("a", None, "Failed"), pod("b", None, "Running")];
-        assert_eq!(names_of(&current(plain, true)), ["a", "b"]);
+        assert_eq!(names_of(&current(plain, &system)), ["a", "b"]);
     }
 
     fn names_of(pods: &[PodView]) -> Vec<&str> {

@@ -185,12 +185,13 @@ pub fn detect(choice: Choice, facts: &Facts, need_own_pod: bool) -> Result<Step,
                 None if facts.counts_given => None,
                 None => return Ok(Step::JobSet(name.clone())),
             };
-            return jobset(name, own, jobs).map(|d| Step::Done(Some(Box::new(d))));
+            return jobset(name, own, jobs)
+                .map(|d| Step::Done(Some(Box::new(with_own_attempt(d, own)))));
         }
     }
     if wanted(System::Volcano) {
         if let Some(found) = volcano_from_labels(own, &facts.env) {
-            return Ok(Step::Done(Some(Box::new(found))));
+            return Ok(Step::Done(Some(Box::new(with_own_attempt(found, own)))));
         }
     }
     if wanted(System::Lws) {
@@ -387,6 +388,21 @@ fn volcano_from_labels(
             "Volcano job {job_name} task {task} (labels {VOLCANO_JOB_NAME}, {VOLCANO_TASK})"
         )],
     })
+}
+
+/// This pod's own attempt, read where the system writes it on its pods: the floor below which
+/// no pod counts (see `Ranking::own_attempt`).
+fn with_own_attempt(mut detected: Detected, own: &BTreeMap<String, String>) -> Detected {
+    let key = detected.ranking.attempt;
+    detected.ranking.own_attempt = key
+        .and_then(|key| own.get(key))
+        .and_then(|value| value.parse().ok());
+    if let (Some(key), Some(attempt)) = (key, detected.ranking.own_attempt) {
+        detected
+            .sources
+            .push(format!("this pod is of attempt {attempt} ({key})"));
+    }
+    detected
 }
 
 fn volcano_ranking() -> Ranking {
@@ -857,6 +873,7 @@ mod tests {
             (JOBSET_GLOBAL_INDEX, "3"),
             (JOBSET_COORDINATOR, "big-trainer-0-0.big"),
             (JOB_NAME, "big-trainer-1"),
+            (JOBSET_RESTART_ATTEMPT, "2"),
         ]));
         assert_eq!(
             detect(Choice::Auto, &facts, true).unwrap(),
@@ -889,6 +906,8 @@ mod tests {
         );
         assert_eq!(d.ranking.index, [JOBSET_GLOBAL_INDEX, COMPLETION_INDEX]);
         assert_eq!(d.ranking.attempt, Some(JOBSET_RESTART_ATTEMPT));
+        // Pods of attempts 0 and 1 never count, in the pserver task too.
+        assert_eq!(d.ranking.own_attempt, Some(2));
         // The annotation names a pod of the whole JobSet: no coordinator of the trainers alone.
         assert_eq!(d.coordinator, None);
 

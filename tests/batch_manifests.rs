@@ -358,7 +358,10 @@ fn launchers_of_the_volcano_manifest_plan_the_split_layout() {
 
 /// The split layout as a JobSet: a `pserver` replicated job (global job index 0, 2 pods) and a
 /// `trainer` one (global job index 1, 3 pods), IPs opposite to rank order. A trainer and a
-/// pserver plan from the JobSet alone: their role, both groups and their own ranks.
+/// pserver plan from the JobSet alone: their role, both groups and their own ranks. Then the
+/// JobSet restarts: attempt 1's trainers exist while attempt 0's pservers still run and
+/// attempt 1's are not created yet; a trainer of attempt 1 waits for its own attempt's
+/// pservers instead of planning with the old ones.
 #[test]
 fn launchers_of_a_split_jobset_plan_their_roles() {
     let Cluster { api, dir } = Cluster::new();
@@ -388,42 +391,54 @@ fn launchers_of_a_split_jobset_plan_their_roles() {
         200,
         jobset.to_string(),
     );
-    let mut pods = Vec::new();
-    let mut last_ip = 30;
-    for (global, rjob) in jobset["spec"]["replicatedJobs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .enumerate()
-    {
-        let template = &rjob["template"]["spec"]["template"];
-        let name = rjob["name"].as_str().unwrap();
-        for i in 0..rjob["template"]["spec"]["parallelism"].as_u64().unwrap() {
-            let marks = json!({"jobset.sigs.k8s.io/jobset-name": "jsp",
-                               "jobset.sigs.k8s.io/replicatedjob-name": name,
-                               "jobset.sigs.k8s.io/job-index": "0",
-                               "jobset.sigs.k8s.io/job-global-index": global.to_string(),
-                               "jobset.sigs.k8s.io/restart-attempt": "0",
-                               "batch.kubernetes.io/job-completion-index": i.to_string()});
-            let pod_name = format!("jsp-{name}-0-{i}-q");
-            let ip = format!("127.0.38.{last_ip}");
-            last_ip -= 1;
-            api.put_pod(pod(&pod_name, &ip, template, marks));
-            pods.push((pod_name, ip, template.clone()));
+    // The pods the controllers make of replicated job `only` in `attempt`, IPs counting down
+    // from `last_ip`: (name, IP, pod template).
+    let create = |attempt: u32, only: &str, last_ip: &mut u8| {
+        let mut pods = Vec::new();
+        for (global, rjob) in jobset["spec"]["replicatedJobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+        {
+            let template = &rjob["template"]["spec"]["template"];
+            let name = rjob["name"].as_str().unwrap();
+            if name != only {
+                continue;
+            }
+            for i in 0..rjob["template"]["spec"]["parallelism"].as_u64().unwrap() {
+                let marks = json!({"jobset.sigs.k8s.io/jobset-name": "jsp",
+                                   "jobset.sigs.k8s.io/replicatedjob-name": name,
+                                   "jobset.sigs.k8s.io/job-index": "0",
+                                   "jobset.sigs.k8s.io/job-global-index": global.to_string(),
+                                   "jobset.sigs.k8s.io/restart-attempt": attempt.to_string(),
+                                   "batch.kubernetes.io/job-completion-index": i.to_string()});
+                let pod_name = format!("jsp-{name}-0-{i}-a{attempt}");
+                let ip = format!("127.0.38.{last_ip}");
+                *last_ip -= 1;
+                api.put_pod(pod(&pod_name, &ip, template, marks));
+                pods.push((pod_name, ip, template.clone()));
+            }
         }
-    }
-    let plan_of = |(name, ip, template): &(String, String, Value)| {
+        pods
+    };
+    let mut last_ip = 30;
+    let mut pods = create(0, "pserver", &mut last_ip);
+    pods.extend(create(0, "trainer", &mut last_ip));
+    let start = |(name, ip, template): &(String, String, Value)| {
         let mut env = container_env(template, name, ip, &[]);
         env.push((
             "KUBECONFIG",
             dir.path().join("kubeconfig").display().to_string(),
         ));
-        let done = Launcher::start(dir.path(), name, &["plan"], &env)
-            .wait(std::time::Duration::from_secs(60));
+        Launcher::start(dir.path(), name, &["plan"], &env)
+    };
+    let plan_of = |launcher: Launcher| {
+        let done = launcher.wait(std::time::Duration::from_secs(60));
         assert_eq!(done.code(), 0, "{}", done.stderr);
         serde_json::from_str::<Value>(&done.stdout).unwrap()
     };
-    let trainer = plan_of(&pods[3]);
+    let trainer = plan_of(start(&pods[3]));
     assert_eq!(trainer["trainer_id"], 1);
     assert_eq!(trainer["pserver_id"], Value::Null);
     assert_eq!(
@@ -431,9 +446,21 @@ fn launchers_of_a_split_jobset_plan_their_roles() {
         json!(["127.0.38.30:7164", "127.0.38.29:7164"])
     );
     assert_eq!(trainer["num_gradient_servers"], 3);
-    let pserver = plan_of(&pods[1]);
+    let pserver = plan_of(start(&pods[1]));
     assert_eq!(pserver["pserver_id"], 1);
     assert_eq!(pserver["trainer_id"], Value::Null);
+
+    for (name, _, _) in &pods[2..] {
+        api.set_status("team-a", name, "Failed", None);
+    }
+    let trainers = create(1, "trainer", &mut last_ip);
+    let waiting = start(&trainers[0]);
+    waiting.wait_for_output("0/2 pods Running", std::time::Duration::from_secs(60));
+    let pservers = create(1, "pserver", &mut last_ip);
+    let trainer = plan_of(waiting);
+    let endpoints: Vec<String> = pservers.iter().map(|p| format!("{}:7164", p.1)).collect();
+    assert_eq!(trainer["pserver_endpoints"], json!(endpoints));
+    assert_eq!(trainer["trainer_id"], 0);
 }
 
 /// checkov on the JobSet and the Volcano Job finds nothing beyond the exceptions documented in

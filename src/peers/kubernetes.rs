@@ -88,10 +88,7 @@ pub struct GroupViews {
 impl GroupViews {
     pub fn new(groups: &[Group]) -> Self {
         GroupViews {
-            pods: groups
-                .iter()
-                .map(|g| PodSet::new(g.ranking.replaced_ignored))
-                .collect(),
+            pods: groups.iter().map(|g| PodSet::new(&g.ranking)).collect(),
             listed: vec![false; groups.len()],
         }
     }
@@ -520,7 +517,7 @@ pub async fn list_once(server: &ApiServer, groups: &[Group]) -> Result<Vec<Vec<P
                     .iter()
                     .map(|pod| ranked_view(pod, &group.ranking))
                     .collect(),
-                group.ranking.replaced_ignored,
+                &group.ranking,
             )),
             Err(kube::Error::Api(status)) if matches!(status.code, 401 | 403) => {
                 return Err(Error::Forbidden {
