@@ -36,7 +36,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -119,8 +119,15 @@ pub enum Message {
     Bye,
 }
 
+/// A reason that fits in a frame: at most `MAX_REASON` bytes once encoded (quotes, control
+/// characters and non-ASCII letters take more bytes than characters). A frame the coordinator
+/// refuses would lose what it says, such as "a restart would fail the same way".
 fn cut(reason: &str) -> String {
-    reason.chars().take(MAX_REASON).collect()
+    let mut cut: String = reason.chars().take(MAX_REASON).collect();
+    while serde_json::to_string(&cut).map_or(0, |json| json.len()) > MAX_REASON {
+        cut.pop();
+    }
+    cut
 }
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -384,7 +391,9 @@ pub struct Channel {
     heard: Option<mpsc::UnboundedReceiver<Heard>>,
     requests: mpsc::UnboundedSender<Request>,
     task: Option<JoinHandle<()>>,
-    may_restart: Arc<AtomicBool>,
+    /// The coordinator's verdict: false once the job may not restart (it may turn false after
+    /// a loss was first told as restartable: a member finished meanwhile).
+    may_restart: watch::Receiver<bool>,
     /// Set once the job's loss is known here: told by the coordinator, or decided by it.
     lost: watch::Receiver<bool>,
 }
@@ -420,7 +429,16 @@ impl Channel {
     /// Whether the job may still restart: not once a member finished, or the coordinator
     /// said the loss is final.
     pub fn may_restart(&self) -> bool {
-        self.may_restart.load(Ordering::SeqCst)
+        *self.may_restart.borrow()
+    }
+
+    /// Waits up to `wait` for the verdict "restart" to be taken back, and says whether the job
+    /// may still restart. A member whose trainer succeeded just as the loss went out says so
+    /// within moments; a launcher that restarted at once would miss it and wait for that pod.
+    pub async fn settled(&self, wait: Duration) -> bool {
+        let mut verdict = self.may_restart.clone();
+        let _ = timeout(wait, verdict.wait_for(|may| !may)).await;
+        self.may_restart()
     }
 
     /// Tells the job that this launcher's trainer succeeded, the moment it does: from now on
@@ -474,12 +492,12 @@ impl Drop for Channel {
 pub async fn join(joining: Joining) -> std::io::Result<Channel> {
     let (heard_tx, heard_rx) = mpsc::unbounded_channel();
     let (requests_tx, requests_rx) = mpsc::unbounded_channel();
-    let may_restart = Arc::new(AtomicBool::new(true));
+    let (may_restart_tx, may_restart) = watch::channel(true);
     let (lost_tx, lost) = watch::channel(false);
     let ends = Ends {
         heard: heard_tx,
         requests: requests_rx,
-        may_restart: may_restart.clone(),
+        may_restart: may_restart_tx,
         lost: lost_tx,
     };
     let limit = joining.heartbeat_timeout.as_secs();
@@ -514,7 +532,7 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
 struct Ends {
     heard: mpsc::UnboundedSender<Heard>,
     requests: mpsc::UnboundedReceiver<Request>,
-    may_restart: Arc<AtomicBool>,
+    may_restart: watch::Sender<bool>,
     lost: watch::Sender<bool>,
 }
 
@@ -529,7 +547,7 @@ impl Ends {
     /// The job lost a member; `restart`: whether it may start again.
     fn knows_lost(&self, restart: bool) {
         if !restart {
-            self.may_restart.store(false, Ordering::SeqCst);
+            self.may_restart.send_replace(false);
         }
         self.lost.send_replace(true);
     }
@@ -902,7 +920,11 @@ impl Coordinator {
                         ready.remove(&pod);
                         info!("control channel: {pod} left before the start: {why}");
                     }
-                    Stage::Running { .. } if !self.done.contains(&pod) => {
+                    // A member whose trainer is done may still serve the others (a lingering
+                    // pserver): its silence is a loss too (a final one), its close is not.
+                    Stage::Running { .. }
+                        if !self.done.contains(&pod) || matches!(why, WireError::Silent(_)) =>
+                    {
                         let reason = match why {
                             WireError::Silent(seconds) => format!(
                                 "peer pod {pod} sent no heartbeat for {seconds} s (frozen, or its node is gone)"
@@ -1190,7 +1212,7 @@ async fn follow(joining: Joining, coordinator: SocketAddr, mut ends: Ends) {
                 }
                 Some(Ok(Message::Bye)) => {
                     info!("control channel: the coordinator finished");
-                    ends.may_restart.store(false, Ordering::SeqCst);
+                    ends.may_restart.send_replace(false);
                     told = true;
                     break None;
                 }
@@ -1238,7 +1260,7 @@ async fn follow(joining: Joining, coordinator: SocketAddr, mut ends: Ends) {
         ends.hear(if running {
             Heard::Lost {
                 reason,
-                restart: ends.may_restart.load(Ordering::SeqCst),
+                restart: *ends.may_restart.borrow(),
             }
         } else {
             Heard::Regather(reason)
@@ -1263,7 +1285,9 @@ async fn follow(joining: Joining, coordinator: SocketAddr, mut ends: Ends) {
             }
             frame = incoming.recv(), if listening => match frame {
                 Some(Ok(Message::Lost { restart: false, .. })) => ends.knows_lost(false),
-                Some(Ok(Message::Bye)) => ends.may_restart.store(false, Ordering::SeqCst),
+                Some(Ok(Message::Bye)) => {
+                    ends.may_restart.send_replace(false);
+                }
                 Some(Ok(_)) => {}
                 Some(Err(_)) | None => listening = false,
             },
@@ -1334,6 +1358,25 @@ mod tests {
             next: 0,
             view: "v".into(),
             max_restarts: 0,
+        }
+    }
+
+    /// Whatever a failure's text, the follower's frame saying it stays within what the
+    /// coordinator reads.
+    #[test]
+    fn a_reason_of_any_text_fits_in_a_frame() {
+        for text in [
+            "plain ".repeat(200),
+            "\u{1}é\"".repeat(300),
+            "€".repeat(1000),
+        ] {
+            let message = Message::Failed {
+                reason: cut(&text),
+                restartable: false,
+            };
+            let payload = serde_json::to_vec(&message).unwrap();
+            assert!(payload.len() <= MAX_PAYLOAD, "{} bytes", payload.len());
+            assert!(text.starts_with(&cut(&text)) && !cut(&text).is_empty());
         }
     }
 
@@ -1610,6 +1653,12 @@ mod tests {
                 .await;
             assert!(channels.iter().all(Channel::may_restart));
             channels[finisher].done();
+            // The failed launcher's own decision, as `launch` takes it: after listening a
+            // moment for the verdict to be taken back.
+            assert!(
+                !channels[1].settled(Duration::from_millis(500)).await,
+                "the failed launcher would restart although launcher {finisher} finished"
+            );
             for (i, channel) in channels.iter().enumerate() {
                 assert!(
                     turns_final(channel).await,
@@ -1690,7 +1739,7 @@ mod tests {
         let ends = Ends {
             heard,
             requests,
-            may_restart: Arc::new(AtomicBool::new(true)),
+            may_restart: watch::channel(true).0,
             lost,
         };
         let said = |message| FromLink::Said {

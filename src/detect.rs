@@ -33,6 +33,19 @@ pub async fn configure(
         counts_given,
         ..Facts::default()
     };
+    // The svc plugin's files stand in for its variables where the environment lacks them.
+    let files = volcano_host_files(std::path::Path::new(runtime::VOLCANO_HOSTS_DIR));
+    if !files.is_empty() {
+        let names: Vec<&str> = files.iter().map(|(name, _)| name.as_str()).collect();
+        info!(
+            "batch system: Volcano's host files in {}: {}",
+            runtime::VOLCANO_HOSTS_DIR,
+            names.join(", ")
+        );
+        for (name, value) in runtime::volcano_host_files(&files) {
+            facts.env.entry(name).or_insert(value);
+        }
+    }
     if !facts.env.contains_key("HOSTNAME") {
         if let Some(host) = nix::unistd::gethostname()
             .ok()
@@ -79,6 +92,33 @@ pub async fn configure(
             Step::Done(_) => unreachable!("handled above"),
         }
     }
+}
+
+/// The `<task>.host` files of `dir`, (file name, contents) each, in name order; none when it
+/// does not exist. A file is a ConfigMap key (at most 1 MiB): reads are bounded a little above.
+fn volcano_host_files(dir: &std::path::Path) -> Vec<(String, String)> {
+    use std::io::Read;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut files: Vec<(String, String)> = entries
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            if !name.ends_with(".host") {
+                return None;
+            }
+            let mut text = String::new();
+            std::fs::File::open(entry.path())
+                .ok()?
+                .take(2 << 20)
+                .read_to_string(&mut text)
+                .ok()?;
+            Some((name, text))
+        })
+        .collect();
+    files.sort();
+    files
 }
 
 fn configured(args: &JobArgs, detected: runtime::Detected) -> Result<Config, Error> {

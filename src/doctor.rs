@@ -121,7 +121,7 @@ pub async fn doctor(
         server.url, server.namespace
     ));
     // The same rule as the wait of `run`, so that doctor's verdict is the launcher's.
-    let verdict = judge(groups, &lists, config.topology.max_failed_trainers, false);
+    let verdict = judge(groups, &lists, config.topology.max_failed_trainers, &[]);
     for (group, readiness) in groups.iter().zip(&verdict.groups) {
         let name = kubernetes::describe_group(group.kind);
         match readiness {

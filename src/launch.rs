@@ -43,6 +43,9 @@ const REGATHER_PAUSE_LAST: Duration = Duration::from_secs(5);
 const JOIN_GRACE: Duration = Duration::from_secs(60);
 /// How long a failed launcher waits for the coordinator's word on whether the job may restart.
 const VERDICT_WAIT: Duration = Duration::from_secs(2);
+/// How long a launcher about to restart listens for that word to be taken back (a member's
+/// trainer succeeded as the loss went out): its `Done` follows within moments.
+const VERDICT_SETTLE: Duration = Duration::from_millis(500);
 
 /// `run` and `plan`: everything up to the launch; then print the plan (`plan_only`) or carry
 /// it out. The outcome is the trainer's (or the pserver's) own end, or the launcher's failure.
@@ -101,13 +104,15 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
     })
     .await??;
     let Some(mut supervisor) = supervisor else {
-        let found = wait_for_peers(&config, None, false).await?;
+        let found = wait_for_peers(&config, None, &[]).await?;
         let (plan, _, _) = plan_for(&mut config, &found, my_ip, &inputs)?;
         println!("{}", plan.to_json());
         return Ok(Outcome::new(exit::SUCCESS, "plan printed"));
     };
     // Each pass is one attempt: the job's pods found, ranked and started in one restart epoch.
     let mut next_epoch = 0;
+    // The pods of the attempt that ended, when restarting.
+    let mut members_before: Vec<String> = Vec::new();
     loop {
         let attempt = gather(
             &mut config,
@@ -116,6 +121,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             my_ip,
             &inputs,
             next_epoch,
+            &members_before,
         )
         .await?;
         let Attempt {
@@ -161,10 +167,17 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                 .failed(&format!("{who}: {reason}"), restartable, VERDICT_WAIT)
                 .await;
         }
+        let may_restart = match &channel {
+            Some(channel) if !succeeded && plan.restart_count < max_restarts => {
+                channel.settled(VERDICT_SETTLE).await
+            }
+            Some(channel) => channel.may_restart(),
+            None => false,
+        };
         let budget = Budget {
             epoch: plan.restart_count,
             max_restarts,
-            may_restart: channel.as_ref().is_some_and(Channel::may_restart),
+            may_restart,
         };
         match lifecycle::after_run(result, &budget) {
             AfterRun::Restart(reason) => {
@@ -177,6 +190,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                     channel.finish(false).await;
                 }
                 next_epoch = budget.epoch + 1;
+                members_before = plan.pods.iter().map(|p| p.name.clone()).collect();
             }
             AfterRun::Finish(result) => {
                 if let Some(mut channel) = channel {
@@ -220,6 +234,7 @@ async fn gather(
     my_ip: IpAddr,
     inputs: &InputFiles,
     next_epoch: u32,
+    members_before: &[String],
 ) -> Result<Attempt, Error> {
     let began = Instant::now();
     let mut rounds: u32 = 0;
@@ -256,34 +271,35 @@ async fn gather(
         }
         rounds += 1;
         no_coordinator = None;
-        if let (Some(secret), true) = (secret, membership_from_coordinator(config)) {
-            let coordinator = match coordinator_elsewhere(config, my_ip).await? {
-                Found::Here => None,
-                Found::At(coordinator) => Some(coordinator),
+        if let Some(secret) = secret {
+            // A coordinator named by DNS whose name has no address yet: there is nothing to
+            // join, so the pods are not listed again meanwhile.
+            match coordinator_elsewhere(config, my_ip).await? {
                 Found::NotYet(why) => {
                     info!("control channel: waiting for the coordinator's address: {why}");
                     no_coordinator = Some(why);
                     continue;
                 }
-            };
-            if let Some(coordinator) = coordinator {
-                match follow_coordinator(
-                    config,
-                    supervisor,
-                    secret,
-                    coordinator,
-                    my_ip,
-                    inputs,
-                    next_epoch,
-                )
-                .await?
-                {
-                    Some(attempt) => return Ok(attempt),
-                    None => continue,
+                Found::At(coordinator) if membership_from_coordinator(config) => {
+                    match follow_coordinator(
+                        config,
+                        supervisor,
+                        secret,
+                        coordinator,
+                        my_ip,
+                        inputs,
+                        next_epoch,
+                    )
+                    .await?
+                    {
+                        Some(attempt) => return Ok(attempt),
+                        None => continue,
+                    }
                 }
+                Found::At(_) | Found::Here => {}
             }
         }
-        let found = wait_for_peers(config, Some(supervisor), next_epoch > 0).await?;
+        let found = wait_for_peers(config, Some(supervisor), members_before).await?;
         let (plan, membership, me) = plan_for(config, &found, my_ip, inputs)?;
         let peers::Found {
             peer_loss,
@@ -698,13 +714,13 @@ fn ranks_line(plan: &Plan, config: &Config) -> String {
 async fn wait_for_peers(
     config: &Config,
     supervisor: Option<&mut Supervisor>,
-    restarting: bool,
+    members_before: &[String],
 ) -> Result<peers::Found, Error> {
     interruptible(
         supervisor,
         "waiting for the job's pods",
         true,
-        peers::discover(config, restarting),
+        peers::discover(config, members_before),
     )
     .await?
 }

@@ -667,10 +667,18 @@ fn recoverable(result: &Result<Outcome, Error>) -> Option<String> {
 }
 
 /// Whether the rest of the job may restart after this pod's failure: a stop signal ends this
-/// pod (it is being deleted), but the pod that replaces it can rejoin; a command that cannot
-/// start would fail the same way on every pod.
+/// pod (it is being deleted), but the pod that replaces it can rejoin; a command that is
+/// missing or not executable is so on every pod (one image), unlike a fork that failed for
+/// want of memory or processes.
 pub fn others_may_restart(result: &Result<Outcome, Error>) -> bool {
-    matches!(result, Err(Error::Stopped { .. })) || recoverable(result).is_some()
+    match result {
+        Err(Error::Stopped { .. }) => true,
+        Err(Error::Spawn { source, .. }) => !matches!(
+            source.kind(),
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
+        ),
+        _ => recoverable(result).is_some(),
+    }
 }
 
 fn libc_term() -> i32 {
@@ -1240,6 +1248,16 @@ mod tests {
                     source: std::io::Error::from(std::io::ErrorKind::NotFound),
                 }),
                 false,
+            ),
+            // A fork that failed on this node (EAGAIN) says nothing of the others.
+            (
+                Err(Error::Spawn {
+                    label: "trainer-0".into(),
+                    command: "python".into(),
+                    cwd: ".".into(),
+                    source: std::io::Error::from_raw_os_error(nix::libc::EAGAIN),
+                }),
+                true,
             ),
         ];
         for (result, expected) in cases {

@@ -249,8 +249,8 @@ pub struct Verdict {
     pub groups: Vec<Readiness>,
     /// (failed trainer pods, the limit) when the guard forbids starting.
     pub too_many_failed: Option<(usize, u32)>,
-    /// Gathering for a restart: a pod of the job that has Succeeded. Its trainer finished, it
-    /// will never rejoin, and the job cannot start again as a whole.
+    /// Gathering for a restart: a member of the attempt that ended has Succeeded. Its trainer
+    /// finished, it will never rejoin, and the job cannot start again as a whole.
     pub finished: Option<String>,
 }
 
@@ -270,13 +270,14 @@ impl Verdict {
     }
 }
 
-/// Judges the groups' pods (`pods[i]` are the pods of `groups[i]`); `restarting`: for a
-/// restart of the job, which a finished pod rules out.
+/// Judges the groups' pods (`pods[i]` are the pods of `groups[i]`). `members_before`: for a
+/// restart, the members of the attempt that ended, of which one that finished rules it out
+/// (other finished pods a selector may match are ignored, as at the first start).
 pub fn judge(
     groups: &[Group],
     pods: &[Vec<PodView>],
     max_failed_trainers: Option<u32>,
-    restarting: bool,
+    members_before: &[String],
 ) -> Verdict {
     let trainers = groups.iter().position(|g| g.kind != GroupKind::Pservers);
     let failed = trainers.map_or(0, |i| failed(&pods[i]));
@@ -292,7 +293,7 @@ pub fn judge(
         finished: pods
             .iter()
             .flatten()
-            .find(|p| restarting && p.phase == PodPhase::Succeeded)
+            .find(|p| p.phase == PodPhase::Succeeded && members_before.contains(&p.name))
             .map(|p| p.name.clone()),
     }
 }
@@ -547,8 +548,8 @@ pub(crate) mod tests {
         }
     }
 
-    /// A pod that Succeeded is ignored when the job starts, but rules out a restart: it will
-    /// never rejoin, so the others end at once instead of waiting for it until the timeout.
+    /// A pod that Succeeded is ignored when the job starts, but a member that did rules out a
+    /// restart: it will never rejoin, so the others end at once instead of waiting for it.
     #[test]
     fn a_succeeded_pod_rules_out_a_restart() {
         let group = Group {
@@ -562,11 +563,16 @@ pub(crate) mod tests {
             pod("b", Some("10.0.0.2"), "Running"),
             pod("done", None, "Succeeded"),
         ]];
-        let starting = judge(std::slice::from_ref(&group), &pods, None, false);
+        let groups = std::slice::from_ref(&group);
+        let starting = judge(groups, &pods, None, &[]);
         assert!(starting.ready().is_some() && starting.finished.is_none());
-        let restarting = judge(std::slice::from_ref(&group), &pods, None, true);
+        let members = ["a", "done"].map(String::from);
+        let restarting = judge(groups, &pods, None, &members);
         assert!(restarting.ready().is_none());
         assert_eq!(restarting.finished.as_deref(), Some("done"));
+        // A finished pod that was no member (another Job's, under a wide selector): ignored.
+        let others = ["a", "b"].map(String::from);
+        assert!(judge(groups, &pods, None, &others).ready().is_some());
     }
 
     #[test]

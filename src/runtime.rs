@@ -709,6 +709,33 @@ pub fn fill(detected: &Detected, args: &JobArgs) -> (JobArgs, Vec<String>) {
     (out, notes)
 }
 
+/// Where Volcano's svc plugin mounts its ConfigMap `<job>-svc`: one `<task>.host` file per
+/// task, a host per line.
+pub const VOLCANO_HOSTS_DIR: &str = "/etc/volcano";
+
+/// The svc plugin's host files, (file name, contents) each, as the variables it also sets
+/// (`VC_<TASK>_HOSTS`, `VC_<TASK>_NUM`): for a container whose environment lacks them.
+pub fn volcano_host_files(files: &[(String, String)]) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    for (file, text) in files {
+        let Some(task) = file.strip_suffix(".host").filter(|t| !t.is_empty()) else {
+            continue;
+        };
+        let hosts: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|line| !line.is_empty())
+            .collect();
+        if hosts.is_empty() {
+            continue;
+        }
+        let key = task.to_uppercase().replace('-', "_");
+        env.insert(format!("VC_{key}_HOSTS"), hosts.join(","));
+        env.insert(format!("VC_{key}_NUM"), hosts.len().to_string());
+    }
+    env
+}
+
 /// The environment variables `detect` reads.
 pub fn system_env() -> BTreeMap<String, String> {
     std::env::vars()
@@ -799,6 +826,58 @@ mod tests {
             detect(Choice::Static, &facts, true).unwrap(),
             Step::Done(None)
         );
+    }
+
+    /// The svc plugin's ConfigMap (`/etc/volcano/<task>.host`, a host per line) says what its
+    /// variables say: a container without them detects the same split layout.
+    #[test]
+    fn volcano_host_files_stand_in_for_the_svc_variables() {
+        let files = [
+            ("pserver.host", "ctr-pserver-0.ctr\nctr-pserver-1.ctr\n"),
+            (
+                "trainer.host",
+                "ctr-trainer-0.ctr\nctr-trainer-1.ctr\nctr-trainer-2.ctr\n\n",
+            ),
+            ("big-task.host", "ctr-big-task-0.ctr"),
+            ("empty.host", "\n"),
+            ("notes.txt", "ctr-x-0.ctr"),
+        ]
+        .map(|(name, text)| (name.to_string(), text.to_string()));
+        let env = volcano_host_files(&files);
+        assert_eq!(
+            env,
+            map(&[
+                ("VC_BIG_TASK_HOSTS", "ctr-big-task-0.ctr"),
+                ("VC_BIG_TASK_NUM", "1"),
+                ("VC_PSERVER_HOSTS", "ctr-pserver-0.ctr,ctr-pserver-1.ctr"),
+                ("VC_PSERVER_NUM", "2"),
+                (
+                    "VC_TRAINER_HOSTS",
+                    "ctr-trainer-0.ctr,ctr-trainer-1.ctr,ctr-trainer-2.ctr"
+                ),
+                ("VC_TRAINER_NUM", "3"),
+            ])
+        );
+        let mut env = volcano_host_files(&files[..2]);
+        env.extend(map(&[
+            ("VC_TASK_INDEX", "1"),
+            ("HOSTNAME", "ctr-trainer-1"),
+        ]));
+        let facts = Facts {
+            env,
+            ..Facts::default()
+        };
+        let d = done(detect(Choice::Auto, &facts, false).unwrap());
+        let Layout::Split {
+            pservers,
+            trainers,
+            own_is_pserver,
+        } = &d.layout
+        else {
+            panic!("{:?}", d.layout)
+        };
+        assert!(!own_is_pserver);
+        assert_eq!((pservers.pods, trainers.pods), (Some(2), Some(3)));
     }
 
     #[test]

@@ -556,24 +556,30 @@ time.sleep(120)
     );
 }
 
-/// A pod of the job that Succeeded as the others decided to restart (its word crossing their
-/// decision): the restart can never gather it again, so every launcher ends at once, naming
-/// it, instead of waiting for it until --wait-timeout.
+/// A member that finished while the others decided to restart (here its launcher is gone
+/// without a word, its pod Succeeded): the restart can never gather it again, so every
+/// launcher ends at once, naming it, instead of waiting for it until --wait-timeout. A pod the
+/// selector also matches that Succeeded before the job started (no member) changes nothing.
 #[test]
-fn a_restart_that_finds_a_pod_succeeded_ends_at_once() {
+fn a_restart_that_finds_a_member_succeeded_ends_at_once() {
     let mut job = Job::new("fin", 3, 1);
-    job.fail_once_rank = Some(1);
-    let mut finished = job_pod("fin", "fin-finished");
-    finished["status"] = serde_json::json!({"phase": "Succeeded"});
-    job.cluster.api.put_pod(finished);
-    job.create_pods(3);
-    for (pod, _, launcher) in &mut job.created {
+    let mut stale = job_pod("fin", "fin-stale");
+    stale["status"] = serde_json::json!({"phase": "Succeeded"});
+    job.cluster.api.put_pod(stale);
+    job.start_training(3);
+    let launcher = job.created[2].2.take().unwrap();
+    launcher.signal(Signal::SIGKILL);
+    launcher.wait(LIMIT);
+    let finished = job.created[2].0.clone();
+    job.cluster
+        .api
+        .set_status("default", &finished, "Succeeded", None);
+    for (pod, _, launcher) in &mut job.created[..2] {
         let done = launcher.take().unwrap().wait(LIMIT);
         assert_eq!(done.code(), 78, "{pod}:\n{}", done.stderr);
-        assert_contains(&done.stdout, "count=0 ");
         assert_contains(
             &done.stderr,
-            "pod fin-finished has Succeeded: the job cannot start again as a whole",
+            &format!("pod {finished} of the attempt that ended has Succeeded: the job cannot start again as a whole"),
         );
     }
 }

@@ -257,7 +257,7 @@ pub async fn wait_until_ready(
     groups: &[Group],
     timeout: Option<Duration>,
     max_failed_trainers: Option<u32>,
-    restarting: bool,
+    members_before: &[String],
 ) -> Result<(Vec<Vec<PodView>>, PodWatch), Error> {
     let mut watch = PodWatch::start(server, groups);
     let started = Instant::now();
@@ -309,7 +309,7 @@ pub async fn wait_until_ready(
                 }
                 let pods: Vec<Vec<PodView>> =
                     (0..groups.len()).map(|i| watch.views.group(i).pods()).collect();
-                let verdict = judge(groups, &pods, max_failed_trainers, restarting);
+                let verdict = judge(groups, &pods, max_failed_trainers, members_before);
                 if let Some((failed, max)) = verdict.too_many_failed {
                     return Err(Error::TooManyFailures { failed, max });
                 }
@@ -317,7 +317,7 @@ pub async fn wait_until_ready(
                 // undo in time): it can never gather, so it ends now rather than at the timeout.
                 if let Some(pod) = verdict.finished {
                     return Err(Error::PeerLost {
-                        reason: format!("pod {pod} has Succeeded: the job cannot start again as a whole"),
+                        reason: format!("pod {pod} of the attempt that ended has Succeeded: the job cannot start again as a whole"),
                         stopped: "nothing (no process had started)".into(),
                     });
                 }

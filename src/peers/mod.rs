@@ -20,9 +20,9 @@ pub struct Found {
     pub trainers_done: Option<BoxFuture<'static, Result<String, String>>>,
 }
 
-/// Waits until every group has exactly the expected number of ready pods. `restarting`: for a
-/// restart of the job (a pod that finished rules it out).
-pub async fn discover(config: &Config, restarting: bool) -> Result<Found, Error> {
+/// Waits until every group has exactly the expected number of ready pods. `members_before`:
+/// for a restart, the members of the attempt that ended (one that finished rules it out).
+pub async fn discover(config: &Config, members_before: &[String]) -> Result<Found, Error> {
     let mut trainers_done = None;
     let (groups, namespace, peer_loss) = match &config.topology.discovery {
         Discovery::Static { ips } => {
@@ -50,7 +50,7 @@ pub async fn discover(config: &Config, restarting: bool) -> Result<Found, Error>
                 groups,
                 config.timing.wait_timeout,
                 config.topology.max_failed_trainers,
-                restarting,
+                members_before,
             )
             .await?;
             let ranked: Vec<(GroupKind, Vec<Member>)> = groups
