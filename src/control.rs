@@ -1756,6 +1756,46 @@ mod tests {
         assert!(coordinator.done.contains("a"));
     }
 
+    /// A member whose trainer is done may still serve the others (its pserver lingers): its
+    /// launcher closing the connection is its normal end, its silence is a loss, and a final
+    /// one.
+    #[test]
+    fn a_done_member_that_goes_silent_is_a_final_loss() {
+        let members = vec![member("me", "10.0.0.1"), member("a", "10.0.0.2")];
+        for (why, lost) in [
+            (WireError::Closed, None),
+            (WireError::Silent(2), Some(false)),
+        ] {
+            let mut coordinator = Coordinator::new(joining(&members, 0, 0, 0));
+            let (heard, _heard) = mpsc::unbounded_channel();
+            let (_requests, requests) = mpsc::unbounded_channel();
+            let ends = Ends {
+                heard,
+                requests,
+                may_restart: watch::channel(true).0,
+                lost: watch::channel(false).0,
+            };
+            coordinator.stage = Stage::Running {
+                epoch: 0,
+                max_restarts: 3,
+            };
+            coordinator
+                .links
+                .insert("a".into(), (7, mpsc::unbounded_channel().0));
+            coordinator.done.insert("a".into());
+            coordinator.on_link(
+                FromLink::Ended {
+                    link: 7,
+                    ip: "10.0.0.2".parse().unwrap(),
+                    pod: Some("a".into()),
+                    why,
+                },
+                &ends,
+            );
+            assert_eq!(coordinator.lost.map(|(_, restart)| restart), lost);
+        }
+    }
+
     /// A follower whose launcher is gone (its connection closed without a word) is a loss at
     /// once, not after the heartbeat timeout.
     #[tokio::test]
