@@ -363,6 +363,10 @@ pub struct Joining {
     pub join_grace: Duration,
     /// The coordinator's: the membership it found, sent with `Go`.
     pub membership: Option<Membership>,
+    /// The coordinator's: the job has ended (why). Every member that joins hears a final
+    /// `Lost`; the channel ends once all have, so that followers which learn the job only from
+    /// this coordinator end too instead of waiting for it.
+    pub ended: Option<String>,
 }
 
 /// The fingerprint of a membership: equal on two pods exactly when they found the same pods at
@@ -473,6 +477,14 @@ impl Channel {
 }
 
 impl Channel {
+    /// A coordinator serving the job's end: waits until every member has been told, or
+    /// `limit` has passed.
+    pub async fn told_everyone(&mut self, limit: Duration) {
+        if let Some(task) = self.task.as_mut() {
+            let _ = timeout(limit, task).await;
+        }
+    }
+
     /// Ends this attempt's part without a word (a regather, or a failure already told).
     pub async fn close(&mut self) {
         self.finish(false).await;
@@ -508,11 +520,11 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
                 "control channel: coordinating {} launchers on {listen} (heartbeat timeout {limit} s)",
                 joining.members.len()
             );
-            tokio::spawn(
-                Coordinator::new(joining)
-                    .run(listener, ends)
-                    .in_current_span(),
-            )
+            let coordinator = match joining.ended {
+                Some(_) => Coordinator::ended(joining),
+                None => Coordinator::new(joining),
+            };
+            tokio::spawn(coordinator.run(listener, ends).in_current_span())
         }
         Role::Follower { coordinator } => {
             info!("control channel: following the coordinator at {coordinator} (heartbeat timeout {limit} s)");
@@ -623,6 +635,10 @@ struct Coordinator {
     lost: Option<(String, bool)>,
     /// This launcher's trainer succeeded: the coordinator stays until the followers report.
     own_success: bool,
+    /// Serving only to tell every joining member that the job has ended.
+    ending: bool,
+    /// Members told the job's end as they joined.
+    told: HashSet<String>,
     membership: Option<Membership>,
 }
 
@@ -664,8 +680,23 @@ impl Coordinator {
             done: HashSet::new(),
             lost: None,
             own_success: false,
+            ending: joining.ended.is_some(),
+            told: HashSet::new(),
             membership: joining.membership,
         }
+    }
+
+    /// A coordinator that only tells the job's end: as if it had run and lost, for good.
+    fn ended(joining: Joining) -> Coordinator {
+        let reason = joining.ended.clone().unwrap_or_default();
+        let next = joining.next;
+        let mut coordinator = Coordinator::new(joining);
+        coordinator.stage = Stage::Running {
+            epoch: next,
+            max_restarts: 0,
+        };
+        coordinator.lost = Some((reason, false));
+        coordinator
     }
 
     /// Whether a connection from `ip` may be served: only member addresses, a few each.
@@ -738,6 +769,15 @@ impl Coordinator {
                 }
             }
             if self.own_success && (self.lost.is_some() || self.waiting_for().is_empty()) {
+                break;
+            }
+            if self.ending
+                && self
+                    .shared
+                    .others
+                    .iter()
+                    .all(|m| self.told.contains(&m.name))
+            {
                 break;
             }
         }
@@ -877,6 +917,7 @@ impl Coordinator {
                                 reason: cut(reason),
                                 restart: *restart,
                             }));
+                            self.told.insert(pod);
                         }
                         // Its earlier connection ended, which already counted as a loss.
                         None => self.lose(
@@ -1508,6 +1549,7 @@ mod tests {
             heartbeat_timeout: Duration::from_secs(2),
             join_grace: Duration::from_secs(5),
             membership: Some(Membership::default()),
+            ended: None,
         }
     }
 

@@ -41,6 +41,9 @@ const REGATHER_PAUSE_LAST: Duration = Duration::from_secs(5);
 /// How long the launchers of an attempt may take to join its control channel, besides the
 /// grace period they may spend stopping their children first.
 const JOIN_GRACE: Duration = Duration::from_secs(60);
+/// How long a coordinator that ended the job at a restart serves its address, besides the grace
+/// period, so that the followers hear of it.
+const TELL_THE_END: Duration = Duration::from_secs(5);
 /// How long a failed launcher waits for the coordinator's word on whether the job may restart.
 const VERDICT_WAIT: Duration = Duration::from_secs(2);
 /// How long a launcher about to restart listens for that word to be taken back (a member's
@@ -112,7 +115,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
     // Each pass is one attempt: the job's pods found, ranked and started in one restart epoch.
     let mut next_epoch = 0;
     // The pods of the attempt that ended, when restarting.
-    let mut members_before: Vec<String> = Vec::new();
+    let mut members_before: Vec<control::Member> = Vec::new();
     loop {
         let attempt = gather(
             &mut config,
@@ -190,7 +193,14 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                     channel.finish(false).await;
                 }
                 next_epoch = budget.epoch + 1;
-                members_before = plan.pods.iter().map(|p| p.name.clone()).collect();
+                members_before = plan
+                    .pods
+                    .iter()
+                    .map(|p| control::Member {
+                        name: p.name.clone(),
+                        ip: p.ip,
+                    })
+                    .collect();
             }
             AfterRun::Finish(result) => {
                 if let Some(mut channel) = channel {
@@ -234,7 +244,7 @@ async fn gather(
     my_ip: IpAddr,
     inputs: &InputFiles,
     next_epoch: u32,
-    members_before: &[String],
+    members_before: &[control::Member],
 ) -> Result<Attempt, Error> {
     let began = Instant::now();
     let mut rounds: u32 = 0;
@@ -299,7 +309,23 @@ async fn gather(
                 Found::At(_) | Found::Here => {}
             }
         }
-        let found = wait_for_peers(config, Some(supervisor), members_before).await?;
+        let names: Vec<String> = members_before.iter().map(|m| m.name.clone()).collect();
+        let found = match wait_for_peers(config, Some(&mut *supervisor), &names).await {
+            // Followers that learn the job only from this coordinator would wait for it until
+            // their --wait-timeout: they hear the end instead.
+            Err(error)
+                if !members_before.is_empty()
+                    && membership_from_coordinator(config)
+                    && !matches!(error, Error::Stopped { .. }) =>
+            {
+                if let Some(secret) = secret {
+                    let reason = format!("the coordinating launcher ended the job: {error}");
+                    tell_followers_the_end(config, secret, my_ip, members_before, reason).await;
+                }
+                return Err(error);
+            }
+            found => found?,
+        };
         let (plan, membership, me) = plan_for(config, &found, my_ip, inputs)?;
         let peers::Found {
             peer_loss,
@@ -413,6 +439,54 @@ async fn started(heard: Heard, channel: &mut Channel) -> Result<Option<Start>, E
     }
 }
 
+/// Serves the coordinator's address until every member of the attempt that ended has heard
+/// that the job cannot start again (a final `Lost`), or the join grace has passed.
+async fn tell_followers_the_end(
+    config: &Config,
+    secret: &Secret,
+    my_ip: IpAddr,
+    members: &[control::Member],
+    reason: String,
+) {
+    let Some((_, port)) = &config.control.coordinator else {
+        return;
+    };
+    let Some(me) = members.iter().find(|m| m.ip == my_ip) else {
+        return;
+    };
+    // The followers decided to restart when this launcher did, and are connecting as soon as
+    // their children are stopped; a member that is gone never will.
+    let grace = config.timing.grace_period + TELL_THE_END;
+    let joining = Joining {
+        role: ControlRole::Coordinator {
+            listen: SocketAddr::new(my_ip, *port),
+        },
+        secret: secret.clone(),
+        me: me.clone(),
+        members: members.to_vec(),
+        view: String::new(),
+        next: 0,
+        max_restarts: 0,
+        heartbeat_timeout: config.control.heartbeat_timeout,
+        join_grace: grace,
+        membership: None,
+        ended: Some(reason),
+    };
+    match control::join(joining).await {
+        Ok(mut channel) => {
+            info!(
+                "control channel: telling the {} other launchers that the job has ended (at most {} s)",
+                members.len().saturating_sub(1),
+                grace.as_secs()
+            );
+            channel.told_everyone(grace).await;
+        }
+        Err(e) => {
+            warn!("control channel: cannot tell the other launchers that the job has ended: {e}")
+        }
+    }
+}
+
 /// Whether the launchers other than the coordinator take the membership from it: with a named
 /// coordinator, when the pods would be found through the Kubernetes API (the load this saves)
 /// and the job is one Job (the split layout's pservers watch the trainers themselves).
@@ -463,6 +537,7 @@ async fn follow_coordinator(
         heartbeat_timeout: config.control.heartbeat_timeout,
         join_grace: JOIN_GRACE + config.timing.grace_period,
         membership: None,
+        ended: None,
     })
     .await
     .map_err(|e| Error::io("cannot join the control channel", e))?;
@@ -691,6 +766,7 @@ async fn join_channel(
         // The others may still be stopping their children (a grace period) before they join.
         join_grace: JOIN_GRACE + config.timing.grace_period,
         membership: Some(membership.clone()),
+        ended: None,
     })
     .await
     .map_err(|e| Error::io("cannot serve the control channel", e))?;

@@ -584,6 +584,34 @@ fn a_restart_that_finds_a_member_succeeded_ends_at_once() {
     }
 }
 
+/// The same with a named coordinator, the only launcher that watches the pods: it finds the
+/// member Succeeded and tells the followers, which learn the job only from it, that the job
+/// has ended; they end at once instead of waiting for it until --wait-timeout.
+#[test]
+fn a_named_coordinator_that_finds_a_member_succeeded_ends_its_followers_too() {
+    let mut job = Job::new("finco", 3, 1);
+    job.named_coordinator = true;
+    job.start_training(3);
+    let launcher = job.created[2].2.take().unwrap();
+    launcher.signal(Signal::SIGKILL);
+    launcher.wait(LIMIT);
+    let finished = job.created[2].0.clone();
+    job.cluster
+        .api
+        .set_status("default", &finished, "Succeeded", None);
+    for (pod, _, launcher) in &mut job.created[..2] {
+        let done = launcher.take().unwrap().wait(LIMIT);
+        assert_eq!(done.code(), 78, "{pod}:\n{}", done.stderr);
+        assert_contains(
+            &done.stderr,
+            &format!("pod {finished} of the attempt that ended has Succeeded"),
+        );
+    }
+    // Both lists were the coordinator's: the first start's and the restart's.
+    let (lists, _) = job.cluster.api.pod_requests();
+    assert_eq!(lists, 2);
+}
+
 /// A coordinator named by DNS whose name gets no address (its pod is not coming back): the
 /// launchers wait for it as for any gathering, within --wait-timeout (status 71, naming the
 /// name), not a fixed minute that fails the pod with another status; and a stop signal ends
