@@ -4,6 +4,10 @@ use std::path::PathBuf;
 
 use clap::{CommandFactory, FromArgMatches};
 use tracing::{error, info, Instrument};
+use tracing_subscriber::filter::{LevelFilter, Targets};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::Layer;
 
 use crate::cli::{Cli, Command, JobArgs, LogFormat, ManifestArgs};
 use crate::config::termination_log;
@@ -20,19 +24,29 @@ pub fn main() -> ! {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
-    let logs = tracing_subscriber::fmt()
+    // kube's own lines repeat every retry at ERROR level without naming the server; the
+    // launcher reports API failures itself (PADDLE_LAUNCHER_LOG=debug shows all). A plain
+    // `target=level` list: a regex-capable filter would add about a megabyte to the binary.
+    let filter: Targets = std::env::var("PADDLE_LAUNCHER_LOG")
+        .ok()
+        .filter(|text| !text.trim().is_empty())
+        .and_then(|text| text.parse().ok())
+        .unwrap_or_else(|| {
+            Targets::new()
+                .with_default(tracing::Level::INFO)
+                .with_target("kube_client", LevelFilter::OFF)
+                .with_target("kube_runtime", LevelFilter::OFF)
+        });
+    let logs = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(false)
-        .with_target(false)
-        .with_env_filter(
-            // kube's own lines repeat every retry at ERROR level without naming the server;
-            // the launcher reports API failures itself (PADDLE_LAUNCHER_LOG=debug shows all).
-            tracing_subscriber::EnvFilter::try_from_env("PADDLE_LAUNCHER_LOG")
-                .unwrap_or_else(|_| "info,kube_client=off,kube_runtime=off".into()),
-        );
+        .with_target(false);
+    let registry = tracing_subscriber::registry();
     match cli.log_format {
-        LogFormat::Text => logs.init(),
-        LogFormat::Json => logs.json().with_current_span(true).init(),
+        LogFormat::Text => registry.with(logs.with_filter(filter)).init(),
+        LogFormat::Json => registry
+            .with(logs.json().with_current_span(true).with_filter(filter))
+            .init(),
     }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
