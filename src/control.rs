@@ -1770,20 +1770,22 @@ mod tests {
         ));
     }
 
+    /// The task's side of a channel nobody listens to: for driving a `Coordinator` by hand.
+    fn unheard_ends() -> Ends {
+        Ends {
+            heard: mpsc::unbounded_channel().0,
+            requests: mpsc::unbounded_channel().1,
+            may_restart: watch::channel(true).0,
+            lost: watch::channel(false).0,
+        }
+    }
+
     /// Nothing ran before `Go`: a `Done` then is not a finished member.
     #[test]
     fn a_done_before_the_start_is_ignored() {
         let members = vec![member("me", "10.0.0.1"), member("a", "10.0.0.2")];
         let mut coordinator = Coordinator::new(joining(&members, 0, 0, 0));
-        let (heard, _heard) = mpsc::unbounded_channel();
-        let (_requests, requests) = mpsc::unbounded_channel();
-        let (lost, _lost) = watch::channel(false);
-        let ends = Ends {
-            heard,
-            requests,
-            may_restart: watch::channel(true).0,
-            lost,
-        };
+        let ends = unheard_ends();
         let said = |message| FromLink::Said {
             pod: "a".into(),
             message,
@@ -1809,14 +1811,7 @@ mod tests {
             (WireError::Silent(2), Some(false)),
         ] {
             let mut coordinator = Coordinator::new(joining(&members, 0, 0, 0));
-            let (heard, _heard) = mpsc::unbounded_channel();
-            let (_requests, requests) = mpsc::unbounded_channel();
-            let ends = Ends {
-                heard,
-                requests,
-                may_restart: watch::channel(true).0,
-                lost: watch::channel(false).0,
-            };
+            let ends = unheard_ends();
             coordinator.stage = Stage::Running {
                 epoch: 0,
                 max_restarts: 3,

@@ -33,8 +33,12 @@ pub async fn configure(
         counts_given,
         ..Facts::default()
     };
-    // The svc plugin's files stand in for its variables where the environment lacks them.
-    let files = volcano_host_files(std::path::Path::new(runtime::VOLCANO_HOSTS_DIR));
+    // The svc plugin's files stand in for its variables where the environment lacks them (only
+    // in a Volcano pod, which its env plugin's task index marks).
+    let files = match runtime::in_volcano(&facts.env) {
+        true => read_volcano_host_files(std::path::Path::new(runtime::VOLCANO_HOSTS_DIR)),
+        false => Vec::new(),
+    };
     if !files.is_empty() {
         let names: Vec<&str> = files.iter().map(|(name, _)| name.as_str()).collect();
         info!(
@@ -96,7 +100,7 @@ pub async fn configure(
 
 /// The `<task>.host` files of `dir`, (file name, contents) each, in name order; none when it
 /// does not exist. A file is a ConfigMap key (at most 1 MiB): reads are bounded a little above.
-fn volcano_host_files(dir: &std::path::Path) -> Vec<(String, String)> {
+fn read_volcano_host_files(dir: &std::path::Path) -> Vec<(String, String)> {
     use std::io::Read;
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();

@@ -283,7 +283,8 @@ async fn gather(
         no_coordinator = None;
         if let Some(secret) = secret {
             // A coordinator named by DNS whose name has no address yet: there is nothing to
-            // join, so the pods are not listed again meanwhile.
+            // join, so the pods are not listed again meanwhile. (`join_channel` resolves it
+            // again after discovery, which may take long: by then the name may have moved.)
             match coordinator_elsewhere(config, my_ip).await? {
                 Found::NotYet(why) => {
                     info!("control channel: waiting for the coordinator's address: {why}");

@@ -294,7 +294,7 @@ fn lws_from_labels(own: &BTreeMap<String, String>) -> Option<Detected> {
 /// Volcano with its `svc` plugin: `VC_<TASK>_HOSTS` lists every task's pods as
 /// `<job>-<task>-<i>.<job>`, `VC_<TASK>_NUM` their number; the env plugin adds VC_TASK_INDEX.
 fn volcano_from_env(env: &BTreeMap<String, String>) -> Result<Option<Detected>, ConfigError> {
-    if !env.contains_key("VC_TASK_INDEX") && !env.contains_key("VK_TASK_INDEX") {
+    if !in_volcano(env) {
         return Ok(None);
     }
     let mut job = None;
@@ -709,6 +709,11 @@ pub fn fill(detected: &Detected, args: &JobArgs) -> (JobArgs, Vec<String>) {
     (out, notes)
 }
 
+/// Whether the pod is a Volcano job's: its env plugin sets the task index in every container.
+pub fn in_volcano(env: &BTreeMap<String, String>) -> bool {
+    env.contains_key("VC_TASK_INDEX") || env.contains_key("VK_TASK_INDEX")
+}
+
 /// Where Volcano's svc plugin mounts its ConfigMap `<job>-svc`: one `<task>.host` file per
 /// task, a host per line.
 pub const VOLCANO_HOSTS_DIR: &str = "/etc/volcano";
@@ -777,6 +782,18 @@ mod tests {
         match &d.layout {
             Layout::Colocated(task) => task,
             other => panic!("expected one task, got {other:?}"),
+        }
+    }
+
+    /// The pserver task, the trainer task, and whether this pod is a pserver.
+    fn split_of(d: &Detected) -> (&Task, &Task, bool) {
+        match &d.layout {
+            Layout::Split {
+                pservers,
+                trainers,
+                own_is_pserver,
+            } => (pservers, trainers, *own_is_pserver),
+            other => panic!("expected two tasks, got {other:?}"),
         }
     }
 
@@ -868,14 +885,7 @@ mod tests {
             ..Facts::default()
         };
         let d = done(detect(Choice::Auto, &facts, false).unwrap());
-        let Layout::Split {
-            pservers,
-            trainers,
-            own_is_pserver,
-        } = &d.layout
-        else {
-            panic!("{:?}", d.layout)
-        };
+        let (pservers, trainers, own_is_pserver) = split_of(&d);
         assert!(!own_is_pserver);
         assert_eq!((pservers.pods, trainers.pods), (Some(2), Some(3)));
     }
@@ -920,14 +930,7 @@ mod tests {
             ..Facts::default()
         };
         let d = done(detect(Choice::Only(System::Volcano), &split, false).unwrap());
-        let Layout::Split {
-            pservers,
-            trainers,
-            own_is_pserver,
-        } = &d.layout
-        else {
-            panic!("{:?}", d.layout)
-        };
+        let (pservers, trainers, own_is_pserver) = split_of(&d);
         assert!(own_is_pserver);
         assert_eq!((pservers.pods, trainers.pods), (Some(2), Some(3)));
         assert_eq!(
@@ -969,14 +972,7 @@ mod tests {
         );
         let d = done(detect(Choice::Auto, &facts, true).unwrap());
         assert_eq!(d.system, System::JobSet);
-        let Layout::Split {
-            pservers,
-            trainers,
-            own_is_pserver,
-        } = &d.layout
-        else {
-            panic!("{:?}", d.layout)
-        };
+        let (pservers, trainers, own_is_pserver) = split_of(&d);
         assert!(!own_is_pserver);
         assert_eq!((pservers.pods, trainers.pods), (Some(2), Some(6)));
         assert_eq!(
@@ -1092,14 +1088,7 @@ mod tests {
             ..kubeflow
         };
         let d = done(detect(Choice::Auto, &with_servers, true).unwrap());
-        let Layout::Split {
-            pservers,
-            trainers,
-            own_is_pserver,
-        } = &d.layout
-        else {
-            panic!("{:?}", d.layout)
-        };
+        let (pservers, trainers, own_is_pserver) = split_of(&d);
         assert!(!own_is_pserver);
         assert_eq!((pservers.pods, trainers.pods), (None, None));
         assert_eq!(

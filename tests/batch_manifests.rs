@@ -64,6 +64,27 @@ const VOLCANO: &[&str] = &[
     "python /workspace/ps.py",
 ];
 
+/// The split layout as a JobSet: a `pserver` and a `trainer` replicated job.
+const SPLIT_JOBSET: &[&str] = &[
+    "--job-name",
+    "jsp",
+    "--namespace",
+    "team-a",
+    "--image",
+    "example.com/t/p:v1",
+    "--split",
+    "--pservers",
+    "2",
+    "--trainers",
+    "3",
+    "--protocol",
+    "fleet",
+    "--runtime",
+    "jobset",
+    "--entry",
+    "python /w/ps.py",
+];
+
 fn find<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
     docs.iter()
         .find(|d| d["kind"] == kind)
@@ -91,24 +112,7 @@ fn jobset_and_volcano_manifests_match_their_crd_schemas() {
         json!({"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get"]})
     );
     // The split layout as a JobSet: a `pserver` and a `trainer` replicated job.
-    let split = [
-        "--job-name",
-        "jss",
-        "--image",
-        "example.com/t/p:v1",
-        "--split",
-        "--pservers",
-        "2",
-        "--trainers",
-        "3",
-        "--protocol",
-        "fleet",
-        "--runtime",
-        "jobset",
-        "--entry",
-        "python /w/ps.py",
-    ];
-    let docs = manifest(&split).unwrap();
+    let docs = manifest(SPLIT_JOBSET).unwrap();
     let object = find(&docs, "JobSet");
     assert_eq!(jobset.violations(object), Vec::<String>::new());
     let names: Vec<&str> = object["spec"]["replicatedJobs"]
@@ -159,12 +163,7 @@ fn jobset_and_volcano_manifests_match_their_crd_schemas() {
 
 #[test]
 fn the_core_objects_pass_kubernetes_validate() {
-    let validate = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("target/tools-venv/bin/kubernetes-validate");
-    assert!(
-        validate.exists(),
-        "run `bash .ci/run` (it installs kubernetes-validate)"
-    );
+    let validate = support::manifest_tool("kubernetes-validate");
     let dir = tempfile::tempdir().unwrap();
     for args in [JOBSET, VOLCANO] {
         let core: Vec<Value> = manifest(args)
@@ -365,26 +364,7 @@ fn launchers_of_the_volcano_manifest_plan_the_split_layout() {
 #[test]
 fn launchers_of_a_split_jobset_plan_their_roles() {
     let Cluster { api, dir } = Cluster::new();
-    let args = [
-        "--job-name",
-        "jsp",
-        "--namespace",
-        "team-a",
-        "--image",
-        "example.com/t/p:v1",
-        "--split",
-        "--pservers",
-        "2",
-        "--trainers",
-        "3",
-        "--protocol",
-        "fleet",
-        "--runtime",
-        "jobset",
-        "--entry",
-        "python /w/ps.py",
-    ];
-    let docs = manifest(&args).unwrap();
+    let docs = manifest(SPLIT_JOBSET).unwrap();
     let jobset = find(&docs, "JobSet");
     api.record(
         "/apis/jobset.x-k8s.io/v1alpha2/namespaces/team-a/jobsets/jsp",
@@ -469,9 +449,6 @@ fn launchers_of_a_split_jobset_plan_their_roles() {
 /// checks fail there, and are checked here on the task templates instead.
 #[test]
 fn checkov_finds_nothing_new_in_jobset_and_volcano_manifests() {
-    let checkov =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/tools-venv/bin/checkov");
-    assert!(checkov.exists(), "run `bash .ci/run` (it installs checkov)");
     let dir = tempfile::tempdir().unwrap();
     for args in [JOBSET, VOLCANO] {
         let file = dir.path().join("m.yaml");
@@ -481,44 +458,16 @@ fn checkov_finds_nothing_new_in_jobset_and_volcano_manifests() {
             .map(|d| serde_saphyr::to_string(d).unwrap())
             .collect();
         std::fs::write(&file, text.join("---\n")).unwrap();
-        let out = Command::new(&checkov)
-            .args([
-                "--framework",
-                "kubernetes",
-                "--quiet",
-                "--compact",
-                "-o",
-                "json",
-                "-f",
-            ])
-            .arg(&file)
-            .output()
-            .unwrap();
-        let report: Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
-        let reports = match report.as_array() {
-            Some(all) => all.clone(),
-            None => vec![report.clone()],
-        };
-        let mut passed = 0;
+        let (passed, failures) = support::checkov(&file);
         let mut failed = Vec::new();
-        for r in &reports {
-            passed += r["summary"]["passed"].as_u64().unwrap_or(0);
-            for check in r["results"]["failed_checks"]
-                .as_array()
-                .into_iter()
-                .flatten()
-            {
-                let id = check["check_id"].as_str().unwrap().to_string();
-                let misread = check["resource"] == "Job.team-a.vc"
-                    && ["CKV_K8S_23", "CKV_K8S_29", "CKV_K8S_31", "CKV_K8S_40"]
-                        .contains(&id.as_str());
-                if !["CKV_K8S_21", "CKV_K8S_43", "CKV_K8S_38"].contains(&id.as_str()) && !misread {
-                    failed.push(format!("{id} on {}", check["resource"]));
-                }
+        for (id, resource) in failures {
+            let misread = resource == "Job.team-a.vc"
+                && ["CKV_K8S_23", "CKV_K8S_29", "CKV_K8S_31", "CKV_K8S_40"].contains(&id.as_str());
+            if !["CKV_K8S_21", "CKV_K8S_43", "CKV_K8S_38"].contains(&id.as_str()) && !misread {
+                failed.push(format!("{id} on {resource}"));
             }
         }
-        assert!(passed > 10, "checkov ran no checks: {report}");
+        assert!(passed > 10, "checkov ran only {passed} checks");
         assert!(failed.is_empty(), "{args:?}: {failed:?}");
     }
     // What those four checks ask of a pod, on every task template of the Volcano Job.

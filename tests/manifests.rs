@@ -122,18 +122,6 @@ fn manifest(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-fn tools(name: &str) -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("target/tools-venv/bin")
-        .join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run `bash .ci/run` (it installs kubernetes-validate and checkov)",
-        path.display()
-    );
-    path.display().to_string()
-}
-
 #[test]
 fn every_document_is_a_valid_kubernetes_object() {
     for args in VARIANTS {
@@ -195,7 +183,7 @@ fn every_document_is_a_valid_kubernetes_object() {
 
 #[test]
 fn kubernetes_validate_strict_accepts_every_variant() {
-    let validate = tools("kubernetes-validate");
+    let validate = support::manifest_tool("kubernetes-validate");
     let dir = tempfile::tempdir().unwrap();
     for (i, args) in VARIANTS.iter().enumerate() {
         let file = dir.path().join(format!("{i}.yaml"));
@@ -216,44 +204,13 @@ fn kubernetes_validate_strict_accepts_every_variant() {
 
 #[test]
 fn checkov_finds_nothing_beyond_the_documented_exceptions() {
-    let checkov = tools("checkov");
     let dir = tempfile::tempdir().unwrap();
     for (i, args) in VARIANTS.iter().enumerate() {
         let file = dir.path().join(format!("{i}.yaml"));
         std::fs::write(&file, manifest(args)).unwrap();
-        let out = Command::new(&checkov)
-            .args([
-                "--framework",
-                "kubernetes",
-                "--quiet",
-                "--compact",
-                "-o",
-                "json",
-                "-f",
-            ])
-            .arg(&file)
-            .output()
-            .unwrap();
-        let report: Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
-        let reports = if report.is_array() {
-            report.as_array().unwrap().clone()
-        } else {
-            vec![report.clone()]
-        };
-        let mut failed = BTreeSet::new();
-        let mut passed = 0;
-        for r in &reports {
-            passed += r["summary"]["passed"].as_u64().unwrap_or(0);
-            for check in r["results"]["failed_checks"]
-                .as_array()
-                .into_iter()
-                .flatten()
-            {
-                failed.insert(check["check_id"].as_str().unwrap().to_string());
-            }
-        }
-        assert!(passed > 50, "checkov ran no checks: {report}");
+        let (passed, failures) = support::checkov(&file);
+        let failed: BTreeSet<String> = failures.into_iter().map(|(id, _)| id).collect();
+        assert!(passed > 50, "checkov ran only {passed} checks");
         let unexpected: Vec<&String> = failed
             .iter()
             .filter(|c| !ACCEPTED_CHECKS.contains(&c.as_str()))

@@ -163,13 +163,18 @@ impl Job {
     /// The node dies under a pod: its launcher is SIGKILLed (its children follow it), and the
     /// API reports the pod Failed.
     fn kill_pod(&mut self, index: usize) {
+        self.end_pod(index, "Failed");
+    }
+
+    /// The pod's launcher ends without a word to the others (SIGKILL) and the API reports the
+    /// pod in `phase`. Its name.
+    fn end_pod(&mut self, index: usize, phase: &str) -> String {
         let launcher = self.created[index].2.take().unwrap();
         launcher.signal(Signal::SIGKILL);
         launcher.wait(LIMIT);
         let name = self.created[index].0.clone();
-        self.cluster
-            .api
-            .set_status("default", &name, "Failed", None);
+        self.cluster.api.set_status("default", &name, phase, None);
+        name
     }
 
     /// Waits for every running launcher; each must exit 0. Their outputs.
@@ -567,13 +572,13 @@ fn a_restart_that_finds_a_member_succeeded_ends_at_once() {
     stale["status"] = serde_json::json!({"phase": "Succeeded"});
     job.cluster.api.put_pod(stale);
     job.start_training(3);
-    let launcher = job.created[2].2.take().unwrap();
-    launcher.signal(Signal::SIGKILL);
-    launcher.wait(LIMIT);
-    let finished = job.created[2].0.clone();
-    job.cluster
-        .api
-        .set_status("default", &finished, "Succeeded", None);
+    a_member_succeeds_unseen_and_the_others_end(&mut job);
+}
+
+/// Pod 2 of three training ends unseen and Succeeded: the others restart, find it, and end
+/// with 78, naming it.
+fn a_member_succeeds_unseen_and_the_others_end(job: &mut Job) {
+    let finished = job.end_pod(2, "Succeeded");
     for (pod, _, launcher) in &mut job.created[..2] {
         let done = launcher.take().unwrap().wait(LIMIT);
         assert_eq!(done.code(), 78, "{pod}:\n{}", done.stderr);
@@ -592,21 +597,7 @@ fn a_named_coordinator_that_finds_a_member_succeeded_ends_its_followers_too() {
     let mut job = Job::new("finco", 3, 1);
     job.named_coordinator = true;
     job.start_training(3);
-    let launcher = job.created[2].2.take().unwrap();
-    launcher.signal(Signal::SIGKILL);
-    launcher.wait(LIMIT);
-    let finished = job.created[2].0.clone();
-    job.cluster
-        .api
-        .set_status("default", &finished, "Succeeded", None);
-    for (pod, _, launcher) in &mut job.created[..2] {
-        let done = launcher.take().unwrap().wait(LIMIT);
-        assert_eq!(done.code(), 78, "{pod}:\n{}", done.stderr);
-        assert_contains(
-            &done.stderr,
-            &format!("pod {finished} of the attempt that ended has Succeeded"),
-        );
-    }
+    a_member_succeeds_unseen_and_the_others_end(&mut job);
     // Both lists were the coordinator's: the first start's and the restart's.
     let (lists, _) = job.cluster.api.pod_requests();
     assert_eq!(lists, 2);

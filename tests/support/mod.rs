@@ -324,32 +324,90 @@ pub fn cluster_env(dir: &Path, job: &str, pods: usize) -> Vec<(&'static str, Str
 /// The virtualenv with `paddlepaddle==2.6.2`, the last release with a CPU parameter server,
 /// that .ci/run creates (or PADDLE_PS_PYTHON).
 pub fn ps_paddle_python() -> String {
-    let python = std::env::var("PADDLE_PS_PYTHON").unwrap_or_else(|_| {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("target/ps-venv/bin/python")
-            .display()
-            .to_string()
-    });
-    assert!(
-        Path::new(&python).exists(),
-        "{python} is missing: run `bash .ci/run` (it creates the venv with paddlepaddle 2.6.2), or set PADDLE_PS_PYTHON"
-    );
-    python
+    venv_tool(
+        Some("PADDLE_PS_PYTHON"),
+        "ps-venv",
+        "python",
+        "paddlepaddle 2.6.2",
+    )
 }
 
 /// The virtualenv with `paddlepaddle` that .ci/run creates (or PADDLE_PYTHON).
 pub fn paddle_python() -> String {
-    let python = std::env::var("PADDLE_PYTHON").unwrap_or_else(|_| {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("target/paddle-venv/bin/python")
-            .display()
-            .to_string()
-    });
+    venv_tool(
+        Some("PADDLE_PYTHON"),
+        "paddle-venv",
+        "python",
+        "paddlepaddle",
+    )
+}
+
+/// `kubernetes-validate` or `checkov`, from the virtualenv .ci/run creates.
+pub fn manifest_tool(name: &str) -> String {
+    venv_tool(None, "tools-venv", name, "kubernetes-validate and checkov")
+}
+
+/// A program of a virtualenv under target/ that .ci/run creates with `holding`, unless
+/// `variable` names it; a missing one says how to get it.
+fn venv_tool(variable: Option<&str>, venv: &str, program: &str, holding: &str) -> String {
+    let path = variable
+        .and_then(|v| std::env::var(v).ok())
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("target")
+                .join(venv)
+                .join("bin")
+                .join(program)
+                .display()
+                .to_string()
+        });
+    let or_set = variable.map_or(String::new(), |v| format!(", or set {v}"));
     assert!(
-        Path::new(&python).exists(),
-        "{python} is missing: run `bash .ci/run` (it creates the venv with paddlepaddle), or set PADDLE_PYTHON"
+        Path::new(&path).exists(),
+        "{path} is missing: run `bash .ci/run` (it creates the venv with {holding}){or_set}"
     );
-    python
+    path
+}
+
+/// What checkov finds in a manifest file: the number of checks passed, and each failed one as
+/// (check id, resource).
+pub fn checkov(file: &Path) -> (u64, Vec<(String, String)>) {
+    let out = Command::new(manifest_tool("checkov"))
+        .args([
+            "--framework",
+            "kubernetes",
+            "--quiet",
+            "--compact",
+            "-o",
+            "json",
+            "-f",
+        ])
+        .arg(file)
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    // One report, or one per framework.
+    let reports = match report.as_array() {
+        Some(all) => all.clone(),
+        None => vec![report],
+    };
+    let mut passed = 0;
+    let mut failed = Vec::new();
+    for r in &reports {
+        passed += r["summary"]["passed"].as_u64().unwrap_or(0);
+        for check in r["results"]["failed_checks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            failed.push((
+                check["check_id"].as_str().unwrap_or_default().to_string(),
+                check["resource"].as_str().unwrap_or_default().to_string(),
+            ));
+        }
+    }
+    (passed, failed)
 }
 
 /// The line a launcher writes when it lists and watches the job's pods itself.
