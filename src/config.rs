@@ -407,6 +407,21 @@ impl Config {
     }
 
     /// The pods' group this pod belongs to, by its role.
+    /// The restarts the job has had as a whole before this pod started: its batch system's
+    /// attempt (JobSet's restart-attempt, Volcano's job-version) read from this pod's labels; 0
+    /// when none says. The restart count starts there, so that a training program told
+    /// `PADDLE_LAUNCHER_RESTART_COUNT` never takes a job restarted whole for a fresh one.
+    pub fn restarts_before(&self) -> u32 {
+        let Discovery::Kubernetes { groups } = &self.topology.discovery else {
+            return 0;
+        };
+        groups
+            .iter()
+            .filter_map(|g| g.ranking.own_attempt)
+            .max()
+            .map_or(0, |attempt| u32::try_from(attempt).unwrap_or(u32::MAX))
+    }
+
     pub fn own_group(&self) -> GroupKind {
         match self.topology.role {
             PodRole::Both => GroupKind::Job,

@@ -64,6 +64,9 @@ const NONCE_LEN: usize = 16;
 /// Both challenges, the server's first.
 pub type Challenge = [u8; 2 * NONCE_LEN];
 const HANDSHAKE: Duration = Duration::from_secs(5);
+/// How many addresses that are no member's are named in the log, each at its first connection
+/// (a flood from many is counted instead).
+const STRANGERS_NAMED: usize = 8;
 /// Connections one member address may hold at once (a reconnect overlaps the old one).
 const PER_ADDRESS: usize = 2;
 /// Longer reasons are cut: a frame must stay within `MAX_PAYLOAD`.
@@ -85,6 +88,12 @@ pub enum Message {
         view: String,
         /// The restarts this launcher was given (--max-restarts).
         max_restarts: u32,
+        /// This launcher's heartbeat timeout in milliseconds: it beats at a third of it and
+        /// judges the coordinator by it, so the coordinator beats this link at a third of the
+        /// smaller of the two timeouts and judges it by the larger. 0: not said (an older
+        /// launcher), the coordinator's own.
+        #[serde(default)]
+        heartbeat_ms: u64,
     },
     Beat,
     /// Coordinator: every member is here with the same view: start restart epoch `epoch`, with
@@ -117,6 +126,12 @@ pub enum Message {
     },
     /// The coordinator ends normally, after every follower is done.
     Bye,
+    /// Coordinator: this member's trainer succeeded, so the job can no longer start again as a
+    /// whole. Told to every follower, so that none restarts and waits for that pod if the
+    /// coordinator itself is lost later.
+    Finished {
+        pod: String,
+    },
 }
 
 /// A reason that fits in a frame: at most `MAX_REASON` bytes once encoded (quotes, control
@@ -630,6 +645,8 @@ struct Coordinator {
     /// Open connections by address, authenticated or not.
     open: HashMap<IpAddr, usize>,
     refused: u64,
+    /// Addresses that are no member's, already named in the log.
+    strangers_named: HashSet<IpAddr>,
     done: HashSet<String>,
     /// The first loss, told to every link, late ones too.
     lost: Option<(String, bool)>,
@@ -677,6 +694,7 @@ impl Coordinator {
             links: HashMap::new(),
             open: HashMap::new(),
             refused: 0,
+            strangers_named: HashSet::new(),
             done: HashSet::new(),
             lost: None,
             own_success: false,
@@ -699,9 +717,18 @@ impl Coordinator {
         coordinator
     }
 
-    /// Whether a connection from `ip` may be served: only member addresses, a few each.
+    /// Whether a connection from `ip` may be served: only member addresses, a few each. The
+    /// first few addresses that are no member's are named at once: a sidecar proxy forwarding
+    /// every follower from its own address would otherwise keep the job from starting with
+    /// nothing but a count a minute.
     fn admit(&mut self, ip: IpAddr) -> bool {
         let pods_there = self.shared.others.iter().filter(|m| m.ip == ip).count();
+        if pods_there == 0
+            && self.strangers_named.len() < STRANGERS_NAMED
+            && self.strangers_named.insert(ip)
+        {
+            warn!("{}", stranger_refused(ip));
+        }
         let open = self.open.entry(ip).or_insert(0);
         if pods_there == 0 || *open >= PER_ADDRESS * pods_there {
             self.refused += 1;
@@ -857,6 +884,7 @@ impl Coordinator {
         }
         self.own_success = true;
         let me = self.me.clone();
+        self.broadcast(&Message::Finished { pod: me.clone() });
         self.finished_after_loss(&me, ends);
     }
 
@@ -933,7 +961,9 @@ impl Coordinator {
             // Neither means anything before the start: no trainer ran.
             FromLink::Said { pod, message } => match message {
                 Message::Done if matches!(self.stage, Stage::Running { .. }) => {
-                    self.done.insert(pod.clone());
+                    if self.done.insert(pod.clone()) {
+                        self.broadcast(&Message::Finished { pod: pod.clone() });
+                    }
                     self.finished_after_loss(&pod, ends);
                 }
                 Message::Failed {
@@ -1045,6 +1075,41 @@ impl Coordinator {
     }
 }
 
+/// What the log says of a connection from an address that is no member's.
+fn stranger_refused(ip: IpAddr) -> String {
+    let sidecar = match ip {
+        IpAddr::V4(v4) if v4 == std::net::Ipv4Addr::new(127, 0, 0, 6) => " (a sidecar proxy such as Istio's forwards connections from 127.0.0.6: keep the control port out of the mesh with the annotations traffic.sidecar.istio.io/excludeInboundPorts and excludeOutboundPorts, as `manifest` does)",
+        _ => "",
+    };
+    format!("control channel: refused a connection from {ip}: not the address of a pod of this job{sidecar}")
+}
+
+/// How one coordinator-follower link beats and when it counts as silent, when the two
+/// launchers were given different heartbeat timeouts: neither ever judges the other by a
+/// shorter timeout than the other beats for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct LinkTimeouts {
+    /// How often the coordinator beats: a third of the smaller timeout (the follower's
+    /// judgement of the coordinator).
+    beat_every: Duration,
+    /// When the coordinator counts the follower silent: the larger timeout (the follower beats
+    /// at a third of its own).
+    silent_after: Duration,
+}
+
+impl LinkTimeouts {
+    fn agree(own: Duration, follower_ms: u64) -> LinkTimeouts {
+        let follower = match follower_ms {
+            0 => own,
+            ms => Duration::from_millis(ms),
+        };
+        LinkTimeouts {
+            beat_every: own.min(follower) / 3,
+            silent_after: own.max(follower),
+        }
+    }
+}
+
 /// One follower's connection: challenge, hello (naming the member of this address), then
 /// heartbeats both ways until it ends. Returns the pod (once known) and why it ended.
 async fn serve(
@@ -1080,6 +1145,7 @@ async fn serve(
             next,
             view,
             max_restarts,
+            heartbeat_ms,
         } = hello
         else {
             return Err(WireError::Malformed(
@@ -1106,9 +1172,10 @@ async fn serve(
             next,
             view,
             max_restarts,
+            heartbeat_ms,
         ))
     };
-    let (challenge, session, pod, next, view, max_restarts) = match greeted.await {
+    let (challenge, session, pod, next, view, max_restarts, heartbeat_ms) = match greeted.await {
         Ok(greeted) => greeted,
         Err(e) => return (None, e),
     };
@@ -1121,8 +1188,17 @@ async fn serve(
         max_restarts,
         to_link,
     });
+    let timeouts = LinkTimeouts::agree(shared.heartbeat_timeout, heartbeat_ms);
+    if timeouts.beat_every * 3 != timeouts.silent_after {
+        warn!(
+            "control channel: {pod} was given a heartbeat timeout of {:.1} s and this launcher {:.1} s (PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT): its link beats for the shorter and is judged by the longer",
+            Duration::from_millis(heartbeat_ms).as_secs_f64(),
+            shared.heartbeat_timeout.as_secs_f64()
+        );
+    }
     let why = talk(
         shared,
+        timeouts,
         &pod,
         challenge,
         session,
@@ -1140,6 +1216,7 @@ async fn serve(
 #[allow(clippy::too_many_arguments)]
 async fn talk(
     shared: &Shared,
+    timeouts: LinkTimeouts,
     pod: &str,
     challenge: Challenge,
     reading: Session,
@@ -1148,10 +1225,10 @@ async fn talk(
     rx: &mut mpsc::UnboundedReceiver<Arc<Encoded>>,
     to_coordinator: &mpsc::UnboundedSender<FromLink>,
 ) -> WireError {
-    let limit = shared.heartbeat_timeout;
+    let limit = timeouts.silent_after;
     let (mut incoming, _reader) = frames(reading, reader);
     let mut out = Session::new(&shared.secret, challenge, true);
-    let mut beat = tokio::time::interval(limit / 3);
+    let mut beat = tokio::time::interval(timeouts.beat_every);
     let mut idle_until = Instant::now() + limit;
     loop {
         let result = tokio::select! {
@@ -1257,6 +1334,11 @@ async fn follow(joining: Joining, coordinator: SocketAddr, mut ends: Ends) {
                     told = true;
                     break None;
                 }
+                Some(Ok(Message::Finished { pod })) if running => {
+                    heard_until = Instant::now() + limit;
+                    info!("control channel: the trainer of {pod} succeeded: the job cannot start again as a whole");
+                    ends.may_restart.send_replace(false);
+                }
                 Some(Ok(other)) => break Some(format!("unexpected {other:?}")),
                 Some(Err(e)) => break Some(e.to_string()),
                 None => break Some("closed".into()),
@@ -1326,7 +1408,7 @@ async fn follow(joining: Joining, coordinator: SocketAddr, mut ends: Ends) {
             }
             frame = incoming.recv(), if listening => match frame {
                 Some(Ok(Message::Lost { restart: false, .. })) => ends.knows_lost(false),
-                Some(Ok(Message::Bye)) => {
+                Some(Ok(Message::Bye | Message::Finished { .. })) => {
                     ends.may_restart.send_replace(false);
                 }
                 Some(Ok(_)) => {}
@@ -1377,6 +1459,7 @@ async fn handshake(
         next: joining.next,
         view: joining.view.clone(),
         max_restarts: joining.max_restarts,
+        heartbeat_ms: joining.heartbeat_timeout.as_millis() as u64,
     }));
     timeout(HANDSHAKE, writer.write_all(&first))
         .await
@@ -1399,6 +1482,25 @@ mod tests {
             next: 0,
             view: "v".into(),
             max_restarts: 0,
+            heartbeat_ms: 0,
+        }
+    }
+
+    /// Two launchers given different heartbeat timeouts: the link beats often enough for the
+    /// stricter and is judged by the more patient, so neither takes the other for silent.
+    #[test]
+    fn a_link_beats_for_the_shorter_timeout_and_is_judged_by_the_longer() {
+        let s = Duration::from_secs;
+        for (own, follower, beat, silent) in [
+            (s(2), 30_000, s(2) / 3, s(30)),
+            (s(30), 2_000, s(2) / 3, s(30)),
+            (s(9), 9_000, s(3), s(9)),
+            // An older follower that did not say: the coordinator's own.
+            (s(9), 0, s(3), s(9)),
+        ] {
+            let agreed = LinkTimeouts::agree(own, follower);
+            assert_eq!(agreed.beat_every, beat, "{own:?} / {follower} ms");
+            assert_eq!(agreed.silent_after, silent, "{own:?} / {follower} ms");
         }
     }
 

@@ -15,8 +15,8 @@ use tracing::{info, warn};
 
 use crate::cli::JobArgs;
 use crate::config::{
-    own_ip, Config, ConfigError, Control, Discovery, GroupKind, Interfaces, Secret,
-    JOB_SECRET_FILE, MAX_RESTARTS, MIN_SECRET_LEN,
+    own_ip, Config, ConfigError, Control, Discovery, GroupKind, Interfaces, PodRole, Secret,
+    JOB_SECRET, JOB_SECRET_FILE, MIN_SECRET_LEN,
 };
 use crate::control::{self, Channel, Heard, Joining, Role as ControlRole};
 use crate::error::Error;
@@ -69,21 +69,9 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
     let my_ip = own_ip(&config, &interfaces, hostname_ip)?;
     // Read before any network call, like every other bad value.
     let secret = job_secret(&config.control)?;
+    refuse_split_channel(&config, secret.is_some())?;
     if secret.is_some() {
         derive_coordinator(&mut config);
-    }
-    if secret.is_none() && config.control.max_restarts > 0 && !plan_only {
-        let file = config
-            .control
-            .secret_file
-            .as_ref()
-            .map_or(String::new(), |f| f.display().to_string());
-        return Err(ConfigError::new(
-            MAX_RESTARTS,
-            &config.control.max_restarts.to_string(),
-            format!("0 while the job secret file {file} does not exist: restarts are agreed over the control channel"),
-        )
-        .into());
     }
     let pod = config
         .topology
@@ -109,11 +97,15 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
     let Some(mut supervisor) = supervisor else {
         let found = wait_for_peers(&config, None, &[]).await?;
         let (plan, _, _) = plan_for(&mut config, &found, my_ip, &inputs)?;
+        let plan = plan.for_restart(config.restarts_before());
         println!("{}", plan.to_json());
         return Ok(Outcome::new(exit::SUCCESS, "plan printed"));
     };
     // Each pass is one attempt: the job's pods found, ranked and started in one restart epoch.
-    let mut next_epoch = 0;
+    let mut next_epoch = config.restarts_before();
+    if next_epoch > 0 {
+        info!("the batch system has restarted the job {next_epoch} times: the restart count starts at {next_epoch}");
+    }
     // The pods of the attempt that ended, when restarting.
     let mut members_before: Vec<control::Member> = Vec::new();
     loop {
@@ -343,6 +335,7 @@ async fn gather(
             max_restarts: config.control.max_restarts,
         };
         let Some(secret) = secret else {
+            attempt.plan = attempt.plan.for_restart(next_epoch);
             return Ok(attempt);
         };
         let mut channel = match join_channel(
@@ -355,7 +348,10 @@ async fn gather(
         )
         .await?
         {
-            Found::Here => return Ok(attempt),
+            Found::Here => {
+                attempt.plan = attempt.plan.for_restart(next_epoch);
+                return Ok(attempt);
+            }
             Found::At(channel) => channel,
             Found::NotYet(why) => {
                 info!("control channel: waiting for the coordinator's address: {why}");
@@ -673,8 +669,9 @@ async fn resolve(
     })
 }
 
-/// The job secret: given, or read from its file (a mounted Secret). A file that does not
-/// exist is an optional Secret nobody created: no channel, and the log says so.
+/// The job secret: given, or read from its file (a mounted Secret). A file that does not exist
+/// is a Secret nobody created, and an error: were it "no channel" for this pod, the pods started
+/// after the Secret would wait for a channel this one never joins.
 fn job_secret(control: &Control) -> Result<Option<Secret>, Error> {
     if let Some(secret) = &control.secret {
         return Ok(Some(secret.clone()));
@@ -695,18 +692,43 @@ fn job_secret(control: &Control) -> Result<Option<Secret>, Error> {
             }
             Ok(Some(Secret(text.into_bytes())))
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            info!(
-                "no job secret at {}: no control channel (no heartbeats)",
-                path.display()
-            );
-            Ok(None)
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(ConfigError::new(
+            JOB_SECRET_FILE,
+            &path.display().to_string(),
+            "a file that exists: create the Secret mounted there (`kubectl create secret generic <job>-launcher --from-literal=secret=$(openssl rand -hex 16)` in the job's namespace), or unset the variable to run without the control channel",
+        )
+        .into()),
         Err(e) => Err(Error::io(
             format!("cannot read the job secret {}", path.display()),
             e,
         )),
     }
+}
+
+/// The split layout's pods each find only part of the job (a pserver pod its pservers), so
+/// with a channel each part would elect a coordinator of its own and the trainers would wait for
+/// pservers that joined the other: refused at the start rather than found by a hang.
+fn refuse_split_channel(config: &Config, has_secret: bool) -> Result<(), ConfigError> {
+    let role = match config.topology.role {
+        PodRole::Both => return Ok(()),
+        PodRole::Pserver => "pserver",
+        PodRole::Trainer => "trainer",
+    };
+    if !has_secret {
+        return Ok(());
+    }
+    let (variable, value) = match &config.control.secret_file {
+        Some(file) => (JOB_SECRET_FILE, file.display().to_string()),
+        None => (JOB_SECRET, "(not shown)".to_string()),
+    };
+    Err(ConfigError::new(
+        variable,
+        &value,
+        format!(
+            "unset in a {role} pod of the split layout ({}): the control channel serves the layout whose every pod runs both roles; the split layout's pods are watched through the Kubernetes API",
+            crate::config::ROLE.env()
+        ),
+    ))
 }
 
 /// Joins this attempt's control channel: as the coordinator (the pod at --coordinator's

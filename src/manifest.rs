@@ -380,12 +380,14 @@ fn container_env(a: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
         env_value("PADDLE_LAUNCHER_WORKDIR", WORKDIR),
         // The root filesystem is read-only: the id files go to the work directory.
         env_value("PADDLE_LAUNCHER_ID_DIR", WORKDIR),
-        // From the optional Secret `<job>-launcher`: heartbeats once someone creates it.
-        env_value(
+    ];
+    if has_channel(kind) {
+        // From the Secret `<job>-launcher`, which must exist: a pod without it exits 2 saying so.
+        env.push(env_value(
             "PADDLE_LAUNCHER_JOB_SECRET_FILE",
             format!("{SECRET_DIR}/{SECRET_KEY}"),
-        ),
-    ];
+        ));
+    }
     if !from_system {
         env.insert(0, env_value("JOB_NAME", &a.job_name));
         if kind.role == PodRole::Both {
@@ -611,7 +613,9 @@ fn job(a: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
     if kind.role != PodRole::Pserver && a.protocol.trainers_listen() {
         ports.push(json!({"name": "trainer", "containerPort": a.trainer_port}));
     }
-    ports.push(json!({"name": "control", "containerPort": DEFAULT_CONTROL_PORT}));
+    if has_channel(kind) {
+        ports.push(json!({"name": "control", "containerPort": DEFAULT_CONTROL_PORT}));
+    }
     let mut labels = kind.labels.clone();
     labels[JOB_LABEL] = json!(a.job_name);
     let mut resources = json!({"cpu": kind.cpu, "memory": kind.memory});
@@ -621,18 +625,20 @@ fn job(a: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
     let mut mounts = vec![
         json!({"name": "tmp", "mountPath": "/tmp"}),
         json!({"name": "scratch", "mountPath": WORKDIR}),
-        json!({"name": "job-secret", "mountPath": SECRET_DIR, "readOnly": true}),
     ];
-    // A file, not an environment variable: it does not show in `ps` or `kubectl describe`.
-    // Optional, so that the job runs (without heartbeats) before the Secret exists.
-    // Restarts and a named coordinator work over the channel: the pods wait for the Secret.
-    let secret = json!({"secretName": secret_name(a), "optional": !named_coordinator(a),
-                        "items": [{"key": SECRET_KEY, "path": SECRET_KEY}]});
     let mut volumes = vec![
         json!({"name": "tmp", "emptyDir": {}}),
         json!({"name": "scratch", "emptyDir": {}}),
-        json!({"name": "job-secret", "secret": secret}),
     ];
+    if has_channel(kind) {
+        // A file, not an environment variable: it does not show in `ps` or `kubectl describe`.
+        // Optional, so that a pod started before the Secret exists runs its launcher, which
+        // exits 2 naming what is missing, instead of waiting in ContainerCreating unexplained.
+        let secret = json!({"secretName": secret_name(a), "optional": true,
+                            "items": [{"key": SECRET_KEY, "path": SECRET_KEY}]});
+        mounts.push(json!({"name": "job-secret", "mountPath": SECRET_DIR, "readOnly": true}));
+        volumes.push(json!({"name": "job-secret", "secret": secret}));
+    }
     if let Some(claim) = &a.volume_claim {
         mounts.push(json!({"name": "jobpath", "mountPath": a.job_path}));
         volumes.push(json!({"name": "jobpath", "persistentVolumeClaim": {"claimName": claim}}));
@@ -679,6 +685,9 @@ fn job(a: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
             },
         },
     });
+    if has_channel(kind) {
+        spec["template"]["metadata"]["annotations"] = sidecar_annotations();
+    }
     if a.indexed || named_coordinator(a) {
         spec["completionMode"] = json!("Indexed");
     }
@@ -741,6 +750,23 @@ fn container_name(kind: &PodKind) -> &'static str {
 /// follows the pod, so a replacement of the coordinator's pod serves at the same name.
 fn coordinator_host(a: &ManifestArgs) -> String {
     format!("{}-0.{}", a.job_name, dns_name(a))
+}
+
+/// Whether the pods of `kind` run the control channel: only the layout whose every pod runs
+/// both roles (the launcher refuses a secret in the split layout).
+fn has_channel(kind: &PodKind) -> bool {
+    kind.role == PodRole::Both
+}
+
+/// A sidecar proxy (Istio's) would accept the control port's connections for the pod and
+/// forward them from 127.0.0.6, an address that is no member's, so the coordinator would refuse
+/// every follower: the port is kept out of the mesh both ways.
+fn sidecar_annotations() -> Value {
+    let port = DEFAULT_CONTROL_PORT.to_string();
+    json!({
+        "traffic.sidecar.istio.io/excludeInboundPorts": port,
+        "traffic.sidecar.istio.io/excludeOutboundPorts": port,
+    })
 }
 
 /// The Secret holding the job's control-channel secret (`kubectl create secret generic`).

@@ -9,7 +9,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -25,6 +25,8 @@ use crate::error::Error;
 use crate::exit;
 
 const PYTHON_UNBUFFERED: &str = "PYTHONUNBUFFERED";
+/// Never passed on to a child.
+const JOB_SECRET_VARIABLE: &str = "PADDLE_LAUNCHER_JOB_SECRET";
 /// How often `stop` looks whether a group is empty when no SIGCHLD tells.
 const GROUP_POLL: Duration = Duration::from_millis(50);
 
@@ -214,6 +216,10 @@ impl Supervisor {
         let mut command = Command::new(&spec.argv[0]);
         command
             .args(&spec.argv[1..])
+            // The job secret authenticates the launchers only: a program (or its crash
+            // handler, or an experiment tracker) that dumps its environment would print it.
+            // Only `local` gives it on purpose, to the launchers of its simulated pods.
+            .env_remove(JOB_SECRET_VARIABLE)
             .envs(spec.env)
             .current_dir(spec.cwd)
             .stdin(Stdio::null())
@@ -259,13 +265,11 @@ impl Supervisor {
             spec.argv.join(" ")
         );
         if let Output::Prefixed { log } = spec.output {
-            let file = match log.as_deref().map(open_log).transpose() {
-                Ok(f) => f.map(|f| Arc::new(Mutex::new(f))),
-                Err(e) => {
-                    warn!("{} output is not copied to a file: {e}", spec.label);
-                    None
-                }
-            };
+            // Opened by the pumps, off the runtime thread: the log is often on a shared
+            // filesystem, and a stalled mount must not stop the heartbeats.
+            let (finished, written) = mpsc::channel();
+            self.pumps.push(written);
+            let file = Arc::new(LogFile::start(log, &spec.label, finished));
             if let Some(out) = child.stdout.take() {
                 self.pump(out, &spec.label, file.clone(), false);
             }
@@ -288,7 +292,7 @@ impl Supervisor {
         &mut self,
         pipe: impl Read + Send + 'static,
         label: &str,
-        file: Option<Arc<Mutex<File>>>,
+        file: Arc<LogFile>,
         to_stderr: bool,
     ) {
         let prefix = format!("[{label}] ");
@@ -309,11 +313,7 @@ impl Supervisor {
                 } else {
                     io::stdout().lock().write_all(&framed)
                 };
-                if let Some(file) = &file {
-                    if let Ok(mut f) = file.lock() {
-                        let _ = f.write_all(&line);
-                    }
-                }
+                file.write_all(&line);
                 line.clear();
             }
             let _ = done.send(());
@@ -511,6 +511,64 @@ async fn pending_or<T>(future: &mut Option<BoxFuture<'static, T>>) -> T {
     match future.as_mut() {
         Some(f) => f.await,
         None => std::future::pending().await,
+    }
+}
+
+/// Lines a log file may fall behind the console by before they are dropped from the file.
+const LOG_BACKLOG: usize = 4096;
+
+/// A child's log file, written by a thread of its own, shared by the child's stdout and stderr:
+/// the file is often on a shared filesystem, and a stalled mount must hold up neither the
+/// heartbeats (the runtime thread) nor the console (`kubectl logs`).
+struct LogFile {
+    lines: Option<mpsc::SyncSender<Vec<u8>>>,
+    dropped: std::sync::atomic::AtomicU64,
+    label: String,
+}
+
+impl LogFile {
+    /// None: no file. The writer's end is reported on `finished`.
+    fn start(path: Option<PathBuf>, label: &str, finished: mpsc::Sender<()>) -> LogFile {
+        let lines = path.map(|path| {
+            let (lines, queued) = mpsc::sync_channel::<Vec<u8>>(LOG_BACKLOG);
+            let label = label.to_string();
+            std::thread::spawn(move || {
+                let mut file = match open_log(&path) {
+                    Ok(file) => file,
+                    Err(e) => {
+                        warn!("{label} output is not copied to {}: {e}", path.display());
+                        return;
+                    }
+                };
+                for line in queued {
+                    let _ = file.write_all(&line);
+                }
+                let _ = finished.send(());
+            });
+            lines
+        });
+        LogFile {
+            lines,
+            dropped: std::sync::atomic::AtomicU64::new(0),
+            label: label.to_string(),
+        }
+    }
+
+    fn write_all(&self, line: &[u8]) {
+        let Some(lines) = &self.lines else {
+            return;
+        };
+        if let Err(mpsc::TrySendError::Full(_)) = lines.try_send(line.to_vec()) {
+            let dropped = self
+                .dropped
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if dropped == 0 {
+                warn!(
+                    "{} output is {LOG_BACKLOG} lines ahead of its log file (a stalled filesystem?): lines are left out of the file until it catches up",
+                    self.label
+                );
+            }
+        }
     }
 }
 

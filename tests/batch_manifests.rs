@@ -275,6 +275,7 @@ fn launchers_of_the_jobset_manifest_plan_the_job() {
     }
     for (i, ip) in ips.iter().enumerate() {
         let mut env = container_env(template, &format!("js-worker-0-{i}-q"), ip, &[]);
+        support::mount_job_secret(dir.path(), &mut env);
         env.push((
             "KUBECONFIG",
             dir.path().join("kubeconfig").display().to_string(),
@@ -342,7 +343,8 @@ fn launchers_of_the_volcano_manifest_plan_the_split_layout() {
         "KUBECONFIG",
         dir.path().join("kubeconfig").display().to_string(),
     ));
-    let env = container_env(template, name, address, &extra);
+    let mut env = container_env(template, name, address, &extra);
+    support::mount_job_secret(dir.path(), &mut env);
     let done =
         Launcher::start(dir.path(), "vc", &["plan"], &env).wait(std::time::Duration::from_secs(60));
     assert_eq!(done.code(), 0, "{}", done.stderr);
@@ -407,6 +409,7 @@ fn launchers_of_a_split_jobset_plan_their_roles() {
     pods.extend(create(0, "trainer", &mut last_ip));
     let start = |(name, ip, template): &(String, String, Value)| {
         let mut env = container_env(template, name, ip, &[]);
+        support::mount_job_secret(dir.path(), &mut env);
         env.push((
             "KUBECONFIG",
             dir.path().join("kubeconfig").display().to_string(),

@@ -389,3 +389,72 @@ fn a_wrong_runtime_or_an_unreadable_jobset_is_named() {
         "grant `get` on jobsets.jobset.x-k8s.io, or set CONF_PADDLE_GRADIENT_NUM",
     );
 }
+
+/// A JobSet restarted whole twice (every pod of attempt 2, none of the earlier ones left): the
+/// fresh launchers agree on restart count 2, not 0, so a training program that resumes from
+/// its checkpoint on a restart does so.
+#[test]
+fn a_jobset_restarted_whole_gives_its_attempt_as_the_restart_count() {
+    let cluster = Cluster::new();
+    let api = &cluster.api;
+    let ips = ["127.0.32.11", "127.0.32.12"];
+    for rank in 0..2u32 {
+        api.put_pod(jobset_pod(
+            "jr",
+            "workers",
+            rank,
+            rank,
+            0,
+            2,
+            Some(ips[rank as usize]),
+        ));
+    }
+    api.record(
+        "/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets/jr",
+        200,
+        json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+               "metadata": {"name": "jr", "namespace": "default"},
+               "spec": {"replicatedJobs": [{"name": "workers", "replicas": 2,
+                   "template": {"spec": {"parallelism": 1, "completions": 1}}}]}})
+        .to_string(),
+    );
+    let (trainer_port, control_port) = (free_ports(1), free_ports(1));
+    let launchers: Vec<Launcher> = ips
+        .iter()
+        .enumerate()
+        .map(|(rank, ip)| {
+            let mut env = bare_env(&cluster, ip);
+            env.extend([
+                ("PADDLE_LAUNCHER_PROTOCOL", "collective".to_string()),
+                ("PADDLE_LAUNCHER_TRAINER_PORT", trainer_port.to_string()),
+                ("PADDLE_LAUNCHER_CONTROL_PORT", control_port.to_string()),
+                (
+                    "PADDLE_LAUNCHER_JOB_SECRET",
+                    "batch-systems-test-secret-0123456789abcdef".to_string(),
+                ),
+                ("PADDLE_LAUNCHER_MAX_RESTARTS", "3".to_string()),
+            ]);
+            Launcher::start(
+                cluster.dir.path(),
+                &format!("jr-{rank}"),
+                &[
+                    "run",
+                    "--",
+                    "sh",
+                    "-c",
+                    "echo rank=$PADDLE_TRAINER_ID count=$PADDLE_LAUNCHER_RESTART_COUNT",
+                ],
+                &env,
+            )
+        })
+        .collect();
+    for (rank, launcher) in launchers.into_iter().enumerate() {
+        let done = launcher.wait(LIMIT);
+        assert_eq!(done.code(), 0, "{}\n{}", done.stdout, done.stderr);
+        assert_contains(&done.stdout, &format!("rank={rank} count=2"));
+        assert_contains(
+            &done.stderr,
+            "the batch system has restarted the job 2 times: the restart count starts at 2",
+        );
+    }
+}

@@ -213,6 +213,7 @@ fn hostile_clients_are_dropped_and_the_job_ends_cleanly() {
         next: 0,
         view: "any".into(),
         max_restarts: 0,
+        heartbeat_ms: 0,
     };
     let (mut forged, challenge) = connect_from(&member, &address);
     let wrong = paddle_launcher::config_secret(b"not-the-job-secret-at-all-0123456789");
@@ -240,6 +241,7 @@ fn hostile_clients_are_dropped_and_the_job_ends_cleanly() {
         next: 0,
         view: "any".into(),
         max_restarts: 0,
+        heartbeat_ms: 0,
     };
     stranger
         .write_all(&ControlSession::new(&right, challenge, false).seal(&intruder))
@@ -336,10 +338,11 @@ fn a_failed_follower_stops_the_job_at_once_naming_its_failure() {
     );
 }
 
-/// A secret file that does not exist is an optional Secret nobody created: the job runs
-/// without a channel. One too short to be a key is refused before anything starts.
+/// A secret file that does not exist is a Secret nobody created: refused at once (status 2,
+/// one line saying what to do), never "no channel" on this pod while the others, started
+/// after the Secret, wait for it. One too short to be a key is refused too.
 #[test]
-fn a_missing_secret_file_means_no_channel_and_a_short_one_is_refused() {
+fn a_missing_secret_file_and_a_short_one_are_refused() {
     let job = Job::new(1);
     let env = |file: &str| {
         vec![
@@ -358,8 +361,16 @@ fn a_missing_secret_file_means_no_channel_and_a_short_one_is_refused() {
         &env(&missing),
     )
     .wait(LIMIT);
-    assert_eq!(done.code(), 0, "{}", done.stderr);
-    assert_contains(&done.stderr, "no control channel (no heartbeats)");
+    assert_eq!(done.code(), 2, "{}", done.stderr);
+    assert_contains(
+        &done.stderr,
+        &format!("invalid PADDLE_LAUNCHER_JOB_SECRET_FILE (--job-secret-file): \"{missing}\": expected a file that exists: create the Secret mounted there"),
+    );
+    assert!(
+        !done.stderr.contains("started trainer"),
+        "the launcher went on without the channel: {}",
+        done.stderr
+    );
     let short = job.dir.path().join("short");
     std::fs::write(&short, "tooshort\n").unwrap();
     let short = short.display().to_string();
@@ -403,4 +414,93 @@ fn launchers_that_never_agree_give_up_after_the_wait_timeout() {
         assert_contains(&done.stderr, "did not agree on a start in");
         assert_contains(&done.stderr, "rounds of gathering");
     }
+}
+
+/// A sidecar proxy (Istio's) accepts the followers' connections and forwards them from
+/// 127.0.0.6, which is no member's address: the coordinator names it at once, and what to do,
+/// once however many connections come, instead of a count a minute later while the job never
+/// starts.
+#[test]
+fn a_connection_forwarded_by_a_sidecar_is_named_at_once_with_the_remedy() {
+    let job = Job::new(2);
+    // Pod 1 never starts: the coordinator keeps waiting for it.
+    let coordinator = job.start(0, 30);
+    coordinator.wait_for_output("control channel: coordinating 2 launchers", LIMIT);
+    for _ in 0..20 {
+        let (mut stream, _) = connect_from_unchecked("127.0.0.6", &job.coordinator());
+        assert!(closed_by_server(&mut stream), "the proxy was served");
+    }
+    let named = "control channel: refused a connection from 127.0.0.6: not the address of a pod of this job (a sidecar proxy such as Istio's forwards connections from 127.0.0.6: keep the control port out of the mesh";
+    coordinator.wait_for_output(named, LIMIT);
+    coordinator.signal(Signal::SIGTERM);
+    let done = coordinator.wait(LIMIT);
+    assert_eq!(done.stderr.matches(named).count(), 1, "{}", done.stderr);
+}
+
+/// A member's success is told to every launcher, not only the coordinator: after pod 1's
+/// trainer succeeded, the coordinator's pod is lost; pod 2 knows the job cannot start again as
+/// a whole (pod 1 will never rejoin), so it ends at once with 78 instead of restarting and
+/// waiting for pod 1 until --wait-timeout.
+#[test]
+fn a_members_success_reaches_every_launcher_so_none_waits_for_it_after_a_loss() {
+    let job = Job::new(3);
+    let start = |pod: usize, seconds: &str| {
+        let mut env = job.env(pod);
+        env.push(("PADDLE_LAUNCHER_MAX_RESTARTS", "2".to_string()));
+        env.push(("PADDLE_LAUNCHER_WAIT_TIMEOUT", "20".to_string()));
+        Launcher::start(
+            job.dir.path(),
+            &format!("pod-{pod}"),
+            &["run", "--", "sleep", seconds],
+            &env,
+        )
+    };
+    let coordinator = start(0, "120");
+    let finishing = start(1, "1");
+    let survivor = start(2, "120");
+    let finished = finishing.wait(LIMIT);
+    assert_eq!(finished.code(), 0, "{}", finished.stderr);
+    survivor.wait_for_output(
+        "control channel: the trainer of hb-1 succeeded: the job cannot start again as a whole",
+        LIMIT,
+    );
+    coordinator.signal(Signal::SIGKILL);
+    coordinator.wait(LIMIT);
+    let done = survivor.wait(LIMIT);
+    assert_eq!(done.code(), 78, "{}", done.stderr);
+    assert_contains(
+        &done.stderr,
+        "no restart: a pod of the job has already finished",
+    );
+    assert!(
+        !done.stderr.contains("restarting the job"),
+        "{}",
+        done.stderr
+    );
+}
+
+/// In the split layout each pod finds only part of the job, so a channel would elect one
+/// coordinator among the pservers and another among the trainers, and the trainers would wait
+/// for pservers that joined the other: a secret there is refused at the start, with one line.
+#[test]
+fn a_job_secret_in_the_split_layout_is_refused_at_the_start() {
+    let job = Job::new(1);
+    let mut env = job.env(0);
+    env.extend([
+        ("PADDLE_LAUNCHER_ROLE", "trainer".to_string()),
+        ("PADDLE_LAUNCHER_PROTOCOL", "fleet".to_string()),
+        ("PSERVERS", "1".to_string()),
+        ("TRAINERS", "1".to_string()),
+        ("PADDLE_LAUNCHER_PSERVER_SELECTOR", "role=ps".to_string()),
+        ("PADDLE_LAUNCHER_TRAINER_SELECTOR", "role=tr".to_string()),
+    ]);
+    env.retain(|(k, _)| *k != "PADDLE_LAUNCHER_PEERS");
+    let done = Launcher::start(job.dir.path(), "split", &["run", "--", "true"], &env).wait(LIMIT);
+    assert_eq!(done.code(), 2, "{}", done.stderr);
+    assert_contains(
+        &done.stderr,
+        "invalid PADDLE_LAUNCHER_JOB_SECRET (--job-secret): \"(not shown)\": expected unset in a trainer pod of the split layout (PADDLE_LAUNCHER_ROLE)",
+    );
+    assert!(!done.stderr.contains(SECRET), "{}", done.stderr);
+    assert_eq!(done.stderr.lines().count(), 2, "{}", done.stderr);
 }

@@ -284,7 +284,8 @@ fn launchers_started_from_each_manifest_plan_the_job() {
             if args.contains(&"--dns") {
                 // DNS discovery itself is tested against dnsmasq (tests/dns.rs): here, that the
                 // pod's environment selects it and needs no API.
-                let env = pod_env(job, &pods[0]);
+                let mut env = pod_env(job, &pods[0]);
+                support::mount_job_secret(dir.path(), &mut env);
                 let done = Launcher::start(dir.path(), "doctor", &["doctor"], &env)
                     .wait(std::time::Duration::from_secs(60));
                 assert_contains(
@@ -298,6 +299,7 @@ fn launchers_started_from_each_manifest_plan_the_job() {
             let mut ids = BTreeSet::new();
             for pod in pods {
                 let mut env = pod_env(job, pod);
+                support::mount_job_secret(dir.path(), &mut env);
                 env.push((
                     "KUBECONFIG",
                     dir.path().join("kubeconfig").display().to_string(),
@@ -686,17 +688,8 @@ fn big_jobs_name_a_coordinator_small_ones_do_not() {
             .find(|e| e["name"] == name)
             .map(|e| e["value"].clone())
     };
-    let secret_optional = |job: &Value| {
-        job["spec"]["template"]["spec"]["volumes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find_map(|v| v["secret"]["optional"].as_bool())
-            .unwrap()
-    };
     let (small, kinds) = job_of("63");
     assert_eq!(env_of(&small, "PADDLE_LAUNCHER_COORDINATOR"), None);
-    assert!(secret_optional(&small));
     assert!(!kinds.contains(&"Service".to_string()));
     let (big, kinds) = job_of("64");
     assert_eq!(
@@ -704,8 +697,69 @@ fn big_jobs_name_a_coordinator_small_ones_do_not() {
         Some(json!("big-0.big-pods:6171"))
     );
     assert_eq!(env_of(&big, "PADDLE_LAUNCHER_MAX_RESTARTS"), None);
-    assert!(!secret_optional(&big), "the followers need the channel");
     assert_eq!(big["spec"]["completionMode"], "Indexed");
     assert_eq!(big["spec"]["template"]["spec"]["subdomain"], "big-pods");
     assert!(kinds.contains(&"Service".to_string()));
+}
+
+/// The control channel's parts go where the launcher runs it: in the layout whose every pod runs
+/// both roles, the Secret (optional, so that a pod started before it exists says what is
+/// missing instead of waiting in ContainerCreating), the port, and the annotations that keep a
+/// sidecar proxy off that port; in the split layout, whose launchers refuse a secret, none.
+#[test]
+fn the_channel_is_mounted_only_where_the_launcher_runs_it_and_kept_out_of_sidecars() {
+    let jobs_of = |args: &[&str]| -> Vec<Value> {
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&manifest(args)).unwrap();
+        docs.into_iter().filter(|d| d["kind"] == "Job").collect()
+    };
+    let base = [
+        "--job-name",
+        "ch",
+        "--image",
+        "paddle:1",
+        "--protocol",
+        "fleet",
+        "--entry",
+        "python train.py",
+    ];
+    let colocated = jobs_of(&base);
+    let split: Vec<&str> = base
+        .iter()
+        .copied()
+        .chain(["--split", "--pservers", "2"])
+        .collect();
+    let split = jobs_of(&split);
+    assert_eq!(split.len(), 2);
+    let template = |job: &Value| job["spec"]["template"].clone();
+    let variables = |job: &Value| -> Vec<String> {
+        each(&template(job)["spec"]["containers"][0]["env"], &["name"])
+            .iter()
+            .map(|n| n.as_str().unwrap().to_string())
+            .collect()
+    };
+    let secrets = |job: &Value| -> Vec<Value> {
+        each(&template(job)["spec"]["volumes"], &["secret"])
+            .into_iter()
+            .filter(|s| !s.is_null())
+            .cloned()
+            .collect()
+    };
+    let job = &colocated[0];
+    assert!(variables(job).contains(&"PADDLE_LAUNCHER_JOB_SECRET_FILE".to_string()));
+    assert_eq!(secrets(job).len(), 1);
+    assert_eq!(secrets(job)[0]["optional"], true);
+    let annotations = &template(job)["metadata"]["annotations"];
+    assert_eq!(
+        annotations["traffic.sidecar.istio.io/excludeInboundPorts"],
+        "6171"
+    );
+    assert_eq!(
+        annotations["traffic.sidecar.istio.io/excludeOutboundPorts"],
+        "6171"
+    );
+    for job in &split {
+        assert!(!variables(job).contains(&"PADDLE_LAUNCHER_JOB_SECRET_FILE".to_string()));
+        assert!(secrets(job).is_empty(), "{job}");
+        assert!(template(job)["metadata"]["annotations"].is_null(), "{job}");
+    }
 }

@@ -695,3 +695,133 @@ fn a_named_coordinators_replacement_takes_over_at_the_same_name() {
     );
     assert_only_coordinators_used_the_api(&job, &[0, replacement]);
 }
+
+/// The job secret authenticates the launchers, and nothing else may see it: a training program
+/// that prints its whole environment (as crash handlers and experiment trackers do) prints no
+/// secret, neither the one a pod is given nor the one `local` makes up.
+#[test]
+fn the_training_program_never_sees_the_job_secret() {
+    let mut job = Job::new("nosee", 2, 1);
+    job.program = ["sh", "-c", "env; echo count=$PADDLE_LAUNCHER_RESTART_COUNT"]
+        .map(String::from)
+        .to_vec();
+    job.create_pods(2);
+    for out in job.all_finish() {
+        assert_contains(&out, "PADDLE_TRAINER_ID=");
+        assert!(!out.contains(SECRET), "{out}");
+        assert!(!out.contains("PADDLE_LAUNCHER_JOB_SECRET"), "{out}");
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let done = Launcher::start(
+        dir.path(),
+        "local",
+        &[
+            "local",
+            "--job-name",
+            "nosee",
+            "--trainers",
+            "2",
+            "--protocol",
+            "collective",
+            "--max-restarts",
+            "1",
+            "--control-port",
+            &free_ports(1).to_string(),
+            "--trainer-port",
+            &free_ports(1).to_string(),
+            "--",
+            "env",
+        ],
+        &[],
+    )
+    .wait(LIMIT);
+    assert_eq!(done.code(), 0, "{}\n{}", done.stdout, done.stderr);
+    assert_contains(&done.stdout, "PADDLE_TRAINER_ID=1");
+    assert!(
+        !done.stdout.contains("PADDLE_LAUNCHER_JOB_SECRET"),
+        "{}",
+        done.stdout
+    );
+}
+
+/// Launchers given different heartbeat timeouts (2 s on the coordinator, 30 s on a follower,
+/// which then beats every 10 s): the link beats for the shorter and is judged by the longer, so
+/// a healthy job runs to its end in epoch 0 instead of losing the follower 2 s after the start.
+#[test]
+fn launchers_with_different_heartbeat_timeouts_do_not_take_each_other_for_silent() {
+    let mut job = Job::new("beats", 2, 1);
+    job.program = [
+        "sh",
+        "-c",
+        "echo count=$PADDLE_LAUNCHER_RESTART_COUNT done; sleep 7",
+    ]
+    .map(String::from)
+    .to_vec();
+    // Pod 0 has the lower address: it ranks first and coordinates.
+    job.create_pod();
+    job.extra_env = vec![("PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT", "30".to_string())];
+    job.create_pod();
+    job.all_finish_in_epoch(0);
+    let coordinator_log = job.stderr(0);
+    assert_contains(
+        &coordinator_log,
+        "beats-1 was given a heartbeat timeout of 30.0 s and this launcher 2.0 s",
+    );
+    assert!(
+        !coordinator_log.contains("sent no heartbeat"),
+        "{coordinator_log}"
+    );
+}
+
+/// A job restarted whole starts fresh launchers, and a batch system may not say it restarted
+/// (a Job whose pods were all lost, Kueue's preemption and resume): the collective example
+/// resumes from the checkpoint it finds whatever the restart count, instead of overwriting
+/// its progress from step 1.
+#[test]
+fn real_paddle_example_resumes_from_a_checkpoint_it_finds_on_a_fresh_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, checkpoints) = (dir.path().join("out"), dir.path().join("checkpoints"));
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::create_dir_all(&checkpoints).unwrap();
+    let checkpoint = serde_json::json!({
+        "step": 30,
+        "params": {"weight": [[3.0], [-2.0]], "bias": [1.0]},
+    });
+    std::fs::write(checkpoints.join("checkpoint.json"), checkpoint.to_string()).unwrap();
+    let train = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/collective/train.py");
+    let done = Launcher::start(
+        dir.path(),
+        "local",
+        &[
+            "local",
+            "--job-name",
+            "fresh",
+            "--trainers",
+            "2",
+            "--protocol",
+            "collective",
+            "--trainer-port",
+            &free_ports(1).to_string(),
+            "--",
+            &paddle_python(),
+            &train.display().to_string(),
+            &out.display().to_string(),
+            &checkpoints.display().to_string(),
+        ],
+        &[
+            ("PADDLE_DISTRI_BACKEND", "gloo".to_string()),
+            ("HOME", dir.path().display().to_string()),
+        ],
+    )
+    .wait(LIMIT);
+    assert_eq!(done.code(), 0, "{}\n{}", done.stdout, done.stderr);
+    for rank in 0..2 {
+        let text = std::fs::read_to_string(out.join(format!("result-{rank}.json"))).unwrap();
+        let result: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(result["restart_count"], 0);
+        assert_eq!(result["resumed_after_step"], 30, "rank {rank}");
+        // Resumed from the exact fit: no step starts from random weights.
+        assert!(result["first_loss"].as_f64().unwrap() < 0.01, "{result}");
+    }
+}

@@ -473,3 +473,28 @@ fn as_pid_1_in_a_fresh_pid_namespace_orphans_are_reaped_and_the_status_passes_th
         "PID 1 did not reap the orphan:\n{stderr}"
     );
 }
+
+/// The trainer's log on a filesystem that stalls (here a FIFO nobody reads, whose open blocks
+/// as a hung NFS mount's would): the launcher still answers signals at once, and the trainer
+/// still runs, because the log is opened off the thread that handles signals and heartbeats.
+#[test]
+fn a_log_file_that_blocks_on_open_stalls_nothing() {
+    let pod = OnePod::new().set("STANDIN_TRAINER_SECONDS", "120");
+    let job_path = pod.dir.path().join("jobs");
+    let node = job_path.join("sup/output/node_0");
+    std::fs::create_dir_all(&node).unwrap();
+    let fifo = node.join("train.log");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let pod = pod.set("JOB_PATH", &job_path.display().to_string());
+    let launcher = pod.start();
+    launcher.wait_for_output("connected to 1 pserver endpoints", LIMIT);
+    launcher.signal(Signal::SIGTERM);
+    let done = launcher.wait(LIMIT);
+    assert_eq!(done.code(), 143, "{}", done.stderr);
+    assert_contains(&done.stdout, "[trainer-0] trainer received SIGTERM");
+    assert_nothing_left(&pod.pids());
+}

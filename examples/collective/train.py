@@ -9,8 +9,9 @@ directory given as the first argument (default: the current directory).
 
 Recovery: with a second argument, a directory every pod shares, rank 0 checkpoints the
 parameters after each step (written whole, then renamed: a kill never leaves half a file), and
-a start with PADDLE_LAUNCHER_RESTART_COUNT > 0 resumes from the last checkpoint instead of step
-0. STEP_SECONDS (default 0) slows each step down, so that a test can kill a pod mid-training.
+every start that finds a checkpoint there resumes from it instead of step 0, whatever
+PADDLE_LAUNCHER_RESTART_COUNT says: a job restarted whole (by its batch system, or after
+Kueue preempted it) must not overwrite its progress from step 1. STEP_SECONDS (default 0) slows each step down, so that a test can kill a pod mid-training.
 """
 import json
 import os
@@ -40,9 +41,10 @@ def main():
     checkpoint_dir = sys.argv[2] if len(sys.argv) > 2 else None
     restart = int(os.environ.get("PADDLE_LAUNCHER_RESTART_COUNT", "0"))
     start = 0
-    if checkpoint_dir and restart > 0:
+    if checkpoint_dir:
         start = resume(layer, checkpoint_dir)
-        print(f"rank {rank}: restart {restart}, resuming after step {start}", flush=True)
+        if start > 0:
+            print(f"rank {rank}: restart {restart}, resuming after step {start}", flush=True)
     model = paddle.DataParallel(layer)
     optimizer = paddle.optimizer.SGD(learning_rate=0.1, parameters=model.parameters())
     step_seconds = float(os.environ.get("STEP_SECONDS", "0"))

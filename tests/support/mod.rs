@@ -412,3 +412,16 @@ pub fn checkov(file: &Path) -> (u64, Vec<(String, String)>) {
 
 /// The line a launcher writes when it lists and watches the job's pods itself.
 pub const DISCOVERS: &str = "to be Running (API server";
+
+/// What the kubelet does for a pod whose environment names the job's mounted Secret
+/// (`PADDLE_LAUNCHER_JOB_SECRET_FILE`, as `manifest` writes it): the file exists, here in the
+/// test's `dir`, holding a secret.
+pub fn mount_job_secret(dir: &Path, env: &mut [(&'static str, String)]) {
+    for (name, value) in env.iter_mut() {
+        if *name == "PADDLE_LAUNCHER_JOB_SECRET_FILE" {
+            let file = dir.join("mounted-job-secret");
+            std::fs::write(&file, "mounted-secret-of-the-test-0123456789abcdef\n").unwrap();
+            *value = file.display().to_string();
+        }
+    }
+}
