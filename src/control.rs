@@ -354,11 +354,26 @@ pub enum Heard {
     Lost { reason: String, restart: bool },
 }
 
+/// Looks the coordinator's DNS name up again: the single address it has now, or why it has none
+/// (none yet, or several while a replaced pod's old address is still listed).
+pub type Recheck = Arc<dyn Fn() -> BoxFuture<'static, Result<SocketAddr, String>> + Send + Sync>;
+
 /// Where this launcher stands in the channel.
 pub enum Role {
-    Coordinator { listen: SocketAddr },
-    Follower { coordinator: SocketAddr },
+    Coordinator {
+        listen: SocketAddr,
+    },
+    Follower {
+        coordinator: SocketAddr,
+        /// When the coordinator is known by a DNS name: a follower that cannot reach it looks
+        /// the name up again, and gathers again as soon as it has moved, instead of knocking
+        /// at a replaced pod's old address for the whole join grace.
+        recheck: Option<Recheck>,
+    },
 }
+
+/// How often a follower that cannot reach its coordinator looks its name up again.
+const RECHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// Everything a launcher brings to one attempt's channel.
 pub struct Joining {
@@ -400,9 +415,16 @@ pub fn view(members: &[Member]) -> String {
 }
 
 enum Request {
-    Failed { reason: String, restartable: bool },
+    Failed {
+        reason: String,
+        restartable: bool,
+    },
+    /// The coordinator's launcher saw a member's pod lost through the API.
+    PodLost(String),
     Done,
-    Finish { succeeded: bool },
+    Finish {
+        succeeded: bool,
+    },
 }
 
 /// This launcher's part of one attempt's channel.
@@ -415,6 +437,7 @@ pub struct Channel {
     may_restart: watch::Receiver<bool>,
     /// Set once the job's loss is known here: told by the coordinator, or decided by it.
     lost: watch::Receiver<bool>,
+    coordinates: bool,
 }
 
 impl Channel {
@@ -458,6 +481,18 @@ impl Channel {
         let mut verdict = self.may_restart.clone();
         let _ = timeout(wait, verdict.wait_for(|may| !may)).await;
         self.may_restart()
+    }
+
+    /// Whether this launcher serves the channel.
+    pub fn coordinates(&self) -> bool {
+        self.coordinates
+    }
+
+    /// The coordinator's launcher saw a member's pod lost through the API: the coordinator
+    /// decides, in the one place that also decides `Go`, so the two cannot cross. Before the
+    /// start everyone gathers again (free); after it, the loss is the job's, as any other.
+    pub fn pod_lost(&self, reason: String) {
+        let _ = self.requests.send(Request::PodLost(reason));
     }
 
     /// Tells the job that this launcher's trainer succeeded, the moment it does: from now on
@@ -528,6 +563,7 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
         lost: lost_tx,
     };
     let limit = joining.heartbeat_timeout.as_secs();
+    let coordinates = matches!(joining.role, Role::Coordinator { .. });
     let task = match joining.role {
         Role::Coordinator { listen } => {
             let listener = TcpListener::bind(listen).await?;
@@ -541,9 +577,13 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
             };
             tokio::spawn(coordinator.run(listener, ends).in_current_span())
         }
-        Role::Follower { coordinator } => {
+        Role::Follower {
+            coordinator,
+            ref recheck,
+        } => {
             info!("control channel: following the coordinator at {coordinator} (heartbeat timeout {limit} s)");
-            tokio::spawn(follow(joining, coordinator, ends).in_current_span())
+            let recheck = recheck.clone();
+            tokio::spawn(follow(joining, coordinator, recheck, ends).in_current_span())
         }
     };
     Ok(Channel {
@@ -552,6 +592,7 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
         task: Some(task),
         may_restart,
         lost,
+        coordinates,
     })
 }
 
@@ -776,6 +817,11 @@ impl Coordinator {
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
                 request = ends.requests.recv() => match request {
                     Some(Request::Failed { reason, restartable }) => self.lose(reason, &ends, false, restartable),
+                    Some(Request::PodLost(reason)) => match self.stage {
+                        Stage::Gathering { .. } => self.regather(reason, &ends),
+                        Stage::Running { .. } => self.lose(reason, &ends, true, true),
+                        Stage::Closing => {}
+                    },
                     Some(Request::Done) => self.own_done(&ends),
                     Some(Request::Finish { succeeded: true }) if matches!(self.stage, Stage::Running { .. }) && self.lost.is_none() => {
                         self.own_done(&ends);
@@ -1269,16 +1315,39 @@ async fn talk(
 
 /// A follower's side of one attempt: connect (retrying while the coordinator is not up yet),
 /// say hello, wait for `Go`, then beat and listen until this launcher finishes.
-async fn follow(joining: Joining, coordinator: SocketAddr, mut ends: Ends) {
+async fn follow(
+    joining: Joining,
+    coordinator: SocketAddr,
+    recheck: Option<Recheck>,
+    mut ends: Ends,
+) {
     let limit = joining.heartbeat_timeout;
     let started = Instant::now();
     let mut pause = Duration::from_millis(50);
     let mut last_said = None;
+    let mut last_recheck = Instant::now();
     let (challenge, reader, mut writer) = loop {
         let why = match handshake(&joining, coordinator).await {
             Ok(connected) => break connected,
             Err(why) => why,
         };
+        if let Some(recheck) = recheck
+            .as_ref()
+            .filter(|_| last_recheck.elapsed() >= RECHECK_EVERY)
+        {
+            last_recheck = Instant::now();
+            let moved = match recheck().await {
+                Ok(now) if now == coordinator => None,
+                Ok(now) => Some(format!("the coordinator's name now points at {now}")),
+                Err(why) => Some(why),
+            };
+            if let Some(moved) = moved {
+                ends.hear(Heard::Regather(format!(
+                    "the coordinating launcher at {coordinator} cannot be reached ({why}) and {moved}"
+                )));
+                return;
+            }
+        }
         if started.elapsed() > joining.join_grace {
             ends.hear(Heard::Regather(format!(
                 "the coordinating launcher at {coordinator} could not be reached for {} s ({why})",
@@ -1295,7 +1364,8 @@ async fn follow(joining: Joining, coordinator: SocketAddr, mut ends: Ends) {
             _ = sleep(pause) => {}
             request = ends.requests.recv() => match request {
                 Some(Request::Finish { .. }) | None => return,
-                Some(Request::Failed { .. } | Request::Done) => {}
+                // Only a coordinator's launcher routes the pods it sees lost to its channel.
+                Some(Request::Failed { .. } | Request::Done | Request::PodLost(_)) => {}
             },
         }
         pause = (pause * 2).min(Duration::from_millis(250));
@@ -1355,6 +1425,7 @@ async fn follow(joining: Joining, coordinator: SocketAddr, mut ends: Ends) {
                 Some(Request::Failed { reason, restartable }) => {
                     let _ = out.write(&mut writer, &Message::Failed { reason, restartable }, limit).await;
                 }
+                Some(Request::PodLost(_)) => {}
                 Some(Request::Done) => {
                     if running && !said_done {
                         said_done = true;
@@ -1401,7 +1472,7 @@ async fn follow(joining: Joining, coordinator: SocketAddr, mut ends: Ends) {
                         said_done = true;
                         Message::Done
                     }
-                    Some(Request::Done) => continue,
+                    Some(Request::Done | Request::PodLost(_)) => continue,
                     Some(Request::Finish { .. }) | None => break,
                 };
                 let _ = out.write(&mut writer, &message, limit).await;
@@ -1640,7 +1711,10 @@ mod tests {
                     listen: coordinator,
                 }
             } else {
-                Role::Follower { coordinator }
+                Role::Follower {
+                    coordinator,
+                    recheck: None,
+                }
             },
             secret: secret(),
             me: members[index].clone(),
@@ -1958,6 +2032,36 @@ mod tests {
             "only the heartbeat timeout told"
         );
         assert!(matches!(heard(&mut channels[1]).await, Heard::Lost { .. }));
+    }
+
+    /// A pod its launcher saw lost through the API is decided by the coordinator, where `Go` is:
+    /// before the start everyone gathers again; once `Go` is out, everyone hears the loss, one
+    /// the job may restart from, so no follower runs an attempt the coordinator left alone.
+    #[tokio::test]
+    async fn a_pod_lost_is_decided_where_go_is_decided() {
+        let members: Vec<Member> = (0..3)
+            .map(|i| member(&format!("p-{i}"), &format!("127.0.6.{}", 140 + i)))
+            .collect();
+        let port = free_port("127.0.6.140");
+        let mut coordinator = join(joining(&members, 0, port, 0)).await.unwrap();
+        assert!(coordinator.coordinates());
+        // p-2 never joins: the coordinator is still gathering.
+        let mut follower = join(joining(&members, 1, port, 0)).await.unwrap();
+        assert!(!follower.coordinates());
+        sleep(Duration::from_millis(300)).await;
+        coordinator.pod_lost("peer pod p-2 was deleted".into());
+        let regather = Heard::Regather("peer pod p-2 was deleted".into());
+        assert_eq!(heard(&mut coordinator).await, regather);
+        assert_eq!(heard(&mut follower).await, regather);
+
+        let mut channels = three_started(130, 0).await;
+        channels[0].pod_lost("peer pod p-2 was deleted".into());
+        let lost = Heard::Lost {
+            reason: "peer pod p-2 was deleted".into(),
+            restart: true,
+        };
+        assert_eq!(heard(&mut channels[0]).await, lost);
+        assert_eq!(heard(&mut channels[1]).await, lost);
     }
 
     /// A follower that found other pods than the coordinator did: everyone discovers again.

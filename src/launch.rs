@@ -359,17 +359,11 @@ async fn gather(
                 continue;
             }
         };
-        let peer_loss = &mut attempt.peer_loss;
         let heard = interruptible(
             Some(supervisor),
             "waiting for the job's launchers",
             true,
-            async {
-                tokio::select! {
-                    heard = channel.heard() => heard,
-                    loss = or_never(peer_loss.as_mut()) => Heard::Regather(loss),
-                }
-            },
+            heard_or_lost(&mut channel, &mut attempt.peer_loss),
         )
         .await?;
         if let Some(start) = started(heard, &mut channel).await? {
@@ -378,6 +372,29 @@ async fn gather(
             attempt.channel = Some(channel);
             return Ok(attempt);
         }
+    }
+}
+
+/// What the channel says next while the attempt gathers. A pod the API shows lost meanwhile
+/// means gathering again; the coordinator's launcher hands it to its channel, which decides
+/// it in the same place as `Go` (before it: gather again, free; after it: the job's loss), so
+/// that a `Go` already on its way to the followers is never undone by this launcher alone.
+async fn heard_or_lost(
+    channel: &mut Channel,
+    peer_loss: &mut Option<BoxFuture<'static, String>>,
+) -> Heard {
+    loop {
+        let lost = tokio::select! {
+            biased;
+            heard = channel.heard() => return heard,
+            lost = or_never(peer_loss.as_mut()) => lost,
+        };
+        // Spent: the channel reports the loss from now on.
+        *peer_loss = None;
+        if !channel.coordinates() {
+            return Heard::Regather(lost);
+        }
+        channel.pod_lost(lost);
     }
 }
 
@@ -519,7 +536,10 @@ async fn follow_coordinator(
     next_epoch: u32,
 ) -> Result<Option<Attempt>, Error> {
     let mut channel = control::join(Joining {
-        role: ControlRole::Follower { coordinator },
+        role: ControlRole::Follower {
+            coordinator,
+            recheck: recheck_of(config),
+        },
         secret: secret.clone(),
         // Without a name, the coordinator knows this pod by its address.
         me: control::Member {
@@ -669,6 +689,25 @@ async fn resolve(
     })
 }
 
+/// A follower's way to look the coordinator's DNS name up again; None when it is an address.
+fn recheck_of(config: &Config) -> Option<control::Recheck> {
+    let (host, port) = config.control.coordinator.clone()?;
+    if host.parse::<IpAddr>().is_ok() {
+        return None;
+    }
+    let dns_server = config.control.dns_server;
+    Some(std::sync::Arc::new(move || {
+        let host = host.clone();
+        async move {
+            match resolve(&host, port, dns_server).await {
+                Ok(found) => found,
+                Err(e) => Err(e.to_string()),
+            }
+        }
+        .boxed()
+    }))
+}
+
 /// The job secret: given, or read from its file (a mounted Secret). A file that does not exist
 /// is a Secret nobody created, and an error: were it "no channel" for this pod, the pods started
 /// after the Secret would wait for a channel this one never joins.
@@ -759,7 +798,10 @@ async fn join_channel(
         plan.coordinator.parse::<SocketAddr>(),
     ) {
         (Some(true), Ok(listen)) => ControlRole::Coordinator { listen },
-        (Some(false), Ok(coordinator)) => ControlRole::Follower { coordinator },
+        (Some(false), Ok(coordinator)) => ControlRole::Follower {
+            coordinator,
+            recheck: None,
+        },
         // A DNS name: whoever has its address serves.
         _ => {
             let Some((host, port)) = &control.coordinator else {
@@ -769,7 +811,10 @@ async fn join_channel(
                 Ok(address) if address.ip() == me.ip => ControlRole::Coordinator {
                     listen: SocketAddr::new(me.ip, *port),
                 },
-                Ok(coordinator) => ControlRole::Follower { coordinator },
+                Ok(coordinator) => ControlRole::Follower {
+                    coordinator,
+                    recheck: recheck_of(config),
+                },
                 Err(why) => return Ok(Found::NotYet(why)),
             }
         }

@@ -825,3 +825,40 @@ fn real_paddle_example_resumes_from_a_checkpoint_it_finds_on_a_fresh_start() {
         assert!(result["first_loss"].as_f64().unwrap() < 0.01, "{result}");
     }
 }
+
+/// The coordinator named by DNS is killed while its name still points at its old address (as
+/// with `publishNotReadyAddresses` while the old pod terminates): the survivors, knocking at the
+/// old address, look the name up again and gather anew as soon as it moves to the replacement,
+/// instead of waiting out the whole join grace (a minute and more) first.
+#[test]
+fn followers_of_a_coordinator_name_follow_it_when_it_moves() {
+    const NAME: &str = "moved-0.pods.paddle.test";
+    let mut job = Job::new("moved", 3, 1);
+    let dns = Dnsmasq::start(job.cluster.dir.path());
+    job.coordinator = Some(format!("{NAME}:{}", job.control_port));
+    job.extra_env = vec![(
+        "PADDLE_LAUNCHER_DNS_SERVER",
+        format!("127.0.0.1:{}", dns.port),
+    )];
+    let first = job.reserve_ip();
+    dns.set_records(&[(&first, NAME)]);
+    job.start_training(3);
+    job.kill_pod(0);
+    // The survivors stop their trainers and knock at the old address, which the name keeps.
+    for i in [1, 2] {
+        job.launcher(i)
+            .wait_for_output("restarting the job (restart 1 of 1)", LIMIT);
+        job.launcher(i)
+            .wait_for_output("waiting for the coordinator at", LIMIT);
+    }
+    let next = job.reserve_ip();
+    dns.set_records(&[(&next, NAME)]);
+    let replacement = job.create_pod();
+    let outputs = job.all_finish_in_epoch(1);
+    assert_restarted_with(&outputs, 1, &endpoints(&job, &[1, 2, replacement]));
+    for i in [1, 2] {
+        let log = job.stderr(i);
+        assert_contains(&log, "and the coordinator's name now points at");
+        assert!(!log.contains("could not be reached for"), "{log}");
+    }
+}
