@@ -54,6 +54,7 @@ use tracing::{debug, info, warn, Instrument};
 
 use crate::config::Secret;
 use crate::membership::Membership;
+use crate::verdict::{verdict, Standing};
 
 /// The largest frame the coordinator reads: a follower only ever says small things.
 pub const MAX_PAYLOAD: usize = 1024;
@@ -898,15 +899,21 @@ impl Coordinator {
         if self.lost.is_some() || matches!(self.stage, Stage::Closing) {
             return;
         }
-        let budget_left = match self.stage {
+        let member_finished = !self.done.is_empty() || self.own_success;
+        let restart = match self.stage {
             Stage::Running {
                 epoch,
                 max_restarts,
-            } => epoch < max_restarts,
-            _ => true,
+            } => verdict(&Standing {
+                epoch,
+                max_restarts,
+                member_finished,
+                restartable,
+            })
+            .is_ok(),
+            // Nothing started: there is nothing to restart, only to gather again.
+            _ => restartable && !member_finished,
         };
-        // Once a member has finished, the job cannot start again as a whole.
-        let restart = restartable && budget_left && self.done.is_empty() && !self.own_success;
         warn!("control channel: {reason}");
         self.broadcast(&Message::Lost {
             reason: cut(&reason),

@@ -27,6 +27,7 @@ use crate::plan::{Plan, ProcessSpec, Role};
 use crate::protocol::InputFiles;
 use crate::supervise::Signals;
 use crate::supervise::{is_stop_signal, signal_name, Event, Output, SpawnSpec, Supervisor};
+use crate::verdict::{verdict, Standing};
 use crate::{peers, protocol, workspace};
 
 /// Between probe rounds, doubling from the first to the last: pservers that start in a few
@@ -162,10 +163,17 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                 .failed(&format!("{who}: {reason}"), restartable, VERDICT_WAIT)
                 .await;
         }
+        // Whether the budget alone would allow a restart: only then is the coordinator's word
+        // worth waiting for.
+        let budget_allows = verdict(&Standing {
+            epoch: plan.restart_count,
+            max_restarts,
+            member_finished: false,
+            restartable: true,
+        })
+        .is_ok();
         let may_restart = match &channel {
-            Some(channel) if !succeeded && plan.restart_count < max_restarts => {
-                channel.settled(VERDICT_SETTLE).await
-            }
+            Some(channel) if !succeeded && budget_allows => channel.settled(VERDICT_SETTLE).await,
             Some(channel) => channel.may_restart(),
             None => false,
         };

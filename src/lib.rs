@@ -27,6 +27,7 @@ pub mod run;
 pub(crate) mod runtime;
 pub(crate) mod selector;
 pub(crate) mod supervise;
+pub(crate) mod verdict;
 pub(crate) mod workspace;
 
 pub use config::Config;

@@ -13,6 +13,7 @@ use crate::error::Error;
 use crate::exit::{self, Outcome};
 use crate::plan::Role;
 use crate::supervise::{is_stop_signal, Ended};
+use crate::verdict::{verdict, NoRestart, Standing};
 
 /// What happened.
 #[derive(Debug)]
@@ -627,19 +628,18 @@ pub fn after_run(result: Result<Outcome, Error>, budget: &Budget) -> AfterRun {
     let Some(reason) = recoverable(&result) else {
         return AfterRun::Finish(result);
     };
-    if budget.max_restarts == 0 {
-        return AfterRun::Finish(result);
-    }
-    let why_not = if budget.epoch >= budget.max_restarts {
-        format!(
-            "no restart left (all {} of PADDLE_LAUNCHER_MAX_RESTARTS used)",
-            budget.max_restarts
-        )
-    } else if !budget.may_restart {
-        "no restart: a pod of the job has already finished, or failed in a way a restart would repeat"
-            .to_string()
-    } else {
-        return AfterRun::Restart(reason);
+    let standing = Standing {
+        epoch: budget.epoch,
+        max_restarts: budget.max_restarts,
+        // The coordinator's word, which folds both in: this launcher does not know which.
+        member_finished: false,
+        restartable: budget.may_restart,
+    };
+    let why_not = match verdict(&standing) {
+        Ok(()) => return AfterRun::Restart(reason),
+        Err(NoRestart::NoneAsked) => return AfterRun::Finish(result),
+        Err(NoRestart::WouldRecur) => NoRestart::ToldFinal.describe(),
+        Err(other) => other.describe(),
     };
     let code = match &result {
         Ok(outcome) => outcome.code,
