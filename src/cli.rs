@@ -311,8 +311,8 @@ pub struct JobArgs {
     #[arg(long, env = "PADDLE_LAUNCHER_JOB_SECRET", hide_env_values = true)]
     pub job_secret: Option<String>,
     /// File holding the job secret instead (a mounted Secret, as `manifest` generates); a file
-    /// that does not exist is refused (status 2): create the Secret, or unset the variable to run
-    /// without the channel [default: unset].
+    /// that does not exist is waited for within --wait-timeout, then refused (status 2): create
+    /// the Secret, or unset the variable to run without the channel [default: unset].
     #[arg(long, env = "PADDLE_LAUNCHER_JOB_SECRET_FILE")]
     pub job_secret_file: Option<String>,
     /// HOST:PORT of the coordinating launcher: the launcher whose pod IP is HOST's address

@@ -406,7 +406,6 @@ impl Config {
         })
     }
 
-    /// The pods' group this pod belongs to, by its role.
     /// The restarts the job has had as a whole before this pod started: its batch system's
     /// attempt (JobSet's restart-attempt, Volcano's job-version) read from this pod's labels; 0
     /// when none says. The restart count starts there, so that a training program told
@@ -422,6 +421,7 @@ impl Config {
             .map_or(0, |attempt| u32::try_from(attempt).unwrap_or(u32::MAX))
     }
 
+    /// The pods' group this pod belongs to, by its role.
     pub fn own_group(&self) -> GroupKind {
         match self.topology.role {
             PodRole::Both => GroupKind::Job,

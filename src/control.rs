@@ -65,6 +65,8 @@ const NONCE_LEN: usize = 16;
 /// Both challenges, the server's first.
 pub type Challenge = [u8; 2 * NONCE_LEN];
 const HANDSHAKE: Duration = Duration::from_secs(5);
+/// The longest heartbeat timeout a launcher may be given (PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT).
+const MAX_HEARTBEAT_MS: u64 = 7 * 24 * 3600 * 1000;
 /// How many addresses that are no member's are named in the log, each at its first connection
 /// (a flood from many is counted instead).
 const STRANGERS_NAMED: usize = 8;
@@ -765,14 +767,16 @@ impl Coordinator {
     /// nothing but a count a minute.
     fn admit(&mut self, ip: IpAddr) -> bool {
         let pods_there = self.shared.others.iter().filter(|m| m.ip == ip).count();
-        if pods_there == 0
-            && self.strangers_named.len() < STRANGERS_NAMED
-            && self.strangers_named.insert(ip)
-        {
-            warn!("{}", stranger_refused(ip));
+        if pods_there == 0 {
+            if self.strangers_named.len() < STRANGERS_NAMED && self.strangers_named.insert(ip) {
+                warn!("{}", stranger_refused(ip));
+            }
+            self.refused += 1;
+            return false;
         }
+        // Only member addresses get an entry: strangers must not grow the table.
         let open = self.open.entry(ip).or_insert(0);
-        if pods_there == 0 || *open >= PER_ADDRESS * pods_there {
+        if *open >= PER_ADDRESS * pods_there {
             self.refused += 1;
             return false;
         }
@@ -935,9 +939,13 @@ impl Coordinator {
         if !matches!(self.stage, Stage::Running { .. }) || self.own_success {
             return;
         }
+        if self.done.is_empty() {
+            self.broadcast(&Message::Finished {
+                pod: self.me.clone(),
+            });
+        }
         self.own_success = true;
         let me = self.me.clone();
-        self.broadcast(&Message::Finished { pod: me.clone() });
         self.finished_after_loss(&me, ends);
     }
 
@@ -1014,9 +1022,12 @@ impl Coordinator {
             // Neither means anything before the start: no trainer ran.
             FromLink::Said { pod, message } => match message {
                 Message::Done if matches!(self.stage, Stage::Running { .. }) => {
-                    if self.done.insert(pod.clone()) {
+                    // The first success is news to the followers; later ones change nothing
+                    // for them, and a thousand would cost a million frames.
+                    if self.done.is_empty() && !self.own_success {
                         self.broadcast(&Message::Finished { pod: pod.clone() });
                     }
+                    self.done.insert(pod.clone());
                     self.finished_after_loss(&pod, ends);
                 }
                 Message::Failed {
@@ -1130,8 +1141,12 @@ impl Coordinator {
 
 /// What the log says of a connection from an address that is no member's.
 fn stranger_refused(ip: IpAddr) -> String {
+    let istio = [
+        IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 6)),
+        IpAddr::V6(std::net::Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 6)),
+    ];
     let sidecar = match ip {
-        IpAddr::V4(v4) if v4 == std::net::Ipv4Addr::new(127, 0, 0, 6) => " (a sidecar proxy such as Istio's forwards connections from 127.0.0.6: keep the control port out of the mesh with the annotations traffic.sidecar.istio.io/excludeInboundPorts and excludeOutboundPorts, as `manifest` does)",
+        ip if istio.contains(&ip) => " (a sidecar proxy such as Istio's forwards connections from 127.0.0.6 or ::6: keep the control port out of the mesh with the annotations traffic.sidecar.istio.io/excludeInboundPorts and excludeOutboundPorts, as `manifest` does)",
         _ => "",
     };
     format!("control channel: refused a connection from {ip}: not the address of a pod of this job{sidecar}")
@@ -1205,6 +1220,13 @@ async fn serve(
                 "the first frame is not a hello".into(),
             ));
         };
+        // Within what any launcher may be given: a link beaten every microsecond, or judged
+        // never, would be a member's way to stall the coordinator or to hide a freeze.
+        if heartbeat_ms != 0 && !(1000..=MAX_HEARTBEAT_MS).contains(&heartbeat_ms) {
+            return Err(WireError::Malformed(format!(
+                "a heartbeat timeout of {heartbeat_ms} ms, outside 1 s to 7 days"
+            )));
+        }
         // A follower without a pod name is known by its address, when that is one pod's.
         let at_address: Vec<&Member> = shared.others.iter().filter(|m| m.ip == peer.ip()).collect();
         let member = match pod.as_str() {
@@ -1242,7 +1264,7 @@ async fn serve(
         to_link,
     });
     let timeouts = LinkTimeouts::agree(shared.heartbeat_timeout, heartbeat_ms);
-    if timeouts.beat_every * 3 != timeouts.silent_after {
+    if heartbeat_ms != 0 && Duration::from_millis(heartbeat_ms) != shared.heartbeat_timeout {
         warn!(
             "control channel: {pod} was given a heartbeat timeout of {:.1} s and this launcher {:.1} s (PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT): its link beats for the shorter and is judged by the longer",
             Duration::from_millis(heartbeat_ms).as_secs_f64(),
@@ -1413,8 +1435,9 @@ async fn follow(
                 }
                 Some(Ok(Message::Finished { pod })) if running => {
                     heard_until = Instant::now() + limit;
-                    info!("control channel: the trainer of {pod} succeeded: the job cannot start again as a whole");
-                    ends.may_restart.send_replace(false);
+                    if ends.may_restart.send_replace(false) {
+                        info!("control channel: the trainer of {pod} succeeded: the job cannot start again as a whole");
+                    }
                 }
                 Some(Ok(other)) => break Some(format!("unexpected {other:?}")),
                 Some(Err(e)) => break Some(e.to_string()),

@@ -35,6 +35,23 @@ pub async fn doctor(
             lines.push(format!("batch system {}: {setting}", runtime.system.name()));
         }
     }
+    // What `run` refuses or waits for about the channel, said before anything else.
+    if let Err(e) = crate::launch::refuse_split_channel(&config) {
+        return (
+            lines,
+            Outcome::new(exit::INVALID_CONFIG, format!("configuration: {e}")),
+        );
+    }
+    if let Some(path) = &config.control.secret_file {
+        match crate::launch::read_secret_file(path) {
+            Ok(Some(_)) => lines.push(format!("control channel: the job secret at {} is readable", path.display())),
+            Ok(None) => lines.push(format!(
+                "control channel: no job secret at {} yet: `run` waits for it (--wait-timeout), then exits 2; create the Secret mounted there",
+                path.display()
+            )),
+            Err(e) => return (lines, Outcome::new(e.exit_code(), format!("configuration: {e}"))),
+        }
+    }
     if config.control.secret.is_some() || config.control.secret_file.is_some() {
         crate::launch::derive_coordinator(&mut config);
     }

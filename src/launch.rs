@@ -69,11 +69,8 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
     let mut config = crate::detect::configure(args, &interfaces, hostname_ip).await?;
     let my_ip = own_ip(&config, &interfaces, hostname_ip)?;
     // Read before any network call, like every other bad value.
+    refuse_split_channel(&config)?;
     let secret = job_secret(&config.control)?;
-    refuse_split_channel(&config, secret.is_some())?;
-    if secret.is_some() {
-        derive_coordinator(&mut config);
-    }
     let pod = config
         .topology
         .pod_name
@@ -89,6 +86,17 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             Signals::install().map_err(|e| Error::io("cannot install signal handlers", e))?;
         Some(Supervisor::new(signals, config.timing.grace_period))
     };
+    let secret = match (secret, supervisor.as_mut()) {
+        (JobSecret::Missing(path), Some(supervisor)) => {
+            Some(wait_for_secret_file(&path, config.timing.wait_timeout, supervisor).await?)
+        }
+        (JobSecret::Missing(path), None) => return Err(missing_secret(&path, "").into()),
+        (JobSecret::Read(secret), _) => Some(secret),
+        (JobSecret::None, _) => None,
+    };
+    if secret.is_some() {
+        derive_coordinator(&mut config);
+    }
     // Files are on the pod's own or a shared filesystem, not in the membership: check them first.
     let for_inputs = config.clone();
     let inputs = off_thread(supervisor.as_mut(), "expanding the file globs", move || {
@@ -716,16 +724,93 @@ fn recheck_of(config: &Config) -> Option<control::Recheck> {
     }))
 }
 
+/// The job secret as this pod has it.
+enum JobSecret {
+    /// No channel: neither the secret nor its file is set.
+    None,
+    Read(Secret),
+    /// The file is set but does not exist (yet): a Secret nobody created, or one the kubelet
+    /// has not put in place.
+    Missing(PathBuf),
+}
+
 /// The job secret: given, or read from its file (a mounted Secret). A file that does not exist
-/// is a Secret nobody created, and an error: were it "no channel" for this pod, the pods started
-/// after the Secret would wait for a channel this one never joins.
-fn job_secret(control: &Control) -> Result<Option<Secret>, Error> {
+/// is never "no channel" for this pod, or the pods started after the Secret would wait for a
+/// channel this one never joins: it is waited for (`wait_for_secret_file`).
+fn job_secret(control: &Control) -> Result<JobSecret, Error> {
     if let Some(secret) = &control.secret {
-        return Ok(Some(secret.clone()));
+        return Ok(JobSecret::Read(secret.clone()));
     }
     let Some(path) = &control.secret_file else {
-        return Ok(None);
+        return Ok(JobSecret::None);
     };
+    Ok(match read_secret_file(path)? {
+        Some(secret) => JobSecret::Read(secret),
+        None => JobSecret::Missing(path.clone()),
+    })
+}
+
+/// How often a missing secret file is looked for, and how often the wait is said again.
+const SECRET_LOOK_EVERY: Duration = Duration::from_secs(1);
+const SECRET_SAY_EVERY: Duration = Duration::from_secs(30);
+
+/// Waits for the job secret's file within --wait-timeout, saying what it waits for: a Secret
+/// created after the pods is mounted by the kubelet within a minute or so (the volume is
+/// optional, so the pod runs and can say this instead of hanging in ContainerCreating).
+async fn wait_for_secret_file(
+    path: &std::path::Path,
+    limit: Option<Duration>,
+    supervisor: &mut Supervisor,
+) -> Result<Secret, Error> {
+    let began = Instant::now();
+    let mut said: Option<Instant> = None;
+    loop {
+        if let Some(secret) = read_secret_file(path)? {
+            if said.is_some() {
+                info!(
+                    "found the job secret at {} after {:.1} s",
+                    path.display(),
+                    began.elapsed().as_secs_f64()
+                );
+            }
+            return Ok(secret);
+        }
+        if limit.is_some_and(|limit| began.elapsed() >= limit) {
+            let waited = format!(
+                " after waiting {} s (--wait-timeout)",
+                began.elapsed().as_secs()
+            );
+            return Err(missing_secret(path, &waited).into());
+        }
+        if said.is_none_or(|at| at.elapsed() >= SECRET_SAY_EVERY) {
+            warn!(
+                "waiting for the job secret at {} ({} {}): the Secret mounted there does not exist yet; create it with `kubectl create secret generic <job>-launcher --from-literal=secret=$(openssl rand -hex 16)` in the job's namespace",
+                path.display(),
+                JOB_SECRET_FILE,
+                limit.map_or("no time limit".to_string(), |l| format!("at most {} s", l.as_secs()))
+            );
+            said = Some(Instant::now());
+        }
+        interruptible(
+            Some(&mut *supervisor),
+            "waiting for the job secret",
+            true,
+            sleep(SECRET_LOOK_EVERY),
+        )
+        .await?;
+    }
+}
+
+fn missing_secret(path: &std::path::Path, waited: &str) -> ConfigError {
+    ConfigError::new(
+        JOB_SECRET_FILE,
+        &path.display().to_string(),
+        format!("a file that exists{waited}: create the Secret mounted there (`kubectl create secret generic <job>-launcher --from-literal=secret=$(openssl rand -hex 16)` in the job's namespace), or unset the variable to run without the control channel"),
+    )
+}
+
+/// The secret in `path`; None when the file does not exist.
+pub(crate) fn read_secret_file(path: &std::path::Path) -> Result<Option<Secret>, Error> {
     match std::fs::read(path) {
         Ok(bytes) => {
             let text = String::from_utf8_lossy(&bytes).trim().to_string();
@@ -739,12 +824,7 @@ fn job_secret(control: &Control) -> Result<Option<Secret>, Error> {
             }
             Ok(Some(Secret(text.into_bytes())))
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(ConfigError::new(
-            JOB_SECRET_FILE,
-            &path.display().to_string(),
-            "a file that exists: create the Secret mounted there (`kubectl create secret generic <job>-launcher --from-literal=secret=$(openssl rand -hex 16)` in the job's namespace), or unset the variable to run without the control channel",
-        )
-        .into()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(Error::io(
             format!("cannot read the job secret {}", path.display()),
             e,
@@ -754,14 +834,15 @@ fn job_secret(control: &Control) -> Result<Option<Secret>, Error> {
 
 /// The split layout's pods each find only part of the job (a pserver pod its pservers), so
 /// with a channel each part would elect a coordinator of its own and the trainers would wait for
-/// pservers that joined the other: refused at the start rather than found by a hang.
-fn refuse_split_channel(config: &Config, has_secret: bool) -> Result<(), ConfigError> {
+/// pservers that joined the other: refused at the start rather than found by a hang. Judged by
+/// the settings alone, before any file is read, so that the line says what to change.
+pub(crate) fn refuse_split_channel(config: &Config) -> Result<(), ConfigError> {
     let role = match config.topology.role {
         PodRole::Both => return Ok(()),
         PodRole::Pserver => "pserver",
         PodRole::Trainer => "trainer",
     };
-    if !has_secret {
+    if config.control.secret.is_none() && config.control.secret_file.is_none() {
         return Ok(());
     }
     let (variable, value) = match &config.control.secret_file {

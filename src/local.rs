@@ -71,7 +71,10 @@ fn instance_env(
     }
     // Restarts are agreed over the control channel, which needs a secret: one for this run.
     let restarts = present(&job.max_restarts).is_some_and(|n| n != "0");
-    if restarts && present(&job.job_secret).is_none() && present(&job.job_secret_file).is_none() {
+    // A secret the user gave by variable too: the launchers never pass it on by inheritance.
+    if let Some(secret) = present(&job.job_secret) {
+        shared.insert(JOB_SECRET.env().to_string(), secret.to_string());
+    } else if restarts && present(&job.job_secret_file).is_none() {
         shared.insert(JOB_SECRET.env().to_string(), random_secret()?);
     }
     let ips: Vec<String> = (0..trainers).map(|i| pod_ip(i).to_string()).collect();

@@ -8,6 +8,7 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -522,34 +523,34 @@ const LOG_BACKLOG: usize = 4096;
 /// heartbeats (the runtime thread) nor the console (`kubectl logs`).
 struct LogFile {
     lines: Option<mpsc::SyncSender<Vec<u8>>>,
-    dropped: std::sync::atomic::AtomicU64,
+    /// Lines left out of the file so far; the writer marks the gap in the file.
+    dropped: Arc<AtomicU64>,
     label: String,
 }
 
 impl LogFile {
     /// None: no file. The writer's end is reported on `finished`.
     fn start(path: Option<PathBuf>, label: &str, finished: mpsc::Sender<()>) -> LogFile {
+        let dropped = Arc::new(AtomicU64::new(0));
         let lines = path.map(|path| {
             let (lines, queued) = mpsc::sync_channel::<Vec<u8>>(LOG_BACKLOG);
-            let label = label.to_string();
+            let (label, dropped) = (label.to_string(), dropped.clone());
             std::thread::spawn(move || {
-                let mut file = match open_log(&path) {
+                let file = match open_log(&path) {
                     Ok(file) => file,
                     Err(e) => {
                         warn!("{label} output is not copied to {}: {e}", path.display());
                         return;
                     }
                 };
-                for line in queued {
-                    let _ = file.write_all(&line);
-                }
+                write_log(io::BufWriter::new(file), &queued, &dropped, &label);
                 let _ = finished.send(());
             });
             lines
         });
         LogFile {
             lines,
-            dropped: std::sync::atomic::AtomicU64::new(0),
+            dropped,
             label: label.to_string(),
         }
     }
@@ -559,9 +560,7 @@ impl LogFile {
             return;
         };
         if let Err(mpsc::TrySendError::Full(_)) = lines.try_send(line.to_vec()) {
-            let dropped = self
-                .dropped
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let dropped = self.dropped.fetch_add(1, Ordering::Relaxed);
             if dropped == 0 {
                 warn!(
                     "{} output is {LOG_BACKLOG} lines ahead of its log file (a stalled filesystem?): lines are left out of the file until it catches up",
@@ -569,6 +568,40 @@ impl LogFile {
                 );
             }
         }
+    }
+}
+
+/// Writes the queued lines, buffered and flushed whenever the queue is empty (one write per
+/// burst, not per line, on a network filesystem), marking in the file where lines were left out.
+fn write_log(
+    mut file: io::BufWriter<File>,
+    queued: &mpsc::Receiver<Vec<u8>>,
+    dropped: &AtomicU64,
+    label: &str,
+) {
+    let mut marked = 0;
+    while let Ok(first) = queued.recv() {
+        let mut next = Some(first);
+        while let Some(line) = next {
+            let left_out = dropped.load(Ordering::Relaxed);
+            if left_out > marked {
+                let _ = writeln!(
+                    file,
+                    "[paddle-launcher: {} lines of {label} output left out here: this file fell behind]",
+                    left_out - marked
+                );
+                marked = left_out;
+            }
+            let _ = file.write_all(&line);
+            next = queued.try_recv().ok();
+        }
+        let _ = file.flush();
+    }
+    if dropped.load(Ordering::Relaxed) > 0 {
+        warn!(
+            "{label} output: {} lines in all were left out of its log file",
+            dropped.load(Ordering::Relaxed)
+        );
     }
 }
 
@@ -595,6 +628,27 @@ pub fn write_termination_message(path: &Path, reason: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Lines left out of a log file that fell behind are marked where they are missing, and
+    /// every queued line is written before the writer ends.
+    #[test]
+    fn a_log_file_marks_the_lines_it_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("train.log");
+        let (lines, queued) = mpsc::sync_channel(8);
+        let dropped = AtomicU64::new(0);
+        lines.send(b"one\n".to_vec()).unwrap();
+        dropped.store(3, Ordering::Relaxed);
+        lines.send(b"five\n".to_vec()).unwrap();
+        drop(lines);
+        let file = io::BufWriter::new(open_log(&path).unwrap());
+        write_log(file, &queued, &dropped, "trainer-0");
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(
+            text,
+            "[paddle-launcher: 3 lines of trainer-0 output left out here: this file fell behind]\none\nfive\n"
+        );
+    }
 
     /// Once a child's whole group has ended, its group id may belong to someone else: it is
     /// never signalled again (in local mode, pids are reused quickly).

@@ -252,6 +252,27 @@ fn hostile_clients_are_dropped_and_the_job_ends_cleanly() {
         &format!("hb-0 is not a member of this job at {member}"),
     );
 
+    // A member's hello whose heartbeat timeout would have the coordinator beat its link every
+    // microsecond (or never judge it): refused like any malformed hello.
+    for heartbeat_ms in [1, u64::MAX] {
+        let (mut hasty, challenge) = connect_from_after_close(&member, &address);
+        let hello = ControlMessage::Hello {
+            pod: "hb-2".into(),
+            next: 0,
+            view: "any".into(),
+            max_restarts: 0,
+            heartbeat_ms,
+        };
+        hasty
+            .write_all(&ControlSession::new(&right, challenge, false).seal(&hello))
+            .unwrap();
+        expect_closed(
+            &mut hasty,
+            "an unbounded heartbeat timeout",
+            &format!("a heartbeat timeout of {heartbeat_ms} ms, outside 1 s to 7 days"),
+        );
+    }
+
     let (mut silent, _) = connect_from(&member, &address);
     expect_closed(
         &mut silent,
@@ -338,11 +359,12 @@ fn a_failed_follower_stops_the_job_at_once_naming_its_failure() {
     );
 }
 
-/// A secret file that does not exist is a Secret nobody created: refused at once (status 2,
-/// one line saying what to do), never "no channel" on this pod while the others, started
-/// after the Secret, wait for it. One too short to be a key is refused too.
+/// A secret file that does not exist is a Secret not created or not mounted yet: waited for
+/// within --wait-timeout, saying so, then refused (status 2, one line saying what to do); never
+/// "no channel" on this pod while the others, started after the Secret, wait for it. One too
+/// short to be a key is refused at once.
 #[test]
-fn a_missing_secret_file_and_a_short_one_are_refused() {
+fn a_missing_secret_file_is_waited_for_then_refused_and_a_short_one_is_refused() {
     let job = Job::new(1);
     let env = |file: &str| {
         vec![
@@ -351,6 +373,7 @@ fn a_missing_secret_file_and_a_short_one_are_refused() {
             ("POD_IP", job.ips[0].clone()),
             ("PADDLE_LAUNCHER_PROTOCOL", "collective".to_string()),
             ("PADDLE_LAUNCHER_JOB_SECRET_FILE", file.to_string()),
+            ("PADDLE_LAUNCHER_WAIT_TIMEOUT", "2".to_string()),
         ]
     };
     let missing = job.dir.path().join("no-such-secret").display().to_string();
@@ -364,7 +387,11 @@ fn a_missing_secret_file_and_a_short_one_are_refused() {
     assert_eq!(done.code(), 2, "{}", done.stderr);
     assert_contains(
         &done.stderr,
-        &format!("invalid PADDLE_LAUNCHER_JOB_SECRET_FILE (--job-secret-file): \"{missing}\": expected a file that exists: create the Secret mounted there"),
+        &format!("waiting for the job secret at {missing} (PADDLE_LAUNCHER_JOB_SECRET_FILE (--job-secret-file) at most 2 s): the Secret mounted there does not exist yet"),
+    );
+    assert_contains(
+        &done.stderr,
+        &format!("invalid PADDLE_LAUNCHER_JOB_SECRET_FILE (--job-secret-file): \"{missing}\": expected a file that exists after waiting 2 s (--wait-timeout): create the Secret mounted there"),
     );
     assert!(
         !done.stderr.contains("started trainer"),
@@ -430,7 +457,7 @@ fn a_connection_forwarded_by_a_sidecar_is_named_at_once_with_the_remedy() {
         let (mut stream, _) = connect_from_unchecked("127.0.0.6", &job.coordinator());
         assert!(closed_by_server(&mut stream), "the proxy was served");
     }
-    let named = "control channel: refused a connection from 127.0.0.6: not the address of a pod of this job (a sidecar proxy such as Istio's forwards connections from 127.0.0.6: keep the control port out of the mesh";
+    let named = "control channel: refused a connection from 127.0.0.6: not the address of a pod of this job (a sidecar proxy such as Istio's forwards connections from 127.0.0.6 or ::6: keep the control port out of the mesh";
     coordinator.wait_for_output(named, LIMIT);
     coordinator.signal(Signal::SIGTERM);
     let done = coordinator.wait(LIMIT);
@@ -503,4 +530,34 @@ fn a_job_secret_in_the_split_layout_is_refused_at_the_start() {
     );
     assert!(!done.stderr.contains(SECRET), "{}", done.stderr);
     assert_eq!(done.stderr.lines().count(), 2, "{}", done.stderr);
+    // `doctor` says the same, instead of "the job would start now".
+    let doctor =
+        Launcher::start(job.dir.path(), "doctor", &["doctor", "--", "true"], &env).wait(LIMIT);
+    assert_eq!(doctor.code(), 2, "{}\n{}", doctor.stdout, doctor.stderr);
+    assert_contains(
+        &format!("{}{}", doctor.stdout, doctor.stderr),
+        "expected unset in a trainer pod of the split layout",
+    );
+}
+
+/// A pod started before the kubelet has put the job's Secret in place: its launcher waits for
+/// the file, saying so, and joins the channel once it appears; the job runs as one.
+#[test]
+fn a_secret_file_that_appears_late_is_waited_for_and_the_job_runs() {
+    let job = Job::new(2);
+    let coordinator = job.start(0, 2);
+    let mut env = job.env(1);
+    let late = job.dir.path().join("late-secret");
+    for (name, value) in &mut env {
+        if *name == "PADDLE_LAUNCHER_JOB_SECRET_FILE" {
+            *value = late.display().to_string();
+        }
+    }
+    let follower = Launcher::start(job.dir.path(), "pod-1", &["run", "--", "sleep", "2"], &env);
+    follower.wait_for_output("waiting for the job secret at", LIMIT);
+    std::fs::write(&late, format!("{SECRET}\n")).unwrap();
+    for launcher in [follower, coordinator] {
+        let done = launcher.wait(LIMIT);
+        assert_eq!(done.code(), 0, "{}", done.stderr);
+    }
 }
