@@ -394,7 +394,8 @@ async fn gather(
 /// What the channel says next while the attempt gathers. A pod the API shows lost meanwhile
 /// means gathering again; the coordinator's launcher hands it to its channel, which decides
 /// it in the same place as `Go` (before it: gather again, free; after it: the job's loss), so
-/// that a `Go` already on its way to the followers is never undone by this launcher alone.
+/// that a `Go` already on its way to the followers is never undone by one launcher alone. A
+/// follower that has said hello leaves it to the coordinator, which watches the same pods.
 async fn heard_or_lost(
     channel: &mut Channel,
     peer_loss: &mut Option<BoxFuture<'static, String>>,
@@ -407,10 +408,13 @@ async fn heard_or_lost(
         };
         // Spent: the channel reports the loss from now on.
         *peer_loss = None;
-        if !channel.coordinates() {
+        if channel.coordinates() {
+            channel.pod_lost(lost);
+        } else if channel.said_hello() {
+            info!("{lost}: waiting for the coordinator's word");
+        } else {
             return Heard::Regather(lost);
         }
-        channel.pod_lost(lost);
     }
 }
 
@@ -707,7 +711,7 @@ async fn resolve(
 
 /// A follower's way to look the coordinator's DNS name up again; None when it is an address.
 fn recheck_of(config: &Config) -> Option<control::Recheck> {
-    let (host, port) = config.control.coordinator.clone()?;
+    let (host, _) = config.control.coordinator.clone()?;
     if host.parse::<IpAddr>().is_ok() {
         return None;
     }
@@ -715,9 +719,9 @@ fn recheck_of(config: &Config) -> Option<control::Recheck> {
     Some(std::sync::Arc::new(move || {
         let host = host.clone();
         async move {
-            match resolve(&host, port, dns_server).await {
-                Ok(found) => found,
-                Err(e) => Err(e.to_string()),
+            match peers::dns::resolve_once(&host, dns_server).await {
+                Ok(Ok(ips)) => Some(ips),
+                Ok(Err(_)) | Err(_) => None,
             }
         }
         .boxed()
@@ -765,7 +769,14 @@ async fn wait_for_secret_file(
     let began = Instant::now();
     let mut said: Option<Instant> = None;
     loop {
-        if let Some(secret) = read_secret_file(path)? {
+        // A file being written may be caught short: only a short file at the end is an error.
+        let read = read_secret_file(path);
+        let timed_out = limit.is_some_and(|limit| began.elapsed() >= limit);
+        let read = match read {
+            Err(Error::Config(_)) if !timed_out => Ok(None),
+            read => read,
+        };
+        if let Some(secret) = read? {
             if said.is_some() {
                 info!(
                     "found the job secret at {} after {:.1} s",
@@ -775,7 +786,7 @@ async fn wait_for_secret_file(
             }
             return Ok(secret);
         }
-        if limit.is_some_and(|limit| began.elapsed() >= limit) {
+        if timed_out {
             let waited = format!(
                 " after waiting {} s (--wait-timeout)",
                 began.elapsed().as_secs()
@@ -784,7 +795,7 @@ async fn wait_for_secret_file(
         }
         if said.is_none_or(|at| at.elapsed() >= SECRET_SAY_EVERY) {
             warn!(
-                "waiting for the job secret at {} ({} {}): the Secret mounted there does not exist yet; create it with `kubectl create secret generic <job>-launcher --from-literal=secret=$(openssl rand -hex 16)` in the job's namespace",
+                "waiting for the job secret at {} ({} {}): the Secret mounted there does not exist yet, or has no key `secret`; create it with `kubectl create secret generic <job>-launcher --from-literal=secret=$(openssl rand -hex 16)` in the job's namespace",
                 path.display(),
                 JOB_SECRET_FILE,
                 limit.map_or("no time limit".to_string(), |l| format!("at most {} s", l.as_secs()))

@@ -382,7 +382,8 @@ fn container_env(a: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
         env_value("PADDLE_LAUNCHER_ID_DIR", WORKDIR),
     ];
     if has_channel(kind) {
-        // From the Secret `<job>-launcher`, which must exist: a pod without it exits 2 saying so.
+        // From the Secret `<job>-launcher`: a pod without it waits for it (--wait-timeout),
+        // saying so, then exits 2.
         env.push(env_value(
             "PADDLE_LAUNCHER_JOB_SECRET_FILE",
             format!("{SECRET_DIR}/{SECRET_KEY}"),
@@ -633,7 +634,7 @@ fn job(a: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
     if has_channel(kind) {
         // A file, not an environment variable: it does not show in `ps` or `kubectl describe`.
         // Optional, so that a pod started before the Secret exists runs its launcher, which
-        // exits 2 naming what is missing, instead of waiting in ContainerCreating unexplained.
+        // says what it waits for, instead of waiting in ContainerCreating unexplained.
         let secret = json!({"secretName": secret_name(a), "optional": true,
                             "items": [{"key": SECRET_KEY, "path": SECRET_KEY}]});
         mounts.push(json!({"name": "job-secret", "mountPath": SECRET_DIR, "readOnly": true}));

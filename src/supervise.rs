@@ -518,23 +518,31 @@ async fn pending_or<T>(future: &mut Option<BoxFuture<'static, T>>) -> T {
 /// Lines a log file may fall behind the console by before they are dropped from the file.
 const LOG_BACKLOG: usize = 4096;
 
+/// What a child's log file is sent: its lines, and where lines had to be left out.
+enum LogItem {
+    Line(Vec<u8>),
+    Gap(u64),
+}
+
 /// A child's log file, written by a thread of its own, shared by the child's stdout and stderr:
 /// the file is often on a shared filesystem, and a stalled mount must hold up neither the
 /// heartbeats (the runtime thread) nor the console (`kubectl logs`).
 struct LogFile {
-    lines: Option<mpsc::SyncSender<Vec<u8>>>,
-    /// Lines left out of the file so far; the writer marks the gap in the file.
-    dropped: Arc<AtomicU64>,
+    items: Option<mpsc::SyncSender<LogItem>>,
+    /// Lines left out since the last gap was queued.
+    left_out: AtomicU64,
+    /// Lines left out in all, for the writer's last word.
+    total_left_out: Arc<AtomicU64>,
     label: String,
 }
 
 impl LogFile {
     /// None: no file. The writer's end is reported on `finished`.
     fn start(path: Option<PathBuf>, label: &str, finished: mpsc::Sender<()>) -> LogFile {
-        let dropped = Arc::new(AtomicU64::new(0));
-        let lines = path.map(|path| {
-            let (lines, queued) = mpsc::sync_channel::<Vec<u8>>(LOG_BACKLOG);
-            let (label, dropped) = (label.to_string(), dropped.clone());
+        let total_left_out = Arc::new(AtomicU64::new(0));
+        let items = path.map(|path| {
+            let (items, queued) = mpsc::sync_channel::<LogItem>(LOG_BACKLOG);
+            let (label, total) = (label.to_string(), total_left_out.clone());
             std::thread::spawn(move || {
                 let file = match open_log(&path) {
                     Ok(file) => file,
@@ -543,65 +551,73 @@ impl LogFile {
                         return;
                     }
                 };
-                write_log(io::BufWriter::new(file), &queued, &dropped, &label);
+                write_log(io::BufWriter::new(file), &queued, &label);
+                let total = total.load(Ordering::Relaxed);
+                if total > 0 {
+                    warn!("{label} output: {total} lines in all were left out of its log file");
+                }
                 let _ = finished.send(());
             });
-            lines
+            items
         });
         LogFile {
-            lines,
-            dropped,
+            items,
+            left_out: AtomicU64::new(0),
+            total_left_out,
             label: label.to_string(),
         }
     }
 
     fn write_all(&self, line: &[u8]) {
-        let Some(lines) = &self.lines else {
+        let Some(items) = &self.items else {
             return;
         };
-        if let Err(mpsc::TrySendError::Full(_)) = lines.try_send(line.to_vec()) {
-            let dropped = self.dropped.fetch_add(1, Ordering::Relaxed);
-            if dropped == 0 {
-                warn!(
-                    "{} output is {LOG_BACKLOG} lines ahead of its log file (a stalled filesystem?): lines are left out of the file until it catches up",
-                    self.label
-                );
-            }
+        if !queue_line(items, &self.left_out, line)
+            && self.total_left_out.fetch_add(1, Ordering::Relaxed) == 0
+        {
+            warn!(
+                "{} output is {LOG_BACKLOG} lines ahead of its log file (a stalled filesystem?): lines are left out of the file until it catches up, and the file says where",
+                self.label
+            );
         }
     }
 }
 
+/// Queues a line, after the gap of the lines left out before it; false when it is left out too
+/// (the queue is full).
+fn queue_line(items: &mpsc::SyncSender<LogItem>, left_out: &AtomicU64, line: &[u8]) -> bool {
+    let gap = left_out.swap(0, Ordering::Relaxed);
+    if gap > 0 {
+        if let Err(mpsc::TrySendError::Full(_)) = items.try_send(LogItem::Gap(gap)) {
+            left_out.fetch_add(gap + 1, Ordering::Relaxed);
+            return false;
+        }
+    }
+    match items.try_send(LogItem::Line(line.to_vec())) {
+        Err(mpsc::TrySendError::Full(_)) => {
+            left_out.fetch_add(1, Ordering::Relaxed);
+            false
+        }
+        _ => true,
+    }
+}
+
 /// Writes the queued lines, buffered and flushed whenever the queue is empty (one write per
-/// burst, not per line, on a network filesystem), marking in the file where lines were left out.
-fn write_log(
-    mut file: io::BufWriter<File>,
-    queued: &mpsc::Receiver<Vec<u8>>,
-    dropped: &AtomicU64,
-    label: &str,
-) {
-    let mut marked = 0;
+/// burst, not per line, on a network filesystem), and a line where lines were left out.
+fn write_log(mut file: io::BufWriter<File>, queued: &mpsc::Receiver<LogItem>, label: &str) {
     while let Ok(first) = queued.recv() {
         let mut next = Some(first);
-        while let Some(line) = next {
-            let left_out = dropped.load(Ordering::Relaxed);
-            if left_out > marked {
-                let _ = writeln!(
+        while let Some(item) = next {
+            let _ = match item {
+                LogItem::Line(line) => file.write_all(&line),
+                LogItem::Gap(lines) => writeln!(
                     file,
-                    "[paddle-launcher: {} lines of {label} output left out here: this file fell behind]",
-                    left_out - marked
-                );
-                marked = left_out;
-            }
-            let _ = file.write_all(&line);
+                    "[paddle-launcher: {lines} lines of {label} output left out here: this file fell behind]"
+                ),
+            };
             next = queued.try_recv().ok();
         }
         let _ = file.flush();
-    }
-    if dropped.load(Ordering::Relaxed) > 0 {
-        warn!(
-            "{label} output: {} lines in all were left out of its log file",
-            dropped.load(Ordering::Relaxed)
-        );
     }
 }
 
@@ -632,21 +648,27 @@ mod tests {
     /// Lines left out of a log file that fell behind are marked where they are missing, and
     /// every queued line is written before the writer ends.
     #[test]
-    fn a_log_file_marks_the_lines_it_left_out() {
+    fn a_log_file_marks_the_lines_it_left_out_where_they_are_missing() {
+        let (items, queued) = mpsc::sync_channel(2);
+        let left_out = AtomicU64::new(0);
+        for line in ["one\n", "two\n", "three\n", "four\n"] {
+            queue_line(&items, &left_out, line.as_bytes());
+        }
+        // "three" and "four" found the queue full; the writer catches up, then "five" comes.
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("train.log");
-        let (lines, queued) = mpsc::sync_channel(8);
-        let dropped = AtomicU64::new(0);
-        lines.send(b"one\n".to_vec()).unwrap();
-        dropped.store(3, Ordering::Relaxed);
-        lines.send(b"five\n".to_vec()).unwrap();
-        drop(lines);
-        let file = io::BufWriter::new(open_log(&path).unwrap());
-        write_log(file, &queued, &dropped, "trainer-0");
-        let text = std::fs::read_to_string(&path).unwrap();
+        let mut file = io::BufWriter::new(open_log(&path).unwrap());
+        for _ in 0..2 {
+            if let Ok(LogItem::Line(line)) = queued.try_recv() {
+                file.write_all(&line).unwrap();
+            }
+        }
+        assert!(queue_line(&items, &left_out, b"five\n"));
+        drop(items);
+        write_log(file, &queued, "trainer-0");
         assert_eq!(
-            text,
-            "[paddle-launcher: 3 lines of trainer-0 output left out here: this file fell behind]\none\nfive\n"
+            std::fs::read_to_string(&path).unwrap(),
+            "one\ntwo\n[paddle-launcher: 2 lines of trainer-0 output left out here: this file fell behind]\nfive\n"
         );
     }
 

@@ -34,7 +34,7 @@
 //! makes launchers look silent or gone, which stops the job (or costs it a restart) rather than
 //! letting it train wrong. It cannot start, restart or finish anything.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -42,11 +42,8 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use ring::hmac;
-use ring::rand::{SecureRandom, SystemRandom};
-use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::{sleep, timeout, Instant};
@@ -56,15 +53,13 @@ use crate::config::Secret;
 use crate::membership::Membership;
 use crate::verdict::{verdict, Standing};
 
-/// The largest frame the coordinator reads: a follower only ever says small things.
-pub const MAX_PAYLOAD: usize = 1024;
-/// The largest frame a follower reads from its coordinator: the membership of a big job.
-const MAX_FROM_COORDINATOR: usize = 16 << 20;
-const MAC_LEN: usize = 32;
-const NONCE_LEN: usize = 16;
-/// Both challenges, the server's first.
-pub type Challenge = [u8; 2 * NONCE_LEN];
-const HANDSHAKE: Duration = Duration::from_secs(5);
+mod follower;
+mod wire;
+
+use follower::follow;
+use wire::*;
+pub use wire::{Message, Session};
+
 /// The longest heartbeat timeout a launcher may be given (PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT).
 const MAX_HEARTBEAT_MS: u64 = 7 * 24 * 3600 * 1000;
 /// How many addresses that are no member's are named in the log, each at its first connection
@@ -72,266 +67,8 @@ const MAX_HEARTBEAT_MS: u64 = 7 * 24 * 3600 * 1000;
 const STRANGERS_NAMED: usize = 8;
 /// Connections one member address may hold at once (a reconnect overlaps the old one).
 const PER_ADDRESS: usize = 2;
-/// Longer reasons are cut: a frame must stay within `MAX_PAYLOAD`.
-const MAX_REASON: usize = 400;
 /// How long queued last words (Lost, Bye) may take to go out when a channel closes.
 const FLUSH: Duration = Duration::from_secs(1);
-const CLIENT: u8 = b'C';
-const SERVER: u8 = b'S';
-
-/// What launchers tell each other.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase")]
-pub enum Message {
-    /// A follower's first frame: which member it is, the restart epoch it would start next,
-    /// and the fingerprint of the membership it found.
-    Hello {
-        pod: String,
-        next: u32,
-        view: String,
-        /// The restarts this launcher was given (--max-restarts).
-        max_restarts: u32,
-        /// This launcher's heartbeat timeout in milliseconds: it beats at a third of it and
-        /// judges the coordinator by it, so the coordinator beats this link at a third of the
-        /// smaller of the two timeouts and judges it by the larger. 0: not said (an older
-        /// launcher), the coordinator's own.
-        #[serde(default)]
-        heartbeat_ms: u64,
-    },
-    Beat,
-    /// Coordinator: every member is here with the same view: start restart epoch `epoch`, with
-    /// this membership (which a follower that did not discover the pods itself needs).
-    Go {
-        epoch: u32,
-        membership: Option<Membership>,
-        /// The job's restart budget: the smallest any member was given.
-        max_restarts: u32,
-    },
-    /// A follower's trainer succeeded: its end from now on is not a loss, and the job can no
-    /// longer start again as a whole.
-    Done,
-    /// A follower failed (or saw the job fail): the coordinator tells everyone.
-    /// `restartable`: false when a restart would fail the same way (a command that cannot
-    /// start).
-    Failed {
-        reason: String,
-        restartable: bool,
-    },
-    /// Coordinator: the job lost a member or one failed: stop. `restart`: whether the job may
-    /// start again (not once a member has finished).
-    Lost {
-        reason: String,
-        restart: bool,
-    },
-    /// Coordinator: the membership is not what everyone agrees on yet: discover the job again.
-    Regather {
-        reason: String,
-    },
-    /// The coordinator ends normally, after every follower is done.
-    Bye,
-    /// Coordinator: this member's trainer succeeded, so the job can no longer start again as a
-    /// whole. Told to every follower, so that none restarts and waits for that pod if the
-    /// coordinator itself is lost later.
-    Finished {
-        pod: String,
-    },
-}
-
-/// A reason that fits in a frame: at most `MAX_REASON` bytes once encoded (quotes, control
-/// characters and non-ASCII letters take more bytes than characters). A frame the coordinator
-/// refuses would lose what it says, such as "a restart would fail the same way".
-fn cut(reason: &str) -> String {
-    let mut cut: String = reason.chars().take(MAX_REASON).collect();
-    while serde_json::to_string(&cut).map_or(0, |json| json.len()) > MAX_REASON {
-        cut.pop();
-    }
-    cut
-}
-
-#[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum WireError {
-    #[error("a frame of {0} bytes, more than {1}")]
-    Oversized(usize, usize),
-    #[error("a frame that fails authentication (wrong secret, altered, replayed or out of order)")]
-    BadMac,
-    #[error("a frame that is not a message: {0}")]
-    Malformed(String),
-    #[error("{0}")]
-    Io(String),
-    #[error("sent no heartbeat for {0} s")]
-    Silent(u64),
-    #[error("the connection was closed")]
-    Closed,
-}
-
-/// A message serialised once, with the digest its MACs cover: a membership sent to a thousand
-/// followers is encoded and hashed once, and each connection only MACs 32 bytes.
-pub struct Encoded {
-    payload: Vec<u8>,
-    digest: [u8; 32],
-}
-
-impl Encoded {
-    /// The bytes its frame takes on the wire.
-    fn frame_len(&self) -> u64 {
-        (4 + self.payload.len() + MAC_LEN) as u64
-    }
-
-    pub fn new(message: &Message) -> Arc<Encoded> {
-        // Serialising plain strings, numbers and addresses cannot fail.
-        let payload = serde_json::to_vec(message).unwrap_or_default();
-        let mut digest = [0u8; 32];
-        digest.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, &payload).as_ref());
-        Arc::new(Encoded { payload, digest })
-    }
-}
-
-/// One connection's authenticated session, for one direction of sending and receiving.
-pub struct Session {
-    key: hmac::Key,
-    challenge: Challenge,
-    own: u8,
-    sent: u64,
-    received: u64,
-    /// The largest frame this side reads: small for the coordinator (anyone can connect), a
-    /// whole membership for a follower (it reads only the coordinator it chose to connect to).
-    limit: usize,
-}
-
-impl Session {
-    pub fn new(secret: &Secret, challenge: Challenge, is_server: bool) -> Session {
-        Session {
-            key: hmac::Key::new(hmac::HMAC_SHA256, &secret.0),
-            challenge,
-            own: if is_server { SERVER } else { CLIENT },
-            sent: 0,
-            received: 0,
-            limit: if is_server {
-                MAX_PAYLOAD
-            } else {
-                MAX_FROM_COORDINATOR
-            },
-        }
-    }
-
-    fn mac_input(&self, direction: u8, seq: u64, digest: &[u8]) -> Vec<u8> {
-        let mut input = Vec::with_capacity(1 + self.challenge.len() + 8 + digest.len());
-        input.push(direction);
-        input.extend_from_slice(&self.challenge);
-        input.extend_from_slice(&seq.to_be_bytes());
-        input.extend_from_slice(digest);
-        input
-    }
-
-    /// The bytes of one frame: length, payload, MAC (over the payload's digest).
-    pub fn seal(&mut self, message: &Message) -> Vec<u8> {
-        self.seal_encoded(&Encoded::new(message))
-    }
-
-    fn seal_encoded(&mut self, encoded: &Encoded) -> Vec<u8> {
-        let tag = hmac::sign(
-            &self.key,
-            &self.mac_input(self.own, self.sent, &encoded.digest),
-        );
-        self.sent += 1;
-        let mut frame = Vec::with_capacity(4 + encoded.payload.len() + MAC_LEN);
-        frame.extend_from_slice(&(encoded.payload.len() as u32).to_be_bytes());
-        frame.extend_from_slice(&encoded.payload);
-        frame.extend_from_slice(tag.as_ref());
-        frame
-    }
-
-    /// Checks one frame's payload and MAC, in the order the peer must have sent them.
-    pub fn open(&mut self, payload: &[u8], mac: &[u8]) -> Result<Message, WireError> {
-        let peer = if self.own == SERVER { CLIENT } else { SERVER };
-        let digest = ring::digest::digest(&ring::digest::SHA256, payload);
-        let input = self.mac_input(peer, self.received, digest.as_ref());
-        hmac::verify(&self.key, &input, mac).map_err(|_| WireError::BadMac)?;
-        self.received += 1;
-        serde_json::from_slice(payload).map_err(|e| WireError::Malformed(e.to_string()))
-    }
-
-    pub async fn read(
-        &mut self,
-        stream: &mut (impl AsyncRead + Unpin),
-    ) -> Result<Message, WireError> {
-        let mut length = [0u8; 4];
-        stream.read_exact(&mut length).await.map_err(io)?;
-        let length = u32::from_be_bytes(length) as usize;
-        if length > self.limit {
-            return Err(WireError::Oversized(length, self.limit));
-        }
-        let mut frame = vec![0u8; length + MAC_LEN];
-        stream.read_exact(&mut frame).await.map_err(io)?;
-        let (payload, mac) = frame.split_at(length);
-        self.open(payload, mac)
-    }
-
-    /// Writes one frame, giving up after `deadline`: a peer that stops reading must not pin
-    /// the connection.
-    pub async fn write(
-        &mut self,
-        stream: &mut (impl AsyncWrite + Unpin),
-        message: &Message,
-        deadline: Duration,
-    ) -> Result<(), WireError> {
-        self.write_encoded(stream, &Encoded::new(message), deadline)
-            .await
-    }
-
-    async fn write_encoded(
-        &mut self,
-        stream: &mut (impl AsyncWrite + Unpin),
-        encoded: &Encoded,
-        deadline: Duration,
-    ) -> Result<(), WireError> {
-        let frame = self.seal_encoded(encoded);
-        match timeout(deadline, stream.write_all(&frame)).await {
-            Ok(written) => written.map_err(io),
-            Err(_) => Err(WireError::Io(format!(
-                "the peer read nothing for {} s",
-                deadline.as_secs()
-            ))),
-        }
-    }
-}
-
-fn io(e: std::io::Error) -> WireError {
-    use std::io::ErrorKind::{ConnectionReset, UnexpectedEof};
-    match e.kind() {
-        // The peer's process is gone (its kernel closed or reset the connection).
-        UnexpectedEof | ConnectionReset => WireError::Closed,
-        _ => WireError::Io(e.to_string()),
-    }
-}
-
-/// Reads frames one after the other on a task of their own: a read must never be cancelled
-/// halfway through a frame (by a timer or a write in a `select!`), or the stream would lose
-/// its framing. The task ends at the first error, or when the returned guard is dropped.
-fn frames(
-    mut session: Session,
-    mut reader: tokio::net::tcp::OwnedReadHalf,
-) -> (mpsc::Receiver<Result<Message, WireError>>, AbortOnDrop) {
-    let (tx, rx) = mpsc::channel(8);
-    let task = tokio::spawn(async move {
-        loop {
-            let frame = session.read(&mut reader).await;
-            let failed = frame.is_err();
-            if tx.send(frame).await.is_err() || failed {
-                return;
-            }
-        }
-    });
-    (rx, AbortOnDrop(task))
-}
-
-pub struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
 
 /// A member of the job: its name (as every launcher computes it) and its pod's address.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -357,9 +94,10 @@ pub enum Heard {
     Lost { reason: String, restart: bool },
 }
 
-/// Looks the coordinator's DNS name up again: the single address it has now, or why it has none
-/// (none yet, or several while a replaced pod's old address is still listed).
-pub type Recheck = Arc<dyn Fn() -> BoxFuture<'static, Result<SocketAddr, String>> + Send + Sync>;
+/// Looks the coordinator's DNS name up again: the addresses it has now (none, or several while a
+/// replaced pod's old address is still listed), or None when the lookup itself failed, which
+/// says nothing about where the coordinator is.
+pub type Recheck = Arc<dyn Fn() -> BoxFuture<'static, Option<BTreeSet<IpAddr>>> + Send + Sync>;
 
 /// Where this launcher stands in the channel.
 pub enum Role {
@@ -375,8 +113,11 @@ pub enum Role {
     },
 }
 
-/// How often a follower that cannot reach its coordinator looks its name up again.
-const RECHECK_EVERY: Duration = Duration::from_secs(1);
+/// How often a follower that cannot reach its coordinator looks its name up again: from the
+/// first to the last while the answer stays the same (a thousand followers of a coordinator
+/// still finding the pods must not flood the cluster's DNS).
+const RECHECK_FIRST: Duration = Duration::from_secs(1);
+const RECHECK_LAST: Duration = Duration::from_secs(10);
 
 /// Everything a launcher brings to one attempt's channel.
 pub struct Joining {
@@ -441,6 +182,7 @@ pub struct Channel {
     /// Set once the job's loss is known here: told by the coordinator, or decided by it.
     lost: watch::Receiver<bool>,
     coordinates: bool,
+    said_hello: watch::Receiver<bool>,
 }
 
 impl Channel {
@@ -489,6 +231,12 @@ impl Channel {
     /// Whether this launcher serves the channel.
     pub fn coordinates(&self) -> bool {
         self.coordinates
+    }
+
+    /// A follower's: whether it has said hello to the coordinator, after which a `Go` may be
+    /// on its way and only the coordinator may call the attempt off.
+    pub fn said_hello(&self) -> bool {
+        *self.said_hello.borrow()
     }
 
     /// The coordinator's launcher saw a member's pod lost through the API: the coordinator
@@ -559,11 +307,13 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
     let (requests_tx, requests_rx) = mpsc::unbounded_channel();
     let (may_restart_tx, may_restart) = watch::channel(true);
     let (lost_tx, lost) = watch::channel(false);
+    let (said_hello_tx, said_hello) = watch::channel(false);
     let ends = Ends {
         heard: heard_tx,
         requests: requests_rx,
         may_restart: may_restart_tx,
         lost: lost_tx,
+        said_hello: said_hello_tx,
     };
     let limit = joining.heartbeat_timeout.as_secs();
     let coordinates = matches!(joining.role, Role::Coordinator { .. });
@@ -596,6 +346,7 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
         may_restart,
         lost,
         coordinates,
+        said_hello,
     })
 }
 
@@ -605,6 +356,8 @@ struct Ends {
     requests: mpsc::UnboundedReceiver<Request>,
     may_restart: watch::Sender<bool>,
     lost: watch::Sender<bool>,
+    /// A follower's: its hello is out, so a `Go` may be on its way to it.
+    said_hello: watch::Sender<bool>,
 }
 
 impl Ends {
@@ -622,21 +375,6 @@ impl Ends {
         }
         self.lost.send_replace(true);
     }
-}
-
-fn nonce() -> Result<[u8; NONCE_LEN], WireError> {
-    let mut nonce = [0u8; NONCE_LEN];
-    SystemRandom::new()
-        .fill(&mut nonce)
-        .map_err(|_| WireError::Io("no random numbers for a challenge".into()))?;
-    Ok(nonce)
-}
-
-fn both(server: [u8; NONCE_LEN], client: [u8; NONCE_LEN]) -> Challenge {
-    let mut challenge = [0u8; 2 * NONCE_LEN];
-    challenge[..NONCE_LEN].copy_from_slice(&server);
-    challenge[NONCE_LEN..].copy_from_slice(&client);
-    challenge
 }
 
 /// What a connection's task tells the coordinator.
@@ -1342,249 +1080,12 @@ async fn talk(
     }
 }
 
-/// A follower's side of one attempt: connect (retrying while the coordinator is not up yet),
-/// say hello, wait for `Go`, then beat and listen until this launcher finishes.
-async fn follow(
-    joining: Joining,
-    coordinator: SocketAddr,
-    recheck: Option<Recheck>,
-    mut ends: Ends,
-) {
-    let limit = joining.heartbeat_timeout;
-    let started = Instant::now();
-    let mut pause = Duration::from_millis(50);
-    let mut last_said = None;
-    let mut last_recheck = Instant::now();
-    let (challenge, reader, mut writer) = loop {
-        let why = match handshake(&joining, coordinator).await {
-            Ok(connected) => break connected,
-            Err(why) => why,
-        };
-        if let Some(recheck) = recheck
-            .as_ref()
-            .filter(|_| last_recheck.elapsed() >= RECHECK_EVERY)
-        {
-            last_recheck = Instant::now();
-            let moved = match recheck().await {
-                Ok(now) if now == coordinator => None,
-                Ok(now) => Some(format!("the coordinator's name now points at {now}")),
-                Err(why) => Some(why),
-            };
-            if let Some(moved) = moved {
-                ends.hear(Heard::Regather(format!(
-                    "the coordinating launcher at {coordinator} cannot be reached ({why}) and {moved}"
-                )));
-                return;
-            }
-        }
-        if started.elapsed() > joining.join_grace {
-            ends.hear(Heard::Regather(format!(
-                "the coordinating launcher at {coordinator} could not be reached for {} s ({why})",
-                joining.join_grace.as_secs()
-            )));
-            return;
-        }
-        // The first refusal and then one line in ten seconds: it may take a while.
-        if last_said.is_none_or(|at: Instant| at.elapsed() > Duration::from_secs(10)) {
-            info!("control channel: waiting for the coordinator at {coordinator} ({why})");
-            last_said = Some(Instant::now());
-        }
-        tokio::select! {
-            _ = sleep(pause) => {}
-            request = ends.requests.recv() => match request {
-                Some(Request::Finish { .. }) | None => return,
-                // Only a coordinator's launcher routes the pods it sees lost to its channel.
-                Some(Request::Failed { .. } | Request::Done | Request::PodLost(_)) => {}
-            },
-        }
-        pause = (pause * 2).min(Duration::from_millis(250));
-    };
-    let mut out = Session::new(&joining.secret, challenge, false);
-    out.sent = 1; // the hello
-    let (mut incoming, _reader) = frames(Session::new(&joining.secret, challenge, false), reader);
-    let mut beat = tokio::time::interval(limit / 3);
-    let mut heard_until = Instant::now() + limit;
-    let mut running = false;
-    let mut said_done = false;
-    // Set once the coordinator said Lost or Bye: the link's end is no news after that.
-    let mut told = false;
-    let broken = loop {
-        tokio::select! {
-            frame = incoming.recv() => match frame {
-                Some(Ok(Message::Beat)) => heard_until = Instant::now() + limit,
-                Some(Ok(Message::Go { epoch, membership, max_restarts })) if !running => {
-                    running = true;
-                    heard_until = Instant::now() + limit;
-                    ends.hear(Heard::Go { epoch, membership, max_restarts });
-                }
-                Some(Ok(Message::Regather { reason })) if !running => {
-                    ends.hear(Heard::Regather(reason));
-                    told = true;
-                    break None;
-                }
-                Some(Ok(Message::Lost { reason, restart })) => {
-                    ends.hear(Heard::Lost { reason, restart });
-                    told = true;
-                    break None;
-                }
-                Some(Ok(Message::Bye)) => {
-                    info!("control channel: the coordinator finished");
-                    ends.may_restart.send_replace(false);
-                    told = true;
-                    break None;
-                }
-                Some(Ok(Message::Finished { pod })) if running => {
-                    heard_until = Instant::now() + limit;
-                    if ends.may_restart.send_replace(false) {
-                        info!("control channel: the trainer of {pod} succeeded: the job cannot start again as a whole");
-                    }
-                }
-                Some(Ok(other)) => break Some(format!("unexpected {other:?}")),
-                Some(Err(e)) => break Some(e.to_string()),
-                None => break Some("closed".into()),
-            },
-            _ = tokio::time::sleep_until(heard_until) => {
-                break Some(format!("sent no heartbeat for {} s (frozen, or its node is gone)", limit.as_secs()));
-            }
-            _ = beat.tick() => {
-                if let Err(e) = out.write(&mut writer, &Message::Beat, limit).await {
-                    break Some(e.to_string());
-                }
-            }
-            request = ends.requests.recv() => match request {
-                Some(Request::Failed { reason, restartable }) => {
-                    let _ = out.write(&mut writer, &Message::Failed { reason, restartable }, limit).await;
-                }
-                Some(Request::PodLost(_)) => {}
-                Some(Request::Done) => {
-                    if running && !said_done {
-                        said_done = true;
-                        let _ = out.write(&mut writer, &Message::Done, limit).await;
-                    }
-                }
-                Some(Request::Finish { succeeded }) => {
-                    if succeeded && running && !said_done {
-                        let _ = out.write(&mut writer, &Message::Done, limit).await;
-                    }
-                    let _ = writer.shutdown().await;
-                    return;
-                }
-                None => return,
-            },
-        }
-    };
-    let mut listening = broken.is_none();
-    if let (Some(why), false) = (broken, told) {
-        let reason = match why.strip_prefix("sent no heartbeat") {
-            Some(_) => format!("the coordinating launcher at {coordinator} {why}"),
-            None => {
-                format!("lost the connection to the coordinating launcher at {coordinator} ({why})")
-            }
-        };
-        ends.hear(if running {
-            Heard::Lost {
-                reason,
-                restart: *ends.may_restart.borrow(),
-            }
-        } else {
-            Heard::Regather(reason)
-        });
-    }
-    // Stay until this launcher is done with the attempt, saying whatever it still says: a
-    // trainer that succeeded as the loss was told must still say so, and the coordinator may
-    // still turn "restart" into "no restart" (a member finished meanwhile).
-    loop {
-        tokio::select! {
-            request = ends.requests.recv() => {
-                let message = match request {
-                    Some(Request::Failed { reason, restartable }) => Message::Failed { reason, restartable },
-                    Some(Request::Done) if running && !said_done => {
-                        said_done = true;
-                        Message::Done
-                    }
-                    Some(Request::Done | Request::PodLost(_)) => continue,
-                    Some(Request::Finish { .. }) | None => break,
-                };
-                let _ = out.write(&mut writer, &message, limit).await;
-            }
-            frame = incoming.recv(), if listening => match frame {
-                Some(Ok(Message::Lost { restart: false, .. })) => ends.knows_lost(false),
-                Some(Ok(Message::Bye | Message::Finished { .. })) => {
-                    ends.may_restart.send_replace(false);
-                }
-                Some(Ok(_)) => {}
-                Some(Err(_)) | None => listening = false,
-            },
-        }
-    }
-    let _ = writer.shutdown().await;
-}
-
-/// Connects from this pod's own address (the coordinator admits member addresses only),
-/// exchanges challenges and says hello.
-async fn handshake(
-    joining: &Joining,
-    coordinator: SocketAddr,
-) -> Result<
-    (
-        Challenge,
-        tokio::net::tcp::OwnedReadHalf,
-        tokio::net::tcp::OwnedWriteHalf,
-    ),
-    String,
-> {
-    let socket = match coordinator {
-        SocketAddr::V4(_) => TcpSocket::new_v4(),
-        SocketAddr::V6(_) => TcpSocket::new_v6(),
-    }
-    .map_err(|e| e.to_string())?;
-    socket
-        .bind(SocketAddr::new(joining.me.ip, 0))
-        .map_err(|e| format!("cannot use {}: {e}", joining.me.ip))?;
-    let stream = timeout(HANDSHAKE, socket.connect(coordinator))
-        .await
-        .map_err(|_| "no answer".to_string())?
-        .map_err(|e| e.to_string())?;
-    let (mut reader, mut writer) = stream.into_split();
-    let mut server = [0u8; NONCE_LEN];
-    timeout(HANDSHAKE, reader.read_exact(&mut server))
-        .await
-        .map_err(|_| "no challenge".to_string())?
-        .map_err(|e| format!("no challenge: {e}"))?;
-    let client = nonce().map_err(|e| e.to_string())?;
-    let challenge = both(server, client);
-    let mut hello = Session::new(&joining.secret, challenge, false);
-    let mut first = client.to_vec();
-    first.extend(hello.seal(&Message::Hello {
-        pod: joining.me.name.clone(),
-        next: joining.next,
-        view: joining.view.clone(),
-        max_restarts: joining.max_restarts,
-        heartbeat_ms: joining.heartbeat_timeout.as_millis() as u64,
-    }));
-    timeout(HANDSHAKE, writer.write_all(&first))
-        .await
-        .map_err(|_| "cannot say hello".to_string())?
-        .map_err(|e| e.to_string())?;
-    Ok((challenge, reader, writer))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn secret() -> Secret {
         Secret(b"0123456789abcdef0123456789abcdef".to_vec())
-    }
-
-    fn hello(pod: &str) -> Message {
-        Message::Hello {
-            pod: pod.into(),
-            next: 0,
-            view: "v".into(),
-            max_restarts: 0,
-            heartbeat_ms: 0,
-        }
     }
 
     /// Two launchers given different heartbeat timeouts: the link beats often enough for the
@@ -1603,100 +1104,6 @@ mod tests {
             assert_eq!(agreed.beat_every, beat, "{own:?} / {follower} ms");
             assert_eq!(agreed.silent_after, silent, "{own:?} / {follower} ms");
         }
-    }
-
-    /// Whatever a failure's text, the follower's frame saying it stays within what the
-    /// coordinator reads.
-    #[test]
-    fn a_reason_of_any_text_fits_in_a_frame() {
-        for text in [
-            "plain ".repeat(200),
-            "\u{1}é\"".repeat(300),
-            "€".repeat(1000),
-        ] {
-            let message = Message::Failed {
-                reason: cut(&text),
-                restartable: false,
-            };
-            let payload = serde_json::to_vec(&message).unwrap();
-            assert!(payload.len() <= MAX_PAYLOAD, "{} bytes", payload.len());
-            assert!(text.starts_with(&cut(&text)) && !cut(&text).is_empty());
-        }
-    }
-
-    fn split(frame: &[u8]) -> (&[u8], &[u8]) {
-        let length = u32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]) as usize;
-        frame[4..].split_at(length)
-    }
-
-    #[test]
-    fn frames_open_once_in_order_and_only_under_the_same_secret_and_challenges() {
-        let challenge = both([7u8; NONCE_LEN], [9u8; NONCE_LEN]);
-        let mut client = Session::new(&secret(), challenge, false);
-        let mut server = Session::new(&secret(), challenge, true);
-        let sealed = client.seal(&hello("j-1"));
-        let beat = client.seal(&Message::Beat);
-        let (p, m) = split(&sealed);
-        assert_eq!(server.open(p, m), Ok(hello("j-1")));
-        // Replaying the hello (sequence 0 again) fails; the next frame in order passes.
-        assert_eq!(server.open(p, m), Err(WireError::BadMac));
-        let (p2, m2) = split(&beat);
-        assert_eq!(server.open(p2, m2), Ok(Message::Beat));
-        // Another secret, another server or client challenge, or the wrong direction: refused.
-        for mut other in [
-            Session::new(
-                &Secret(b"fedcba9876543210fedcba9876543210".to_vec()),
-                challenge,
-                true,
-            ),
-            Session::new(&secret(), both([8u8; NONCE_LEN], [9u8; NONCE_LEN]), true),
-            Session::new(&secret(), both([7u8; NONCE_LEN], [1u8; NONCE_LEN]), true),
-            Session::new(&secret(), challenge, false),
-        ] {
-            assert_eq!(other.open(p, m), Err(WireError::BadMac));
-        }
-        // An altered payload fails.
-        let mut altered = p.to_vec();
-        altered[2] ^= 1;
-        let mut fresh = Session::new(&secret(), challenge, true);
-        assert_eq!(fresh.open(&altered, m), Err(WireError::BadMac));
-    }
-
-    /// The server's frames cannot be replayed to a follower on another connection: the
-    /// follower's own challenge is in every MAC.
-    #[test]
-    fn a_coordinator_stream_recorded_on_one_connection_fails_on_another() {
-        let server = [3u8; NONCE_LEN];
-        let mut recorded = Session::new(&secret(), both(server, [1u8; NONCE_LEN]), true);
-        let lost = recorded.seal(&Message::Lost {
-            reason: "replayed".into(),
-            restart: true,
-        });
-        let (p, m) = split(&lost);
-        let mut victim = Session::new(&secret(), both(server, [2u8; NONCE_LEN]), false);
-        assert_eq!(victim.open(p, m), Err(WireError::BadMac));
-    }
-
-    #[test]
-    fn long_reasons_are_cut_to_fit_a_frame() {
-        let mut session = Session::new(&secret(), [0u8; 2 * NONCE_LEN], true);
-        let frame = session.seal(&Message::Lost {
-            reason: cut(&"x".repeat(10_000)),
-            restart: false,
-        });
-        let (payload, _) = split(&frame);
-        assert!(payload.len() <= MAX_PAYLOAD);
-        assert!(serde_json::from_slice::<Message>(payload).is_ok());
-    }
-
-    #[tokio::test]
-    async fn an_oversized_length_is_refused_before_reading_it() {
-        let mut session = Session::new(&secret(), [0u8; 2 * NONCE_LEN], true);
-        let mut bytes: &[u8] = &[0, 0, 0x04, 0x01, 1, 2, 3];
-        assert_eq!(
-            session.read(&mut bytes).await,
-            Err(WireError::Oversized(1025, MAX_PAYLOAD))
-        );
     }
 
     fn member(name: &str, ip: &str) -> Member {
@@ -1983,6 +1390,7 @@ mod tests {
             requests: mpsc::unbounded_channel().1,
             may_restart: watch::channel(true).0,
             lost: watch::channel(false).0,
+            said_hello: watch::channel(false).0,
         }
     }
 

@@ -1,0 +1,411 @@
+//! The channel's frames: messages, their encoding, the HMAC session of one connection, and the
+//! limits every read is bounded by.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ring::hmac;
+use ring::rand::{SecureRandom, SystemRandom};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tokio::time::timeout;
+
+use crate::config::Secret;
+use crate::membership::Membership;
+
+/// The largest frame the coordinator reads: a follower only ever says small things.
+pub const MAX_PAYLOAD: usize = 1024;
+/// The largest frame a follower reads from its coordinator: the membership of a big job.
+pub(super) const MAX_FROM_COORDINATOR: usize = 16 << 20;
+pub(super) const MAC_LEN: usize = 32;
+pub(super) const NONCE_LEN: usize = 16;
+/// Both challenges, the server's first.
+pub type Challenge = [u8; 2 * NONCE_LEN];
+pub(super) const HANDSHAKE: Duration = Duration::from_secs(5);
+/// Longer reasons are cut: a frame must stay within `MAX_PAYLOAD`.
+pub(super) const MAX_REASON: usize = 400;
+pub(super) const CLIENT: u8 = b'C';
+pub(super) const SERVER: u8 = b'S';
+
+/// What launchers tell each other.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Message {
+    /// A follower's first frame: which member it is, the restart epoch it would start next,
+    /// and the fingerprint of the membership it found.
+    Hello {
+        pod: String,
+        next: u32,
+        view: String,
+        /// The restarts this launcher was given (--max-restarts).
+        max_restarts: u32,
+        /// This launcher's heartbeat timeout in milliseconds: it beats at a third of it and
+        /// judges the coordinator by it, so the coordinator beats this link at a third of the
+        /// smaller of the two timeouts and judges it by the larger. 0: not said (an older
+        /// launcher), the coordinator's own.
+        #[serde(default)]
+        heartbeat_ms: u64,
+    },
+    Beat,
+    /// Coordinator: every member is here with the same view: start restart epoch `epoch`, with
+    /// this membership (which a follower that did not discover the pods itself needs).
+    Go {
+        epoch: u32,
+        membership: Option<Membership>,
+        /// The job's restart budget: the smallest any member was given.
+        max_restarts: u32,
+    },
+    /// A follower's trainer succeeded: its end from now on is not a loss, and the job can no
+    /// longer start again as a whole.
+    Done,
+    /// A follower failed (or saw the job fail): the coordinator tells everyone.
+    /// `restartable`: false when a restart would fail the same way (a command that cannot
+    /// start).
+    Failed {
+        reason: String,
+        restartable: bool,
+    },
+    /// Coordinator: the job lost a member or one failed: stop. `restart`: whether the job may
+    /// start again (not once a member has finished).
+    Lost {
+        reason: String,
+        restart: bool,
+    },
+    /// Coordinator: the membership is not what everyone agrees on yet: discover the job again.
+    Regather {
+        reason: String,
+    },
+    /// The coordinator ends normally, after every follower is done.
+    Bye,
+    /// Coordinator: this member's trainer succeeded, so the job can no longer start again as a
+    /// whole. Told to every follower, so that none restarts and waits for that pod if the
+    /// coordinator itself is lost later.
+    Finished {
+        pod: String,
+    },
+}
+
+/// A reason that fits in a frame: at most `MAX_REASON` bytes once encoded (quotes, control
+/// characters and non-ASCII letters take more bytes than characters). A frame the coordinator
+/// refuses would lose what it says, such as "a restart would fail the same way".
+pub(super) fn cut(reason: &str) -> String {
+    let mut cut: String = reason.chars().take(MAX_REASON).collect();
+    while serde_json::to_string(&cut).map_or(0, |json| json.len()) > MAX_REASON {
+        cut.pop();
+    }
+    cut
+}
+
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    #[error("a frame of {0} bytes, more than {1}")]
+    Oversized(usize, usize),
+    #[error("a frame that fails authentication (wrong secret, altered, replayed or out of order)")]
+    BadMac,
+    #[error("a frame that is not a message: {0}")]
+    Malformed(String),
+    #[error("{0}")]
+    Io(String),
+    #[error("sent no heartbeat for {0} s")]
+    Silent(u64),
+    #[error("the connection was closed")]
+    Closed,
+}
+
+/// A message serialised once, with the digest its MACs cover: a membership sent to a thousand
+/// followers is encoded and hashed once, and each connection only MACs 32 bytes.
+pub struct Encoded {
+    payload: Vec<u8>,
+    digest: [u8; 32],
+}
+
+impl Encoded {
+    /// The bytes its frame takes on the wire.
+    pub(super) fn frame_len(&self) -> u64 {
+        (4 + self.payload.len() + MAC_LEN) as u64
+    }
+
+    pub fn new(message: &Message) -> Arc<Encoded> {
+        // Serialising plain strings, numbers and addresses cannot fail.
+        let payload = serde_json::to_vec(message).unwrap_or_default();
+        let mut digest = [0u8; 32];
+        digest.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, &payload).as_ref());
+        Arc::new(Encoded { payload, digest })
+    }
+}
+
+/// One connection's authenticated session, for one direction of sending and receiving.
+pub struct Session {
+    pub(super) key: hmac::Key,
+    pub(super) challenge: Challenge,
+    pub(super) own: u8,
+    pub(super) sent: u64,
+    pub(super) received: u64,
+    /// The largest frame this side reads: small for the coordinator (anyone can connect), a
+    /// whole membership for a follower (it reads only the coordinator it chose to connect to).
+    pub(super) limit: usize,
+}
+
+impl Session {
+    pub fn new(secret: &Secret, challenge: Challenge, is_server: bool) -> Session {
+        Session {
+            key: hmac::Key::new(hmac::HMAC_SHA256, &secret.0),
+            challenge,
+            own: if is_server { SERVER } else { CLIENT },
+            sent: 0,
+            received: 0,
+            limit: if is_server {
+                MAX_PAYLOAD
+            } else {
+                MAX_FROM_COORDINATOR
+            },
+        }
+    }
+
+    pub(super) fn mac_input(&self, direction: u8, seq: u64, digest: &[u8]) -> Vec<u8> {
+        let mut input = Vec::with_capacity(1 + self.challenge.len() + 8 + digest.len());
+        input.push(direction);
+        input.extend_from_slice(&self.challenge);
+        input.extend_from_slice(&seq.to_be_bytes());
+        input.extend_from_slice(digest);
+        input
+    }
+
+    /// The bytes of one frame: length, payload, MAC (over the payload's digest).
+    pub fn seal(&mut self, message: &Message) -> Vec<u8> {
+        self.seal_encoded(&Encoded::new(message))
+    }
+
+    pub(super) fn seal_encoded(&mut self, encoded: &Encoded) -> Vec<u8> {
+        let tag = hmac::sign(
+            &self.key,
+            &self.mac_input(self.own, self.sent, &encoded.digest),
+        );
+        self.sent += 1;
+        let mut frame = Vec::with_capacity(4 + encoded.payload.len() + MAC_LEN);
+        frame.extend_from_slice(&(encoded.payload.len() as u32).to_be_bytes());
+        frame.extend_from_slice(&encoded.payload);
+        frame.extend_from_slice(tag.as_ref());
+        frame
+    }
+
+    /// Checks one frame's payload and MAC, in the order the peer must have sent them.
+    pub fn open(&mut self, payload: &[u8], mac: &[u8]) -> Result<Message, WireError> {
+        let peer = if self.own == SERVER { CLIENT } else { SERVER };
+        let digest = ring::digest::digest(&ring::digest::SHA256, payload);
+        let input = self.mac_input(peer, self.received, digest.as_ref());
+        hmac::verify(&self.key, &input, mac).map_err(|_| WireError::BadMac)?;
+        self.received += 1;
+        serde_json::from_slice(payload).map_err(|e| WireError::Malformed(e.to_string()))
+    }
+
+    pub async fn read(
+        &mut self,
+        stream: &mut (impl AsyncRead + Unpin),
+    ) -> Result<Message, WireError> {
+        let mut length = [0u8; 4];
+        stream.read_exact(&mut length).await.map_err(io)?;
+        let length = u32::from_be_bytes(length) as usize;
+        if length > self.limit {
+            return Err(WireError::Oversized(length, self.limit));
+        }
+        let mut frame = vec![0u8; length + MAC_LEN];
+        stream.read_exact(&mut frame).await.map_err(io)?;
+        let (payload, mac) = frame.split_at(length);
+        self.open(payload, mac)
+    }
+
+    /// Writes one frame, giving up after `deadline`: a peer that stops reading must not pin
+    /// the connection.
+    pub async fn write(
+        &mut self,
+        stream: &mut (impl AsyncWrite + Unpin),
+        message: &Message,
+        deadline: Duration,
+    ) -> Result<(), WireError> {
+        self.write_encoded(stream, &Encoded::new(message), deadline)
+            .await
+    }
+
+    pub(super) async fn write_encoded(
+        &mut self,
+        stream: &mut (impl AsyncWrite + Unpin),
+        encoded: &Encoded,
+        deadline: Duration,
+    ) -> Result<(), WireError> {
+        let frame = self.seal_encoded(encoded);
+        match timeout(deadline, stream.write_all(&frame)).await {
+            Ok(written) => written.map_err(io),
+            Err(_) => Err(WireError::Io(format!(
+                "the peer read nothing for {} s",
+                deadline.as_secs()
+            ))),
+        }
+    }
+}
+
+pub(super) fn io(e: std::io::Error) -> WireError {
+    use std::io::ErrorKind::{ConnectionReset, UnexpectedEof};
+    match e.kind() {
+        // The peer's process is gone (its kernel closed or reset the connection).
+        UnexpectedEof | ConnectionReset => WireError::Closed,
+        _ => WireError::Io(e.to_string()),
+    }
+}
+
+/// Reads frames one after the other on a task of their own: a read must never be cancelled
+/// halfway through a frame (by a timer or a write in a `select!`), or the stream would lose
+/// its framing. The task ends at the first error, or when the returned guard is dropped.
+pub(super) fn frames(
+    mut session: Session,
+    mut reader: tokio::net::tcp::OwnedReadHalf,
+) -> (mpsc::Receiver<Result<Message, WireError>>, AbortOnDrop) {
+    let (tx, rx) = mpsc::channel(8);
+    let task = tokio::spawn(async move {
+        loop {
+            let frame = session.read(&mut reader).await;
+            let failed = frame.is_err();
+            if tx.send(frame).await.is_err() || failed {
+                return;
+            }
+        }
+    });
+    (rx, AbortOnDrop(task))
+}
+
+pub struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+pub(super) fn nonce() -> Result<[u8; NONCE_LEN], WireError> {
+    let mut nonce = [0u8; NONCE_LEN];
+    SystemRandom::new()
+        .fill(&mut nonce)
+        .map_err(|_| WireError::Io("no random numbers for a challenge".into()))?;
+    Ok(nonce)
+}
+
+pub(super) fn both(server: [u8; NONCE_LEN], client: [u8; NONCE_LEN]) -> Challenge {
+    let mut challenge = [0u8; 2 * NONCE_LEN];
+    challenge[..NONCE_LEN].copy_from_slice(&server);
+    challenge[NONCE_LEN..].copy_from_slice(&client);
+    challenge
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret() -> Secret {
+        Secret(b"0123456789abcdef0123456789abcdef".to_vec())
+    }
+
+    fn hello(pod: &str) -> Message {
+        Message::Hello {
+            pod: pod.into(),
+            next: 0,
+            view: "v".into(),
+            max_restarts: 0,
+            heartbeat_ms: 0,
+        }
+    }
+
+    /// Whatever a failure's text, the follower's frame saying it stays within what the
+    /// coordinator reads.
+    #[test]
+    fn a_reason_of_any_text_fits_in_a_frame() {
+        for text in [
+            "plain ".repeat(200),
+            "\u{1}é\"".repeat(300),
+            "€".repeat(1000),
+        ] {
+            let message = Message::Failed {
+                reason: cut(&text),
+                restartable: false,
+            };
+            let payload = serde_json::to_vec(&message).unwrap();
+            assert!(payload.len() <= MAX_PAYLOAD, "{} bytes", payload.len());
+            assert!(text.starts_with(&cut(&text)) && !cut(&text).is_empty());
+        }
+    }
+
+    fn split(frame: &[u8]) -> (&[u8], &[u8]) {
+        let length = u32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]) as usize;
+        frame[4..].split_at(length)
+    }
+
+    #[test]
+    fn frames_open_once_in_order_and_only_under_the_same_secret_and_challenges() {
+        let challenge = both([7u8; NONCE_LEN], [9u8; NONCE_LEN]);
+        let mut client = Session::new(&secret(), challenge, false);
+        let mut server = Session::new(&secret(), challenge, true);
+        let sealed = client.seal(&hello("j-1"));
+        let beat = client.seal(&Message::Beat);
+        let (p, m) = split(&sealed);
+        assert_eq!(server.open(p, m), Ok(hello("j-1")));
+        // Replaying the hello (sequence 0 again) fails; the next frame in order passes.
+        assert_eq!(server.open(p, m), Err(WireError::BadMac));
+        let (p2, m2) = split(&beat);
+        assert_eq!(server.open(p2, m2), Ok(Message::Beat));
+        // Another secret, another server or client challenge, or the wrong direction: refused.
+        for mut other in [
+            Session::new(
+                &Secret(b"fedcba9876543210fedcba9876543210".to_vec()),
+                challenge,
+                true,
+            ),
+            Session::new(&secret(), both([8u8; NONCE_LEN], [9u8; NONCE_LEN]), true),
+            Session::new(&secret(), both([7u8; NONCE_LEN], [1u8; NONCE_LEN]), true),
+            Session::new(&secret(), challenge, false),
+        ] {
+            assert_eq!(other.open(p, m), Err(WireError::BadMac));
+        }
+        // An altered payload fails.
+        let mut altered = p.to_vec();
+        altered[2] ^= 1;
+        let mut fresh = Session::new(&secret(), challenge, true);
+        assert_eq!(fresh.open(&altered, m), Err(WireError::BadMac));
+    }
+
+    /// The server's frames cannot be replayed to a follower on another connection: the
+    /// follower's own challenge is in every MAC.
+    #[test]
+    fn a_coordinator_stream_recorded_on_one_connection_fails_on_another() {
+        let server = [3u8; NONCE_LEN];
+        let mut recorded = Session::new(&secret(), both(server, [1u8; NONCE_LEN]), true);
+        let lost = recorded.seal(&Message::Lost {
+            reason: "replayed".into(),
+            restart: true,
+        });
+        let (p, m) = split(&lost);
+        let mut victim = Session::new(&secret(), both(server, [2u8; NONCE_LEN]), false);
+        assert_eq!(victim.open(p, m), Err(WireError::BadMac));
+    }
+
+    #[test]
+    fn long_reasons_are_cut_to_fit_a_frame() {
+        let mut session = Session::new(&secret(), [0u8; 2 * NONCE_LEN], true);
+        let frame = session.seal(&Message::Lost {
+            reason: cut(&"x".repeat(10_000)),
+            restart: false,
+        });
+        let (payload, _) = split(&frame);
+        assert!(payload.len() <= MAX_PAYLOAD);
+        assert!(serde_json::from_slice::<Message>(payload).is_ok());
+    }
+
+    #[tokio::test]
+    async fn an_oversized_length_is_refused_before_reading_it() {
+        let mut session = Session::new(&secret(), [0u8; 2 * NONCE_LEN], true);
+        let mut bytes: &[u8] = &[0, 0, 0x04, 0x01, 1, 2, 3];
+        assert_eq!(
+            session.read(&mut bytes).await,
+            Err(WireError::Oversized(1025, MAX_PAYLOAD))
+        );
+    }
+}
