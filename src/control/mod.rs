@@ -51,10 +51,14 @@ use tracing::{debug, info, warn, Instrument};
 
 use crate::config::Secret;
 use crate::membership::Membership;
-use crate::verdict::{verdict, Standing};
 
+mod coordinator;
 mod follower;
+#[cfg(test)]
+mod simulation;
 mod wire;
+
+use coordinator::{Core, Effect, Input, Setup};
 
 use follower::follow;
 use wire::*;
@@ -158,6 +162,7 @@ pub fn view(members: &[Member]) -> String {
         .collect()
 }
 
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Request {
     Failed {
         reason: String,
@@ -324,10 +329,7 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
                 "control channel: coordinating {} launchers on {listen} (heartbeat timeout {limit} s)",
                 joining.members.len()
             );
-            let coordinator = match joining.ended {
-                Some(_) => Coordinator::ended(joining),
-                None => Coordinator::new(joining),
-            };
+            let coordinator = Coordinator::new(joining);
             tokio::spawn(coordinator.run(listener, ends).in_current_span())
         }
         Role::Follower {
@@ -399,46 +401,20 @@ enum FromLink {
     },
 }
 
-#[derive(Debug)]
-enum Stage {
-    /// Waiting for every member's hello: the epoch each would start next and its budget.
-    Gathering {
-        since: Instant,
-        ready: HashMap<String, (u32, u32)>,
-    },
-    /// Started `epoch` with this budget.
-    Running { epoch: u32, max_restarts: u32 },
-    /// Said what there was to say; waiting for this launcher to close the channel.
-    Closing,
-}
-
-/// The coordinator's state, owned by its one task: connection tasks only report to it.
+/// The coordinator's task: carries out what its `Core` decides, over the connections that
+/// report to it.
 struct Coordinator {
     shared: Arc<Shared>,
-    /// This launcher's pod.
-    me: String,
-    view: String,
-    next: u32,
-    max_restarts: u32,
-    join_grace: Duration,
-    stage: Stage,
-    /// The live connection of each member; a second hello of the same pod is refused.
-    links: HashMap<String, (u64, mpsc::UnboundedSender<Arc<Encoded>>)>,
+    core: Core,
+    /// Each joined connection's outgoing queue.
+    senders: HashMap<u64, mpsc::UnboundedSender<Arc<Encoded>>>,
     /// Open connections by address, authenticated or not.
     open: HashMap<IpAddr, usize>,
     refused: u64,
     /// Addresses that are no member's, already named in the log.
     strangers_named: HashSet<IpAddr>,
-    done: HashSet<String>,
-    /// The first loss, told to every link, late ones too.
-    lost: Option<(String, bool)>,
-    /// This launcher's trainer succeeded: the coordinator stays until the followers report.
-    own_success: bool,
-    /// Serving only to tell every joining member that the job has ended.
-    ending: bool,
-    /// Members told the job's end as they joined.
-    told: HashSet<String>,
-    membership: Option<Membership>,
+    /// What the core said at its start, carried out once the task runs.
+    first: Vec<Effect>,
 }
 
 /// What connection tasks read: the followers, the secret, the timeout.
@@ -453,50 +429,38 @@ struct Shared {
 impl Coordinator {
     fn new(joining: Joining) -> Coordinator {
         let me = joining.me.name.clone();
+        let others: Vec<Member> = joining
+            .members
+            .into_iter()
+            .filter(|m| m.name != me)
+            .collect();
+        let (core, first) = Core::start(
+            Setup {
+                me,
+                others: others.iter().map(|m| m.name.clone()).collect(),
+                view: joining.view,
+                next: joining.next,
+                max_restarts: joining.max_restarts,
+                join_grace: joining.join_grace,
+                membership: joining.membership,
+                ended: joining.ended,
+            },
+            Instant::now(),
+        );
         Coordinator {
-            me: me.clone(),
             shared: Arc::new(Shared {
-                others: joining
-                    .members
-                    .into_iter()
-                    .filter(|m| m.name != me)
-                    .collect(),
+                others,
                 secret: joining.secret,
                 heartbeat_timeout: joining.heartbeat_timeout,
                 sent: std::sync::atomic::AtomicU64::new(0),
             }),
-            view: joining.view,
-            next: joining.next,
-            max_restarts: joining.max_restarts,
-            join_grace: joining.join_grace,
-            stage: Stage::Gathering {
-                since: Instant::now(),
-                ready: HashMap::new(),
-            },
-            links: HashMap::new(),
+            core,
+            senders: HashMap::new(),
             open: HashMap::new(),
             refused: 0,
             strangers_named: HashSet::new(),
-            done: HashSet::new(),
-            lost: None,
-            own_success: false,
-            ending: joining.ended.is_some(),
-            told: HashSet::new(),
-            membership: joining.membership,
+            first,
         }
-    }
-
-    /// A coordinator that only tells the job's end: as if it had run and lost, for good.
-    fn ended(joining: Joining) -> Coordinator {
-        let reason = joining.ended.clone().unwrap_or_default();
-        let next = joining.next;
-        let mut coordinator = Coordinator::new(joining);
-        coordinator.stage = Stage::Running {
-            epoch: next,
-            max_restarts: 0,
-        };
-        coordinator.lost = Some((reason, false));
-        coordinator
     }
 
     /// Whether a connection from `ip` may be served: only member addresses, a few each. The
@@ -528,10 +492,10 @@ impl Coordinator {
         let mut ticks = tokio::time::interval(Duration::from_millis(250));
         let mut refusals = tokio::time::interval(Duration::from_secs(60));
         let mut next_link = 0u64;
-        // A job of one pod has nobody to wait for.
-        self.start_when_ready(&ends);
-        loop {
-            tokio::select! {
+        let first = std::mem::take(&mut self.first);
+        self.carry_out(first, &ends);
+        while !self.core.stopped() {
+            let effects = tokio::select! {
                 accepted = listener.accept() => {
                     let (stream, peer) = match accepted {
                         Ok(accepted) => accepted,
@@ -555,55 +519,32 @@ impl Coordinator {
                         let why = serve(&shared, link, stream, peer, &to_me).await;
                         let _ = to_me.send(FromLink::Ended { link, ip: peer.ip(), pod: why.0, why: why.1 });
                     });
+                    continue;
                 }
-                Some(report) = from_links.recv() => self.on_link(report, &ends),
-                Some(_) = connections.join_next(), if !connections.is_empty() => {}
-                request = ends.requests.recv() => match request {
-                    Some(Request::Failed { reason, restartable }) => self.lose(reason, &ends, false, restartable),
-                    Some(Request::PodLost(reason)) => match self.stage {
-                        Stage::Gathering { .. } => self.regather(reason, &ends),
-                        Stage::Running { .. } => self.lose(reason, &ends, true, true),
-                        Stage::Closing => {}
-                    },
-                    Some(Request::Done) => self.own_done(&ends),
-                    Some(Request::Finish { succeeded: true }) if matches!(self.stage, Stage::Running { .. }) && self.lost.is_none() => {
-                        self.own_done(&ends);
-                        let waiting = self.waiting_for();
-                        if !waiting.is_empty() {
-                            info!("control channel: waiting for {} launchers to report their outcome: {}", waiting.len(), waiting.join(", "));
-                        }
-                    }
-                    // A failure, the end of an attempt, or the launcher is gone: close.
-                    Some(Request::Finish { .. }) | None => break,
+                Some(report) = from_links.recv() => match self.on_link(report) {
+                    Some(input) => self.core.step(input),
+                    None => continue,
                 },
-                _ = ticks.tick() => self.on_tick(&ends),
+                Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+                request = ends.requests.recv() => match request {
+                    Some(request) => self.core.step(Input::Own(request)),
+                    // The launcher is gone: close.
+                    None => self.core.step(Input::Own(Request::Finish { succeeded: false })),
+                },
+                _ = ticks.tick() => self.core.step(Input::Tick(Instant::now())),
                 _ = refusals.tick() => {
                     let refused = std::mem::take(&mut self.refused);
                     if refused > 0 {
                         warn!("control channel: refused {refused} connections from addresses that are not the job's pods, or too many from one");
                     }
+                    continue;
                 }
-            }
-            if self.own_success && (self.lost.is_some() || self.waiting_for().is_empty()) {
-                break;
-            }
-            if self.ending
-                && self
-                    .shared
-                    .others
-                    .iter()
-                    .all(|m| self.told.contains(&m.name))
-            {
-                break;
-            }
-        }
-        // Last words: goodbye after a success nobody spoiled, else what is queued (a Lost).
-        if self.own_success && self.lost.is_none() {
-            self.broadcast(&Message::Bye);
+            };
+            self.carry_out(effects, &ends);
         }
         // Dropping the senders lets each connection write what is queued, then end: those of
         // the links joined but not yet seen (queued reports) too.
-        self.links.clear();
+        self.senders.clear();
         drop(listener);
         drop(from_links);
         let _ = timeout(FLUSH, async {
@@ -616,104 +557,8 @@ impl Coordinator {
         );
     }
 
-    /// Followers that have neither said they are done nor gone.
-    fn waiting_for(&self) -> Vec<String> {
-        self.shared
-            .others
-            .iter()
-            .filter(|m| !self.done.contains(&m.name) && self.links.contains_key(&m.name))
-            .map(|m| m.name.clone())
-            .collect()
-    }
-
-    /// One encoding for every link.
-    fn broadcast(&self, message: &Message) {
-        let encoded = Encoded::new(message);
-        for (_, link) in self.links.values() {
-            let _ = link.send(encoded.clone());
-        }
-    }
-
-    /// The job lost a member, or one failed: everyone stops, once. `tell_self`: false for
-    /// this launcher's own report (it knows). `restartable`: false for a failure a restart
-    /// would repeat.
-    fn lose(&mut self, reason: String, ends: &Ends, tell_self: bool, restartable: bool) {
-        if self.lost.is_some() || matches!(self.stage, Stage::Closing) {
-            return;
-        }
-        let member_finished = !self.done.is_empty() || self.own_success;
-        let restart = match self.stage {
-            Stage::Running {
-                epoch,
-                max_restarts,
-            } => verdict(&Standing {
-                epoch,
-                max_restarts,
-                member_finished,
-                restartable,
-            })
-            .is_ok(),
-            // Nothing started: there is nothing to restart, only to gather again.
-            _ => restartable && !member_finished,
-        };
-        warn!("control channel: {reason}");
-        self.broadcast(&Message::Lost {
-            reason: cut(&reason),
-            restart,
-        });
-        if tell_self {
-            ends.hear(Heard::Lost {
-                reason: reason.clone(),
-                restart,
-            });
-        } else {
-            ends.knows_lost(restart);
-        }
-        self.lost = Some((reason, restart));
-    }
-
-    /// This launcher's trainer succeeded.
-    fn own_done(&mut self, ends: &Ends) {
-        if !matches!(self.stage, Stage::Running { .. }) || self.own_success {
-            return;
-        }
-        if self.done.is_empty() {
-            self.broadcast(&Message::Finished {
-                pod: self.me.clone(),
-            });
-        }
-        self.own_success = true;
-        let me = self.me.clone();
-        self.finished_after_loss(&me, ends);
-    }
-
-    /// A member finished after a loss went out as one the job may restart from: it cannot
-    /// now (the member will not rejoin), and everyone still deciding must hear it.
-    fn finished_after_loss(&mut self, pod: &str, ends: &Ends) {
-        let Some((reason, true)) = &self.lost else {
-            return;
-        };
-        let reason = format!("{reason}; {pod} had already finished, so the job cannot start again");
-        warn!("control channel: {reason}");
-        self.broadcast(&Message::Lost {
-            reason: cut(&reason),
-            restart: false,
-        });
-        ends.knows_lost(false);
-        self.lost = Some((reason, false));
-    }
-
-    /// Everyone (this launcher too) discovers the job again.
-    fn regather(&mut self, reason: String, ends: &Ends) {
-        info!("control channel: {reason}: discovering the job again");
-        self.broadcast(&Message::Regather {
-            reason: cut(&reason),
-        });
-        ends.hear(Heard::Regather(reason));
-        self.stage = Stage::Closing;
-    }
-
-    fn on_link(&mut self, report: FromLink, ends: &Ends) {
+    /// A connection's report, as the core's input; None when it is the shell's alone.
+    fn on_link(&mut self, report: FromLink) -> Option<Input> {
         match report {
             FromLink::Joined {
                 link,
@@ -723,155 +568,53 @@ impl Coordinator {
                 max_restarts,
                 to_link,
             } => {
-                if self.links.contains_key(&pod) {
-                    warn!("control channel: closed a second connection of {pod}: it is already connected");
-                    return;
-                }
-                info!("control channel: {pod} joined");
-                self.links.insert(pod.clone(), (link, to_link.clone()));
-                match &mut self.stage {
-                    // An empty view: a follower that takes the membership from `Go`.
-                    Stage::Gathering { ready, .. } if view == self.view || view.is_empty() => {
-                        ready.insert(pod, (next, max_restarts));
-                        self.start_when_ready(ends);
-                    }
-                    Stage::Gathering { .. } => {
-                        self.regather(format!("{pod} found other pods than this launcher"), ends)
-                    }
-                    Stage::Running { .. } => match &self.lost {
-                        Some((reason, restart)) => {
-                            let _ = to_link.send(Encoded::new(&Message::Lost {
-                                reason: cut(reason),
-                                restart: *restart,
-                            }));
-                            self.told.insert(pod);
-                        }
-                        // Its earlier connection ended, which already counted as a loss.
-                        None => self.lose(
-                            format!("the launcher of peer pod {pod} joined again (it restarted)"),
-                            ends,
-                            true,
-                            true,
-                        ),
-                    },
-                    Stage::Closing => {}
-                }
+                self.senders.insert(link, to_link);
+                Some(Input::Joined {
+                    link,
+                    pod,
+                    next,
+                    view,
+                    max_restarts,
+                })
             }
-            // Neither means anything before the start: no trainer ran.
-            FromLink::Said { pod, message } => match message {
-                Message::Done if matches!(self.stage, Stage::Running { .. }) => {
-                    // The first success is news to the followers; later ones change nothing
-                    // for them, and a thousand would cost a million frames.
-                    if self.done.is_empty() && !self.own_success {
-                        self.broadcast(&Message::Finished { pod: pod.clone() });
-                    }
-                    self.done.insert(pod.clone());
-                    self.finished_after_loss(&pod, ends);
-                }
-                Message::Failed {
-                    reason,
-                    restartable,
-                } if matches!(self.stage, Stage::Running { .. }) => {
-                    self.lose(reason, ends, true, restartable);
-                }
-                _ => {}
-            },
+            FromLink::Said { pod, message } => Some(Input::Said { pod, message }),
             FromLink::Ended { link, ip, pod, why } => {
                 if let Some(open) = self.open.get_mut(&ip) {
                     *open = open.saturating_sub(1);
                 }
+                self.senders.remove(&link);
                 let Some(pod) = pod else {
                     warn!("control channel: closed the connection from {ip}: {why}");
-                    return;
+                    return None;
                 };
-                if self.links.get(&pod).is_none_or(|(id, _)| *id != link) {
-                    return;
-                }
-                self.links.remove(&pod);
-                match &mut self.stage {
-                    Stage::Gathering { ready, .. } => {
-                        ready.remove(&pod);
-                        info!("control channel: {pod} left before the start: {why}");
-                    }
-                    // A member whose trainer is done may still serve the others (a lingering
-                    // pserver): its silence is a loss too (a final one), its close is not.
-                    Stage::Running { .. }
-                        if !self.done.contains(&pod) || matches!(why, WireError::Silent(_)) =>
-                    {
-                        let reason = match why {
-                            WireError::Silent(seconds) => format!(
-                                "peer pod {pod} sent no heartbeat for {seconds} s (frozen, or its node is gone)"
-                            ),
-                            WireError::Closed => format!(
-                                "the launcher of peer pod {pod} closed the control connection (its pod is gone, or it was killed)"
-                            ),
-                            other => format!("the control connection of peer pod {pod} failed: {other}"),
-                        };
-                        self.lose(reason, ends, true, true);
-                    }
-                    Stage::Running { .. } | Stage::Closing => {}
-                }
+                Some(Input::Ended { link, pod, why })
             }
         }
     }
 
-    fn start_when_ready(&mut self, ends: &Ends) {
-        let Stage::Gathering { ready, .. } = &self.stage else {
-            return;
-        };
-        if self
-            .shared
-            .others
-            .iter()
-            .any(|m| !ready.contains_key(&m.name))
-        {
-            return;
-        }
-        let epoch = ready.values().map(|r| r.0).fold(self.next, u32::max);
-        // One budget for the job, or some would restart while others end.
-        let max_restarts = ready
-            .values()
-            .map(|r| r.1)
-            .fold(self.max_restarts, u32::min);
-        if ready.values().any(|r| r.1 != self.max_restarts) {
-            warn!("control channel: the launchers were given different restart budgets (PADDLE_LAUNCHER_MAX_RESTARTS): the job has the smallest, {max_restarts}");
-        }
-        info!(
-            "control channel: all {} launchers are here: starting restart epoch {epoch}",
-            self.shared.others.len() + 1
-        );
-        self.broadcast(&Message::Go {
-            epoch,
-            membership: self.membership.clone(),
-            max_restarts,
-        });
-        self.stage = Stage::Running {
-            epoch,
-            max_restarts,
-        };
-        ends.hear(Heard::Go {
-            epoch,
-            membership: None,
-            max_restarts,
-        });
-    }
-
-    fn on_tick(&mut self, ends: &Ends) {
-        if let Stage::Gathering { since, ready } = &self.stage {
-            if since.elapsed() > self.join_grace {
-                let missing: Vec<&str> = self
-                    .shared
-                    .others
-                    .iter()
-                    .filter(|m| !ready.contains_key(&m.name))
-                    .map(|m| m.name.as_str())
-                    .collect();
-                let reason = format!(
-                    "{} did not join the control channel within {} s",
-                    missing.join(", "),
-                    self.join_grace.as_secs()
-                );
-                self.regather(reason, ends);
+    fn carry_out(&mut self, effects: Vec<Effect>, ends: &Ends) {
+        for effect in effects {
+            match effect {
+                // One encoding for every link.
+                Effect::Broadcast(message) => {
+                    let encoded = Encoded::new(&message);
+                    for link in self.core.links.values() {
+                        if let Some(sender) = self.senders.get(link) {
+                            let _ = sender.send(encoded.clone());
+                        }
+                    }
+                }
+                Effect::Send { link, message } => {
+                    if let Some(sender) = self.senders.get(&link) {
+                        let _ = sender.send(Encoded::new(&message));
+                    }
+                }
+                Effect::Close(link) => {
+                    self.senders.remove(&link);
+                }
+                Effect::Hear(heard) => ends.hear(heard),
+                Effect::KnowsLost { restart } => ends.knows_lost(restart),
+                Effect::Stop => {}
             }
         }
     }
@@ -1381,70 +1124,6 @@ mod tests {
             heard(&mut channels[2]).await,
             Heard::Lost { restart: false, .. }
         ));
-    }
-
-    /// The task's side of a channel nobody listens to: for driving a `Coordinator` by hand.
-    fn unheard_ends() -> Ends {
-        Ends {
-            heard: mpsc::unbounded_channel().0,
-            requests: mpsc::unbounded_channel().1,
-            may_restart: watch::channel(true).0,
-            lost: watch::channel(false).0,
-            said_hello: watch::channel(false).0,
-        }
-    }
-
-    /// Nothing ran before `Go`: a `Done` then is not a finished member.
-    #[test]
-    fn a_done_before_the_start_is_ignored() {
-        let members = vec![member("me", "10.0.0.1"), member("a", "10.0.0.2")];
-        let mut coordinator = Coordinator::new(joining(&members, 0, 0, 0));
-        let ends = unheard_ends();
-        let said = |message| FromLink::Said {
-            pod: "a".into(),
-            message,
-        };
-        coordinator.on_link(said(Message::Done), &ends);
-        assert!(coordinator.done.is_empty());
-        coordinator.stage = Stage::Running {
-            epoch: 0,
-            max_restarts: 3,
-        };
-        coordinator.on_link(said(Message::Done), &ends);
-        assert!(coordinator.done.contains("a"));
-    }
-
-    /// A member whose trainer is done may still serve the others (its pserver lingers): its
-    /// launcher closing the connection is its normal end, its silence is a loss, and a final
-    /// one.
-    #[test]
-    fn a_done_member_that_goes_silent_is_a_final_loss() {
-        let members = vec![member("me", "10.0.0.1"), member("a", "10.0.0.2")];
-        for (why, lost) in [
-            (WireError::Closed, None),
-            (WireError::Silent(2), Some(false)),
-        ] {
-            let mut coordinator = Coordinator::new(joining(&members, 0, 0, 0));
-            let ends = unheard_ends();
-            coordinator.stage = Stage::Running {
-                epoch: 0,
-                max_restarts: 3,
-            };
-            coordinator
-                .links
-                .insert("a".into(), (7, mpsc::unbounded_channel().0));
-            coordinator.done.insert("a".into());
-            coordinator.on_link(
-                FromLink::Ended {
-                    link: 7,
-                    ip: "10.0.0.2".parse().unwrap(),
-                    pod: Some("a".into()),
-                    why,
-                },
-                &ends,
-            );
-            assert_eq!(coordinator.lost.map(|(_, restart)| restart), lost);
-        }
     }
 
     /// A follower whose launcher is gone (its connection closed without a word) is a loss at

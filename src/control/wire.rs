@@ -97,7 +97,7 @@ pub(super) fn cut(reason: &str) -> String {
     cut
 }
 
-#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
     #[error("a frame of {0} bytes, more than {1}")]
     Oversized(usize, usize),

@@ -1,0 +1,615 @@
+//! The coordinator's decisions, as a pure state machine: what it is told (a member joined, said
+//! something, its link ended, this launcher's own request, the clock) goes in; what it says
+//! (to every link, to one, to this launcher) comes out. The task in `mod.rs` only carries the
+//! effects out over TCP, so every decision here is driven, unit-tested and simulated
+//! (`simulation.rs`) without a socket.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use super::wire::{cut, Message, WireError};
+use super::{Heard, Request};
+use crate::membership::Membership;
+use crate::verdict::{verdict, Standing};
+
+/// What the coordinator is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Input {
+    /// A member's authenticated hello on connection `link`.
+    Joined {
+        link: u64,
+        pod: String,
+        next: u32,
+        view: String,
+        max_restarts: u32,
+    },
+    /// What a joined member said after its hello (`Done`, `Failed`).
+    Said { pod: String, message: Message },
+    /// A joined member's connection ended.
+    Ended {
+        link: u64,
+        pod: String,
+        why: WireError,
+    },
+    /// This launcher's own request.
+    Own(Request),
+    /// The clock, now.
+    Tick(Instant),
+}
+
+/// What the coordinator says or does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Effect {
+    /// To every member joined now.
+    Broadcast(Message),
+    /// To connection `link` only.
+    Send { link: u64, message: Message },
+    /// Let go of connection `link`: it writes what is queued, then closes.
+    Close(u64),
+    /// To this launcher.
+    Hear(Heard),
+    /// This launcher learns the job's loss (without hearing it: it told it), and whether the
+    /// job may restart.
+    KnowsLost { restart: bool },
+    /// Nothing more to say: the channel ends.
+    Stop,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Stage {
+    /// Waiting for every member's hello: the epoch each would start next and its budget.
+    Gathering {
+        since: Instant,
+        ready: HashMap<String, (u32, u32)>,
+    },
+    /// Started `epoch` with this budget.
+    Running { epoch: u32, max_restarts: u32 },
+    /// Said what there was to say; waiting for this launcher to close the channel.
+    Closing,
+}
+
+/// Everything the coordinator decides from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Core {
+    /// This launcher's pod.
+    pub(super) me: String,
+    /// The other members' pods.
+    others: Vec<String>,
+    view: String,
+    next: u32,
+    max_restarts: u32,
+    join_grace: Duration,
+    pub(super) stage: Stage,
+    /// The live connection of each joined member; a second hello of the same pod is refused.
+    pub(super) links: HashMap<String, u64>,
+    pub(super) done: HashSet<String>,
+    /// The first loss, told to every link, late ones too, and whether the job may restart.
+    pub(super) lost: Option<(String, bool)>,
+    /// This launcher's trainer succeeded: the coordinator stays until the followers report.
+    own_success: bool,
+    /// Serving only to tell every joining member that the job has ended.
+    ending: bool,
+    /// Members told the job's end as they joined.
+    told: HashSet<String>,
+    membership: Option<Membership>,
+    stopped: bool,
+}
+
+/// What a coordinator starts from.
+pub(super) struct Setup {
+    pub me: String,
+    pub others: Vec<String>,
+    pub view: String,
+    pub next: u32,
+    pub max_restarts: u32,
+    pub join_grace: Duration,
+    pub membership: Option<Membership>,
+    /// The job has ended (why): every member that joins hears a final `Lost`.
+    pub ended: Option<String>,
+}
+
+impl Core {
+    /// A coordinator gathering since `now`, and what it says at once (a job of one pod starts).
+    pub(super) fn start(setup: Setup, now: Instant) -> (Core, Vec<Effect>) {
+        let mut core = Core {
+            me: setup.me,
+            others: setup.others,
+            view: setup.view,
+            next: setup.next,
+            max_restarts: setup.max_restarts,
+            join_grace: setup.join_grace,
+            stage: Stage::Gathering {
+                since: now,
+                ready: HashMap::new(),
+            },
+            links: HashMap::new(),
+            done: HashSet::new(),
+            lost: None,
+            own_success: false,
+            ending: setup.ended.is_some(),
+            told: HashSet::new(),
+            membership: setup.membership,
+            stopped: false,
+        };
+        let mut effects = Vec::new();
+        if let Some(reason) = setup.ended {
+            // As if it had run and lost, for good.
+            core.stage = Stage::Running {
+                epoch: core.next,
+                max_restarts: 0,
+            };
+            core.lost = Some((reason, false));
+        } else {
+            core.start_when_ready(&mut effects);
+        }
+        core.stop_when_done(&mut effects);
+        (core, effects)
+    }
+
+    /// One input, and what it makes the coordinator say. Nothing once it has stopped.
+    pub(super) fn step(&mut self, input: Input) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        if self.stopped {
+            return effects;
+        }
+        match input {
+            Input::Joined {
+                link,
+                pod,
+                next,
+                view,
+                max_restarts,
+            } => self.joined(link, pod, next, view, max_restarts, &mut effects),
+            Input::Said { pod, message } => self.said(pod, message, &mut effects),
+            Input::Ended { link, pod, why } => self.ended_link(link, pod, why, &mut effects),
+            Input::Own(request) => self.own(request, &mut effects),
+            Input::Tick(now) => self.tick(now, &mut effects),
+        }
+        self.stop_when_done(&mut effects);
+        effects
+    }
+
+    pub(super) fn stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// Followers that have neither said they are done nor gone.
+    pub(super) fn waiting_for(&self) -> Vec<String> {
+        self.others
+            .iter()
+            .filter(|pod| !self.done.contains(*pod) && self.links.contains_key(*pod))
+            .cloned()
+            .collect()
+    }
+
+    fn stop_when_done(&mut self, effects: &mut Vec<Effect>) {
+        let all_told = self.ending && self.others.iter().all(|pod| self.told.contains(pod));
+        let all_reported =
+            self.own_success && (self.lost.is_some() || self.waiting_for().is_empty());
+        if all_told || all_reported {
+            self.stop(effects);
+        }
+    }
+
+    /// Last words: goodbye after a success nobody spoiled, else what is queued (a Lost).
+    fn stop(&mut self, effects: &mut Vec<Effect>) {
+        if self.stopped {
+            return;
+        }
+        if self.own_success && self.lost.is_none() {
+            effects.push(Effect::Broadcast(Message::Bye));
+        }
+        self.stopped = true;
+        effects.push(Effect::Stop);
+    }
+
+    fn own(&mut self, request: Request, effects: &mut Vec<Effect>) {
+        match request {
+            Request::Failed {
+                reason,
+                restartable,
+            } => self.lose(reason, false, restartable, effects),
+            Request::PodLost(reason) => match self.stage {
+                Stage::Gathering { .. } => self.regather(reason, effects),
+                Stage::Running { .. } => self.lose(reason, true, true, effects),
+                Stage::Closing => {}
+            },
+            Request::Done => self.own_done(effects),
+            Request::Finish { succeeded: true }
+                if matches!(self.stage, Stage::Running { .. }) && self.lost.is_none() =>
+            {
+                self.own_done(effects);
+                let waiting = self.waiting_for();
+                if !waiting.is_empty() {
+                    info!(
+                        "control channel: waiting for {} launchers to report their outcome: {}",
+                        waiting.len(),
+                        waiting.join(", ")
+                    );
+                }
+            }
+            // A failure, the end of an attempt, or the launcher is gone: close.
+            Request::Finish { .. } => self.stop(effects),
+        }
+    }
+
+    /// The job lost a member, or one failed: everyone stops, once. `tell_self`: false for
+    /// this launcher's own report (it knows). `restartable`: false for a failure a restart
+    /// would repeat.
+    fn lose(
+        &mut self,
+        reason: String,
+        tell_self: bool,
+        restartable: bool,
+        effects: &mut Vec<Effect>,
+    ) {
+        if self.lost.is_some() || matches!(self.stage, Stage::Closing) {
+            return;
+        }
+        let member_finished = !self.done.is_empty() || self.own_success;
+        let restart = match self.stage {
+            Stage::Running {
+                epoch,
+                max_restarts,
+            } => verdict(&Standing {
+                epoch,
+                max_restarts,
+                member_finished,
+                restartable,
+            })
+            .is_ok(),
+            // Nothing started: there is nothing to restart, only to gather again.
+            _ => restartable && !member_finished,
+        };
+        warn!("control channel: {reason}");
+        effects.push(Effect::Broadcast(Message::Lost {
+            reason: cut(&reason),
+            restart,
+        }));
+        effects.push(if tell_self {
+            Effect::Hear(Heard::Lost {
+                reason: reason.clone(),
+                restart,
+            })
+        } else {
+            Effect::KnowsLost { restart }
+        });
+        self.lost = Some((reason, restart));
+        // Before the start, the gathering is over: those still to join must not be started
+        // (the simulation found a `Go` after a `Lost` here).
+        if matches!(self.stage, Stage::Gathering { .. }) {
+            self.stage = Stage::Closing;
+        }
+    }
+
+    /// This launcher's trainer succeeded.
+    fn own_done(&mut self, effects: &mut Vec<Effect>) {
+        if !matches!(self.stage, Stage::Running { .. }) || self.own_success {
+            return;
+        }
+        if self.done.is_empty() {
+            effects.push(Effect::Broadcast(Message::Finished {
+                pod: self.me.clone(),
+            }));
+        }
+        self.own_success = true;
+        let me = self.me.clone();
+        self.finished_after_loss(&me, effects);
+    }
+
+    /// A member finished after a loss went out as one the job may restart from: it cannot
+    /// now (the member will not rejoin), and everyone still deciding must hear it.
+    fn finished_after_loss(&mut self, pod: &str, effects: &mut Vec<Effect>) {
+        let Some((reason, true)) = &self.lost else {
+            return;
+        };
+        let reason = format!("{reason}; {pod} had already finished, so the job cannot start again");
+        warn!("control channel: {reason}");
+        effects.push(Effect::Broadcast(Message::Lost {
+            reason: cut(&reason),
+            restart: false,
+        }));
+        effects.push(Effect::KnowsLost { restart: false });
+        self.lost = Some((reason, false));
+    }
+
+    /// Everyone (this launcher too) discovers the job again.
+    fn regather(&mut self, reason: String, effects: &mut Vec<Effect>) {
+        info!("control channel: {reason}: discovering the job again");
+        effects.push(Effect::Broadcast(Message::Regather {
+            reason: cut(&reason),
+        }));
+        effects.push(Effect::Hear(Heard::Regather(reason)));
+        self.stage = Stage::Closing;
+    }
+
+    fn joined(
+        &mut self,
+        link: u64,
+        pod: String,
+        next: u32,
+        view: String,
+        max_restarts: u32,
+        effects: &mut Vec<Effect>,
+    ) {
+        if !self.others.contains(&pod) {
+            effects.push(Effect::Close(link));
+            return;
+        }
+        if self.links.contains_key(&pod) {
+            warn!("control channel: closed a second connection of {pod}: it is already connected");
+            effects.push(Effect::Close(link));
+            return;
+        }
+        info!("control channel: {pod} joined");
+        self.links.insert(pod.clone(), link);
+        match &mut self.stage {
+            // An empty view: a follower that takes the membership from `Go`.
+            Stage::Gathering { ready, .. } if view == self.view || view.is_empty() => {
+                ready.insert(pod, (next, max_restarts));
+                self.start_when_ready(effects);
+            }
+            Stage::Gathering { .. } => self.regather(
+                format!("{pod} found other pods than this launcher"),
+                effects,
+            ),
+            Stage::Running { .. } => match &self.lost {
+                Some((reason, restart)) => {
+                    effects.push(Effect::Send {
+                        link,
+                        message: Message::Lost {
+                            reason: cut(reason),
+                            restart: *restart,
+                        },
+                    });
+                    self.told.insert(pod);
+                }
+                // Its earlier connection ended, which already counted as a loss.
+                None => self.lose(
+                    format!("the launcher of peer pod {pod} joined again (it restarted)"),
+                    true,
+                    true,
+                    effects,
+                ),
+            },
+            Stage::Closing => {}
+        }
+    }
+
+    // Neither means anything before the start: no trainer ran.
+    fn said(&mut self, pod: String, message: Message, effects: &mut Vec<Effect>) {
+        if !self.links.contains_key(&pod) || !matches!(self.stage, Stage::Running { .. }) {
+            return;
+        }
+        match message {
+            Message::Done => {
+                // The first success is news to the followers; later ones change nothing for
+                // them, and a thousand would cost a million frames.
+                if self.done.is_empty() && !self.own_success {
+                    effects.push(Effect::Broadcast(Message::Finished { pod: pod.clone() }));
+                }
+                self.done.insert(pod.clone());
+                self.finished_after_loss(&pod, effects);
+            }
+            Message::Failed {
+                reason,
+                restartable,
+            } => self.lose(reason, true, restartable, effects),
+            _ => {}
+        }
+    }
+
+    fn ended_link(&mut self, link: u64, pod: String, why: WireError, effects: &mut Vec<Effect>) {
+        if self.links.get(&pod) != Some(&link) {
+            return;
+        }
+        self.links.remove(&pod);
+        match &mut self.stage {
+            Stage::Gathering { ready, .. } => {
+                ready.remove(&pod);
+                info!("control channel: {pod} left before the start: {why}");
+            }
+            // A member whose trainer is done may still serve the others (a lingering
+            // pserver): its silence is a loss too (a final one), its close is not.
+            Stage::Running { .. }
+                if !self.done.contains(&pod) || matches!(why, WireError::Silent(_)) =>
+            {
+                let reason = match why {
+                    WireError::Silent(seconds) => format!(
+                        "peer pod {pod} sent no heartbeat for {seconds} s (frozen, or its node is gone)"
+                    ),
+                    WireError::Closed => format!(
+                        "the launcher of peer pod {pod} closed the control connection (its pod is gone, or it was killed)"
+                    ),
+                    other => format!("the control connection of peer pod {pod} failed: {other}"),
+                };
+                self.lose(reason, true, true, effects);
+            }
+            Stage::Running { .. } | Stage::Closing => {}
+        }
+    }
+
+    fn start_when_ready(&mut self, effects: &mut Vec<Effect>) {
+        let Stage::Gathering { ready, .. } = &self.stage else {
+            return;
+        };
+        if self.others.iter().any(|pod| !ready.contains_key(pod)) {
+            return;
+        }
+        let epoch = ready.values().map(|r| r.0).fold(self.next, u32::max);
+        // One budget for the job, or some would restart while others end.
+        let max_restarts = ready
+            .values()
+            .map(|r| r.1)
+            .fold(self.max_restarts, u32::min);
+        if ready.values().any(|r| r.1 != self.max_restarts) {
+            warn!("control channel: the launchers were given different restart budgets (PADDLE_LAUNCHER_MAX_RESTARTS): the job has the smallest, {max_restarts}");
+        }
+        info!(
+            "control channel: all {} launchers are here: starting restart epoch {epoch}",
+            self.others.len() + 1
+        );
+        effects.push(Effect::Broadcast(Message::Go {
+            epoch,
+            membership: self.membership.clone(),
+            max_restarts,
+        }));
+        self.stage = Stage::Running {
+            epoch,
+            max_restarts,
+        };
+        effects.push(Effect::Hear(Heard::Go {
+            epoch,
+            membership: None,
+            max_restarts,
+        }));
+    }
+
+    fn tick(&mut self, now: Instant, effects: &mut Vec<Effect>) {
+        let Stage::Gathering { since, ready } = &self.stage else {
+            return;
+        };
+        if now.saturating_duration_since(*since) <= self.join_grace {
+            return;
+        }
+        let missing: Vec<&str> = self
+            .others
+            .iter()
+            .filter(|pod| !ready.contains_key(*pod))
+            .map(String::as_str)
+            .collect();
+        let reason = format!(
+            "{} did not join the control channel within {} s",
+            missing.join(", "),
+            self.join_grace.as_secs()
+        );
+        self.regather(reason, effects);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup(others: &[&str]) -> Setup {
+        Setup {
+            me: "me".into(),
+            others: others.iter().map(|p| p.to_string()).collect(),
+            view: "v".into(),
+            next: 0,
+            max_restarts: 3,
+            join_grace: Duration::from_secs(60),
+            membership: None,
+            ended: None,
+        }
+    }
+
+    fn joined(link: u64, pod: &str) -> Input {
+        Input::Joined {
+            link,
+            pod: pod.into(),
+            next: 0,
+            view: "v".into(),
+            max_restarts: 3,
+        }
+    }
+
+    fn said(pod: &str, message: Message) -> Input {
+        Input::Said {
+            pod: pod.into(),
+            message,
+        }
+    }
+
+    /// Nothing ran before `Go`: a `Done` then is not a finished member.
+    #[test]
+    fn a_done_before_the_start_is_ignored() {
+        let (mut core, _) = Core::start(setup(&["a", "b"]), Instant::now());
+        core.step(joined(1, "a"));
+        assert!(core.step(said("a", Message::Done)).is_empty());
+        assert!(core.done.is_empty());
+        let go = core.step(joined(2, "b"));
+        assert!(matches!(
+            go[0],
+            Effect::Broadcast(Message::Go { epoch: 0, .. })
+        ));
+        let effects = core.step(said("a", Message::Done));
+        assert!(core.done.contains("a"));
+        assert_eq!(
+            effects,
+            [Effect::Broadcast(Message::Finished { pod: "a".into() })]
+        );
+    }
+
+    /// A member whose trainer is done may still serve the others (its pserver lingers): its
+    /// launcher closing the connection is its normal end, its silence is a loss, and a final
+    /// one.
+    #[test]
+    fn a_done_member_that_goes_silent_is_a_final_loss() {
+        for (why, lost) in [
+            (WireError::Closed, None),
+            (WireError::Silent(2), Some(false)),
+        ] {
+            let (mut core, _) = Core::start(setup(&["a"]), Instant::now());
+            core.step(joined(7, "a"));
+            core.step(said("a", Message::Done));
+            core.step(Input::Ended {
+                link: 7,
+                pod: "a".into(),
+                why,
+            });
+            assert_eq!(core.lost.map(|(_, restart)| restart), lost);
+        }
+    }
+
+    /// Messages for a connection that is not the pod's live one, or from a pod that is no
+    /// member, change nothing.
+    #[test]
+    fn what_a_stale_or_foreign_connection_says_changes_nothing() {
+        let (mut core, _) = Core::start(setup(&["a", "b"]), Instant::now());
+        core.step(joined(1, "a"));
+        core.step(joined(2, "b"));
+        let before = core.clone();
+        assert!(core
+            .step(said(
+                "stranger",
+                Message::Failed {
+                    reason: "x".into(),
+                    restartable: true
+                }
+            ))
+            .is_empty());
+        assert!(core
+            .step(Input::Ended {
+                link: 9,
+                pod: "a".into(),
+                why: WireError::Closed
+            })
+            .is_empty());
+        assert_eq!(core.step(joined(3, "stranger")), [Effect::Close(3)]);
+        assert_eq!(core.step(joined(4, "a")), [Effect::Close(4)]);
+        assert_eq!(core, before);
+    }
+
+    /// Gathering ends after the join grace, naming who did not join; not a moment before.
+    #[test]
+    fn a_member_that_never_joins_ends_the_gathering_after_the_grace() {
+        let start = Instant::now();
+        let (mut core, _) = Core::start(setup(&["a", "b"]), start);
+        core.step(joined(1, "a"));
+        assert!(core
+            .step(Input::Tick(start + Duration::from_secs(60)))
+            .is_empty());
+        let effects = core.step(Input::Tick(start + Duration::from_secs(61)));
+        assert_eq!(
+            effects[1],
+            Effect::Hear(Heard::Regather(
+                "b did not join the control channel within 60 s".into()
+            ))
+        );
+        assert_eq!(core.stage, Stage::Closing);
+    }
+}

@@ -1,0 +1,608 @@
+//! A seeded, deterministic simulation of one attempt's channel: the coordinator's pure `Core`
+//! and modelled followers, driven by proptest through joins, deliveries in any interleaving
+//! (each connection keeps its order, as TCP does), losses, freezes, replacements, trainers that
+//! succeed or fail, crossings of `Done` with failures, and forged messages; invariants are
+//! checked after every step. A failure prints the shrunk action list, and proptest keeps its
+//! seed in `proptest-regressions/` to replay it exactly.
+//!
+//! `cargo test --lib simulation` runs 2,000 cases; more with `PROPTEST_CASES=200000`.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tokio::time::Instant;
+
+use super::coordinator::{Core, Effect, Input, Setup, Stage};
+use super::wire::{Message, WireError};
+use super::{Heard, Request};
+
+const JOIN_GRACE: Duration = Duration::from_secs(60);
+
+/// One thing that happens; indexes are taken modulo the number of followers.
+#[derive(Debug, Clone)]
+enum Action {
+    /// Follower `i` connects and says hello (again, after a loss: a replaced pod with next 0).
+    Connect(usize),
+    /// The next frame follower `i` sent reaches the coordinator.
+    ToCoordinator(usize),
+    /// The next frame the coordinator queued for follower `i` reaches it.
+    ToFollower(usize),
+    /// Follower `i`'s trainer succeeds (it says `Done`), or fails.
+    Succeeds(usize),
+    Fails(usize, bool),
+    /// Follower `i`'s connection ends: its pod killed (closed) or frozen (silent).
+    Breaks(usize, bool),
+    /// Follower `i` finishes its part after a success: it closes its connection.
+    Leaves(usize),
+    /// The coordinator's own launcher: its trainer succeeds, fails, sees a pod lost, finishes.
+    OwnDone,
+    OwnFails(bool),
+    OwnPodLost,
+    OwnFinish(bool),
+    /// Time passes (seconds).
+    Tick(u8),
+    /// A frame from no member, or for a connection that is not the pod's live one.
+    Forged(usize),
+}
+
+fn action() -> impl Strategy<Value = Action> {
+    prop_oneof![
+        4 => (0..8usize).prop_map(Action::Connect),
+        8 => (0..8usize).prop_map(Action::ToCoordinator),
+        8 => (0..8usize).prop_map(Action::ToFollower),
+        2 => (0..8usize).prop_map(Action::Succeeds),
+        2 => (0..8usize, any::<bool>()).prop_map(|(i, r)| Action::Fails(i, r)),
+        1 => (0..8usize, any::<bool>()).prop_map(|(i, s)| Action::Breaks(i, s)),
+        1 => (0..8usize).prop_map(Action::Leaves),
+        1 => Just(Action::OwnDone),
+        1 => any::<bool>().prop_map(Action::OwnFails),
+        1 => Just(Action::OwnPodLost),
+        1 => any::<bool>().prop_map(Action::OwnFinish),
+        1 => (0..90u8).prop_map(Action::Tick),
+        1 => (0..8usize).prop_map(Action::Forged),
+    ]
+}
+
+/// A follower as the coordinator sees it through its connection.
+#[derive(Debug, Default)]
+struct Follower {
+    name: String,
+    /// The epoch it would start next, and its budget.
+    next: u32,
+    max_restarts: u32,
+    /// Its view differs from the coordinator's (it found other pods).
+    stale_view: bool,
+    /// The live connection, if any.
+    link: Option<u64>,
+    /// Frames it sent, not yet read by the coordinator.
+    outbox: VecDeque<Input>,
+    /// Frames the coordinator queued for it, not yet read.
+    inbox: VecDeque<Message>,
+    go: Option<(u32, u32)>,
+    said_done: bool,
+    said_failed: bool,
+    /// The verdicts of the losses it was told, in order.
+    losses: Vec<bool>,
+    /// Gone for good in this attempt (its connection ended); it may be replaced.
+    gone: bool,
+}
+
+/// What has been said so far, for the invariants.
+#[derive(Debug, Default)]
+struct Record {
+    gos: Vec<(u32, u32)>,
+    /// Every Lost broadcast, in order: its verdict.
+    lost: Vec<bool>,
+    /// A `Done` (a follower's, read by the coordinator, or its own) before the first loss.
+    finished_before_loss: bool,
+    stopped: bool,
+}
+
+struct Sim {
+    core: Core,
+    now: Instant,
+    followers: Vec<Follower>,
+    next_link: u64,
+    record: Record,
+    own_next: u32,
+    own_budget: u32,
+    own_done: bool,
+    /// What each member's hello said (next, budget), for the hellos the coordinator holds.
+    hellos: std::collections::HashMap<String, (u32, u32)>,
+}
+
+impl Sim {
+    fn new(nexts: &[u32], budgets: &[u32], stale: &[bool]) -> (Sim, Vec<Effect>) {
+        let n = nexts.len() - 1;
+        let followers: Vec<Follower> = (1..=n)
+            .map(|i| Follower {
+                name: format!("p-{i}"),
+                next: nexts[i],
+                max_restarts: budgets[i],
+                stale_view: stale[i],
+                ..Follower::default()
+            })
+            .collect();
+        let now = Instant::now();
+        let (core, effects) = Core::start(
+            Setup {
+                me: "p-0".into(),
+                others: followers.iter().map(|f| f.name.clone()).collect(),
+                view: "view".into(),
+                next: nexts[0],
+                max_restarts: budgets[0],
+                join_grace: JOIN_GRACE,
+                membership: None,
+                ended: None,
+            },
+            now,
+        );
+        let sim = Sim {
+            core,
+            now,
+            followers,
+            next_link: 0,
+            record: Record::default(),
+            own_next: nexts[0],
+            own_budget: budgets[0],
+            own_done: false,
+            hellos: std::collections::HashMap::new(),
+        };
+        (sim, effects)
+    }
+
+    fn step(&mut self, input: Input) -> Result<(), TestCaseError> {
+        match &input {
+            Input::Joined {
+                pod,
+                next,
+                max_restarts,
+                ..
+            } if !self.core.links.contains_key(pod) => {
+                self.hellos.insert(pod.clone(), (*next, *max_restarts));
+            }
+            Input::Ended { link, pod, .. } if self.core.links.get(pod) == Some(link) => {
+                self.hellos.remove(pod);
+            }
+            _ => {}
+        }
+        let was_stopped = self.core.stopped();
+        let effects = self.core.step(input);
+        if was_stopped {
+            prop_assert!(effects.is_empty(), "a stopped coordinator said {effects:?}");
+        }
+        self.apply(effects)
+    }
+
+    /// Carries out the effects, checking each against what was said before.
+    fn apply(&mut self, effects: Vec<Effect>) -> Result<(), TestCaseError> {
+        for effect in effects {
+            match effect {
+                Effect::Broadcast(message) => {
+                    self.check_broadcast(&message)?;
+                    let linked: Vec<u64> = self.core.links.values().copied().collect();
+                    for follower in &mut self.followers {
+                        if follower.link.is_some_and(|l| linked.contains(&l)) {
+                            follower.inbox.push_back(message.clone());
+                        }
+                    }
+                }
+                Effect::Send { link, message } => {
+                    if let Some(f) = self.followers.iter_mut().find(|f| f.link == Some(link)) {
+                        f.inbox.push_back(message);
+                    }
+                }
+                Effect::Close(link) => {
+                    if let Some(f) = self.followers.iter_mut().find(|f| f.link == Some(link)) {
+                        f.link = None;
+                        f.gone = true;
+                    }
+                }
+                Effect::Hear(_) | Effect::KnowsLost { .. } => {}
+                Effect::Stop => self.record.stopped = true,
+            }
+        }
+        self.check_state()
+    }
+
+    fn check_broadcast(&mut self, message: &Message) -> Result<(), TestCaseError> {
+        match message {
+            Message::Go {
+                epoch,
+                max_restarts,
+                ..
+            } => {
+                prop_assert!(self.record.gos.is_empty(), "a second Go: {message:?}");
+                // Everyone starts the largest epoch anyone would, with the smallest budget.
+                let epoch_expected = self
+                    .hellos
+                    .values()
+                    .map(|h| h.0)
+                    .fold(self.own_next, u32::max);
+                let budget_expected = self
+                    .hellos
+                    .values()
+                    .map(|h| h.1)
+                    .fold(self.own_budget, u32::min);
+                prop_assert_eq!((*epoch, *max_restarts), (epoch_expected, budget_expected));
+                // Only once every member has joined (as far as the coordinator knows: its
+                // connection may be ending unseen), with the coordinator's view.
+                for f in &self.followers {
+                    let joined = self.core.links.contains_key(&f.name);
+                    prop_assert!(joined && !f.stale_view, "Go without {}", f.name);
+                }
+                self.record.gos.push((*epoch, *max_restarts));
+            }
+            Message::Lost { restart, .. } => {
+                let Some(&(epoch, budget)) = self.record.gos.first() else {
+                    // Before the start a loss can only be final, or a regather.
+                    prop_assert!(!restart || self.record.lost.is_empty());
+                    self.record.lost.push(*restart);
+                    return Ok(());
+                };
+                if *restart {
+                    prop_assert!(epoch < budget, "a restart beyond the budget");
+                    prop_assert!(
+                        !self.record.finished_before_loss,
+                        "a restart after a member finished"
+                    );
+                    prop_assert!(
+                        !self.record.lost.contains(&false),
+                        "a final verdict taken back"
+                    );
+                }
+                // At most one verdict, and a second only to make it final.
+                match self.record.lost.as_slice() {
+                    [] => {}
+                    [true] => prop_assert!(!restart, "the same verdict twice"),
+                    more => prop_assert!(false, "a third verdict after {more:?}"),
+                }
+                self.record.lost.push(*restart);
+            }
+            Message::Finished { .. } | Message::Done => {}
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn check_state(&self) -> Result<(), TestCaseError> {
+        if let Some((_, restart)) = &self.core.lost {
+            prop_assert_eq!(Some(restart), self.record.lost.last());
+        }
+        Ok(())
+    }
+
+    fn follower(&mut self, i: usize) -> Option<&mut Follower> {
+        let n = self.followers.len();
+        if n == 0 {
+            return None;
+        }
+        self.followers.get_mut(i % n)
+    }
+
+    fn act(&mut self, action: &Action) -> Result<(), TestCaseError> {
+        match *action {
+            Action::Connect(i) => {
+                self.next_link += 1;
+                let link = self.next_link;
+                let Some(f) = self.follower(i) else {
+                    return Ok(());
+                };
+                if f.link.is_some() {
+                    return Ok(());
+                }
+                if f.gone {
+                    // A replaced pod: a fresh launcher, which would start epoch 0.
+                    *f = Follower {
+                        name: f.name.clone(),
+                        max_restarts: f.max_restarts,
+                        // What the old connection sent, its end included, is still on its way.
+                        outbox: std::mem::take(&mut f.outbox),
+                        ..Follower::default()
+                    };
+                }
+                f.link = Some(link);
+                let hello = Input::Joined {
+                    link,
+                    pod: f.name.clone(),
+                    next: f.next,
+                    view: if f.stale_view { "stale" } else { "view" }.into(),
+                    max_restarts: f.max_restarts,
+                };
+                f.outbox.push_back(hello);
+            }
+            Action::ToCoordinator(i) => {
+                let Some(input) = self.follower(i).and_then(|f| f.outbox.pop_front()) else {
+                    return Ok(());
+                };
+                if let Input::Said {
+                    message: Message::Done,
+                    ..
+                } = &input
+                {
+                    if self.record.lost.is_empty()
+                        && matches!(self.core.stage, Stage::Running { .. })
+                    {
+                        self.record.finished_before_loss = true;
+                    }
+                }
+                self.step(input)?;
+            }
+            Action::ToFollower(i) => {
+                let Some(f) = self.follower(i) else {
+                    return Ok(());
+                };
+                match f.inbox.pop_front() {
+                    Some(Message::Go {
+                        epoch,
+                        max_restarts,
+                        ..
+                    }) => f.go = Some((epoch, max_restarts)),
+                    Some(Message::Lost { restart, .. }) => f.losses.push(restart),
+                    _ => {}
+                }
+            }
+            Action::Succeeds(i) => {
+                if let Some(f) = self.follower(i) {
+                    if f.go.is_some() && f.link.is_some() && !f.said_done && !f.said_failed {
+                        f.said_done = true;
+                        let pod = f.name.clone();
+                        f.outbox.push_back(Input::Said {
+                            pod,
+                            message: Message::Done,
+                        });
+                    }
+                }
+            }
+            Action::Fails(i, restartable) => {
+                if let Some(f) = self.follower(i) {
+                    if f.go.is_some() && f.link.is_some() && !f.said_done && !f.said_failed {
+                        f.said_failed = true;
+                        let pod = f.name.clone();
+                        f.outbox.push_back(Input::Said {
+                            pod,
+                            message: Message::Failed {
+                                reason: "trainer exited with status 3".into(),
+                                restartable,
+                            },
+                        });
+                    }
+                }
+            }
+            Action::Breaks(i, silent) => self.end_link(
+                i,
+                if silent {
+                    WireError::Silent(2)
+                } else {
+                    WireError::Closed
+                },
+                false,
+            ),
+            Action::Leaves(i) => self.end_link(i, WireError::Closed, true),
+            Action::OwnDone => {
+                if !self.own_done && matches!(self.core.stage, Stage::Running { .. }) {
+                    self.own_done = true;
+                    if self.record.lost.is_empty() {
+                        self.record.finished_before_loss = true;
+                    }
+                }
+                self.step(Input::Own(Request::Done))?;
+            }
+            Action::OwnFails(restartable) => {
+                self.step(Input::Own(Request::Failed {
+                    reason: "pod p-0: trainer exited with status 3".into(),
+                    restartable,
+                }))?;
+            }
+            Action::OwnPodLost => {
+                self.step(Input::Own(Request::PodLost(
+                    "peer pod p-9 was deleted".into(),
+                )))?;
+            }
+            Action::OwnFinish(succeeded) => {
+                if succeeded && !self.own_done && matches!(self.core.stage, Stage::Running { .. }) {
+                    self.own_done = true;
+                    if self.record.lost.is_empty() {
+                        self.record.finished_before_loss = true;
+                    }
+                }
+                self.step(Input::Own(Request::Finish { succeeded }))?;
+            }
+            Action::Tick(seconds) => {
+                self.now += Duration::from_secs(u64::from(seconds));
+                self.step(Input::Tick(self.now))?;
+            }
+            Action::Forged(i) => {
+                let before = self.core.clone();
+                let pod = self
+                    .follower(i)
+                    .map_or("p-1".to_string(), |f| f.name.clone());
+                for forged in [
+                    Input::Said {
+                        pod: "intruder".into(),
+                        message: Message::Failed {
+                            reason: "forged".into(),
+                            restartable: true,
+                        },
+                    },
+                    Input::Ended {
+                        link: u64::MAX,
+                        pod,
+                        why: WireError::Closed,
+                    },
+                ] {
+                    let effects = self.core.step(forged);
+                    prop_assert!(effects.is_empty(), "a forged frame was heard: {effects:?}");
+                }
+                prop_assert_eq!(
+                    &self.core,
+                    &before,
+                    "a forged frame changed the coordinator"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Follower `i`'s connection ends after what it sent has been read (TCP's order): gone.
+    fn end_link(&mut self, i: usize, why: WireError, only_after_success: bool) {
+        let Some(f) = self.follower(i) else {
+            return;
+        };
+        let Some(link) = f.link else {
+            return;
+        };
+        if only_after_success && !f.said_done {
+            return;
+        }
+        let pod = f.name.clone();
+        f.outbox.push_back(Input::Ended { link, pod, why });
+        f.link = None;
+        f.gone = true;
+    }
+
+    /// Every frame in flight is read, in a fixed order.
+    fn drain(&mut self) -> Result<(), TestCaseError> {
+        for _ in 0..64 {
+            let mut moved = false;
+            for i in 0..self.followers.len() {
+                if let Some(input) = self.followers[i].outbox.pop_front() {
+                    moved = true;
+                    if let Input::Said {
+                        message: Message::Done,
+                        ..
+                    } = &input
+                    {
+                        if self.record.lost.is_empty()
+                            && matches!(self.core.stage, Stage::Running { .. })
+                        {
+                            self.record.finished_before_loss = true;
+                        }
+                    }
+                    self.step(input)?;
+                }
+                while let Some(message) = self.followers[i].inbox.pop_front() {
+                    moved = true;
+                    match message {
+                        Message::Go {
+                            epoch,
+                            max_restarts,
+                            ..
+                        } => self.followers[i].go = Some((epoch, max_restarts)),
+                        Message::Lost { restart, .. } => self.followers[i].losses.push(restart),
+                        _ => {}
+                    }
+                }
+            }
+            if !moved {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|cases| cases.parse().ok())
+        .unwrap_or(2000)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    /// Whatever happens in whatever order: one `Go` for everyone, with the largest epoch and
+    /// the smallest budget, only once all have joined with one view; one verdict per loss,
+    /// taken back only to make it final; no restart beyond the budget or after a member
+    /// finished; forged frames change nothing; a stopped coordinator says nothing; and every
+    /// follower still connected at the end heard the verdict the coordinator holds.
+    #[test]
+    fn the_coordinator_keeps_its_invariants_under_any_interleaving(
+        members in 1..6usize,
+        nexts in proptest::collection::vec(0..4u32, 6),
+        budgets in proptest::collection::vec(0..4u32, 6),
+        stale in proptest::collection::vec(proptest::bool::weighted(0.05), 6),
+        actions in proptest::collection::vec(action(), 0..160),
+    ) {
+        let (mut sim, first) = Sim::new(&nexts[..members], &budgets[..members], &stale[..members]);
+        sim.apply(first)?;
+        for action in &actions {
+            sim.act(action)?;
+        }
+        sim.drain()?;
+        if let Some((_, verdict)) = &sim.core.lost {
+            for f in sim.followers.iter().filter(|f| f.link.is_some() && f.go.is_some()) {
+                prop_assert_eq!(f.losses.last(), Some(verdict), "{} heard another verdict", &f.name);
+            }
+        }
+        if let Some(go) = sim.record.gos.first() {
+            for f in sim.followers.iter().filter(|f| f.go.is_some()) {
+                prop_assert_eq!(f.go.as_ref(), Some(go));
+            }
+        }
+        // However it went, the launcher's own end closes the channel.
+        sim.step(Input::Own(Request::Finish { succeeded: false }))?;
+        prop_assert!(sim.core.stopped());
+    }
+
+    /// A job whose failures stop: every member joins, every trainer succeeds and every
+    /// launcher leaves, in any order: the coordinator starts once, restarts nothing and ends
+    /// with goodbye once its own trainer is done too.
+    #[test]
+    fn a_job_without_failures_completes(
+        members in 1..6usize,
+        order in proptest::collection::vec(0..6usize, 0..40),
+    ) {
+        let zeros = vec![0u32; members];
+        let budgets = vec![2u32; members];
+        let fresh = vec![false; members];
+        let (mut sim, first) = Sim::new(&zeros, &budgets, &fresh);
+        sim.apply(first)?;
+        for i in 0..members - 1 {
+            sim.act(&Action::Connect(i))?;
+        }
+        for &i in &order {
+            sim.act(&Action::ToCoordinator(i))?;
+        }
+        sim.drain()?;
+        prop_assert_eq!(sim.record.gos.len(), 1);
+        for &i in &order {
+            sim.act(&Action::Succeeds(i))?;
+            sim.act(&Action::ToCoordinator(i))?;
+        }
+        for i in 0..members - 1 {
+            sim.act(&Action::Succeeds(i))?;
+            sim.act(&Action::Leaves(i))?;
+        }
+        sim.drain()?;
+        sim.act(&Action::OwnFinish(true))?;
+        prop_assert!(sim.core.stopped());
+        prop_assert!(sim.record.lost.is_empty(), "{:?}", sim.record.lost);
+        let running = matches!(sim.core.stage, Stage::Running { .. });
+        prop_assert!(running);
+        let heard_go = sim.followers.iter().all(|f| f.go.is_some());
+        prop_assert!(heard_go);
+    }
+}
+
+/// The same `Heard` for the coordinator's own launcher as for the followers: it hears the
+/// verdict of a loss another member reported.
+#[test]
+fn the_coordinators_own_launcher_hears_a_followers_failure() {
+    let (mut sim, first) = Sim::new(&[0, 0], &[2, 2], &[false, false]);
+    sim.apply(first).unwrap();
+    sim.act(&Action::Connect(0)).unwrap();
+    sim.act(&Action::ToCoordinator(0)).unwrap();
+    sim.act(&Action::ToFollower(0)).unwrap();
+    sim.act(&Action::Fails(0, true)).unwrap();
+    let Some(Input::Said { pod, message }) = sim.followers[0].outbox.pop_front() else {
+        panic!("nothing said");
+    };
+    let effects = sim.core.step(Input::Said { pod, message });
+    assert!(effects.contains(&Effect::Hear(Heard::Lost {
+        reason: "trainer exited with status 3".into(),
+        restart: true
+    })));
+}
