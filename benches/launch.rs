@@ -1,7 +1,7 @@
 //! Measures the launcher on this machine; prints a Markdown report (BENCHMARKS.md keeps it).
 //!
 //!     cargo bench --bench launch              # everything (about 5 minutes)
-//!     cargo bench --bench launch -- latency   # one part: latency | api | footprint | old | recovery | scale
+//!     cargo bench --bench launch -- latency   # one part: latency | api | footprint | old | recovery | scale | coordinator
 //!
 //! Launchers are real processes (the release build) against the tests' fake Kubernetes API, one
 //! loopback IP per simulated pod. The pserver and trainer are this binary itself in stand-in mode
@@ -53,6 +53,63 @@ fn main() {
     if wants("scale") {
         scale();
     }
+    if wants("coordinator") {
+        coordinator();
+    }
+}
+
+/// Counts the heap in use and its peak, for what the coordinator's state costs.
+struct CountingAllocator;
+
+static HEAP_NOW: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static HEAP_PEAK: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+// SAFETY: every call is passed on to the system allocator unchanged; only sizes are counted.
+unsafe impl std::alloc::GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = HEAP_NOW.fetch_add(layout.size(), Relaxed) + layout.size();
+        HEAP_PEAK.fetch_max(now, Relaxed);
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        HEAP_NOW.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+/// The coordinator alone at 1,000 and 10,000 launchers: its pure state machine fed every
+/// hello and then a loss, each broadcast encoded once and sealed per link as the task does.
+/// No sockets: the CPU and heap of deciding and sealing, not of the kernel's sending.
+fn coordinator() {
+    use std::sync::atomic::Ordering::Relaxed;
+    println!("## 7. The coordinator at scale (simulated, no processes)\n");
+    println!("| launchers | first hello to every `Go` sealed | a loss to every `Lost` sealed | peak heap | `Go` frame | `Lost` frame |");
+    println!("|---|---|---|---|---|---|");
+    for members in [1_000, 10_000] {
+        let mut runs = Vec::new();
+        let mut peak = 0;
+        for _ in 0..5 {
+            let base = HEAP_NOW.load(Relaxed);
+            HEAP_PEAK.store(base, Relaxed);
+            let cost = paddle_launcher::measure_coordinator(members);
+            peak = peak.max(HEAP_PEAK.load(Relaxed) - base);
+            runs.push(cost);
+        }
+        let start = median(runs.iter().map(|r| r.start.as_secs_f64() * 1e3).collect());
+        let restart = median(runs.iter().map(|r| r.restart.as_secs_f64() * 1e3).collect());
+        println!(
+            "| {members} | {start:.1} ms | {restart:.2} ms | {:.1} MiB | {} KiB | {} B |",
+            peak as f64 / (1 << 20) as f64,
+            runs[0].go_frame / 1024,
+            runs[0].lost_frame
+        );
+    }
+    println!("\nCommand: `cargo bench --bench launch -- coordinator`. The `Go` carries the membership, so its fan-out (one encoding, then one HMAC and one copy per link) dominates the start.\n");
 }
 
 /// `--standin pserver --port=P --ports_num=N --ports_num_for_sparse=S ...`: listen on POD_IP

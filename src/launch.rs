@@ -47,9 +47,10 @@ const JOIN_GRACE: Duration = Duration::from_secs(60);
 const TELL_THE_END: Duration = Duration::from_secs(5);
 /// How long a failed launcher waits for the coordinator's word on whether the job may restart.
 const VERDICT_WAIT: Duration = Duration::from_secs(2);
-/// How long a launcher about to restart listens for that word to be taken back (a member's
-/// trainer succeeded as the loss went out): its `Done` follows within moments.
-const VERDICT_SETTLE: Duration = Duration::from_millis(500);
+/// How long a launcher whose children are stopped waits for the coordinator's verdict, besides
+/// the others' grace period and the heartbeat timeout (a silent member counts as stopped once
+/// its link is judged): a bound for a coordinator that says nothing, not part of the decision.
+const VERDICT_MARGIN: Duration = Duration::from_secs(5);
 
 /// `run` and `plan`: everything up to the launch; then print the plan (`plan_only`) or carry
 /// it out. The outcome is the trainer's (or the pserver's) own end, or the launcher's failure.
@@ -181,7 +182,9 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
         })
         .is_ok();
         let may_restart = match &channel {
-            Some(channel) if !succeeded && budget_allows => channel.settled(VERDICT_SETTLE).await,
+            Some(channel) if !succeeded && budget_allows => {
+                channel.verdict(verdict_limit(&config)).await
+            }
             Some(channel) => channel.may_restart(),
             None => false,
         };
@@ -226,6 +229,11 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             }
         }
     }
+}
+
+/// How long to wait for the coordinator's verdict after a loss.
+fn verdict_limit(config: &Config) -> Duration {
+    config.timing.grace_period + config.control.heartbeat_timeout + VERDICT_MARGIN
 }
 
 /// One attempt, ready to start: the plan in its restart epoch and the watches that may end it.

@@ -54,6 +54,8 @@ pub(super) enum Effect {
     /// This launcher learns the job's loss (without hearing it: it told it), and whether the
     /// job may restart.
     KnowsLost { restart: bool },
+    /// This launcher learns the verdict on the loss, decided once.
+    KnowsVerdict { restart: bool },
     /// Nothing more to say: the channel ends.
     Stop,
 }
@@ -76,8 +78,10 @@ pub(super) enum Stage {
 pub(super) struct Core {
     /// This launcher's pod.
     pub(super) me: String,
-    /// The other members' pods.
+    /// The other members' pods, in order (for what the log names) and for lookups: a join
+    /// must cost the same whether the job has ten pods or ten thousand.
     others: Vec<String>,
+    is_other: HashSet<String>,
     view: String,
     next: u32,
     max_restarts: u32,
@@ -88,6 +92,13 @@ pub(super) struct Core {
     pub(super) done: HashSet<String>,
     /// The first loss, told to every link, late ones too, and whether the job may restart.
     pub(super) lost: Option<(String, bool)>,
+    /// After a loss: the members whose stop is still awaited (joined then, not gone since),
+    /// and whether this launcher's own children are stopped. The verdict waits for all: each
+    /// says `Done` before `Stopped` on its one connection, so by then every success is known.
+    pub(super) awaiting: HashSet<String>,
+    own_stopped: bool,
+    /// The verdict, once decided.
+    pub(super) decided: Option<bool>,
     /// This launcher's trainer succeeded: the coordinator stays until the followers report.
     own_success: bool,
     /// Serving only to tell every joining member that the job has ended.
@@ -116,6 +127,7 @@ impl Core {
     pub(super) fn start(setup: Setup, now: Instant) -> (Core, Vec<Effect>) {
         let mut core = Core {
             me: setup.me,
+            is_other: setup.others.iter().cloned().collect(),
             others: setup.others,
             view: setup.view,
             next: setup.next,
@@ -128,6 +140,9 @@ impl Core {
             links: HashMap::new(),
             done: HashSet::new(),
             lost: None,
+            awaiting: HashSet::new(),
+            own_stopped: false,
+            decided: None,
             own_success: false,
             ending: setup.ended.is_some(),
             told: HashSet::new(),
@@ -218,6 +233,12 @@ impl Core {
                 Stage::Closing => {}
             },
             Request::Done => self.own_done(effects),
+            Request::Stopped => {
+                if self.lost.is_some() {
+                    self.own_stopped = true;
+                    self.decide_when_stopped(effects);
+                }
+            }
             Request::Finish { succeeded: true }
                 if matches!(self.stage, Stage::Running { .. }) && self.lost.is_none() =>
             {
@@ -278,11 +299,35 @@ impl Core {
             Effect::KnowsLost { restart }
         });
         self.lost = Some((reason, restart));
+        self.awaiting = self.links.keys().cloned().collect();
         // Before the start, the gathering is over: those still to join must not be started
         // (the simulation found a `Go` after a `Lost` here).
         if matches!(self.stage, Stage::Gathering { .. }) {
             self.stage = Stage::Closing;
         }
+    }
+
+    /// Once every member has stopped (or is gone) and this launcher too, the loss's verdict is
+    /// final: whether a restart is allowed by then, every success there was counted.
+    fn decide_when_stopped(&mut self, effects: &mut Vec<Effect>) {
+        let Some((_, restart)) = &self.lost else {
+            return;
+        };
+        if self.decided.is_some() || !self.own_stopped || !self.awaiting.is_empty() {
+            return;
+        }
+        let restart = *restart;
+        info!(
+            "control channel: every launcher has stopped: {}",
+            if restart {
+                "the job restarts"
+            } else {
+                "the job ends"
+            }
+        );
+        self.decided = Some(restart);
+        effects.push(Effect::Broadcast(Message::Verdict { restart }));
+        effects.push(Effect::KnowsVerdict { restart });
     }
 
     /// This launcher's trainer succeeded.
@@ -306,6 +351,9 @@ impl Core {
         let Some((reason, true)) = &self.lost else {
             return;
         };
+        if self.decided.is_some() {
+            return;
+        }
         let reason = format!("{reason}; {pod} had already finished, so the job cannot start again");
         warn!("control channel: {reason}");
         effects.push(Effect::Broadcast(Message::Lost {
@@ -335,7 +383,7 @@ impl Core {
         max_restarts: u32,
         effects: &mut Vec<Effect>,
     ) {
-        if !self.others.contains(&pod) {
+        if !self.is_other.contains(&pod) {
             effects.push(Effect::Close(link));
             return;
         }
@@ -365,6 +413,13 @@ impl Core {
                             restart: *restart,
                         },
                     });
+                    // It ran nothing in this attempt: nothing to wait for.
+                    if let Some(restart) = self.decided {
+                        effects.push(Effect::Send {
+                            link,
+                            message: Message::Verdict { restart },
+                        });
+                    }
                     self.told.insert(pod);
                 }
                 // Its earlier connection ended, which already counted as a loss.
@@ -398,6 +453,7 @@ impl Core {
                 reason,
                 restartable,
             } => self.lose(reason, true, restartable, effects),
+            Message::Stopped if self.awaiting.remove(&pod) => self.decide_when_stopped(effects),
             _ => {}
         }
     }
@@ -407,6 +463,8 @@ impl Core {
             return;
         }
         self.links.remove(&pod);
+        // Gone: nothing more to wait for from it (its `Done`, if any, came first).
+        let was_awaited = self.awaiting.remove(&pod);
         match &mut self.stage {
             Stage::Gathering { ready, .. } => {
                 ready.remove(&pod);
@@ -430,13 +488,17 @@ impl Core {
             }
             Stage::Running { .. } | Stage::Closing => {}
         }
+        if was_awaited {
+            self.decide_when_stopped(effects);
+        }
     }
 
     fn start_when_ready(&mut self, effects: &mut Vec<Effect>) {
         let Stage::Gathering { ready, .. } = &self.stage else {
             return;
         };
-        if self.others.iter().any(|pod| !ready.contains_key(pod)) {
+        // Only members are ever ready (`joined` turns away the others).
+        if ready.len() < self.others.len() {
             return;
         }
         let epoch = ready.values().map(|r| r.0).fold(self.next, u32::max);

@@ -74,7 +74,7 @@ pub(super) async fn follow(
             request = ends.requests.recv() => match request {
                 Some(Request::Finish { .. }) | None => return,
                 // Only a coordinator's launcher routes the pods it sees lost to its channel.
-                Some(Request::Failed { .. } | Request::Done | Request::PodLost(_)) => {}
+                Some(Request::Failed { .. } | Request::Done | Request::PodLost(_) | Request::Stopped) => {}
             },
         }
         pause = (pause * 2).min(Duration::from_millis(250));
@@ -120,6 +120,11 @@ pub(super) async fn follow(
                         info!("control channel: the trainer of {pod} succeeded: the job cannot start again as a whole");
                     }
                 }
+                Some(Ok(Message::Verdict { restart })) => {
+                    ends.knows_verdict(restart);
+                    told = true;
+                    break None;
+                }
                 Some(Ok(other)) => break Some(format!("unexpected {other:?}")),
                 Some(Err(e)) => break Some(e.to_string()),
                 None => break Some("closed".into()),
@@ -137,6 +142,9 @@ pub(super) async fn follow(
                     let _ = out.write(&mut writer, &Message::Failed { reason, restartable }, limit).await;
                 }
                 Some(Request::PodLost(_)) => {}
+                Some(Request::Stopped) => {
+                    let _ = out.write(&mut writer, &Message::Stopped, limit).await;
+                }
                 Some(Request::Done) => {
                     if running && !said_done {
                         said_done = true;
@@ -162,18 +170,18 @@ pub(super) async fn follow(
                 format!("lost the connection to the coordinating launcher at {coordinator} ({why})")
             }
         };
+        let restart = *ends.may_restart.borrow();
         ends.hear(if running {
-            Heard::Lost {
-                reason,
-                restart: *ends.may_restart.borrow(),
-            }
+            Heard::Lost { reason, restart }
         } else {
             Heard::Regather(reason)
         });
+        // No coordinator to decide: what this launcher knows is its verdict.
+        ends.knows_verdict(restart);
     }
-    // Stay until this launcher is done with the attempt, saying whatever it still says: a
-    // trainer that succeeded as the loss was told must still say so, and the coordinator may
-    // still turn "restart" into "no restart" (a member finished meanwhile).
+    // Stay until this launcher is done with the attempt, beating and saying whatever it still
+    // says: a trainer that succeeded as the loss was told must still say so (before it says
+    // its children are stopped), and the coordinator's verdict comes once everyone has.
     loop {
         tokio::select! {
             request = ends.requests.recv() => {
@@ -183,18 +191,34 @@ pub(super) async fn follow(
                         said_done = true;
                         Message::Done
                     }
+                    Some(Request::Stopped) => Message::Stopped,
                     Some(Request::Done | Request::PodLost(_)) => continue,
                     Some(Request::Finish { .. }) | None => break,
                 };
                 let _ = out.write(&mut writer, &message, limit).await;
+            }
+            _ = beat.tick(), if listening => {
+                if out.write(&mut writer, &Message::Beat, limit).await.is_err() {
+                    listening = false;
+                    // Read first: a borrow held while the same channel is written deadlocks.
+                    let restart = *ends.may_restart.borrow();
+                    ends.knows_verdict(restart);
+                }
             }
             frame = incoming.recv(), if listening => match frame {
                 Some(Ok(Message::Lost { restart: false, .. })) => ends.knows_lost(false),
                 Some(Ok(Message::Bye | Message::Finished { .. })) => {
                     ends.may_restart.send_replace(false);
                 }
+                Some(Ok(Message::Verdict { restart })) => ends.knows_verdict(restart),
                 Some(Ok(_)) => {}
-                Some(Err(_)) | None => listening = false,
+                // The coordinator is gone: what this launcher knows is its verdict.
+                Some(Err(_)) | None => {
+                    listening = false;
+                    // Read first: a borrow held while the same channel is written deadlocks.
+                    let restart = *ends.may_restart.borrow();
+                    ends.knows_verdict(restart);
+                }
             },
         }
     }
@@ -223,7 +247,9 @@ async fn unless_finished<F: std::future::Future>(ends: &mut Ends, work: F) -> Op
             done = &mut work => return Some(done),
             request = ends.requests.recv() => match request {
                 Some(Request::Finish { .. }) | None => return None,
-                Some(Request::Failed { .. } | Request::Done | Request::PodLost(_)) => {}
+                Some(
+                    Request::Failed { .. } | Request::Done | Request::PodLost(_) | Request::Stopped,
+                ) => {}
             },
         }
     }

@@ -53,12 +53,14 @@ use crate::config::Secret;
 use crate::membership::Membership;
 
 mod coordinator;
+mod cost;
 mod follower;
 #[cfg(test)]
 mod simulation;
 mod wire;
 
 use coordinator::{Core, Effect, Input, Setup};
+pub use cost::{measure_coordinator, CoordinatorCost};
 
 use follower::follow;
 use wire::*;
@@ -170,6 +172,8 @@ enum Request {
     },
     /// The coordinator's launcher saw a member's pod lost through the API.
     PodLost(String),
+    /// After a loss: this launcher's children are stopped.
+    Stopped,
     Done,
     Finish {
         succeeded: bool,
@@ -186,6 +190,9 @@ pub struct Channel {
     may_restart: watch::Receiver<bool>,
     /// Set once the job's loss is known here: told by the coordinator, or decided by it.
     lost: watch::Receiver<bool>,
+    /// The coordinator's verdict on the loss, once every member has stopped; or this
+    /// launcher's last word on it when the coordinator is gone before saying it.
+    verdict: watch::Receiver<Option<bool>>,
     coordinates: bool,
     said_hello: watch::Receiver<bool>,
 }
@@ -224,13 +231,18 @@ impl Channel {
         *self.may_restart.borrow()
     }
 
-    /// Waits up to `wait` for the verdict "restart" to be taken back, and says whether the job
-    /// may still restart. A member whose trainer succeeded just as the loss went out says so
-    /// within moments; a launcher that restarted at once would miss it and wait for that pod.
-    pub async fn settled(&self, wait: Duration) -> bool {
-        let mut verdict = self.may_restart.clone();
-        let _ = timeout(wait, verdict.wait_for(|may| !may)).await;
-        self.may_restart()
+    /// After a loss, once this launcher's children are stopped: says so, and waits up to
+    /// `limit` for the coordinator's verdict, decided once every member has stopped (so every
+    /// success there was is in it, with no timer in the argument). Whether the job may restart;
+    /// what is known by then if no verdict comes (the coordinator lost, say).
+    pub async fn verdict(&self, limit: Duration) -> bool {
+        let _ = self.requests.send(Request::Stopped);
+        let mut verdict = self.verdict.clone();
+        let decided = match timeout(limit, verdict.wait_for(Option::is_some)).await {
+            Ok(Ok(decided)) => *decided,
+            _ => None,
+        };
+        decided.unwrap_or_else(|| self.may_restart())
     }
 
     /// Whether this launcher serves the channel.
@@ -313,12 +325,14 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
     let (may_restart_tx, may_restart) = watch::channel(true);
     let (lost_tx, lost) = watch::channel(false);
     let (said_hello_tx, said_hello) = watch::channel(false);
+    let (verdict_tx, verdict) = watch::channel(None);
     let ends = Ends {
         heard: heard_tx,
         requests: requests_rx,
         may_restart: may_restart_tx,
         lost: lost_tx,
         said_hello: said_hello_tx,
+        verdict: verdict_tx,
     };
     let limit = joining.heartbeat_timeout.as_secs();
     let coordinates = matches!(joining.role, Role::Coordinator { .. });
@@ -349,6 +363,7 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
         lost,
         coordinates,
         said_hello,
+        verdict,
     })
 }
 
@@ -358,6 +373,7 @@ struct Ends {
     requests: mpsc::UnboundedReceiver<Request>,
     may_restart: watch::Sender<bool>,
     lost: watch::Sender<bool>,
+    verdict: watch::Sender<Option<bool>>,
     /// A follower's: its hello is out, so a `Go` may be on its way to it.
     said_hello: watch::Sender<bool>,
 }
@@ -376,6 +392,19 @@ impl Ends {
             self.may_restart.send_replace(false);
         }
         self.lost.send_replace(true);
+    }
+
+    /// The verdict is known: the coordinator's, or what this launcher knows when the
+    /// coordinator is gone without one. The first word stands.
+    fn knows_verdict(&self, restart: bool) {
+        self.knows_lost(restart);
+        self.verdict.send_if_modified(|verdict| {
+            let first = verdict.is_none();
+            if first {
+                *verdict = Some(restart);
+            }
+            first
+        });
     }
 }
 
@@ -614,6 +643,7 @@ impl Coordinator {
                 }
                 Effect::Hear(heard) => ends.hear(heard),
                 Effect::KnowsLost { restart } => ends.knows_lost(restart),
+                Effect::KnowsVerdict { restart } => ends.knows_verdict(restart),
                 Effect::Stop => {}
             }
         }
@@ -805,7 +835,7 @@ async fn talk(
                     idle_until = Instant::now() + limit;
                     Ok(())
                 }
-                Some(Ok(message @ (Message::Done | Message::Failed { .. }))) => {
+                Some(Ok(message @ (Message::Done | Message::Failed { .. } | Message::Stopped))) => {
                     idle_until = Instant::now() + limit;
                     let _ = to_coordinator.send(FromLink::Said { pod: pod.to_string(), message });
                     Ok(())
@@ -966,18 +996,6 @@ mod tests {
         channels
     }
 
-    /// Waits until the channel says the job may not restart; false if it never does.
-    async fn turns_final(channel: &Channel) -> bool {
-        let until = Instant::now() + WAIT;
-        while Instant::now() < until {
-            if !channel.may_restart() {
-                return true;
-            }
-            sleep(Duration::from_millis(20)).await;
-        }
-        false
-    }
-
     /// Nobody starts before everyone is there, and all start the largest epoch anyone would:
     /// a replacement pod (next 0) joins survivors (next 2) in epoch 2.
     #[tokio::test]
@@ -1051,18 +1069,14 @@ mod tests {
                 .await;
             assert!(channels.iter().all(Channel::may_restart));
             channels[finisher].done();
-            // The failed launcher's own decision, as `launch` takes it: after listening a
-            // moment for the verdict to be taken back.
-            assert!(
-                !channels[1].settled(Duration::from_millis(500)).await,
-                "the failed launcher would restart although launcher {finisher} finished"
+            // Each launcher's decision, as `launch` takes it: once its children are stopped,
+            // the coordinator's verdict, given when every launcher has stopped.
+            let verdicts =
+                futures::future::join_all(channels.iter().map(|c| c.verdict(WAIT))).await;
+            assert_eq!(
+                verdicts, [false; 3],
+                "a launcher would restart although launcher {finisher} finished"
             );
-            for (i, channel) in channels.iter().enumerate() {
-                assert!(
-                    turns_final(channel).await,
-                    "launcher {i} would restart although launcher {finisher} finished"
-                );
-            }
         }
     }
 

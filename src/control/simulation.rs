@@ -35,7 +35,11 @@ enum Action {
     Breaks(usize, bool),
     /// Follower `i` finishes its part after a success: it closes its connection.
     Leaves(usize),
-    /// The coordinator's own launcher: its trainer succeeds, fails, sees a pod lost, finishes.
+    /// Follower `i`'s children are stopped after a loss it knows of: it says so.
+    Stops(usize),
+    /// The coordinator's own launcher: its trainer succeeds, fails, sees a pod lost, has
+    /// stopped its children, finishes.
+    OwnStops,
     OwnDone,
     OwnFails(bool),
     OwnPodLost,
@@ -55,6 +59,8 @@ fn action() -> impl Strategy<Value = Action> {
         2 => (0..8usize, any::<bool>()).prop_map(|(i, r)| Action::Fails(i, r)),
         1 => (0..8usize, any::<bool>()).prop_map(|(i, s)| Action::Breaks(i, s)),
         1 => (0..8usize).prop_map(Action::Leaves),
+        3 => (0..8usize).prop_map(Action::Stops),
+        2 => Just(Action::OwnStops),
         1 => Just(Action::OwnDone),
         1 => any::<bool>().prop_map(Action::OwnFails),
         1 => Just(Action::OwnPodLost),
@@ -82,8 +88,11 @@ struct Follower {
     go: Option<(u32, u32)>,
     said_done: bool,
     said_failed: bool,
+    said_stopped: bool,
     /// The verdicts of the losses it was told, in order.
     losses: Vec<bool>,
+    /// The coordinator's final verdict, once told.
+    verdict: Option<bool>,
     /// Gone for good in this attempt (its connection ended); it may be replaced.
     gone: bool,
 }
@@ -96,6 +105,14 @@ struct Record {
     lost: Vec<bool>,
     /// A `Done` (a follower's, read by the coordinator, or its own) before the first loss.
     finished_before_loss: bool,
+    /// A `Done` read by the coordinator (or its own) before the verdict.
+    finished_before_verdict: bool,
+    /// Members joined when the loss was told, and those of them that have since stopped or
+    /// gone (as read by the coordinator).
+    awaited: Vec<String>,
+    stopped_or_gone: Vec<String>,
+    own_stopped: bool,
+    verdicts: Vec<bool>,
     stopped: bool,
 }
 
@@ -153,6 +170,36 @@ impl Sim {
     }
 
     fn step(&mut self, input: Input) -> Result<(), TestCaseError> {
+        let running = matches!(self.core.stage, Stage::Running { .. });
+        match &input {
+            Input::Said {
+                pod,
+                message: Message::Done,
+            } if running
+                && self.core.links.contains_key(pod)
+                && self.record.verdicts.is_empty() =>
+            {
+                self.record.finished_before_verdict = true;
+            }
+            Input::Said {
+                pod,
+                message: Message::Stopped,
+            } if self.core.links.contains_key(pod) => {
+                self.record.stopped_or_gone.push(pod.clone());
+            }
+            Input::Ended { link, pod, .. } if self.core.links.get(pod) == Some(link) => {
+                self.record.stopped_or_gone.push(pod.clone());
+            }
+            Input::Own(Request::Done | Request::Finish { succeeded: true })
+                if running && self.record.verdicts.is_empty() =>
+            {
+                self.record.finished_before_verdict = true;
+            }
+            Input::Own(Request::Stopped) if !self.record.lost.is_empty() => {
+                self.record.own_stopped = true;
+            }
+            _ => {}
+        }
         match &input {
             Input::Joined {
                 pod,
@@ -199,7 +246,7 @@ impl Sim {
                         f.gone = true;
                     }
                 }
-                Effect::Hear(_) | Effect::KnowsLost { .. } => {}
+                Effect::Hear(_) | Effect::KnowsLost { .. } | Effect::KnowsVerdict { .. } => {}
                 Effect::Stop => self.record.stopped = true,
             }
         }
@@ -234,7 +281,38 @@ impl Sim {
                 }
                 self.record.gos.push((*epoch, *max_restarts));
             }
+            Message::Verdict { restart } => {
+                prop_assert!(self.record.verdicts.is_empty(), "a second verdict");
+                prop_assert_eq!(
+                    self.record.lost.last(),
+                    Some(restart),
+                    "a verdict unlike the loss"
+                );
+                // Decided once every member has stopped or is gone, and this launcher too:
+                // no success can arrive after it.
+                prop_assert!(
+                    self.record.own_stopped,
+                    "a verdict before the coordinator stopped"
+                );
+                for pod in &self.record.awaited {
+                    prop_assert!(
+                        self.record.stopped_or_gone.contains(pod),
+                        "a verdict before {} stopped",
+                        pod
+                    );
+                }
+                if *restart {
+                    prop_assert!(
+                        !self.record.finished_before_verdict,
+                        "a restart although a member finished"
+                    );
+                }
+                self.record.verdicts.push(*restart);
+            }
             Message::Lost { restart, .. } => {
+                if self.record.lost.is_empty() {
+                    self.record.awaited = self.core.links.keys().cloned().collect();
+                }
                 let Some(&(epoch, budget)) = self.record.gos.first() else {
                     // Before the start a loss can only be final, or a regather.
                     prop_assert!(!restart || self.record.lost.is_empty());
@@ -340,6 +418,7 @@ impl Sim {
                         ..
                     }) => f.go = Some((epoch, max_restarts)),
                     Some(Message::Lost { restart, .. }) => f.losses.push(restart),
+                    Some(Message::Verdict { restart }) => f.verdict = Some(restart),
                     _ => {}
                 }
             }
@@ -370,6 +449,20 @@ impl Sim {
                     }
                 }
             }
+            Action::Stops(i) => {
+                if let Some(f) = self.follower(i) {
+                    let knows = !f.losses.is_empty() || f.said_failed;
+                    if knows && f.link.is_some() && !f.said_stopped {
+                        f.said_stopped = true;
+                        let pod = f.name.clone();
+                        f.outbox.push_back(Input::Said {
+                            pod,
+                            message: Message::Stopped,
+                        });
+                    }
+                }
+            }
+            Action::OwnStops => self.step(Input::Own(Request::Stopped))?,
             Action::Breaks(i, silent) => self.end_link(
                 i,
                 if silent {
@@ -491,6 +584,7 @@ impl Sim {
                             ..
                         } => self.followers[i].go = Some((epoch, max_restarts)),
                         Message::Lost { restart, .. } => self.followers[i].losses.push(restart),
+                        Message::Verdict { restart } => self.followers[i].verdict = Some(restart),
                         _ => {}
                     }
                 }
@@ -535,6 +629,20 @@ proptest! {
         if let Some((_, verdict)) = &sim.core.lost {
             for f in sim.followers.iter().filter(|f| f.link.is_some() && f.go.is_some()) {
                 prop_assert_eq!(f.losses.last(), Some(verdict), "{} heard another verdict", &f.name);
+            }
+        }
+        // Then every launcher that knows of the loss stops its children: the verdict comes,
+        // one for all, as long as the coordinator has not stopped.
+        if !sim.record.lost.is_empty() && !sim.core.stopped() && matches!(sim.core.stage, Stage::Running { .. }) {
+            for i in 0..sim.followers.len() {
+                sim.act(&Action::Stops(i))?;
+            }
+            sim.act(&Action::OwnStops)?;
+            sim.drain()?;
+            prop_assert_eq!(sim.record.verdicts.len(), 1, "no verdict once everyone stopped");
+            let verdict = sim.record.verdicts[0];
+            for f in sim.followers.iter().filter(|f| f.link.is_some() && f.said_stopped) {
+                prop_assert_eq!(f.verdict, Some(verdict), "{} holds another verdict", &f.name);
             }
         }
         if let Some(go) = sim.record.gos.first() {

@@ -84,6 +84,14 @@ pub enum Message {
     Finished {
         pod: String,
     },
+    /// A follower, after a loss: its children are stopped. Said after any `Done` of its own
+    /// (one connection keeps its order), so once every member has said it (or is gone), the
+    /// coordinator knows every success there was.
+    Stopped,
+    /// Coordinator: whether the job restarts, decided once, after every member stopped.
+    Verdict {
+        restart: bool,
+    },
 }
 
 /// A reason that fits in a frame: at most `MAX_REASON` bytes once encoded (quotes, control
