@@ -182,10 +182,27 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
         })
         .is_ok();
         let may_restart = match &channel {
-            Some(channel) if !succeeded && budget_allows => {
-                channel.verdict(verdict_limit(&config)).await
+            // Only a failure a restart could mend waits for the verdict (a stop signal, a
+            // command that cannot start, bad configuration end this pod whatever it says);
+            // every failed launcher says its children are stopped, for the others' verdict.
+            Some(channel) if !succeeded && budget_allows && lifecycle::recoverable(&result) => {
+                let waiting = channel.verdict(verdict_limit(&config));
+                // A stop signal (the pod is deleted) ends the wait: no restart for this pod.
+                interruptible(
+                    Some(&mut supervisor),
+                    "waiting for the job's verdict",
+                    false,
+                    waiting,
+                )
+                .await
+                .unwrap_or(false)
             }
-            Some(channel) => channel.may_restart(),
+            Some(channel) => {
+                if !succeeded {
+                    channel.stopped();
+                }
+                channel.may_restart()
+            }
             None => false,
         };
         let budget = Budget {

@@ -625,7 +625,7 @@ pub struct Budget {
 /// every configuration error are not: starting again would end the same way. Without a budget
 /// the first failure ends the pod as it always did.
 pub fn after_run(result: Result<Outcome, Error>, budget: &Budget) -> AfterRun {
-    let Some(reason) = recoverable(&result) else {
+    let Some(reason) = recoverable_reason(&result) else {
         return AfterRun::Finish(result);
     };
     let standing = Standing {
@@ -654,7 +654,7 @@ pub fn after_run(result: Result<Outcome, Error>, budget: &Budget) -> AfterRun {
 
 /// The failure an attempt ended with, when a restart could end it otherwise; None for a
 /// success, and for what would end the same way again or ends the pod itself.
-fn recoverable(result: &Result<Outcome, Error>) -> Option<String> {
+fn recoverable_reason(result: &Result<Outcome, Error>) -> Option<String> {
     match result {
         Ok(outcome) if outcome.code == exit::SUCCESS => None,
         Ok(outcome) => Some(outcome.reason.clone()),
@@ -664,6 +664,11 @@ fn recoverable(result: &Result<Outcome, Error>) -> Option<String> {
         }
         Err(_) => None,
     }
+}
+
+/// Whether a restart could end this attempt's failure otherwise.
+pub fn recoverable(result: &Result<Outcome, Error>) -> bool {
+    recoverable_reason(result).is_some()
 }
 
 /// Whether the rest of the job may restart after this pod's failure: a stop signal ends this
@@ -677,7 +682,7 @@ pub fn others_may_restart(result: &Result<Outcome, Error>) -> bool {
             source.kind(),
             std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
         ),
-        _ => recoverable(result).is_some(),
+        _ => recoverable_reason(result).is_some(),
     }
 }
 

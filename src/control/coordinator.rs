@@ -26,8 +26,12 @@ pub(super) enum Input {
         view: String,
         max_restarts: u32,
     },
-    /// What a joined member said after its hello (`Done`, `Failed`).
-    Said { pod: String, message: Message },
+    /// What a joined member said after its hello (`Done`, `Failed`, `Stopped`) on `link`.
+    Said {
+        link: u64,
+        pod: String,
+        message: Message,
+    },
     /// A joined member's connection ended.
     Ended {
         link: u64,
@@ -99,6 +103,8 @@ pub(super) struct Core {
     own_stopped: bool,
     /// The verdict, once decided.
     pub(super) decided: Option<bool>,
+    /// Members that joined after the loss, before the verdict: told it when it is decided.
+    held: Vec<(u64, String)>,
     /// This launcher's trainer succeeded: the coordinator stays until the followers report.
     own_success: bool,
     /// Serving only to tell every joining member that the job has ended.
@@ -143,6 +149,7 @@ impl Core {
             awaiting: HashSet::new(),
             own_stopped: false,
             decided: None,
+            held: Vec::new(),
             own_success: false,
             ending: setup.ended.is_some(),
             told: HashSet::new(),
@@ -157,6 +164,7 @@ impl Core {
                 max_restarts: 0,
             };
             core.lost = Some((reason, false));
+            core.decided = Some(false);
         } else {
             core.start_when_ready(&mut effects);
         }
@@ -178,7 +186,7 @@ impl Core {
                 view,
                 max_restarts,
             } => self.joined(link, pod, next, view, max_restarts, &mut effects),
-            Input::Said { pod, message } => self.said(pod, message, &mut effects),
+            Input::Said { link, pod, message } => self.said(link, pod, message, &mut effects),
             Input::Ended { link, pod, why } => self.ended_link(link, pod, why, &mut effects),
             Input::Own(request) => self.own(request, &mut effects),
             Input::Tick(now) => self.tick(now, &mut effects),
@@ -300,6 +308,11 @@ impl Core {
         });
         self.lost = Some((reason, restart));
         self.awaiting = self.links.keys().cloned().collect();
+        // "No restart" can never turn into "restart": final at once, waiting for nobody (a
+        // member that finished and lingers would never say it stopped).
+        if !restart {
+            self.decide(false, effects);
+        }
         // Before the start, the gathering is over: those still to join must not be started
         // (the simulation found a `Go` after a `Lost` here).
         if matches!(self.stage, Stage::Gathering { .. }) {
@@ -317,6 +330,16 @@ impl Core {
             return;
         }
         let restart = *restart;
+        self.decide(restart, effects);
+    }
+
+    /// The verdict, once: to everyone joined, this launcher, and the members that joined after
+    /// the loss and were held until now (a provisional "restart" would send them gathering for
+    /// a job that may yet end).
+    fn decide(&mut self, restart: bool, effects: &mut Vec<Effect>) {
+        if self.decided.is_some() {
+            return;
+        }
         info!(
             "control channel: every launcher has stopped: {}",
             if restart {
@@ -328,6 +351,19 @@ impl Core {
         self.decided = Some(restart);
         effects.push(Effect::Broadcast(Message::Verdict { restart }));
         effects.push(Effect::KnowsVerdict { restart });
+        let reason = self.lost.as_ref().map_or(String::new(), |l| l.0.clone());
+        for (link, pod) in std::mem::take(&mut self.held) {
+            if self.links.get(&pod) == Some(&link) {
+                effects.push(Effect::Send {
+                    link,
+                    message: Message::Lost {
+                        reason: cut(&reason),
+                        restart,
+                    },
+                });
+                self.told.insert(pod);
+            }
+        }
     }
 
     /// This launcher's trainer succeeded.
@@ -362,6 +398,7 @@ impl Core {
         }));
         effects.push(Effect::KnowsLost { restart: false });
         self.lost = Some((reason, false));
+        self.decide(false, effects);
     }
 
     /// Everyone (this launcher too) discovers the job again.
@@ -404,26 +441,21 @@ impl Core {
                 format!("{pod} found other pods than this launcher"),
                 effects,
             ),
-            Stage::Running { .. } => match &self.lost {
-                Some((reason, restart)) => {
+            Stage::Running { .. } => match (&self.lost, self.decided) {
+                // It ran nothing in this attempt: it hears the verdict, once there is one.
+                (Some((reason, _)), Some(restart)) => {
                     effects.push(Effect::Send {
                         link,
                         message: Message::Lost {
                             reason: cut(reason),
-                            restart: *restart,
+                            restart,
                         },
                     });
-                    // It ran nothing in this attempt: nothing to wait for.
-                    if let Some(restart) = self.decided {
-                        effects.push(Effect::Send {
-                            link,
-                            message: Message::Verdict { restart },
-                        });
-                    }
                     self.told.insert(pod);
                 }
+                (Some(_), None) => self.held.push((link, pod)),
                 // Its earlier connection ended, which already counted as a loss.
-                None => self.lose(
+                (None, _) => self.lose(
                     format!("the launcher of peer pod {pod} joined again (it restarted)"),
                     true,
                     true,
@@ -435,8 +467,9 @@ impl Core {
     }
 
     // Neither means anything before the start: no trainer ran.
-    fn said(&mut self, pod: String, message: Message, effects: &mut Vec<Effect>) {
-        if !self.links.contains_key(&pod) || !matches!(self.stage, Stage::Running { .. }) {
+    fn said(&mut self, link: u64, pod: String, message: Message, effects: &mut Vec<Effect>) {
+        // Only the pod's live connection speaks for it (not a second one being refused).
+        if self.links.get(&pod) != Some(&link) || !matches!(self.stage, Stage::Running { .. }) {
             return;
         }
         match message {
@@ -579,8 +612,9 @@ mod tests {
         }
     }
 
-    fn said(pod: &str, message: Message) -> Input {
+    fn said(link: u64, pod: &str, message: Message) -> Input {
         Input::Said {
+            link,
             pod: pod.into(),
             message,
         }
@@ -591,14 +625,14 @@ mod tests {
     fn a_done_before_the_start_is_ignored() {
         let (mut core, _) = Core::start(setup(&["a", "b"]), Instant::now());
         core.step(joined(1, "a"));
-        assert!(core.step(said("a", Message::Done)).is_empty());
+        assert!(core.step(said(1, "a", Message::Done)).is_empty());
         assert!(core.done.is_empty());
         let go = core.step(joined(2, "b"));
         assert!(matches!(
             go[0],
             Effect::Broadcast(Message::Go { epoch: 0, .. })
         ));
-        let effects = core.step(said("a", Message::Done));
+        let effects = core.step(said(1, "a", Message::Done));
         assert!(core.done.contains("a"));
         assert_eq!(
             effects,
@@ -617,7 +651,7 @@ mod tests {
         ] {
             let (mut core, _) = Core::start(setup(&["a"]), Instant::now());
             core.step(joined(7, "a"));
-            core.step(said("a", Message::Done));
+            core.step(said(7, "a", Message::Done));
             core.step(Input::Ended {
                 link: 7,
                 pod: "a".into(),
@@ -635,15 +669,13 @@ mod tests {
         core.step(joined(1, "a"));
         core.step(joined(2, "b"));
         let before = core.clone();
-        assert!(core
-            .step(said(
-                "stranger",
-                Message::Failed {
-                    reason: "x".into(),
-                    restartable: true
-                }
-            ))
-            .is_empty());
+        let failed = Message::Failed {
+            reason: "x".into(),
+            restartable: true,
+        };
+        assert!(core.step(said(1, "stranger", failed.clone())).is_empty());
+        // A second connection of `a`, refused: what it said before the refusal took effect.
+        assert!(core.step(said(4, "a", failed)).is_empty());
         assert!(core
             .step(Input::Ended {
                 link: 9,
@@ -654,6 +686,55 @@ mod tests {
         assert_eq!(core.step(joined(3, "stranger")), [Effect::Close(3)]);
         assert_eq!(core.step(joined(4, "a")), [Effect::Close(4)]);
         assert_eq!(core, before);
+    }
+
+    /// A member finished and lingers (its pserver serves), then another fails: the job cannot
+    /// restart, and that is final at once, not once the lingering member leaves.
+    #[test]
+    fn a_final_loss_is_decided_at_once() {
+        let (mut core, _) = Core::start(setup(&["a", "b"]), Instant::now());
+        core.step(joined(1, "a"));
+        core.step(joined(2, "b"));
+        core.step(said(1, "a", Message::Done));
+        let effects = core.step(said(
+            2,
+            "b",
+            Message::Failed {
+                reason: "trainer exited with status 3".into(),
+                restartable: true,
+            },
+        ));
+        assert!(effects.contains(&Effect::Broadcast(Message::Verdict { restart: false })));
+        assert_eq!(core.decided, Some(false));
+    }
+
+    /// A restartable loss waits for everyone's stop; a member joining meanwhile (a replacement)
+    /// is told nothing provisional: it hears the verdict when it is decided.
+    #[test]
+    fn a_member_joining_after_a_loss_hears_only_the_verdict() {
+        let (mut core, _) = Core::start(setup(&["a", "b"]), Instant::now());
+        core.step(joined(1, "a"));
+        core.step(joined(2, "b"));
+        core.step(Input::Ended {
+            link: 2,
+            pod: "b".into(),
+            why: WireError::Closed,
+        });
+        assert_eq!(core.lost.as_ref().map(|l| l.1), Some(true));
+        assert!(
+            core.step(joined(3, "b")).is_empty(),
+            "told before the verdict"
+        );
+        // a's success, read before everyone stopped, makes it final: the joiner hears that.
+        let effects = core.step(said(1, "a", Message::Done));
+        assert!(effects.iter().any(|e| matches!(
+            e,
+            Effect::Send {
+                link: 3,
+                message: Message::Lost { restart: false, .. }
+            }
+        )));
+        assert_eq!(core.decided, Some(false));
     }
 
     /// Gathering ends after the join grace, naming who did not join; not a moment before.

@@ -7,10 +7,17 @@
 //!   Running) within the heartbeat timeout, and one whose connection closes (its pod is gone);
 //! - learn of the first failure anywhere (`Failed` to the coordinator, `Lost` to everyone), so
 //!   that every launcher stops its children at once and, while restarts are left, gathers again.
-//!   Whether the job may restart is the coordinator's one verdict, sent with `Lost`: not once a
-//!   member's trainer succeeded (`Done`, said the moment it does), not when the failure would
-//!   recur, not when the budget is spent. A `Done` that crosses a `Lost` saying "restart" is
-//!   followed by a second `Lost` saying "no restart".
+//!   Whether the job may restart is the coordinator's one `Verdict`, decided once: "no
+//!   restart" at once (a member's trainer succeeded — `Done`, said the moment it does — the
+//!   failure would recur, the budget is spent); "restart" only once every member joined at the
+//!   loss has said `Stopped` (after any `Done` of its own, on the same connection) or is gone,
+//!   so no success can cross it. Members joining meanwhile hear only the verdict.
+//!
+//! The coordinator's decisions are a pure state machine (`coordinator`), simulated in
+//! `simulation`; this module is the channel's API and the coordinator's task around it.
+//! A follower that loses its coordinator before the verdict acts on what it knows. An attacker
+//! who controls the cluster's DNS can name another coordinator (a regather, or an end told to
+//! the followers it misleads); the secret keeps it from joining or speaking for anyone.
 //!
 //! A channel lives for one attempt: after a failure every launcher closes it, discovers the job
 //! again and joins anew (the coordinator may be another pod by then). The epoch needs no memory
@@ -32,7 +39,8 @@
 //! An attacker on the pod network without the secret can connect from a non-member address and
 //! be dropped; spoofing a member's address (or cutting connections, as any on-path party can)
 //! makes launchers look silent or gone, which stops the job (or costs it a restart) rather than
-//! letting it train wrong. It cannot start, restart or finish anything.
+//! letting it train wrong. It cannot start, restart or finish anything, unless it also controls
+//! the cluster's DNS and the coordinator is named by DNS (see above).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
@@ -236,13 +244,23 @@ impl Channel {
     /// success there was is in it, with no timer in the argument). Whether the job may restart;
     /// what is known by then if no verdict comes (the coordinator lost, say).
     pub async fn verdict(&self, limit: Duration) -> bool {
-        let _ = self.requests.send(Request::Stopped);
+        self.stopped();
+        // "No restart" is never taken back: nothing to wait for.
+        if !self.may_restart() {
+            return false;
+        }
         let mut verdict = self.verdict.clone();
         let decided = match timeout(limit, verdict.wait_for(Option::is_some)).await {
             Ok(Ok(decided)) => *decided,
             _ => None,
         };
         decided.unwrap_or_else(|| self.may_restart())
+    }
+
+    /// After a loss: this launcher's children are stopped (the coordinator's verdict waits for
+    /// every launcher to say so).
+    pub fn stopped(&self) {
+        let _ = self.requests.send(Request::Stopped);
     }
 
     /// Whether this launcher serves the channel.
@@ -419,6 +437,7 @@ enum FromLink {
         to_link: mpsc::UnboundedSender<Arc<Encoded>>,
     },
     Said {
+        link: u64,
         pod: String,
         message: Message,
     },
@@ -606,7 +625,7 @@ impl Coordinator {
                     max_restarts,
                 })
             }
-            FromLink::Said { pod, message } => Some(Input::Said { pod, message }),
+            FromLink::Said { link, pod, message } => Some(Input::Said { link, pod, message }),
             FromLink::Ended { link, ip, pod, why } => {
                 if let Some(open) = self.open.get_mut(&ip) {
                     *open = open.saturating_sub(1);
@@ -785,6 +804,7 @@ async fn serve(
     let why = talk(
         shared,
         timeouts,
+        link,
         &pod,
         challenge,
         session,
@@ -803,6 +823,7 @@ async fn serve(
 async fn talk(
     shared: &Shared,
     timeouts: LinkTimeouts,
+    link: u64,
     pod: &str,
     challenge: Challenge,
     reading: Session,
@@ -837,7 +858,7 @@ async fn talk(
                 }
                 Some(Ok(message @ (Message::Done | Message::Failed { .. } | Message::Stopped))) => {
                     idle_until = Instant::now() + limit;
-                    let _ = to_coordinator.send(FromLink::Said { pod: pod.to_string(), message });
+                    let _ = to_coordinator.send(FromLink::Said { link, pod: pod.to_string(), message });
                     Ok(())
                 }
                 Some(Ok(other)) => Err(WireError::Malformed(format!("{other:?} from {pod}"))),

@@ -173,18 +173,26 @@ impl Sim {
         let running = matches!(self.core.stage, Stage::Running { .. });
         match &input {
             Input::Said {
+                link,
                 pod,
                 message: Message::Done,
-            } if running
-                && self.core.links.contains_key(pod)
-                && self.record.verdicts.is_empty() =>
-            {
-                self.record.finished_before_verdict = true;
+            } if running && self.core.links.get(pod) == Some(link) => {
+                // The safety of "decide once": no success can be read after a restart was
+                // decided (each member says Done before it says Stopped).
+                prop_assert!(
+                    self.record.verdicts != [true],
+                    "{} finished after the job was told to restart",
+                    pod
+                );
+                if self.record.verdicts.is_empty() {
+                    self.record.finished_before_verdict = true;
+                }
             }
             Input::Said {
+                link,
                 pod,
                 message: Message::Stopped,
-            } if self.core.links.contains_key(pod) => {
+            } if self.core.links.get(pod) == Some(link) => {
                 self.record.stopped_or_gone.push(pod.clone());
             }
             Input::Ended { link, pod, .. } if self.core.links.get(pod) == Some(link) => {
@@ -288,16 +296,16 @@ impl Sim {
                     Some(restart),
                     "a verdict unlike the loss"
                 );
-                // Decided once every member has stopped or is gone, and this launcher too:
-                // no success can arrive after it.
+                // "Restart" is decided once every member has stopped or is gone, and this
+                // launcher too, so no success can arrive after it; "no restart" is final at once.
                 prop_assert!(
-                    self.record.own_stopped,
-                    "a verdict before the coordinator stopped"
+                    self.record.own_stopped || !restart,
+                    "a restart decided before the coordinator stopped"
                 );
-                for pod in &self.record.awaited {
+                for pod in self.record.awaited.iter().filter(|_| *restart) {
                     prop_assert!(
                         self.record.stopped_or_gone.contains(pod),
-                        "a verdict before {} stopped",
+                        "a restart decided before {} stopped",
                         pod
                     );
                 }
@@ -424,10 +432,13 @@ impl Sim {
             }
             Action::Succeeds(i) => {
                 if let Some(f) = self.follower(i) {
-                    if f.go.is_some() && f.link.is_some() && !f.said_done && !f.said_failed {
+                    // A launcher says Done only while its drive runs, before it says Stopped.
+                    let ran = f.go.is_some() && !f.said_stopped && !f.said_failed;
+                    if ran && f.link.is_some() && !f.said_done {
                         f.said_done = true;
-                        let pod = f.name.clone();
+                        let (pod, link) = (f.name.clone(), f.link.unwrap_or_default());
                         f.outbox.push_back(Input::Said {
+                            link,
                             pod,
                             message: Message::Done,
                         });
@@ -438,8 +449,9 @@ impl Sim {
                 if let Some(f) = self.follower(i) {
                     if f.go.is_some() && f.link.is_some() && !f.said_done && !f.said_failed {
                         f.said_failed = true;
-                        let pod = f.name.clone();
+                        let (pod, link) = (f.name.clone(), f.link.unwrap_or_default());
                         f.outbox.push_back(Input::Said {
+                            link,
                             pod,
                             message: Message::Failed {
                                 reason: "trainer exited with status 3".into(),
@@ -451,11 +463,16 @@ impl Sim {
             }
             Action::Stops(i) => {
                 if let Some(f) = self.follower(i) {
+                    // A launcher whose trainer succeeded lingers or leaves: it never says Stopped.
+                    // One that joined after the loss ran nothing: it hears the verdict as its
+                    // `Lost`, and gathers again or ends, without stopping anything.
                     let knows = !f.losses.is_empty() || f.said_failed;
-                    if knows && f.link.is_some() && !f.said_stopped {
+                    let ran = f.go.is_some();
+                    if knows && ran && f.link.is_some() && !f.said_stopped && !f.said_done {
                         f.said_stopped = true;
-                        let pod = f.name.clone();
+                        let (pod, link) = (f.name.clone(), f.link.unwrap_or_default());
                         f.outbox.push_back(Input::Said {
+                            link,
                             pod,
                             message: Message::Stopped,
                         });
@@ -513,6 +530,7 @@ impl Sim {
                     .map_or("p-1".to_string(), |f| f.name.clone());
                 for forged in [
                     Input::Said {
+                        link: u64::MAX,
                         pod: "intruder".into(),
                         message: Message::Failed {
                             reason: "forged".into(),
@@ -637,7 +655,9 @@ proptest! {
             for i in 0..sim.followers.len() {
                 sim.act(&Action::Stops(i))?;
             }
-            sim.act(&Action::OwnStops)?;
+            if !sim.own_done {
+                sim.act(&Action::OwnStops)?;
+            }
             sim.drain()?;
             prop_assert_eq!(sim.record.verdicts.len(), 1, "no verdict once everyone stopped");
             let verdict = sim.record.verdicts[0];
@@ -705,10 +725,10 @@ fn the_coordinators_own_launcher_hears_a_followers_failure() {
     sim.act(&Action::ToCoordinator(0)).unwrap();
     sim.act(&Action::ToFollower(0)).unwrap();
     sim.act(&Action::Fails(0, true)).unwrap();
-    let Some(Input::Said { pod, message }) = sim.followers[0].outbox.pop_front() else {
+    let Some(Input::Said { link, pod, message }) = sim.followers[0].outbox.pop_front() else {
         panic!("nothing said");
     };
-    let effects = sim.core.step(Input::Said { pod, message });
+    let effects = sim.core.step(Input::Said { link, pod, message });
     assert!(effects.contains(&Effect::Hear(Heard::Lost {
         reason: "trainer exited with status 3".into(),
         restart: true
