@@ -159,7 +159,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
         if let Some(done) = trainers_done {
             supervisor.end_when(done);
         }
-        let result = drive(&mut supervisor, &plan, &config, channel.as_ref()).await;
+        let mut result = drive(&mut supervisor, &plan, &config, channel.as_ref()).await;
         let succeeded = matches!(&result, Ok(o) if o.code == exit::SUCCESS);
         if let (Some(channel), false) = (&channel, succeeded) {
             let reason = match &result {
@@ -181,22 +181,31 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             restartable: true,
         })
         .is_ok();
+        let recoverable = lifecycle::recoverable(&result);
         let may_restart = match &channel {
-            // Only a failure a restart could mend waits for the verdict (a stop signal, a
-            // command that cannot start, bad configuration end this pod whatever it says);
-            // every failed launcher says its children are stopped, for the others' verdict.
-            Some(channel) if !succeeded && budget_allows && lifecycle::recoverable(&result) => {
-                let waiting = channel.verdict(verdict_limit(&config));
-                // A stop signal (the pod is deleted) ends the wait: no restart for this pod.
-                interruptible(
-                    Some(&mut supervisor),
-                    "waiting for the job's verdict",
-                    false,
-                    waiting,
-                )
-                .await
-                .unwrap_or(false)
+            // A failure a restart could mend waits for the verdict. One that ends this pod
+            // whatever it says (a stop signal, a command that cannot start, bad configuration)
+            // does not, unless this launcher coordinates: only it can decide the others'
+            // verdict, within its grace period (the pod may be being deleted).
+            Some(channel)
+                if !succeeded && budget_allows && (recoverable || channel.coordinates()) =>
+            {
+                let limit = match recoverable {
+                    true => verdict_limit(&config),
+                    false => config.timing.grace_period,
+                };
+                let waiting = channel.verdict(limit);
+                let doing = "waiting for the job's verdict";
+                match interruptible(Some(&mut supervisor), doing, false, waiting).await {
+                    Ok(verdict) => verdict && recoverable,
+                    // A stop signal ends the wait: this pod is being deleted, and says so.
+                    Err(stopped) => {
+                        result = Err(stopped);
+                        false
+                    }
+                }
             }
+            // Every failed launcher says its children are stopped, for the others' verdict.
             Some(channel) => {
                 if !succeeded {
                     channel.stopped();

@@ -104,7 +104,7 @@ pub(super) struct Core {
     /// The verdict, once decided.
     pub(super) decided: Option<bool>,
     /// Members that joined after the loss, before the verdict: told it when it is decided.
-    held: Vec<(u64, String)>,
+    held: HashMap<String, u64>,
     /// This launcher's trainer succeeded: the coordinator stays until the followers report.
     own_success: bool,
     /// Serving only to tell every joining member that the job has ended.
@@ -149,7 +149,7 @@ impl Core {
             awaiting: HashSet::new(),
             own_stopped: false,
             decided: None,
-            held: Vec::new(),
+            held: HashMap::new(),
             own_success: false,
             ending: setup.ended.is_some(),
             told: HashSet::new(),
@@ -326,7 +326,10 @@ impl Core {
         let Some((_, restart)) = &self.lost else {
             return;
         };
-        if self.decided.is_some() || !self.own_stopped || !self.awaiting.is_empty() {
+        // Only a started attempt has children to stop (a loss while gathering ends it: its
+        // members gather again or end, and later joiners never heard of it).
+        let started = matches!(self.stage, Stage::Running { .. });
+        if self.decided.is_some() || !self.own_stopped || !self.awaiting.is_empty() || !started {
             return;
         }
         let restart = *restart;
@@ -340,19 +343,16 @@ impl Core {
         if self.decided.is_some() {
             return;
         }
-        info!(
-            "control channel: every launcher has stopped: {}",
-            if restart {
-                "the job restarts"
-            } else {
-                "the job ends"
-            }
-        );
+        if restart {
+            info!("control channel: every launcher has stopped: the job restarts");
+        } else {
+            info!("control channel: the loss is final: the job ends");
+        }
         self.decided = Some(restart);
-        effects.push(Effect::Broadcast(Message::Verdict { restart }));
-        effects.push(Effect::KnowsVerdict { restart });
+        // The held joiners first: a `Lost` is the first thing a member that never started
+        // must hear of the loss (the `Verdict` after it only confirms it).
         let reason = self.lost.as_ref().map_or(String::new(), |l| l.0.clone());
-        for (link, pod) in std::mem::take(&mut self.held) {
+        for (pod, link) in std::mem::take(&mut self.held) {
             if self.links.get(&pod) == Some(&link) {
                 effects.push(Effect::Send {
                     link,
@@ -364,6 +364,8 @@ impl Core {
                 self.told.insert(pod);
             }
         }
+        effects.push(Effect::Broadcast(Message::Verdict { restart }));
+        effects.push(Effect::KnowsVerdict { restart });
     }
 
     /// This launcher's trainer succeeded.
@@ -453,7 +455,9 @@ impl Core {
                     });
                     self.told.insert(pod);
                 }
-                (Some(_), None) => self.held.push((link, pod)),
+                (Some(_), None) => {
+                    self.held.insert(pod, link);
+                }
                 // Its earlier connection ended, which already counted as a loss.
                 (None, _) => self.lose(
                     format!("the launcher of peer pod {pod} joined again (it restarted)"),
@@ -735,6 +739,36 @@ mod tests {
             }
         )));
         assert_eq!(core.decided, Some(false));
+    }
+
+    /// The usual replacement: a pod is lost, its replacement joins while the others stop, and
+    /// the job restarts. The replacement hears the loss first, then the verdict, as any member.
+    #[test]
+    fn a_replacement_held_until_a_restart_hears_its_loss_before_the_verdict() {
+        let (mut core, _) = Core::start(setup(&["a", "b"]), Instant::now());
+        core.step(joined(1, "a"));
+        core.step(joined(2, "b"));
+        core.step(Input::Ended {
+            link: 2,
+            pod: "b".into(),
+            why: WireError::Closed,
+        });
+        assert!(core.step(joined(3, "b")).is_empty());
+        core.step(said(1, "a", Message::Stopped));
+        let effects = core.step(Input::Own(Request::Stopped));
+        let lost = effects.iter().position(|e| {
+            matches!(
+                e,
+                Effect::Send {
+                    link: 3,
+                    message: Message::Lost { restart: true, .. }
+                }
+            )
+        });
+        let verdict = effects
+            .iter()
+            .position(|e| *e == Effect::Broadcast(Message::Verdict { restart: true }));
+        assert!(lost.is_some() && lost < verdict, "{effects:?}");
     }
 
     /// Gathering ends after the join grace, naming who did not join; not a moment before.

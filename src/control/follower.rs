@@ -121,6 +121,11 @@ pub(super) async fn follow(
                     }
                 }
                 Some(Ok(Message::Verdict { restart })) => {
+                    // Before any `Lost` (never sent so, but a launcher must not wait on it).
+                    ends.hear(Heard::Lost {
+                        reason: "the coordinator decided the job's loss".into(),
+                        restart,
+                    });
                     ends.knows_verdict(restart);
                     told = true;
                     break None;
@@ -155,7 +160,7 @@ pub(super) async fn follow(
                     if succeeded && running && !said_done {
                         let _ = out.write(&mut writer, &Message::Done, limit).await;
                     }
-                    let _ = writer.shutdown().await;
+                    close_gracefully(&mut writer, &mut incoming).await;
                     return;
                 }
                 None => return,
@@ -222,7 +227,7 @@ pub(super) async fn follow(
             },
         }
     }
-    let _ = writer.shutdown().await;
+    close_gracefully(&mut writer, &mut incoming).await;
 }
 
 /// What the coordinator's name says now, when that is not `coordinator` alone.

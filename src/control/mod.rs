@@ -81,6 +81,8 @@ const MAX_HEARTBEAT_MS: u64 = 7 * 24 * 3600 * 1000;
 const STRANGERS_NAMED: usize = 8;
 /// Connections one member address may hold at once (a reconnect overlaps the old one).
 const PER_ADDRESS: usize = 2;
+/// How long a link that failed reads what its follower had already said.
+const LAST_WORDS: Duration = Duration::from_millis(200);
 /// How long queued last words (Lost, Bye) may take to go out when a channel closes.
 const FLUSH: Duration = Duration::from_secs(1);
 
@@ -847,7 +849,7 @@ async fn talk(
                 }
                 // The coordinator let go of this link: it said all there was to say.
                 None => {
-                    let _ = writer.shutdown().await;
+                    close_gracefully(writer, &mut incoming).await;
                     return WireError::Closed;
                 }
             },
@@ -869,6 +871,23 @@ async fn talk(
             _ = beat.tick() => out.write(writer, &Message::Beat, limit).await,
         };
         if let Err(why) = result {
+            // A write that failed because the follower has just closed (after its last word)
+            // must not hide what it said: whatever was already read is told first.
+            let said_last = async {
+                while let Some(Ok(message)) = incoming.recv().await {
+                    if matches!(
+                        message,
+                        Message::Done | Message::Failed { .. } | Message::Stopped
+                    ) {
+                        let _ = to_coordinator.send(FromLink::Said {
+                            link,
+                            pod: pod.to_string(),
+                            message,
+                        });
+                    }
+                }
+            };
+            let _ = timeout(LAST_WORDS, said_last).await;
             return why;
         }
     }

@@ -5,7 +5,7 @@
 //! checked after every step. A failure prints the shrunk action list, and proptest keeps its
 //! seed in `proptest-regressions/` to replay it exactly.
 //!
-//! `cargo test --lib simulation` runs 2,000 cases; more with `PROPTEST_CASES=200000`.
+//! `cargo test --lib simulation` runs 10,000 cases (a few seconds); more with `PROPTEST_CASES=200000`.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -426,7 +426,15 @@ impl Sim {
                         ..
                     }) => f.go = Some((epoch, max_restarts)),
                     Some(Message::Lost { restart, .. }) => f.losses.push(restart),
-                    Some(Message::Verdict { restart }) => f.verdict = Some(restart),
+                    Some(Message::Verdict { restart }) => {
+                        // A member that never started learns of the loss from its `Lost`.
+                        prop_assert!(
+                            f.go.is_some() || !f.losses.is_empty(),
+                            "{} heard a verdict before the loss",
+                            f.name
+                        );
+                        f.verdict = Some(restart);
+                    }
                     _ => {}
                 }
             }
@@ -602,7 +610,15 @@ impl Sim {
                             ..
                         } => self.followers[i].go = Some((epoch, max_restarts)),
                         Message::Lost { restart, .. } => self.followers[i].losses.push(restart),
-                        Message::Verdict { restart } => self.followers[i].verdict = Some(restart),
+                        Message::Verdict { restart } => {
+                            let f = &mut self.followers[i];
+                            prop_assert!(
+                                f.go.is_some() || !f.losses.is_empty(),
+                                "{} heard a verdict before the loss",
+                                f.name
+                            );
+                            f.verdict = Some(restart);
+                        }
                         _ => {}
                     }
                 }
@@ -619,7 +635,7 @@ fn cases() -> u32 {
     std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|cases| cases.parse().ok())
-        .unwrap_or(2000)
+        .unwrap_or(10_000)
 }
 
 proptest! {

@@ -265,6 +265,24 @@ pub(super) fn io(e: std::io::Error) -> WireError {
 /// Reads frames one after the other on a task of their own: a read must never be cancelled
 /// halfway through a frame (by a timer or a write in a `select!`), or the stream would lose
 /// its framing. The task ends at the first error, or when the returned guard is dropped.
+/// How long a closing side reads what its peer still sends.
+const CLOSE_LINGER: Duration = Duration::from_secs(1);
+
+/// Ends this side after its last frame, then reads (and drops) what the peer still sends until
+/// it closes too, for at most `CLOSE_LINGER`. A socket closed with unread data is reset, and a
+/// reset makes the peer drop what it has not read yet: this side's last frames (a `Done`, a
+/// verdict), which would turn a success into a loss.
+pub(super) async fn close_gracefully(
+    writer: &mut tokio::net::tcp::OwnedWriteHalf,
+    incoming: &mut mpsc::Receiver<Result<Message, WireError>>,
+) {
+    let _ = writer.shutdown().await;
+    let _ = timeout(CLOSE_LINGER, async {
+        while let Some(Ok(_)) = incoming.recv().await {}
+    })
+    .await;
+}
+
 pub(super) fn frames(
     mut session: Session,
     mut reader: tokio::net::tcp::OwnedReadHalf,
