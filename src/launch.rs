@@ -51,6 +51,9 @@ const VERDICT_WAIT: Duration = Duration::from_secs(2);
 /// the others' grace period and the heartbeat timeout (a silent member counts as stopped once
 /// its link is judged): a bound for a coordinator that says nothing, not part of the decision.
 const VERDICT_MARGIN: Duration = Duration::from_secs(5);
+/// How long after the others' grace period a coordinating launcher whose own pod is ending
+/// still waits for their word: a round trip, kept short (its pod's own grace runs out).
+const VERDICT_STOP_MARGIN: Duration = Duration::from_secs(3);
 
 /// `run` and `plan`: everything up to the launch; then print the plan (`plan_only`) or carry
 /// it out. The outcome is the trainer's (or the pserver's) own end, or the launcher's failure.
@@ -190,13 +193,18 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             Some(channel)
                 if !succeeded && budget_allows && (recoverable || channel.coordinates()) =>
             {
+                // The others stop their children within their grace period, then say so.
                 let limit = match recoverable {
                     true => verdict_limit(&config),
-                    false => config.timing.grace_period,
+                    false => config.timing.grace_period + VERDICT_STOP_MARGIN,
                 };
                 let waiting = channel.verdict(limit);
-                let doing = "waiting for the job's verdict";
-                match interruptible(Some(&mut supervisor), doing, false, waiting).await {
+                let failure = match &result {
+                    Ok(outcome) => outcome.reason.clone(),
+                    Err(e) => e.to_string(),
+                };
+                let doing = format!("waiting for the job's verdict after: {failure}");
+                match interruptible(Some(&mut supervisor), &doing, false, waiting).await {
                     Ok(verdict) => verdict && recoverable,
                     // A stop signal ends the wait: this pod is being deleted, and says so.
                     Err(stopped) => {

@@ -672,7 +672,9 @@ fn job(a: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
             "metadata": {"labels": labels},
             "spec": {
                 "restartPolicy": "Never",
-                // Longer than the launcher's grace period (10 s), so it stops its children first.
+                // Longer than the launcher's grace period (10 s) twice and a few seconds: it stops
+                // its children, then (the coordinating launcher) waits as long for the others'
+                // stop to decide their verdict, then says its last words.
                 "terminationGracePeriodSeconds": 30,
                 "securityContext": {
                     "runAsNonRoot": true,

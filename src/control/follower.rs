@@ -114,7 +114,8 @@ pub(super) async fn follow(
                     told = true;
                     break None;
                 }
-                Some(Ok(Message::Finished { pod })) if running => {
+                // Also before `Go`: a member joining after a loss hears of a success too.
+                Some(Ok(Message::Finished { pod })) => {
                     heard_until = Instant::now() + limit;
                     if ends.may_restart.send_replace(false) {
                         info!("control channel: the trainer of {pod} succeeded: the job cannot start again as a whole");

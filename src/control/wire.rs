@@ -262,11 +262,9 @@ pub(super) fn io(e: std::io::Error) -> WireError {
     }
 }
 
-/// Reads frames one after the other on a task of their own: a read must never be cancelled
-/// halfway through a frame (by a timer or a write in a `select!`), or the stream would lose
-/// its framing. The task ends at the first error, or when the returned guard is dropped.
-/// How long a closing side reads what its peer still sends.
-const CLOSE_LINGER: Duration = Duration::from_secs(1);
+/// How long a closing side reads what its peer still sends: shorter than the coordinator's
+/// flush of its last words, which it must not eat up.
+const CLOSE_LINGER: Duration = Duration::from_millis(500);
 
 /// Ends this side after its last frame, then reads (and drops) what the peer still sends until
 /// it closes too, for at most `CLOSE_LINGER`. A socket closed with unread data is reset, and a
@@ -283,6 +281,9 @@ pub(super) async fn close_gracefully(
     .await;
 }
 
+/// Reads frames one after the other on a task of their own: a read must never be cancelled
+/// halfway through a frame (by a timer or a write in a `select!`), or the stream would lose
+/// its framing. The task ends at the first error, or when the returned guard is dropped.
 pub(super) fn frames(
     mut session: Session,
     mut reader: tokio::net::tcp::OwnedReadHalf,
