@@ -143,6 +143,18 @@ impl Job {
         }
     }
 
+    /// The launchers name their coordinator by `name`, resolved by a DNS server of the test's
+    /// own (returned, to set its records).
+    fn coordinator_named(&mut self, name: &str) -> Dnsmasq {
+        let dns = Dnsmasq::start(self.cluster.dir.path());
+        self.coordinator = Some(format!("{name}:{}", self.control_port));
+        self.extra_env.push((
+            "PADDLE_LAUNCHER_DNS_SERVER",
+            format!("127.0.0.1:{}", dns.port),
+        ));
+        dns
+    }
+
     /// The address the next pod will get.
     fn reserve_ip(&mut self) -> String {
         self.reserved_ip.get_or_insert_with(loopback_ip).clone()
@@ -611,16 +623,10 @@ fn a_named_coordinator_that_finds_a_member_succeeded_ends_its_followers_too() {
 fn a_coordinator_name_without_an_address_is_waited_for_within_the_wait_timeout() {
     const NAME: &str = "gone-0.pods.paddle.test";
     let mut job = Job::new("gone", 2, 1);
-    let dns = Dnsmasq::start(job.cluster.dir.path());
+    let dns = job.coordinator_named(NAME);
     dns.set_records(&[]);
-    job.coordinator = Some(format!("{NAME}:{}", job.control_port));
-    job.extra_env = vec![
-        (
-            "PADDLE_LAUNCHER_DNS_SERVER",
-            format!("127.0.0.1:{}", dns.port),
-        ),
-        ("PADDLE_LAUNCHER_WAIT_TIMEOUT", "5".to_string()),
-    ];
+    job.extra_env
+        .push(("PADDLE_LAUNCHER_WAIT_TIMEOUT", "5".to_string()));
     job.create_pods(2);
     let stopped = job.created[1].2.take().unwrap();
     stopped.wait_for_output("waiting for the coordinator's address", LIMIT);
@@ -672,12 +678,7 @@ fn assert_only_coordinators_used_the_api(job: &Job, coordinators: &[usize]) {
 fn a_named_coordinators_replacement_takes_over_at_the_same_name() {
     const NAME: &str = "dnsco-0.pods.paddle.test";
     let mut job = Job::new("dnsco", 3, 1);
-    let dns = Dnsmasq::start(job.cluster.dir.path());
-    job.coordinator = Some(format!("{NAME}:{}", job.control_port));
-    job.extra_env = vec![(
-        "PADDLE_LAUNCHER_DNS_SERVER",
-        format!("127.0.0.1:{}", dns.port),
-    )];
+    let dns = job.coordinator_named(NAME);
     let first = job.reserve_ip();
     dns.set_records(&[(&first, NAME)]);
     job.start_training(3);
@@ -834,12 +835,7 @@ fn real_paddle_example_resumes_from_a_checkpoint_it_finds_on_a_fresh_start() {
 fn followers_of_a_coordinator_name_follow_it_when_it_moves() {
     const NAME: &str = "moved-0.pods.paddle.test";
     let mut job = Job::new("moved", 3, 1);
-    let dns = Dnsmasq::start(job.cluster.dir.path());
-    job.coordinator = Some(format!("{NAME}:{}", job.control_port));
-    job.extra_env = vec![(
-        "PADDLE_LAUNCHER_DNS_SERVER",
-        format!("127.0.0.1:{}", dns.port),
-    )];
+    let dns = job.coordinator_named(NAME);
     let first = job.reserve_ip();
     dns.set_records(&[(&first, NAME)]);
     job.start_training(3);

@@ -712,10 +712,9 @@ mod tests {
         assert_eq!(core.decided, Some(false));
     }
 
-    /// A restartable loss waits for everyone's stop; a member joining meanwhile (a replacement)
-    /// is told nothing provisional: it hears the verdict when it is decided.
-    #[test]
-    fn a_member_joining_after_a_loss_hears_only_the_verdict() {
+    /// Two members running; b's pod is lost (a loss the job may restart from) and its
+    /// replacement joins on link 3 before the verdict: held, told nothing yet.
+    fn b_replaced_after_a_restartable_loss() -> Core {
         let (mut core, _) = Core::start(setup(&["a", "b"]), Instant::now());
         core.step(joined(1, "a"));
         core.step(joined(2, "b"));
@@ -729,6 +728,14 @@ mod tests {
             core.step(joined(3, "b")).is_empty(),
             "told before the verdict"
         );
+        core
+    }
+
+    /// A restartable loss waits for everyone's stop; a member joining meanwhile (a replacement)
+    /// is told nothing provisional: it hears the verdict when it is decided.
+    #[test]
+    fn a_member_joining_after_a_loss_hears_only_the_verdict() {
+        let mut core = b_replaced_after_a_restartable_loss();
         // a's success, read before everyone stopped, makes it final: the joiner hears that.
         let effects = core.step(said(1, "a", Message::Done));
         assert!(effects.iter().any(|e| matches!(
@@ -745,15 +752,7 @@ mod tests {
     /// the job restarts. The replacement hears the loss first, then the verdict, as any member.
     #[test]
     fn a_replacement_held_until_a_restart_hears_its_loss_before_the_verdict() {
-        let (mut core, _) = Core::start(setup(&["a", "b"]), Instant::now());
-        core.step(joined(1, "a"));
-        core.step(joined(2, "b"));
-        core.step(Input::Ended {
-            link: 2,
-            pod: "b".into(),
-            why: WireError::Closed,
-        });
-        assert!(core.step(joined(3, "b")).is_empty());
+        let mut core = b_replaced_after_a_restartable_loss();
         core.step(said(1, "a", Message::Stopped));
         let effects = core.step(Input::Own(Request::Stopped));
         let lost = effects.iter().position(|e| {

@@ -251,6 +251,10 @@ impl Channel {
         if !self.may_restart() {
             return false;
         }
+        info!(
+            "control channel: waiting for the job's verdict, given once every launcher has stopped its children (at most {} s)",
+            limit.as_secs()
+        );
         let mut verdict = self.verdict.clone();
         let decided = match timeout(limit, verdict.wait_for(Option::is_some)).await {
             Ok(Ok(decided)) => *decided,

@@ -184,9 +184,7 @@ impl Sim {
                     "{} finished after the job was told to restart",
                     pod
                 );
-                if self.record.verdicts.is_empty() {
-                    self.record.finished_before_verdict = true;
-                }
+                self.finished();
             }
             Input::Said {
                 link,
@@ -198,10 +196,9 @@ impl Sim {
             Input::Ended { link, pod, .. } if self.core.links.get(pod) == Some(link) => {
                 self.record.stopped_or_gone.push(pod.clone());
             }
-            Input::Own(Request::Done | Request::Finish { succeeded: true })
-                if running && self.record.verdicts.is_empty() =>
-            {
-                self.record.finished_before_verdict = true;
+            Input::Own(Request::Done | Request::Finish { succeeded: true }) if running => {
+                self.own_done = true;
+                self.finished();
             }
             Input::Own(Request::Stopped) if !self.record.lost.is_empty() => {
                 self.record.own_stopped = true;
@@ -228,6 +225,51 @@ impl Sim {
             prop_assert!(effects.is_empty(), "a stopped coordinator said {effects:?}");
         }
         self.apply(effects)
+    }
+
+    /// A member's success was read while running: before the loss, before the verdict.
+    fn finished(&mut self) {
+        if self.record.lost.is_empty() {
+            self.record.finished_before_loss = true;
+        }
+        if self.record.verdicts.is_empty() {
+            self.record.finished_before_verdict = true;
+        }
+    }
+
+    /// The coordinator reads follower `i`'s next frame, if any.
+    fn deliver_to_coordinator(&mut self, i: usize) -> Result<bool, TestCaseError> {
+        match self.follower(i).and_then(|f| f.outbox.pop_front()) {
+            Some(input) => self.step(input).map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    /// Follower `i` reads the coordinator's next frame, if any.
+    fn deliver_to_follower(&mut self, i: usize) -> Result<bool, TestCaseError> {
+        let Some(f) = self.follower(i) else {
+            return Ok(false);
+        };
+        match f.inbox.pop_front() {
+            Some(Message::Go {
+                epoch,
+                max_restarts,
+                ..
+            }) => f.go = Some((epoch, max_restarts)),
+            Some(Message::Lost { restart, .. }) => f.losses.push(restart),
+            Some(Message::Verdict { restart }) => {
+                // A member that never started learns of the loss from its `Lost`.
+                prop_assert!(
+                    f.go.is_some() || !f.losses.is_empty(),
+                    "{} heard a verdict before the loss",
+                    f.name
+                );
+                f.verdict = Some(restart);
+            }
+            Some(_) => {}
+            None => return Ok(false),
+        }
+        Ok(true)
     }
 
     /// Carries out the effects, checking each against what was said before.
@@ -399,44 +441,10 @@ impl Sim {
                 f.outbox.push_back(hello);
             }
             Action::ToCoordinator(i) => {
-                let Some(input) = self.follower(i).and_then(|f| f.outbox.pop_front()) else {
-                    return Ok(());
-                };
-                if let Input::Said {
-                    message: Message::Done,
-                    ..
-                } = &input
-                {
-                    if self.record.lost.is_empty()
-                        && matches!(self.core.stage, Stage::Running { .. })
-                    {
-                        self.record.finished_before_loss = true;
-                    }
-                }
-                self.step(input)?;
+                self.deliver_to_coordinator(i)?;
             }
             Action::ToFollower(i) => {
-                let Some(f) = self.follower(i) else {
-                    return Ok(());
-                };
-                match f.inbox.pop_front() {
-                    Some(Message::Go {
-                        epoch,
-                        max_restarts,
-                        ..
-                    }) => f.go = Some((epoch, max_restarts)),
-                    Some(Message::Lost { restart, .. }) => f.losses.push(restart),
-                    Some(Message::Verdict { restart }) => {
-                        // A member that never started learns of the loss from its `Lost`.
-                        prop_assert!(
-                            f.go.is_some() || !f.losses.is_empty(),
-                            "{} heard a verdict before the loss",
-                            f.name
-                        );
-                        f.verdict = Some(restart);
-                    }
-                    _ => {}
-                }
+                self.deliver_to_follower(i)?;
             }
             Action::Succeeds(i) => {
                 if let Some(f) = self.follower(i) {
@@ -498,15 +506,7 @@ impl Sim {
                 false,
             ),
             Action::Leaves(i) => self.end_link(i, WireError::Closed, true),
-            Action::OwnDone => {
-                if !self.own_done && matches!(self.core.stage, Stage::Running { .. }) {
-                    self.own_done = true;
-                    if self.record.lost.is_empty() {
-                        self.record.finished_before_loss = true;
-                    }
-                }
-                self.step(Input::Own(Request::Done))?;
-            }
+            Action::OwnDone => self.step(Input::Own(Request::Done))?,
             Action::OwnFails(restartable) => {
                 self.step(Input::Own(Request::Failed {
                     reason: "pod p-0: trainer exited with status 3".into(),
@@ -519,12 +519,6 @@ impl Sim {
                 )))?;
             }
             Action::OwnFinish(succeeded) => {
-                if succeeded && !self.own_done && matches!(self.core.stage, Stage::Running { .. }) {
-                    self.own_done = true;
-                    if self.record.lost.is_empty() {
-                        self.record.finished_before_loss = true;
-                    }
-                }
                 self.step(Input::Own(Request::Finish { succeeded }))?;
             }
             Action::Tick(seconds) => {
@@ -586,41 +580,9 @@ impl Sim {
         for _ in 0..64 {
             let mut moved = false;
             for i in 0..self.followers.len() {
-                if let Some(input) = self.followers[i].outbox.pop_front() {
+                moved |= self.deliver_to_coordinator(i)?;
+                while self.deliver_to_follower(i)? {
                     moved = true;
-                    if let Input::Said {
-                        message: Message::Done,
-                        ..
-                    } = &input
-                    {
-                        if self.record.lost.is_empty()
-                            && matches!(self.core.stage, Stage::Running { .. })
-                        {
-                            self.record.finished_before_loss = true;
-                        }
-                    }
-                    self.step(input)?;
-                }
-                while let Some(message) = self.followers[i].inbox.pop_front() {
-                    moved = true;
-                    match message {
-                        Message::Go {
-                            epoch,
-                            max_restarts,
-                            ..
-                        } => self.followers[i].go = Some((epoch, max_restarts)),
-                        Message::Lost { restart, .. } => self.followers[i].losses.push(restart),
-                        Message::Verdict { restart } => {
-                            let f = &mut self.followers[i];
-                            prop_assert!(
-                                f.go.is_some() || !f.losses.is_empty(),
-                                "{} heard a verdict before the loss",
-                                f.name
-                            );
-                            f.verdict = Some(restart);
-                        }
-                        _ => {}
-                    }
                 }
             }
             if !moved {
