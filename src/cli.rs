@@ -77,8 +77,8 @@ pub struct ManifestArgs {
     /// Contract with the training program: `v1` flags, `v2` PADDLE_INIT_* variables, `fleet`
     /// (parameter server, Paddle 2.x) or `collective` (data parallel, no pserver); see the
     /// README for the Paddle versions each needs.
-    #[arg(long, value_enum, default_value_t = crate::config::Protocol::V1)]
-    pub protocol: crate::config::Protocol,
+    #[arg(long, value_enum, default_value_t = crate::vocabulary::Protocol::V1)]
+    pub protocol: crate::vocabulary::Protocol,
     /// The training program as one shell line (v2, fleet, collective).
     #[arg(long)]
     pub entry: Option<String>,

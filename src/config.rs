@@ -6,27 +6,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cli::{JobArgs, Opt};
-use crate::error::Error;
+use crate::error::ConfigError;
 use crate::selector::{is_dns_label, is_dns_subdomain, LabelSelector};
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid {variable}: {value:?}: expected {expected}")]
-pub struct ConfigError {
-    /// "ENV_NAME (--flag)"
-    pub variable: String,
-    pub value: String,
-    pub expected: String,
-}
-
-impl ConfigError {
-    pub fn new(variable: impl std::fmt::Display, value: &str, expected: impl Into<String>) -> Self {
-        ConfigError {
-            variable: variable.to_string(),
-            value: value.to_string(),
-            expected: expected.into(),
-        }
-    }
-}
+use crate::vocabulary::{PodRole, Protocol};
 
 pub const JOB_NAME: Opt = Opt("job_name");
 pub const NAMESPACE: Opt = Opt("namespace");
@@ -140,66 +122,6 @@ impl PortLayout {
     }
 }
 
-/// What this pod runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum PodRole {
-    /// A pserver and a trainer in every pod (the colocated layout of PaddlePaddle's tutorial); in `collective`, only the trainer.
-    Both,
-    /// Only the pserver (PaddleCloud's split layout).
-    Pserver,
-    /// Only the trainer (PaddleCloud's split layout).
-    Trainer,
-}
-
-/// The contract with the training program.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Protocol {
-    /// `paddle pserver` / `paddle train` command-line flags.
-    V1,
-    /// The v2 Python API: `PADDLE_INIT_*` variables for the entry command.
-    V2,
-    /// Parameter-server mode of Paddle >= 2 (`PaddleCloudRoleMaker`).
-    Fleet,
-    /// Data parallel, no pserver (`paddle.distributed`, gloo/NCCL).
-    Collective,
-}
-
-/// The names users write (`v1`, `collective`, `both`, ...), from the one clap definition.
-fn value_name(value: &impl clap::ValueEnum) -> String {
-    value
-        .to_possible_value()
-        .map_or_else(String::new, |v| v.get_name().to_string())
-}
-
-impl std::fmt::Display for Protocol {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&value_name(self))
-    }
-}
-
-impl std::fmt::Display for PodRole {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&value_name(self))
-    }
-}
-
-impl Protocol {
-    /// The program is given the NIC's name (v1 `--nics`, v2 `PADDLE_INIT_NICS`).
-    pub fn uses_nic(self) -> bool {
-        matches!(self, Protocol::V1 | Protocol::V2)
-    }
-
-    pub fn has_pservers(self) -> bool {
-        self != Protocol::Collective
-    }
-
-    /// Trainers listen on their own endpoint: two of them cannot share an IP.
-    pub fn trainers_listen(self) -> bool {
-        matches!(self, Protocol::Fleet | Protocol::Collective)
-    }
-}
-
 /// Which pods a group of the job is, and so what they run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GroupKind {
@@ -251,7 +173,7 @@ impl Default for Ranking {
     /// is ignored.
     fn default() -> Self {
         Ranking {
-            index: vec![crate::runtime::COMPLETION_INDEX],
+            index: vec![crate::vocabulary::COMPLETION_INDEX],
             attempt: None,
             replaced_ignored: false,
             own_attempt: None,
@@ -289,7 +211,7 @@ pub struct Config {
 /// What `plan` and `doctor` say of the batch system: its name, and where each setting came from.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct RuntimeReport {
-    pub system: crate::runtime::System,
+    pub system: crate::vocabulary::System,
     pub settings: Vec<String>,
 }
 
@@ -1113,68 +1035,6 @@ fn parse_pass_through(
     Ok(out)
 }
 
-/// This pod's own address: POD_IP, else the NIC's address (IPv4 first), else the hostname's
-/// (looked up only then: it is a blocking resolver call, and NSS may be missing in a static
-/// binary). The NIC must exist only where the program is told to use it (v1 and v2 pass it as
-/// `--nics`): collective and fleet pods on hosts without `eth0` run on POD_IP alone.
-pub fn own_ip(
-    config: &Config,
-    interfaces: &Interfaces,
-    hostname_ip: impl FnOnce() -> Option<IpAddr>,
-) -> Result<IpAddr, Error> {
-    let nic_ips: Vec<IpAddr> = match interfaces {
-        Ok(list) => list
-            .iter()
-            .filter(|(name, _)| *name == config.ports.nic)
-            .map(|(_, ip)| *ip)
-            .collect(),
-        Err(_) => Vec::new(),
-    };
-    if config.topology.protocol.uses_nic() && nic_ips.is_empty() {
-        let list = interfaces.as_ref().map_err(|e| Error::NoInterfaceList {
-            nic: NIC.to_string(),
-            source: std::io::Error::other(e.clone()),
-        })?;
-        let mut known: Vec<&str> = Vec::new();
-        for (name, _) in list {
-            if !known.contains(&name.as_str()) {
-                known.push(name);
-            }
-        }
-        return Err(ConfigError::new(
-            NIC,
-            &config.ports.nic,
-            format!(
-                "a network interface of this host with an address: {}",
-                known.join(", ")
-            ),
-        )
-        .into());
-    }
-    if let Some(ip) = config.topology.pod_ip {
-        return Ok(ip);
-    }
-    let nic_ip = nic_ips
-        .iter()
-        .find(|ip| ip.is_ipv4())
-        .or(nic_ips.first())
-        .copied();
-    nic_ip.or_else(hostname_ip).ok_or_else(|| {
-        ConfigError::new(
-            POD_IP,
-            "",
-            format!(
-                "this pod's IP (set it from the downward API status.podIP; {} has no address here)",
-                config.ports.nic
-            ),
-        )
-        .into()
-    })
-}
-
-/// This host's interfaces and addresses, or why they could not be listed.
-pub type Interfaces = Result<Vec<(String, IpAddr)>, String>;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1632,79 +1492,6 @@ mod tests {
         assert_eq!(
             c.program.trainer_args.rest,
             ["--dot_period=10", "--config=trainer_config.lr.py"]
-        );
-    }
-
-    fn interfaces(list: &[(&str, &str)]) -> Interfaces {
-        Ok(list
-            .iter()
-            .map(|(name, ip)| (name.to_string(), ip.parse().unwrap()))
-            .collect())
-    }
-
-    #[test]
-    fn own_ip_prefers_pod_ip_then_nic_then_hostname() {
-        let ifs = interfaces(&[
-            ("lo", "127.0.0.1"),
-            ("eth0", "fe80::1"),
-            ("eth0", "10.1.2.3"),
-            ("lo", "::1"),
-        ]);
-        let mut c = with(|_| {}).unwrap();
-        let host = || Some("10.9.9.9".parse().unwrap());
-        assert_eq!(own_ip(&c, &ifs, host).unwrap().to_string(), "10.1.2.3");
-        c.topology.pod_ip = Some("10.0.0.7".parse().unwrap());
-        assert_eq!(own_ip(&c, &ifs, host).unwrap().to_string(), "10.0.0.7");
-        c.ports.nic = "ib0".into();
-        let Error::Config(err) = own_ip(&c, &ifs, host).unwrap_err() else {
-            panic!("not a configuration error")
-        };
-        assert_eq!(err.variable, NIC.to_string());
-        // Each interface once, in the host's order.
-        assert!(err.expected.ends_with(": lo, eth0"), "{err}");
-    }
-
-    /// hostNetwork nodes name their NIC ens5, enp0s3, ...: only v1/v2 hand the NIC to Paddle.
-    #[test]
-    fn collective_and_fleet_pods_need_no_eth0_and_no_hostname_lookup() {
-        let ifs = interfaces(&[("lo", "127.0.0.1"), ("ens5", "10.0.0.9")]);
-        for protocol in ["collective", "fleet"] {
-            let c = with(|a| {
-                a.protocol = Some(protocol.into());
-                a.pod_ip = Some("10.0.0.9".into());
-                a.trainer_args = vec!["python".into()];
-            })
-            .unwrap();
-            let looked_up = std::cell::Cell::new(false);
-            let host = || {
-                looked_up.set(true);
-                None
-            };
-            assert_eq!(own_ip(&c, &ifs, host).unwrap().to_string(), "10.0.0.9");
-            // Even an unreadable interface list does not matter with POD_IP.
-            assert_eq!(
-                own_ip(&c, &Err("EPERM".into()), host).unwrap().to_string(),
-                "10.0.0.9"
-            );
-            assert!(!looked_up.get(), "the hostname was resolved needlessly");
-        }
-        let v1 = with(|a| a.pod_ip = Some("10.0.0.9".into())).unwrap();
-        assert!(matches!(
-            own_ip(&v1, &ifs, || None),
-            Err(Error::Config(ConfigError { variable, .. })) if variable == NIC.to_string()
-        ));
-    }
-
-    #[test]
-    fn an_unreadable_interface_list_is_not_called_a_bad_nic() {
-        let c = with(|_| {}).unwrap();
-        let err = own_ip(&c, &Err("Operation not permitted".into()), || None).unwrap_err();
-        assert!(matches!(err, Error::NoInterfaceList { .. }), "{err}");
-        assert_eq!(err.exit_code(), crate::exit::INTERNAL);
-        assert!(
-            err.to_string()
-                .contains("cannot list this host's network interfaces"),
-            "{err}"
         );
     }
 

@@ -3,8 +3,9 @@
 
 use tracing::{info, warn};
 
+use crate::address::{own_ip, Interfaces};
 use crate::cli::JobArgs;
-use crate::config::{own_ip, present, Config, Discovery, Interfaces, RuntimeReport};
+use crate::config::{present, Config, Discovery, RuntimeReport};
 use crate::error::Error;
 use crate::peers::kubernetes;
 use crate::runtime::{self, Choice, Facts, Step};

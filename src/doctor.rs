@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use tokio::net::TcpStream;
 
+use crate::address::{own_ip, Interfaces};
 use crate::cli::JobArgs;
-use crate::config::{own_ip, Config, Discovery, GroupKind, Interfaces};
+use crate::config::{Config, Discovery, GroupKind};
 use crate::error::Error;
 use crate::exit::{self, Outcome};
 use crate::membership::{judge, rank, Membership, Readiness};

@@ -3,13 +3,11 @@
 //! data, and its cause as a `#[source]`, so that the one line it prints is built here.
 
 use std::io;
+use std::net::IpAddr;
 use std::path::PathBuf;
 
-use crate::config::ConfigError;
+use crate::exit::signal_name;
 use crate::exit::{self, Outcome};
-use crate::membership::MembershipError;
-use crate::peers::kubernetes::rbac_hint;
-use crate::supervise::signal_name;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -130,6 +128,67 @@ impl From<Error> for Outcome {
     }
 }
 
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {variable}: {value:?}: expected {expected}")]
+pub struct ConfigError {
+    /// "ENV_NAME (--flag)"
+    pub variable: String,
+    pub value: String,
+    pub expected: String,
+}
+
+impl ConfigError {
+    pub fn new(variable: impl std::fmt::Display, value: &str, expected: impl Into<String>) -> Self {
+        ConfigError {
+            variable: variable.to_string(),
+            value: value.to_string(),
+            expected: expected.into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MembershipError {
+    #[error("pods {first} and {second} share the IP {ip} (hostNetwork pods on one node?): their pservers would fight for the same ports; give each pod its own IP")]
+    DuplicateIp {
+        ip: IpAddr,
+        first: String,
+        second: String,
+    },
+    #[error("this pod ({who}) is not among the job's pods: {seen}")]
+    NotAMember { who: String, seen: String },
+    #[error("pods {names} all have this pod's IP {ip}: set POD_NAME (downward API metadata.name) so that it can tell which one it is")]
+    AmbiguousIp { ip: IpAddr, names: String },
+}
+
+/// The refusal plus the Role and RoleBinding that grant what the launcher needs.
+pub fn rbac_hint(namespace: &str, message: &str) -> String {
+    // "User \"system:serviceaccount:<ns>:<name>\" cannot ..." names the pod's service account.
+    let account = message
+        .split("system:serviceaccount:")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .and_then(|ns_name| ns_name.split_once(':'))
+        .map_or("default".to_string(), |(_, name)| name.to_string());
+    format!(
+        "the Kubernetes API refused to list/watch pods: {message}\n\
+         The launcher needs pods get/list/watch in namespace {namespace}. Apply:\n\
+         ---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\n\
+         kind: Role\n\
+         metadata: {{name: paddle-launcher, namespace: {namespace}}}\n\
+         rules:\n\
+         - apiGroups: [\"\"]\n  resources: [pods]\n  verbs: [get, list, watch]\n\
+         ---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\n\
+         kind: RoleBinding\n\
+         metadata: {{name: paddle-launcher, namespace: {namespace}}}\n\
+         roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: paddle-launcher}}\n\
+         subjects:\n\
+         - {{kind: ServiceAccount, name: {account}, namespace: {namespace}}}"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,5 +235,15 @@ mod tests {
             assert_eq!(error.exit_code(), code, "{error}");
             assert!(!error.to_string().contains('\n'), "{error}");
         }
+    }
+
+    #[test]
+    fn rbac_hint_names_the_service_account() {
+        let hint = rbac_hint(
+            "team-a",
+            "403 pods is forbidden: User \"system:serviceaccount:team-a:trainer\" cannot list resource \"pods\"",
+        );
+        assert!(hint.contains("name: trainer, namespace: team-a"), "{hint}");
+        assert!(hint.contains("verbs: [get, list, watch]"), "{hint}");
     }
 }

@@ -2,6 +2,8 @@
 //! Statuses of the trainer pass through unchanged, so these avoid the common 1/2/3 and the
 //! 128+signal range.
 
+use nix::sys::signal::Signal;
+
 /// A process status the launcher ends with, plus the one-line reason that goes to the log and
 /// to the Kubernetes termination message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,4 +57,48 @@ pub const NOT_FOUND: i32 = 127;
 /// The status for "ended by signal `signo`", as shells and Kubernetes report it.
 pub fn by_signal(signo: i32) -> i32 {
     128 + signo
+}
+
+/// How a child ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    Code(i32),
+    Signal(i32),
+}
+
+impl Ended {
+    /// The status a shell would report: the code, or 128 + signal.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Ended::Code(c) => c,
+            Ended::Signal(s) => by_signal(s),
+        }
+    }
+
+    pub fn describe(self) -> String {
+        match self {
+            Ended::Code(c) => format!("exited with status {c}"),
+            Ended::Signal(s) => format!("was killed by {}", signal_name(s)),
+        }
+    }
+}
+
+pub fn signal_name(signo: i32) -> String {
+    let (min, max) = (nix::libc::SIGRTMIN(), nix::libc::SIGRTMAX());
+    match Signal::try_from(signo) {
+        Ok(s) => s.as_str().to_string(),
+        Err(_) if signo == min => "SIGRTMIN".to_string(),
+        Err(_) if signo > min && signo <= max => format!("SIGRTMIN+{}", signo - min),
+        Err(_) => format!("signal {signo}"),
+    }
+}
+
+/// Signals after which the launcher stops: exit with 128 + signal, SIGKILL after the grace
+/// period. Every other forwarded signal leaves the decision to the children: they are
+/// forwarded, and the launcher ends when the children end.
+pub fn is_stop_signal(sig: i32) -> bool {
+    matches!(
+        sig,
+        nix::libc::SIGTERM | nix::libc::SIGINT | nix::libc::SIGQUIT
+    )
 }

@@ -2,7 +2,7 @@
 //! trainer once every pserver endpoint of the job accepts TCP, then supervision until it is done.
 
 use std::collections::VecDeque;
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::time::Duration;
@@ -13,21 +13,24 @@ use tokio::net::TcpStream;
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 use tracing::{info, warn};
 
+use crate::address::own_ip;
 use crate::cli::JobArgs;
 use crate::config::{
-    own_ip, Config, ConfigError, Control, Discovery, GroupKind, Interfaces, PodRole, Secret,
-    JOB_SECRET, JOB_SECRET_FILE, MIN_SECRET_LEN,
+    Config, Control, Discovery, GroupKind, Secret, JOB_SECRET, JOB_SECRET_FILE, MIN_SECRET_LEN,
 };
 use crate::control::{self, Channel, Heard, Joining, Role as ControlRole};
+use crate::error::ConfigError;
 use crate::error::Error;
 use crate::exit::{self, Outcome};
+use crate::exit::{is_stop_signal, signal_name};
 use crate::lifecycle::{self, AfterRun, Budget, Command, Input, Lifecycle, Setup};
 use crate::membership::{Me, Membership};
 use crate::plan::{Plan, ProcessSpec, Role};
 use crate::protocol::InputFiles;
 use crate::supervise::Signals;
-use crate::supervise::{is_stop_signal, signal_name, Event, Output, SpawnSpec, Supervisor};
+use crate::supervise::{Event, Output, SpawnSpec, Supervisor};
 use crate::verdict::{verdict, Standing};
+use crate::vocabulary::PodRole;
 use crate::{peers, protocol, workspace};
 
 /// Between probe rounds, doubling from the first to the last: pservers that start in a few
@@ -69,9 +72,10 @@ pub async fn launch(args: &JobArgs, plan_only: bool) -> Outcome {
 }
 
 async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error> {
-    let interfaces = host_interfaces();
-    let mut config = crate::detect::configure(args, &interfaces, hostname_ip).await?;
-    let my_ip = own_ip(&config, &interfaces, hostname_ip)?;
+    let interfaces = crate::address::host_interfaces();
+    let mut config =
+        crate::detect::configure(args, &interfaces, crate::address::hostname_ip).await?;
+    let my_ip = own_ip(&config, &interfaces, crate::address::hostname_ip)?;
     // Read before any network call, like every other bad value.
     refuse_split_channel(&config)?;
     let secret = job_secret(&config.control)?;
@@ -1078,21 +1082,6 @@ fn input_files(config: &Config) -> Result<InputFiles, ConfigError> {
         train: expand(&config.workspace.train_files, crate::config::TRAIN_FILES)?,
         test: expand(&config.workspace.test_files, crate::config::TEST_FILES)?,
     })
-}
-
-/// This host's network interfaces and their addresses.
-pub fn host_interfaces() -> Interfaces {
-    local_ip_address::list_afinet_netifas().map_err(|e| e.to_string())
-}
-
-/// The hostname's address, the last fallback for the own IP (what start_paddle.py used).
-pub fn hostname_ip() -> Option<IpAddr> {
-    let host = nix::unistd::gethostname().ok()?.into_string().ok()?;
-    (host.as_str(), 0)
-        .to_socket_addrs()
-        .ok()?
-        .map(|a| a.ip())
-        .next()
 }
 
 fn spawn(sup: &mut Supervisor, spec: &ProcessSpec) -> Result<usize, Error> {

@@ -8,6 +8,7 @@
 //! tests read them (the CLI definition; configuration, membership, selectors and the pod view
 //! of the API's objects are re-exported for them below). The compiler then finds dead code.
 
+pub(crate) mod address;
 pub mod cli;
 pub(crate) mod config;
 pub(crate) mod control;
@@ -28,6 +29,7 @@ pub(crate) mod runtime;
 pub(crate) mod selector;
 pub(crate) mod supervise;
 pub(crate) mod verdict;
+pub(crate) mod vocabulary;
 pub(crate) mod workspace;
 
 pub use config::Config;

@@ -8,12 +8,12 @@
 
 use std::time::Duration;
 
-use crate::config::Protocol;
 use crate::error::Error;
 use crate::exit::{self, Outcome};
+use crate::exit::{is_stop_signal, Ended};
 use crate::plan::Role;
-use crate::supervise::{is_stop_signal, Ended};
 use crate::verdict::{verdict, NoRestart, Standing};
+use crate::vocabulary::Protocol;
 
 /// What happened.
 #[derive(Debug)]

@@ -12,9 +12,10 @@ use tracing::info;
 
 use crate::cli::LocalArgs;
 use crate::config::{
-    present, Config, ConfigError, GRADIENT_NUM, ID_DIR, JOB_SECRET, NIC, PEERS, POD_IP, POD_NAME,
-    SELECTOR, TERMINATION_LOG, WORKDIR,
+    present, Config, GRADIENT_NUM, ID_DIR, JOB_SECRET, NIC, PEERS, POD_IP, POD_NAME, SELECTOR,
+    TERMINATION_LOG, WORKDIR,
 };
+use crate::error::ConfigError;
 use crate::error::Error;
 use crate::exit::Outcome;
 use crate::lifecycle::{LocalCommand, LocalInput, LocalPods};

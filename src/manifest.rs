@@ -11,9 +11,11 @@
 use serde_json::{json, Value};
 
 use crate::cli::{JobArgs, ManifestArgs, ManifestRuntime};
+use crate::config::Config;
 use crate::config::DEFAULT_CONTROL_PORT;
-use crate::config::{Config, ConfigError, PodRole, Protocol};
+use crate::error::ConfigError;
 use crate::selector::is_dns_subdomain;
+use crate::vocabulary::{PodRole, Protocol};
 
 /// The writable scratch directory: the work directory of the pserver and the trainer (data
 /// copies, train/test lists) and the id files' directory, as the root filesystem is read-only.
@@ -496,7 +498,8 @@ fn validate_pods(a: &ManifestArgs, kind: &PodKind) -> Result<(), ConfigError> {
 /// system filled in, by the launcher's own detection from the names and variables the system
 /// gives this manifest's pods.
 fn as_detected(a: &ManifestArgs, kind: &PodKind, args: JobArgs) -> Result<JobArgs, ConfigError> {
-    use crate::runtime::{detect, fill, Choice, Facts, Step, System};
+    use crate::runtime::{detect, fill, Choice, Facts, Step};
+    use crate::vocabulary::System;
     let kinds = pod_kinds(a);
     let job = &a.job_name;
     let (system, facts) = match a.runtime {

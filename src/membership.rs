@@ -4,7 +4,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
 
-use crate::config::{Config, Group, GroupKind, Protocol, Ranking};
+use crate::config::{Config, Group, GroupKind, Ranking};
+use crate::error::MembershipError;
+
+use crate::vocabulary::Protocol;
 
 /// A pod's `status.phase`. Anything the launcher does not know is `Unknown`, which is neither
 /// ready nor finished: such a pod keeps the job waiting rather than being counted wrongly.
@@ -367,20 +370,6 @@ pub struct Me {
     pub ip: IpAddr,
     pub pserver_rank: Option<usize>,
     pub trainer_rank: Option<usize>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum MembershipError {
-    #[error("pods {first} and {second} share the IP {ip} (hostNetwork pods on one node?): their pservers would fight for the same ports; give each pod its own IP")]
-    DuplicateIp {
-        ip: IpAddr,
-        first: String,
-        second: String,
-    },
-    #[error("this pod ({who}) is not among the job's pods: {seen}")]
-    NotAMember { who: String, seen: String },
-    #[error("pods {names} all have this pod's IP {ip}: set POD_NAME (downward API metadata.name) so that it can tell which one it is")]
-    AmbiguousIp { ip: IpAddr, names: String },
 }
 
 /// The pods that are part of the job now: those of its newest attempt (a pod of an earlier

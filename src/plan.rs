@@ -6,8 +6,10 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::config::{Config, Protocol};
+use crate::config::Config;
+
 use crate::membership::{Me, Membership};
+use crate::vocabulary::Protocol;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]

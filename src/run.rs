@@ -74,9 +74,12 @@ pub fn main() -> ! {
         Some(Command::Plan(args)) => (launch(args, true), None),
         Some(Command::Manifest(args)) => (print_manifest(args), None),
         Some(Command::Doctor(args)) => {
-            let interfaces = launch::host_interfaces();
-            let (lines, outcome) =
-                runtime.block_on(doctor::doctor(args, &interfaces, launch::hostname_ip));
+            let interfaces = crate::address::host_interfaces();
+            let (lines, outcome) = runtime.block_on(doctor::doctor(
+                args,
+                &interfaces,
+                crate::address::hostname_ip,
+            ));
             for line in lines {
                 println!("{line}");
             }

@@ -10,10 +10,11 @@
 use std::collections::BTreeMap;
 
 use crate::cli::JobArgs;
-use crate::config::{ConfigError, Ranking, RUNTIME};
+use crate::config::{Ranking, RUNTIME};
+use crate::error::ConfigError;
+use crate::vocabulary::{System, COMPLETION_INDEX};
 
 // Kubernetes Indexed Job (batch/v1): the Job controller's labels and annotation.
-pub const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
 const JOB_NAME: &str = "batch.kubernetes.io/job-name";
 // JobSet, api/jobset/v1alpha2/jobset_types.go.
 const JOBSET_NAME: &str = "jobset.sigs.k8s.io/jobset-name";
@@ -43,39 +44,6 @@ pub enum Choice {
     Auto,
     Static,
     Only(System),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum System {
-    Job,
-    JobSet,
-    Volcano,
-    Lws,
-    Kubeflow,
-}
-
-impl System {
-    pub fn name(self) -> &'static str {
-        match self {
-            System::Job => "job",
-            System::JobSet => "jobset",
-            System::Volcano => "volcano",
-            System::Lws => "lws",
-            System::Kubeflow => "kubeflow",
-        }
-    }
-
-    /// What a pod of this system shows, for the error when `--runtime` names it wrongly.
-    fn signs(self) -> &'static str {
-        match self {
-            System::Job => "label batch.kubernetes.io/job-name",
-            System::JobSet => "label jobset.sigs.k8s.io/jobset-name",
-            System::Volcano => "VC_TASK_INDEX or label volcano.sh/job-name",
-            System::Lws => "LWS_LEADER_ADDRESS or label leaderworkerset.sigs.k8s.io/name",
-            System::Kubeflow => "label training.kubeflow.org/job-name",
-        }
-    }
 }
 
 pub fn parse_choice(text: Option<&str>) -> Result<Choice, ConfigError> {

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use nix::errno::Errno;
-use nix::sys::signal::{kill, Signal};
+use nix::sys::signal::kill;
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use tokio::signal::unix::{signal, SignalKind};
@@ -23,47 +23,13 @@ use tokio::time::{sleep_until, Instant};
 use tracing::{debug, info, warn};
 
 use crate::error::Error;
-use crate::exit;
+use crate::exit::{is_stop_signal, signal_name, Ended};
 
 const PYTHON_UNBUFFERED: &str = "PYTHONUNBUFFERED";
 /// Never passed on to a child.
 const JOB_SECRET_VARIABLE: &str = "PADDLE_LAUNCHER_JOB_SECRET";
 /// How often `stop` looks whether a group is empty when no SIGCHLD tells.
 const GROUP_POLL: Duration = Duration::from_millis(50);
-
-/// How a child ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ended {
-    Code(i32),
-    Signal(i32),
-}
-
-impl Ended {
-    /// The status a shell would report: the code, or 128 + signal.
-    pub fn exit_code(self) -> i32 {
-        match self {
-            Ended::Code(c) => c,
-            Ended::Signal(s) => exit::by_signal(s),
-        }
-    }
-
-    pub fn describe(self) -> String {
-        match self {
-            Ended::Code(c) => format!("exited with status {c}"),
-            Ended::Signal(s) => format!("was killed by {}", signal_name(s)),
-        }
-    }
-}
-
-pub fn signal_name(signo: i32) -> String {
-    let (min, max) = (nix::libc::SIGRTMIN(), nix::libc::SIGRTMAX());
-    match Signal::try_from(signo) {
-        Ok(s) => s.as_str().to_string(),
-        Err(_) if signo == min => "SIGRTMIN".to_string(),
-        Err(_) if signo > min && signo <= max => format!("SIGRTMIN+{}", signo - min),
-        Err(_) => format!("signal {signo}"),
-    }
-}
 
 /// Every signal the launcher receives and forwards to its children's process groups, as tini
 /// does: PID 1 gets only the signals it installs handlers for, so a signal left out here would
@@ -83,16 +49,6 @@ pub fn forwarded_signals() -> Vec<i32> {
     ];
     signals.extend(SIGRTMIN()..=SIGRTMAX());
     signals
-}
-
-/// Signals after which the launcher stops: exit with 128 + signal, SIGKILL after the grace
-/// period. Every other forwarded signal leaves the decision to the children: they are
-/// forwarded, and the launcher ends when the children end.
-pub fn is_stop_signal(sig: i32) -> bool {
-    matches!(
-        sig,
-        nix::libc::SIGTERM | nix::libc::SIGINT | nix::libc::SIGQUIT
-    )
 }
 
 pub struct Signals {

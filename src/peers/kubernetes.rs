@@ -25,7 +25,7 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(30);
 const OWN_POD_WAIT: Duration = Duration::from_secs(60);
 
 #[cfg(test)]
-use crate::runtime::COMPLETION_INDEX;
+use crate::vocabulary::COMPLETION_INDEX;
 
 /// The API server the launcher talks to: its client, the namespace of the job's pods, and its
 /// URL (named in every error, so that a wrong server is recognised).
@@ -571,34 +571,6 @@ fn refusal(error: &watcher::Error) -> Option<Refusal> {
     }
 }
 
-/// The refusal plus the Role and RoleBinding that grant what the launcher needs.
-pub fn rbac_hint(namespace: &str, message: &str) -> String {
-    // "User \"system:serviceaccount:<ns>:<name>\" cannot ..." names the pod's service account.
-    let account = message
-        .split("system:serviceaccount:")
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .and_then(|ns_name| ns_name.split_once(':'))
-        .map_or("default".to_string(), |(_, name)| name.to_string());
-    format!(
-        "the Kubernetes API refused to list/watch pods: {message}\n\
-         The launcher needs pods get/list/watch in namespace {namespace}. Apply:\n\
-         ---\n\
-         apiVersion: rbac.authorization.k8s.io/v1\n\
-         kind: Role\n\
-         metadata: {{name: paddle-launcher, namespace: {namespace}}}\n\
-         rules:\n\
-         - apiGroups: [\"\"]\n  resources: [pods]\n  verbs: [get, list, watch]\n\
-         ---\n\
-         apiVersion: rbac.authorization.k8s.io/v1\n\
-         kind: RoleBinding\n\
-         metadata: {{name: paddle-launcher, namespace: {namespace}}}\n\
-         roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: paddle-launcher}}\n\
-         subjects:\n\
-         - {{kind: ServiceAccount, name: {account}, namespace: {namespace}}}"
-    )
-}
-
 /// What the readiness rule needs from a pod of an Indexed Job (or of none); tolerant of any
 /// missing field.
 pub fn pod_view(pod: &Pod) -> PodView {
@@ -791,15 +763,5 @@ mod tests {
         assert!(views.apply(0, Event::InitDone));
         let names: Vec<String> = views.group(0).pods().into_iter().map(|p| p.name).collect();
         assert_eq!(names, ["ps-1"], "the relist replaces the set");
-    }
-
-    #[test]
-    fn rbac_hint_names_the_service_account() {
-        let hint = rbac_hint(
-            "team-a",
-            "403 pods is forbidden: User \"system:serviceaccount:team-a:trainer\" cannot list resource \"pods\"",
-        );
-        assert!(hint.contains("name: trainer, namespace: team-a"), "{hint}");
-        assert!(hint.contains("verbs: [get, list, watch]"), "{hint}");
     }
 }

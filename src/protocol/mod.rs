@@ -11,9 +11,11 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use crate::config::{Config, Protocol};
+use crate::config::Config;
+
 use crate::membership::{Me, Member, Membership};
 use crate::plan::{ControlPlan, Copy, FileSpec, Plan, PodEntry, ProcessSpec, Role};
+use crate::vocabulary::Protocol;
 
 /// Directory layout of PaddlePaddle's original Kubernetes tutorial: `$JOB_PATH/$JOB_NAME/{output/node_<rank>, <rank>/data, <config>}`.
 pub struct JobDir {
@@ -44,7 +46,7 @@ pub fn log_file(
     rank: usize,
 ) -> Option<PathBuf> {
     let dir = match (role, config.topology.role) {
-        (Role::Pserver, crate::config::PodRole::Pserver) => format!("pserver_{rank}"),
+        (Role::Pserver, crate::vocabulary::PodRole::Pserver) => format!("pserver_{rank}"),
         _ => format!("node_{rank}"),
     };
     let file = match role {
