@@ -22,7 +22,7 @@ pub async fn doctor(
     hostname_ip: impl Fn() -> Option<std::net::IpAddr>,
 ) -> (Vec<String>, Outcome) {
     let mut lines = Vec::new();
-    let mut config = match crate::detect::configure(args, interfaces, &hostname_ip).await {
+    let mut config = match crate::batch::discover::configure(args, interfaces, &hostname_ip).await {
         Ok(config) => config,
         Err(e) => {
             return (
@@ -37,7 +37,7 @@ pub async fn doctor(
         }
     }
     // What `run` refuses or waits for about the channel, said before anything else.
-    if let Err(e) = crate::launch::refuse_split_channel(&config) {
+    if let Err(e) = crate::launch::coordination::refuse_split_channel(&config) {
         return (
             lines,
             Outcome::new(exit::INVALID_CONFIG, format!("configuration: {e}")),

@@ -9,15 +9,14 @@
 //! of the API's objects are re-exported for them below). The compiler then finds dead code.
 
 pub(crate) mod address;
+pub(crate) mod batch;
 pub mod cli;
 pub(crate) mod config;
 pub(crate) mod control;
-pub(crate) mod detect;
 pub(crate) mod doctor;
 pub(crate) mod error;
 pub(crate) mod exit;
 pub(crate) mod launch;
-pub(crate) mod lifecycle;
 pub(crate) mod local;
 pub(crate) mod manifest;
 pub(crate) mod membership;
@@ -25,7 +24,6 @@ pub(crate) mod peers;
 pub(crate) mod plan;
 pub(crate) mod protocol;
 pub mod run;
-pub(crate) mod runtime;
 pub(crate) mod selector;
 pub(crate) mod supervise;
 pub(crate) mod verdict;

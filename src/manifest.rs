@@ -498,7 +498,7 @@ fn validate_pods(a: &ManifestArgs, kind: &PodKind) -> Result<(), ConfigError> {
 /// system filled in, by the launcher's own detection from the names and variables the system
 /// gives this manifest's pods.
 fn as_detected(a: &ManifestArgs, kind: &PodKind, args: JobArgs) -> Result<JobArgs, ConfigError> {
-    use crate::runtime::{detect, fill, Choice, Facts, Step};
+    use crate::batch::{detect, fill, Choice, Facts, Step};
     use crate::vocabulary::System;
     let kinds = pod_kinds(a);
     let job = &a.job_name;
@@ -506,9 +506,9 @@ fn as_detected(a: &ManifestArgs, kind: &PodKind, args: JobArgs) -> Result<JobArg
         ManifestRuntime::Job => return Ok(args),
         ManifestRuntime::Jobset => {
             let own = [
-                ("jobset.sigs.k8s.io/jobset-name", job.clone()),
+                (crate::batch::jobset::JOBSET_NAME, job.clone()),
                 (
-                    "jobset.sigs.k8s.io/replicatedjob-name",
+                    crate::batch::jobset::JOBSET_REPLICATED_JOB,
                     task_name(kind).to_string(),
                 ),
             ];
@@ -729,20 +729,17 @@ fn job(a: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
     })
 }
 
-/// From this many pods on, `manifest` names a coordinator (the Indexed Job's pod 0) even without
-/// restarts: only it lists and watches the pods, the others learn them from it. Every launcher
-/// watching the job moves about 2 x N^2 pod objects through the API server per start (measured
-/// with 4.6 KB pods: 152 MB at 128 pods, 610 MB at 256, BENCHMARKS.md section 6) against 2 x N
-/// with a coordinator; below 64 (~38 MB) that is small enough not to ask for a Secret and a
-/// headless Service.
-pub const NAMED_COORDINATOR_FROM: u32 = 64;
-
 /// Whether the pods get a named coordinator: for restarts (its replacement keeps the name), and
 /// for big jobs (only it uses the API). Not for the split layout, whose pservers watch the
 /// trainers themselves, nor with --dns, which needs no API.
 fn named_coordinator(a: &ManifestArgs) -> bool {
     a.runtime == ManifestRuntime::Job
-        && (a.max_restarts > 0 || (!a.split && !a.dns && a.trainers >= NAMED_COORDINATOR_FROM))
+        && crate::launch::coordination::named_in_manifest(
+            a.max_restarts,
+            a.split,
+            a.dns,
+            a.trainers,
+        )
 }
 
 fn container_name(kind: &PodKind) -> &'static str {

@@ -86,24 +86,8 @@ impl ControlPlan {
         if control.secret.is_none() && control.secret_file.is_none() {
             return None;
         }
-        let (coordinator, this_pod_coordinates) = match &control.coordinator {
-            Some((host, port)) => {
-                let address = match host.parse::<IpAddr>() {
-                    Ok(ip) => SocketAddr::new(ip, *port).to_string(),
-                    Err(_) => format!("{host}:{port}"),
-                };
-                let ours = host.parse::<IpAddr>().ok().map(|ip| ip == me.ip);
-                (address, ours)
-            }
-            None => {
-                let first = membership
-                    .trainers
-                    .first()
-                    .or(membership.pservers.first())?;
-                let address = SocketAddr::new(first.ip, control.port).to_string();
-                (address, Some(first.name == me.name))
-            }
-        };
+        let (coordinator, this_pod_coordinates) =
+            crate::launch::coordination::coordinator(control, membership, me)?;
         Some(ControlPlan {
             coordinator,
             this_pod_coordinates,

@@ -14,28 +14,12 @@ use crate::config::{Ranking, RUNTIME};
 use crate::error::ConfigError;
 use crate::vocabulary::{System, COMPLETION_INDEX};
 
-// Kubernetes Indexed Job (batch/v1): the Job controller's labels and annotation.
-const JOB_NAME: &str = "batch.kubernetes.io/job-name";
-// JobSet, api/jobset/v1alpha2/jobset_types.go.
-const JOBSET_NAME: &str = "jobset.sigs.k8s.io/jobset-name";
-const JOBSET_REPLICATED_JOB: &str = "jobset.sigs.k8s.io/replicatedjob-name";
-const JOBSET_GLOBAL_INDEX: &str = "jobset.sigs.k8s.io/job-global-index";
-const JOBSET_RESTART_ATTEMPT: &str = "jobset.sigs.k8s.io/restart-attempt";
-const JOBSET_COORDINATOR: &str = "jobset.sigs.k8s.io/coordinator";
-// Volcano, volcano-sh/apis pkg/apis/batch/v1alpha1/labels.go and the env/svc job plugins.
-const VOLCANO_JOB_NAME: &str = "volcano.sh/job-name";
-const VOLCANO_TASK: &str = "volcano.sh/task-spec";
-const VOLCANO_TASK_INDEX: &str = "volcano.sh/task-index";
-const VOLCANO_JOB_VERSION: &str = "volcano.sh/job-version";
-// LeaderWorkerSet, api/leaderworkerset/v1/leaderworkerset_types.go.
-const LWS_NAME: &str = "leaderworkerset.sigs.k8s.io/name";
-const LWS_GROUP_INDEX: &str = "leaderworkerset.sigs.k8s.io/group-index";
-const LWS_WORKER_INDEX: &str = "leaderworkerset.sigs.k8s.io/worker-index";
-const LWS_SIZE: &str = "leaderworkerset.sigs.k8s.io/size";
-// Kubeflow training-operator, pkg/apis/kubeflow.org/v1/common_types.go.
-const KUBEFLOW_JOB_NAME: &str = "training.kubeflow.org/job-name";
-const KUBEFLOW_REPLICA_TYPE: &str = "training.kubeflow.org/replica-type";
-const KUBEFLOW_REPLICA_INDEX: &str = "training.kubeflow.org/replica-index";
+pub mod discover;
+pub mod indexed_job;
+pub mod jobset;
+pub mod kubeflow;
+pub mod lws;
+pub mod volcano;
 
 /// `--runtime`: which system to read, or `auto` (whichever this pod shows), or `static` (none:
 /// the settings alone, as before any system was read).
@@ -121,71 +105,75 @@ pub struct Detected {
     pub sources: Vec<String>,
 }
 
+/// Where a system shows itself on a pod: its environment (read first: it costs nothing) or its
+/// own labels (one API request).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sign {
+    Env,
+    Labels,
+}
+
+/// The order in which the signs are read: the first that answers wins. Environment before
+/// labels; among the labels the most specific system first (a JobSet's pods also carry the
+/// labels of the Job it made; a Kubeflow PaddleJob's are plain pods with its own labels).
+pub const PRECEDENCE: &[(System, Sign)] = &[
+    (System::Lws, Sign::Env),
+    (System::Volcano, Sign::Env),
+    (System::JobSet, Sign::Labels),
+    (System::Volcano, Sign::Labels),
+    (System::Lws, Sign::Labels),
+    (System::Kubeflow, Sign::Labels),
+    (System::Job, Sign::Labels),
+];
+
 /// The next step of detection. `need_own_pod`: whether, in `auto`, a pod without any sign in
 /// its environment is worth one API request for its labels (the shell says yes when a setting
 /// the job needs is missing).
 pub fn detect(choice: Choice, facts: &Facts, need_own_pod: bool) -> Result<Step, ConfigError> {
-    let wanted = |system| matches!(choice, Choice::Auto) || choice == Choice::Only(system);
     if choice == Choice::Static {
         return Ok(Step::Done(None));
     }
-    if wanted(System::Lws) {
-        if let Some(found) = lws_from_env(&facts.env)? {
-            return Ok(Step::Done(Some(Box::new(found))));
-        }
-    }
-    if wanted(System::Volcano) {
-        if let Some(found) = volcano_from_env(&facts.env)? {
-            return Ok(Step::Done(Some(Box::new(found))));
-        }
-    }
-    let Some(own) = &facts.own else {
-        return Ok(if choice == Choice::Auto && !need_own_pod {
-            Step::Done(None)
-        } else {
-            Step::OwnPod
-        });
-    };
-    if wanted(System::JobSet) {
-        if let Some(name) = own.get(JOBSET_NAME) {
-            let jobs = match &facts.jobset {
-                Some(jobs) => Some(jobs.as_slice()),
-                None if facts.counts_given => None,
-                None => return Ok(Step::JobSet(name.clone())),
-            };
-            return jobset(name, own, jobs)
-                .map(|d| Step::Done(Some(Box::new(with_own_attempt(d, own)))));
-        }
-    }
-    if wanted(System::Volcano) {
-        if let Some(found) = volcano_from_labels(own, &facts.env) {
-            return Ok(Step::Done(Some(Box::new(with_own_attempt(found, own)))));
-        }
-    }
-    if wanted(System::Lws) {
-        if let Some(found) = lws_from_labels(own) {
-            return Ok(Step::Done(Some(Box::new(found))));
-        }
-    }
-    if wanted(System::Kubeflow) {
-        if let Some(found) = kubeflow(own, &facts.env)? {
-            return Ok(Step::Done(Some(Box::new(found))));
-        }
-    }
-    if wanted(System::Job) {
-        if let Some(name) = own.get(JOB_NAME) {
-            return Ok(Step::Done(Some(Box::new(Detected {
-                system: System::Job,
-                job_name: name.clone(),
-                layout: Layout::Colocated(Task {
-                    name: name.clone(),
-                    selector: format!("job-name={name}"),
-                    pods: None,
-                }),
-                ranking: Ranking::default(),
-                coordinator: None,
-                sources: vec![format!("Job {name} (label {JOB_NAME})")],
-            }))));
+    let wanted = |system| choice == Choice::Auto || choice == Choice::Only(system);
+    let found = |d: Option<Detected>| d.map(|d| Step::Done(Some(Box::new(d))));
+    for &(system, sign) in PRECEDENCE.iter().filter(|(system, _)| wanted(*system)) {
+        let own = match (sign, &facts.own) {
+            (Sign::Env, _) => None,
+            (Sign::Labels, Some(own)) => Some(own),
+            (Sign::Labels, None) => {
+                return Ok(if choice == Choice::Auto && !need_own_pod {
+                    Step::Done(None)
+                } else {
+                    Step::OwnPod
+                });
+            }
+        };
+        let step = match (system, own) {
+            (System::Lws, None) => found(lws::from_env(&facts.env)?),
+            (System::Volcano, None) => found(volcano::from_env(&facts.env)?),
+            (System::JobSet, Some(own)) => match own.get(jobset::JOBSET_NAME) {
+                None => None,
+                Some(name) => {
+                    let jobs = match &facts.jobset {
+                        Some(jobs) => Some(jobs.as_slice()),
+                        None if facts.counts_given => None,
+                        None => return Ok(Step::JobSet(name.clone())),
+                    };
+                    found(Some(with_own_attempt(
+                        jobset::from_labels(name, own, jobs)?,
+                        own,
+                    )))
+                }
+            },
+            (System::Volcano, Some(own)) => {
+                found(volcano::from_labels(own, &facts.env).map(|d| with_own_attempt(d, own)))
+            }
+            (System::Lws, Some(own)) => found(lws::from_labels(own)),
+            (System::Kubeflow, Some(own)) => found(kubeflow::from_labels(own, &facts.env)?),
+            (System::Job, Some(own)) => found(indexed_job::from_labels(own)),
+            (_, None) => None,
+        };
+        if let Some(step) = step {
+            return Ok(step);
         }
     }
     match choice {
@@ -201,163 +189,6 @@ pub fn detect(choice: Choice, facts: &Facts, need_own_pod: bool) -> Result<Step,
     }
 }
 
-/// LeaderWorkerSet: one group (leader + workers) is one job; everything is in the env.
-fn lws_from_env(env: &BTreeMap<String, String>) -> Result<Option<Detected>, ConfigError> {
-    let (Some(leader), Some(size)) = (env.get("LWS_LEADER_ADDRESS"), env.get("LWS_GROUP_SIZE"))
-    else {
-        return Ok(None);
-    };
-    // `<lws>-<group>.<subdomain>.<namespace>`: the leader's hostname first; the subdomain is
-    // the LWS's name, or the leader's hostname again (subdomainPolicy UniquePerReplica).
-    let host = leader.split('.').next().unwrap_or_default();
-    let (lws, group) = host
-        .rsplit_once('-')
-        .filter(|(lws, g)| !lws.is_empty() && g.parse::<u32>().is_ok())
-        .ok_or_else(|| {
-            unexpected(
-                "LWS_LEADER_ADDRESS",
-                leader,
-                "<lws>-<group>.<subdomain>.<namespace>",
-            )
-        })?;
-    let pods = count("LWS_GROUP_SIZE", size)?;
-    Ok(Some(Detected {
-        system: System::Lws,
-        job_name: host.to_string(),
-        layout: Layout::Colocated(Task {
-            name: host.to_string(),
-            selector: format!("{LWS_NAME}={lws},{LWS_GROUP_INDEX}={group}"),
-            pods: Some(pods),
-        }),
-        ranking: Ranking::by(&[LWS_WORKER_INDEX], None),
-        coordinator: Some(leader.clone()),
-        sources: vec![format!(
-            "LeaderWorkerSet {lws} group {group} of {pods} pods (LWS_LEADER_ADDRESS, LWS_GROUP_SIZE); \
-             ranks from label {LWS_WORKER_INDEX}; coordinator the leader"
-        )],
-    }))
-}
-
-fn lws_from_labels(own: &BTreeMap<String, String>) -> Option<Detected> {
-    let lws = own.get(LWS_NAME)?;
-    let group = own.get(LWS_GROUP_INDEX)?;
-    let pods = own.get(LWS_SIZE).and_then(|s| s.parse().ok());
-    let job_name = format!("{lws}-{group}");
-    Some(Detected {
-        system: System::Lws,
-        job_name: job_name.clone(),
-        layout: Layout::Colocated(Task {
-            name: job_name,
-            selector: format!("{LWS_NAME}={lws},{LWS_GROUP_INDEX}={group}"),
-            pods,
-        }),
-        ranking: Ranking::by(&[LWS_WORKER_INDEX], None),
-        coordinator: None,
-        sources: vec![format!(
-            "LeaderWorkerSet {lws} group {group} (labels {LWS_NAME}, {LWS_GROUP_INDEX}; size from annotation {LWS_SIZE})"
-        )],
-    })
-}
-
-/// Volcano with its `svc` plugin: `VC_<TASK>_HOSTS` lists every task's pods as
-/// `<job>-<task>-<i>.<job>`, `VC_<TASK>_NUM` their number; the env plugin adds VC_TASK_INDEX.
-fn volcano_from_env(env: &BTreeMap<String, String>) -> Result<Option<Detected>, ConfigError> {
-    if !in_volcano(env) {
-        return Ok(None);
-    }
-    let mut job = None;
-    let mut tasks = Vec::new();
-    for (name, hosts) in env {
-        let Some(key) = name
-            .strip_prefix("VC_")
-            .and_then(|n| n.strip_suffix("_HOSTS"))
-        else {
-            continue;
-        };
-        // The first host names the job (its subdomain) and the task (between job and index).
-        let Some(first) = hosts.split(',').next().filter(|h| !h.is_empty()) else {
-            continue;
-        };
-        let bad = || unexpected(name, hosts, "<job>-<task>-<index>.<job>, comma-separated");
-        let (host, job_name) = first.split_once('.').ok_or_else(bad)?;
-        let job_name = job_name.split('.').next().unwrap_or(job_name);
-        let task = host
-            .strip_prefix(job_name)
-            .and_then(|rest| rest.strip_prefix('-'))
-            .and_then(|rest| rest.rsplit_once('-'))
-            .map(|(task, _)| task.to_string())
-            .ok_or_else(bad)?;
-        let num_name = format!("VC_{key}_NUM");
-        let pods = match env.get(&num_name) {
-            Some(n) => count(&num_name, n)?,
-            None => hosts.split(',').count() as u32,
-        };
-        job = Some(job_name.to_string());
-        tasks.push(Task {
-            selector: format!("{VOLCANO_JOB_NAME}={job_name},{VOLCANO_TASK}={task}"),
-            name: task,
-            pods: Some(pods),
-        });
-    }
-    let Some(job_name) = job else {
-        // No svc plugin: the names come from the pod's labels.
-        return Ok(None);
-    };
-    // The pod's name is `<job>-<task>-<index>`, and so is its hostname (the svc plugin's),
-    // unless it shares the node's network.
-    let name = env
-        .get("POD_NAME")
-        .or(env.get("HOSTNAME"))
-        .cloned()
-        .unwrap_or_default();
-    let own = tasks
-        .iter()
-        .filter(|t| name.starts_with(&format!("{job_name}-{}-", t.name)))
-        .max_by_key(|t| t.name.len())
-        .map(|t| t.name.clone());
-    let layout = layout(tasks, own.as_deref(), None, System::Volcano)?;
-    let coordinator = match &layout {
-        Layout::Colocated(task) => Some(format!("{job_name}-{}-0.{job_name}", task.name)),
-        Layout::Split { .. } => None,
-    };
-    Ok(Some(Detected {
-        system: System::Volcano,
-        sources: vec![format!(
-            "Volcano job {job_name} (VC_<TASK>_HOSTS and VC_<TASK>_NUM of its svc plugin, HOSTNAME); \
-             ranks from {VOLCANO_TASK_INDEX}; pods of an earlier {VOLCANO_JOB_VERSION} ignored"
-        )],
-        job_name,
-        layout,
-        ranking: volcano_ranking(),
-        coordinator,
-    }))
-}
-
-/// Volcano without the svc plugin: the pod's labels name its job and task; the count is the
-/// user's (CONF_PADDLE_GRADIENT_NUM).
-fn volcano_from_labels(
-    own: &BTreeMap<String, String>,
-    env: &BTreeMap<String, String>,
-) -> Option<Detected> {
-    let job_name = own.get(VOLCANO_JOB_NAME)?;
-    let task = own.get(VOLCANO_TASK)?;
-    let key = format!("VC_{}_NUM", task.to_uppercase().replace('-', "_"));
-    Some(Detected {
-        system: System::Volcano,
-        job_name: job_name.clone(),
-        layout: Layout::Colocated(Task {
-            name: task.clone(),
-            selector: format!("{VOLCANO_JOB_NAME}={job_name},{VOLCANO_TASK}={task}"),
-            pods: env.get(&key).and_then(|n| n.parse().ok()),
-        }),
-        ranking: volcano_ranking(),
-        coordinator: None,
-        sources: vec![format!(
-            "Volcano job {job_name} task {task} (labels {VOLCANO_JOB_NAME}, {VOLCANO_TASK})"
-        )],
-    })
-}
-
 /// This pod's own attempt, read where the system writes it on its pods: the floor below which
 /// no pod counts (see `Ranking::own_attempt`).
 fn with_own_attempt(mut detected: Detected, own: &BTreeMap<String, String>) -> Detected {
@@ -371,138 +202,6 @@ fn with_own_attempt(mut detected: Detected, own: &BTreeMap<String, String>) -> D
             .push(format!("this pod is of attempt {attempt} ({key})"));
     }
     detected
-}
-
-fn volcano_ranking() -> Ranking {
-    Ranking::by(&[VOLCANO_TASK_INDEX], Some(VOLCANO_JOB_VERSION))
-}
-
-/// JobSet: the labels name the JobSet and this pod's replicated job; the JobSet object says
-/// how many pods each replicated job has (replicas x parallelism).
-fn jobset(
-    name: &str,
-    own: &BTreeMap<String, String>,
-    jobs: Option<&[(String, u32)]>,
-) -> Result<Detected, ConfigError> {
-    let own_job = own.get(JOBSET_REPLICATED_JOB).cloned().unwrap_or_default();
-    let tasks: Vec<Task> = jobs
-        .unwrap_or_default()
-        .iter()
-        .map(|(job, pods)| Task {
-            name: job.clone(),
-            selector: format!("{JOBSET_NAME}={name},{JOBSET_REPLICATED_JOB}={job}"),
-            pods: Some(*pods),
-        })
-        .collect();
-    // Several replicated jobs (a driver and workers, two worker pools): the whole JobSet is the
-    // job, ranked by the global job index that numbers all of its Jobs.
-    let whole = Task {
-        name: name.to_string(),
-        selector: format!("{JOBSET_NAME}={name}"),
-        pods: Some(jobs.unwrap_or_default().iter().map(|(_, pods)| pods).sum()),
-    };
-    let layout = if jobs.is_none() {
-        // Not read (the counts are the user's): the whole JobSet, counted by the user.
-        Layout::Colocated(Task {
-            pods: None,
-            ..whole
-        })
-    } else {
-        layout(tasks, Some(&own_job), Some(whole), System::JobSet)?
-    };
-    // The coordinator annotation names one pod of the whole JobSet: a coordinator of all.
-    let coordinator = match &layout {
-        Layout::Colocated(_) => own.get(JOBSET_COORDINATOR).cloned(),
-        Layout::Split { .. } => None,
-    };
-    let mut sources = vec![format!(
-        "JobSet {name}, replicated job {own_job} (labels {JOBSET_NAME}, {JOBSET_REPLICATED_JOB}; \
-         pod counts from the JobSet's replicas x parallelism); ranks from {JOBSET_GLOBAL_INDEX} \
-         then {COMPLETION_INDEX}; pods of an earlier {JOBSET_RESTART_ATTEMPT} ignored"
-    )];
-    if let Some(c) = &coordinator {
-        sources.push(format!("coordinator {c} ({JOBSET_COORDINATOR})"));
-    }
-    Ok(Detected {
-        system: System::JobSet,
-        job_name: name.to_string(),
-        layout,
-        ranking: Ranking::by(
-            &[JOBSET_GLOBAL_INDEX, COMPLETION_INDEX],
-            Some(JOBSET_RESTART_ATTEMPT),
-        ),
-        coordinator,
-        sources,
-    })
-}
-
-/// The pods of each replicated job of a JobSet object (`spec.replicatedJobs`).
-pub fn jobset_pods(jobset: &serde_json::Value) -> Vec<(String, u32)> {
-    let jobs = jobset["spec"]["replicatedJobs"].as_array();
-    jobs.into_iter()
-        .flatten()
-        .filter_map(|job| {
-            let name = job["name"].as_str()?.to_string();
-            let replicas = job["replicas"].as_u64().unwrap_or(1);
-            let spec = &job["template"]["spec"];
-            let parallelism = spec["parallelism"].as_u64().unwrap_or(1);
-            // Fewer completions than parallelism: only that many pods ever run at once.
-            let at_once = parallelism.min(spec["completions"].as_u64().unwrap_or(parallelism));
-            Some((name, (replicas * at_once).min(u32::MAX as u64) as u32))
-        })
-        .collect()
-}
-
-/// Kubeflow's PaddleJob: labels name the job and the replica type. Collective: the workers,
-/// PADDLE_NNODES of them (the operator's count of the job's pods, a Master replica included:
-/// give CONF_PADDLE_GRADIENT_NUM when there is one). With pservers (the operator sets
-/// PADDLE_SERVER_NUM on Master pods, PADDLE_TRAINER_NUM on Worker pods, each "1": one per pod,
-/// not the job's totals) the layout is Master = pservers, Worker = trainers, and the counts are
-/// the user's (PSERVERS, TRAINERS).
-fn kubeflow(
-    own: &BTreeMap<String, String>,
-    env: &BTreeMap<String, String>,
-) -> Result<Option<Detected>, ConfigError> {
-    let Some(job_name) = own.get(KUBEFLOW_JOB_NAME) else {
-        return Ok(None);
-    };
-    let own_type = own
-        .get(KUBEFLOW_REPLICA_TYPE)
-        .filter(|t| !t.is_empty())
-        .cloned()
-        .unwrap_or_else(|| "worker".to_string());
-    let task = |kind: &str, pods: Option<u32>| Task {
-        name: kind.to_string(),
-        selector: format!("{KUBEFLOW_JOB_NAME}={job_name},{KUBEFLOW_REPLICA_TYPE}={kind}"),
-        pods,
-    };
-    let with_servers =
-        env.contains_key("PADDLE_SERVER_NUM") || env.contains_key("PADDLE_TRAINER_NUM");
-    let layout = if with_servers {
-        Layout::Split {
-            pservers: task("master", None),
-            trainers: task("worker", None),
-            own_is_pserver: own_type == "master",
-        }
-    } else {
-        let pods = env
-            .get("PADDLE_NNODES")
-            .map(|n| count("PADDLE_NNODES", n))
-            .transpose()?;
-        Layout::Colocated(task(&own_type, pods))
-    };
-    Ok(Some(Detected {
-        system: System::Kubeflow,
-        job_name: job_name.clone(),
-        layout,
-        ranking: Ranking::by(&[KUBEFLOW_REPLICA_INDEX], None),
-        coordinator: None,
-        sources: vec![format!(
-            "Kubeflow PaddleJob {job_name}, replica type {own_type} (labels {KUBEFLOW_JOB_NAME}, \
-             {KUBEFLOW_REPLICA_TYPE}; the count from PADDLE_NNODES, none with pservers); \
-             ranks from {KUBEFLOW_REPLICA_INDEX}"
-        )],
-    }))
 }
 
 /// One task: every pod alike. A pserver task and a trainer task (by their names): the split
@@ -677,38 +376,6 @@ pub fn fill(detected: &Detected, args: &JobArgs) -> (JobArgs, Vec<String>) {
     (out, notes)
 }
 
-/// Whether the pod is a Volcano job's: its env plugin sets the task index in every container.
-pub fn in_volcano(env: &BTreeMap<String, String>) -> bool {
-    env.contains_key("VC_TASK_INDEX") || env.contains_key("VK_TASK_INDEX")
-}
-
-/// Where Volcano's svc plugin mounts its ConfigMap `<job>-svc`: one `<task>.host` file per
-/// task, a host per line.
-pub const VOLCANO_HOSTS_DIR: &str = "/etc/volcano";
-
-/// The svc plugin's host files, (file name, contents) each, as the variables it also sets
-/// (`VC_<TASK>_HOSTS`, `VC_<TASK>_NUM`): for a container whose environment lacks them.
-pub fn volcano_host_files(files: &[(String, String)]) -> BTreeMap<String, String> {
-    let mut env = BTreeMap::new();
-    for (file, text) in files {
-        let Some(task) = file.strip_suffix(".host").filter(|t| !t.is_empty()) else {
-            continue;
-        };
-        let hosts: Vec<&str> = text
-            .lines()
-            .map(str::trim)
-            .filter(|line| !line.is_empty())
-            .collect();
-        if hosts.is_empty() {
-            continue;
-        }
-        let key = task.to_uppercase().replace('-', "_");
-        env.insert(format!("VC_{key}_HOSTS"), hosts.join(","));
-        env.insert(format!("VC_{key}_NUM"), hosts.len().to_string());
-    }
-    env
-}
-
 /// The environment variables `detect` reads.
 pub fn system_env() -> BTreeMap<String, String> {
     std::env::vars()
@@ -730,6 +397,11 @@ pub fn system_env() -> BTreeMap<String, String> {
 
 #[cfg(test)]
 mod tests {
+    use super::indexed_job::JOB_NAME;
+    use super::jobset::*;
+    use super::kubeflow::*;
+    use super::lws::*;
+    use super::volcano::*;
     use super::*;
 
     fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -816,7 +488,7 @@ mod tests {
     /// The svc plugin's ConfigMap (`/etc/volcano/<task>.host`, a host per line) says what its
     /// variables say: a container without them detects the same split layout.
     #[test]
-    fn volcano_host_files_stand_in_for_the_svc_variables() {
+    fn host_files_stand_in_for_the_svc_variables() {
         let files = [
             ("pserver.host", "ctr-pserver-0.ctr\nctr-pserver-1.ctr\n"),
             (
@@ -828,7 +500,7 @@ mod tests {
             ("notes.txt", "ctr-x-0.ctr"),
         ]
         .map(|(name, text)| (name.to_string(), text.to_string()));
-        let env = volcano_host_files(&files);
+        let env = host_files(&files);
         assert_eq!(
             env,
             map(&[
@@ -843,7 +515,7 @@ mod tests {
                 ("VC_TRAINER_NUM", "3"),
             ])
         );
-        let mut env = volcano_host_files(&files[..2]);
+        let mut env = host_files(&files[..2]);
         env.extend(map(&[
             ("VC_TASK_INDEX", "1"),
             ("HOSTNAME", "ctr-trainer-1"),
@@ -1116,6 +788,65 @@ mod tests {
         assert!(
             notes.iter().any(|n| n == "JOB_NAME=t-0 from lws"),
             "{notes:?}"
+        );
+    }
+
+    /// What a pod of each entry of the precedence table shows: environment variables or labels.
+    fn signs_of(system: System, sign: Sign) -> Vec<(&'static str, &'static str)> {
+        match (system, sign) {
+            (System::Lws, Sign::Env) => {
+                vec![("LWS_LEADER_ADDRESS", "t-0.t.ns"), ("LWS_GROUP_SIZE", "4")]
+            }
+            (System::Volcano, Sign::Env) => {
+                vec![("VC_TASK_INDEX", "0"), ("VC_WORKER_HOSTS", "v-worker-0.v")]
+            }
+            (System::JobSet, Sign::Labels) => {
+                vec![(JOBSET_NAME, "js"), (JOBSET_REPLICATED_JOB, "workers")]
+            }
+            (System::Volcano, Sign::Labels) => {
+                vec![(VOLCANO_JOB_NAME, "v"), (VOLCANO_TASK, "worker")]
+            }
+            (System::Lws, Sign::Labels) => vec![(LWS_NAME, "l"), (LWS_GROUP_INDEX, "0")],
+            (System::Kubeflow, Sign::Labels) => vec![(KUBEFLOW_JOB_NAME, "pj")],
+            (System::Job, Sign::Labels) => vec![(JOB_NAME, "j")],
+            other => panic!("no such sign in the table: {other:?}"),
+        }
+    }
+
+    /// A pod showing the signs of every system is taken for the first entry of the table; with
+    /// that entry's signs gone, for the next; and so on: `detect` follows `PRECEDENCE`.
+    #[test]
+    fn detection_follows_the_precedence_table() {
+        let mut facts = Facts {
+            own: Some(BTreeMap::new()),
+            jobset: Some(vec![("workers".to_string(), 2)]),
+            ..Facts::default()
+        };
+        for &(system, sign) in PRECEDENCE {
+            let target = match sign {
+                Sign::Env => &mut facts.env,
+                Sign::Labels => facts.own.as_mut().unwrap(),
+            };
+            target.extend(
+                signs_of(system, sign)
+                    .into_iter()
+                    .map(|(k, v)| (k.into(), v.into())),
+            );
+        }
+        for &(system, sign) in PRECEDENCE {
+            let d = done(detect(Choice::Auto, &facts, true).unwrap());
+            assert_eq!(d.system, system, "{sign:?}: {:?}", d.sources);
+            let target = match sign {
+                Sign::Env => &mut facts.env,
+                Sign::Labels => facts.own.as_mut().unwrap(),
+            };
+            for (name, _) in signs_of(system, sign) {
+                target.remove(name);
+            }
+        }
+        assert_eq!(
+            detect(Choice::Auto, &facts, true).unwrap(),
+            Step::Done(None)
         );
     }
 }

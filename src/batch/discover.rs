@@ -3,12 +3,12 @@
 
 use tracing::{info, warn};
 
+use super::{jobset, volcano, Choice, Facts, Step};
 use crate::address::{own_ip, Interfaces};
 use crate::cli::JobArgs;
 use crate::config::{present, Config, Discovery, RuntimeReport};
 use crate::error::Error;
 use crate::peers::kubernetes;
-use crate::runtime::{self, Choice, Facts, Step};
 
 /// The configuration of this pod: its settings, with what the batch system that created it
 /// says filled in where they are unset. Every value the user gave is checked before any
@@ -19,7 +19,7 @@ pub async fn configure(
     interfaces: &Interfaces,
     hostname_ip: impl Fn() -> Option<std::net::IpAddr>,
 ) -> Result<Config, Error> {
-    let choice = runtime::parse_choice(present(&args.runtime))?;
+    let choice = super::parse_choice(present(&args.runtime))?;
     let given_membership = present(&args.peers).is_some() || present(&args.dns).is_some();
     if choice == Choice::Static || (choice == Choice::Auto && given_membership) {
         return Ok(Config::from_args(args)?);
@@ -30,24 +30,24 @@ pub async fn configure(
     let counts_given = present(&args.gradient_num).is_some()
         || (present(&args.trainer_count).is_some() && present(&args.pserver_count).is_some());
     let mut facts = Facts {
-        env: runtime::system_env(),
+        env: super::system_env(),
         counts_given,
         ..Facts::default()
     };
     // The svc plugin's files stand in for its variables where the environment lacks them (only
     // in a Volcano pod, which its env plugin's task index marks).
-    let files = match runtime::in_volcano(&facts.env) {
-        true => read_volcano_host_files(std::path::Path::new(runtime::VOLCANO_HOSTS_DIR)),
+    let files = match volcano::in_volcano(&facts.env) {
+        true => read_volcano_host_files(std::path::Path::new(volcano::VOLCANO_HOSTS_DIR)),
         false => Vec::new(),
     };
     if !files.is_empty() {
         let names: Vec<&str> = files.iter().map(|(name, _)| name.as_str()).collect();
         info!(
             "batch system: Volcano's host files in {}: {}",
-            runtime::VOLCANO_HOSTS_DIR,
+            volcano::VOLCANO_HOSTS_DIR,
             names.join(", ")
         );
-        for (name, value) in runtime::volcano_host_files(&files) {
+        for (name, value) in volcano::host_files(&files) {
             facts.env.entry(name).or_insert(value);
         }
     }
@@ -61,7 +61,7 @@ pub async fn configure(
     }
     let mut server = None;
     loop {
-        let step = match runtime::detect(choice, &facts, need_own_pod)? {
+        let step = match super::detect(choice, &facts, need_own_pod)? {
             Step::Done(None) => return Ok(Config::from_args(args)?),
             Step::Done(Some(detected)) => return configured(args, *detected),
             step => step,
@@ -92,7 +92,7 @@ pub async fn configure(
             Step::JobSet(name) => {
                 info!("batch system: reading JobSet {name} for its number of pods");
                 let object = kubernetes::jobset(server, &name).await?;
-                facts.jobset = Some(runtime::jobset_pods(&object));
+                facts.jobset = Some(jobset::jobset_pods(&object));
             }
             Step::Done(_) => unreachable!("handled above"),
         }
@@ -126,8 +126,8 @@ fn read_volcano_host_files(dir: &std::path::Path) -> Vec<(String, String)> {
     files
 }
 
-fn configured(args: &JobArgs, detected: runtime::Detected) -> Result<Config, Error> {
-    let (filled, notes) = runtime::fill(&detected, args);
+fn configured(args: &JobArgs, detected: super::Detected) -> Result<Config, Error> {
+    let (filled, notes) = super::fill(&detected, args);
     for note in &notes {
         info!("batch system {}: {note}", detected.system.name());
     }

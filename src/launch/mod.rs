@@ -1,6 +1,9 @@
 //! `run` and `plan`: configuration -> peers -> plan, then the launch: the pserver first, the
 //! trainer once every pserver endpoint of the job accepts TCP, then supervision until it is done.
 
+pub mod coordination;
+pub mod lifecycle;
+
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -15,23 +18,20 @@ use tracing::{info, warn};
 
 use crate::address::own_ip;
 use crate::cli::JobArgs;
-use crate::config::{
-    Config, Control, Discovery, GroupKind, Secret, JOB_SECRET, JOB_SECRET_FILE, MIN_SECRET_LEN,
-};
+use crate::config::{Config, Control, Discovery, Secret, JOB_SECRET_FILE, MIN_SECRET_LEN};
 use crate::control::{self, Channel, Heard, Joining, Role as ControlRole};
 use crate::error::ConfigError;
 use crate::error::Error;
 use crate::exit::{self, Outcome};
 use crate::exit::{is_stop_signal, signal_name};
-use crate::lifecycle::{self, AfterRun, Budget, Command, Input, Lifecycle, Setup};
 use crate::membership::{Me, Membership};
 use crate::plan::{Plan, ProcessSpec, Role};
 use crate::protocol::InputFiles;
 use crate::supervise::Signals;
 use crate::supervise::{Event, Output, SpawnSpec, Supervisor};
 use crate::verdict::{verdict, Standing};
-use crate::vocabulary::PodRole;
 use crate::{peers, protocol, workspace};
+use lifecycle::{AfterRun, Budget, Command, Input, Lifecycle, Setup};
 
 /// Between probe rounds, doubling from the first to the last: pservers that start in a few
 /// milliseconds are seen at once, slow ones cost a round of connects every 100 ms.
@@ -74,10 +74,10 @@ pub async fn launch(args: &JobArgs, plan_only: bool) -> Outcome {
 async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error> {
     let interfaces = crate::address::host_interfaces();
     let mut config =
-        crate::detect::configure(args, &interfaces, crate::address::hostname_ip).await?;
+        crate::batch::discover::configure(args, &interfaces, crate::address::hostname_ip).await?;
     let my_ip = own_ip(&config, &interfaces, crate::address::hostname_ip)?;
     // Read before any network call, like every other bad value.
-    refuse_split_channel(&config)?;
+    coordination::refuse_split_channel(&config)?;
     let secret = job_secret(&config.control)?;
     let pod = config
         .topology
@@ -345,7 +345,7 @@ async fn gather(
                     no_coordinator = Some(why);
                     continue;
                 }
-                Found::At(coordinator) if membership_from_coordinator(config) => {
+                Found::At(coordinator) if coordination::membership_from_coordinator(config) => {
                     match follow_coordinator(
                         config,
                         supervisor,
@@ -370,7 +370,7 @@ async fn gather(
             // their --wait-timeout: they hear the end instead.
             Err(error)
                 if !members_before.is_empty()
-                    && membership_from_coordinator(config)
+                    && coordination::membership_from_coordinator(config)
                     && !matches!(error, Error::Stopped { .. }) =>
             {
                 if let Some(secret) = secret {
@@ -567,15 +567,6 @@ async fn tell_followers_the_end(
     }
 }
 
-/// Whether the launchers other than the coordinator take the membership from it: with a named
-/// coordinator, when the pods would be found through the Kubernetes API (the load this saves)
-/// and the job is one Job (the split layout's pservers watch the trainers themselves).
-fn membership_from_coordinator(config: &Config) -> bool {
-    config.control.coordinator.is_some()
-        && matches!(config.topology.discovery, Discovery::Kubernetes { .. })
-        && config.own_group() == GroupKind::Job
-}
-
 /// The coordinator's address when it is another pod's; `Here` when this pod coordinates.
 async fn coordinator_elsewhere(config: &Config, my_ip: IpAddr) -> Result<Found<SocketAddr>, Error> {
     let Some((host, port)) = &config.control.coordinator else {
@@ -692,17 +683,7 @@ fn plan_for(
 /// index and /etc/hosts, so that only pod 0 uses the API without any setting. Only when the
 /// Job is the whole job: JOB_NAME is its name and the default selector finds its pods.
 pub(crate) fn derive_coordinator(config: &mut Config) {
-    // Only for the pods the default selector finds, `job-name=<JOB_NAME>`, when the hostname
-    // says this pod is of that very Job: under JobSet, say, pod 0 of one child Job is not the
-    // whole job's, and two coordinators would wait for each other.
-    let default_selector = format!("job-name={}", config.topology.job_name);
-    let one_job = match &config.topology.discovery {
-        Discovery::Kubernetes { groups } => {
-            groups.len() == 1 && groups[0].selector.to_string() == default_selector
-        }
-        _ => false,
-    };
-    if config.control.coordinator.is_some() || !one_job {
+    if !coordination::may_derive_from_indexed_job(config) {
         return;
     }
     let index = std::env::var("JOB_COMPLETION_INDEX").ok();
@@ -711,7 +692,7 @@ pub(crate) fn derive_coordinator(config: &mut Config) {
         .and_then(|h| h.into_string().ok())
         .unwrap_or_default();
     let hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
-    let derived = crate::config::indexed_job_coordinator(
+    let derived = crate::batch::indexed_job::coordinator(
         index.as_deref(),
         &hostname,
         &hosts,
@@ -887,33 +868,6 @@ pub(crate) fn read_secret_file(path: &std::path::Path) -> Result<Option<Secret>,
             e,
         )),
     }
-}
-
-/// The split layout's pods each find only part of the job (a pserver pod its pservers), so
-/// with a channel each part would elect a coordinator of its own and the trainers would wait for
-/// pservers that joined the other: refused at the start rather than found by a hang. Judged by
-/// the settings alone, before any file is read, so that the line says what to change.
-pub(crate) fn refuse_split_channel(config: &Config) -> Result<(), ConfigError> {
-    let role = match config.topology.role {
-        PodRole::Both => return Ok(()),
-        PodRole::Pserver => "pserver",
-        PodRole::Trainer => "trainer",
-    };
-    if config.control.secret.is_none() && config.control.secret_file.is_none() {
-        return Ok(());
-    }
-    let (variable, value) = match &config.control.secret_file {
-        Some(file) => (JOB_SECRET_FILE, file.display().to_string()),
-        None => (JOB_SECRET, "(not shown)".to_string()),
-    };
-    Err(ConfigError::new(
-        variable,
-        &value,
-        format!(
-            "unset in a {role} pod of the split layout ({}): the control channel serves the layout whose every pod runs both roles; the split layout's pods are watched through the Kubernetes API",
-            crate::config::ROLE.env()
-        ),
-    ))
 }
 
 /// Joins this attempt's control channel: as the coordinator (the pod at --coordinator's

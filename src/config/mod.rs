@@ -1,0 +1,748 @@
+//! Raw option text -> validated `Config`. Pure: no network, no files. Each bad value yields one
+//! `ConfigError` naming the variable and flag, the value, and what is expected.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::cli::JobArgs;
+
+mod options;
+mod parts;
+mod topology;
+
+use crate::error::ConfigError;
+use crate::selector::{is_dns_label, is_dns_subdomain, LabelSelector};
+use crate::vocabulary::{PodRole, Protocol};
+pub use options::*;
+pub use parts::termination_log;
+
+/// The pserver's ports: `first .. first + dense + sparse - 1` on every pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortLayout {
+    pub first: u16,
+    pub dense: u16,
+    pub sparse: u16,
+}
+
+impl PortLayout {
+    pub fn ports(&self) -> impl Iterator<Item = u16> {
+        let first = self.first;
+        (0..self.dense + self.sparse).map(move |i| first + i)
+    }
+}
+
+/// Which pods a group of the job is, and so what they run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupKind {
+    /// Every pod is a trainer, and a pserver when the protocol has them (one Job, the colocated layout).
+    Job,
+    Pservers,
+    Trainers,
+}
+
+/// Pods selected by label, `expected` of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group {
+    pub kind: GroupKind,
+    pub selector: LabelSelector,
+    pub expected: u32,
+    pub ranking: Ranking,
+}
+
+/// Where a pod's rank and attempt are written on it (label or annotation keys): ranks follow
+/// the `index` values, major first, when every pod has them (else IP order); a pod of an
+/// earlier `attempt` than the newest seen is not part of the job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ranking {
+    pub index: Vec<&'static str>,
+    pub attempt: Option<&'static str>,
+    /// The index is unique among the group's pods (a batch system's selector): a finished pod
+    /// at the index of a live one was replaced by it, and does not count, not even as failed.
+    pub replaced_ignored: bool,
+    /// This pod's own `attempt`: the job is at least there, so a pod of an earlier one never
+    /// counts, not even in a group that shows no pod of the new attempt yet (the split layout's
+    /// other task, recreated a moment later).
+    pub own_attempt: Option<u64>,
+}
+
+impl Ranking {
+    /// A batch system's ranking of the pods its selector finds.
+    pub fn by(index: &[&'static str], attempt: Option<&'static str>) -> Ranking {
+        Ranking {
+            index: index.to_vec(),
+            attempt,
+            replaced_ignored: true,
+            own_attempt: None,
+        }
+    }
+}
+
+impl Default for Ranking {
+    /// An Indexed Job's completion index, for a selector that may span several Jobs: nothing
+    /// is ignored.
+    fn default() -> Self {
+        Ranking {
+            index: vec![crate::vocabulary::COMPLETION_INDEX],
+            attempt: None,
+            replaced_ignored: false,
+            own_attempt: None,
+        }
+    }
+}
+
+/// How this launcher learns who is in the job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Discovery {
+    /// List + watch the pods of each group.
+    Kubernetes { groups: Vec<Group> },
+    /// A fixed list of pod IPs of a one-group job; rank = position.
+    Static { ips: Vec<IpAddr> },
+    /// The A/AAAA records of a headless Service; rank = numeric IP order.
+    Dns {
+        name: String,
+        server: Option<std::net::SocketAddr>,
+    },
+}
+
+/// A validated configuration, in parts that are each built and tested on their own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The batch system that created this pod and what was taken from it; None: none read.
+    pub runtime: Option<RuntimeReport>,
+    pub topology: Topology,
+    pub ports: Ports,
+    pub program: Program,
+    pub timing: Timing,
+    pub workspace: Workspace,
+    pub control: Control,
+}
+
+/// What `plan` and `doctor` say of the batch system: its name, and where each setting came from.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RuntimeReport {
+    pub system: crate::vocabulary::System,
+    pub settings: Vec<String>,
+}
+
+/// The job's control channel: on only with a secret, since an open port must authenticate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Control {
+    pub secret: Option<Secret>,
+    /// Read at the launch (a file is not this module's business); a missing one: no channel.
+    pub secret_file: Option<PathBuf>,
+    /// (host, port) of the coordinating launcher; None: the pod of rank 0 on `port`.
+    pub coordinator: Option<(String, u16)>,
+    pub port: u16,
+    pub heartbeat_timeout: Duration,
+    /// Group restarts left to the job at its start (0: the first failure ends every pod).
+    pub max_restarts: u32,
+    /// Where a coordinator named by DNS is resolved (--dns-server); None: resolv.conf.
+    pub dns_server: Option<SocketAddr>,
+}
+
+/// The job's shared secret; never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub Vec<u8>);
+
+/// Secrets shorter than this are refused: an HMAC key an attacker could guess is no key.
+pub const MIN_SECRET_LEN: usize = 32;
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+/// Who is in the job and who this pod is: names, role, protocol, counts, and how peers are found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topology {
+    pub job_name: String,
+    pub namespace: Option<String>,
+    pub role: PodRole,
+    pub protocol: Protocol,
+    /// Number of trainers (--num_gradient_servers).
+    pub trainers: u32,
+    /// Number of pservers: the pods in the colocated layout, the pserver pods in the split one.
+    pub pservers: u32,
+    pub max_failed_trainers: Option<u32>,
+    /// Stop when a peer pod is lost after the launch.
+    pub watch_peers: bool,
+    /// A pserver pod of the split layout ends (status 0) once these trainer pods all Succeeded.
+    pub trainers_to_finish: Option<Group>,
+    pub pod_ip: Option<IpAddr>,
+    pub pod_name: Option<String>,
+    pub discovery: Discovery,
+}
+
+/// The network side: the NIC given to Paddle, the pservers' ports and the trainers' port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ports {
+    pub nic: String,
+    pub pserver: PortLayout,
+    /// Port of each trainer's own endpoint (fleet, collective).
+    pub trainer: u16,
+}
+
+/// What runs: the commands, and the training program with its arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Program {
+    pub pserver_cmd: Vec<String>,
+    pub trainer_cmd: Vec<String>,
+    /// The training program for v2/fleet/collective: `sh -c ENTRY`, or the args after `--`.
+    pub entry: Option<String>,
+    pub trainer_args: PassThrough,
+}
+
+/// How long the launcher waits, lingers and gives its children to stop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Timing {
+    /// None: wait forever.
+    pub wait_timeout: Option<Duration>,
+    pub pserver_timeout: Duration,
+    pub linger: Duration,
+    pub grace_period: Duration,
+}
+
+/// Files: the shared job directory, the work directory, id files and file lists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Workspace {
+    pub job_path: Option<PathBuf>,
+    pub train_config_dir: Option<String>,
+    pub workdir: PathBuf,
+    /// Directory for the `trainer_id` and `trainer_count` files; None: not written.
+    pub id_dir: Option<PathBuf>,
+    pub train_files: Option<String>,
+    pub test_files: Option<String>,
+    pub train_list: PathBuf,
+    pub test_list: PathBuf,
+}
+
+impl Config {
+    /// Validates every option; the parts in the order their rules depend on each other.
+    pub fn from_args(args: &JobArgs) -> Result<Config, ConfigError> {
+        let topology = Topology::from_args(args)?;
+        let ports = Ports::from_args(args)?;
+        let program = Program::from_args(args, &topology, &ports)?;
+        let timing = Timing::from_args(args)?;
+        let workspace = Workspace::from_args(args)?;
+        let control = Control::from_args(args)?;
+        Ok(Config {
+            runtime: None,
+            topology,
+            ports,
+            program,
+            timing,
+            workspace,
+            control,
+        })
+    }
+
+    /// The restarts the job has had as a whole before this pod started: its batch system's
+    /// attempt (JobSet's restart-attempt, Volcano's job-version) read from this pod's labels; 0
+    /// when none says. The restart count starts there, so that a training program told
+    /// `PADDLE_LAUNCHER_RESTART_COUNT` never takes a job restarted whole for a fresh one.
+    pub fn restarts_before(&self) -> u32 {
+        let Discovery::Kubernetes { groups } = &self.topology.discovery else {
+            return 0;
+        };
+        groups
+            .iter()
+            .filter_map(|g| g.ranking.own_attempt)
+            .max()
+            .map_or(0, |attempt| u32::try_from(attempt).unwrap_or(u32::MAX))
+    }
+
+    /// The pods' group this pod belongs to, by its role.
+    pub fn own_group(&self) -> GroupKind {
+        match self.topology.role {
+            PodRole::Both => GroupKind::Job,
+            PodRole::Pserver => GroupKind::Pservers,
+            PodRole::Trainer => GroupKind::Trainers,
+        }
+    }
+}
+
+/// Trainer arguments after `--`: those naming a flag the launcher generates replace it
+/// (so a flag never appears twice), the rest are appended in order.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PassThrough {
+    pub overrides: Vec<(String, String)>,
+    pub rest: Vec<String>,
+}
+
+/// Flags of the v1 trainer that the launcher generates.
+pub const GENERATED_TRAINER_FLAGS: &[&str] = &[
+    "port",
+    "ports_num",
+    "ports_num_for_sparse",
+    "nics",
+    "comment",
+    "pservers",
+    "num_gradient_servers",
+    "trainer_id",
+    "local",
+    "save_dir",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::options::NAMED_OPTIONS;
+    use super::*;
+
+    fn base() -> JobArgs {
+        JobArgs {
+            job_name: Some("paddle-cluster-job".into()),
+            gradient_num: Some("3".into()),
+            ..JobArgs::default()
+        }
+    }
+
+    fn with(f: impl FnOnce(&mut JobArgs)) -> Result<Config, ConfigError> {
+        let mut args = base();
+        f(&mut args);
+        Config::from_args(&args)
+    }
+
+    #[test]
+    fn seed_defaults() {
+        let c = with(|_| {}).unwrap();
+        assert_eq!(
+            c.ports.pserver,
+            PortLayout {
+                first: 7164,
+                dense: 1,
+                sparse: 0
+            }
+        );
+        assert_eq!(c.ports.nic, "eth0");
+        // Empty counts as unset, for commands too.
+        let blank = with(|a| a.pserver_cmd = Some("  ".into())).unwrap();
+        assert_eq!(blank.program.pserver_cmd, ["paddle", "pserver"]);
+        assert_eq!(c.program.pserver_cmd, ["paddle", "pserver"]);
+        assert_eq!(c.program.trainer_cmd, ["paddle", "train"]);
+        assert_eq!(
+            c.topology.discovery,
+            Discovery::Kubernetes {
+                groups: vec![Group {
+                    kind: GroupKind::Job,
+                    selector: LabelSelector::parse("job-name=paddle-cluster-job").unwrap(),
+                    expected: 3,
+                    ranking: Ranking::default(),
+                }]
+            }
+        );
+        assert_eq!(
+            (c.topology.role, c.topology.protocol, c.topology.pservers),
+            (PodRole::Both, Protocol::V1, 3)
+        );
+        assert_eq!(c.timing.wait_timeout, Some(Duration::from_secs(1800)));
+        assert_eq!(
+            termination_log(&base()),
+            Some(PathBuf::from("/dev/termination-log"))
+        );
+    }
+
+    /// Every rejected value names its variable, echoes the value and says what is expected.
+    #[test]
+    fn validation_table() {
+        type Edit = fn(&mut JobArgs);
+        let cases: &[(Edit, &dyn std::fmt::Display, &str, &str)] = &[
+            (|a| a.job_name = None, &JOB_NAME, "", "required"),
+            (
+                |a| a.job_name = Some("Paddle_Job".into()),
+                &JOB_NAME,
+                "Paddle_Job",
+                "job name",
+            ),
+            (
+                |a| a.namespace = Some("Prod".into()),
+                &NAMESPACE,
+                "Prod",
+                "namespace",
+            ),
+            (|a| a.port = Some("abc".into()), &PORT, "abc", "TCP port"),
+            (|a| a.port = Some("0".into()), &PORT, "0", "from 1 to 65535"),
+            (
+                |a| a.port = Some("70000".into()),
+                &PORT,
+                "70000",
+                "from 1 to 65535",
+            ),
+            (|a| a.port = Some("-1".into()), &PORT, "-1", "integer"),
+            (
+                |a| {
+                    a.port = Some("65535".into());
+                    a.ports_num = Some("2".into())
+                },
+                &PORT,
+                "65535",
+                "would end at 65536",
+            ),
+            (
+                |a| a.ports_num = Some("0".into()),
+                &PORTS_NUM,
+                "0",
+                "from 1",
+            ),
+            (
+                |a| a.ports_num_sparse = Some("x".into()),
+                &PORTS_NUM_SPARSE,
+                "x",
+                "integer",
+            ),
+            (
+                |a| a.gradient_num = Some("0".into()),
+                &GRADIENT_NUM,
+                "0",
+                "from 1",
+            ),
+            (
+                |a| a.gradient_num = Some("3.5".into()),
+                &GRADIENT_NUM,
+                "3.5",
+                "integer",
+            ),
+            (
+                |a| a.gradient_num = None,
+                &GRADIENT_NUM,
+                "",
+                "number of pods",
+            ),
+            (
+                |a| a.pod_ip = Some("10.0.0.300".into()),
+                &POD_IP,
+                "10.0.0.300",
+                "IPv4 or IPv6",
+            ),
+            (
+                |a| a.pod_name = Some("Pod_1".into()),
+                &POD_NAME,
+                "Pod_1",
+                "pod name",
+            ),
+            (
+                |a| a.selector = Some("job name=x".into()),
+                &SELECTOR,
+                "job name=x",
+                "label selector",
+            ),
+            (
+                |a| a.selector = Some("a=b,".into()),
+                &SELECTOR,
+                "a=b,",
+                "empty requirement",
+            ),
+            (
+                |a| a.peers = Some("10.0.0.1,nope,x".into()),
+                &PEERS,
+                "10.0.0.1,nope,x",
+                "`nope`",
+            ),
+            (
+                |a| a.peers = Some("10.0.0.1".into()),
+                &PEERS,
+                "10.0.0.1",
+                "exactly CONF_PADDLE_GRADIENT_NUM = 3",
+            ),
+            (
+                |a| a.wait_timeout = Some("10m".into()),
+                &WAIT_TIMEOUT,
+                "10m",
+                "whole seconds",
+            ),
+            (
+                |a| a.linger = Some("-5".into()),
+                &LINGER,
+                "-5",
+                "whole seconds",
+            ),
+            (
+                |a| a.nic = Some("eth0/1".into()),
+                &NIC,
+                "eth0/1",
+                "interface",
+            ),
+            (
+                |a| a.train_config_dir = Some("cfg".into()),
+                &TRAIN_CONFIG_DIR,
+                "cfg",
+                "JOB_PATH",
+            ),
+            (
+                |a| a.trainer_args = vec!["--ports_num=2".into()],
+                &TRAINER_ARGS,
+                "--ports_num=2",
+                "CONF_PADDLE_PORTS_NUM (--ports-num) (1)",
+            ),
+            (
+                |a| a.role = Some("worker".into()),
+                &ROLE,
+                "worker",
+                "both, pserver, trainer",
+            ),
+            (
+                |a| a.protocol = Some("v3".into()),
+                &PROTOCOL,
+                "v3",
+                "v1, v2, fleet, collective",
+            ),
+            (
+                |a| {
+                    a.role = Some("pserver".into());
+                    a.protocol = Some("collective".into())
+                },
+                &ROLE,
+                "pserver",
+                "collective protocol has no pservers",
+            ),
+            (
+                |a| a.role = Some("trainer".into()),
+                &TRAINER_COUNT,
+                "",
+                "number of trainer pods",
+            ),
+            (
+                |a| {
+                    a.role = Some("trainer".into());
+                    a.trainer_count = Some("4".into());
+                    a.pserver_count = Some("2".into())
+                },
+                &GRADIENT_NUM,
+                "3",
+                "TRAINERS = 4",
+            ),
+            (
+                |a| {
+                    a.role = Some("trainer".into());
+                    a.gradient_num = None;
+                    a.trainer_count = Some("4".into())
+                },
+                &PSERVER_COUNT,
+                "",
+                "number of pserver pods",
+            ),
+            (
+                |a| {
+                    a.role = Some("trainer".into());
+                    a.peers = Some("10.0.0.1".into())
+                },
+                &PEERS,
+                "10.0.0.1",
+                "no static peers",
+            ),
+            (
+                |a| a.entry = Some("python t.py".into()),
+                &ENTRY,
+                "python t.py",
+                "no entry command with --protocol v1",
+            ),
+            (
+                |a| a.protocol = Some("collective".into()),
+                &ENTRY,
+                "",
+                "the training program",
+            ),
+            (
+                |a| {
+                    a.protocol = Some("v2".into());
+                    a.entry = Some("python t.py".into());
+                    a.trainer_args = vec!["python".into()]
+                },
+                &ENTRY,
+                "python t.py",
+                "not both",
+            ),
+            (
+                |a| a.trainer_port = Some("0".into()),
+                &TRAINER_PORT,
+                "0",
+                "TCP port",
+            ),
+            (
+                |a| a.max_failed_trainers = Some("x".into()),
+                &MAX_FAILED,
+                "x",
+                "integer",
+            ),
+            (
+                |a| a.train_files = Some("data/[".into()),
+                &TRAIN_FILES,
+                "data/[",
+                "glob pattern",
+            ),
+            (
+                |a| a.trainer_args = vec!["--save_dir".into()],
+                &TRAINER_ARGS,
+                "--save_dir",
+                "a value",
+            ),
+        ];
+        for (edit, variable, value, expected) in cases {
+            let err = with(*edit).expect_err(&format!("accepted a bad {variable}={value:?}"));
+            assert_eq!(err.variable, variable.to_string(), "{err}");
+            assert_eq!(err.value, *value, "{err}");
+            assert!(err.expected.contains(expected), "{err} lacks {expected:?}");
+            let line = err.to_string();
+            assert!(
+                !line.contains('\n') && line.contains(&variable.to_string()),
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
+    fn timing_wait_of_zero_is_forever_and_defaults_hold() {
+        let t = Timing::from_args(&JobArgs {
+            wait_timeout: Some("0".into()),
+            linger: Some("5".into()),
+            ..JobArgs::default()
+        })
+        .unwrap();
+        assert_eq!(t.wait_timeout, None);
+        assert_eq!(t.linger, Duration::from_secs(5));
+        assert_eq!(
+            (t.pserver_timeout, t.grace_period),
+            (Duration::from_secs(300), Duration::from_secs(10))
+        );
+    }
+
+    #[test]
+    fn workspace_lists_follow_the_workdir_and_an_empty_id_dir_is_off() {
+        let w = Workspace::from_args(&JobArgs {
+            workdir: Some("/w".into()),
+            id_dir: Some(String::new()),
+            test_list: Some("/lists/test".into()),
+            ..JobArgs::default()
+        })
+        .unwrap();
+        assert_eq!(w.train_list, PathBuf::from("/w/train.list"));
+        assert_eq!(w.test_list, PathBuf::from("/lists/test"));
+        assert_eq!(w.id_dir, None);
+        let default = Workspace::from_args(&JobArgs::default()).unwrap();
+        assert_eq!(default.id_dir, Some(PathBuf::from("/")));
+    }
+
+    #[test]
+    fn ports_need_nothing_else_and_default_to_the_seed() {
+        let p = Ports::from_args(&JobArgs::default()).unwrap();
+        assert_eq!(
+            (p.nic.as_str(), p.pserver.first, p.trainer),
+            ("eth0", 7164, 6170)
+        );
+    }
+
+    #[test]
+    fn a_split_pserver_waits_for_pservers_and_watches_the_trainers() {
+        let t = Topology::from_args(&JobArgs {
+            job_name: Some("j".into()),
+            role: Some("pserver".into()),
+            pserver_count: Some("2".into()),
+            trainer_count: Some("3".into()),
+            ..JobArgs::default()
+        })
+        .unwrap();
+        assert_eq!((t.trainers, t.pservers), (3, 2));
+        let Discovery::Kubernetes { groups } = &t.discovery else {
+            panic!("{:?}", t.discovery)
+        };
+        assert_eq!(groups.len(), 1);
+        assert_eq!(groups[0].kind, GroupKind::Pservers);
+        assert_eq!(
+            t.trainers_to_finish.map(|g| g.selector.to_string()),
+            Some("paddle-job=j".to_string())
+        );
+    }
+
+    #[test]
+    fn program_pass_through_is_checked_against_the_ports_and_counts() {
+        let args = JobArgs {
+            job_name: Some("j".into()),
+            gradient_num: Some("2".into()),
+            trainer_args: vec!["--num_gradient_servers=2".into(), "--x=1".into()],
+            ..JobArgs::default()
+        };
+        let topology = Topology::from_args(&args).unwrap();
+        let ports = Ports::from_args(&args).unwrap();
+        let program = Program::from_args(&args, &topology, &ports).unwrap();
+        assert_eq!(program.trainer_args.rest, ["--x=1"]);
+        let four = Topology {
+            trainers: 4,
+            ..topology
+        };
+        let err = Program::from_args(&args, &four, &ports).unwrap_err();
+        assert_eq!(err.variable, TRAINER_ARGS);
+    }
+
+    /// Messages name options by their clap definition: each one named here must have one.
+    #[test]
+    fn every_named_option_has_a_definition() {
+        for opt in NAMED_OPTIONS {
+            let label = opt.to_string();
+            assert!(
+                label.ends_with(&format!("(--{})", opt.0.replace('_', "-"))),
+                "{label}"
+            );
+            assert_ne!(opt.env(), opt.0, "{label} has no environment variable");
+        }
+        assert_eq!(PORT.to_string(), "CONF_PADDLE_PORT (--port)");
+    }
+
+    #[test]
+    fn highest_valid_port_range_is_accepted() {
+        let c = with(|a| {
+            a.port = Some("65533".into());
+            a.ports_num = Some("2".into());
+            a.ports_num_sparse = Some("1".into());
+        })
+        .unwrap();
+        assert_eq!(
+            c.ports.pserver.ports().collect::<Vec<_>>(),
+            [65533, 65534, 65535]
+        );
+    }
+
+    #[test]
+    fn peers_give_the_count_and_static_discovery() {
+        let c = with(|a| {
+            a.gradient_num = None;
+            a.peers = Some("10.0.0.2, 10.0.0.1".into());
+        })
+        .unwrap();
+        assert_eq!(c.topology.trainers, 2);
+        assert_eq!(
+            c.topology.discovery,
+            Discovery::Static {
+                ips: vec!["10.0.0.2".parse().unwrap(), "10.0.0.1".parse().unwrap()]
+            }
+        );
+    }
+
+    #[test]
+    fn pass_through_separates_overrides_from_the_rest() {
+        let c = with(|a| {
+            a.ports_num = Some("2".into());
+            a.trainer_args = [
+                "--dot_period=10",
+                "--ports_num=2",
+                "--save_dir",
+                "/out",
+                "-local=1",
+                "--config=trainer_config.lr.py",
+                "--save_dir=/out2",
+            ]
+            .map(String::from)
+            .to_vec();
+        })
+        .unwrap();
+        assert_eq!(
+            c.program.trainer_args.overrides,
+            [("ports_num", "2"), ("local", "1"), ("save_dir", "/out2")]
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+        );
+        assert_eq!(
+            c.program.trainer_args.rest,
+            ["--dot_period=10", "--config=trainer_config.lr.py"]
+        );
+    }
+}

@@ -1,0 +1,318 @@
+//! The other parts of the configuration, each from its options: ports, the program, timing,
+//! the control channel and the workspace.
+
+use std::path::PathBuf;
+
+use super::*;
+
+impl Ports {
+    pub fn from_args(args: &JobArgs) -> Result<Ports, ConfigError> {
+        let nic = present(&args.nic).unwrap_or(DEFAULT_NIC).to_string();
+        if nic.len() > 15 || nic.contains(['/', ' ', ',', ':']) {
+            return Err(ConfigError::new(
+                NIC,
+                &nic,
+                "a network interface name such as eth0 (at most 15 characters)",
+            ));
+        }
+        let ports = port_layout(args)?;
+        let trainer_port = match present(&args.trainer_port) {
+            Some(text) => parse_int(text, TRAINER_PORT, 1, 65535, "a TCP port")? as u16,
+            None => DEFAULT_TRAINER_PORT,
+        };
+        Ok(Ports {
+            nic,
+            pserver: ports,
+            trainer: trainer_port,
+        })
+    }
+}
+
+impl Program {
+    /// The entry rules depend on the protocol; v1's pass-through flags on the ports and counts.
+    pub fn from_args(
+        args: &JobArgs,
+        topology: &Topology,
+        ports: &Ports,
+    ) -> Result<Program, ConfigError> {
+        let protocol = topology.protocol;
+        let entry = present(&args.entry).map(str::to_string);
+        match (protocol, &entry) {
+            (Protocol::V1, Some(text)) => {
+                return Err(ConfigError::new(
+                    ENTRY,
+                    text,
+                    "no entry command with --protocol v1, which runs --trainer-cmd with flags",
+                ))
+            }
+            (Protocol::V1, None) => {}
+            (_, None) if args.trainer_args.is_empty() => {
+                return Err(ConfigError::new(
+                    ENTRY,
+                    "",
+                    "the training program: --entry \"python train.py\", or its argv after --",
+                ))
+            }
+            (_, Some(_)) if !args.trainer_args.is_empty() => {
+                return Err(ConfigError::new(
+                    ENTRY,
+                    entry.as_deref().unwrap_or_default(),
+                    "either --entry or the program's argv after --, not both",
+                ))
+            }
+            _ => {}
+        }
+        // Only v1 generates trainer flags; other protocols run the program's argv as given.
+        let trainer_args = if protocol == Protocol::V1 {
+            parse_pass_through(&args.trainer_args, &ports.pserver, topology.trainers)?
+        } else {
+            PassThrough {
+                overrides: Vec::new(),
+                rest: args.trainer_args.clone(),
+            }
+        };
+        Ok(Program {
+            pserver_cmd: command(&args.pserver_cmd, "paddle pserver"),
+            trainer_cmd: command(&args.trainer_cmd, "paddle train"),
+            entry,
+            trainer_args,
+        })
+    }
+}
+
+impl Timing {
+    pub fn from_args(args: &JobArgs) -> Result<Timing, ConfigError> {
+        let wait_timeout = seconds(&args.wait_timeout, WAIT_TIMEOUT, 1800)?;
+        let pserver_timeout = seconds(&args.pserver_timeout, PSERVER_TIMEOUT, 300)?;
+        Ok(Timing {
+            wait_timeout: (!wait_timeout.is_zero()).then_some(wait_timeout),
+            pserver_timeout,
+            linger: seconds(&args.linger, LINGER, 30)?,
+            grace_period: seconds(&args.grace_period, GRACE_PERIOD, 10)?,
+        })
+    }
+}
+
+impl Control {
+    pub fn from_args(args: &JobArgs) -> Result<Control, ConfigError> {
+        let secret = match args.job_secret.as_deref().filter(|s| !s.is_empty()) {
+            // The value is not echoed: it is a secret.
+            Some(text) if text.len() < MIN_SECRET_LEN => {
+                return Err(ConfigError::new(
+                    JOB_SECRET,
+                    "(hidden)",
+                    "at least 32 characters, e.g. from `openssl rand -hex 16` in a Secret",
+                ))
+            }
+            secret => secret.map(|s| Secret(s.as_bytes().to_vec())),
+        };
+        let secret_file = present(&args.job_secret_file).map(PathBuf::from);
+        if let (Some(_), Some(file)) = (&secret, &secret_file) {
+            return Err(ConfigError::new(
+                JOB_SECRET_FILE,
+                &file.display().to_string(),
+                "either the secret or its file, not both",
+            ));
+        }
+        let port = |text: &str, variable| {
+            parse_int(text, variable, 1, 65535, "a TCP port").map(|n| n as u16)
+        };
+        let coordinator = present(&args.coordinator)
+            .map(|text| {
+                let bad = || {
+                    ConfigError::new(
+                        COORDINATOR,
+                        text,
+                        "HOST:PORT, e.g. my-job-0.my-job:6171 or 10.1.2.3:6171 ([v6]:port for IPv6)",
+                    )
+                };
+                let (host, number) = text.rsplit_once(':').ok_or_else(bad)?;
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                if host.is_empty() || host.contains(char::is_whitespace) {
+                    return Err(bad());
+                }
+                Ok((host.to_string(), port(number, COORDINATOR).map_err(|_| bad())?))
+            })
+            .transpose()?;
+        let max_restarts = present(&args.max_restarts)
+            .map(|text| parse_int(text, MAX_RESTARTS, 0, 10_000, "a number of restarts"))
+            .transpose()?
+            .unwrap_or(0) as u32;
+        if max_restarts > 0 && secret.is_none() && secret_file.is_none() {
+            return Err(ConfigError::new(
+                MAX_RESTARTS,
+                &max_restarts.to_string(),
+                "0 without a job secret: the launchers agree on restarts over the control channel \
+                 (set PADDLE_LAUNCHER_JOB_SECRET or PADDLE_LAUNCHER_JOB_SECRET_FILE)",
+            ));
+        }
+        Ok(Control {
+            max_restarts,
+            dns_server: topology::dns_server(args)?,
+            secret,
+            secret_file,
+            coordinator,
+            port: present(&args.control_port)
+                .map(|text| port(text, CONTROL_PORT))
+                .transpose()?
+                .unwrap_or(DEFAULT_CONTROL_PORT),
+            heartbeat_timeout: match seconds(&args.heartbeat_timeout, HEARTBEAT_TIMEOUT, 10)? {
+                d if d.is_zero() => {
+                    return Err(ConfigError::new(
+                        HEARTBEAT_TIMEOUT,
+                        "0",
+                        "whole seconds from 1 (a launcher must be allowed some silence)",
+                    ))
+                }
+                d => d,
+            },
+        })
+    }
+}
+
+impl Workspace {
+    pub fn from_args(args: &JobArgs) -> Result<Workspace, ConfigError> {
+        let job_path = present(&args.job_path).map(PathBuf::from);
+        let train_config_dir = match present(&args.train_config_dir) {
+            Some(dir) if job_path.is_none() => return Err(ConfigError::new(
+                TRAIN_CONFIG_DIR,
+                dir,
+                "to be set together with JOB_PATH (it names a directory under $JOB_PATH/$JOB_NAME)",
+            )),
+            Some(dir) if dir.split('/').any(|c| c == "..") || dir.starts_with('/') => {
+                return Err(ConfigError::new(
+                    TRAIN_CONFIG_DIR,
+                    dir,
+                    "a relative directory under $JOB_PATH/$JOB_NAME, without '..'",
+                ))
+            }
+            dir => dir.map(str::to_string),
+        };
+        let glob_option = |value: &Option<String>, variable| match present(value) {
+            Some(pattern) if glob::Pattern::new(pattern).is_err() => Err(ConfigError::new(
+                variable,
+                pattern,
+                "a glob pattern such as /data/train/part-*",
+            )),
+            pattern => Ok(pattern.map(str::to_string)),
+        };
+        let train_files = glob_option(&args.train_files, TRAIN_FILES)?;
+        let test_files = glob_option(&args.test_files, TEST_FILES)?;
+        let workdir = PathBuf::from(present(&args.workdir).unwrap_or("."));
+        let list_path = |value: &Option<String>, default: &str| {
+            present(value).map_or_else(|| workdir.join(default), PathBuf::from)
+        };
+        let train_list = list_path(&args.train_list, "train.list");
+        let test_list = list_path(&args.test_list, "test.list");
+        Ok(Workspace {
+            job_path,
+            train_config_dir,
+            workdir,
+            id_dir: match args.id_dir.as_deref() {
+                None => Some(PathBuf::from("/")),
+                Some("") => None,
+                Some(dir) => Some(PathBuf::from(dir)),
+            },
+            train_files,
+            test_files,
+            train_list,
+            test_list,
+        })
+    }
+}
+
+/// Where the exit reason goes: the default path, a given one, or nowhere when set empty.
+/// Known even when the rest of the configuration is invalid, so that the reason is written.
+pub fn termination_log(args: &JobArgs) -> Option<PathBuf> {
+    match args.termination_log.as_deref() {
+        None => Some(PathBuf::from(DEFAULT_TERMINATION_LOG)),
+        Some("") => None,
+        Some(path) => Some(PathBuf::from(path)),
+    }
+}
+
+fn port_layout(args: &JobArgs) -> Result<PortLayout, ConfigError> {
+    let int = |value: &Option<String>, variable, min, default: u16, what| match present(value) {
+        Some(text) => parse_int(text, variable, min, 65535, what).map(|n| n as u16),
+        None => Ok(default),
+    };
+    let first = int(&args.port, PORT, 1, DEFAULT_PORT, "a TCP port")?;
+    let dense = int(&args.ports_num, PORTS_NUM, 1, 1, "a number of dense ports")?;
+    let sparse = int(
+        &args.ports_num_sparse,
+        PORTS_NUM_SPARSE,
+        0,
+        0,
+        "a number of sparse ports",
+    )?;
+    let last = first as u32 + dense as u32 + sparse as u32 - 1;
+    if last > 65535 {
+        return Err(ConfigError::new(
+            PORT,
+            &first.to_string(),
+            format!(
+                "a first port that leaves room for {dense} dense + {sparse} sparse ports below 65536 (the range would end at {last})"
+            ),
+        ));
+    }
+    Ok(PortLayout {
+        first,
+        dense,
+        sparse,
+    })
+}
+
+/// Splits `--name=value`, `-name=value` and `--name value` (the latter only for generated
+/// flags, which all take a value) from the rest. Port-layout flags must agree with the
+/// launcher's own settings, because the pserver is started from those.
+fn parse_pass_through(
+    args: &[String],
+    ports: &PortLayout,
+    gradient_num: u32,
+) -> Result<PassThrough, ConfigError> {
+    let mut out = PassThrough::default();
+    let mut tokens = args.iter();
+    while let Some(token) = tokens.next() {
+        let stripped = token
+            .strip_prefix("--")
+            .or_else(|| token.strip_prefix('-'))
+            .filter(|s| !s.is_empty() && !s.starts_with('-'));
+        let (name, value) = match stripped.map(|s| s.split_once('=')) {
+            Some(Some((name, value))) if GENERATED_TRAINER_FLAGS.contains(&name) => {
+                (name.to_string(), value.to_string())
+            }
+            Some(None) if GENERATED_TRAINER_FLAGS.contains(&stripped.unwrap_or_default()) => {
+                let name = stripped.unwrap_or_default().to_string();
+                let value = tokens.next().ok_or_else(|| {
+                    ConfigError::new(TRAINER_ARGS, token, format!("a value after --{name}"))
+                })?;
+                (name, value.clone())
+            }
+            _ => {
+                out.rest.push(token.clone());
+                continue;
+            }
+        };
+        let own = match name.as_str() {
+            "port" => Some((ports.first.to_string(), PORT)),
+            "ports_num" => Some((ports.dense.to_string(), PORTS_NUM)),
+            "ports_num_for_sparse" => Some((ports.sparse.to_string(), PORTS_NUM_SPARSE)),
+            "num_gradient_servers" => Some((gradient_num.to_string(), GRADIENT_NUM)),
+            _ => None,
+        };
+        if let Some((own_value, variable)) = own {
+            if own_value != value {
+                return Err(ConfigError::new(
+                    TRAINER_ARGS,
+                    &format!("--{name}={value}"),
+                    format!(
+                        "the value of {variable} ({own_value}), which the pserver uses too: set it there instead"
+                    ),
+                ));
+            }
+        }
+        out.overrides.retain(|(n, _)| *n != name);
+        out.overrides.push((name, value));
+    }
+    Ok(out)
+}

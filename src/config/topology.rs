@@ -1,0 +1,327 @@
+//! Who is in the job and who this pod is: names, role, protocol, counts, and how the peers are
+//! found — one Job whose pods all run both roles (colocated), or pserver and trainer pods
+//! found apart (split).
+
+use std::net::{IpAddr, SocketAddr};
+
+use super::*;
+use crate::cli::Opt;
+
+impl Topology {
+    pub fn from_args(args: &JobArgs) -> Result<Topology, ConfigError> {
+        let job_name = required(&args.job_name, JOB_NAME, "the job's name")?;
+        if !(job_name.len() <= 63 && is_dns_subdomain(&job_name)) {
+            return Err(ConfigError::new(
+                JOB_NAME,
+                &job_name,
+                "a Kubernetes job name: 1-63 lowercase letters, digits, '-' or '.', alphanumeric at both ends",
+            ));
+        }
+        let namespace = match present(&args.namespace) {
+            Some(ns) if !is_dns_label(ns) => {
+                return Err(ConfigError::new(
+                    NAMESPACE,
+                    ns,
+                    "a namespace name: 1-63 lowercase letters, digits or '-'",
+                ))
+            }
+            ns => ns.map(str::to_string),
+        };
+        let role = match present(&args.role).unwrap_or("both") {
+            "both" => PodRole::Both,
+            "pserver" => PodRole::Pserver,
+            "trainer" => PodRole::Trainer,
+            other => {
+                return Err(ConfigError::new(
+                    ROLE,
+                    other,
+                    "one of both, pserver, trainer",
+                ))
+            }
+        };
+        let protocol = match present(&args.protocol).unwrap_or("v1") {
+            "v1" => Protocol::V1,
+            "v2" => Protocol::V2,
+            "fleet" => Protocol::Fleet,
+            "collective" => Protocol::Collective,
+            other => {
+                return Err(ConfigError::new(
+                    PROTOCOL,
+                    other,
+                    "one of v1, v2, fleet, collective",
+                ))
+            }
+        };
+        if role == PodRole::Pserver && !protocol.has_pservers() {
+            return Err(ConfigError::new(
+                ROLE,
+                "pserver",
+                "trainer or both: the collective protocol has no pservers",
+            ));
+        }
+        let peers = present(&args.peers).map(parse_peers).transpose()?;
+        let gradient_num = count(&args.gradient_num, GRADIENT_NUM)?;
+        let pod_ip = present(&args.pod_ip)
+            .map(|text| {
+                text.parse::<IpAddr>().map_err(|_| {
+                    ConfigError::new(POD_IP, text, "an IPv4 or IPv6 address, e.g. 10.1.2.3")
+                })
+            })
+            .transpose()?;
+        let pod_name = match present(&args.pod_name) {
+            Some(name) if !is_dns_subdomain(name) => {
+                return Err(ConfigError::new(
+                    POD_NAME,
+                    name,
+                    "a pod name: lowercase letters, digits, '-' and '.'",
+                ))
+            }
+            name => name.map(str::to_string),
+        };
+        let layout = if role == PodRole::Both {
+            colocated(args, &job_name, protocol, gradient_num, peers)?
+        } else {
+            split(args, &job_name, role, protocol, gradient_num)?
+        };
+        let max_failed_trainers = present(&args.max_failed_trainers)
+            .map(|text| parse_int(text, MAX_FAILED, 0, MAX_PODS as u64, "a number of pods"))
+            .transpose()?
+            .map(|n| n as u32);
+        Ok(Topology {
+            job_name,
+            namespace,
+            role,
+            protocol,
+            trainers: layout.trainers,
+            pservers: layout.pservers,
+            max_failed_trainers,
+            watch_peers: match present(&args.watch_peers).unwrap_or("true") {
+                "true" | "1" | "yes" => true,
+                "false" | "0" | "no" => false,
+                other => return Err(ConfigError::new(WATCH_PEERS, other, "true or false")),
+            },
+            trainers_to_finish: layout.trainers_to_finish,
+            pod_ip,
+            pod_name,
+            discovery: layout.discovery,
+        })
+    }
+}
+
+fn parse_peers(text: &str) -> Result<Vec<IpAddr>, ConfigError> {
+    text.split(',')
+        .map(|ip| {
+            ip.trim().parse::<IpAddr>().map_err(|_| {
+                ConfigError::new(
+                    PEERS,
+                    text,
+                    format!("comma-separated IP addresses, `{}` is not one", ip.trim()),
+                )
+            })
+        })
+        .collect()
+}
+
+/// --dns-server: for --dns, and for a coordinator named by DNS.
+/// What a layout decides: the counts, and how the pods are found.
+struct Layout {
+    trainers: u32,
+    pservers: u32,
+    trainers_to_finish: Option<Group>,
+    discovery: Discovery,
+}
+
+/// One Job whose every pod runs both roles (the colocated layout), found through the API, DNS
+/// or a static list.
+fn colocated(
+    args: &JobArgs,
+    job_name: &str,
+    protocol: Protocol,
+    gradient_num: Option<u32>,
+    peers: Option<Vec<IpAddr>>,
+) -> Result<Layout, ConfigError> {
+    let trainers = match (gradient_num, &peers) {
+        (Some(n), _) => n,
+        (None, Some(ips)) => ips.len() as u32,
+        (None, None) => {
+            return Err(ConfigError::new(
+                GRADIENT_NUM,
+                "",
+                "the number of pods (= trainers) in the job, e.g. 3",
+            ))
+        }
+    };
+    let dns = present(&args.dns)
+        .map(|name| {
+            let bare = name.strip_suffix('.').unwrap_or(name);
+            if bare.len() > 253 || !bare.split('.').all(crate::selector::is_dns_label) {
+                return Err(ConfigError::new(
+                    DNS,
+                    name,
+                    "a DNS name such as my-job-pods.default.svc.cluster.local",
+                ));
+            }
+            let server = dns_server(args)?;
+            Ok(Discovery::Dns {
+                name: name.to_string(),
+                server,
+            })
+        })
+        .transpose()?;
+    if let (Some(_), Some(text)) = (&dns, present(&args.peers)) {
+        return Err(ConfigError::new(
+            PEERS,
+            text,
+            "either --peers or --dns, not both",
+        ));
+    }
+    let discovery = match (peers, dns) {
+        (None, Some(dns)) => dns,
+        (Some(ips), _) => {
+            if ips.len() as u32 != trainers {
+                return Err(ConfigError::new(
+                    PEERS,
+                    args.peers.as_deref().unwrap_or_default(),
+                    format!(
+                        "exactly CONF_PADDLE_GRADIENT_NUM = {trainers} addresses, got {}",
+                        ips.len()
+                    ),
+                ));
+            }
+            if let Some(text) = present(&args.selector) {
+                return Err(ConfigError::new(
+                    SELECTOR,
+                    text,
+                    "no selector together with --peers (static membership uses no API)",
+                ));
+            }
+            Discovery::Static { ips }
+        }
+        (None, None) => Discovery::Kubernetes {
+            groups: vec![Group {
+                kind: GroupKind::Job,
+                selector: selector(&args.selector, SELECTOR, format!("job-name={job_name}"))?,
+                expected: trainers,
+                ranking: Ranking::default(),
+            }],
+        },
+    };
+    let pservers = if protocol.has_pservers() { trainers } else { 0 };
+    Ok(Layout {
+        trainers,
+        pservers,
+        trainers_to_finish: None,
+        discovery,
+    })
+}
+
+/// PaddleCloud's split layout: pserver pods and trainer pods, each found by its own selector.
+fn split(
+    args: &JobArgs,
+    job_name: &str,
+    role: PodRole,
+    protocol: Protocol,
+    gradient_num: Option<u32>,
+) -> Result<Layout, ConfigError> {
+    if let Some(text) = present(&args.peers) {
+        return Err(ConfigError::new(
+                PEERS,
+                text,
+                "no static peers with --role pserver/trainer (the split layout is found through Kubernetes)",
+            ));
+    }
+    if let Some(text) = present(&args.dns) {
+        return Err(ConfigError::new(
+                DNS,
+                text,
+                "no DNS membership with --role pserver/trainer (the split layout is found through Kubernetes)",
+            ));
+    }
+    let expected_trainers = "the number of trainer pods (required with --role pserver/trainer)";
+    let trainers = count(&args.trainer_count, TRAINER_COUNT)?
+        .ok_or_else(|| ConfigError::new(TRAINER_COUNT, "", expected_trainers))?;
+    if let Some(n) = gradient_num.filter(|&n| n != trainers) {
+        return Err(ConfigError::new(
+            GRADIENT_NUM,
+            &n.to_string(),
+            format!("the number of trainer pods, TRAINERS = {trainers} (or unset)"),
+        ));
+    }
+    let mut trainers_to_finish = None;
+    let mut groups = Vec::new();
+    let mut pservers = 0;
+    if protocol.has_pservers() {
+        pservers = count(&args.pserver_count, PSERVER_COUNT)?.ok_or_else(|| {
+            ConfigError::new(
+                PSERVER_COUNT,
+                "",
+                "the number of pserver pods (required with --role pserver/trainer)",
+            )
+        })?;
+        groups.push(Group {
+            kind: GroupKind::Pservers,
+            selector: selector(
+                &args.pserver_selector,
+                PSERVER_SELECTOR,
+                format!("paddle-job-pserver={job_name}"),
+            )?,
+            expected: pservers,
+            ranking: Ranking::default(),
+        });
+    }
+    let trainer_group = Group {
+        kind: GroupKind::Trainers,
+        selector: selector(
+            &args.trainer_selector,
+            TRAINER_SELECTOR,
+            format!("paddle-job={job_name}"),
+        )?,
+        expected: trainers,
+        ranking: Ranking::default(),
+    };
+    // A pserver waits only for the pserver pods (its contract names no trainer); it
+    // watches the trainer pods after the launch to know when the job is done.
+    if role == PodRole::Trainer {
+        groups.push(trainer_group);
+    } else {
+        trainers_to_finish = Some(trainer_group);
+    }
+    Ok(Layout {
+        trainers,
+        pservers,
+        trainers_to_finish,
+        discovery: Discovery::Kubernetes { groups },
+    })
+}
+
+fn count(value: &Option<String>, variable: Opt) -> Result<Option<u32>, ConfigError> {
+    present(value)
+        .map(|text| parse_int(text, variable, 1, MAX_PODS as u64, "a number of pods"))
+        .transpose()
+        .map(|n| n.map(|n| n as u32))
+}
+
+fn selector(
+    value: &Option<String>,
+    variable: Opt,
+    default: String,
+) -> Result<LabelSelector, ConfigError> {
+    let text = present(value).map(str::to_string).unwrap_or(default);
+    LabelSelector::parse(&text).map_err(|expected| {
+        ConfigError::new(variable, &text, format!("a label selector with {expected}"))
+    })
+}
+
+pub(super) fn dns_server(args: &JobArgs) -> Result<Option<SocketAddr>, ConfigError> {
+    present(&args.dns_server)
+        .map(|text| {
+            text.parse().map_err(|_| {
+                ConfigError::new(
+                    DNS_SERVER,
+                    text,
+                    "ip:port of a DNS server, e.g. 10.96.0.10:53",
+                )
+            })
+        })
+        .transpose()
+}

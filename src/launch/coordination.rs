@@ -1,0 +1,106 @@
+//! Who coordinates the job's control channel, in one place: the pod --coordinator names, pod 0
+//! of an Indexed Job with a headless Service, or the pod of rank 0; which layouts may have a
+//! channel at all; whether followers take the membership from the coordinator; and when a
+//! generated manifest names one. Pure: the shell (`launch`, `manifest`) asks.
+
+use std::net::{IpAddr, SocketAddr};
+
+use crate::config::{Config, Control, Discovery, GroupKind, JOB_SECRET, JOB_SECRET_FILE};
+use crate::error::ConfigError;
+use crate::membership::{Me, Membership};
+use crate::vocabulary::PodRole;
+
+/// The coordinator's address, and whether this pod is it (None: not known before its name is
+/// resolved): --coordinator's HOST:PORT, else the pod of rank 0 (the first trainer, else the
+/// first pserver) on the control port — the same on every pod.
+pub fn coordinator(
+    control: &Control,
+    membership: &Membership,
+    me: &Me,
+) -> Option<(String, Option<bool>)> {
+    Some(match &control.coordinator {
+        Some((host, port)) => {
+            let address = match host.parse::<IpAddr>() {
+                Ok(ip) => SocketAddr::new(ip, *port).to_string(),
+                Err(_) => format!("{host}:{port}"),
+            };
+            let ours = host.parse::<IpAddr>().ok().map(|ip| ip == me.ip);
+            (address, ours)
+        }
+        None => {
+            let first = membership
+                .trainers
+                .first()
+                .or(membership.pservers.first())?;
+            let address = SocketAddr::new(first.ip, control.port).to_string();
+            (address, Some(first.name == me.name))
+        }
+    })
+}
+
+/// Whether pod 0 of an Indexed Job may be taken for the coordinator without --coordinator:
+/// only for the pods the default selector finds, `job-name=<JOB_NAME>`, when the hostname says
+/// this pod is of that very Job (the shell checks that): under JobSet, say, pod 0 of one child
+/// Job is not the whole job's, and two coordinators would wait for each other.
+pub fn may_derive_from_indexed_job(config: &Config) -> bool {
+    let default_selector = format!("job-name={}", config.topology.job_name);
+    let one_job = match &config.topology.discovery {
+        Discovery::Kubernetes { groups } => {
+            groups.len() == 1 && groups[0].selector.to_string() == default_selector
+        }
+        _ => false,
+    };
+    config.control.coordinator.is_none() && one_job
+}
+
+/// Whether the launchers other than the coordinator take the membership from it: with a named
+/// coordinator, when the pods would be found through the Kubernetes API (the load this saves)
+/// and the job is one Job (the split layout's pservers watch the trainers themselves).
+pub fn membership_from_coordinator(config: &Config) -> bool {
+    config.control.coordinator.is_some()
+        && matches!(config.topology.discovery, Discovery::Kubernetes { .. })
+        && config.own_group() == GroupKind::Job
+}
+
+/// The split layout's pods each find only part of the job (a pserver pod its pservers), so
+/// with a channel each part would elect a coordinator of its own and the trainers would wait for
+/// pservers that joined the other: refused at the start rather than found by a hang. Judged by
+/// the settings alone, before any file is read, so that the line says what to change.
+pub fn refuse_split_channel(config: &Config) -> Result<(), ConfigError> {
+    let role = match config.topology.role {
+        PodRole::Both => return Ok(()),
+        PodRole::Pserver => "pserver",
+        PodRole::Trainer => "trainer",
+    };
+    if config.control.secret.is_none() && config.control.secret_file.is_none() {
+        return Ok(());
+    }
+    let (variable, value) = match &config.control.secret_file {
+        Some(file) => (JOB_SECRET_FILE, file.display().to_string()),
+        None => (JOB_SECRET, "(not shown)".to_string()),
+    };
+    Err(ConfigError::new(
+        variable,
+        &value,
+        format!(
+            "unset in a {role} pod of the split layout ({}): the control channel serves the layout whose every pod runs both roles; the split layout's pods are watched through the Kubernetes API",
+            crate::config::ROLE.env()
+        ),
+    ))
+}
+
+/// From this many pods on, `manifest` names a coordinator (the Indexed Job's pod 0) even without
+/// restarts: only it lists and watches the pods, the others learn them from it. Every launcher
+/// watching the job moves about 2 x N^2 pod objects through the API server per start (measured
+/// with 4.6 KB pods: 152 MB at 128 pods, 610 MB at 256, BENCHMARKS.md section 6) against 2 x N
+/// with a coordinator; below 64 (~38 MB) that is small enough not to ask for a Secret and a
+/// headless Service.
+pub const NAMED_COORDINATOR_FROM: u32 = 64;
+
+/// Whether a generated Job names its coordinator (pod 0 by its DNS name): for restarts (its
+/// replacement keeps the name), and for big jobs (only it uses the API). Not for big jobs of
+/// the split layout, whose pservers watch the trainers themselves, nor with --dns, which needs
+/// no API.
+pub fn named_in_manifest(max_restarts: u32, split: bool, dns: bool, pods: u32) -> bool {
+    max_restarts > 0 || (!split && !dns && pods >= NAMED_COORDINATOR_FROM)
+}
