@@ -1,0 +1,206 @@
+//! The shape of the code, checked: the modules' imports (`crate::` paths, outside test modules)
+//! form no cycle, and the pure core imports nothing of the I/O shell. A cycle that comes back,
+//! or a core module that starts reading files or talking to the network, fails here.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// The pure core: configuration -> membership -> ranks -> process plan, the state machines that
+/// decide every exit and restart, batch-system detection, and the words they share. Each is a
+/// module path; a module inside one is core too.
+const CORE: &[&str] = &[
+    "vocabulary",
+    "exit",
+    "error",
+    "selector",
+    "cli",
+    "config",
+    "membership",
+    "plan",
+    "protocol",
+    "verdict",
+    "batch::indexed_job",
+    "batch::jobset",
+    "batch::kubeflow",
+    "batch::lws",
+    "batch::volcano",
+    "batch",
+    "launch::lifecycle",
+    "launch::coordination",
+    "control::coordinator",
+];
+
+/// Every module of the crate (path -> source without its test module).
+fn modules() -> BTreeMap<String, String> {
+    fn walk(dir: &Path, root: &Path, out: &mut BTreeMap<String, String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, root, out);
+                continue;
+            }
+            if path.extension().and_then(|e| e.to_str()) != Some("rs") {
+                continue;
+            }
+            let relative = path.strip_prefix(root).unwrap().with_extension("");
+            let mut parts: Vec<String> = relative
+                .iter()
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect();
+            if matches!(parts.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+                parts.pop();
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let code = match text.find("#[cfg(test)]\nmod tests") {
+                Some(at) => text[..at].to_string(),
+                None => text,
+            };
+            out.insert(parts.join("::"), code);
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut out = BTreeMap::new();
+    walk(&root, &root, &mut out);
+    out
+}
+
+/// The `crate::` paths a source names, each as its segments (`use crate::{a, b::c}` too).
+fn crate_paths(code: &str) -> Vec<Vec<String>> {
+    let mut paths = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("crate::") {
+        rest = &rest[at + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let end = group.find('}').unwrap_or(group.len());
+            for item in group[..end].split(',') {
+                paths.push(segments(item.trim()));
+            }
+        } else {
+            paths.push(segments(rest));
+        }
+    }
+    paths
+}
+
+fn segments(text: &str) -> Vec<String> {
+    let end = text
+        .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+        .unwrap_or(text.len());
+    text[..end]
+        .split("::")
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The modules each module imports: for every `crate::` path, the longest module it names.
+fn imports() -> BTreeMap<String, BTreeSet<String>> {
+    let modules = modules();
+    let mut graph = BTreeMap::new();
+    for (name, code) in &modules {
+        let mut targets = BTreeSet::new();
+        for path in crate_paths(code) {
+            let target = (1..=path.len())
+                .rev()
+                .map(|n| path[..n].join("::"))
+                .find(|candidate| modules.contains_key(candidate));
+            if let Some(target) = target.filter(|t| t != name) {
+                targets.insert(target);
+            }
+        }
+        graph.insert(name.clone(), targets);
+    }
+    graph
+}
+
+fn is_core(module: &str) -> bool {
+    CORE.iter()
+        .any(|core| module == *core || module.starts_with(&format!("{core}::")))
+        && module != "batch::discover"
+}
+
+/// A cycle through `from`, if any (depth-first, the path so far in `stack`).
+fn cycle(
+    graph: &BTreeMap<String, BTreeSet<String>>,
+    node: &str,
+    stack: &mut Vec<String>,
+    done: &mut BTreeSet<String>,
+) -> Option<Vec<String>> {
+    if let Some(at) = stack.iter().position(|n| n == node) {
+        let mut found = stack[at..].to_vec();
+        found.push(node.to_string());
+        return Some(found);
+    }
+    if done.contains(node) {
+        return None;
+    }
+    stack.push(node.to_string());
+    for next in graph.get(node).into_iter().flatten() {
+        if let Some(found) = cycle(graph, next, stack, done) {
+            return Some(found);
+        }
+    }
+    stack.pop();
+    done.insert(node.to_string());
+    None
+}
+
+#[test]
+fn the_import_graph_has_no_cycle() {
+    let graph = imports();
+    assert!(graph.len() > 30, "too few modules found: {:?}", graph.keys());
+    let mut done = BTreeSet::new();
+    for node in graph.keys() {
+        if let Some(found) = cycle(&graph, node, &mut Vec::new(), &mut done) {
+            panic!("import cycle: {}", found.join(" -> "));
+        }
+    }
+}
+
+#[test]
+fn the_pure_core_imports_nothing_of_the_shell() {
+    let graph = imports();
+    for core in CORE {
+        assert!(graph.contains_key(*core), "{core} is no module of the crate");
+    }
+    let mut wrong = Vec::new();
+    for (module, targets) in graph.iter().filter(|(m, _)| is_core(m)) {
+        for target in targets.iter().filter(|t| !is_core(t)) {
+            wrong.push(format!("{module} -> {target}"));
+        }
+        // Nor does it do I/O itself.
+        // (tokio's Instant is a clock reading the tests can pause, not I/O.)
+        let code = modules()[module].replace("tokio::time::Instant", "Instant");
+        for io in ["std::fs", "std::net::TcpStream", "tokio::", "kube::", "std::process"] {
+            if code.contains(io) {
+                wrong.push(format!("{module} uses {io}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "the core reaches the shell: {wrong:#?}");
+}
+
+/// The checks above see what they claim to: a cycle and a shell import are found in sources
+/// made for it (so an empty graph or a parser that misses `use crate::{..}` cannot pass).
+#[test]
+fn the_checks_find_a_planted_cycle_and_shell_import() {
+    let paths = crate_paths("use crate::{a::B, b};\nfn f() { crate::c::d(); }");
+    assert_eq!(
+        paths,
+        [vec!["a", "B"], vec!["b"], vec!["c", "d"]]
+            .iter()
+            .map(|p| p.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+            .collect::<Vec<_>>()
+    );
+    let graph: BTreeMap<String, BTreeSet<String>> = [
+        ("a", vec!["b"]),
+        ("b", vec!["c"]),
+        ("c", vec!["a"]),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.into_iter().map(str::to_string).collect()))
+    .collect();
+    let found = cycle(&graph, "a", &mut Vec::new(), &mut BTreeSet::new()).unwrap();
+    assert_eq!(found, ["a", "b", "c", "a"]);
+    assert!(is_core("config::topology") && !is_core("launch") && !is_core("batch::discover"));
+}
