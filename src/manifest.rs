@@ -10,7 +10,9 @@
 
 use serde_json::{json, Value};
 
+use crate::cli::Opt;
 use crate::cli::{JobArgs, ManifestArgs, ManifestRuntime};
+use crate::config::options;
 use crate::config::Config;
 use crate::config::DEFAULT_CONTROL_PORT;
 use crate::error::ConfigError;
@@ -371,54 +373,54 @@ fn container_env(a: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
     // system (`--runtime auto`): the pods carry none of them.
     let from_system = a.runtime != ManifestRuntime::Job;
     let mut env = vec![
-        env_field("JOB_NAMESPACE", "metadata.namespace"),
-        env_field("POD_IP", "status.podIP"),
-        env_field("POD_NAME", "metadata.name"),
-        env_value("PADDLE_LAUNCHER_PROTOCOL", a.protocol),
-        env_value("CONF_PADDLE_PORT", a.port),
-        env_value("CONF_PADDLE_PORTS_NUM", a.ports_num),
-        env_value("CONF_PADDLE_PORTS_NUM_SPARSE", a.ports_num_sparse),
-        env_value("PADDLE_LAUNCHER_TRAINER_PORT", a.trainer_port),
-        env_value("PADDLE_LAUNCHER_WORKDIR", WORKDIR),
+        env_field(options::NAMESPACE.env(), "metadata.namespace"),
+        env_field(options::POD_IP.env(), "status.podIP"),
+        env_field(options::POD_NAME.env(), "metadata.name"),
+        env_value(options::PROTOCOL.env(), a.protocol),
+        env_value(options::PORT.env(), a.port),
+        env_value(options::PORTS_NUM.env(), a.ports_num),
+        env_value(options::PORTS_NUM_SPARSE.env(), a.ports_num_sparse),
+        env_value(options::TRAINER_PORT.env(), a.trainer_port),
+        env_value(options::WORKDIR.env(), WORKDIR),
         // The root filesystem is read-only: the id files go to the work directory.
-        env_value("PADDLE_LAUNCHER_ID_DIR", WORKDIR),
+        env_value(options::ID_DIR.env(), WORKDIR),
     ];
     if has_channel(kind) {
         // From the Secret `<job>-launcher`: a pod without it waits for it (--wait-timeout),
         // saying so, then exits 2.
         env.push(env_value(
-            "PADDLE_LAUNCHER_JOB_SECRET_FILE",
+            options::JOB_SECRET_FILE.env(),
             format!("{SECRET_DIR}/{SECRET_KEY}"),
         ));
     }
     if !from_system {
-        env.insert(0, env_value("JOB_NAME", &a.job_name));
+        env.insert(0, env_value(options::JOB_NAME.env(), &a.job_name));
         if kind.role == PodRole::Both {
-            env.push(env_value("CONF_PADDLE_GRADIENT_NUM", a.trainers));
+            env.push(env_value(options::GRADIENT_NUM.env(), a.trainers));
         } else {
-            env.push(env_value("PADDLE_LAUNCHER_ROLE", kind.role));
-            env.push(env_value("PSERVERS", a.pservers));
-            env.push(env_value("TRAINERS", a.trainers));
+            env.push(env_value(options::ROLE.env(), kind.role));
+            env.push(env_value(options::PSERVER_COUNT.env(), a.pservers));
+            env.push(env_value(options::TRAINER_COUNT.env(), a.trainers));
         }
     }
     if a.volume_claim.is_some() {
-        env.push(env_value("JOB_PATH", &a.job_path));
+        env.push(env_value(options::JOB_PATH.env(), &a.job_path));
     }
     if a.dns {
-        env.push(env_value("PADDLE_LAUNCHER_DNS", dns_name(a)));
+        env.push(env_value(options::DNS.env(), dns_name(a)));
     }
     if a.max_restarts > 0 {
-        env.push(env_value("PADDLE_LAUNCHER_MAX_RESTARTS", a.max_restarts));
+        env.push(env_value(options::MAX_RESTARTS.env(), a.max_restarts));
     }
     if named_coordinator(a) {
         // The Indexed Job's first pod, by the name its replacement keeps.
         env.push(env_value(
-            "PADDLE_LAUNCHER_COORDINATOR",
+            options::COORDINATOR.env(),
             format!("{}:{DEFAULT_CONTROL_PORT}", coordinator_host(a)),
         ));
     }
     if let Some(entry) = &a.entry {
-        env.push(env_value("ENTRY", entry));
+        env.push(env_value(options::ENTRY.env(), entry));
     }
     if let Some(passes) = a.passes {
         match a.protocol {
@@ -436,20 +438,20 @@ fn container_env(a: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
 }
 
 /// The variables the manifest sets from its own flags: an error in one names the flag.
-const FLAG_OF_VARIABLE: &[(&str, &str)] = &[
-    ("JOB_NAME", "--job-name"),
-    ("JOB_NAMESPACE", "--namespace"),
-    ("PADDLE_LAUNCHER_PROTOCOL", "--protocol"),
-    ("CONF_PADDLE_PORT", "--port"),
-    ("CONF_PADDLE_PORTS_NUM", "--ports-num"),
-    ("CONF_PADDLE_PORTS_NUM_SPARSE", "--ports-num-sparse"),
-    ("PADDLE_LAUNCHER_TRAINER_PORT", "--trainer-port"),
-    ("CONF_PADDLE_GRADIENT_NUM", "--trainers"),
-    ("TRAINERS", "--trainers"),
-    ("PSERVERS", "--pservers"),
-    ("JOB_PATH", "--job-path"),
-    ("ENTRY", "--entry"),
-    ("PADDLE_LAUNCHER_MAX_RESTARTS", "--max-restarts"),
+const FLAG_OF_VARIABLE: &[(Opt, &str)] = &[
+    (options::JOB_NAME, "--job-name"),
+    (options::NAMESPACE, "--namespace"),
+    (options::PROTOCOL, "--protocol"),
+    (options::PORT, "--port"),
+    (options::PORTS_NUM, "--ports-num"),
+    (options::PORTS_NUM_SPARSE, "--ports-num-sparse"),
+    (options::TRAINER_PORT, "--trainer-port"),
+    (options::GRADIENT_NUM, "--trainers"),
+    (options::TRAINER_COUNT, "--trainers"),
+    (options::PSERVER_COUNT, "--pservers"),
+    (options::JOB_PATH, "--job-path"),
+    (options::ENTRY, "--entry"),
+    (options::MAX_RESTARTS, "--max-restarts"),
 ];
 
 /// Runs the launcher's own validation (`Config::from_args`, what `run` does in each pod) on
@@ -569,7 +571,10 @@ fn as_manifest_error(a: &ManifestArgs, e: ConfigError) -> ConfigError {
     });
     let flag = if by_env {
         format!("--env {variable}")
-    } else if let Some((_, flag)) = FLAG_OF_VARIABLE.iter().find(|(v, _)| *v == variable) {
+    } else if let Some((_, flag)) = FLAG_OF_VARIABLE
+        .iter()
+        .find(|(opt, _)| opt.env() == variable)
+    {
         flag.to_string()
     } else {
         // Already in words that fit `manifest` too, e.g. "trainer argument (after --)".

@@ -47,7 +47,10 @@ fn modules() -> BTreeMap<String, String> {
                 .iter()
                 .map(|p| p.to_string_lossy().into_owned())
                 .collect();
-            if matches!(parts.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+            if matches!(
+                parts.last().map(String::as_str),
+                Some("mod" | "lib" | "main")
+            ) {
                 parts.pop();
             }
             let text = std::fs::read_to_string(&path).unwrap();
@@ -148,7 +151,11 @@ fn cycle(
 #[test]
 fn the_import_graph_has_no_cycle() {
     let graph = imports();
-    assert!(graph.len() > 30, "too few modules found: {:?}", graph.keys());
+    assert!(
+        graph.len() > 30,
+        "too few modules found: {:?}",
+        graph.keys()
+    );
     let mut done = BTreeSet::new();
     for node in graph.keys() {
         if let Some(found) = cycle(&graph, node, &mut Vec::new(), &mut done) {
@@ -161,7 +168,10 @@ fn the_import_graph_has_no_cycle() {
 fn the_pure_core_imports_nothing_of_the_shell() {
     let graph = imports();
     for core in CORE {
-        assert!(graph.contains_key(*core), "{core} is no module of the crate");
+        assert!(
+            graph.contains_key(*core),
+            "{core} is no module of the crate"
+        );
     }
     let mut wrong = Vec::new();
     for (module, targets) in graph.iter().filter(|(m, _)| is_core(m)) {
@@ -171,7 +181,13 @@ fn the_pure_core_imports_nothing_of_the_shell() {
         // Nor does it do I/O itself.
         // (tokio's Instant is a clock reading the tests can pause, not I/O.)
         let code = modules()[module].replace("tokio::time::Instant", "Instant");
-        for io in ["std::fs", "std::net::TcpStream", "tokio::", "kube::", "std::process"] {
+        for io in [
+            "std::fs",
+            "std::net::TcpStream",
+            "tokio::",
+            "kube::",
+            "std::process",
+        ] {
             if code.contains(io) {
                 wrong.push(format!("{module} uses {io}"));
             }
@@ -192,14 +208,11 @@ fn the_checks_find_a_planted_cycle_and_shell_import() {
             .map(|p| p.iter().map(|s| s.to_string()).collect::<Vec<_>>())
             .collect::<Vec<_>>()
     );
-    let graph: BTreeMap<String, BTreeSet<String>> = [
-        ("a", vec!["b"]),
-        ("b", vec!["c"]),
-        ("c", vec!["a"]),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.into_iter().map(str::to_string).collect()))
-    .collect();
+    let graph: BTreeMap<String, BTreeSet<String>> =
+        [("a", vec!["b"]), ("b", vec!["c"]), ("c", vec!["a"])]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.into_iter().map(str::to_string).collect()))
+            .collect();
     let found = cycle(&graph, "a", &mut Vec::new(), &mut BTreeSet::new()).unwrap();
     assert_eq!(found, ["a", "b", "c", "a"]);
     assert!(is_core("config::topology") && !is_core("launch") && !is_core("batch::discover"));

@@ -10,7 +10,10 @@
 use std::collections::BTreeMap;
 
 use crate::cli::JobArgs;
-use crate::config::{Ranking, RUNTIME};
+use crate::config::{
+    Ranking, COORDINATOR, GRADIENT_NUM, JOB_NAME, PSERVER_COUNT, PSERVER_SELECTOR, ROLE, RUNTIME,
+    SELECTOR, TRAINER_COUNT, TRAINER_SELECTOR,
+};
 use crate::error::ConfigError;
 use crate::vocabulary::{System, COMPLETION_INDEX};
 
@@ -305,7 +308,7 @@ pub fn fill(detected: &Detected, args: &JobArgs) -> (JobArgs, Vec<String>) {
     };
     set(
         &mut out.job_name,
-        "JOB_NAME",
+        JOB_NAME.env(),
         Some(detected.job_name.clone()),
     );
     // A selector given picks other pods than the system's: their count is the user's too.
@@ -317,12 +320,12 @@ pub fn fill(detected: &Detected, args: &JobArgs) -> (JobArgs, Vec<String>) {
         Layout::Colocated(task) => {
             set(
                 &mut out.selector,
-                "PADDLE_LAUNCHER_SELECTOR",
+                SELECTOR.env(),
                 Some(task.selector.clone()),
             );
             set(
                 &mut out.gradient_num,
-                "CONF_PADDLE_GRADIENT_NUM",
+                GRADIENT_NUM.env(),
                 pods(task, &args.selector),
             );
         }
@@ -336,29 +339,25 @@ pub fn fill(detected: &Detected, args: &JobArgs) -> (JobArgs, Vec<String>) {
             } else {
                 "trainer"
             };
-            set(
-                &mut out.role,
-                "PADDLE_LAUNCHER_ROLE",
-                Some(role.to_string()),
-            );
+            set(&mut out.role, ROLE.env(), Some(role.to_string()));
             set(
                 &mut out.pserver_selector,
-                "PADDLE_LAUNCHER_PSERVER_SELECTOR",
+                PSERVER_SELECTOR.env(),
                 Some(pservers.selector.clone()),
             );
             set(
                 &mut out.trainer_selector,
-                "PADDLE_LAUNCHER_TRAINER_SELECTOR",
+                TRAINER_SELECTOR.env(),
                 Some(trainers.selector.clone()),
             );
             set(
                 &mut out.pserver_count,
-                "PSERVERS",
+                PSERVER_COUNT.env(),
                 pods(pservers, &args.pserver_selector),
             );
             set(
                 &mut out.trainer_count,
-                "TRAINERS",
+                TRAINER_COUNT.env(),
                 pods(trainers, &args.trainer_selector),
             );
         }
@@ -369,7 +368,7 @@ pub fn fill(detected: &Detected, args: &JobArgs) -> (JobArgs, Vec<String>) {
             .unwrap_or(crate::config::DEFAULT_CONTROL_PORT);
         set(
             &mut out.coordinator,
-            "PADDLE_LAUNCHER_COORDINATOR",
+            COORDINATOR.env(),
             Some(format!("{host}:{port}")),
         );
     }

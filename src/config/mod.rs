@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::cli::JobArgs;
 
-mod options;
+pub mod options;
 mod parts;
 mod topology;
 

@@ -39,6 +39,7 @@ pub const DNS_SERVER: Opt = Opt("dns_server");
 pub const WATCH_PEERS: Opt = Opt("watch_peers");
 pub const TERMINATION_LOG: Opt = Opt("termination_log");
 pub const WORKDIR: Opt = Opt("workdir");
+pub const JOB_PATH: Opt = Opt("job_path");
 pub const ID_DIR: Opt = Opt("id_dir");
 pub const JOB_SECRET: Opt = Opt("job_secret");
 pub const JOB_SECRET_FILE: Opt = Opt("job_secret_file");
@@ -83,6 +84,7 @@ pub(super) const NAMED_OPTIONS: &[Opt] = &[
     WATCH_PEERS,
     TERMINATION_LOG,
     WORKDIR,
+    JOB_PATH,
     ID_DIR,
     JOB_SECRET,
     JOB_SECRET_FILE,
