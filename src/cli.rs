@@ -386,7 +386,8 @@ impl JobArgs {
 }
 
 /// An option of `run`, named by its clap id (the `JobArgs` field). Errors, local mode and the
-/// README's table all take the option's variable and flag from its one clap definition.
+/// options table of docs/configuration.md all take the option's variable and flag from its one
+/// clap definition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Opt(pub &'static str);
 
@@ -433,8 +434,9 @@ impl std::fmt::Display for Opt {
     }
 }
 
-/// The README's table of options, generated from the clap definitions (a test keeps the
-/// README equal to it): variable, flag, default (the help text's `[default: ...]`), meaning.
+/// The options table of docs/configuration.md, generated from the clap definitions (a test
+/// keeps the page equal to it): variable, flag, default (the help text's `[default: ...]`),
+/// meaning.
 pub fn options_table() -> String {
     let mut out = String::from("| env | flag | default | meaning |\n|---|---|---|---|\n");
     for (_, env, flag, help) in definitions() {
@@ -458,12 +460,16 @@ mod tests {
         "<!-- options table: generated from the CLI definitions in src/cli.rs; a test checks it -->\n";
     const TABLE_END: &str = "<!-- end of the options table -->";
 
-    /// The README's table of options is the CLI's own definition, not a copy kept by hand.
+    /// The options table of docs/configuration.md is the CLI's own definition, not a copy kept
+    /// by hand.
     #[test]
     fn the_readme_options_table_is_the_cli_definition() {
-        let readme =
-            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-        let table = readme
+        let page = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/docs/configuration.md"
+        ))
+        .unwrap();
+        let table = page
             .split(TABLE_BEGIN)
             .nth(1)
             .and_then(|rest| rest.split(TABLE_END).next());
@@ -471,7 +477,7 @@ mod tests {
         assert_eq!(
             table,
             Some(expected.as_str()),
-            "README.md's options table differs from the CLI; it should read:\n{TABLE_BEGIN}{expected}{TABLE_END}"
+            "docs/configuration.md's options table differs from the CLI; it should read:\n{TABLE_BEGIN}{expected}{TABLE_END}"
         );
     }
 

@@ -118,21 +118,44 @@ fn colocated_example_is_valid_and_wired_to_the_launcher() {
     );
 }
 
-/// The README's RBAC block creates the ServiceAccount its Job snippets run as, and binds the
-/// Role to it in the one namespace of all three objects.
+/// The YAML blocks of the documentation: README.md, then every page of docs/ by name, each block
+/// with the file it is in.
+fn documented_yaml_blocks() -> Vec<(String, String)> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages: Vec<_> = std::fs::read_dir(root.join("docs"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "md"))
+        .collect();
+    pages.sort();
+    std::iter::once(root.join("README.md"))
+        .chain(pages)
+        .flat_map(|path| {
+            let name = path.strip_prefix(root).unwrap().display().to_string();
+            let text = std::fs::read_to_string(&path).unwrap();
+            text.split("```yaml\n")
+                .skip(1)
+                .map(|rest| (name.clone(), rest.split("```").next().unwrap().to_string()))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The documentation's RBAC block creates the ServiceAccount its Job snippets run as, and binds
+/// the Role to it in the one namespace of all three objects.
 #[test]
 fn readme_rbac_creates_and_binds_the_jobs_service_account() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let docs: Vec<Value> = readme
-        .split("```yaml\n")
-        .skip(1)
-        .map(|rest| rest.split("```").next().unwrap())
-        .flat_map(|block| serde_saphyr::from_multiple::<Value>(block).unwrap())
+    let docs: Vec<Value> = documented_yaml_blocks()
+        .iter()
+        .flat_map(|(_, block)| serde_saphyr::from_multiple::<Value>(block).unwrap())
         .collect();
     let one = |kind: &str| {
         let found: Vec<&Value> = docs.iter().filter(|d| d["kind"] == kind).collect();
-        assert_eq!(found.len(), 1, "the README should have one {kind}");
+        assert_eq!(
+            found.len(),
+            1,
+            "README.md and docs/ together should have exactly one {kind}"
+        );
         found[0].clone()
     };
     let account: ServiceAccount = serde_json::from_value(one("ServiceAccount")).unwrap();
@@ -150,16 +173,11 @@ fn readme_rbac_creates_and_binds_the_jobs_service_account() {
     assert_eq!(subjects[0].namespace, namespace);
 }
 
-/// Every Job in the README's YAML blocks is a valid Job whose environment the launcher reads.
+/// Every Job in the documentation's YAML blocks (README.md and docs/) is a valid Job whose
+/// environment the launcher reads; the front page shows one.
 #[test]
 fn readme_job_snippets_are_valid_and_use_known_variables() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let blocks: Vec<&str> = readme
-        .split("```yaml\n")
-        .skip(1)
-        .map(|rest| rest.split("```").next().unwrap())
-        .collect();
+    let blocks = documented_yaml_blocks();
     assert!(
         blocks.len() >= 5,
         "expected the RBAC and a Job per protocol"
@@ -168,18 +186,20 @@ fn readme_job_snippets_are_valid_and_use_known_variables() {
     let paddle_own = ["PADDLE_DISTRI_BACKEND"];
     let known = launcher_env_names();
     let mut protocols = BTreeSet::new();
-    for block in blocks {
+    let mut jobs_in = BTreeSet::new();
+    for (file, block) in &blocks {
         for doc in serde_saphyr::from_multiple::<Value>(block).unwrap() {
             if doc["kind"] != "Job" {
                 continue;
             }
+            jobs_in.insert(file.as_str());
             let job: Job = serde_json::from_value(doc).unwrap();
             let pod = job.spec.unwrap().template.spec.unwrap();
             let env = pod.containers[0].env.clone().unwrap();
             for var in &env {
                 assert!(
                     known.contains(&var.name) || paddle_own.contains(&var.name.as_str()),
-                    "README uses {} which the launcher does not read",
+                    "{file} uses {} which the launcher does not read",
                     var.name
                 );
                 if var.name == "PADDLE_LAUNCHER_PROTOCOL" {
@@ -193,6 +213,7 @@ fn readme_job_snippets_are_valid_and_use_known_variables() {
         protocols,
         ["collective", "fleet", "v2"].map(String::from).into()
     );
+    assert!(jobs_in.contains("README.md"), "the front page shows no Job");
 }
 
 /// The recovering example: the launchers find their coordinator by the name of the Indexed

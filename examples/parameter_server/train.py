@@ -1,7 +1,8 @@
 """Parameter-server training with real PaddlePaddle 2.6 (CPU, brpc), started by paddle-launcher.
 
 Run with `--protocol fleet`: the launcher starts this program as every pserver and every
-trainer, with the PaddleCloudRoleMaker environment (see the README's fleet section):
+trainer, with the PaddleCloudRoleMaker environment (see the fleet section of
+docs/roles-and-protocols.md):
 
     paddle-launcher local --trainers 2 --job-name ps --protocol fleet \
         -- python examples/parameter_server/train.py /tmp/out
