@@ -75,8 +75,8 @@ pub struct ManifestArgs {
     #[arg(long)]
     pub indexed: bool,
     /// Contract with the training program: `v1` flags, `v2` PADDLE_INIT_* variables, `fleet`
-    /// (parameter server, Paddle 2.x) or `collective` (data parallel, no pserver); see the
-    /// README for the Paddle versions each needs.
+    /// (parameter server, Paddle 2.x) or `collective` (data parallel, no pserver); see
+    /// docs/roles-and-protocols.md for the Paddle versions each needs.
     #[arg(long, value_enum, default_value_t = crate::vocabulary::Protocol::V1)]
     pub protocol: crate::vocabulary::Protocol,
     /// The training program as one shell line (v2, fleet, collective).

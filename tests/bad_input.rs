@@ -1,5 +1,5 @@
 //! Bad input never panics and always gets a clear, one-line error naming what is wrong.
-//! The README's "Bad input tried" list summarises what these generate.
+//! docs/development.md (Tests) summarises what these generate.
 
 use clap::CommandFactory;
 use k8s_openapi::api::core::v1::Pod;

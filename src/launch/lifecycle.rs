@@ -703,7 +703,7 @@ fn pserver_hint(protocol: Protocol, ended: Ended) -> &'static str {
     match (protocol, ended) {
         (Protocol::V1 | Protocol::V2, Ended::Code(0)) => {
             ": the image's `paddle` is probably PaddlePaddle 2 or later, whose `paddle pserver` only prints its version; \
-             the v1/v2 protocols need PaddlePaddle 0.x/1.x (see the README), or use --protocol fleet \
+             the v1/v2 protocols need PaddlePaddle 0.x/1.x (see docs/roles-and-protocols.md), or use --protocol fleet \
              (parameter server, Paddle 2.x) or --protocol collective (data parallel)"
         }
         _ => "",
@@ -834,7 +834,7 @@ mod tests {
                 vec![
                     "spawn pserver",
                     "probe",
-                    "fail 75 pserver exited with status 0 before the trainer started: the image's `paddle` is probably PaddlePaddle 2 or later, whose `paddle pserver` only prints its version; the v1/v2 protocols need PaddlePaddle 0.x/1.x (see the README), or use --protocol fleet (parameter server, Paddle 2.x) or --protocol collective (data parallel)",
+                    "fail 75 pserver exited with status 0 before the trainer started: the image's `paddle` is probably PaddlePaddle 2 or later, whose `paddle pserver` only prints its version; the v1/v2 protocols need PaddlePaddle 0.x/1.x (see docs/roles-and-protocols.md), or use --protocol fleet (parameter server, Paddle 2.x) or --protocol collective (data parallel)",
                 ],
             ),
             (
