@@ -4,7 +4,7 @@
 
 use std::io;
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::Path;
 
 use crate::exit::signal_name;
 use crate::exit::{self, Outcome};
@@ -68,11 +68,12 @@ pub enum Error {
         "stopped the pserver: it can no longer tell when the trainer pods are done: {refusal}"
     )]
     WatchRefused { refusal: String },
-    #[error("cannot start the {label} command `{command}` in {}: {source}", cwd.display())]
+    /// `why`: what was missing or refused, in the user's terms (see `spawn_failure`).
+    #[error("cannot start the {label} command `{command}`: {why}")]
     Spawn {
         label: String,
         command: String,
-        cwd: PathBuf,
+        why: String,
         #[source]
         source: io::Error,
     },
@@ -161,6 +162,22 @@ pub enum MembershipError {
     AmbiguousIp { ip: IpAddr, names: String },
 }
 
+/// Why a command could not start, as a user fixes it: a command without a `/` is looked for on
+/// the PATH the child gets (named, since a pod's PATH is the image's), one with a `/` must
+/// exist, and the working directory must exist; anything else as the system says it.
+pub fn spawn_failure(command: &str, cwd: &Path, path: Option<&str>, source: &io::Error) -> String {
+    if source.kind() == io::ErrorKind::NotFound {
+        if !cwd.is_dir() {
+            return format!("its working directory {} does not exist", cwd.display());
+        }
+        if !command.contains('/') {
+            return format!("not found on PATH ({})", path.unwrap_or("unset"));
+        }
+        return format!("{command} does not exist");
+    }
+    format!("{source} (in {})", cwd.display())
+}
+
 /// The refusal plus the Role and RoleBinding that grant what the launcher needs.
 pub fn rbac_hint(namespace: &str, message: &str) -> String {
     // "User \"system:serviceaccount:<ns>:<name>\" cannot ..." names the pod's service account.
@@ -201,7 +218,7 @@ mod tests {
                 Error::Spawn {
                     label: "trainer".into(),
                     command: "nope".into(),
-                    cwd: ".".into(),
+                    why: "not found on PATH (/bin)".into(),
                     source: io::Error::from(io::ErrorKind::NotFound),
                 },
                 127,
@@ -210,7 +227,7 @@ mod tests {
                 Error::Spawn {
                     label: "trainer".into(),
                     command: "x".into(),
-                    cwd: ".".into(),
+                    why: "not found on PATH (/bin)".into(),
                     source: io::Error::from(io::ErrorKind::PermissionDenied),
                 },
                 126,
@@ -245,5 +262,26 @@ mod tests {
         );
         assert!(hint.contains("name: trainer, namespace: team-a"), "{hint}");
         assert!(hint.contains("verbs: [get, list, watch]"), "{hint}");
+    }
+
+    #[test]
+    fn a_command_that_cannot_start_is_named_in_the_users_terms() {
+        let missing = io::Error::from(io::ErrorKind::NotFound);
+        let here = std::env::temp_dir();
+        assert_eq!(
+            spawn_failure("pyhton", &here, Some("/usr/bin:/bin"), &missing),
+            "not found on PATH (/usr/bin:/bin)"
+        );
+        assert_eq!(
+            spawn_failure("./train.sh", &here, Some("/bin"), &missing),
+            "./train.sh does not exist"
+        );
+        let gone = here.join("no-such-dir-of-paddle-launcher");
+        assert_eq!(
+            spawn_failure("python", &gone, Some("/bin"), &missing),
+            format!("its working directory {} does not exist", gone.display())
+        );
+        let denied = io::Error::from(io::ErrorKind::PermissionDenied);
+        assert!(spawn_failure("x", &here, None, &denied).contains("(in "));
     }
 }

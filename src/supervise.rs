@@ -209,18 +209,21 @@ impl Supervisor {
                 command.env(PYTHON_UNBUFFERED, "1");
             }
         }
-        let mut child = command.spawn().map_err(|source| Error::Spawn {
-            label: spec.label.clone(),
-            command: spec.argv[0].clone(),
-            cwd: spec.cwd.to_path_buf(),
-            source,
+        let mut child = command.spawn().map_err(|source| {
+            let path = spec
+                .env
+                .get("PATH")
+                .cloned()
+                .or_else(|| std::env::var("PATH").ok());
+            Error::Spawn {
+                label: spec.label.clone(),
+                command: spec.argv[0].clone(),
+                why: crate::error::spawn_failure(&spec.argv[0], spec.cwd, path.as_deref(), &source),
+                source,
+            }
         })?;
         let pid = Pid::from_raw(child.id() as i32);
-        info!(
-            "started {} (pid {pid}): {}",
-            spec.label,
-            spec.argv.join(" ")
-        );
+        info!("started {} (pid {pid}): {}", spec.label, quoted(&spec.argv));
         if let Output::Prefixed { log } = spec.output {
             // Opened by the pumps, off the runtime thread: the log is often on a shared
             // filesystem, and a stalled mount must not stop the heartbeats.
@@ -597,9 +600,41 @@ pub fn write_termination_message(path: &Path, reason: &str) {
     }
 }
 
+/// An argv as one log line a user can read back: plain words as they are, any other argument
+/// quoted with its newlines and quotes escaped (a multi-line `sh -c` script stays one line).
+pub fn quoted(argv: &[String]) -> String {
+    let plain = |a: &String| {
+        !a.is_empty()
+            && a.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
+    };
+    argv.iter()
+        .map(|a| {
+            if plain(a) {
+                a.clone()
+            } else {
+                format!("{a:?}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_argv_is_logged_on_one_line_with_odd_arguments_quoted() {
+        let argv: Vec<String> = ["sh", "-c", "cd /data\npython train.py --lr 0.1", "--x=1"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(
+            quoted(&argv),
+            r#"sh -c "cd /data\npython train.py --lr 0.1" --x=1"#
+        );
+    }
 
     /// Lines left out of a log file that fell behind are marked where they are missing, and
     /// every queued line is written before the writer ends.

@@ -79,3 +79,32 @@ fn an_unknown_log_format_is_a_usage_error() {
         "{stderr}"
     );
 }
+
+/// Without JOB_NAME and without a cluster to ask, one line says what to set, naming the batch
+/// systems `--runtime auto` would read, and nothing about a kubeconfig comes before it.
+#[test]
+fn a_missing_job_name_is_one_line_naming_the_variable_and_the_runtime() {
+    let dir = std::env::temp_dir().join(format!("pl-no-job-name-{}", std::process::id()));
+    let missing = dir.join("no-kubeconfig");
+    let out = launcher(
+        &["run", "--", "python", "train.py"],
+        &[
+            ("CONF_PADDLE_GRADIENT_NUM", "2"),
+            ("KUBECONFIG", missing.to_str().unwrap()),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Beside the start line, only the error.
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.contains("starting as pid"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].contains("ERROR"), "{stderr}");
+    assert!(lines[0].contains("JOB_NAME (--job-name)"), "{stderr}");
+    assert!(
+        lines[0].contains("PADDLE_LAUNCHER_RUNTIME (--runtime) auto"),
+        "{stderr}"
+    );
+}

@@ -297,8 +297,10 @@ fn missing_command_exits_127_and_names_it() {
     assert_eq!(done.code(), 127, "{}", done.stderr);
     assert_contains(
         &done.stderr,
-        "cannot start the pserver-0 command `paddle_pserver_main_missing`",
+        "cannot start the pserver-0 command `paddle_pserver_main_missing`: not found on PATH (",
     );
+    // Not the system's "No such file or directory", which reads as if a directory were missing.
+    assert!(!done.stderr.contains("No such file"), "{}", done.stderr);
 }
 
 #[test]

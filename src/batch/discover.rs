@@ -72,8 +72,11 @@ pub async fn configure(
                 Ok(connected) => server.insert(connected),
                 // In `auto`, no cluster means no batch system to ask: the settings alone.
                 Err(e) if choice == Choice::Auto => {
+                    // Incomplete settings: their one-line error says what to set; the
+                    // client's (a kubeconfig path, twice) would only come before it.
+                    let config = Config::from_args(args)?;
                     warn!("batch system: not asked, no Kubernetes API ({e})");
-                    return Ok(Config::from_args(args)?);
+                    return Ok(config);
                 }
                 Err(e) => return Err(e),
             },

@@ -9,7 +9,15 @@ use crate::cli::Opt;
 
 impl Topology {
     pub fn from_args(args: &JobArgs) -> Result<Topology, ConfigError> {
-        let job_name = required(&args.job_name, JOB_NAME, "the job's name")?;
+        let job_name = required(
+            &args.job_name,
+            JOB_NAME,
+            format!(
+                "the job's name: set it, or run in a pod of a Job, JobSet, Volcano job, LeaderWorkerSet or PaddleJob, which {} auto reads",
+                RUNTIME
+            )
+            .as_str(),
+        )?;
         if !(job_name.len() <= 63 && is_dns_subdomain(&job_name)) {
             return Err(ConfigError::new(
                 JOB_NAME,

@@ -1023,7 +1023,7 @@ mod tests {
                         error: Error::Spawn {
                             label: "trainer-0".into(),
                             command: "nope".into(),
-                            cwd: ".".into(),
+                            why: "not found on PATH (/bin)".into(),
                             source: std::io::Error::from(std::io::ErrorKind::NotFound),
                         },
                     },
@@ -1249,7 +1249,7 @@ mod tests {
                 Err(Error::Spawn {
                     label: "trainer-0".into(),
                     command: "nope".into(),
-                    cwd: ".".into(),
+                    why: "not found on PATH (/bin)".into(),
                     source: std::io::Error::from(std::io::ErrorKind::NotFound),
                 }),
                 false,
@@ -1259,7 +1259,7 @@ mod tests {
                 Err(Error::Spawn {
                     label: "trainer-0".into(),
                     command: "python".into(),
-                    cwd: ".".into(),
+                    why: "not found on PATH (/bin)".into(),
                     source: std::io::Error::from_raw_os_error(nix::libc::EAGAIN),
                 }),
                 true,
