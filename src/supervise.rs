@@ -223,7 +223,7 @@ impl Supervisor {
             }
         })?;
         let pid = Pid::from_raw(child.id() as i32);
-        info!("started {} (pid {pid}): {}", spec.label, quoted(&spec.argv));
+        info!("started {} (pid {pid}): {}", spec.label, quoted(spec.argv));
         if let Output::Prefixed { log } = spec.output {
             // Opened by the pumps, off the runtime thread: the log is often on a shared
             // filesystem, and a stalled mount must not stop the heartbeats.
