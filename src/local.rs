@@ -171,20 +171,37 @@ async fn run_instances(
         }
         info!("simulated pod {i} on {}", env[POD_IP.env()]);
     }
-    let outcome = watch_instances(&mut sup, &instances).await;
+    // What a pod's launcher may take to end after another's failure: its grace period for its
+    // children, and its wait for the job's verdict.
+    let settle = config.timing.grace_period
+        + config.control.heartbeat_timeout
+        + std::time::Duration::from_secs(5);
+    let outcome = watch_instances(&mut sup, &instances, settle).await;
     sup.finish();
     outcome
 }
 
 /// Carries out the `LocalPods` machine's commands until it finishes: every decision (which
 /// status, when to stop the others) is the machine's.
-async fn watch_instances(sup: &mut Supervisor, instances: &[usize]) -> Result<Outcome, Error> {
+async fn watch_instances(
+    sup: &mut Supervisor,
+    instances: &[usize],
+    settle: std::time::Duration,
+) -> Result<Outcome, Error> {
     let mut machine = LocalPods::new(instances.len());
     let mut commands = Vec::new();
+    let mut settled_at = None;
     loop {
         for command in std::mem::take(&mut commands) {
             match command {
                 LocalCommand::Forward(sig) => sup.forward(sig),
+                LocalCommand::SettleFor => {
+                    info!(
+                        "waiting up to {} s for the other simulated pods to end on their own",
+                        settle.as_secs()
+                    );
+                    settled_at = Some(tokio::time::Instant::now() + settle);
+                }
                 LocalCommand::StopAll(sig) => {
                     sup.stop(instances, sig).await;
                     commands.extend(machine.step(LocalInput::Stopped));
@@ -193,8 +210,19 @@ async fn watch_instances(sup: &mut Supervisor, instances: &[usize]) -> Result<Ou
             }
         }
         if commands.is_empty() {
-            let event = sup.next_event().await;
-            commands.extend(step_with(&mut machine, sup, event));
+            let deadline = async {
+                match settled_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                event = sup.next_event() => commands.extend(step_with(&mut machine, sup, event)),
+                () = deadline => {
+                    settled_at = None;
+                    commands.extend(machine.step(LocalInput::Settled));
+                }
+            }
         }
     }
 }

@@ -514,11 +514,16 @@ impl Lifecycle {
 }
 
 /// `local`: the simulated pods (each a launcher process) as one machine. The first pod that
-/// fails stops the others and its status is the run's; a stop signal stops them all.
+/// fails stops the others and its status is the run's; a stop signal stops them all. A pod
+/// that ended because of another (78: its peer was lost, or the job stopped for another's
+/// failure) is not the cause: the others, which are ending on their own, get a while to say
+/// theirs, and the first cause among them is the run's status (else the 78).
 pub struct LocalPods {
     total: usize,
     running: usize,
     failure: Option<Outcome>,
+    /// The first failure was a consequence, and the others were given until `Settled`.
+    settling: bool,
     /// Waiting for `Stopped`, then finishing with this.
     stopping: Option<Result<Outcome, Error>>,
     done: bool,
@@ -534,12 +539,16 @@ pub enum LocalInput {
     },
     /// Every pod of the last `StopAll` is gone.
     Stopped,
+    /// The while given after a consequence (`SettleFor`) is over.
+    Settled,
 }
 
 #[derive(Debug)]
 pub enum LocalCommand {
     Forward(i32),
     StopAll(i32),
+    /// Say `Settled` after this long (the pods' grace period and a margin).
+    SettleFor,
     Finish(Result<Outcome, Error>),
 }
 
@@ -549,6 +558,7 @@ impl LocalPods {
             total: pods,
             running: pods,
             failure: None,
+            settling: false,
             stopping: None,
             done: false,
         }
@@ -567,12 +577,23 @@ impl LocalPods {
             LocalInput::Signal(_) => Vec::new(),
             LocalInput::Exited { label, ended } => {
                 self.running = self.running.saturating_sub(1);
-                if ended.exit_code() != 0 && self.failure.is_none() && self.stopping.is_none() {
+                let code = ended.exit_code();
+                let first_cause = self.failure.is_none() || self.settling;
+                if code != 0 && first_cause && self.stopping.is_none() {
+                    let consequence = code == exit::PEER_LOST;
+                    if consequence && self.failure.is_some() {
+                        return self.settled_if_all_ended();
+                    }
                     let failure = Outcome::new(
-                        ended.exit_code(),
+                        code,
                         format!("{label} {}; stopped the other pods", ended.describe()),
                     );
                     self.failure = Some(failure.clone());
+                    if consequence && self.running > 0 {
+                        self.settling = true;
+                        return vec![LocalCommand::SettleFor];
+                    }
+                    self.settling = false;
                     if self.running > 0 {
                         self.stopping = Some(Ok(failure));
                         return vec![LocalCommand::StopAll(libc_term())];
@@ -592,6 +613,19 @@ impl LocalPods {
                 Some(then) => self.finish(then),
                 None => Vec::new(),
             },
+            LocalInput::Settled if self.settling && self.stopping.is_none() => {
+                self.settling = false;
+                self.stopping = self.failure.clone().map(Ok);
+                vec![LocalCommand::StopAll(libc_term())]
+            }
+            LocalInput::Settled => Vec::new(),
+        }
+    }
+
+    fn settled_if_all_ended(&mut self) -> Vec<LocalCommand> {
+        match (self.running, self.failure.clone()) {
+            (0, Some(failure)) => self.finish(Ok(failure)),
+            _ => Vec::new(),
         }
     }
 
@@ -1284,12 +1318,14 @@ mod tests {
                 .map(|c| match c {
                     LocalCommand::Forward(sig) => format!("forward {sig}"),
                     LocalCommand::StopAll(sig) => format!("stop all {sig}"),
+                    LocalCommand::SettleFor => "settle".to_string(),
                     LocalCommand::Finish(Ok(o)) => format!("finish {} {}", o.code, o.reason),
                     LocalCommand::Finish(Err(e)) => format!("fail {} {e}", e.exit_code()),
                 })
                 .collect::<Vec<_>>()
         };
-        let cases: Vec<(&str, usize, Vec<LocalInput>, Vec<&str>)> = vec![
+        let cases: Vec<(&str, usize, Vec<LocalInput>, Vec<&str>)> =
+            vec![
             (
                 "all succeed",
                 2,
@@ -1308,6 +1344,35 @@ mod tests {
                 vec![
                     "stop all 15",
                     "finish 4 pod b exited with status 4; stopped the other pods",
+                ],
+            ),
+            (
+                "a pod ended by another's failure (78) is not the cause: the cause's status wins",
+                3,
+                vec![exited("a", 78), exited("b", 5), exited("c", 78), LocalInput::Stopped],
+                vec![
+                    "settle",
+                    "stop all 15",
+                    "finish 5 pod b exited with status 5; stopped the other pods",
+                ],
+            ),
+            (
+                "only consequences: the first 78, once all have ended",
+                3,
+                vec![exited("a", 78), exited("b", 78), exited("c", 78)],
+                vec![
+                    "settle",
+                    "finish 78 pod a exited with status 78; stopped the other pods",
+                ],
+            ),
+            (
+                "a consequence whose cause never ends: stopped after the while",
+                2,
+                vec![exited("a", 78), LocalInput::Settled, LocalInput::Stopped],
+                vec![
+                    "settle",
+                    "stop all 15",
+                    "finish 78 pod a exited with status 78; stopped the other pods",
                 ],
             ),
             (
