@@ -13,7 +13,7 @@ use crate::config::{Config, Discovery, GroupKind};
 use crate::error::Error;
 use crate::exit::{self, Outcome};
 use crate::membership::{judge, rank, Membership, Readiness};
-use crate::peers::kubernetes;
+use crate::peers::{kubernetes, static_list};
 
 /// The report's lines and the outcome: 0 when the job would start now.
 pub async fn doctor(
@@ -86,10 +86,10 @@ pub async fn doctor(
                 "peers: a static list of {} addresses, no Kubernetes needed",
                 ips.len()
             ));
-            return (
-                lines,
-                Outcome::new(exit::SUCCESS, "the job would start now"),
-            );
+            let members = static_list::members(&config.topology.job_name, ips);
+            let membership =
+                Membership::from_groups(config.topology.protocol, vec![(GroupKind::Job, members)]);
+            return would_start(&config, &membership, my_ip, lines);
         }
         Discovery::Dns { name, server } => {
             lines.push(format!(
@@ -99,10 +99,13 @@ pub async fn doctor(
             return match crate::peers::dns::resolve_once(name, *server).await {
                 Err(e) => (lines, e.into()),
                 Ok(Ok(ips)) if ips.len() == expected && ips.contains(&my_ip) => {
-                    let reason = format!(
-                        "{name} resolves to all {expected} addresses: the job would start now"
+                    lines.push(format!("{name} resolves to all {expected} addresses"));
+                    let members = crate::peers::dns::members(name, &ips);
+                    let membership = Membership::from_groups(
+                        config.topology.protocol,
+                        vec![(GroupKind::Job, members)],
                     );
-                    (lines, Outcome::new(exit::SUCCESS, reason))
+                    would_start(&config, &membership, my_ip, lines)
                 }
                 Ok(Ok(ips)) => {
                     let list: Vec<String> = ips.iter().map(ToString::to_string).collect();
@@ -177,26 +180,78 @@ pub async fn doctor(
         .map(|(group, pods)| (group.kind, rank(&pods)))
         .collect();
     let membership = Membership::from_groups(config.topology.protocol, ranked);
-    let own_name = config.topology.pod_name.as_deref();
-    let me = membership
-        .check_listeners(config.topology.protocol)
-        .and_then(|()| membership.locate(&config, own_name, my_ip));
-    match me {
-        Ok(me) => {
-            let id = |r: Option<usize>| r.map_or("-".to_string(), |r| r.to_string());
-            lines.push(format!(
-                "this pod would be trainer {} / pserver {}",
-                id(me.trainer_rank),
-                id(me.pserver_rank)
-            ));
-            lines.push(control_line(&config, &membership, &me));
-            (
-                lines,
-                Outcome::new(exit::SUCCESS, "the job would start now"),
-            )
+    would_start(&config, &membership, my_ip, lines)
+}
+
+/// With every pod found: what `plan` and `run` would say next, by the same rules — this pod's
+/// place among them (each listener on its own address, this pod among the members), its ranks,
+/// the channel, and whether the commands it would start exist.
+fn would_start(
+    config: &Config,
+    membership: &Membership,
+    my_ip: IpAddr,
+    mut lines: Vec<String>,
+) -> (Vec<String>, Outcome) {
+    let me = match crate::launch::locate_self(config, membership, my_ip) {
+        Ok(me) => me,
+        Err(e) => return (lines, e.into()),
+    };
+    let id = |r: Option<usize>| r.map_or("-".to_string(), |r| r.to_string());
+    lines.push(format!(
+        "this pod would be trainer {} / pserver {}",
+        id(me.trainer_rank),
+        id(me.pserver_rank)
+    ));
+    lines.push(control_line(config, membership, &me));
+    let no_files = crate::protocol::InputFiles {
+        train: None,
+        test: None,
+    };
+    let plan = crate::protocol::plan(config, membership, &me, &no_files);
+    for process in &plan.processes {
+        let Some(command) = process.argv.first() else {
+            continue;
+        };
+        let path = process
+            .env
+            .get("PATH")
+            .cloned()
+            .or_else(|| std::env::var("PATH").ok());
+        // A relative path with a `/` is found from the process's directory, as exec does.
+        let command_path = match process.cwd.join(command) {
+            joined if command.contains('/') && process.cwd.is_dir() => joined,
+            _ => std::path::PathBuf::from(command),
+        };
+        if let Some(why) = missing_command(&command_path.to_string_lossy(), path.as_deref()) {
+            let reason = format!(
+                "cannot start the {} command `{command}`: {why}",
+                process.name
+            );
+            return (lines, Outcome::new(exit::NOT_FOUND, reason));
         }
-        Err(e) => (lines, Error::from(e).into()),
     }
+    (
+        lines,
+        Outcome::new(exit::SUCCESS, "the job would start now"),
+    )
+}
+
+/// Why `command` would not be found when started with `path` (what exec would say), if so.
+fn missing_command(command: &str, path: Option<&str>) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = |p: &std::path::Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if command.contains('/') {
+        return (!runnable(std::path::Path::new(command)))
+            .then(|| format!("{command} does not exist or is not executable"));
+    }
+    let found = path
+        .unwrap_or_default()
+        .split(':')
+        .filter(|dir| !dir.is_empty())
+        .any(|dir| runnable(&std::path::Path::new(dir).join(command)));
+    (!found).then(|| format!("not found on PATH ({})", path.unwrap_or("unset")))
 }
 
 /// Where this pod stands in the control channel, in plain words.

@@ -108,3 +108,52 @@ fn a_missing_job_name_is_one_line_naming_the_variable_and_the_runtime() {
         "{stderr}"
     );
 }
+
+/// `doctor` with static peers says what `plan` and `run` would: this pod's rank, or the status
+/// they would end with (73: this pod is not among the peers, or two share an address; 127: the
+/// v1 `paddle` command is not on PATH) instead of "the job would start now".
+#[test]
+fn doctor_with_static_peers_judges_as_plan_and_run_do() {
+    let standin = concat!(env!("CARGO_MANIFEST_DIR"), "/standins/paddle");
+    let pserver = format!("{standin} pserver");
+    let trainer = format!("{standin} train");
+    let base = |peers: &'static str, pod_ip: &'static str| {
+        vec![
+            ("JOB_NAME", "doc".to_string()),
+            ("PADDLE_LAUNCHER_PEERS", peers.to_string()),
+            ("POD_IP", pod_ip.to_string()),
+            ("CONF_PADDLE_NIC", "lo".to_string()),
+            ("PADDLE_LAUNCHER_PSERVER_CMD", pserver.clone()),
+            ("PADDLE_LAUNCHER_TRAINER_CMD", trainer.clone()),
+            ("PATH", "/usr/bin:/bin".to_string()),
+        ]
+    };
+    let doctor = |env: Vec<(&str, String)>| {
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let out = launcher(&["doctor", "--", "--config=x.py"], &env);
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        (out.status.code(), stdout)
+    };
+    let (code, out) = doctor(base("127.0.0.2,127.0.0.3", "127.0.0.3"));
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("this pod would be trainer 1 / pserver 1"),
+        "{out}"
+    );
+    assert!(out.ends_with("the job would start now\n"), "{out}");
+    let (code, out) = doctor(base("127.0.0.2,127.0.0.3", "127.0.0.9"));
+    assert_eq!(code, Some(73), "{out}");
+    assert!(out.contains("is not among the job's pods"), "{out}");
+    let (code, out) = doctor(base("127.0.0.2,127.0.0.2", "127.0.0.2"));
+    assert_eq!(code, Some(73), "{out}");
+    assert!(out.contains("share the IP 127.0.0.2"), "{out}");
+    // The default commands, `paddle pserver` / `paddle train`, with no `paddle` on PATH.
+    let mut env = base("127.0.0.2,127.0.0.3", "127.0.0.2");
+    env.retain(|(k, _)| !k.ends_with("_CMD"));
+    let (code, out) = doctor(env);
+    assert_eq!(code, Some(127), "{out}");
+    assert!(
+        out.contains("command `paddle`: not found on PATH (/usr/bin:/bin)"),
+        "{out}"
+    );
+}

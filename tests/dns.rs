@@ -112,12 +112,14 @@ fn doctor_reports_what_the_name_resolves_to() {
     );
     assert_contains(&done.stdout, &expected);
     dns.set(&["127.0.0.76", "127.0.0.77", "127.0.0.78"]);
-    let done = Launcher::start(dir.path(), "doc2", &["doctor"], &env("127.0.0.78")).wait(LIMIT);
+    let mut ready = env("127.0.0.78");
+    ready.extend(["pserver", "train"].map(support::standin_cmd));
+    let done = Launcher::start(dir.path(), "doc2", &["doctor"], &ready).wait(LIMIT);
     assert_eq!(done.code(), 0, "{}", done.stdout);
-    assert_contains(
-        &done.stdout,
-        "resolves to all 3 addresses: the job would start now",
-    );
+    assert_contains(&done.stdout, "resolves to all 3 addresses");
+    // Ranked as `run` ranks DNS members: numeric IP order.
+    assert_contains(&done.stdout, "this pod would be trainer 2 / pserver 2");
+    assert_contains(&done.stdout, "the job would start now");
 }
 
 /// An unreadable /etc/resolv.conf is named as such (status 79), not as a missing Kubernetes

@@ -393,6 +393,7 @@ fn doctor_says_when_the_job_would_start_and_with_which_rank() {
     }
     let mut env = cluster.env("ok", 2);
     env.push(("POD_IP", "127.0.0.3".into()));
+    env.extend(["pserver", "train"].map(support::standin_cmd));
     let done = Launcher::start(cluster.dir.path(), "doctor", &["doctor"], &env).wait(LIMIT);
     assert_eq!(done.code(), 0, "{}\n{}", done.stdout, done.stderr);
     assert_contains(&done.stdout, "pods `job-name=ok`: all 2 Running with an IP");

@@ -666,16 +666,26 @@ fn plan_for(
         config.topology.namespace = found.namespace.clone();
     }
     let membership = found.membership.clone();
+    let me = locate_self(config, &membership, my_ip)?;
+    let plan = protocol::plan(config, &membership, &me, inputs).for_restart(0);
+    info!("{} pod {}: {}", me.name, me.ip, ranks_line(&plan, config));
+    Ok((plan, membership, me))
+}
+
+/// This pod in the membership, after the checks every plan needs (each listener on its own
+/// address). `doctor` asks the same.
+pub(crate) fn locate_self(
+    config: &Config,
+    membership: &Membership,
+    my_ip: IpAddr,
+) -> Result<Me, Error> {
     membership.check_listeners(config.topology.protocol)?;
     // Static and DNS members have made-up names: only a real pod list can be searched by name.
     let own_name = match config.topology.discovery {
         Discovery::Kubernetes { .. } => config.topology.pod_name.as_deref(),
         Discovery::Static { .. } | Discovery::Dns { .. } => None,
     };
-    let me = membership.locate(config, own_name, my_ip)?;
-    let plan = protocol::plan(config, &membership, &me, inputs).for_restart(0);
-    info!("{} pod {}: {}", me.name, me.ip, ranks_line(&plan, config));
-    Ok((plan, membership, me))
+    Ok(membership.locate(config, own_name, my_ip)?)
 }
 
 /// Without --coordinator, in an Indexed Job whose pods have a subdomain (a headless Service),

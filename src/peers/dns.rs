@@ -137,7 +137,7 @@ pub async fn wait_until_stable(
 }
 
 /// Members in numeric IP order, named by their address (DNS gives no pod names).
-fn members(name: &str, ips: &BTreeSet<IpAddr>) -> Vec<Member> {
+pub fn members(name: &str, ips: &BTreeSet<IpAddr>) -> Vec<Member> {
     ips.iter()
         .enumerate()
         .map(|(rank, ip)| Member {
