@@ -122,7 +122,10 @@ fn print_manifest(args: &ManifestArgs) -> Outcome {
                 })
                 .collect();
             let command_line = format!("paddle-launcher {}", words.join(" "));
-            print!("{}", manifest::to_yaml(&docs, &command_line));
+            print!("{}", manifest::to_yaml(args, &docs, &command_line));
+            for note in manifest::notes(args) {
+                eprintln!("{note}");
+            }
             Outcome::new(exit::SUCCESS, format!("{} documents printed", docs.len()))
         }
         Err(e) => Error::from(e).into(),

@@ -186,16 +186,18 @@ fn the_core_objects_pass_kubernetes_validate() {
             .map(|d| serde_saphyr::to_string(d).unwrap())
             .collect();
         std::fs::write(&file, text.join("---\n")).unwrap();
-        let out = Command::new(&validate)
-            .args(["--strict", "--kubernetes-version", "1.33"])
-            .arg(&file)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stdout)
-        );
+        for version in support::KUBERNETES_VERSIONS {
+            let out = Command::new(&validate)
+                .args(["--strict", "--kubernetes-version", version])
+                .arg(&file)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+        }
     }
 }
 

@@ -188,17 +188,19 @@ fn kubernetes_validate_strict_accepts_every_variant() {
     for (i, args) in VARIANTS.iter().enumerate() {
         let file = dir.path().join(format!("{i}.yaml"));
         std::fs::write(&file, manifest(args)).unwrap();
-        let out = Command::new(&validate)
-            .args(["--strict", "--kubernetes-version", "1.33"])
-            .arg(&file)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{args:?}\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        for version in support::KUBERNETES_VERSIONS {
+            let out = Command::new(&validate)
+                .args(["--strict", "--kubernetes-version", version])
+                .arg(&file)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{args:?} on Kubernetes {version}\n{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
     }
 }
 
@@ -761,5 +763,46 @@ fn the_channel_is_mounted_only_where_the_launcher_runs_it_and_kept_out_of_sideca
         assert!(!variables(job).contains(&"PADDLE_LAUNCHER_JOB_SECRET_FILE".to_string()));
         assert!(secrets(job).is_empty(), "{job}");
         assert!(template(job)["metadata"]["annotations"].is_null(), "{job}");
+    }
+}
+
+/// What applying the documents alone would miss is said on stderr and at the top of the YAML:
+/// the Secret every channel pod waits for, with the exact command in the job's namespace (none
+/// for the split layout, which mounts none), and an image that is not pinned.
+#[test]
+fn manifest_says_which_secret_must_exist_and_warns_of_an_unpinned_image() {
+    let (code, yaml, stderr) = manifest_output(&["--namespace", "team-a", "--max-restarts", "2"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let command = "kubectl create secret generic bad-launcher -n team-a --from-literal=secret=";
+    assert!(stderr.contains(command), "{stderr}");
+    let header: Vec<&str> = yaml.lines().take_while(|l| l.starts_with('#')).collect();
+    assert!(header.iter().any(|l| l.contains(command)), "{yaml}");
+    assert!(!stderr.contains("not pinned"), "{stderr}");
+    let (_, _, split) = manifest_output(&["--split", "--pservers", "1"]);
+    assert!(!split.contains("kubectl create secret"), "{split}");
+    for image in [
+        "example.com/t/p",
+        "example.com/t/p:latest",
+        "localhost:5000/p",
+    ] {
+        let out = Command::new(LAUNCHER)
+            .args(["manifest", "--job-name", "img", "--image", image])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!("--image {image} is not pinned")),
+            "{image}: {stderr}"
+        );
+    }
+    for image in ["localhost:5000/p:2.6.2", "p@sha256:0123"] {
+        let out = Command::new(LAUNCHER)
+            .args(["manifest", "--job-name", "img", "--image", image])
+            .output()
+            .unwrap();
+        assert!(
+            !String::from_utf8_lossy(&out.stderr).contains("not pinned"),
+            "{image}"
+        );
     }
 }

@@ -11,6 +11,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+/// The Kubernetes versions whose schemas the generated manifests are validated against: the
+/// oldest the docs claim (1.29: podFailurePolicy rules without onPodConditions) and the newest
+/// kubernetes-validate knows.
+#[allow(dead_code)]
+pub const KUBERNETES_VERSIONS: &[&str] = &["1.29", "1.37"];
+
 pub const LAUNCHER: &str = env!("CARGO_BIN_EXE_paddle-launcher");
 
 /// The stand-in `paddle` program (see standins/README.md).
