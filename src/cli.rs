@@ -385,6 +385,52 @@ impl JobArgs {
     }
 }
 
+/// Variables of the launcher's own prefixes that no option reads: most often a misspelt name
+/// (`CONF_PADDLE_GRADIENT_NUMS`), whose setting would silently not apply. One warning each,
+/// with the nearest name the launcher does read when one is close.
+pub fn unread_variables<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String> {
+    // Read outside `run`'s options: the log filter, and what the launcher gives its children.
+    const OTHERS: &[&str] = &["PADDLE_LAUNCHER_LOG", "PADDLE_LAUNCHER_RESTART_COUNT"];
+    let cli = <Cli as clap::CommandFactory>::command();
+    let mut known: Vec<String> = cli
+        .get_arguments()
+        .chain(cli.get_subcommands().flat_map(|s| s.get_arguments()))
+        .filter_map(|a| Some(a.get_env()?.to_string_lossy().into_owned()))
+        .collect();
+    known.extend(OTHERS.iter().map(|s| s.to_string()));
+    names
+        .filter(|n| n.starts_with("CONF_PADDLE_") || n.starts_with("PADDLE_LAUNCHER_"))
+        .filter(|n| !known.iter().any(|k| k == n))
+        .map(|name| {
+            let nearest = known
+                .iter()
+                .map(|k| (edit_distance(name, k), k))
+                .filter(|(d, _)| *d <= 3)
+                .min();
+            match nearest {
+                Some((_, k)) => format!("{name} is set but no option reads it: did you mean {k}?"),
+                None => format!("{name} is set but no option reads it"),
+            }
+        })
+        .collect()
+}
+
+/// Levenshtein distance, for "did you mean".
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut previous = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = previous + usize::from(ca != *cb);
+            previous = row[j + 1];
+            row[j + 1] = substitution.min(row[j] + 1).min(previous + 1);
+        }
+    }
+    row[b.len()]
+}
+
 /// An option of `run`, named by its clap id (the `JobArgs` field). Errors, local mode and the
 /// options table of docs/configuration.md all take the option's variable and flag from its one
 /// clap definition.
@@ -488,5 +534,24 @@ mod tests {
         }
         assert!(options_table()
             .contains("| `CONF_PADDLE_PORT` | `--port` | 7164 | First pserver port |"));
+    }
+
+    #[test]
+    fn a_misspelt_variable_is_named_with_the_nearest_one_read() {
+        let names = [
+            "CONF_PADDLE_GRADIENT_NUMS",
+            "CONF_PADDLE_GRADIENT_NUM",
+            "PADDLE_LAUNCHER_LOG",
+            "PADDLE_LAUNCHER_SOMETHING_ELSE_ENTIRELY",
+            "HOME",
+        ];
+        assert_eq!(
+            super::unread_variables(names.into_iter()),
+            [
+                "CONF_PADDLE_GRADIENT_NUMS is set but no option reads it: did you mean CONF_PADDLE_GRADIENT_NUM?",
+                "PADDLE_LAUNCHER_SOMETHING_ELSE_ENTIRELY is set but no option reads it",
+            ]
+        );
+        assert_eq!(super::edit_distance("kitten", "sitting"), 3);
     }
 }

@@ -18,11 +18,13 @@ use crate::config::{
 use crate::error::ConfigError;
 use crate::error::Error;
 use crate::exit::Outcome;
-use crate::launch::lifecycle::{LocalCommand, LocalInput, LocalPods};
+use crate::launch::lifecycle::{restarts_read, restarts_said, LocalCommand, LocalInput, LocalPods};
 use crate::supervise::{Event, Output, Signals, SpawnSpec, Supervisor};
 
 /// 127.0.0.2 .. 127.0.0.201: all on `lo`, none of them 127.0.0.1 (which other services use).
 pub const MAX_LOCAL_PODS: u64 = 200;
+/// The file in each simulated pod's directory that takes its termination message.
+const TERMINATION_LOG_FILE: &str = "termination-log";
 
 /// The IP of simulated pod `index`.
 pub fn pod_ip(index: usize) -> IpAddr {
@@ -61,10 +63,7 @@ fn instance_env(
         }
     }
     let job = &args.job;
-    let defaults = [
-        (NIC.env(), job.nic.is_none(), "lo"),
-        (TERMINATION_LOG.env(), job.termination_log.is_none(), ""),
-    ];
+    let defaults = [(NIC.env(), job.nic.is_none(), "lo")];
     for (env, unset, value) in defaults {
         if unset {
             shared.insert(env.to_string(), value.to_string());
@@ -92,6 +91,11 @@ fn instance_env(
             let base = PathBuf::from(job.workdir.as_deref().unwrap_or("."));
             let dir = base.join("paddle-local").join(format!("{job_name}-{i}"));
             env.insert(WORKDIR.env().into(), dir.display().to_string());
+            // Each pod's outcome line, as Kubernetes would keep it: `local` reads them back.
+            if present(&job.termination_log).is_none() {
+                let log = dir.join(TERMINATION_LOG_FILE);
+                env.insert(TERMINATION_LOG.env().into(), log.display().to_string());
+            }
             if job.id_dir.is_none() {
                 env.insert(ID_DIR.env().into(), dir.display().to_string());
             }
@@ -153,6 +157,18 @@ async fn run_instances(
     let mut argv = vec![exe, "run".to_string(), "--".to_string()];
     argv.extend(args.job.trainer_args.iter().cloned());
     let cwd = PathBuf::from(".");
+    // The launcher writes its termination message into an existing file only (Kubernetes
+    // creates /dev/termination-log): made empty here, so that an old one is never read back.
+    for env in &envs {
+        if let Some(log) = env.get(TERMINATION_LOG.env()).filter(|p| !p.is_empty()) {
+            let log = PathBuf::from(log);
+            let made = log
+                .parent()
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .and_then(|()| std::fs::write(&log, ""));
+            made.map_err(|e| Error::io(format!("cannot create {}", log.display()), e))?;
+        }
+    }
     let mut instances = Vec::new();
     for (i, env) in envs.iter().enumerate() {
         let spec = SpawnSpec {
@@ -178,6 +194,27 @@ async fn run_instances(
         + std::time::Duration::from_secs(5);
     let outcome = watch_instances(&mut sup, &instances, settle).await;
     sup.finish();
+    outcome
+        .map(|outcome| with_restarts(outcome, &envs, present(&args.job.termination_log).is_none()))
+}
+
+/// A success says whether the job restarted on the way, as the pods' own outcome lines say.
+fn with_restarts(
+    mut outcome: Outcome,
+    envs: &[BTreeMap<String, String>],
+    own_logs: bool,
+) -> Outcome {
+    if outcome.code != crate::exit::SUCCESS || !own_logs {
+        return outcome;
+    }
+    let restarts = envs
+        .iter()
+        .filter_map(|env| std::fs::read_to_string(env.get(TERMINATION_LOG.env())?).ok())
+        .filter_map(|line| restarts_read(&line))
+        .max();
+    if let Some(count) = restarts {
+        outcome.reason = format!("{} ({} of the job)", outcome.reason, restarts_said(count));
+    }
     outcome
 }
 

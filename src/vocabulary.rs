@@ -99,3 +99,11 @@ impl System {
 /// The Indexed Job's completion index (a label since Kubernetes 1.28, an annotation before);
 /// every other system's labels live in `batch`.
 pub const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
+
+/// "1 launcher", "3 launchers": a count with its noun, for log lines.
+pub fn count(n: usize, noun: &str) -> String {
+    match n {
+        1 => format!("1 {noun}"),
+        n => format!("{n} {noun}s"),
+    }
+}

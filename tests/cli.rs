@@ -157,3 +157,24 @@ fn doctor_with_static_peers_judges_as_plan_and_run_do() {
         "{out}"
     );
 }
+
+/// A misspelt variable would silently not apply: the launcher names it and the one it meant.
+#[test]
+fn a_misspelt_variable_gets_a_did_you_mean() {
+    let out = launcher(
+        &["plan", "--", "x.py"],
+        &[
+            ("JOB_NAME", "typo"),
+            ("PADDLE_LAUNCHER_PEERS", "127.0.0.2"),
+            ("POD_IP", "127.0.0.2"),
+            ("CONF_PADDLE_NIC", "lo"),
+            ("CONF_PADDLE_GRADIENT_NUMS", "3"),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("CONF_PADDLE_GRADIENT_NUMS is set but no option reads it: did you mean CONF_PADDLE_GRADIENT_NUM?"),
+        "{stderr}"
+    );
+}

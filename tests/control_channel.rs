@@ -314,7 +314,7 @@ fn the_coordinator_may_finish_first_and_waits_for_the_others() {
         let coordinator = job.start(0, 1);
         let follower = job.start(1, 6);
         coordinator.wait_for_output(
-            "control channel: waiting for 1 launchers to report their outcome: hb-1",
+            "control channel: waiting for 1 launcher to report their outcome: hb-1",
             LIMIT,
         );
         assert!(

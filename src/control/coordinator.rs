@@ -254,8 +254,8 @@ impl Core {
                 let waiting = self.waiting_for();
                 if !waiting.is_empty() {
                     info!(
-                        "control channel: waiting for {} launchers to report their outcome: {}",
-                        waiting.len(),
+                        "control channel: waiting for {} to report their outcome: {}",
+                        crate::vocabulary::count(waiting.len(), "launcher"),
                         waiting.join(", ")
                     );
                 }
@@ -548,8 +548,8 @@ impl Core {
             warn!("control channel: the launchers were given different restart budgets (PADDLE_LAUNCHER_MAX_RESTARTS): the job has the smallest, {max_restarts}");
         }
         info!(
-            "control channel: all {} launchers are here: starting restart epoch {epoch}",
-            self.others.len() + 1
+            "control channel: all {} are here: starting restart epoch {epoch}",
+            crate::vocabulary::count(self.others.len() + 1, "launcher")
         );
         effects.push(Effect::Broadcast(Message::Go {
             epoch,

@@ -364,8 +364,8 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
         Role::Coordinator { listen } => {
             let listener = TcpListener::bind(listen).await?;
             info!(
-                "control channel: coordinating {} launchers on {listen} (heartbeat timeout {limit} s)",
-                joining.members.len()
+                "control channel: coordinating {} on {listen} (heartbeat timeout {limit} s)",
+                crate::vocabulary::count(joining.members.len(), "launcher")
             );
             let coordinator = Coordinator::new(joining);
             tokio::spawn(coordinator.run(listener, ends).in_current_span())
@@ -605,7 +605,7 @@ impl Coordinator {
             while connections.join_next().await.is_some() {}
         })
         .await;
-        info!(
+        debug!(
             "control channel: closed; {} bytes of messages sent to the followers (heartbeats aside)",
             self.shared.sent.load(Ordering::Relaxed)
         );

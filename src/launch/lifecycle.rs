@@ -513,6 +513,21 @@ impl Lifecycle {
     }
 }
 
+/// "after 1 restart", "after 3 restarts": how a pod's outcome says the job restarted, and how
+/// `local` reads it back from the pods' termination logs.
+pub fn restarts_said(count: u32) -> String {
+    format!(
+        "after {}",
+        crate::vocabulary::count(count as usize, "restart")
+    )
+}
+
+/// The restart count a pod's outcome line says (`restarts_said`), if any.
+pub fn restarts_read(line: &str) -> Option<u32> {
+    let after = line.rsplit_once("(after ")?.1;
+    after.split(' ').next()?.parse().ok()
+}
+
 /// `local`: the simulated pods (each a launcher process) as one machine. The first pod that
 /// fails stops the others and its status is the run's; a stop signal stops them all. A pod
 /// that ended because of another (78: its peer was lost, or the job stopped for another's
@@ -1302,6 +1317,19 @@ mod tests {
         for (result, expected) in cases {
             assert_eq!(others_may_restart(&result), expected, "{result:?}");
         }
+    }
+
+    #[test]
+    fn a_restart_count_said_is_read_back() {
+        for count in [1, 2, 17] {
+            let line = format!(
+                "trainer exited with status 0 ({} of the job)",
+                restarts_said(count)
+            );
+            assert_eq!(restarts_read(&line), Some(count), "{line}");
+        }
+        assert_eq!(restarts_said(1), "after 1 restart");
+        assert_eq!(restarts_read("trainer exited with status 0"), None);
     }
 
     #[test]

@@ -66,6 +66,12 @@ pub async fn launch(args: &JobArgs, plan_only: bool) -> Outcome {
         env!("CARGO_PKG_VERSION"),
         std::process::id()
     );
+    let names: Vec<String> = std::env::vars_os()
+        .filter_map(|(name, _)| name.into_string().ok())
+        .collect();
+    for unread in crate::cli::unread_variables(names.iter().map(String::as_str)) {
+        warn!("{unread}");
+    }
     launch_steps(args, plan_only)
         .await
         .unwrap_or_else(Outcome::from)
@@ -263,10 +269,23 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                     .await;
                 }
                 supervisor.finish();
-                return result;
+                return result.map(|outcome| after_restarts(outcome, plan.restart_count));
             }
         }
     }
+}
+
+/// The pod's outcome, saying how many times the job had restarted when it ended, if at all:
+/// a success after restarts is not the same news as a first run's.
+fn after_restarts(mut outcome: Outcome, restart_count: u32) -> Outcome {
+    if restart_count > 0 {
+        outcome.reason = format!(
+            "{} ({} of the job)",
+            outcome.reason,
+            lifecycle::restarts_said(restart_count)
+        );
+    }
+    outcome
 }
 
 /// How long to wait for the coordinator's verdict after a loss.
@@ -555,8 +574,8 @@ async fn tell_followers_the_end(
     match control::join(joining).await {
         Ok(mut channel) => {
             info!(
-                "control channel: telling the {} other launchers that the job has ended (at most {} s)",
-                members.len().saturating_sub(1),
+                "control channel: telling the other {} that the job has ended (at most {} s)",
+                crate::vocabulary::count(members.len().saturating_sub(1), "launcher"),
                 grace.as_secs()
             );
             channel.told_everyone(grace).await;
