@@ -115,6 +115,14 @@ impl Error {
         }
     }
 
+    /// A stop signal ended the launcher; `doing` completes "received SIGTERM<doing>".
+    pub fn stopped(signal: i32, doing: &str) -> Self {
+        Error::Stopped {
+            signal,
+            doing: doing.to_string(),
+        }
+    }
+
     pub fn io(what: impl Into<String>, source: io::Error) -> Self {
         Error::Io {
             what: what.into(),

@@ -40,15 +40,15 @@ fn invalid(flag: &str, value: &str, expected: &str) -> ConfigError {
 
 /// `--job-path` is mounted only with `--volume-claim`: it must be an absolute directory of its
 /// own, neither one of the pod's other mounts nor over the training program.
-fn check_job_path(a: &ManifestArgs) -> Result<(), ConfigError> {
-    if a.volume_claim.is_none() {
+fn check_job_path(request: &ManifestArgs) -> Result<(), ConfigError> {
+    if request.volume_claim.is_none() {
         return Ok(());
     }
-    let path = a.job_path.trim_end_matches('/');
+    let path = request.job_path.trim_end_matches('/');
     let within =
         |inner: &str, outer: &str| inner == outer || inner.starts_with(&format!("{outer}/"));
     let reserved = ["/tmp", WORKDIR, SECRET_DIR];
-    let program = program_path(a);
+    let program = program_path(request);
     let clash = !path.starts_with('/')
         || path.is_empty()
         || path.split('/').any(|c| c == "..")
@@ -57,7 +57,7 @@ fn check_job_path(a: &ManifestArgs) -> Result<(), ConfigError> {
     if clash {
         return Err(invalid(
             "--job-path",
-            &a.job_path,
+            &request.job_path,
             "an absolute directory of its own for the claim: not /, not /tmp, /var/lib/paddle-launcher or /etc/paddle-launcher, and not above the training program",
         ));
     }
@@ -66,10 +66,10 @@ fn check_job_path(a: &ManifestArgs) -> Result<(), ConfigError> {
 
 /// The training program's path: the first absolute path in the program after `--`, or in
 /// --entry. A volume mounted over it would hide it.
-fn program_path(a: &ManifestArgs) -> Option<String> {
-    let words: Vec<String> = match &a.entry {
+fn program_path(request: &ManifestArgs) -> Option<String> {
+    let words: Vec<String> = match &request.entry {
         Some(entry) => entry.split_whitespace().map(str::to_string).collect(),
-        None => a.trainer_args.clone(),
+        None => request.trainer_args.clone(),
     };
     words
         .into_iter()
@@ -88,82 +88,84 @@ struct PodKind<'a> {
 }
 
 /// The pod templates: one Job of pods running both, or (`--split`) a pserver and a trainer Job.
-fn pod_kinds(a: &ManifestArgs) -> Vec<PodKind<'_>> {
-    if !a.split {
+fn pod_kinds(request: &ManifestArgs) -> Vec<PodKind<'_>> {
+    if !request.split {
         return vec![PodKind {
             role: PodRole::Both,
-            count: a.trainers,
-            cpu: &a.cpu,
-            memory: &a.memory,
-            gpu: a.gpu,
+            count: request.trainers,
+            cpu: &request.cpu,
+            memory: &request.memory,
+            gpu: request.gpu,
             labels: json!({}),
         }];
     }
     vec![
         PodKind {
             role: PodRole::Pserver,
-            count: a.pservers,
-            cpu: &a.pscpu,
-            memory: &a.psmemory,
+            count: request.pservers,
+            cpu: &request.pscpu,
+            memory: &request.psmemory,
             gpu: 0,
-            labels: json!({"paddle-job-pserver": a.job_name}),
+            labels: json!({"paddle-job-pserver": request.job_name}),
         },
         PodKind {
             role: PodRole::Trainer,
-            count: a.trainers,
-            cpu: &a.cpu,
-            memory: &a.memory,
-            gpu: a.gpu,
-            labels: json!({"paddle-job": a.job_name}),
+            count: request.trainers,
+            cpu: &request.cpu,
+            memory: &request.memory,
+            gpu: request.gpu,
+            labels: json!({"paddle-job": request.job_name}),
         },
     ]
 }
 
-pub fn documents(a: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
-    if !(a.job_name.len() <= 52 && is_dns_subdomain(&a.job_name)) {
+pub fn documents(request: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
+    if !(request.job_name.len() <= 52 && is_dns_subdomain(&request.job_name)) {
         // 52 leaves room for the "-pserver"/"-launcher" suffixes within 63.
         return Err(invalid(
             "--job-name",
-            &a.job_name,
+            &request.job_name,
             "a job name of 1-52 lowercase letters, digits, '-' or '.'",
         ));
     }
-    if a.image.is_empty() || a.image.contains(char::is_whitespace) {
+    if request.image.is_empty() || request.image.contains(char::is_whitespace) {
         return Err(invalid(
             "--image",
-            &a.image,
+            &request.image,
             "an image reference such as example.com/team/paddle-job:v1",
         ));
     }
-    if a.split && a.dns {
+    if request.split && request.dns {
         return Err(invalid(
             "--dns",
             "true",
             "the one-Job layout (the split layout is found through the Kubernetes API)",
         ));
     }
-    if a.split && (a.pservers == 0 || !a.protocol.has_pservers()) {
+    if request.split && (request.pservers == 0 || !request.protocol.has_pservers()) {
         return Err(invalid(
             "--split",
             "true",
             "--pservers of at least 1 and a protocol with pservers (v1, v2, fleet)",
         ));
     }
-    if a.split && a.max_restarts > 0 {
+    if request.split && request.max_restarts > 0 {
         return Err(invalid(
             "--max-restarts",
-            &a.max_restarts.to_string(),
+            &request.max_restarts.to_string(),
             "0 with --split (group restarts are generated for the one-Job layout)",
         ));
     }
-    if a.runtime != ManifestRuntime::Job && (a.dns || a.max_restarts > 0 || a.indexed) {
+    if request.runtime != ManifestRuntime::Job
+        && (request.dns || request.max_restarts > 0 || request.indexed)
+    {
         return Err(invalid(
             "--runtime",
-            runtime_name(a),
+            runtime_name(request),
             "job with --dns, --max-restarts or --indexed (under JobSet and Volcano the system's own indexes rank the pods)",
         ));
     }
-    if let Some(queue) = &a.queue {
+    if let Some(queue) = &request.queue {
         if !(queue.len() <= 63 && is_dns_subdomain(queue)) {
             return Err(invalid(
                 "--queue",
@@ -172,26 +174,26 @@ pub fn documents(a: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
             ));
         }
     }
-    if !a.split && a.pservers != 0 {
+    if !request.split && request.pservers != 0 {
         return Err(invalid(
             "--pservers",
-            &a.pservers.to_string(),
+            &request.pservers.to_string(),
             "--split too (without it every pod runs a pserver)",
         ));
     }
-    let kinds = pod_kinds(a);
+    let kinds = pod_kinds(request);
     // The variables the manifest sets itself: an --env of the same name would be a second
     // entry, and the last one wins (JOB_NAME=other would make the pods wait for other pods).
     let without_envs = ManifestArgs {
         envs: Vec::new(),
-        ..a.clone()
+        ..request.clone()
     };
     let own: Vec<String> = kinds
         .iter()
         .flat_map(|kind| container_env(&without_envs, kind))
         .filter_map(|entry| entry["name"].as_str().map(str::to_string))
         .collect();
-    for pair in &a.envs {
+    for pair in &request.envs {
         match pair.split_once('=') {
             Some((name, _)) if own.iter().any(|o| o == name) => {
                 return Err(invalid(
@@ -204,65 +206,65 @@ pub fn documents(a: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
             _ => return Err(invalid("--env", pair, "NAME=VALUE")),
         }
     }
-    check_job_path(a)?;
+    check_job_path(request)?;
     for kind in &kinds {
-        validate_pods(a, kind)?;
+        validate_pods(request, kind)?;
     }
-    let account = format!("{}-launcher", a.job_name);
+    let account = format!("{}-launcher", request.job_name);
     let mut docs = Vec::new();
-    if a.dns || named_coordinator(a) {
+    if request.dns || named_coordinator(request) {
         // Headless, and listing pods before they are Ready: the launchers wait for all of them,
         // and the coordinator's name must resolve while its pod starts.
         let mut ports = Vec::new();
-        if a.dns {
-            ports.push(match a.protocol.trainers_listen() {
-                true => json!({"name": "trainer", "port": a.trainer_port}),
-                false => json!({"name": "pserver", "port": a.port}),
+        if request.dns {
+            ports.push(match request.protocol.trainers_listen() {
+                true => json!({"name": "trainer", "port": request.trainer_port}),
+                false => json!({"name": "pserver", "port": request.port}),
             });
         }
-        if named_coordinator(a) {
+        if named_coordinator(request) {
             ports.push(json!({"name": "control", "port": DEFAULT_CONTROL_PORT}));
         }
         docs.push(json!({
             "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": dns_name(a), "namespace": a.namespace},
+            "metadata": {"name": dns_name(request), "namespace": request.namespace},
             "spec": {"clusterIP": "None", "publishNotReadyAddresses": true,
-                     "selector": {JOB_LABEL: a.job_name}, "ports": ports},
+                     "selector": {JOB_LABEL: request.job_name}, "ports": ports},
         }));
     }
-    if !a.dns {
+    if !request.dns {
         docs.extend([
             json!({"apiVersion": "v1", "kind": "ServiceAccount",
-                   "metadata": {"name": account, "namespace": a.namespace}}),
+                   "metadata": {"name": account, "namespace": request.namespace}}),
             json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-                   "metadata": {"name": account, "namespace": a.namespace},
-                   "rules": role_rules(a)}),
+                   "metadata": {"name": account, "namespace": request.namespace},
+                   "rules": role_rules(request)}),
             json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                   "metadata": {"name": account, "namespace": a.namespace},
+                   "metadata": {"name": account, "namespace": request.namespace},
                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
-                   "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": a.namespace}]}),
+                   "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": request.namespace}]}),
         ]);
     }
     docs.push(json!({
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": {"name": account, "namespace": a.namespace},
+        "metadata": {"name": account, "namespace": request.namespace},
         "spec": {
-            "podSelector": {"matchLabels": {JOB_LABEL: a.job_name}},
+            "podSelector": {"matchLabels": {JOB_LABEL: request.job_name}},
             "policyTypes": ["Ingress"],
             // Any port: gloo and the pservers' peers connect on ports of their own choosing.
-            "ingress": [{"from": [{"podSelector": {"matchLabels": {JOB_LABEL: a.job_name}}}]}],
+            "ingress": [{"from": [{"podSelector": {"matchLabels": {JOB_LABEL: request.job_name}}}]}],
         },
     }));
-    match a.runtime {
+    match request.runtime {
         ManifestRuntime::Job => {
             for kind in &kinds {
                 let name = match kind.role {
-                    PodRole::Both => a.job_name.clone(),
-                    role => format!("{}-{role}", a.job_name),
+                    PodRole::Both => request.job_name.clone(),
+                    role => format!("{}-{role}", request.job_name),
                 };
-                let mut job = job(a, &name, kind, &account);
-                if let Some(queue) = &a.queue {
+                let mut job = job(request, &name, kind, &account);
+                if let Some(queue) = &request.queue {
                     // Kueue admits a Job by unsuspending it.
                     job["metadata"]["labels"] = json!({KUEUE_QUEUE: queue});
                     job["spec"]["suspend"] = json!(true);
@@ -270,8 +272,8 @@ pub fn documents(a: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
                 docs.push(job);
             }
         }
-        ManifestRuntime::Jobset => docs.push(jobset(a, &kinds, &account)),
-        ManifestRuntime::Volcano => docs.push(volcano_job(a, &kinds, &account)),
+        ManifestRuntime::Jobset => docs.push(jobset(request, &kinds, &account)),
+        ManifestRuntime::Volcano => docs.push(volcano_job(request, &kinds, &account)),
     }
     Ok(docs)
 }
@@ -279,8 +281,8 @@ pub fn documents(a: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
 /// Kueue's queue label (kueue.x-k8s.io/v1beta1 constants).
 const KUEUE_QUEUE: &str = "kueue.x-k8s.io/queue-name";
 
-fn runtime_name(a: &ManifestArgs) -> &'static str {
-    match a.runtime {
+fn runtime_name(request: &ManifestArgs) -> &'static str {
+    match request.runtime {
         ManifestRuntime::Job => "job",
         ManifestRuntime::Jobset => "jobset",
         ManifestRuntime::Volcano => "volcano",
@@ -288,10 +290,10 @@ fn runtime_name(a: &ManifestArgs) -> &'static str {
 }
 
 /// The least the launchers need: their pods, and under JobSet the JobSet (its pod counts).
-fn role_rules(a: &ManifestArgs) -> Value {
+fn role_rules(request: &ManifestArgs) -> Value {
     let mut rules =
         vec![json!({"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]})];
-    if a.runtime == ManifestRuntime::Jobset {
+    if request.runtime == ManifestRuntime::Jobset {
         rules.push(
             json!({"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get"]}),
         );
@@ -310,21 +312,21 @@ fn task_name(kind: &PodKind) -> &'static str {
 }
 
 /// One JobSet: a replicated job of one Job per kind of pod.
-fn jobset(a: &ManifestArgs, kinds: &[PodKind], account: &str) -> Value {
+fn jobset(request: &ManifestArgs, kinds: &[PodKind], account: &str) -> Value {
     let replicated: Vec<Value> = kinds
         .iter()
         .map(|kind| {
-            let job = job(a, task_name(kind), kind, account);
+            let job = job(request, task_name(kind), kind, account);
             json!({"name": task_name(kind), "replicas": 1, "template": {"spec": job["spec"]}})
         })
         .collect();
     let mut jobset = json!({
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
-        "metadata": {"name": a.job_name, "namespace": a.namespace},
+        "metadata": {"name": request.job_name, "namespace": request.namespace},
         "spec": {"replicatedJobs": replicated},
     });
-    if let Some(queue) = &a.queue {
+    if let Some(queue) = &request.queue {
         jobset["metadata"]["labels"] = json!({KUEUE_QUEUE: queue});
         jobset["spec"]["suspend"] = json!(true);
     }
@@ -333,11 +335,11 @@ fn jobset(a: &ManifestArgs, kinds: &[PodKind], account: &str) -> Value {
 
 /// One Volcano Job: a task per kind of pod, gang-scheduled, with the env plugin (task indexes)
 /// and the svc plugin (each task's hosts and count) the launcher reads.
-fn volcano_job(a: &ManifestArgs, kinds: &[PodKind], account: &str) -> Value {
+fn volcano_job(request: &ManifestArgs, kinds: &[PodKind], account: &str) -> Value {
     let tasks: Vec<Value> = kinds
         .iter()
         .map(|kind| {
-            let job = job(a, task_name(kind), kind, account);
+            let job = job(request, task_name(kind), kind, account);
             json!({"name": task_name(kind), "replicas": kind.count, "template": job["spec"]["template"]})
         })
         .collect();
@@ -349,13 +351,13 @@ fn volcano_job(a: &ManifestArgs, kinds: &[PodKind], account: &str) -> Value {
         "plugins": {"env": [], "svc": []},
         "tasks": tasks,
     });
-    if let Some(queue) = &a.queue {
+    if let Some(queue) = &request.queue {
         spec["queue"] = json!(queue);
     }
     json!({
         "apiVersion": "batch.volcano.sh/v1alpha1",
         "kind": "Job",
-        "metadata": {"name": a.job_name, "namespace": a.namespace},
+        "metadata": {"name": request.job_name, "namespace": request.namespace},
         "spec": spec,
     })
 }
@@ -368,19 +370,19 @@ fn env_field(name: &str, path: &str) -> Value {
     json!({"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}})
 }
 
-fn container_env(a: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
+fn container_env(request: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
     // Under JobSet and Volcano the launcher reads the job's name, counts and role from the
     // system (`--runtime auto`): the pods carry none of them.
-    let from_system = a.runtime != ManifestRuntime::Job;
+    let from_system = request.runtime != ManifestRuntime::Job;
     let mut env = vec![
         env_field(options::NAMESPACE.env(), "metadata.namespace"),
         env_field(options::POD_IP.env(), "status.podIP"),
         env_field(options::POD_NAME.env(), "metadata.name"),
-        env_value(options::PROTOCOL.env(), a.protocol),
-        env_value(options::PORT.env(), a.port),
-        env_value(options::PORTS_NUM.env(), a.ports_num),
-        env_value(options::PORTS_NUM_SPARSE.env(), a.ports_num_sparse),
-        env_value(options::TRAINER_PORT.env(), a.trainer_port),
+        env_value(options::PROTOCOL.env(), request.protocol),
+        env_value(options::PORT.env(), request.port),
+        env_value(options::PORTS_NUM.env(), request.ports_num),
+        env_value(options::PORTS_NUM_SPARSE.env(), request.ports_num_sparse),
+        env_value(options::TRAINER_PORT.env(), request.trainer_port),
         env_value(options::WORKDIR.env(), WORKDIR),
         // The root filesystem is read-only: the id files go to the work directory.
         env_value(options::ID_DIR.env(), WORKDIR),
@@ -394,42 +396,42 @@ fn container_env(a: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
         ));
     }
     if !from_system {
-        env.insert(0, env_value(options::JOB_NAME.env(), &a.job_name));
+        env.insert(0, env_value(options::JOB_NAME.env(), &request.job_name));
         if kind.role == PodRole::Both {
-            env.push(env_value(options::GRADIENT_NUM.env(), a.trainers));
+            env.push(env_value(options::GRADIENT_NUM.env(), request.trainers));
         } else {
             env.push(env_value(options::ROLE.env(), kind.role));
-            env.push(env_value(options::PSERVER_COUNT.env(), a.pservers));
-            env.push(env_value(options::TRAINER_COUNT.env(), a.trainers));
+            env.push(env_value(options::PSERVER_COUNT.env(), request.pservers));
+            env.push(env_value(options::TRAINER_COUNT.env(), request.trainers));
         }
     }
-    if a.volume_claim.is_some() {
-        env.push(env_value(options::JOB_PATH.env(), &a.job_path));
+    if request.volume_claim.is_some() {
+        env.push(env_value(options::JOB_PATH.env(), &request.job_path));
     }
-    if a.dns {
-        env.push(env_value(options::DNS.env(), dns_name(a)));
+    if request.dns {
+        env.push(env_value(options::DNS.env(), dns_name(request)));
     }
-    if a.max_restarts > 0 {
-        env.push(env_value(options::MAX_RESTARTS.env(), a.max_restarts));
+    if request.max_restarts > 0 {
+        env.push(env_value(options::MAX_RESTARTS.env(), request.max_restarts));
     }
-    if named_coordinator(a) {
+    if named_coordinator(request) {
         // The Indexed Job's first pod, by the name its replacement keeps.
         env.push(env_value(
             options::COORDINATOR.env(),
-            format!("{}:{DEFAULT_CONTROL_PORT}", coordinator_host(a)),
+            format!("{}:{DEFAULT_CONTROL_PORT}", coordinator_host(request)),
         ));
     }
-    if let Some(entry) = &a.entry {
+    if let Some(entry) = &request.entry {
         env.push(env_value(options::ENTRY.env(), entry));
     }
-    if let Some(passes) = a.passes {
-        match a.protocol {
+    if let Some(passes) = request.passes {
+        match request.protocol {
             Protocol::V1 => {}
             Protocol::V2 => env.push(env_value("PADDLE_INIT_NUM_PASSES", passes)),
             Protocol::Fleet | Protocol::Collective => env.push(env_value("NUM_PASSES", passes)),
         }
     }
-    for pair in &a.envs {
+    for pair in &request.envs {
         if let Some((name, value)) = pair.split_once('=') {
             env.push(env_value(name, value));
         }
@@ -457,15 +459,15 @@ const FLAG_OF_VARIABLE: &[(Opt, &str)] = &[
 /// Runs the launcher's own validation (`Config::from_args`, what `run` does in each pod) on
 /// the environment and arguments of this kind's container, so that `manifest` accepts exactly
 /// what the pods will.
-fn validate_pods(a: &ManifestArgs, kind: &PodKind) -> Result<(), ConfigError> {
+fn validate_pods(request: &ManifestArgs, kind: &PodKind) -> Result<(), ConfigError> {
     // Only the downward API knows these; the validation needs them to be well-formed only.
     let placeholder = |path: &str| match path {
-        "metadata.namespace" => a.namespace.clone(),
-        "metadata.name" => format!("{}-0", a.job_name),
+        "metadata.namespace" => request.namespace.clone(),
+        "metadata.name" => format!("{}-0", request.job_name),
         // An address of the documentation range (RFC 5737): never a real pod's.
         _ => "192.0.2.1".to_string(),
     };
-    let pairs: Vec<(String, String)> = container_env(a, kind)
+    let pairs: Vec<(String, String)> = container_env(request, kind)
         .iter()
         .filter_map(|var| {
             let name = var["name"].as_str()?.to_string();
@@ -478,7 +480,7 @@ fn validate_pods(a: &ManifestArgs, kind: &PodKind) -> Result<(), ConfigError> {
         .collect();
     let args = JobArgs::from_env_pairs(
         pairs.iter().map(|(n, v)| (n.as_str(), v.as_str())),
-        &container_trainer_args(a, kind),
+        &container_trainer_args(request, kind),
     )
     .map_err(|e| {
         let reason = e.to_string();
@@ -489,22 +491,26 @@ fn validate_pods(a: &ManifestArgs, kind: &PodKind) -> Result<(), ConfigError> {
             "options the launcher accepts",
         )
     })?;
-    let args = as_detected(a, kind, args)?;
+    let args = as_detected(request, kind, args)?;
     match Config::from_args(&args) {
         Ok(_) => Ok(()),
-        Err(e) => Err(as_manifest_error(a, e)),
+        Err(e) => Err(as_manifest_error(request, e)),
     }
 }
 
 /// Under JobSet and Volcano: the options with what the pod's launcher will read from the
 /// system filled in, by the launcher's own detection from the names and variables the system
 /// gives this manifest's pods.
-fn as_detected(a: &ManifestArgs, kind: &PodKind, args: JobArgs) -> Result<JobArgs, ConfigError> {
+fn as_detected(
+    request: &ManifestArgs,
+    kind: &PodKind,
+    args: JobArgs,
+) -> Result<JobArgs, ConfigError> {
     use crate::batch::{detect, fill, Choice, Facts, Step};
     use crate::vocabulary::System;
-    let kinds = pod_kinds(a);
-    let job = &a.job_name;
-    let (system, facts) = match a.runtime {
+    let kinds = pod_kinds(request);
+    let job = &request.job_name;
+    let (system, facts) = match request.runtime {
         ManifestRuntime::Job => return Ok(args),
         ManifestRuntime::Jobset => {
             let own = [
@@ -555,17 +561,17 @@ fn as_detected(a: &ManifestArgs, kind: &PodKind, args: JobArgs) -> Result<JobArg
         Step::Done(Some(detected)) => Ok(fill(&detected, &args).0),
         other => Err(invalid(
             "--runtime",
-            runtime_name(a),
+            runtime_name(request),
             &format!("pods whose launcher can read the job (it would ask for {other:?})"),
         )),
     }
 }
 
 /// The launcher's error, in the terms of the `manifest` flag that set the value.
-fn as_manifest_error(a: &ManifestArgs, e: ConfigError) -> ConfigError {
+fn as_manifest_error(request: &ManifestArgs, e: ConfigError) -> ConfigError {
     // "CONF_PADDLE_PORT (--port)" -> CONF_PADDLE_PORT
     let variable = e.variable.split(" (").next().unwrap_or_default();
-    let by_env = a.envs.iter().any(|pair| {
+    let by_env = request.envs.iter().any(|pair| {
         pair.split_once('=')
             .is_some_and(|(name, _)| name == variable)
     });
@@ -588,45 +594,45 @@ fn as_manifest_error(a: &ManifestArgs, e: ConfigError) -> ConfigError {
 }
 
 /// The container's arguments after `run --`.
-fn container_trainer_args(a: &ManifestArgs, kind: &PodKind) -> Vec<String> {
+fn container_trainer_args(request: &ManifestArgs, kind: &PodKind) -> Vec<String> {
     // A v1 pserver takes no pass-through (it is `paddle pserver`, started from the launcher's
     // own options). The launcher of every other protocol needs the program even in a pserver
     // pod: fleet runs it as the pserver, and v2's pserver pods validate it like any other.
-    if kind.role == PodRole::Pserver && a.protocol == Protocol::V1 {
+    if kind.role == PodRole::Pserver && request.protocol == Protocol::V1 {
         return Vec::new();
     }
-    let mut trainer_args = a.trainer_args.clone();
-    if let (Some(passes), Protocol::V1) = (a.passes, a.protocol) {
+    let mut trainer_args = request.trainer_args.clone();
+    if let (Some(passes), Protocol::V1) = (request.passes, request.protocol) {
         trainer_args.push(format!("--num_passes={passes}"));
     }
     trainer_args
 }
 
-fn job(a: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
-    let trainer_args = container_trainer_args(a, kind);
+fn job(request: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
+    let trainer_args = container_trainer_args(request, kind);
     let mut args = vec!["run".to_string()];
     if !trainer_args.is_empty() {
         args.push("--".to_string());
         args.extend(trainer_args);
     }
     let mut ports: Vec<Value> = Vec::new();
-    if kind.role != PodRole::Trainer && a.protocol.has_pservers() {
+    if kind.role != PodRole::Trainer && request.protocol.has_pservers() {
         // In u32: the launcher's validation keeps the range below 65536, and nothing here can
         // overflow whatever it is given.
-        let first = u32::from(a.port);
-        let count = u32::from(a.ports_num) + u32::from(a.ports_num_sparse);
+        let first = u32::from(request.port);
+        let count = u32::from(request.ports_num) + u32::from(request.ports_num_sparse);
         ports.extend(
             (0..count).map(|i| json!({"name": format!("pserver-{i}"), "containerPort": first + i})),
         );
     }
-    if kind.role != PodRole::Pserver && a.protocol.trainers_listen() {
-        ports.push(json!({"name": "trainer", "containerPort": a.trainer_port}));
+    if kind.role != PodRole::Pserver && request.protocol.trainers_listen() {
+        ports.push(json!({"name": "trainer", "containerPort": request.trainer_port}));
     }
     if has_channel(kind) {
         ports.push(json!({"name": "control", "containerPort": DEFAULT_CONTROL_PORT}));
     }
     let mut labels = kind.labels.clone();
-    labels[JOB_LABEL] = json!(a.job_name);
+    labels[JOB_LABEL] = json!(request.job_name);
     let mut resources = json!({"cpu": kind.cpu, "memory": kind.memory});
     if kind.gpu > 0 {
         resources["nvidia.com/gpu"] = json!(kind.gpu.to_string());
@@ -643,21 +649,21 @@ fn job(a: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
         // A file, not an environment variable: it does not show in `ps` or `kubectl describe`.
         // Optional, so that a pod started before the Secret exists runs its launcher, which
         // says what it waits for, instead of waiting in ContainerCreating unexplained.
-        let secret = json!({"secretName": secret_name(a), "optional": true,
+        let secret = json!({"secretName": secret_name(request), "optional": true,
                             "items": [{"key": SECRET_KEY, "path": SECRET_KEY}]});
         mounts.push(json!({"name": "job-secret", "mountPath": SECRET_DIR, "readOnly": true}));
         volumes.push(json!({"name": "job-secret", "secret": secret}));
     }
-    if let Some(claim) = &a.volume_claim {
-        mounts.push(json!({"name": "jobpath", "mountPath": a.job_path}));
+    if let Some(claim) = &request.volume_claim {
+        mounts.push(json!({"name": "jobpath", "mountPath": request.job_path}));
         volumes.push(json!({"name": "jobpath", "persistentVolumeClaim": {"claimName": claim}}));
     }
     let mut container = json!({
         "name": container_name(kind),
-        "image": a.image,
+        "image": request.image,
         "imagePullPolicy": "Always",
         "args": args,
-        "env": container_env(a, kind),
+        "env": container_env(request, kind),
         "resources": {"requests": resources, "limits": resources},
         "volumeMounts": mounts,
         "securityContext": {
@@ -699,20 +705,20 @@ fn job(a: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
     if has_channel(kind) {
         spec["template"]["metadata"]["annotations"] = sidecar_annotations();
     }
-    if a.indexed || named_coordinator(a) {
+    if request.indexed || named_coordinator(request) {
         spec["completionMode"] = json!("Indexed");
     }
-    if named_coordinator(a) {
-        spec["template"]["spec"]["subdomain"] = json!(dns_name(a));
+    if named_coordinator(request) {
+        spec["template"]["spec"]["subdomain"] = json!(dns_name(request));
     }
-    if a.max_restarts > 0 {
+    if request.max_restarts > 0 {
         // The launchers restart in place: the Job only replaces a pod that is gone, and that
         // costs it one failure (each one also costs the launchers one restart, so the two
         // budgets run out together). A launcher that exits non-zero has used up the job's
         // budget, or cannot run at all: fail the Job at once instead of retrying the pod. Not
         // counted: preemption and eviction (DisruptionTarget); counted, not fatal: a container
         // killed from outside (137: SIGKILL or OOM; 143: SIGTERM, the pod deleted).
-        spec["backoffLimit"] = json!(a.max_restarts);
+        spec["backoffLimit"] = json!(request.max_restarts);
         spec["podFailurePolicy"] = json!({"rules": [
             {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
             {"action": "FailJob", "onExitCodes": {"containerName": container_name(kind),
@@ -720,7 +726,7 @@ fn job(a: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
         ]});
     }
     let pod = &mut spec["template"]["spec"];
-    if a.dns {
+    if request.dns {
         // DNS membership needs no API access: no token in the pod.
         pod["automountServiceAccountToken"] = json!(false);
     } else {
@@ -729,7 +735,7 @@ fn job(a: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
     json!({
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": name, "namespace": a.namespace},
+        "metadata": {"name": name, "namespace": request.namespace},
         "spec": spec,
     })
 }
@@ -737,13 +743,13 @@ fn job(a: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
 /// Whether the pods get a named coordinator: for restarts (its replacement keeps the name), and
 /// for big jobs (only it uses the API). Not for the split layout, whose pservers watch the
 /// trainers themselves, nor with --dns, which needs no API.
-fn named_coordinator(a: &ManifestArgs) -> bool {
-    a.runtime == ManifestRuntime::Job
+fn named_coordinator(request: &ManifestArgs) -> bool {
+    request.runtime == ManifestRuntime::Job
         && crate::launch::coordination::named_in_manifest(
-            a.max_restarts,
-            a.split,
-            a.dns,
-            a.trainers,
+            request.max_restarts,
+            request.split,
+            request.dns,
+            request.trainers,
         )
 }
 
@@ -756,8 +762,8 @@ fn container_name(kind: &PodKind) -> &'static str {
 
 /// The DNS name of the Indexed Job's pod 0 through the headless Service (`subdomain`): it
 /// follows the pod, so a replacement of the coordinator's pod serves at the same name.
-fn coordinator_host(a: &ManifestArgs) -> String {
-    format!("{}-0.{}", a.job_name, dns_name(a))
+fn coordinator_host(request: &ManifestArgs) -> String {
+    format!("{}-0.{}", request.job_name, dns_name(request))
 }
 
 /// Whether the pods of `kind` run the control channel: only the layout whose every pod runs
@@ -781,19 +787,19 @@ fn sidecar_annotations() -> Value {
 /// What the user must do or know beyond applying the documents, said on stderr and as comments
 /// at the top of the YAML: the Secret the pods wait for (it is no document: a secret does not
 /// belong in a file kept with the job), and an image that is not pinned.
-pub fn notes(a: &ManifestArgs) -> Vec<String> {
+pub fn notes(request: &ManifestArgs) -> Vec<String> {
     let mut notes = Vec::new();
-    if pod_kinds(a).iter().any(has_channel) {
+    if pod_kinds(request).iter().any(has_channel) {
         notes.push(format!(
             "Create the Secret {name} first (the pods wait for it, then exit 2): kubectl create secret generic {name} -n {ns} --from-literal=secret=$(openssl rand -hex 16)",
-            name = secret_name(a),
-            ns = a.namespace
+            name = secret_name(request),
+            ns = request.namespace
         ));
     }
-    if !image_is_pinned(&a.image) {
+    if !image_is_pinned(&request.image) {
         notes.push(format!(
             "--image {} is not pinned: give a version tag (not `latest`) or a digest (@sha256:...), so that every pod, and every restart, runs the same Paddle",
-            a.image
+            request.image
         ));
     }
     notes
@@ -808,20 +814,20 @@ fn image_is_pinned(image: &str) -> bool {
     matches!(name.rsplit_once(':'), Some((_, tag)) if !tag.is_empty() && tag != "latest")
 }
 
-fn secret_name(a: &ManifestArgs) -> String {
-    format!("{}-launcher", a.job_name)
+fn secret_name(request: &ManifestArgs) -> String {
+    format!("{}-launcher", request.job_name)
 }
 
 /// The headless Service of --dns and of --max-restarts, resolved through the pod's search
 /// domains.
-fn dns_name(a: &ManifestArgs) -> String {
-    format!("{}-pods", a.job_name)
+fn dns_name(request: &ManifestArgs) -> String {
+    format!("{}-pods", request.job_name)
 }
 
 /// The documents as one YAML stream, with a header saying how to regenerate it.
-pub fn to_yaml(a: &ManifestArgs, docs: &[Value], command_line: &str) -> String {
+pub fn to_yaml(request: &ManifestArgs, docs: &[Value], command_line: &str) -> String {
     let mut out = format!("# Generated by: {command_line}\n");
-    for note in notes(a) {
+    for note in notes(request) {
         out.push_str(&format!("# {note}\n"));
     }
     for doc in docs {

@@ -169,12 +169,29 @@ pub fn lost(member: &Member, now: Option<&PodView>, succeeded_before: bool) -> O
     ))
 }
 
+/// A pod of the job as the control channel knows it: its name (as every launcher computes it)
+/// and its address. Ranks are the plan's business, not the channel's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodAddress {
+    pub name: String,
+    pub ip: IpAddr,
+}
+
 /// A pod with its rank.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Member {
     pub name: String,
     pub ip: IpAddr,
     pub rank: usize,
+}
+
+impl Member {
+    pub fn address(&self) -> PodAddress {
+        PodAddress {
+            name: self.name.clone(),
+            ip: self.ip,
+        }
+    }
 }
 
 /// Why the job is not ready yet, in numbers and per-pod reasons.
@@ -310,6 +327,18 @@ pub struct Membership {
 }
 
 impl Membership {
+    /// Each pod of the job once (a pod of the colocated layout is a trainer and a pserver),
+    /// trainers first.
+    pub fn pod_addresses(&self) -> Vec<PodAddress> {
+        let mut pods: Vec<PodAddress> = Vec::new();
+        for member in self.trainers.iter().chain(&self.pservers) {
+            if !pods.iter().any(|p| p.name == member.name) {
+                pods.push(member.address());
+            }
+        }
+        pods
+    }
+
     pub fn from_groups(protocol: Protocol, groups: Vec<(GroupKind, Vec<Member>)>) -> Self {
         let mut m = Membership::default();
         for (kind, members) in groups {
@@ -370,6 +399,15 @@ pub struct Me {
     pub ip: IpAddr,
     pub pserver_rank: Option<usize>,
     pub trainer_rank: Option<usize>,
+}
+
+impl Me {
+    pub fn address(&self) -> PodAddress {
+        PodAddress {
+            name: self.name.clone(),
+            ip: self.ip,
+        }
+    }
 }
 
 /// The pods that are part of the job now: those of its newest attempt (a pod of an earlier

@@ -66,6 +66,15 @@ pub struct PodEntry {
     pub role: &'static str,
 }
 
+impl PodEntry {
+    pub fn address(&self) -> crate::membership::PodAddress {
+        crate::membership::PodAddress {
+            name: self.name.clone(),
+            ip: self.ip,
+        }
+    }
+}
+
 /// The job's control channel as this pod will join it (when a job secret is configured).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ControlPlan {

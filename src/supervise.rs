@@ -371,8 +371,8 @@ impl Supervisor {
                 return event;
             }
             let Signals { streams, child } = &mut self.signals;
-            let lost = pending_or(&mut self.peer_loss);
-            let done = pending_or(&mut self.job_done);
+            let lost = or_never(self.peer_loss.as_mut());
+            let done = or_never(self.job_done.as_mut());
             let event = tokio::select! {
                 sig = next_of(streams) => Some(Event::Signal(sig)),
                 reason = lost => {
@@ -466,10 +466,10 @@ impl Supervisor {
     }
 }
 
-/// The future's output, or never when there is none.
-async fn pending_or<T>(future: &mut Option<BoxFuture<'static, T>>) -> T {
-    match future.as_mut() {
-        Some(f) => f.await,
+/// The future's output, or never when there is none (a `select!` arm that may be absent).
+pub async fn or_never<F: std::future::Future + Unpin>(future: Option<&mut F>) -> F::Output {
+    match future {
+        Some(future) => future.await,
         None => std::future::pending().await,
     }
 }

@@ -210,7 +210,7 @@ fn hostile_clients_are_dropped_and_the_job_ends_cleanly() {
 
     let hello = ControlMessage::Hello {
         pod: "hb-2".into(),
-        next: 0,
+        next_epoch: 0,
         view: "any".into(),
         max_restarts: 0,
         heartbeat_ms: 0,
@@ -238,7 +238,7 @@ fn hostile_clients_are_dropped_and_the_job_ends_cleanly() {
     let (mut stranger, challenge) = connect_from_after_close(&member, &address);
     let intruder = ControlMessage::Hello {
         pod: "hb-0".into(),
-        next: 0,
+        next_epoch: 0,
         view: "any".into(),
         max_restarts: 0,
         heartbeat_ms: 0,
@@ -258,7 +258,7 @@ fn hostile_clients_are_dropped_and_the_job_ends_cleanly() {
         let (mut hasty, challenge) = connect_from_after_close(&member, &address);
         let hello = ControlMessage::Hello {
             pod: "hb-2".into(),
-            next: 0,
+            next_epoch: 0,
             view: "any".into(),
             max_restarts: 0,
             heartbeat_ms,

@@ -22,7 +22,7 @@ pub(super) enum Input {
     Joined {
         link: u64,
         pod: String,
-        next: u32,
+        next_epoch: u32,
         view: String,
         max_restarts: u32,
     },
@@ -87,7 +87,7 @@ pub(super) struct Core {
     others: Vec<String>,
     is_other: HashSet<String>,
     view: String,
-    next: u32,
+    next_epoch: u32,
     max_restarts: u32,
     join_grace: Duration,
     pub(super) stage: Stage,
@@ -120,7 +120,7 @@ pub(super) struct Setup {
     pub me: String,
     pub others: Vec<String>,
     pub view: String,
-    pub next: u32,
+    pub next_epoch: u32,
     pub max_restarts: u32,
     pub join_grace: Duration,
     pub membership: Option<Membership>,
@@ -136,7 +136,7 @@ impl Core {
             is_other: setup.others.iter().cloned().collect(),
             others: setup.others,
             view: setup.view,
-            next: setup.next,
+            next_epoch: setup.next_epoch,
             max_restarts: setup.max_restarts,
             join_grace: setup.join_grace,
             stage: Stage::Gathering {
@@ -160,7 +160,7 @@ impl Core {
         if let Some(reason) = setup.ended {
             // As if it had run and lost, for good.
             core.stage = Stage::Running {
-                epoch: core.next,
+                epoch: core.next_epoch,
                 max_restarts: 0,
             };
             core.lost = Some((reason, false));
@@ -182,10 +182,10 @@ impl Core {
             Input::Joined {
                 link,
                 pod,
-                next,
+                next_epoch,
                 view,
                 max_restarts,
-            } => self.joined(link, pod, next, view, max_restarts, &mut effects),
+            } => self.joined(link, pod, next_epoch, view, max_restarts, &mut effects),
             Input::Said { link, pod, message } => self.said(link, pod, message, &mut effects),
             Input::Ended { link, pod, why } => self.ended_link(link, pod, why, &mut effects),
             Input::Own(request) => self.own(request, &mut effects),
@@ -417,7 +417,7 @@ impl Core {
         &mut self,
         link: u64,
         pod: String,
-        next: u32,
+        next_epoch: u32,
         view: String,
         max_restarts: u32,
         effects: &mut Vec<Effect>,
@@ -436,7 +436,7 @@ impl Core {
         match &mut self.stage {
             // An empty view: a follower that takes the membership from `Go`.
             Stage::Gathering { ready, .. } if view == self.view || view.is_empty() => {
-                ready.insert(pod, (next, max_restarts));
+                ready.insert(pod, (next_epoch, max_restarts));
                 self.start_when_ready(effects);
             }
             Stage::Gathering { .. } => self.regather(
@@ -538,7 +538,7 @@ impl Core {
         if ready.len() < self.others.len() {
             return;
         }
-        let epoch = ready.values().map(|r| r.0).fold(self.next, u32::max);
+        let epoch = ready.values().map(|r| r.0).fold(self.next_epoch, u32::max);
         // One budget for the job, or some would restart while others end.
         let max_restarts = ready
             .values()
@@ -598,7 +598,7 @@ mod tests {
             me: "me".into(),
             others: others.iter().map(|p| p.to_string()).collect(),
             view: "v".into(),
-            next: 0,
+            next_epoch: 0,
             max_restarts: 3,
             join_grace: Duration::from_secs(60),
             membership: None,
@@ -610,7 +610,7 @@ mod tests {
         Input::Joined {
             link,
             pod: pod.into(),
-            next: 0,
+            next_epoch: 0,
             view: "v".into(),
             max_restarts: 3,
         }

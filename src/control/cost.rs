@@ -47,7 +47,7 @@ pub fn measure_coordinator(members: usize) -> CoordinatorCost {
             me: names[0].clone(),
             others: names[1..].to_vec(),
             view: "v".into(),
-            next: 0,
+            next_epoch: 0,
             max_restarts: 3,
             join_grace: Duration::from_secs(60),
             membership: Some(membership),
@@ -59,7 +59,7 @@ pub fn measure_coordinator(members: usize) -> CoordinatorCost {
         effects.extend(core.step(Input::Joined {
             link: i as u64,
             pod: name.clone(),
-            next: 0,
+            next_epoch: 0,
             view: "v".into(),
             max_restarts: 3,
         }));

@@ -298,7 +298,7 @@ pub(super) async fn handshake(
     let mut first = client.to_vec();
     first.extend(hello.seal(&Message::Hello {
         pod: joining.me.name.clone(),
-        next: joining.next,
+        next_epoch: joining.next_epoch,
         view: joining.view.clone(),
         max_restarts: joining.max_restarts,
         heartbeat_ms: joining.heartbeat_timeout.as_millis() as u64,

@@ -58,7 +58,7 @@ use tokio::time::{sleep, timeout, Instant};
 use tracing::{debug, info, warn, Instrument};
 
 use crate::config::Secret;
-use crate::membership::Membership;
+use crate::membership::{Membership, PodAddress};
 
 mod coordinator;
 mod cost;
@@ -85,13 +85,6 @@ const PER_ADDRESS: usize = 2;
 const LAST_WORDS: Duration = Duration::from_millis(200);
 /// How long queued last words (Lost, Bye) may take to go out when a channel closes.
 const FLUSH: Duration = Duration::from_secs(1);
-
-/// A member of the job: its name (as every launcher computes it) and its pod's address.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Member {
-    pub name: String,
-    pub ip: IpAddr,
-}
 
 /// What a launcher hears from the channel.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,13 +132,13 @@ const RECHECK_LAST: Duration = Duration::from_secs(10);
 pub struct Joining {
     pub role: Role,
     pub secret: Secret,
-    pub me: Member,
+    pub me: PodAddress,
     /// Every member of the job, this one included.
-    pub members: Vec<Member>,
+    pub members: Vec<PodAddress>,
     /// The fingerprint of the membership this launcher found (`view`).
     pub view: String,
     /// The restart epoch this launcher would start next.
-    pub next: u32,
+    pub next_epoch: u32,
     /// The restarts this launcher was given.
     pub max_restarts: u32,
     pub heartbeat_timeout: Duration,
@@ -161,7 +154,7 @@ pub struct Joining {
 
 /// The fingerprint of a membership: equal on two pods exactly when they found the same pods at
 /// the same addresses.
-pub fn view(members: &[Member]) -> String {
+pub fn fingerprint(members: &[PodAddress]) -> String {
     let mut entries: Vec<String> = members
         .iter()
         .map(|m| format!("{}={}", m.name, m.ip))
@@ -437,7 +430,7 @@ enum FromLink {
     Joined {
         link: u64,
         pod: String,
-        next: u32,
+        next_epoch: u32,
         view: String,
         max_restarts: u32,
         to_link: mpsc::UnboundedSender<Arc<Encoded>>,
@@ -473,7 +466,7 @@ struct Coordinator {
 
 /// What connection tasks read: the followers, the secret, the timeout.
 struct Shared {
-    others: Vec<Member>,
+    others: Vec<PodAddress>,
     secret: Secret,
     heartbeat_timeout: Duration,
     /// Bytes written to followers, for the record (a big job's fan-out cost).
@@ -483,7 +476,7 @@ struct Shared {
 impl Coordinator {
     fn new(joining: Joining) -> Coordinator {
         let me = joining.me.name.clone();
-        let others: Vec<Member> = joining
+        let others: Vec<PodAddress> = joining
             .members
             .into_iter()
             .filter(|m| m.name != me)
@@ -493,7 +486,7 @@ impl Coordinator {
                 me,
                 others: others.iter().map(|m| m.name.clone()).collect(),
                 view: joining.view,
-                next: joining.next,
+                next_epoch: joining.next_epoch,
                 max_restarts: joining.max_restarts,
                 join_grace: joining.join_grace,
                 membership: joining.membership,
@@ -617,7 +610,7 @@ impl Coordinator {
             FromLink::Joined {
                 link,
                 pod,
-                next,
+                next_epoch,
                 view,
                 max_restarts,
                 to_link,
@@ -626,7 +619,7 @@ impl Coordinator {
                 Some(Input::Joined {
                     link,
                     pod,
-                    next,
+                    next_epoch,
                     view,
                     max_restarts,
                 })
@@ -746,7 +739,7 @@ async fn serve(
             .map_err(|_| no_hello())??;
         let Message::Hello {
             pod,
-            next,
+            next_epoch,
             view,
             max_restarts,
             heartbeat_ms,
@@ -764,7 +757,8 @@ async fn serve(
             )));
         }
         // A follower without a pod name is known by its address, when that is one pod's.
-        let at_address: Vec<&Member> = shared.others.iter().filter(|m| m.ip == peer.ip()).collect();
+        let at_address: Vec<&PodAddress> =
+            shared.others.iter().filter(|m| m.ip == peer.ip()).collect();
         let member = match pod.as_str() {
             "" if at_address.len() == 1 => Some(at_address[0]),
             "" => None,
@@ -780,21 +774,22 @@ async fn serve(
             challenge,
             session,
             member.name.clone(),
-            next,
+            next_epoch,
             view,
             max_restarts,
             heartbeat_ms,
         ))
     };
-    let (challenge, session, pod, next, view, max_restarts, heartbeat_ms) = match greeted.await {
-        Ok(greeted) => greeted,
-        Err(e) => return (None, e),
-    };
+    let (challenge, session, pod, next_epoch, view, max_restarts, heartbeat_ms) =
+        match greeted.await {
+            Ok(greeted) => greeted,
+            Err(e) => return (None, e),
+        };
     let (to_link, mut rx) = mpsc::unbounded_channel();
     let _ = to_coordinator.send(FromLink::Joined {
         link,
         pod: pod.clone(),
-        next,
+        next_epoch,
         view,
         max_restarts,
         to_link,
@@ -923,8 +918,8 @@ mod tests {
         }
     }
 
-    fn member(name: &str, ip: &str) -> Member {
-        Member {
+    fn member(name: &str, ip: &str) -> PodAddress {
+        PodAddress {
             name: name.into(),
             ip: ip.parse().unwrap(),
         }
@@ -952,12 +947,12 @@ mod tests {
         let one = [member("a", "10.0.0.2"), member("b", "10.0.0.3")];
         let swapped = [member("b", "10.0.0.3"), member("a", "10.0.0.2")];
         let moved = [member("a", "10.0.0.2"), member("b", "10.0.0.4")];
-        assert_eq!(view(&one), view(&swapped));
-        assert_ne!(view(&one), view(&moved));
+        assert_eq!(fingerprint(&one), fingerprint(&swapped));
+        assert_ne!(fingerprint(&one), fingerprint(&moved));
     }
 
     /// `index` of `members` joins; the coordinator is member 0 on `port`.
-    fn joining(members: &[Member], index: usize, port: u16, next: u32) -> Joining {
+    fn joining(members: &[PodAddress], index: usize, port: u16, next_epoch: u32) -> Joining {
         let coordinator = SocketAddr::new(members[0].ip, port);
         Joining {
             role: if index == 0 {
@@ -973,8 +968,8 @@ mod tests {
             secret: secret(),
             me: members[index].clone(),
             members: members.to_vec(),
-            view: view(members),
-            next,
+            view: fingerprint(members),
+            next_epoch,
             max_restarts: 3,
             heartbeat_timeout: Duration::from_secs(2),
             join_grace: Duration::from_secs(5),
@@ -1009,7 +1004,7 @@ mod tests {
 
     /// Three launchers on their own loopback addresses (127.0.6.x): the coordinator and two
     /// followers that would start epochs `nexts`.
-    async fn three(base: u8, nexts: [u32; 3]) -> (Vec<Member>, Vec<Channel>) {
+    async fn three(base: u8, nexts: [u32; 3]) -> (Vec<PodAddress>, Vec<Channel>) {
         three_with_budgets(base, nexts, [3, 3, 3]).await
     }
 
@@ -1017,14 +1012,14 @@ mod tests {
         base: u8,
         nexts: [u32; 3],
         budgets: [u32; 3],
-    ) -> (Vec<Member>, Vec<Channel>) {
-        let members: Vec<Member> = (0..3)
+    ) -> (Vec<PodAddress>, Vec<Channel>) {
+        let members: Vec<PodAddress> = (0..3)
             .map(|i| member(&format!("p-{i}"), &format!("127.0.6.{}", base + i as u8)))
             .collect();
         let port = free_port("127.0.6.1");
         let mut channels = Vec::new();
-        for (i, (next, budget)) in nexts.into_iter().zip(budgets).enumerate() {
-            let mut joining = joining(&members, i, port, next);
+        for (i, (next_epoch, budget)) in nexts.into_iter().zip(budgets).enumerate() {
+            let mut joining = joining(&members, i, port, next_epoch);
             joining.max_restarts = budget;
             channels.push(join(joining).await.unwrap());
         }
@@ -1032,10 +1027,10 @@ mod tests {
     }
 
     /// Three launchers, all started in epoch `next`.
-    async fn three_started(base: u8, next: u32) -> Vec<Channel> {
-        let (_, mut channels) = three(base, [next; 3]).await;
+    async fn three_started(base: u8, next_epoch: u32) -> Vec<Channel> {
+        let (_, mut channels) = three(base, [next_epoch; 3]).await;
         for channel in &mut channels {
-            assert_eq!(started(channel).await, next);
+            assert_eq!(started(channel).await, next_epoch);
         }
         channels
     }
@@ -1214,7 +1209,7 @@ mod tests {
     /// the job may restart from, so no follower runs an attempt the coordinator left alone.
     #[tokio::test]
     async fn a_pod_lost_is_decided_where_go_is_decided() {
-        let members: Vec<Member> = (0..3)
+        let members: Vec<PodAddress> = (0..3)
             .map(|i| member(&format!("p-{i}"), &format!("127.0.6.{}", 140 + i)))
             .collect();
         let port = free_port("127.0.6.140");
@@ -1242,7 +1237,7 @@ mod tests {
     /// A follower that found other pods than the coordinator did: everyone discovers again.
     #[tokio::test]
     async fn different_views_make_everyone_discover_again() {
-        let members: Vec<Member> = (0..2)
+        let members: Vec<PodAddress> = (0..2)
             .map(|i| member(&format!("p-{i}"), &format!("127.0.6.{}", 50 + i)))
             .collect();
         let port = free_port("127.0.6.50");
@@ -1260,7 +1255,7 @@ mod tests {
     /// knows it by its address and sends it the membership it found.
     #[tokio::test]
     async fn a_follower_without_a_view_gets_the_coordinators_membership() {
-        let members: Vec<Member> = (0..2)
+        let members: Vec<PodAddress> = (0..2)
             .map(|i| member(&format!("p-{i}"), &format!("127.0.6.{}", 60 + i)))
             .collect();
         let found = Membership {

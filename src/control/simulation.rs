@@ -75,7 +75,7 @@ fn action() -> impl Strategy<Value = Action> {
 struct Follower {
     name: String,
     /// The epoch it would start next, and its budget.
-    next: u32,
+    next_epoch: u32,
     max_restarts: u32,
     /// Its view differs from the coordinator's (it found other pods).
     stale_view: bool,
@@ -135,7 +135,7 @@ impl Sim {
         let followers: Vec<Follower> = (1..=n)
             .map(|i| Follower {
                 name: format!("p-{i}"),
-                next: nexts[i],
+                next_epoch: nexts[i],
                 max_restarts: budgets[i],
                 stale_view: stale[i],
                 ..Follower::default()
@@ -147,7 +147,7 @@ impl Sim {
                 me: "p-0".into(),
                 others: followers.iter().map(|f| f.name.clone()).collect(),
                 view: "view".into(),
-                next: nexts[0],
+                next_epoch: nexts[0],
                 max_restarts: budgets[0],
                 join_grace: JOIN_GRACE,
                 membership: None,
@@ -208,11 +208,12 @@ impl Sim {
         match &input {
             Input::Joined {
                 pod,
-                next,
+                next_epoch,
                 max_restarts,
                 ..
             } if !self.core.links.contains_key(pod) => {
-                self.hellos.insert(pod.clone(), (*next, *max_restarts));
+                self.hellos
+                    .insert(pod.clone(), (*next_epoch, *max_restarts));
             }
             Input::Ended { link, pod, .. } if self.core.links.get(pod) == Some(link) => {
                 self.hellos.remove(pod);
@@ -434,7 +435,7 @@ impl Sim {
                 let hello = Input::Joined {
                     link,
                     pod: f.name.clone(),
-                    next: f.next,
+                    next_epoch: f.next_epoch,
                     view: if f.stale_view { "stale" } else { "view" }.into(),
                     max_restarts: f.max_restarts,
                 };

@@ -36,7 +36,8 @@ pub enum Message {
     /// and the fingerprint of the membership it found.
     Hello {
         pod: String,
-        next: u32,
+        #[serde(rename = "next")]
+        next_epoch: u32,
         view: String,
         /// The restarts this launcher was given (--max-restarts).
         max_restarts: u32,
@@ -335,7 +336,7 @@ mod tests {
     fn hello(pod: &str) -> Message {
         Message::Hello {
             pod: pod.into(),
-            next: 0,
+            next_epoch: 0,
             view: "v".into(),
             max_restarts: 0,
             heartbeat_ms: 0,

@@ -175,6 +175,10 @@ impl Lifecycle {
                 self.running.retain(|r| *r != role);
                 self.stop_then(self.running.clone(), libc_term(), Err(error))
             }
+            (phase, Input::Signal(sig)) => {
+                let (roles, doing) = self.stopped_by_signal(&phase);
+                self.stop_then(roles, sig, Err(Error::stopped(sig, &doing)))
+            }
             (Phase::WaitingForPservers, input) => self.waiting_for_pservers(input),
             (Phase::Training, input) => self.training(input),
             (Phase::Lingering { trainer }, input) => self.lingering(trainer, input),
@@ -184,17 +188,37 @@ impl Lifecycle {
         }
     }
 
+    /// What a stop signal stops in each phase (what runs there), and how the outcome says so.
+    fn stopped_by_signal(&self, phase: &Phase) -> (Vec<Role>, String) {
+        let pserver = || vec![Role::Pserver];
+        match phase {
+            Phase::WaitingForPservers => (pserver(), " while waiting for the pservers".into()),
+            Phase::Training => {
+                let all = self.started();
+                let doing = format!("; stopped {}", self.names(&all));
+                (all, doing)
+            }
+            Phase::Lingering { .. } => {
+                (pserver(), " while the pserver lingered; stopped it".into())
+            }
+            Phase::Serving | Phase::TrainersDone { .. } => {
+                (pserver(), "; stopped the pserver".into())
+            }
+            Phase::PserverGone => (
+                vec![Role::Trainer],
+                format!("; stopped {}", self.setup.trainer_label),
+            ),
+            // Handled before: a signal there changes nothing.
+            Phase::Stopping(_) | Phase::Done => (Vec::new(), String::new()),
+        }
+    }
+
     fn waiting_for_pservers(&mut self, input: Input) -> Vec<Command> {
         match input {
             Input::PserversUp => {
                 self.phase = Phase::Training;
                 vec![self.spawn(Role::Trainer)]
             }
-            Input::Signal(sig) => self.stop_then(
-                vec![Role::Pserver],
-                sig,
-                Err(stopped(sig, " while waiting for the pservers")),
-            ),
             Input::Exited {
                 role: Role::Pserver,
                 ended,
@@ -231,10 +255,6 @@ impl Lifecycle {
     fn training(&mut self, input: Input) -> Vec<Command> {
         let all = self.started();
         match input {
-            Input::Signal(sig) => {
-                let doing = format!("; stopped {}", self.names(&all));
-                self.stop_then(all, sig, Err(stopped(sig, &doing)))
-            }
             Input::Exited {
                 role: Role::Trainer,
                 ended,
@@ -299,11 +319,6 @@ impl Lifecycle {
 
     fn lingering(&mut self, trainer: Outcome, input: Input) -> Vec<Command> {
         match input {
-            Input::Signal(sig) => self.stop_then(
-                vec![Role::Pserver],
-                sig,
-                Err(stopped(sig, " while the pserver lingered; stopped it")),
-            ),
             Input::Exited {
                 role: Role::Pserver,
                 ..
@@ -322,11 +337,6 @@ impl Lifecycle {
 
     fn serving(&mut self, input: Input) -> Vec<Command> {
         match input {
-            Input::Signal(sig) => self.stop_then(
-                vec![Role::Pserver],
-                sig,
-                Err(stopped(sig, "; stopped the pserver")),
-            ),
             Input::Exited {
                 role: Role::Pserver,
                 ended,
@@ -377,11 +387,6 @@ impl Lifecycle {
     fn pserver_gone(&mut self, input: Input) -> Vec<Command> {
         let trainer = self.setup.trainer_label.clone();
         match input {
-            Input::Signal(sig) => self.stop_then(
-                vec![Role::Trainer],
-                sig,
-                Err(stopped(sig, &format!("; stopped {trainer}"))),
-            ),
             Input::Exited {
                 role: Role::Trainer,
                 ended,
@@ -420,11 +425,6 @@ impl Lifecycle {
 
     fn trainers_done(&mut self, reason: String, input: Input) -> Vec<Command> {
         match input {
-            Input::Signal(sig) => self.stop_then(
-                vec![Role::Pserver],
-                sig,
-                Err(stopped(sig, "; stopped the pserver")),
-            ),
             // Every trainer succeeded: the job is done whatever the pserver's last status.
             Input::Exited {
                 role: Role::Pserver,
@@ -586,7 +586,7 @@ impl LocalPods {
         match input {
             LocalInput::Signal(sig) if !is_stop_signal(sig) => vec![LocalCommand::Forward(sig)],
             LocalInput::Signal(sig) if self.stopping.is_none() => {
-                self.stopping = Some(Err(stopped(sig, "; stopped every simulated pod")));
+                self.stopping = Some(Err(Error::stopped(sig, "; stopped every simulated pod")));
                 vec![LocalCommand::StopAll(sig)]
             }
             LocalInput::Signal(_) => Vec::new(),
@@ -737,13 +737,6 @@ pub fn others_may_restart(result: &Result<Outcome, Error>) -> bool {
 
 fn libc_term() -> i32 {
     nix::libc::SIGTERM
-}
-
-fn stopped(signal: i32, doing: &str) -> Error {
-    Error::Stopped {
-        signal,
-        doing: doing.to_string(),
-    }
 }
 
 /// Why a pserver that ends at once with status 0 most likely did: PaddlePaddle >= 2 has no v1
@@ -1083,7 +1076,7 @@ mod tests {
                     "probe",
                     "spawn trainer",
                     "stop pserver 15",
-                    "fail 127 cannot start the trainer-0 command `nope` in .: entity not found",
+                    "fail 127 cannot start the trainer-0 command `nope`: not found on PATH (/bin)",
                 ],
             ),
             (
@@ -1262,7 +1255,7 @@ mod tests {
             ),
             // The pod is being deleted: stop, whatever the budget.
             (
-                Err(stopped(SIGTERM, "; stopped trainer-0")),
+                Err(Error::stopped(SIGTERM, "; stopped trainer-0")),
                 budget(0, 5, true),
                 "fail 143: received SIGTERM; stopped trainer-0",
             ),
@@ -1292,7 +1285,7 @@ mod tests {
                 true,
             ),
             // Deleted, preempted, drained: the pod that replaces it can rejoin.
-            (Err(stopped(SIGTERM, "; stopped trainer-0")), true),
+            (Err(Error::stopped(SIGTERM, "; stopped trainer-0")), true),
             // The same image on every pod: a command that cannot start never will.
             (
                 Err(Error::Spawn {

@@ -24,11 +24,11 @@ use crate::error::ConfigError;
 use crate::error::Error;
 use crate::exit::{self, Outcome};
 use crate::exit::{is_stop_signal, signal_name};
-use crate::membership::{Me, Membership};
-use crate::plan::{Plan, ProcessSpec, Role};
+use crate::membership::{Me, Membership, PodAddress};
+use crate::plan::{Plan, PodEntry, ProcessSpec, Role};
 use crate::protocol::InputFiles;
 use crate::supervise::Signals;
-use crate::supervise::{Event, Output, SpawnSpec, Supervisor};
+use crate::supervise::{or_never, Event, Output, SpawnSpec, Supervisor};
 use crate::verdict::{verdict, Standing};
 use crate::{peers, protocol, workspace};
 use lifecycle::{AfterRun, Budget, Command, Input, Lifecycle, Setup};
@@ -130,7 +130,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
         info!("the batch system has restarted the job {next_epoch} times: the restart count starts at {next_epoch}");
     }
     // The pods of the attempt that ended, when restarting.
-    let mut members_before: Vec<control::Member> = Vec::new();
+    let mut members_before: Vec<PodAddress> = Vec::new();
     loop {
         let attempt = gather(
             &mut config,
@@ -248,14 +248,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                     channel.finish(false).await;
                 }
                 next_epoch = budget.epoch + 1;
-                members_before = plan
-                    .pods
-                    .iter()
-                    .map(|p| control::Member {
-                        name: p.name.clone(),
-                        ip: p.ip,
-                    })
-                    .collect();
+                members_before = plan.pods.iter().map(PodEntry::address).collect();
             }
             AfterRun::Finish(result) => {
                 if let Some(mut channel) = channel {
@@ -317,7 +310,7 @@ async fn gather(
     my_ip: IpAddr,
     inputs: &InputFiles,
     next_epoch: u32,
-    members_before: &[control::Member],
+    members_before: &[PodAddress],
 ) -> Result<Attempt, Error> {
     let began = Instant::now();
     let mut rounds: u32 = 0;
@@ -380,7 +373,7 @@ async fn gather(
                         None => continue,
                     }
                 }
-                Found::At(_) | Found::Here => {}
+                Found::At(_) | Found::ThisPod | Found::NotNamed | Found::NoChannel => {}
             }
         }
         let names: Vec<String> = members_before.iter().map(|m| m.name.clone()).collect();
@@ -429,7 +422,7 @@ async fn gather(
         )
         .await?
         {
-            Found::Here => {
+            Found::NoChannel | Found::ThisPod | Found::NotNamed => {
                 attempt.plan = attempt.plan.for_restart(next_epoch);
                 return Ok(attempt);
             }
@@ -483,11 +476,17 @@ async fn heard_or_lost(
     }
 }
 
-/// What one try to reach the coordinator found: nothing to reach (this pod coordinates, or
-/// there is no channel), the coordinator, or not yet (its name has no single address: why).
+/// What one try to reach the coordinator found.
 enum Found<T> {
-    Here,
+    /// The coordinator is this pod.
+    ThisPod,
+    /// No coordinator is named (--coordinator): the pod of rank 0 coordinates, found later.
+    NotNamed,
+    /// The job has no control channel.
+    NoChannel,
+    /// The coordinator, or the channel joined there.
     At(T),
+    /// Not yet: its name has no single address (why).
     NotYet(String),
 }
 
@@ -544,7 +543,7 @@ async fn tell_followers_the_end(
     config: &Config,
     secret: &Secret,
     my_ip: IpAddr,
-    members: &[control::Member],
+    members: &[PodAddress],
     reason: String,
 ) {
     let Some((_, port)) = &config.control.coordinator else {
@@ -564,7 +563,7 @@ async fn tell_followers_the_end(
         me: me.clone(),
         members: members.to_vec(),
         view: String::new(),
-        next: 0,
+        next_epoch: 0,
         max_restarts: 0,
         heartbeat_timeout: config.control.heartbeat_timeout,
         join_grace: grace,
@@ -586,14 +585,14 @@ async fn tell_followers_the_end(
     }
 }
 
-/// The coordinator's address when it is another pod's; `Here` when this pod coordinates.
+/// The named coordinator's address when it is another pod's.
 async fn coordinator_elsewhere(config: &Config, my_ip: IpAddr) -> Result<Found<SocketAddr>, Error> {
     let Some((host, port)) = &config.control.coordinator else {
-        return Ok(Found::Here);
+        return Ok(Found::NotNamed);
     };
     Ok(
         match resolve(host, *port, config.control.dns_server).await? {
-            Ok(address) if address.ip() == my_ip => Found::Here,
+            Ok(address) if address.ip() == my_ip => Found::ThisPod,
             Ok(address) => Found::At(address),
             Err(why) => Found::NotYet(why),
         },
@@ -618,14 +617,14 @@ async fn follow_coordinator(
         },
         secret: secret.clone(),
         // Without a name, the coordinator knows this pod by its address.
-        me: control::Member {
+        me: PodAddress {
             name: config.topology.pod_name.clone().unwrap_or_default(),
             ip: my_ip,
         },
         members: Vec::new(),
         // Empty: "send me the membership".
         view: String::new(),
-        next: next_epoch,
+        next_epoch,
         max_restarts: config.control.max_restarts,
         heartbeat_timeout: config.control.heartbeat_timeout,
         join_grace: JOIN_GRACE + config.timing.grace_period,
@@ -900,7 +899,7 @@ pub(crate) fn read_secret_file(path: &std::path::Path) -> Result<Option<Secret>,
 }
 
 /// Joins this attempt's control channel: as the coordinator (the pod at --coordinator's
-/// address, else the pod of rank 0) or as a follower of it. `Here`: the plan has no channel.
+/// address, else the pod of rank 0) or as a follower of it. `NoChannel`: the plan has none.
 async fn join_channel(
     secret: Secret,
     plan: &Plan,
@@ -910,17 +909,9 @@ async fn join_channel(
     next_epoch: u32,
 ) -> Result<Found<Channel>, Error> {
     let control = &config.control;
-    let mut members: Vec<control::Member> = Vec::new();
-    for member in membership.trainers.iter().chain(&membership.pservers) {
-        if !members.iter().any(|m| m.name == member.name) {
-            members.push(control::Member {
-                name: member.name.clone(),
-                ip: member.ip,
-            });
-        }
-    }
+    let members = membership.pod_addresses();
     let Some(plan) = &plan.control else {
-        return Ok(Found::Here);
+        return Ok(Found::NoChannel);
     };
     let role = match (
         plan.this_pod_coordinates,
@@ -934,7 +925,7 @@ async fn join_channel(
         // A DNS name: whoever has its address serves.
         _ => {
             let Some((host, port)) = &control.coordinator else {
-                return Ok(Found::Here);
+                return Ok(Found::NoChannel);
             };
             match resolve(host, *port, config.control.dns_server).await? {
                 Ok(address) if address.ip() == me.ip => ControlRole::Coordinator {
@@ -951,13 +942,10 @@ async fn join_channel(
     let channel = control::join(Joining {
         role,
         secret,
-        me: control::Member {
-            name: me.name.clone(),
-            ip: me.ip,
-        },
-        view: control::view(&members),
+        me: me.address(),
+        view: control::fingerprint(&members),
         members,
-        next: next_epoch,
+        next_epoch,
         max_restarts: control.max_restarts,
         heartbeat_timeout: control.heartbeat_timeout,
         // The others may still be stopping their children (a grace period) before they join.
@@ -1026,7 +1014,7 @@ async fn interruptible<T>(
             done = &mut work => return Ok(done),
             event = supervisor.next_event() => match event {
                 Event::Signal(sig) if is_stop_signal(sig) || (hup_stops && sig == nix::libc::SIGHUP) => {
-                    return Err(stopped_by(sig, &format!(" while {doing}")));
+                    return Err(Error::stopped(sig, &format!(" while {doing}")));
                 }
                 Event::Signal(sig) => {
                     info!("ignoring {} while {doing}: no child to forward it to yet", signal_name(sig))
@@ -1077,13 +1065,6 @@ fn spawn(sup: &mut Supervisor, spec: &ProcessSpec) -> Result<usize, Error> {
             log: spec.log.clone(),
         },
     })
-}
-
-fn stopped_by(signal: i32, doing: &str) -> Error {
-    Error::Stopped {
-        signal,
-        doing: doing.to_string(),
-    }
 }
 
 /// Carries out the lifecycle's commands (spawn, signal, probe, timers, stop) and feeds it what
@@ -1187,14 +1168,6 @@ async fn drive(
             }
         };
         commands.extend(machine.step(input));
-    }
-}
-
-/// The future's output, or never when there is none.
-async fn or_never<F: std::future::Future + Unpin>(future: Option<&mut F>) -> F::Output {
-    match future {
-        Some(future) => future.await,
-        None => std::future::pending().await,
     }
 }
 

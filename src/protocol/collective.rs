@@ -12,11 +12,11 @@ use crate::membership::{Me, Membership};
 /// The complete contract of a trainer.
 pub fn trainer_env(
     config: &Config,
-    m: &Membership,
+    membership: &Membership,
     me: &Me,
     trainer_id: usize,
 ) -> BTreeMap<String, String> {
-    let master = m
+    let master = membership
         .trainers
         .first()
         .map(|rank0| SocketAddr::new(rank0.ip, config.ports.trainer).to_string())
@@ -26,7 +26,7 @@ pub fn trainer_env(
         ("PADDLE_TRAINERS_NUM", config.topology.trainers.to_string()),
         (
             "PADDLE_TRAINER_ENDPOINTS",
-            endpoints(&m.trainers, config.ports.trainer),
+            endpoints(&membership.trainers, config.ports.trainer),
         ),
         (
             "PADDLE_CURRENT_ENDPOINT",

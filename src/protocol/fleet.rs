@@ -9,13 +9,13 @@ use super::{endpoints, env};
 use crate::config::Config;
 use crate::membership::{Me, Membership};
 
-fn shared(config: &Config, m: &Membership, role: &str) -> Vec<(&'static str, String)> {
+fn shared(config: &Config, membership: &Membership, role: &str) -> Vec<(&'static str, String)> {
     vec![
         ("TRAINING_ROLE", role.to_string()),
         ("PADDLE_TRAINING_ROLE", role.to_string()),
         (
             "PADDLE_PSERVERS_IP_PORT_LIST",
-            endpoints(&m.pservers, config.ports.pserver.first),
+            endpoints(&membership.pservers, config.ports.pserver.first),
         ),
         ("PADDLE_PSERVER_NUMS", config.topology.pservers.to_string()),
         ("PADDLE_TRAINERS_NUM", config.topology.trainers.to_string()),
@@ -23,8 +23,8 @@ fn shared(config: &Config, m: &Membership, role: &str) -> Vec<(&'static str, Str
 }
 
 /// The complete contract of a pserver process.
-pub fn pserver_env(config: &Config, m: &Membership, me: &Me) -> BTreeMap<String, String> {
-    let mut vars = shared(config, m, "PSERVER");
+pub fn pserver_env(config: &Config, membership: &Membership, me: &Me) -> BTreeMap<String, String> {
+    let mut vars = shared(config, membership, "PSERVER");
     vars.push(("PADDLE_PORT", config.ports.pserver.first.to_string()));
     vars.push(("POD_IP", me.ip.to_string()));
     env(vars)
@@ -33,15 +33,15 @@ pub fn pserver_env(config: &Config, m: &Membership, me: &Me) -> BTreeMap<String,
 /// The complete contract of a trainer process.
 pub fn trainer_env(
     config: &Config,
-    m: &Membership,
+    membership: &Membership,
     me: &Me,
     trainer_id: usize,
 ) -> BTreeMap<String, String> {
-    let mut vars = shared(config, m, "TRAINER");
+    let mut vars = shared(config, membership, "TRAINER");
     vars.push(("PADDLE_TRAINER_ID", trainer_id.to_string()));
     vars.push((
         "PADDLE_TRAINER_ENDPOINTS",
-        endpoints(&m.trainers, config.ports.trainer),
+        endpoints(&membership.trainers, config.ports.trainer),
     ));
     vars.push(("PADDLE_PORT", config.ports.trainer.to_string()));
     vars.push(("POD_IP", me.ip.to_string()));

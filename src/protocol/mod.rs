@@ -108,7 +108,7 @@ pub fn process(
 /// This pod's pserver under the job's protocol (none in collective mode).
 fn pserver(
     config: &Config,
-    m: &Membership,
+    membership: &Membership,
     me: &Me,
     jd: Option<&JobDir>,
     rank: usize,
@@ -121,7 +121,7 @@ fn pserver(
             Role::Pserver,
             rank,
             program(config),
-            fleet::pserver_env(config, m, me),
+            fleet::pserver_env(config, membership, me),
         ),
         Protocol::Collective => return None,
     })
@@ -130,16 +130,16 @@ fn pserver(
 /// This pod's trainer under the job's protocol: v1 flags, or the program with its contract.
 fn trainer(
     config: &Config,
-    m: &Membership,
+    membership: &Membership,
     me: &Me,
     jd: Option<&JobDir>,
     rank: usize,
 ) -> ProcessSpec {
     let env = match config.topology.protocol {
-        Protocol::V1 => return v1::trainer(config, m, rank, jd),
-        Protocol::V2 => v2::trainer_env(config, m, rank),
-        Protocol::Fleet => fleet::trainer_env(config, m, me, rank),
-        Protocol::Collective => collective::trainer_env(config, m, me, rank),
+        Protocol::V1 => return v1::trainer(config, membership, rank, jd),
+        Protocol::V2 => v2::trainer_env(config, membership, rank),
+        Protocol::Fleet => fleet::trainer_env(config, membership, me, rank),
+        Protocol::Collective => collective::trainer_env(config, membership, me, rank),
     };
     process(config, jd, Role::Trainer, rank, program(config), env)
 }
@@ -265,19 +265,23 @@ pub fn plan(config: &Config, membership: &Membership, me: &Me, inputs: &InputFil
 }
 
 /// Every pod with its rank and what it runs; a pod in both lists is listed once as "both".
-fn pod_entries(m: &Membership) -> Vec<PodEntry> {
+fn pod_entries(membership: &Membership) -> Vec<PodEntry> {
     let entry = |member: &Member, role: &'static str| PodEntry {
         name: member.name.clone(),
         ip: member.ip,
         rank: member.rank,
         role,
     };
-    if m.pservers == m.trainers {
-        return m.trainers.iter().map(|p| entry(p, "both")).collect();
+    if membership.pservers == membership.trainers {
+        return membership
+            .trainers
+            .iter()
+            .map(|p| entry(p, "both"))
+            .collect();
     }
-    let pservers = m.pservers.iter().map(|p| entry(p, "pserver"));
+    let pservers = membership.pservers.iter().map(|p| entry(p, "pserver"));
     pservers
-        .chain(m.trainers.iter().map(|p| entry(p, "trainer")))
+        .chain(membership.trainers.iter().map(|p| entry(p, "trainer")))
         .collect()
 }
 

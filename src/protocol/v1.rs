@@ -47,12 +47,12 @@ pub fn pserver(config: &Config, rank: usize, job_dir: Option<&JobDir>) -> Proces
 
 pub fn trainer(
     config: &Config,
-    m: &Membership,
+    membership: &Membership,
     rank: usize,
     job_dir: Option<&JobDir>,
 ) -> ProcessSpec {
     let mut flags = common_flags(config);
-    flags.push(("pservers", ips(&m.pservers)));
+    flags.push(("pservers", ips(&membership.pservers)));
     flags.push(("num_gradient_servers", config.topology.trainers.to_string()));
     flags.push(("trainer_id", rank.to_string()));
     flags.push(("local", "0".to_string()));

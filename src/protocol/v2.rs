@@ -8,7 +8,7 @@ use crate::membership::Membership;
 /// The complete v2 contract of a trainer.
 pub fn trainer_env(
     config: &Config,
-    m: &Membership,
+    membership: &Membership,
     trainer_id: usize,
 ) -> std::collections::BTreeMap<String, String> {
     env(vec![
@@ -27,7 +27,7 @@ pub fn trainer_env(
             config.topology.trainers.to_string(),
         ),
         ("PADDLE_INIT_TRAINER_ID", trainer_id.to_string()),
-        ("PADDLE_INIT_PSERVERS", ips(&m.pservers)),
+        ("PADDLE_INIT_PSERVERS", ips(&membership.pservers)),
     ])
 }
 
