@@ -370,23 +370,106 @@ fn env_field(name: &str, path: &str) -> Value {
     json!({"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}})
 }
 
-fn container_env(request: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
+/// The launcher options the manifest sets from its own flags: each with the flag it comes from
+/// (an error in its value names that flag) and its value. One list, from which the pods'
+/// environment is made, so that the two cannot disagree.
+fn options_from_flags(request: &ManifestArgs, kind: &PodKind) -> Vec<(Opt, &'static str, String)> {
+    let mut set = Vec::new();
     // Under JobSet and Volcano the launcher reads the job's name, counts and role from the
     // system (`--runtime auto`): the pods carry none of them.
-    let from_system = request.runtime != ManifestRuntime::Job;
-    let mut env = vec![
-        env_field(options::NAMESPACE.env(), "metadata.namespace"),
-        env_field(options::POD_IP.env(), "status.podIP"),
-        env_field(options::POD_NAME.env(), "metadata.name"),
-        env_value(options::PROTOCOL.env(), request.protocol),
-        env_value(options::PORT.env(), request.port),
-        env_value(options::PORTS_NUM.env(), request.ports_num),
-        env_value(options::PORTS_NUM_SPARSE.env(), request.ports_num_sparse),
-        env_value(options::TRAINER_PORT.env(), request.trainer_port),
-        env_value(options::WORKDIR.env(), WORKDIR),
-        // The root filesystem is read-only: the id files go to the work directory.
-        env_value(options::ID_DIR.env(), WORKDIR),
-    ];
+    if request.runtime == ManifestRuntime::Job {
+        set.push((options::JOB_NAME, "--job-name", request.job_name.clone()));
+    }
+    set.extend([
+        (
+            options::PROTOCOL,
+            "--protocol",
+            request.protocol.to_string(),
+        ),
+        (options::PORT, "--port", request.port.to_string()),
+        (
+            options::PORTS_NUM,
+            "--ports-num",
+            request.ports_num.to_string(),
+        ),
+        (
+            options::PORTS_NUM_SPARSE,
+            "--ports-num-sparse",
+            request.ports_num_sparse.to_string(),
+        ),
+        (
+            options::TRAINER_PORT,
+            "--trainer-port",
+            request.trainer_port.to_string(),
+        ),
+    ]);
+    if request.runtime == ManifestRuntime::Job {
+        if kind.role == PodRole::Both {
+            set.push((
+                options::GRADIENT_NUM,
+                "--trainers",
+                request.trainers.to_string(),
+            ));
+        } else {
+            set.push((options::ROLE, "--split", kind.role.to_string()));
+            set.push((
+                options::PSERVER_COUNT,
+                "--pservers",
+                request.pservers.to_string(),
+            ));
+            set.push((
+                options::TRAINER_COUNT,
+                "--trainers",
+                request.trainers.to_string(),
+            ));
+        }
+    }
+    if request.volume_claim.is_some() {
+        set.push((options::JOB_PATH, "--job-path", request.job_path.clone()));
+    }
+    if request.dns {
+        set.push((options::DNS, "--dns", dns_name(request)));
+    }
+    if request.max_restarts > 0 {
+        let restarts = request.max_restarts.to_string();
+        set.push((options::MAX_RESTARTS, "--max-restarts", restarts));
+    }
+    if named_coordinator(request) {
+        // The Indexed Job's first pod, by the name its replacement keeps.
+        let coordinator = format!("{}:{DEFAULT_CONTROL_PORT}", coordinator_host(request));
+        set.push((options::COORDINATOR, "--job-name", coordinator));
+    }
+    if let Some(entry) = &request.entry {
+        set.push((options::ENTRY, "--entry", entry.clone()));
+    }
+    set
+}
+
+/// The options the pods get from the downward API, with the flag whose value stands for them
+/// when `manifest` validates the pods (none for what only the pod knows).
+const FROM_DOWNWARD_API: &[(Opt, &str, Option<&str>)] = &[
+    (
+        options::NAMESPACE,
+        "metadata.namespace",
+        Some("--namespace"),
+    ),
+    (options::POD_IP, "status.podIP", None),
+    (options::POD_NAME, "metadata.name", None),
+];
+
+fn container_env(request: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
+    let mut env: Vec<Value> = FROM_DOWNWARD_API
+        .iter()
+        .map(|(opt, path, _)| env_field(opt.env(), path))
+        .collect();
+    env.extend(
+        options_from_flags(request, kind)
+            .into_iter()
+            .map(|(opt, _, value)| env_value(opt.env(), value)),
+    );
+    env.push(env_value(options::WORKDIR.env(), WORKDIR));
+    // The root filesystem is read-only: the id files go to the work directory.
+    env.push(env_value(options::ID_DIR.env(), WORKDIR));
     if has_channel(kind) {
         // From the Secret `<job>-launcher`: a pod without it waits for it (--wait-timeout),
         // saying so, then exits 2.
@@ -394,35 +477,6 @@ fn container_env(request: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
             options::JOB_SECRET_FILE.env(),
             format!("{SECRET_DIR}/{SECRET_KEY}"),
         ));
-    }
-    if !from_system {
-        env.insert(0, env_value(options::JOB_NAME.env(), &request.job_name));
-        if kind.role == PodRole::Both {
-            env.push(env_value(options::GRADIENT_NUM.env(), request.trainers));
-        } else {
-            env.push(env_value(options::ROLE.env(), kind.role));
-            env.push(env_value(options::PSERVER_COUNT.env(), request.pservers));
-            env.push(env_value(options::TRAINER_COUNT.env(), request.trainers));
-        }
-    }
-    if request.volume_claim.is_some() {
-        env.push(env_value(options::JOB_PATH.env(), &request.job_path));
-    }
-    if request.dns {
-        env.push(env_value(options::DNS.env(), dns_name(request)));
-    }
-    if request.max_restarts > 0 {
-        env.push(env_value(options::MAX_RESTARTS.env(), request.max_restarts));
-    }
-    if named_coordinator(request) {
-        // The Indexed Job's first pod, by the name its replacement keeps.
-        env.push(env_value(
-            options::COORDINATOR.env(),
-            format!("{}:{DEFAULT_CONTROL_PORT}", coordinator_host(request)),
-        ));
-    }
-    if let Some(entry) = &request.entry {
-        env.push(env_value(options::ENTRY.env(), entry));
     }
     if let Some(passes) = request.passes {
         match request.protocol {
@@ -438,23 +492,6 @@ fn container_env(request: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
     }
     env
 }
-
-/// The variables the manifest sets from its own flags: an error in one names the flag.
-const FLAG_OF_VARIABLE: &[(Opt, &str)] = &[
-    (options::JOB_NAME, "--job-name"),
-    (options::NAMESPACE, "--namespace"),
-    (options::PROTOCOL, "--protocol"),
-    (options::PORT, "--port"),
-    (options::PORTS_NUM, "--ports-num"),
-    (options::PORTS_NUM_SPARSE, "--ports-num-sparse"),
-    (options::TRAINER_PORT, "--trainer-port"),
-    (options::GRADIENT_NUM, "--trainers"),
-    (options::TRAINER_COUNT, "--trainers"),
-    (options::PSERVER_COUNT, "--pservers"),
-    (options::JOB_PATH, "--job-path"),
-    (options::ENTRY, "--entry"),
-    (options::MAX_RESTARTS, "--max-restarts"),
-];
 
 /// Runs the launcher's own validation (`Config::from_args`, what `run` does in each pod) on
 /// the environment and arguments of this kind's container, so that `manifest` accepts exactly
@@ -567,6 +604,20 @@ fn as_detected(
     }
 }
 
+/// The `manifest` flag whose value the pods' variable holds, if one does.
+fn flag_of(request: &ManifestArgs, variable: &str) -> Option<&'static str> {
+    let kinds = pod_kinds(request);
+    let from_flags = kinds
+        .iter()
+        .flat_map(|kind| options_from_flags(request, kind))
+        .map(|(opt, flag, _)| (opt, Some(flag)));
+    let from_api = FROM_DOWNWARD_API.iter().map(|(opt, _, flag)| (*opt, *flag));
+    from_flags
+        .chain(from_api)
+        .find(|(opt, _)| opt.env() == variable)
+        .and_then(|(_, flag)| flag)
+}
+
 /// The launcher's error, in the terms of the `manifest` flag that set the value.
 fn as_manifest_error(request: &ManifestArgs, e: ConfigError) -> ConfigError {
     // "CONF_PADDLE_PORT (--port)" -> CONF_PADDLE_PORT
@@ -577,10 +628,7 @@ fn as_manifest_error(request: &ManifestArgs, e: ConfigError) -> ConfigError {
     });
     let flag = if by_env {
         format!("--env {variable}")
-    } else if let Some((_, flag)) = FLAG_OF_VARIABLE
-        .iter()
-        .find(|(opt, _)| opt.env() == variable)
-    {
+    } else if let Some(flag) = flag_of(request, variable) {
         flag.to_string()
     } else {
         // Already in words that fit `manifest` too, e.g. "trainer argument (after --)".
