@@ -62,7 +62,8 @@ pub struct ManifestArgs {
     pub image: String,
     /// Number of trainers (pods of the trainer Job; in the colocated layout, of the one Job).
     /// From 64 pods on (one Job, no --dns) the Job is Indexed and its pod 0 coordinates: only
-    /// it uses the Kubernetes API, the Secret `<job>-launcher` must exist before the pods start.
+    /// it uses the Kubernetes API; the pods wait for the Secret `<job>-launcher` (`manifest`
+    /// prints the command that creates it).
     #[arg(long, default_value_t = 2)]
     pub trainers: u32,
     /// Number of pserver pods of the split layout.
@@ -121,10 +122,17 @@ pub struct ManifestArgs {
     pub dns: bool,
     /// Group restarts the job may make (recovery in place). Above 0 the Job is Indexed, a
     /// headless Service names each pod (`<job>-0.<job>-pods` coordinates), the Secret
-    /// `<job>-launcher` must exist before the pods start, and a podFailurePolicy makes a lost
-    /// pod cost the Job one failure, preemption none, and an exhausted budget fail it at once.
+    /// `<job>-launcher` is waited for (manifest prints the command), and a podFailurePolicy
+    /// makes a lost pod cost the Job one failure, preemption none, and an exhausted budget fail
+    /// it at once.
     #[arg(long, default_value_t = 0)]
     pub max_restarts: u32,
+    /// Seconds a trainer may make no progress (no output, or no write to its progress file)
+    /// before it is judged hung, its stacks logged and the pod ended with status 80 (or the job
+    /// restarted); 0 leaves hang detection off. 15 minutes without a line of output is rarely
+    /// a healthy trainer.
+    #[arg(long, default_value_t = 900)]
+    pub hang_timeout: u32,
     /// What runs the pods: `job` (batch/v1 Jobs), `jobset` (a JobSet: one replicated job per
     /// kind of pod) or `volcano` (a Volcano Job: one task per kind of pod, with its env and svc
     /// plugins). Under `jobset` and `volcano` the pods set no job name, count or role: their
@@ -245,6 +253,20 @@ pub struct JobArgs {
     /// Seconds between forwarding SIGTERM and sending SIGKILL to the children [default: 10].
     #[arg(long, env = "PADDLE_LAUNCHER_GRACE_PERIOD")]
     pub grace_period: Option<String>,
+    /// Seconds a trainer may make no progress before it is judged hung: its threads' stacks are
+    /// dumped into its log, then it is stopped (status 80, or a group restart). Progress is
+    /// output, or, once the trainer has written it, a write to PADDLE_LAUNCHER_PROGRESS_FILE;
+    /// 0 = never judged [default: 0].
+    #[arg(long, env = "PADDLE_LAUNCHER_HANG_TIMEOUT")]
+    pub hang_timeout: Option<String>,
+    /// Seconds a trainer may take to its first progress (set-up: data, compilation, NCCL init)
+    /// [default: the hang timeout, at least 1800].
+    #[arg(long, env = "PADDLE_LAUNCHER_HANG_FIRST_WINDOW")]
+    pub hang_first_window: Option<String>,
+    /// File the trainer touches, or writes its step number to, to show progress; given to it
+    /// under the same name, its directory created [default: <workdir>/progress].
+    #[arg(long, env = "PADDLE_LAUNCHER_PROGRESS_FILE")]
+    pub progress_file: Option<String>,
     /// Existing file that receives the one-line reason of the exit (the kubelet creates
     /// /dev/termination-log; nothing is created); empty disables [default: /dev/termination-log].
     #[arg(long, env = "PADDLE_LAUNCHER_TERMINATION_LOG")]

@@ -14,6 +14,7 @@ use crate::error::Error;
 use crate::exit::{self, Outcome};
 use crate::membership::{judge, rank, Membership, Readiness};
 use crate::peers::{kubernetes, static_list};
+use crate::vocabulary::count;
 
 /// The report's lines and the outcome: 0 when the job would start now.
 pub async fn doctor(
@@ -22,6 +23,13 @@ pub async fn doctor(
     hostname_ip: impl Fn() -> Option<std::net::IpAddr>,
 ) -> (Vec<String>, Outcome) {
     let mut lines = Vec::new();
+    // A misspelt variable would not apply in `run` either.
+    let names: Vec<String> = std::env::vars_os()
+        .filter_map(|(name, _)| name.into_string().ok())
+        .collect();
+    lines.extend(crate::cli::unread_variables(
+        names.iter().map(String::as_str),
+    ));
     let mut config = match crate::batch::discover::configure(args, interfaces, &hostname_ip).await {
         Ok(config) => config,
         Err(e) => {
@@ -45,22 +53,34 @@ pub async fn doctor(
     }
     if let Some(path) = &config.control.secret_file {
         match crate::launch::read_secret_file(path) {
-            Ok(Some(_)) => lines.push(format!("control channel: the job secret at {} is readable", path.display())),
-            Ok(None) => lines.push(format!(
-                "control channel: no job secret at {} yet: `run` waits for it (--wait-timeout), then exits 2; create the Secret mounted there",
+            Ok(Some(_)) => lines.push(format!(
+                "control channel: the job secret at {} is readable",
                 path.display()
             )),
-            Err(e) => return (lines, Outcome::new(e.exit_code(), format!("configuration: {e}"))),
+            Ok(None) => {
+                let reason = format!(
+                    "the job would not start: no job secret at {} yet; `run` waits for it (--wait-timeout), then exits 2: create the Secret mounted there (`{}`)",
+                    path.display(),
+                    crate::launch::create_secret_command(&config)
+                );
+                return (lines, Outcome::new(exit::INVALID_CONFIG, reason));
+            }
+            Err(e) => {
+                return (
+                    lines,
+                    Outcome::new(e.exit_code(), format!("configuration: {e}")),
+                )
+            }
         }
     }
     if config.control.secret.is_some() || config.control.secret_file.is_some() {
         crate::launch::derive_coordinator(&mut config);
     }
     lines.push(format!(
-        "configuration: OK (job {}, {} trainers, {} pservers, protocol {})",
+        "configuration: OK (job {}, {}, {}, protocol {})",
         config.topology.job_name,
-        config.topology.trainers,
-        config.topology.pservers,
+        count(config.topology.trainers as usize, "trainer"),
+        count(config.topology.pservers as usize, "pserver"),
         config.topology.protocol
     ));
     let my_ip = match own_ip(&config, interfaces, hostname_ip) {
@@ -83,8 +103,8 @@ pub async fn doctor(
     let groups = match &config.topology.discovery {
         Discovery::Static { ips } => {
             lines.push(format!(
-                "peers: a static list of {} addresses, no Kubernetes needed",
-                ips.len()
+                "peers: a static list of {}, no Kubernetes needed",
+                count(ips.len(), "address")
             ));
             let members = static_list::members(&config.topology.job_name, ips);
             let membership =
@@ -222,12 +242,17 @@ fn would_start(
             joined if command.contains('/') && process.cwd.is_dir() => joined,
             _ => std::path::PathBuf::from(command),
         };
-        if let Some(why) = missing_command(&command_path.to_string_lossy(), path.as_deref()) {
+        let missing = missing_command(&command_path.to_string_lossy(), path.as_deref());
+        if let Some((code, why)) = missing {
+            let option = match process.role {
+                crate::plan::Role::Pserver => crate::config::PSERVER_CMD,
+                crate::plan::Role::Trainer => crate::config::TRAINER_CMD,
+            };
             let reason = format!(
-                "cannot start the {} command `{command}`: {why}",
+                "cannot start the {} command `{command}`: {why} (the command is {option}, or the program after --)",
                 process.name
             );
-            return (lines, Outcome::new(exit::NOT_FOUND, reason));
+            return (lines, Outcome::new(code, reason));
         }
     }
     (
@@ -236,22 +261,36 @@ fn would_start(
     )
 }
 
-/// Why `command` would not be found when started with `path` (what exec would say), if so.
-fn missing_command(command: &str, path: Option<&str>) -> Option<String> {
+/// Why `command` would not start with `path`, and the status `run` would end with (127: not
+/// found, 126: not executable), if so.
+fn missing_command(command: &str, path: Option<&str>) -> Option<(i32, String)> {
     use std::os::unix::fs::PermissionsExt;
-    let runnable = |p: &std::path::Path| {
+    let executable = |p: &std::path::Path| {
         std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
     };
-    if command.contains('/') {
-        return (!runnable(std::path::Path::new(command)))
-            .then(|| format!("{command} does not exist or is not executable"));
+    let candidates: Vec<std::path::PathBuf> = if command.contains('/') {
+        vec![command.into()]
+    } else {
+        path.unwrap_or_default()
+            .split(':')
+            .filter(|dir| !dir.is_empty())
+            .map(|dir| std::path::Path::new(dir).join(command))
+            .collect()
+    };
+    if candidates.iter().any(|c| executable(c)) {
+        return None;
     }
-    let found = path
-        .unwrap_or_default()
-        .split(':')
-        .filter(|dir| !dir.is_empty())
-        .any(|dir| runnable(&std::path::Path::new(dir).join(command)));
-    (!found).then(|| format!("not found on PATH ({})", path.unwrap_or("unset")))
+    if let Some(file) = candidates.iter().find(|c| c.is_file()) {
+        let why = format!("{} is not executable", file.display());
+        return Some((exit::CANNOT_EXECUTE, why));
+    }
+    Some(match command.contains('/') {
+        true => (exit::NOT_FOUND, format!("{command} does not exist")),
+        false => (
+            exit::NOT_FOUND,
+            format!("not found on PATH ({})", path.unwrap_or("unset")),
+        ),
+    })
 }
 
 /// Where this pod stands in the control channel, in plain words.

@@ -63,6 +63,9 @@ pub enum Error {
     },
     #[error("{reason}: stopped {stopped} so that the Job can restart cleanly")]
     PeerLost { reason: String, stopped: String },
+    /// The trainer made no progress within its limit (`reason` says how long, by what).
+    #[error("{reason}")]
+    Hung { reason: String },
     /// A split-layout pserver pod can no longer tell when the trainers are done.
     #[error(
         "stopped the pserver: it can no longer tell when the trainer pods are done: {refusal}"
@@ -106,6 +109,7 @@ impl Error {
             Error::PserversNotReady { .. } => exit::PSERVERS_NOT_READY,
             Error::PserverDied { .. } => exit::PSERVER_DIED,
             Error::PeerLost { .. } => exit::PEER_LOST,
+            Error::Hung { .. } => exit::HANG,
             Error::Spawn { source, .. } => match source.kind() {
                 io::ErrorKind::NotFound => exit::NOT_FOUND,
                 io::ErrorKind::PermissionDenied => exit::CANNOT_EXECUTE,
@@ -138,7 +142,7 @@ impl From<Error> for Outcome {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid {variable}: {value:?}: expected {expected}")]
+#[error("invalid {variable}: {}: expected {expected}", shown(value))]
 pub struct ConfigError {
     /// "ENV_NAME (--flag)"
     pub variable: String,
@@ -168,6 +172,15 @@ pub enum MembershipError {
     NotAMember { who: String, seen: String },
     #[error("pods {names} all have this pod's IP {ip}: set POD_NAME (downward API metadata.name) so that it can tell which one it is")]
     AmbiguousIp { ip: IpAddr, names: String },
+}
+
+/// A value as the one-line error quotes it; an empty one is "not set" (the usual case: a
+/// required variable missing), not `""`.
+fn shown(value: &str) -> String {
+    match value {
+        "" => "not set".to_string(),
+        value => format!("{value:?}"),
+    }
 }
 
 /// Why a command could not start, as a user fixes it: a command without a `/` is looked for on
@@ -207,7 +220,7 @@ pub fn rbac_hint(namespace: &str, message: &str) -> String {
          ---\n\
          apiVersion: rbac.authorization.k8s.io/v1\n\
          kind: RoleBinding\n\
-         metadata: {{name: paddle-launcher, namespace: {namespace}}}\n\
+         metadata: {{name: paddle-launcher-{account}, namespace: {namespace}}}\n\
          roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: paddle-launcher}}\n\
          subjects:\n\
          - {{kind: ServiceAccount, name: {account}, namespace: {namespace}}}"
@@ -269,6 +282,11 @@ mod tests {
             "403 pods is forbidden: User \"system:serviceaccount:team-a:trainer\" cannot list resource \"pods\"",
         );
         assert!(hint.contains("name: trainer, namespace: team-a"), "{hint}");
+        // A binding of its own: applying it replaces no other account's binding.
+        assert!(
+            hint.contains("name: paddle-launcher-trainer, namespace: team-a"),
+            "{hint}"
+        );
         assert!(hint.contains("verbs: [get, list, watch]"), "{hint}");
     }
 

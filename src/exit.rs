@@ -49,6 +49,10 @@ pub const PEER_LOST: i32 = 78;
 /// wait timeout, or is not a Kubernetes API server (404 on the pods' path), or the DNS
 /// configuration for --dns cannot be read. The line names the server.
 pub const SOURCE_UNUSABLE: i32 = 79;
+/// The trainer made no progress for --hang-timeout (or its first window): its stacks were dumped
+/// into its log and it was stopped. Usually the infrastructure's (a rank stuck in a collective,
+/// a hung filesystem): the Job may retry it.
+pub const HANG: i32 = 80;
 /// A command was found but could not be executed (shell convention).
 pub const CANNOT_EXECUTE: i32 = 126;
 /// A command was not found (shell convention).

@@ -1,12 +1,17 @@
 //! paddle-launcher: environment -> peers -> ranks -> process plan -> supervised processes.
 //!
-//! Everything up to the process plan (`config`, `selector`, `membership`, `protocol`, `plan`)
-//! is pure and unit-tested without a cluster, and so is what a pod does after the launch
-//! (`lifecycle`: the state machines deciding every exit and every group restart); `peers`,
-//! `workspace`, `supervise`, `control` (the job's channel), `launch` and `local` (the drivers
-//! of the lifecycle) are the thin I/O shell around them. Modules are crate-private unless the
-//! tests read them (the CLI definition; configuration, membership, selectors and the pod view
-//! of the API's objects are re-exported for them below). The compiler then finds dead code.
+//! The pure core, unit-tested without a cluster: the words every part shares (`vocabulary`,
+//! `exit`, `error`), the options (`cli`, `config`), what the batch system says (`batch`, but
+//! `batch::discover`), the membership and its ranks (`selector`, `membership`), the process
+//! plan (`plan`, `protocol`), and what a pod does after the launch (`launch::lifecycle`, the
+//! state machines deciding every exit and restart; `verdict`; `launch::coordination`, who
+//! coordinates; `control::coordinator`, the channel's decisions). The thin I/O shell around it:
+//! `address`, `batch::discover`, `peers`, `workspace`, `supervise`, `control` (the job's
+//! channel), `launch` and `local` (the drivers), `doctor`, `manifest`, `run`.
+//! `tests/architecture.rs` keeps it so: no import cycle, and no core module imports the shell.
+//! Modules are crate-private unless the tests read them (the CLI definition; configuration,
+//! membership, selectors and the pod view of the API's objects are re-exported for them
+//! below). The compiler then finds dead code.
 
 pub(crate) mod address;
 pub(crate) mod batch;

@@ -442,6 +442,10 @@ fn options_from_flags(request: &ManifestArgs, kind: &PodKind) -> Vec<(Opt, &'sta
     if let Some(entry) = &request.entry {
         set.push((options::ENTRY, "--entry", entry.clone()));
     }
+    if request.hang_timeout > 0 {
+        let timeout = request.hang_timeout.to_string();
+        set.push((options::HANG_TIMEOUT, "--hang-timeout", timeout));
+    }
     set
 }
 

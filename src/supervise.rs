@@ -26,6 +26,9 @@ use crate::error::Error;
 use crate::exit::{is_stop_signal, signal_name, Ended};
 
 const PYTHON_UNBUFFERED: &str = "PYTHONUNBUFFERED";
+/// Python's faulthandler: on SIGABRT (how a hung trainer is asked for its stacks) and on a
+/// crash, every thread's stack goes to stderr, and so into the pod's log.
+const PYTHON_FAULT_HANDLER: &str = "PYTHONFAULTHANDLER";
 /// Never passed on to a child.
 const JOB_SECRET_VARIABLE: &str = "PADDLE_LAUNCHER_JOB_SECRET";
 /// How often `stop` looks whether a group is empty when no SIGCHLD tells.
@@ -105,6 +108,8 @@ struct Child {
     /// Every process of its group has ended (seen as ESRCH): the group id may be reused by an
     /// unrelated process, so it is never signalled again.
     group_gone: bool,
+    /// When its output was last seen (by the pump threads).
+    output: OutputClock,
 }
 
 pub enum Event {
@@ -121,6 +126,31 @@ pub enum Event {
     JobDone(Result<String, String>),
 }
 
+/// When a child's output was last seen: its pumps note it, hang detection reads it.
+#[derive(Clone)]
+pub struct OutputClock {
+    epoch: std::time::Instant,
+    /// Milliseconds after `epoch`; 0 for never.
+    at: Arc<AtomicU64>,
+}
+
+impl OutputClock {
+    fn now(&self) {
+        // At least 1: 0 means never.
+        let ms = self.epoch.elapsed().as_millis().max(1);
+        self.at
+            .store(u64::try_from(ms).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// When output was last seen; None: never.
+    pub fn last(&self) -> Option<std::time::Instant> {
+        match self.at.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(self.epoch + Duration::from_millis(ms)),
+        }
+    }
+}
+
 pub struct Supervisor {
     signals: Signals,
     peer_loss: Option<BoxFuture<'static, String>>,
@@ -129,6 +159,8 @@ pub struct Supervisor {
     pending: VecDeque<Event>,
     pumps: Vec<mpsc::Receiver<()>>,
     pub grace: Duration,
+    /// The zero of the children's `last_output` times.
+    epoch: std::time::Instant,
 }
 
 impl Supervisor {
@@ -148,6 +180,7 @@ impl Supervisor {
             pending: VecDeque::new(),
             pumps: Vec::new(),
             grace,
+            epoch: std::time::Instant::now(),
         }
     }
 
@@ -203,10 +236,11 @@ impl Supervisor {
             command.stdout(Stdio::piped()).stderr(Stdio::piped());
             // Python block-buffers a pipe: lines would reach `kubectl logs` late and be lost
             // on SIGKILL. A value the user set (in the pod or the plan) is left alone.
-            if !spec.env.contains_key(PYTHON_UNBUFFERED)
-                && std::env::var_os(PYTHON_UNBUFFERED).is_none()
-            {
-                command.env(PYTHON_UNBUFFERED, "1");
+            // A value the user set (in the pod or the plan) is left alone.
+            for variable in [PYTHON_UNBUFFERED, PYTHON_FAULT_HANDLER] {
+                if !spec.env.contains_key(variable) && std::env::var_os(variable).is_none() {
+                    command.env(variable, "1");
+                }
             }
         }
         let mut child = command.spawn().map_err(|source| {
@@ -224,17 +258,22 @@ impl Supervisor {
         })?;
         let pid = Pid::from_raw(child.id() as i32);
         info!("started {} (pid {pid}): {}", spec.label, quoted(spec.argv));
+        let output = OutputClock {
+            epoch: self.epoch,
+            at: Arc::new(AtomicU64::new(0)),
+        };
         if let Output::Prefixed { log } = spec.output {
             // Opened by the pumps, off the runtime thread: the log is often on a shared
             // filesystem, and a stalled mount must not stop the heartbeats.
             let (finished, written) = mpsc::channel();
             self.pumps.push(written);
             let file = Arc::new(LogFile::start(log, &spec.label, finished));
+            let seen = output.clone();
             if let Some(out) = child.stdout.take() {
-                self.pump(out, &spec.label, file.clone(), false);
+                self.pump(out, &spec.label, file.clone(), seen.clone(), false);
             }
             if let Some(err) = child.stderr.take() {
-                self.pump(err, &spec.label, file, true);
+                self.pump(err, &spec.label, file, seen, true);
             }
         }
         self.children.push(Child {
@@ -242,8 +281,14 @@ impl Supervisor {
             pid,
             ended: None,
             group_gone: false,
+            output,
         });
         Ok(self.children.len() - 1)
+    }
+
+    /// When the child's output was last seen, as it goes on (never, for output not pumped).
+    pub fn output_clock(&self, child: usize) -> OutputClock {
+        self.children[child].output.clone()
     }
 
     /// Copies a pipe line by line (bytes, not UTF-8: programs print what they like) to our
@@ -253,6 +298,7 @@ impl Supervisor {
         pipe: impl Read + Send + 'static,
         label: &str,
         file: Arc<LogFile>,
+        seen: OutputClock,
         to_stderr: bool,
     ) {
         let prefix = format!("[{label}] ");
@@ -262,6 +308,7 @@ impl Supervisor {
             let mut reader = BufReader::new(pipe);
             let mut line = Vec::new();
             while matches!(reader.read_until(b'\n', &mut line), Ok(n) if n > 0) {
+                seen.now();
                 if !line.ends_with(b"\n") {
                     line.push(b'\n');
                 }

@@ -26,6 +26,7 @@ const CORE: &[&str] = &[
     "batch::volcano",
     "batch",
     "launch::lifecycle",
+    "launch::progress",
     "launch::coordination",
     "control::coordinator",
 ];

@@ -500,3 +500,95 @@ fn a_log_file_that_blocks_on_open_stalls_nothing() {
     assert_contains(&done.stdout, "[trainer-0] trainer received SIGTERM");
     assert_nothing_left(&pod.pids());
 }
+
+/// A Python trainer that makes progress for a while, then blocks with a second thread alive.
+/// `HANG_AFTER` lines (or progress-file writes, with `BY_FILE`), 0.2 s apart; then it waits for
+/// ever in `wait_for_ever` while a thread sleeps in `background`, or, with `CHATTER`, prints
+/// every 0.2 s from that thread (output that must not count once the file is in use).
+const STUCK_TRAINER: &str = r#"
+import os, sys, threading, time
+def background():
+    while True:
+        if os.environ.get("CHATTER"):
+            print("chatter", flush=True)
+        time.sleep(0.2)
+threading.Thread(target=background, daemon=True).start()
+for step in range(int(os.environ["HANG_AFTER"])):
+    if os.environ.get("BY_FILE"):
+        with open(os.environ["PADDLE_LAUNCHER_PROGRESS_FILE"], "w") as f:
+            f.write(f"{step}\n")
+    else:
+        print(f"step {step}", flush=True)
+    time.sleep(0.2)
+def wait_for_ever():
+    threading.Event().wait()
+if os.environ.get("FINISH"):
+    sys.exit(0)
+wait_for_ever()
+"#;
+
+fn stuck_trainer(extra: &[(&'static str, &str)]) -> (OnePod, Launcher) {
+    let mut pod = OnePod::new()
+        .set("PADDLE_LAUNCHER_PROTOCOL", "collective")
+        .set("PADDLE_LAUNCHER_TRAINER_PORT", &free_ports(1).to_string())
+        .set("PADDLE_LAUNCHER_WORKDIR", "work")
+        .set("PADDLE_LAUNCHER_HANG_TIMEOUT", "2")
+        .set("PADDLE_LAUNCHER_HANG_FIRST_WINDOW", "20");
+    for (name, value) in extra {
+        pod = pod.set(name, value);
+    }
+    let args = ["run", "--", "python3", "-c", STUCK_TRAINER];
+    let launcher = Launcher::start(pod.dir.path(), &pod.ip, &args, &pod.env);
+    (pod, launcher)
+}
+
+/// A trainer that stops progressing is found within the hang timeout (and a check), its
+/// threads' stacks are in its log (Python's faulthandler, on by the launcher), and the pod ends
+/// with the hang status, 80, naming the trainer and the limit.
+#[test]
+fn a_hung_trainer_is_found_its_stacks_are_logged_and_the_pod_exits_80() {
+    let (_pod, launcher) = stuck_trainer(&[("HANG_AFTER", "5")]);
+    let done = launcher.wait(LIMIT);
+    assert_eq!(done.code(), 80, "{}\n{}", done.stdout, done.stderr);
+    assert_contains(
+        &done.stderr,
+        "trainer-0 made no progress for 2 s (PADDLE_LAUNCHER_HANG_TIMEOUT (--hang-timeout) = 2 s): nothing new from output",
+    );
+    // Every thread's stack, with the function each is stuck in.
+    assert_contains(&done.stderr, "[trainer-0] Fatal Python error: Aborted");
+    assert_contains(&done.stderr, "in wait_for_ever");
+    assert_contains(&done.stderr, "in background");
+}
+
+/// Once the trainer writes its progress file, only the file counts: a thread that keeps
+/// printing does not hide a stuck training loop. Without writes, output keeps a trainer alive,
+/// and one that finishes is never judged.
+#[test]
+fn once_the_progress_file_is_written_output_no_longer_counts() {
+    let (_pod, launcher) =
+        stuck_trainer(&[("HANG_AFTER", "5"), ("BY_FILE", "1"), ("CHATTER", "1")]);
+    let done = launcher.wait(LIMIT);
+    assert_eq!(done.code(), 80, "{}\n{}", done.stdout, done.stderr);
+    assert_contains(&done.stderr, "nothing new from its progress file");
+    // Progress every 0.2 s for 4 s, twice the timeout, then success: never judged hung.
+    let (_pod, launcher) = stuck_trainer(&[("HANG_AFTER", "20"), ("FINISH", "1")]);
+    let done = launcher.wait(LIMIT);
+    assert_eq!(done.code(), 0, "{}\n{}", done.stdout, done.stderr);
+    assert!(!done.stderr.contains("made no progress"), "{}", done.stderr);
+}
+
+/// Bad values of the hang options are refused at the start, one line, status 2.
+#[test]
+fn bad_hang_settings_are_refused_before_anything_starts() {
+    for (name, value, expected) in [
+        ("PADDLE_LAUNCHER_HANG_TIMEOUT", "-1", "invalid PADDLE_LAUNCHER_HANG_TIMEOUT (--hang-timeout): \"-1\""),
+        ("PADDLE_LAUNCHER_HANG_FIRST_WINDOW", "0", "invalid PADDLE_LAUNCHER_HANG_FIRST_WINDOW (--hang-first-window): \"0\""),
+        ("PADDLE_LAUNCHER_PROGRESS_FILE", "/proc/no/such/progress", "invalid PADDLE_LAUNCHER_PROGRESS_FILE (--progress-file): \"/proc/no/such/progress\": expected a file the launcher can create"),
+    ] {
+        let pod = OnePod::new().set(name, value);
+        let done = pod.start().wait(LIMIT);
+        assert_eq!(done.code(), 2, "{name}={value}: {}", done.stderr);
+        assert_contains(&done.stderr, expected);
+        assert!(!done.stdout.contains("[pserver-0]"), "{}", done.stdout);
+    }
+}

@@ -202,6 +202,10 @@ pub struct Timing {
     pub pserver_timeout: Duration,
     pub linger: Duration,
     pub grace_period: Duration,
+    /// How long a trainer may make no progress; None: never judged hung.
+    pub hang_timeout: Option<Duration>,
+    /// How long it may take to its first progress.
+    pub hang_first_window: Duration,
 }
 
 /// Files: the shared job directory, the work directory, id files and file lists.
@@ -216,6 +220,8 @@ pub struct Workspace {
     pub test_files: Option<String>,
     pub train_list: PathBuf,
     pub test_list: PathBuf,
+    /// The trainer's progress file (`PADDLE_LAUNCHER_PROGRESS_FILE`).
+    pub progress_file: PathBuf,
 }
 
 impl Config {

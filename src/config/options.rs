@@ -22,6 +22,9 @@ pub const WAIT_TIMEOUT: Opt = Opt("wait_timeout");
 pub const PSERVER_TIMEOUT: Opt = Opt("pserver_timeout");
 pub const LINGER: Opt = Opt("linger");
 pub const GRACE_PERIOD: Opt = Opt("grace_period");
+pub const HANG_TIMEOUT: Opt = Opt("hang_timeout");
+pub const HANG_FIRST_WINDOW: Opt = Opt("hang_first_window");
+pub const PROGRESS_FILE: Opt = Opt("progress_file");
 pub const TRAINER_ARGS: &str = "trainer argument (after --)";
 pub const ROLE: Opt = Opt("role");
 pub const PROTOCOL: Opt = Opt("protocol");
@@ -31,6 +34,8 @@ pub const PSERVER_SELECTOR: Opt = Opt("pserver_selector");
 pub const TRAINER_SELECTOR: Opt = Opt("trainer_selector");
 pub const MAX_FAILED: Opt = Opt("max_failed_trainers");
 pub const ENTRY: Opt = Opt("entry");
+pub const PSERVER_CMD: Opt = Opt("pserver_cmd");
+pub const TRAINER_CMD: Opt = Opt("trainer_cmd");
 pub const TRAINER_PORT: Opt = Opt("trainer_port");
 pub const TRAIN_FILES: Opt = Opt("train_files");
 pub const TEST_FILES: Opt = Opt("test_files");
@@ -68,6 +73,9 @@ pub(super) const NAMED_OPTIONS: &[Opt] = &[
     PSERVER_TIMEOUT,
     LINGER,
     GRACE_PERIOD,
+    HANG_TIMEOUT,
+    HANG_FIRST_WINDOW,
+    PROGRESS_FILE,
     ROLE,
     PROTOCOL,
     PSERVER_COUNT,
@@ -76,6 +84,8 @@ pub(super) const NAMED_OPTIONS: &[Opt] = &[
     TRAINER_SELECTOR,
     MAX_FAILED,
     ENTRY,
+    PSERVER_CMD,
+    TRAINER_CMD,
     TRAINER_PORT,
     TRAIN_FILES,
     TEST_FILES,
@@ -103,6 +113,8 @@ pub const DEFAULT_NIC: &str = "eth0";
 pub const DEFAULT_CONTROL_PORT: u16 = 6171;
 pub const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
 /// Far above any real job; keeps a typo like 1000000 from meaning "a million pods".
+/// The first window of hang detection when none is given: set-up may take long.
+pub const DEFAULT_HANG_FIRST_WINDOW: Duration = Duration::from_secs(1800);
 pub const MAX_PODS: u32 = 100_000;
 
 /// Empty environment variables count as unset, as Kubernetes manifests often carry `value: ""`.

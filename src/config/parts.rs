@@ -84,11 +84,25 @@ impl Timing {
     pub fn from_args(args: &JobArgs) -> Result<Timing, ConfigError> {
         let wait_timeout = seconds(&args.wait_timeout, WAIT_TIMEOUT, 1800)?;
         let pserver_timeout = seconds(&args.pserver_timeout, PSERVER_TIMEOUT, 300)?;
+        let hang_timeout = seconds(&args.hang_timeout, HANG_TIMEOUT, 0)?;
+        // Set-up (reading data, compiling, NCCL's init) often takes longer than a step.
+        let default_window = hang_timeout.max(DEFAULT_HANG_FIRST_WINDOW).as_secs();
+        let hang_first_window =
+            seconds(&args.hang_first_window, HANG_FIRST_WINDOW, default_window)?;
+        if hang_first_window.is_zero() {
+            return Err(ConfigError::new(
+                HANG_FIRST_WINDOW,
+                "0",
+                "whole seconds of at least 1 (the time a trainer may take to its first progress)",
+            ));
+        }
         Ok(Timing {
             wait_timeout: (!wait_timeout.is_zero()).then_some(wait_timeout),
             pserver_timeout,
             linger: seconds(&args.linger, LINGER, 30)?,
             grace_period: seconds(&args.grace_period, GRACE_PERIOD, 10)?,
+            hang_timeout: Some(hang_timeout).filter(|t| !t.is_zero()),
+            hang_first_window,
         })
     }
 }
@@ -204,6 +218,7 @@ impl Workspace {
         };
         let train_list = list_path(&args.train_list, "train.list");
         let test_list = list_path(&args.test_list, "test.list");
+        let progress_file = list_path(&args.progress_file, "progress");
         Ok(Workspace {
             job_path,
             train_config_dir,
@@ -217,6 +232,7 @@ impl Workspace {
             test_files,
             train_list,
             test_list,
+            progress_file,
         })
     }
 }

@@ -44,6 +44,10 @@ pub enum Input {
     JobDone(Result<String, String>),
     /// The processes of the last `Command::Stop` are all gone.
     Stopped,
+    /// The trainer made no progress within its limit (how long, by what).
+    Hung(String),
+    /// The time given to the trainer to dump its stacks (`DumpStacks`) is over.
+    DumpOver,
 }
 
 /// How long a pserver of the split layout may take to end by itself once every trainer pod
@@ -52,6 +56,9 @@ const SELF_STOP_WAIT: Duration = Duration::from_secs(5);
 /// How long a trainer may run on after its pod's pserver was stopped by the job (fleet): the
 /// trainers end within moments of trainer 0's `stop_server`; one still running is stuck.
 const PSERVER_GONE_WAIT: Duration = Duration::from_secs(60);
+/// How long a hung trainer is given to write its stacks before it is stopped: faulthandler
+/// writes them at once; this bounds a program that handles SIGABRT otherwise.
+pub const STACK_DUMP_WAIT: Duration = Duration::from_secs(5);
 
 /// What to do, in order.
 #[derive(Debug)]
@@ -72,6 +79,9 @@ pub enum Command {
         signal: i32,
     },
     Log(String),
+    /// Make the trainer write every thread's stack into its log (SIGABRT: Python's faulthandler,
+    /// which `PYTHONFAULTHANDLER` turns on, dumps them), then `DumpOver` after `STACK_DUMP_WAIT`.
+    DumpStacks,
     /// The end of the pod's run: the child's own outcome, or the launcher's failure.
     Finish(Result<Outcome, Error>),
 }
@@ -93,6 +103,11 @@ enum Phase {
     PserverGone,
     /// Split layout: every trainer pod Succeeded (`reason`); the pserver may end by itself.
     TrainersDone {
+        reason: String,
+    },
+    /// The hung trainer was asked for its stacks (`reason`: why it was judged hung); its end, or
+    /// `DumpOver`, stops the rest.
+    DumpingStacks {
         reason: String,
     },
     /// Waiting for `Stopped`, then finishing with this.
@@ -185,6 +200,7 @@ impl Lifecycle {
             (Phase::Serving, input) => self.serving(input),
             (Phase::PserverGone, input) => self.pserver_gone(input),
             (Phase::TrainersDone { reason }, input) => self.trainers_done(reason, input),
+            (Phase::DumpingStacks { reason }, input) => self.dumping_stacks(reason, input),
         }
     }
 
@@ -209,7 +225,28 @@ impl Lifecycle {
                 format!("; stopped {}", self.setup.trainer_label),
             ),
             // Handled before: a signal there changes nothing.
+            Phase::DumpingStacks { .. } => {
+                let all = self.started();
+                let doing = format!("; stopped {} (judged hung)", self.names(&all));
+                (all, doing)
+            }
             Phase::Stopping(_) | Phase::Done => (Vec::new(), String::new()),
+        }
+    }
+
+    /// Once the hung trainer has ended (or had its time to write its stacks), the rest stops and
+    /// the pod's outcome is the hang.
+    fn dumping_stacks(&mut self, reason: String, input: Input) -> Vec<Command> {
+        match input {
+            Input::Exited {
+                role: Role::Trainer,
+                ..
+            }
+            | Input::DumpOver => {
+                let rest = self.running.clone();
+                self.stop_then(rest, libc_term(), Err(Error::Hung { reason }))
+            }
+            _ => self.stay(Phase::DumpingStacks { reason }),
         }
     }
 
@@ -312,6 +349,11 @@ impl Lifecycle {
             Input::PeerLost(reason) => {
                 let stopped = self.names(&all);
                 self.stop_then(all, libc_term(), Err(Error::PeerLost { reason, stopped }))
+            }
+            Input::Hung(reason) => {
+                let line = format!("{reason}: asking it for its threads' stacks (SIGABRT)");
+                self.phase = Phase::DumpingStacks { reason };
+                vec![Command::Log(line), Command::DumpStacks]
             }
             _ => self.stay(Phase::Training),
         }
@@ -708,9 +750,9 @@ fn recoverable_reason(result: &Result<Outcome, Error>) -> Option<String> {
         Ok(outcome) if outcome.code == exit::SUCCESS => None,
         Ok(outcome) => Some(outcome.reason.clone()),
         Err(Error::PeerLost { reason, .. }) => Some(reason.clone()),
-        Err(e @ (Error::PserverDied { .. } | Error::PserversNotReady { .. })) => {
-            Some(e.to_string())
-        }
+        Err(
+            e @ (Error::PserverDied { .. } | Error::PserversNotReady { .. } | Error::Hung { .. }),
+        ) => Some(e.to_string()),
         Err(_) => None,
     }
 }
@@ -788,6 +830,7 @@ mod tests {
                 ),
                 Command::Log(line) => format!("log {line}"),
                 Command::TellDone => "tell done".into(),
+                Command::DumpStacks => "dump stacks".into(),
                 Command::Finish(Ok(o)) => format!("finish {} {}", o.code, o.reason),
                 Command::Finish(Err(e)) => format!("fail {} {e}", e.exit_code()),
             })
@@ -1053,6 +1096,46 @@ mod tests {
                     "spawn pserver",
                     "stop pserver 15",
                     "fail 72 stopped the pserver: it can no longer tell when the trainer pods are done: 403",
+                ],
+            ),
+            (
+                "a hung trainer is asked for its stacks; its end stops the pserver, status 80",
+                both(),
+                vec![
+                    Input::PserversUp,
+                    Input::Hung("trainer-0 made no progress for 30 s".into()),
+                    // Nothing else is started or stopped meanwhile.
+                    Input::PeerLost("p-1 deleted".into()),
+                    exited(Role::Trainer, 134),
+                    Input::Stopped,
+                ],
+                vec![
+                    "spawn pserver",
+                    "probe",
+                    "spawn trainer",
+                    "log trainer-0 made no progress for 30 s: asking it for its threads' stacks (SIGABRT)",
+                    "dump stacks",
+                    "stop pserver 15",
+                    "fail 80 trainer-0 made no progress for 30 s",
+                ],
+            ),
+            (
+                "a hung trainer that ignores SIGABRT is stopped with the rest after the dump wait",
+                both(),
+                vec![
+                    Input::PserversUp,
+                    Input::Hung("stuck".into()),
+                    Input::DumpOver,
+                    Input::Stopped,
+                ],
+                vec![
+                    "spawn pserver",
+                    "probe",
+                    "spawn trainer",
+                    "log stuck: asking it for its threads' stacks (SIGABRT)",
+                    "dump stacks",
+                    "stop pserver+trainer 15",
+                    "fail 80 stuck",
                 ],
             ),
             (

@@ -3,6 +3,7 @@
 
 pub mod coordination;
 pub mod lifecycle;
+pub mod progress;
 
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
@@ -28,7 +29,7 @@ use crate::membership::{Me, Membership, PodAddress};
 use crate::plan::{Plan, PodEntry, ProcessSpec, Role};
 use crate::protocol::InputFiles;
 use crate::supervise::Signals;
-use crate::supervise::{or_never, Event, Output, SpawnSpec, Supervisor};
+use crate::supervise::{or_never, Event, Output, OutputClock, SpawnSpec, Supervisor};
 use crate::verdict::{verdict, Standing};
 use crate::{peers, protocol, workspace};
 use lifecycle::{AfterRun, Budget, Command, Input, Lifecycle, Setup};
@@ -84,6 +85,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
     let my_ip = own_ip(&config, &interfaces, crate::address::hostname_ip)?;
     // Read before any network call, like every other bad value.
     coordination::refuse_split_channel(&config)?;
+    progress_file(&mut config.workspace, !plan_only)?;
     let secret = job_secret(&config.control)?;
     let pod = config
         .topology
@@ -102,9 +104,14 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
     };
     let secret = match (secret, supervisor.as_mut()) {
         (JobSecret::Missing(path), Some(supervisor)) => {
-            Some(wait_for_secret_file(&path, config.timing.wait_timeout, supervisor).await?)
+            let create = create_secret_command(&config);
+            let limit = config.timing.wait_timeout;
+            Some(wait_for_secret_file(&path, limit, &create, supervisor).await?)
         }
-        (JobSecret::Missing(path), None) => return Err(missing_secret(&path, "").into()),
+        (JobSecret::Missing(path), None) => {
+            let create = create_secret_command(&config);
+            return Err(missing_secret(&path, "", &create).into());
+        }
         (JobSecret::Read(secret), _) => Some(secret),
         (JobSecret::None, _) => None,
     };
@@ -819,6 +826,7 @@ const SECRET_SAY_EVERY: Duration = Duration::from_secs(30);
 async fn wait_for_secret_file(
     path: &std::path::Path,
     limit: Option<Duration>,
+    create: &str,
     supervisor: &mut Supervisor,
 ) -> Result<Secret, Error> {
     let began = Instant::now();
@@ -846,11 +854,11 @@ async fn wait_for_secret_file(
                 " after waiting {} s (--wait-timeout)",
                 began.elapsed().as_secs()
             );
-            return Err(missing_secret(path, &waited).into());
+            return Err(missing_secret(path, &waited, create).into());
         }
         if said.is_none_or(|at| at.elapsed() >= SECRET_SAY_EVERY) {
             warn!(
-                "waiting for the job secret at {} ({} {}): the Secret mounted there does not exist yet, or has no key `secret`; create it with `kubectl create secret generic <job>-launcher --from-literal=secret=$(openssl rand -hex 16)` in the job's namespace",
+                "waiting for the job secret at {} ({} {}): the Secret mounted there does not exist yet, or has no key `secret`; create it with `{create}`",
                 path.display(),
                 JOB_SECRET_FILE,
                 limit.map_or("no time limit".to_string(), |l| format!("at most {} s", l.as_secs()))
@@ -867,11 +875,25 @@ async fn wait_for_secret_file(
     }
 }
 
-fn missing_secret(path: &std::path::Path, waited: &str) -> ConfigError {
+fn missing_secret(path: &std::path::Path, waited: &str, create: &str) -> ConfigError {
     ConfigError::new(
         JOB_SECRET_FILE,
         &path.display().to_string(),
-        format!("a file that exists{waited}: create the Secret mounted there (`kubectl create secret generic <job>-launcher --from-literal=secret=$(openssl rand -hex 16)` in the job's namespace), or unset the variable to run without the control channel"),
+        format!("a file that exists{waited}: create the Secret mounted there (`{create}`), or unset the variable to run without the control channel"),
+    )
+}
+
+/// The command that creates the Secret `manifest` mounts for this job (`<job>-launcher`), in
+/// this pod's namespace when it knows it.
+pub(crate) fn create_secret_command(config: &Config) -> String {
+    let namespace = config
+        .topology
+        .namespace
+        .as_deref()
+        .unwrap_or("<namespace>");
+    format!(
+        "kubectl create secret generic {}-launcher -n {namespace} --from-literal=secret=$(openssl rand -hex 16)",
+        config.topology.job_name
     )
 }
 
@@ -1067,6 +1089,37 @@ fn spawn(sup: &mut Supervisor, spec: &ProcessSpec) -> Result<usize, Error> {
     })
 }
 
+/// The trainer's progress file as an absolute path (the trainer runs in the work directory), its
+/// directory made and the file creatable (`create`; `plan` touches nothing): a path that cannot
+/// be is bad input, said before any network use.
+fn progress_file(
+    workspace: &mut crate::config::Workspace,
+    create: bool,
+) -> Result<(), ConfigError> {
+    let path = &workspace.progress_file;
+    let bad = |e: std::io::Error| {
+        ConfigError::new(
+            crate::config::PROGRESS_FILE,
+            &path.display().to_string(),
+            format!("a file the launcher can create, its directory made if missing ({e})"),
+        )
+    };
+    let absolute = std::path::absolute(path).map_err(bad)?;
+    if create {
+        if let Some(dir) = absolute.parent() {
+            std::fs::create_dir_all(dir).map_err(bad)?;
+        }
+        // Opened to append, never written: an existing file keeps its time.
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&absolute)
+            .map_err(bad)?;
+    }
+    workspace.progress_file = absolute;
+    Ok(())
+}
+
 /// Carries out the lifecycle's commands (spawn, signal, probe, timers, stop) and feeds it what
 /// happened, until it finishes. All decisions are the lifecycle's; this only does I/O.
 async fn drive(
@@ -1095,12 +1148,20 @@ async fn drive(
     let mut children: Vec<(Role, usize)> = Vec::new();
     let mut probe: Option<BoxFuture<'static, Input>> = None;
     let mut linger: Option<Pin<Box<tokio::time::Sleep>>> = None;
+    let mut stack_dump: Option<Pin<Box<tokio::time::Sleep>>> = None;
+    // While the trainer runs and a hang timeout is set: its start, its child, the next look.
+    let mut watch: Option<HangWatch> = None;
     loop {
         while let Some(command) = commands.pop_front() {
             let input = match command {
                 Command::Spawn(role) => match plan.process(role).map(|spec| spawn(sup, spec)) {
                     Some(Ok(child)) => {
                         children.push((role, child));
+                        if let (Role::Trainer, Some(timeout)) = (role, config.timing.hang_timeout) {
+                            let output = sup.output_clock(child);
+                            let label = label(Role::Trainer);
+                            watch = Some(HangWatch::new(output, label, timeout, config));
+                        }
                         None
                     }
                     Some(Err(error)) => Some(Input::SpawnFailed { role, error }),
@@ -1119,9 +1180,22 @@ async fn drive(
                     linger = Some(Box::pin(sleep(how_long)));
                     None
                 }
+                Command::DumpStacks => {
+                    watch = None;
+                    let trainer: Vec<usize> = children
+                        .iter()
+                        .filter(|(role, _)| *role == Role::Trainer)
+                        .map(|(_, child)| *child)
+                        .collect();
+                    sup.signal(&trainer, nix::libc::SIGABRT);
+                    stack_dump = Some(Box::pin(sleep(lifecycle::STACK_DUMP_WAIT)));
+                    None
+                }
                 Command::Stop { roles, signal } => {
                     probe = None;
                     linger = None;
+                    stack_dump = None;
+                    watch = None;
                     let stopping: Vec<usize> = children
                         .iter()
                         .filter(|(role, _)| roles.contains(role))
@@ -1166,8 +1240,95 @@ async fn drive(
                 linger = None;
                 Input::LingerOver
             }
+            _ = or_never(stack_dump.as_mut()), if stack_dump.is_some() => {
+                stack_dump = None;
+                Input::DumpOver
+            }
+            hung = HangWatch::next_hang_of(watch.as_mut()), if watch.is_some() => {
+                watch = None;
+                Input::Hung(hung)
+            }
         };
         commands.extend(machine.step(input));
+    }
+}
+
+/// The shell's side of hang detection for one trainer: looks at its last output and its
+/// progress file's time every `check_every`, and asks the rule (`progress::judge`).
+struct HangWatch {
+    output: OutputClock,
+    label: String,
+    started: std::time::Instant,
+    limits: progress::Limits,
+    progress_file: PathBuf,
+    every: tokio::time::Interval,
+}
+
+impl HangWatch {
+    fn new(output: OutputClock, label: String, timeout: Duration, config: &Config) -> HangWatch {
+        let limits = progress::Limits {
+            timeout,
+            first_window: config.timing.hang_first_window,
+        };
+        let mut every = tokio::time::interval(progress::check_every(limits));
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        HangWatch {
+            output,
+            label,
+            started: std::time::Instant::now(),
+            limits,
+            progress_file: config.workspace.progress_file.clone(),
+            every,
+        }
+    }
+
+    /// The reason once the trainer of `watch` is judged hung; never without one.
+    async fn next_hang_of(watch: Option<&mut HangWatch>) -> String {
+        match watch {
+            Some(watch) => watch.next_hang().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Resolves with the reason once the trainer is judged hung.
+    async fn next_hang(&mut self) -> String {
+        loop {
+            self.every.tick().await;
+            let now = std::time::Instant::now();
+            // The file's time as an instant of this clock: how long ago it was written.
+            let file_written = std::fs::metadata(&self.progress_file)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|written| written.elapsed().ok())
+                .and_then(|ago| now.checked_sub(ago));
+            let seen = progress::Observed {
+                started: self.started,
+                now,
+                last_output: self.output.last(),
+                file_written,
+            };
+            if let Some(hung) = progress::judge(self.limits, seen) {
+                return hung_reason(&self.label, &hung);
+            }
+        }
+    }
+}
+
+/// "trainer-0 made no progress for 31 s (...)": the line a hang is reported with.
+fn hung_reason(label: &str, hung: &progress::Hung) -> String {
+    use crate::config::{HANG_FIRST_WINDOW, HANG_TIMEOUT};
+    if hung.never {
+        format!(
+            "{label} made no progress in the {} s after its start ({HANG_FIRST_WINDOW}): no output, no write to its progress file",
+            hung.limit.as_secs()
+        )
+    } else {
+        format!(
+            "{label} made no progress for {} s ({HANG_TIMEOUT} = {} s): nothing new from {}",
+            hung.silent.as_secs(),
+            hung.limit.as_secs(),
+            hung.by
+        )
     }
 }
 

@@ -93,8 +93,13 @@ pub fn process(
     role: Role,
     rank: usize,
     argv: Vec<String>,
-    env: BTreeMap<String, String>,
+    mut env: BTreeMap<String, String>,
 ) -> ProcessSpec {
+    if role == Role::Trainer {
+        // Where the trainer shows progress (hang detection; the launcher made its directory).
+        let file = config.workspace.progress_file.display().to_string();
+        env.insert(crate::config::PROGRESS_FILE.env().to_string(), file);
+    }
     ProcessSpec {
         name: format!("{}-{rank}", role.as_str()),
         role,

@@ -75,6 +75,7 @@ mod tests {
     use crate::cli::JobArgs;
     use crate::config::Config;
     use crate::membership::{rank, tests::pod, Membership};
+    use crate::plan::ProcessSpec;
     use crate::protocol::{plan, InputFiles};
 
     fn config(f: impl FnOnce(&mut JobArgs)) -> Config {
@@ -141,7 +142,9 @@ mod tests {
                 "--save_dir=/home/jobpath/paddle-cluster-job/output"
             ]
         );
-        assert!(p.processes.iter().all(|p| p.env.is_empty()));
+        // No variables but the launcher's own (the trainer's progress file).
+        let launchers = |p: &ProcessSpec| p.env.keys().all(|k| k.starts_with("PADDLE_LAUNCHER_"));
+        assert!(p.processes.iter().all(launchers));
         assert_eq!(
             p.processes[1].log.as_deref(),
             Some(std::path::Path::new(
