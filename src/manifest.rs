@@ -466,6 +466,8 @@ fn container_env(request: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
         .iter()
         .map(|(opt, path, _)| env_field(opt.env(), path))
         .collect();
+    // Where the pod runs: a failure's line on every pod names its node.
+    env.push(env_field(crate::launch::NODE_NAME, "spec.nodeName"));
     env.extend(
         options_from_flags(request, kind)
             .into_iter()

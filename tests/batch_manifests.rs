@@ -231,6 +231,7 @@ fn container_env(
             Some("status.podIP") => ip.to_string(),
             Some("metadata.name") => name.to_string(),
             Some("metadata.namespace") => "team-a".to_string(),
+            Some("spec.nodeName") => "node-a".to_string(),
             Some(other) => panic!("unexpected field {other}"),
             None => var["value"].as_str().unwrap().to_string(),
         };

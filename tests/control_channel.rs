@@ -334,23 +334,21 @@ fn the_coordinator_may_finish_first_and_waits_for_the_others() {
 }
 
 /// A follower whose trainer failed tells the coordinator, which stops the job at once (not
-/// after the heartbeat timeout), naming the pod, its rank and what happened.
+/// after the heartbeat timeout), naming the pod, its node (NODE_NAME, from the downward API),
+/// its rank and what happened.
 #[test]
 fn a_failed_follower_stops_the_job_at_once_naming_its_failure() {
     let job = Job::new(2);
     let coordinator = job.start(0, 120);
-    let follower = Launcher::start(
-        job.dir.path(),
-        "failing",
-        &["run", "--", "false"],
-        &job.env(1),
-    );
+    let mut env = job.env(1);
+    env.push(("NODE_NAME", "n7".to_string()));
+    let follower = Launcher::start(job.dir.path(), "failing", &["run", "--", "false"], &env);
     assert_eq!(follower.wait(LIMIT).code(), 1);
     let done = coordinator.wait(LIMIT);
     assert_eq!(done.code(), 78, "{}", done.stderr);
     assert_contains(
         &done.stderr,
-        "exiting with status 78: pod hb-1 (trainer id 1 of 2): trainer exited with status 1",
+        "exiting with status 78: pod hb-1 on node n7 (trainer id 1 of 2): trainer exited with status 1",
     );
     assert!(
         !done.stderr.contains("sent no heartbeat"),

@@ -21,6 +21,8 @@ fn launcher_env_names() -> BTreeSet<String> {
             }
         }
     }
+    // Read without being an option: the node a failure's line names.
+    names.insert("NODE_NAME".to_string());
     names
 }
 

@@ -259,6 +259,7 @@ fn pod_env(job: &Value, pod: &(String, String)) -> Vec<(&'static str, String)> {
             Some("metadata.namespace") => {
                 job["metadata"]["namespace"].as_str().unwrap().to_string()
             }
+            Some("spec.nodeName") => "node-a".to_string(),
             Some(other) => panic!("unexpected field {other}"),
             None => var["value"].as_str().unwrap().to_string(),
         };

@@ -406,7 +406,7 @@ async fn gather(
             trainers_done,
             ..
         } = found;
-        let who = format!("pod {} ({})", me.name, ranks_line(&plan, config));
+        let who = who(&me.name, &plan, config);
         let mut attempt = Attempt {
             plan,
             who,
@@ -669,7 +669,7 @@ async fn follow_coordinator(
         trainers_done: None,
     };
     let (plan, _, me) = plan_for(config, &found, my_ip, inputs)?;
-    let who = format!("pod {} ({})", me.name, ranks_line(&plan, config));
+    let who = who(&me.name, &plan, config);
     Ok(Some(Attempt {
         plan: plan.for_restart(epoch),
         who,
@@ -979,6 +979,20 @@ async fn join_channel(
     .map_err(|e| Error::io("cannot serve the control channel", e))?;
     Ok(Found::At(channel))
 }
+
+/// "pod p-1 on node n7 (trainer id 1 of 3)": how this launcher names itself to the others, so
+/// that the first failure's line on every pod says where it happened (the node from NODE_NAME,
+/// which the downward API's spec.nodeName gives and `manifest` sets).
+fn who(pod: &str, plan: &Plan, config: &Config) -> String {
+    let node = std::env::var(NODE_NAME)
+        .ok()
+        .filter(|n| !n.is_empty())
+        .map_or(String::new(), |n| format!(" on node {n}"));
+    format!("pod {pod}{node} ({})", ranks_line(plan, config))
+}
+
+/// The variable of this pod's node name (downward API `spec.nodeName`).
+pub const NODE_NAME: &str = "NODE_NAME";
 
 /// "trainer id 1 of 3, pserver id 1 of 3": the roles this pod has, nothing for the others.
 fn ranks_line(plan: &Plan, config: &Config) -> String {
