@@ -296,8 +296,7 @@ impl Lifecycle {
                 role: Role::Trainer,
                 ended,
             } => {
-                let trainer =
-                    Outcome::new(ended.exit_code(), format!("trainer {}", ended.describe()));
+                let trainer = Outcome::new(ended.exit_code(), trainer_ended(ended));
                 let succeeded = ended.exit_code() == 0;
                 let mut commands = Vec::new();
                 if succeeded {
@@ -437,10 +436,8 @@ impl Lifecycle {
                 if ended.exit_code() == 0 {
                     commands.push(Command::TellDone);
                 }
-                commands.extend(self.finish(Ok(Outcome::new(
-                    ended.exit_code(),
-                    format!("trainer {}", ended.describe()),
-                ))));
+                commands
+                    .extend(self.finish(Ok(Outcome::new(ended.exit_code(), trainer_ended(ended)))));
                 commands
             }
             // A trainer that outlives its stopped pserver this long is stuck on it.
@@ -568,6 +565,19 @@ pub fn restarts_said(count: u32) -> String {
 pub fn restarts_read(line: &str) -> Option<u32> {
     let after = line.rsplit_once("(after ")?.1;
     after.split(' ').next()?.parse().ok()
+}
+
+/// "trainer exited with status 3": how a trainer's own end reads. A SIGKILL the launcher did
+/// not send (it would be stopping) came from outside the pod's processes, most often the
+/// kernel's OOM killer: the line says where to look.
+fn trainer_ended(ended: Ended) -> String {
+    match ended {
+        Ended::Signal(nix::libc::SIGKILL) => format!(
+            "trainer {} (not by the launcher: most often the kernel's out-of-memory killer; check the container's memory limit, `kubectl describe pod` and the node's kernel log)",
+            ended.describe()
+        ),
+        ended => format!("trainer {}", ended.describe()),
+    }
 }
 
 /// `local`: the simulated pods (each a launcher process) as one machine. The first pod that
@@ -1096,6 +1106,25 @@ mod tests {
                     "spawn pserver",
                     "stop pserver 15",
                     "fail 72 stopped the pserver: it can no longer tell when the trainer pods are done: 403",
+                ],
+            ),
+            (
+                "a trainer SIGKILLed from outside is 137, with where to look for the OOM killer",
+                both(),
+                vec![
+                    Input::PserversUp,
+                    Input::Exited {
+                        role: Role::Trainer,
+                        ended: Ended::Signal(nix::libc::SIGKILL),
+                    },
+                    Input::Stopped,
+                ],
+                vec![
+                    "spawn pserver",
+                    "probe",
+                    "spawn trainer",
+                    "stop pserver 15",
+                    "finish 137 trainer was killed by SIGKILL (not by the launcher: most often the kernel's out-of-memory killer; check the container's memory limit, `kubectl describe pod` and the node's kernel log)",
                 ],
             ),
             (
