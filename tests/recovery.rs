@@ -105,6 +105,16 @@ impl Job {
             ("PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT", "2".to_string()),
             ("PADDLE_LAUNCHER_GRACE_PERIOD", "3".to_string()),
             ("PADDLE_LAUNCHER_TERMINATION_LOG", log.display().to_string()),
+            // The simulated pods share a directory: a progress file each.
+            (
+                "PADDLE_LAUNCHER_PROGRESS_FILE",
+                self.cluster
+                    .dir
+                    .path()
+                    .join(format!("progress-{pod}"))
+                    .display()
+                    .to_string(),
+            ),
             (
                 "FAIL_ONCE_RANK",
                 self.fail_once_rank
@@ -481,6 +491,62 @@ fn real_paddle_resumes_from_its_checkpoint_after_a_pod_is_killed_and_replaced() 
     )
     .unwrap();
     assert_contains(&replaced, "restart 1, resuming after step");
+}
+
+/// Real PaddlePaddle (CPU, gloo): one rank stops before an all-reduce and every other blocks in
+/// it, all alive, all silent. With --hang-timeout the launchers find it within seconds, the
+/// stuck trainer's stacks go to its log, the job restarts once in place (count 1), every rank
+/// resumes from the checkpoint, and the job completes with identical parameters everywhere.
+#[test]
+fn real_paddle_hang_is_found_restarted_and_resumed_from_its_checkpoint() {
+    let mut job = Job::new("hang", 3, 1);
+    let out = job.cluster.dir.path().join("out");
+    let checkpoints = job.cluster.dir.path().join("checkpoints");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::create_dir_all(&checkpoints).unwrap();
+    let train = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/collective/train.py");
+    job.program = vec![
+        paddle_python(),
+        train.display().to_string(),
+        out.display().to_string(),
+        checkpoints.display().to_string(),
+    ];
+    job.extra_env = vec![
+        ("STEP_SECONDS", "0.2".to_string()),
+        ("PADDLE_DISTRI_BACKEND", "gloo".to_string()),
+        ("HOME", job.cluster.dir.path().display().to_string()),
+        ("HANG_RANK", "1".to_string()),
+        ("HANG_AT_STEP", "10".to_string()),
+        ("PADDLE_LAUNCHER_HANG_TIMEOUT", "3".to_string()),
+        ("PADDLE_LAUNCHER_HANG_FIRST_WINDOW", "120".to_string()),
+    ];
+    job.create_pods(3);
+    let mut outputs = Vec::new();
+    for (pod, _, launcher) in &mut job.created {
+        let done = launcher.take().unwrap().wait(LIMIT);
+        assert_eq!(done.code(), 0, "{pod}:\n{}\n{}", done.stdout, done.stderr);
+        outputs.push(format!("{}\n{}", done.stdout, done.stderr));
+    }
+    let results: Vec<Value> = (0..3)
+        .map(|rank| {
+            let text = std::fs::read_to_string(out.join(format!("result-{rank}.json")))
+                .unwrap_or_else(|e| panic!("rank {rank}: {e}\n{outputs:?}"));
+            serde_json::from_str(&text).unwrap()
+        })
+        .collect();
+    for (rank, result) in results.iter().enumerate() {
+        assert_eq!(result["restart_count"], 1, "rank {rank}: {outputs:?}");
+        let resumed = result["resumed_after_step"].as_u64().unwrap();
+        assert!(resumed >= 8, "rank {rank} resumed after step {resumed}");
+    }
+    assert_eq!(results[0]["params"], results[1]["params"]);
+    assert_eq!(results[0]["params"], results[2]["params"]);
+    let all = outputs.join("\n");
+    assert_contains(&all, "made no progress for 3 s");
+    // The stacks of the trainer judged hung, with the frames of the program (Paddle's own
+    // fatal-signal handler would have printed only its C++ state).
+    assert_contains(&all, "(most recent call first):");
+    assert_contains(&all, "train.py\", line");
 }
 
 /// Trainers that end at different moments: once one has succeeded, a later failure cannot be

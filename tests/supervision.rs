@@ -533,7 +533,7 @@ fn stuck_trainer(extra: &[(&'static str, &str)]) -> (OnePod, Launcher) {
         .set("PADDLE_LAUNCHER_TRAINER_PORT", &free_ports(1).to_string())
         .set("PADDLE_LAUNCHER_WORKDIR", "work")
         .set("PADDLE_LAUNCHER_HANG_TIMEOUT", "2")
-        .set("PADDLE_LAUNCHER_HANG_FIRST_WINDOW", "20");
+        .set("PADDLE_LAUNCHER_HANG_FIRST_WINDOW", "3");
     for (name, value) in extra {
         pod = pod.set(name, value);
     }
@@ -543,19 +543,21 @@ fn stuck_trainer(extra: &[(&'static str, &str)]) -> (OnePod, Launcher) {
 }
 
 /// A trainer that stops progressing is found within the hang timeout (and a check), its
-/// threads' stacks are in its log (Python's faulthandler, on by the launcher), and the pod ends
-/// with the hang status, 80, naming the trainer and the limit.
+/// threads' stacks are in its log (Python's faulthandler, registered on SIGUSR2 by the
+/// launcher's sitecustomize: the program is unchanged), and the pod ends with the hang status,
+/// 80, naming the trainer and the limit.
 #[test]
 fn a_hung_trainer_is_found_its_stacks_are_logged_and_the_pod_exits_80() {
     let (_pod, launcher) = stuck_trainer(&[("HANG_AFTER", "5")]);
     let done = launcher.wait(LIMIT);
     assert_eq!(done.code(), 80, "{}\n{}", done.stdout, done.stderr);
+    assert_contains(&done.stderr, "trainer-0 made no progress for ");
     assert_contains(
         &done.stderr,
-        "trainer-0 made no progress for 2 s (PADDLE_LAUNCHER_HANG_TIMEOUT (--hang-timeout) = 2 s): nothing new from output",
+        "(PADDLE_LAUNCHER_HANG_TIMEOUT (--hang-timeout) = 2 s): nothing new from output",
     );
     // Every thread's stack, with the function each is stuck in.
-    assert_contains(&done.stderr, "[trainer-0] Fatal Python error: Aborted");
+    assert_contains(&done.stderr, "(most recent call first):");
     assert_contains(&done.stderr, "in wait_for_ever");
     assert_contains(&done.stderr, "in background");
 }
@@ -570,7 +572,8 @@ fn once_the_progress_file_is_written_output_no_longer_counts() {
     let done = launcher.wait(LIMIT);
     assert_eq!(done.code(), 80, "{}\n{}", done.stdout, done.stderr);
     assert_contains(&done.stderr, "nothing new from its progress file");
-    // Progress every 0.2 s for 4 s, twice the timeout, then success: never judged hung.
+    // Progress every 0.2 s for 4 s, past the first window and twice the timeout, then
+    // success: never judged hung.
     let (_pod, launcher) = stuck_trainer(&[("HANG_AFTER", "20"), ("FINISH", "1")]);
     let done = launcher.wait(LIMIT);
     assert_eq!(done.code(), 0, "{}\n{}", done.stdout, done.stderr);

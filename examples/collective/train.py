@@ -12,6 +12,11 @@ parameters after each step (written whole, then renamed: a kill never leaves hal
 every start that finds a checkpoint there resumes from it instead of step 0, whatever
 PADDLE_LAUNCHER_RESTART_COUNT says: a job restarted whole (by its batch system, or after
 Kueue preempted it) must not overwrite its progress from step 1. STEP_SECONDS (default 0) slows each step down, so that a test can kill a pod mid-training.
+
+Progress: after each step every rank writes the step number to PADDLE_LAUNCHER_PROGRESS_FILE
+(when the launcher gives one), so that --hang-timeout judges the training loop, not the log.
+HANG_RANK and HANG_AT_STEP inject a hang for tests: in the first run of the job (restart count
+0) that rank stops before that step's all-reduce, and every other rank blocks in it.
 """
 import json
 import os
@@ -48,8 +53,15 @@ def main():
     model = paddle.DataParallel(layer)
     optimizer = paddle.optimizer.SGD(learning_rate=0.1, parameters=model.parameters())
     step_seconds = float(os.environ.get("STEP_SECONDS", "0"))
+    progress = os.environ.get("PADDLE_LAUNCHER_PROGRESS_FILE")
+    hang_rank = os.environ.get("HANG_RANK")
+    hang_at = int(os.environ.get("HANG_AT_STEP", "0"))
     losses = []
     for step in range(start + 1, 41):
+        if restart == 0 and hang_rank == str(rank) and step == hang_at:
+            print(f"rank {rank}: hanging before step {step} (HANG_RANK)", flush=True)
+            while True:
+                time.sleep(3600)
         loss = paddle.nn.functional.mse_loss(model(x), y)
         loss.backward()
         optimizer.step()
@@ -58,6 +70,9 @@ def main():
         if checkpoint_dir and rank == 0:
             save(layer, step, checkpoint_dir)
         print(f"rank {rank}: step {step} loss {losses[-1]:.6f}", flush=True)
+        if progress:
+            with open(progress, "w") as f:
+                f.write(f"{step}\n")
         time.sleep(step_seconds)
 
     result = {

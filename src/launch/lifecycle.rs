@@ -57,8 +57,8 @@ const SELF_STOP_WAIT: Duration = Duration::from_secs(5);
 /// trainers end within moments of trainer 0's `stop_server`; one still running is stuck.
 const PSERVER_GONE_WAIT: Duration = Duration::from_secs(60);
 /// How long a hung trainer is given to write its stacks before it is stopped: faulthandler
-/// writes them at once; this bounds a program that handles SIGABRT otherwise.
-pub const STACK_DUMP_WAIT: Duration = Duration::from_secs(5);
+/// writes them at once, and the program goes on, so the wait always runs out.
+pub const STACK_DUMP_WAIT: Duration = Duration::from_secs(2);
 
 /// What to do, in order.
 #[derive(Debug)]
@@ -79,8 +79,8 @@ pub enum Command {
         signal: i32,
     },
     Log(String),
-    /// Make the trainer write every thread's stack into its log (SIGABRT: Python's faulthandler,
-    /// which `PYTHONFAULTHANDLER` turns on, dumps them), then `DumpOver` after `STACK_DUMP_WAIT`.
+    /// Ask the trainer for every thread's stack in its log (`progress::STACK_SIGNAL`, which
+    /// Python's faulthandler answers), then `DumpOver` after `STACK_DUMP_WAIT`.
     DumpStacks,
     /// The end of the pod's run: the child's own outcome, or the launcher's failure.
     Finish(Result<Outcome, Error>),
@@ -350,7 +350,7 @@ impl Lifecycle {
                 self.stop_then(all, libc_term(), Err(Error::PeerLost { reason, stopped }))
             }
             Input::Hung(reason) => {
-                let line = format!("{reason}: asking it for its threads' stacks (SIGABRT)");
+                let line = format!("{reason}: asking it for its threads' stacks (SIGUSR2)");
                 self.phase = Phase::DumpingStacks { reason };
                 vec![Command::Log(line), Command::DumpStacks]
             }
@@ -1128,7 +1128,7 @@ mod tests {
                 ],
             ),
             (
-                "a hung trainer is asked for its stacks; its end stops the pserver, status 80",
+                "a hung trainer is asked for its stacks; if it ends, the pserver is stopped, status 80",
                 both(),
                 vec![
                     Input::PserversUp,
@@ -1142,14 +1142,14 @@ mod tests {
                     "spawn pserver",
                     "probe",
                     "spawn trainer",
-                    "log trainer-0 made no progress for 30 s: asking it for its threads' stacks (SIGABRT)",
+                    "log trainer-0 made no progress for 30 s: asking it for its threads' stacks (SIGUSR2)",
                     "dump stacks",
                     "stop pserver 15",
                     "fail 80 trainer-0 made no progress for 30 s",
                 ],
             ),
             (
-                "a hung trainer that ignores SIGABRT is stopped with the rest after the dump wait",
+                "a hung trainer that goes on after its dump is stopped with the rest after the dump wait",
                 both(),
                 vec![
                     Input::PserversUp,
@@ -1161,7 +1161,7 @@ mod tests {
                     "spawn pserver",
                     "probe",
                     "spawn trainer",
-                    "log stuck: asking it for its threads' stacks (SIGABRT)",
+                    "log stuck: asking it for its threads' stacks (SIGUSR2)",
                     "dump stacks",
                     "stop pserver+trainer 15",
                     "fail 80 stuck",

@@ -85,7 +85,8 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
     let my_ip = own_ip(&config, &interfaces, crate::address::hostname_ip)?;
     // Read before any network call, like every other bad value.
     coordination::refuse_split_channel(&config)?;
-    progress_file(&mut config.workspace, !plan_only)?;
+    let hang_detection = config.timing.hang_timeout.is_some();
+    progress_file(&mut config.workspace, !plan_only, hang_detection)?;
     let secret = job_secret(&config.control)?;
     let pod = config
         .topology
@@ -1091,11 +1092,26 @@ fn input_files(config: &Config) -> Result<InputFiles, ConfigError> {
     })
 }
 
-fn spawn(sup: &mut Supervisor, spec: &ProcessSpec) -> Result<usize, Error> {
+fn spawn(sup: &mut Supervisor, spec: &ProcessSpec, config: &Config) -> Result<usize, Error> {
+    let mut env = spec.env.clone();
+    if spec.role == Role::Trainer && config.timing.hang_timeout.is_some() {
+        // Our sitecustomize first: a hung Python trainer can then be asked for its stacks.
+        let ours = progress::stack_dump_dir(&config.workspace.progress_file);
+        let theirs = env
+            .get("PYTHONPATH")
+            .cloned()
+            .or_else(|| std::env::var("PYTHONPATH").ok())
+            .filter(|p| !p.is_empty());
+        let path = match theirs {
+            Some(theirs) => format!("{}:{theirs}", ours.display()),
+            None => ours.display().to_string(),
+        };
+        env.insert("PYTHONPATH".to_string(), path);
+    }
     sup.spawn(SpawnSpec {
         label: spec.name.clone(),
         argv: &spec.argv,
-        env: &spec.env,
+        env: &env,
         cwd: &spec.cwd,
         output: Output::Prefixed {
             log: spec.log.clone(),
@@ -1105,10 +1121,12 @@ fn spawn(sup: &mut Supervisor, spec: &ProcessSpec) -> Result<usize, Error> {
 
 /// The trainer's progress file as an absolute path (the trainer runs in the work directory), its
 /// directory made and the file creatable (`create`; `plan` touches nothing): a path that cannot
-/// be is bad input, said before any network use.
+/// be is bad input, said before any network use. With hang detection, the `sitecustomize.py`
+/// that lets a Python trainer be asked for its stacks is written beside it.
 fn progress_file(
     workspace: &mut crate::config::Workspace,
     create: bool,
+    hang_detection: bool,
 ) -> Result<(), ConfigError> {
     let path = &workspace.progress_file;
     let bad = |e: std::io::Error| {
@@ -1129,6 +1147,14 @@ fn progress_file(
             .append(true)
             .open(&absolute)
             .map_err(bad)?;
+        if hang_detection {
+            let dir = progress::stack_dump_dir(&absolute);
+            std::fs::create_dir_all(&dir)
+                .and_then(|()| {
+                    std::fs::write(dir.join("sitecustomize.py"), progress::SITECUSTOMIZE)
+                })
+                .map_err(bad)?;
+        }
     }
     workspace.progress_file = absolute;
     Ok(())
@@ -1168,7 +1194,10 @@ async fn drive(
     loop {
         while let Some(command) = commands.pop_front() {
             let input = match command {
-                Command::Spawn(role) => match plan.process(role).map(|spec| spawn(sup, spec)) {
+                Command::Spawn(role) => match plan
+                    .process(role)
+                    .map(|spec| spawn(sup, spec, config))
+                {
                     Some(Ok(child)) => {
                         children.push((role, child));
                         if let (Role::Trainer, Some(timeout)) = (role, config.timing.hang_timeout) {
@@ -1201,7 +1230,7 @@ async fn drive(
                         .filter(|(role, _)| *role == Role::Trainer)
                         .map(|(_, child)| *child)
                         .collect();
-                    sup.signal(&trainer, nix::libc::SIGABRT);
+                    sup.signal(&trainer, progress::STACK_SIGNAL);
                     stack_dump = Some(Box::pin(sleep(lifecycle::STACK_DUMP_WAIT)));
                     None
                 }

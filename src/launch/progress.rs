@@ -5,6 +5,11 @@
 //! the file counts, so that a program whose logging thread chatters while its training loop is
 //! stuck is still judged by its loop. A file written before this trainer started (an earlier
 //! attempt's) is no progress of this one.
+//!
+//! The first window is for set-up (importing, reading data, NCCL's or gloo's init, waiting for
+//! the other ranks), which often prints a line and then takes minutes: output does not end it,
+//! only the first write of the progress file does. So a trainer is judged hung once it has been
+//! silent for `timeout` and, until it has written its file, once the first window is over too.
 
 use std::time::{Duration, Instant};
 
@@ -42,16 +47,28 @@ pub fn judge(limits: Limits, seen: Observed) -> Option<Hung> {
         Some(written) => (Some(written), "its progress file"),
         None => (since_start(seen.last_output), "output"),
     };
-    let (from, limit) = match last {
-        Some(last) => (last, limits.timeout),
-        None => (seen.started, limits.first_window),
-    };
-    let silent = seen.now.saturating_duration_since(from);
-    (silent >= limit).then_some(Hung {
-        silent,
-        limit,
-        never: last.is_none(),
-        by,
+    let silent = seen
+        .now
+        .saturating_duration_since(last.unwrap_or(seen.started));
+    let running = seen.now.saturating_duration_since(seen.started);
+    let file_in_use = by == "its progress file";
+    let in_first_window = !file_in_use && running < limits.first_window;
+    if in_first_window || silent < limits.timeout {
+        return None;
+    }
+    Some(match last {
+        Some(_) => Hung {
+            silent,
+            limit: limits.timeout,
+            never: false,
+            by,
+        },
+        None => Hung {
+            silent,
+            limit: limits.first_window,
+            never: true,
+            by,
+        },
     })
 }
 
@@ -61,6 +78,36 @@ pub fn check_every(limits: Limits) -> Duration {
     (limits.timeout.min(limits.first_window) / 10)
         .clamp(Duration::from_millis(100), Duration::from_secs(5))
 }
+
+/// The signal that asks a Python trainer for every thread's stack. Not SIGABRT, which
+/// faulthandler also dumps on: PaddlePaddle installs its own handler for the fatal signals and
+/// prints only its C++ state. SIGUSR2 is left alone by Paddle, and SIGUSR1 is the usual
+/// checkpoint signal.
+pub const STACK_SIGNAL: i32 = nix::libc::SIGUSR2;
+
+/// The directory, beside the progress file, whose `sitecustomize.py` the launcher puts first on
+/// a Python trainer's `PYTHONPATH` when hang detection is on.
+pub fn stack_dump_dir(progress_file: &std::path::Path) -> std::path::PathBuf {
+    let dir = progress_file.parent().unwrap_or(std::path::Path::new("."));
+    dir.join("paddle-launcher-python")
+}
+
+/// Python runs `sitecustomize` at start-up, before the program: it registers faulthandler to
+/// write every thread's stack on `STACK_SIGNAL` (the program goes on), then runs the image's
+/// own `sitecustomize`, which this one would otherwise hide. The program needs no change.
+pub const SITECUSTOMIZE: &str = r#"# Written by paddle-launcher (--hang-timeout): on SIGUSR2, every thread's stack to stderr.
+import faulthandler, importlib.machinery, importlib.util, os, signal, sys
+faulthandler.register(signal.SIGUSR2, all_threads=True)
+_here = os.path.dirname(os.path.abspath(__file__))
+for _path in sys.path:
+    if os.path.abspath(_path or ".") == _here:
+        continue
+    _spec = importlib.machinery.PathFinder.find_spec("sitecustomize", [_path])
+    if _spec is not None:
+        _module = importlib.util.module_from_spec(_spec)
+        _spec.loader.exec_module(_module)
+        break
+"#;
 
 #[cfg(test)]
 mod tests {
@@ -91,15 +138,23 @@ mod tests {
         assert!(never.never && never.limit == s(60) && never.by == "output");
         // A file of an earlier attempt (written at 50 s) is not this trainer's progress.
         assert!(at(160, None, Some(50)).is_some());
-        // Output at 120 s: the timeout applies from there.
-        assert_eq!(at(129, Some(120), None), None);
-        let silent = at(130, Some(120), None).unwrap();
-        assert_eq!((silent.silent, silent.never), (s(10), false));
-        // Once the file is written, output no longer counts: chatter at 139 s does not save a
-        // trainer whose file was last written at 125 s.
+        // Output does not end the first window: a line at 101 s, then set-up in silence, is
+        // not judged before 160 s; after it, silence since the last line counts.
+        assert_eq!(at(130, Some(101), None), None);
+        assert_eq!(at(159, Some(101), None), None);
+        let silent = at(160, Some(101), None).unwrap();
+        assert_eq!(
+            (silent.silent, silent.never, silent.limit),
+            (s(59), false, s(10))
+        );
+        assert_eq!(at(175, Some(170), None), None);
+        assert_eq!(at(180, Some(170), None).unwrap().silent, s(10));
+        // The first write of the file ends the first window: from then on the timeout from the
+        // file's last write, and output no longer counts (chatter at 139 s does not save a
+        // trainer whose file was last written at 125 s).
+        assert_eq!(at(134, Some(100), Some(125)), None);
         let by_file = at(140, Some(139), Some(125)).unwrap();
         assert_eq!((by_file.by, by_file.silent), ("its progress file", s(15)));
-        assert_eq!(at(134, Some(100), Some(125)), None);
     }
 
     #[test]
