@@ -12,8 +12,8 @@ use tracing::info;
 
 use crate::cli::LocalArgs;
 use crate::config::{
-    present, Config, GRADIENT_NUM, ID_DIR, JOB_SECRET, NIC, PEERS, POD_IP, POD_NAME, SELECTOR,
-    TERMINATION_LOG, WORKDIR,
+    present, Config, GRADIENT_NUM, ID_DIR, JOB_SECRET, NIC, PEERS, POD_IP, POD_NAME, PROGRESS_FILE,
+    SELECTOR, TERMINATION_LOG, WORKDIR,
 };
 use crate::error::ConfigError;
 use crate::error::Error;
@@ -46,9 +46,16 @@ fn instance_env(
         };
         let env = env.to_string_lossy().to_string();
         let given_as_flag = matches.value_source(id) == Some(ValueSource::CommandLine);
-        let set_per_pod = [POD_IP, POD_NAME, PEERS, GRADIENT_NUM, SELECTOR]
-            .into_iter()
-            .find(|opt| opt.0 == id);
+        let set_per_pod = [
+            POD_IP,
+            POD_NAME,
+            PEERS,
+            GRADIENT_NUM,
+            SELECTOR,
+            PROGRESS_FILE,
+        ]
+        .into_iter()
+        .find(|opt| opt.0 == id);
         if let (Some(opt), true) = (set_per_pod, given_as_flag) {
             return Err(ConfigError::new(
                 opt,

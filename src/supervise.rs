@@ -126,7 +126,41 @@ pub enum Event {
     JobDone(Result<String, String>),
 }
 
-/// When a child's output was last seen: its pumps note it, hang detection reads it.
+/// Reads one line into `line` (false at the end), noting output as seen whenever bytes come, not
+/// only at a newline: a progress bar redrawn with `\r` for a whole epoch is output too.
+fn read_line_noting_output(
+    reader: &mut impl BufRead,
+    line: &mut Vec<u8>,
+    seen: &OutputClock,
+) -> bool {
+    loop {
+        let (used, complete) = match reader.fill_buf() {
+            Ok([]) => return !line.is_empty(),
+            Ok(bytes) => {
+                seen.now();
+                match bytes.iter().position(|&b| b == b'\n') {
+                    Some(at) => {
+                        line.extend_from_slice(&bytes[..=at]);
+                        (at + 1, true)
+                    }
+                    None => {
+                        line.extend_from_slice(bytes);
+                        (bytes.len(), false)
+                    }
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return !line.is_empty(),
+        };
+        reader.consume(used);
+        if complete {
+            return true;
+        }
+    }
+}
+
+/// When something was last seen, noted from any thread: a child's output (its pumps note it),
+/// a change of its progress file; hang detection reads it.
 #[derive(Clone)]
 pub struct OutputClock {
     epoch: std::time::Instant,
@@ -135,7 +169,16 @@ pub struct OutputClock {
 }
 
 impl OutputClock {
-    fn now(&self) {
+    /// A clock that has seen nothing yet.
+    pub fn new() -> OutputClock {
+        OutputClock {
+            epoch: std::time::Instant::now(),
+            at: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Notes that it was seen now.
+    pub fn now(&self) {
         // At least 1: 0 means never.
         let ms = self.epoch.elapsed().as_millis().max(1);
         self.at
@@ -159,8 +202,6 @@ pub struct Supervisor {
     pending: VecDeque<Event>,
     pumps: Vec<mpsc::Receiver<()>>,
     pub grace: Duration,
-    /// The zero of the children's `last_output` times.
-    epoch: std::time::Instant,
 }
 
 impl Supervisor {
@@ -180,7 +221,6 @@ impl Supervisor {
             pending: VecDeque::new(),
             pumps: Vec::new(),
             grace,
-            epoch: std::time::Instant::now(),
         }
     }
 
@@ -258,10 +298,7 @@ impl Supervisor {
         })?;
         let pid = Pid::from_raw(child.id() as i32);
         info!("started {} (pid {pid}): {}", spec.label, quoted(spec.argv));
-        let output = OutputClock {
-            epoch: self.epoch,
-            at: Arc::new(AtomicU64::new(0)),
-        };
+        let output = OutputClock::new();
         if let Output::Prefixed { log } = spec.output {
             // Opened by the pumps, off the runtime thread: the log is often on a shared
             // filesystem, and a stalled mount must not stop the heartbeats.
@@ -307,8 +344,7 @@ impl Supervisor {
         std::thread::spawn(move || {
             let mut reader = BufReader::new(pipe);
             let mut line = Vec::new();
-            while matches!(reader.read_until(b'\n', &mut line), Ok(n) if n > 0) {
-                seen.now();
+            while read_line_noting_output(&mut reader, &mut line, &seen) {
                 if !line.ends_with(b"\n") {
                     line.push(b'\n');
                 }

@@ -588,10 +588,72 @@ fn bad_hang_settings_are_refused_before_anything_starts() {
         ("PADDLE_LAUNCHER_HANG_FIRST_WINDOW", "0", "invalid PADDLE_LAUNCHER_HANG_FIRST_WINDOW (--hang-first-window): \"0\""),
         ("PADDLE_LAUNCHER_PROGRESS_FILE", "/proc/no/such/progress", "invalid PADDLE_LAUNCHER_PROGRESS_FILE (--progress-file): \"/proc/no/such/progress\": expected a file the launcher can create"),
     ] {
-        let pod = OnePod::new().set(name, value);
+        let pod = OnePod::new()
+            .set("PADDLE_LAUNCHER_HANG_TIMEOUT", "600")
+            .set(name, value);
         let done = pod.start().wait(LIMIT);
         assert_eq!(done.code(), 2, "{name}={value}: {}", done.stderr);
         assert_contains(&done.stderr, expected);
         assert!(!done.stdout.contains("[pserver-0]"), "{}", done.stdout);
     }
+    // With hang detection off, the progress file is never touched: a path that could not be
+    // created is no error.
+    let pod = OnePod::new().set("PADDLE_LAUNCHER_PROGRESS_FILE", "/proc/no/such/progress");
+    let done = pod.start().wait(LIMIT);
+    assert_eq!(done.code(), 0, "{}", done.stderr);
+}
+
+/// A progress bar redrawn with `\r` (no newline for a whole epoch) is output: never judged hung.
+#[test]
+fn a_progress_bar_without_newlines_is_progress() {
+    const BAR: &str = r#"
+import sys, time
+print("epoch 1", flush=True)
+for i in range(30):
+    sys.stdout.write(f"\r{i}/30")
+    sys.stdout.flush()
+    time.sleep(0.1)
+print(flush=True)
+"#;
+    let pod = OnePod::new()
+        .set("PADDLE_LAUNCHER_PROTOCOL", "collective")
+        .set("PADDLE_LAUNCHER_TRAINER_PORT", &free_ports(1).to_string())
+        .set("PADDLE_LAUNCHER_WORKDIR", "work")
+        .set("PADDLE_LAUNCHER_HANG_TIMEOUT", "1")
+        .set("PADDLE_LAUNCHER_HANG_FIRST_WINDOW", "1");
+    let args = ["run", "--", "python3", "-c", BAR];
+    let done = Launcher::start(pod.dir.path(), &pod.ip, &args, &pod.env).wait(LIMIT);
+    assert_eq!(done.code(), 0, "{}", done.stderr);
+}
+
+/// A trainer under `sh -c` (as ENTRY runs): the shell dies of the stack signal while the stuck
+/// program dumps its stacks and goes on in the same process group; the program is still
+/// stopped, not left running, and the pod ends with 80.
+#[test]
+fn a_hung_program_under_a_shell_is_stopped_with_its_group() {
+    let (pod, _) = (OnePod::new(), ());
+    let pid_file = pod.dir.path().join("program.pid");
+    let pod = pod
+        .set("PADDLE_LAUNCHER_PROTOCOL", "collective")
+        .set("PADDLE_LAUNCHER_TRAINER_PORT", &free_ports(1).to_string())
+        .set("PADDLE_LAUNCHER_WORKDIR", "work")
+        .set("PADDLE_LAUNCHER_HANG_TIMEOUT", "2")
+        .set("PADDLE_LAUNCHER_HANG_FIRST_WINDOW", "3")
+        .set("HANG_AFTER", "3")
+        .set("STUCK", STUCK_TRAINER)
+        .set("PID_FILE", pid_file.to_str().unwrap());
+    let script = r#"python3 -c 'import os; open(os.environ["PID_FILE"], "w").write(str(os.getpid())); exec(os.environ["STUCK"])'; echo after"#;
+    let args = ["run", "--", "sh", "-c", script];
+    let done = Launcher::start(pod.dir.path(), &pod.ip, &args, &pod.env).wait(LIMIT);
+    assert_eq!(done.code(), 80, "{}\n{}", done.stdout, done.stderr);
+    assert_contains(&done.stderr, "in wait_for_ever");
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "the stuck program (pid {pid}) outlived its launcher"
+    );
 }

@@ -105,8 +105,8 @@ enum Phase {
     TrainersDone {
         reason: String,
     },
-    /// The hung trainer was asked for its stacks (`reason`: why it was judged hung); its end, or
-    /// `DumpOver`, stops the rest.
+    /// The hung trainer was asked for its stacks (`reason`: why it was judged hung); `DumpOver`
+    /// stops every process.
     DumpingStacks {
         reason: String,
     },
@@ -234,17 +234,33 @@ impl Lifecycle {
         }
     }
 
-    /// Once the hung trainer has ended (or had its time to write its stacks), the rest stops and
-    /// the pod's outcome is the hang.
+    /// Once the hung trainer has had its time to write its stacks, every process stops and the
+    /// pod's outcome is the hang.
     fn dumping_stacks(&mut self, reason: String, input: Input) -> Vec<Command> {
         match input {
+            // Its success was on its way when it was judged: it was not hung.
             Input::Exited {
                 role: Role::Trainer,
-                ..
+                ended: Ended::Code(0),
+            } => {
+                self.phase = Phase::Training;
+                self.training(input)
             }
-            | Input::DumpOver => {
-                let rest = self.running.clone();
-                self.stop_then(rest, libc_term(), Err(Error::Hung { reason }))
+            // The leader's end is not the dump's: a shell under `sh -c` dies of the signal at
+            // once while the program in its group is still writing its stacks. The dump's time
+            // runs out, then every group of the pod is stopped, by group.
+            Input::DumpOver => {
+                let roles = self.started();
+                self.phase = Phase::Stopping(Some(Err(Error::Hung { reason })));
+                vec![Command::Stop {
+                    roles,
+                    signal: libc_term(),
+                }]
+            }
+            Input::PeerLost(lost) => {
+                let line = format!("{lost} (while asking the hung trainer for its stacks)");
+                self.phase = Phase::DumpingStacks { reason };
+                vec![Command::Log(line)]
             }
             _ => self.stay(Phase::DumpingStacks { reason }),
         }
@@ -1128,14 +1144,16 @@ mod tests {
                 ],
             ),
             (
-                "a hung trainer is asked for its stacks; if it ends, the pserver is stopped, status 80",
+                "a hung trainer is asked for its stacks, then every group is stopped, status 80",
                 both(),
                 vec![
                     Input::PserversUp,
                     Input::Hung("trainer-0 made no progress for 30 s".into()),
-                    // Nothing else is started or stopped meanwhile.
+                    // Nothing else is started or stopped meanwhile, not even by the end of the
+                    // trainer's leader (a shell, while its program still writes the stacks).
                     Input::PeerLost("p-1 deleted".into()),
-                    exited(Role::Trainer, 134),
+                    exited(Role::Trainer, 140),
+                    Input::DumpOver,
                     Input::Stopped,
                 ],
                 vec![
@@ -1144,8 +1162,52 @@ mod tests {
                     "spawn trainer",
                     "log trainer-0 made no progress for 30 s: asking it for its threads' stacks (SIGUSR2)",
                     "dump stacks",
-                    "stop pserver 15",
+                    "log p-1 deleted (while asking the hung trainer for its stacks)",
+                    // The trainer's group too: its shell may have died with the program alive.
+                    "stop trainer+pserver 15",
                     "fail 80 trainer-0 made no progress for 30 s",
+                ],
+            ),
+            (
+                "a success already on its way when judged hung is a success",
+                both(),
+                vec![
+                    Input::PserversUp,
+                    Input::Hung("stuck".into()),
+                    exited(Role::Trainer, 0),
+                    Input::LingerOver,
+                    Input::Stopped,
+                ],
+                vec![
+                    "spawn pserver",
+                    "probe",
+                    "spawn trainer",
+                    "log stuck: asking it for its threads' stacks (SIGUSR2)",
+                    "dump stacks",
+                    "tell done",
+                    "log trainer finished; the pserver keeps serving for 30 s",
+                    "linger 30",
+                    "stop pserver 15",
+                    "finish 0 trainer exited with status 0",
+                ],
+            ),
+            (
+                "a stop signal while the stacks are asked for stops every process, 143",
+                both(),
+                vec![
+                    Input::PserversUp,
+                    Input::Hung("stuck".into()),
+                    Input::Signal(SIGTERM),
+                    Input::Stopped,
+                ],
+                vec![
+                    "spawn pserver",
+                    "probe",
+                    "spawn trainer",
+                    "log stuck: asking it for its threads' stacks (SIGUSR2)",
+                    "dump stacks",
+                    "stop trainer+pserver 15",
+                    "fail 143 received SIGTERM; stopped trainer-0 and pserver-0 (judged hung)",
                 ],
             ),
             (
@@ -1163,7 +1225,7 @@ mod tests {
                     "spawn trainer",
                     "log stuck: asking it for its threads' stacks (SIGUSR2)",
                     "dump stacks",
-                    "stop pserver+trainer 15",
+                    "stop trainer+pserver 15",
                     "fail 80 stuck",
                 ],
             ),

@@ -9,6 +9,7 @@ use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -85,8 +86,20 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
     let my_ip = own_ip(&config, &interfaces, crate::address::hostname_ip)?;
     // Read before any network call, like every other bad value.
     coordination::refuse_split_channel(&config)?;
-    let hang_detection = config.timing.hang_timeout.is_some();
-    progress_file(&mut config.workspace, !plan_only, hang_detection)?;
+    // Only a pod with a trainer, with hang detection on, needs its progress file.
+    let watches_hangs = config.timing.hang_timeout.is_some()
+        && config.topology.role != crate::vocabulary::PodRole::Pserver;
+    progress_file(&mut config.workspace, watches_hangs && !plan_only)?;
+    let workspace = &config.workspace;
+    if let (true, Some(shared)) = (watches_hangs, &workspace.job_path) {
+        if workspace.progress_file.starts_with(shared) {
+            warn!(
+                "the progress file {} is under JOB_PATH, which every pod shares: one pod's progress would hide another's hang; give each pod its own ({})",
+                workspace.progress_file.display(),
+                crate::config::PROGRESS_FILE
+            );
+        }
+    }
     let secret = job_secret(&config.control)?;
     let pod = config
         .topology
@@ -1121,12 +1134,11 @@ fn spawn(sup: &mut Supervisor, spec: &ProcessSpec, config: &Config) -> Result<us
 
 /// The trainer's progress file as an absolute path (the trainer runs in the work directory), its
 /// directory made and the file creatable (`create`; `plan` touches nothing): a path that cannot
-/// be is bad input, said before any network use. With hang detection, the `sitecustomize.py`
-/// that lets a Python trainer be asked for its stacks is written beside it.
+/// be is bad input, said before any network use; beside it, the `sitecustomize.py` that lets a
+/// Python trainer be asked for its stacks.
 fn progress_file(
     workspace: &mut crate::config::Workspace,
     create: bool,
-    hang_detection: bool,
 ) -> Result<(), ConfigError> {
     let path = &workspace.progress_file;
     let bad = |e: std::io::Error| {
@@ -1141,20 +1153,23 @@ fn progress_file(
         if let Some(dir) = absolute.parent() {
             std::fs::create_dir_all(dir).map_err(bad)?;
         }
+        // Not a FIFO or a device, which opening could block on.
+        if let Ok(meta) = std::fs::metadata(&absolute) {
+            if !meta.is_file() {
+                let why = std::io::Error::other("it exists and is not a regular file");
+                return Err(bad(why));
+            }
+        }
         // Opened to append, never written: an existing file keeps its time.
         std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&absolute)
             .map_err(bad)?;
-        if hang_detection {
-            let dir = progress::stack_dump_dir(&absolute);
-            std::fs::create_dir_all(&dir)
-                .and_then(|()| {
-                    std::fs::write(dir.join("sitecustomize.py"), progress::SITECUSTOMIZE)
-                })
-                .map_err(bad)?;
-        }
+        let dir = progress::stack_dump_dir(&absolute);
+        std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::write(dir.join("sitecustomize.py"), progress::SITECUSTOMIZE))
+            .map_err(bad)?;
     }
     workspace.progress_file = absolute;
     Ok(())
@@ -1194,22 +1209,31 @@ async fn drive(
     loop {
         while let Some(command) = commands.pop_front() {
             let input = match command {
-                Command::Spawn(role) => match plan
-                    .process(role)
-                    .map(|spec| spawn(sup, spec, config))
-                {
-                    Some(Ok(child)) => {
-                        children.push((role, child));
-                        if let (Role::Trainer, Some(timeout)) = (role, config.timing.hang_timeout) {
-                            let output = sup.output_clock(child);
-                            let label = label(Role::Trainer);
-                            watch = Some(HangWatch::new(output, label, timeout, config));
+                Command::Spawn(role) => {
+                    // The progress file's watch starts before the trainer: its first look is
+                    // the time an earlier attempt left.
+                    let limits = config.timing.hang_timeout.map(|timeout| progress::Limits {
+                        timeout,
+                        first_window: config.timing.hang_first_window,
+                    });
+                    let file = limits.filter(|_| role == Role::Trainer).map(|limits| {
+                        let every = progress::check_every(limits);
+                        ProgressFileClock::start(config.workspace.progress_file.clone(), every)
+                    });
+                    match plan.process(role).map(|spec| spawn(sup, spec, config)) {
+                        Some(Ok(child)) => {
+                            children.push((role, child));
+                            if let (Some(file), Some(limits)) = (file, limits) {
+                                let output = sup.output_clock(child);
+                                let label = label(Role::Trainer);
+                                watch = Some(HangWatch::new(output, file, label, limits));
+                            }
+                            None
                         }
-                        None
+                        Some(Err(error)) => Some(Input::SpawnFailed { role, error }),
+                        None => None,
                     }
-                    Some(Err(error)) => Some(Input::SpawnFailed { role, error }),
-                    None => None,
-                },
+                }
                 Command::Forward(sig) => {
                     sup.forward(sig);
                     None
@@ -1264,6 +1288,9 @@ async fn drive(
             }
         }
         let input = tokio::select! {
+            // What happened to the processes first: a trainer's exit already queued is seen
+            // before a timer or a hang check says anything of it.
+            biased;
             event = sup.next_event() => match event {
                 Event::Signal(sig) => Input::Signal(sig),
                 Event::Exited { child, ended } => {
@@ -1300,27 +1327,66 @@ async fn drive(
 /// progress file's time every `check_every`, and asks the rule (`progress::judge`).
 struct HangWatch {
     output: OutputClock,
+    file: ProgressFileClock,
     label: String,
     started: std::time::Instant,
     limits: progress::Limits,
-    progress_file: PathBuf,
     every: tokio::time::Interval,
 }
 
+/// When the progress file last changed, noted by a thread of its own: a stat that hangs on a
+/// stalled network filesystem must not stop the launcher's only runtime thread (heartbeats,
+/// signals), and counts as no progress. Any change of the file's time is progress, timed by
+/// this machine's clock: the file server's clock may be ahead or behind.
+struct ProgressFileClock {
+    changed: OutputClock,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl ProgressFileClock {
+    /// Starts looking, every `every`, from the file's time now (taken before the trainer
+    /// starts, so that an earlier attempt's file is no progress).
+    fn start(path: PathBuf, every: Duration) -> ProgressFileClock {
+        let changed = OutputClock::new();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (clock, stopped) = (changed.clone(), stop.clone());
+        let time_of = move || std::fs::metadata(&path).and_then(|m| m.modified()).ok();
+        std::thread::spawn(move || {
+            let mut last = time_of();
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(every);
+                let now = time_of();
+                if now.is_some() && now != last {
+                    clock.now();
+                    last = now;
+                }
+            }
+        });
+        ProgressFileClock { changed, stop }
+    }
+}
+
+impl Drop for ProgressFileClock {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 impl HangWatch {
-    fn new(output: OutputClock, label: String, timeout: Duration, config: &Config) -> HangWatch {
-        let limits = progress::Limits {
-            timeout,
-            first_window: config.timing.hang_first_window,
-        };
+    fn new(
+        output: OutputClock,
+        file: ProgressFileClock,
+        label: String,
+        limits: progress::Limits,
+    ) -> HangWatch {
         let mut every = tokio::time::interval(progress::check_every(limits));
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         HangWatch {
             output,
+            file,
             label,
             started: std::time::Instant::now(),
             limits,
-            progress_file: config.workspace.progress_file.clone(),
             every,
         }
     }
@@ -1337,18 +1403,11 @@ impl HangWatch {
     async fn next_hang(&mut self) -> String {
         loop {
             self.every.tick().await;
-            let now = std::time::Instant::now();
-            // The file's time as an instant of this clock: how long ago it was written.
-            let file_written = std::fs::metadata(&self.progress_file)
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|written| written.elapsed().ok())
-                .and_then(|ago| now.checked_sub(ago));
             let seen = progress::Observed {
                 started: self.started,
-                now,
+                now: std::time::Instant::now(),
                 last_output: self.output.last(),
-                file_written,
+                file_written: self.file.changed.last(),
             };
             if let Some(hung) = progress::judge(self.limits, seen) {
                 return hung_reason(&self.label, &hung);
