@@ -126,8 +126,12 @@ pub enum Event {
     JobDone(Result<String, String>),
 }
 
+/// The longest piece of output kept before it is written out without its newline.
+const MAX_LINE: usize = 64 * 1024;
+
 /// Reads one line into `line` (false at the end), noting output as seen whenever bytes come, not
-/// only at a newline: a progress bar redrawn with `\r` for a whole epoch is output too.
+/// only at a newline: a progress bar redrawn with `\r` for a whole epoch is output too. A line
+/// longer than `MAX_LINE` is passed on in pieces, so that neither memory nor the log waits.
 fn read_line_noting_output(
     reader: &mut impl BufRead,
     line: &mut Vec<u8>,
@@ -153,7 +157,7 @@ fn read_line_noting_output(
             Err(_) => return !line.is_empty(),
         };
         reader.consume(used);
-        if complete {
+        if complete || line.len() >= MAX_LINE {
             return true;
         }
     }

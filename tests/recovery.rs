@@ -542,7 +542,8 @@ fn real_paddle_hang_is_found_restarted_and_resumed_from_its_checkpoint() {
     assert_eq!(results[0]["params"], results[1]["params"]);
     assert_eq!(results[0]["params"], results[2]["params"]);
     let all = outputs.join("\n");
-    assert_contains(&all, "made no progress for 3 s");
+    assert_contains(&all, "made no progress for ");
+    assert_contains(&all, "(--hang-timeout) = 3 s)");
     // The stacks of the trainer judged hung, with the frames of the program (Paddle's own
     // fatal-signal handler would have printed only its C++ state).
     assert_contains(&all, "(most recent call first):");

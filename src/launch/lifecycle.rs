@@ -192,7 +192,15 @@ impl Lifecycle {
             }
             (phase, Input::Signal(sig)) => {
                 let (roles, doing) = self.stopped_by_signal(&phase);
-                self.stop_then(roles, sig, Err(Error::stopped(sig, &doing)))
+                let then = Err(Error::stopped(sig, &doing));
+                match phase {
+                    // By group, the trainer's too: its leader may be gone, its program not.
+                    Phase::DumpingStacks { .. } => {
+                        self.phase = Phase::Stopping(Some(then));
+                        vec![Command::Stop { roles, signal: sig }]
+                    }
+                    _ => self.stop_then(roles, sig, then),
+                }
             }
             (Phase::WaitingForPservers, input) => self.waiting_for_pservers(input),
             (Phase::Training, input) => self.training(input),
@@ -238,13 +246,16 @@ impl Lifecycle {
     /// pod's outcome is the hang.
     fn dumping_stacks(&mut self, reason: String, input: Input) -> Vec<Command> {
         match input {
-            // Its success was on its way when it was judged: it was not hung.
+            // No handler for the stack signal (not Python, `python -I`, a binary): it died of
+            // it without stacks; the log says so. (A success queued before the judgement is seen
+            // first: the shell polls the processes before the hang check.)
             Input::Exited {
                 role: Role::Trainer,
-                ended: Ended::Code(0),
+                ended: Ended::Signal(crate::launch::progress::STACK_SIGNAL),
             } => {
-                self.phase = Phase::Training;
-                self.training(input)
+                let line = "the trainer died of SIGUSR2 without a handler: no Python stacks (not a Python trainer under the launcher's sitecustomize; its last output is in the log)";
+                self.phase = Phase::DumpingStacks { reason };
+                vec![Command::Log(line.to_string())]
             }
             // The leader's end is not the dump's: a shell under `sh -c` dies of the signal at
             // once while the program in its group is still writing its stacks. The dump's time
@@ -1169,13 +1180,13 @@ mod tests {
                 ],
             ),
             (
-                "a success already on its way when judged hung is a success",
+                "a stop signal after the trainer's shell died during the dump stops its group too",
                 both(),
                 vec![
                     Input::PserversUp,
                     Input::Hung("stuck".into()),
-                    exited(Role::Trainer, 0),
-                    Input::LingerOver,
+                    exited(Role::Trainer, 140),
+                    Input::Signal(SIGTERM),
                     Input::Stopped,
                 ],
                 vec![
@@ -1184,11 +1195,32 @@ mod tests {
                     "spawn trainer",
                     "log stuck: asking it for its threads' stacks (SIGUSR2)",
                     "dump stacks",
-                    "tell done",
-                    "log trainer finished; the pserver keeps serving for 30 s",
-                    "linger 30",
-                    "stop pserver 15",
-                    "finish 0 trainer exited with status 0",
+                    "stop trainer+pserver 15",
+                    "fail 143 received SIGTERM; stopped trainer-0 and pserver-0 (judged hung)",
+                ],
+            ),
+            (
+                "a trainer with no handler for the stack signal is said to have left no stacks",
+                both(),
+                vec![
+                    Input::PserversUp,
+                    Input::Hung("stuck".into()),
+                    Input::Exited {
+                        role: Role::Trainer,
+                        ended: Ended::Signal(nix::libc::SIGUSR2),
+                    },
+                    Input::DumpOver,
+                    Input::Stopped,
+                ],
+                vec![
+                    "spawn pserver",
+                    "probe",
+                    "spawn trainer",
+                    "log stuck: asking it for its threads' stacks (SIGUSR2)",
+                    "dump stacks",
+                    "log the trainer died of SIGUSR2 without a handler: no Python stacks (not a Python trainer under the launcher's sitecustomize; its last output is in the log)",
+                    "stop trainer+pserver 15",
+                    "fail 80 stuck",
                 ],
             ),
             (

@@ -1113,7 +1113,7 @@ fn spawn(sup: &mut Supervisor, spec: &ProcessSpec, config: &Config) -> Result<us
         let theirs = env
             .get("PYTHONPATH")
             .cloned()
-            .or_else(|| std::env::var("PYTHONPATH").ok())
+            .or_else(|| std::env::var_os("PYTHONPATH").map(|p| p.to_string_lossy().into_owned()))
             .filter(|p| !p.is_empty());
         let path = match theirs {
             Some(theirs) => format!("{}:{theirs}", ours.display()),
@@ -1130,6 +1130,20 @@ fn spawn(sup: &mut Supervisor, spec: &ProcessSpec, config: &Config) -> Result<us
             log: spec.log.clone(),
         },
     })
+}
+
+/// Writes `name` in `dir` whole (a temporary file renamed over it), and not at all when it
+/// already holds `text`: a Python starting meanwhile, in a pod sharing the directory, never reads
+/// half of it.
+fn write_whole(dir: &std::path::Path, name: &str, text: &str) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(name);
+    if std::fs::read_to_string(&path).is_ok_and(|old| old == text) {
+        return Ok(());
+    }
+    let temporary = dir.join(format!(".{name}.{}", std::process::id()));
+    std::fs::write(&temporary, text)?;
+    std::fs::rename(&temporary, &path)
 }
 
 /// The trainer's progress file as an absolute path (the trainer runs in the work directory), its
@@ -1167,9 +1181,7 @@ fn progress_file(
             .open(&absolute)
             .map_err(bad)?;
         let dir = progress::stack_dump_dir(&absolute);
-        std::fs::create_dir_all(&dir)
-            .and_then(|()| std::fs::write(dir.join("sitecustomize.py"), progress::SITECUSTOMIZE))
-            .map_err(bad)?;
+        write_whole(&dir, "sitecustomize.py", progress::SITECUSTOMIZE).map_err(bad)?;
     }
     workspace.progress_file = absolute;
     Ok(())
@@ -1351,7 +1363,8 @@ impl ProgressFileClock {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (clock, stopped) = (changed.clone(), stop.clone());
         let time_of = move || std::fs::metadata(&path).and_then(|m| m.modified()).ok();
-        std::thread::spawn(move || {
+        // Without a thread (the pod's process limit), the file is not watched: output still is.
+        let looked = std::thread::Builder::new().spawn(move || {
             let mut last = time_of();
             while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
                 std::thread::sleep(every);
@@ -1362,6 +1375,9 @@ impl ProgressFileClock {
                 }
             }
         });
+        if let Err(e) = looked {
+            warn!("cannot watch the progress file ({e}): the trainer's output alone shows its progress");
+        }
         ProgressFileClock { changed, stop }
     }
 }

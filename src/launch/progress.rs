@@ -63,9 +63,10 @@ pub fn judge(limits: Limits, seen: Observed) -> Option<Hung> {
             never: false,
             by,
         },
+        // Judged once both limits have passed: the later one is what applied.
         None => Hung {
             silent,
-            limit: limits.first_window,
+            limit: limits.first_window.max(limits.timeout),
             never: true,
             by,
         },
@@ -95,19 +96,36 @@ pub fn stack_dump_dir(progress_file: &std::path::Path) -> std::path::PathBuf {
 /// Python runs `sitecustomize` at start-up, before the program: it registers faulthandler to
 /// write every thread's stack on `STACK_SIGNAL` (the program goes on), then runs the image's
 /// own `sitecustomize`, which this one would otherwise hide. The program needs no change.
-pub const SITECUSTOMIZE: &str = r#"# Written by paddle-launcher (--hang-timeout): on SIGUSR2, every thread's stack to stderr.
-import faulthandler, importlib.machinery, importlib.util, os, signal, sys
-faulthandler.register(signal.SIGUSR2, all_threads=True)
-_here = os.path.dirname(os.path.abspath(__file__))
-for _path in sys.path:
-    if os.path.abspath(_path or ".") == _here:
-        continue
-    _spec = importlib.machinery.PathFinder.find_spec("sitecustomize", [_path])
-    if _spec is not None:
-        _module = importlib.util.module_from_spec(_spec)
-        _spec.loader.exec_module(_module)
-        break
-"#;
+pub const SITECUSTOMIZE: &str = r##"# Written by paddle-launcher (--hang-timeout): on SIGUSR2, every thread's stack to stderr.
+import sys
+if not getattr(sys, "_paddle_launcher_site", False):
+    sys._paddle_launcher_site = True
+    try:
+        import faulthandler, signal
+        faulthandler.register(signal.SIGUSR2, all_threads=True)
+    except Exception:
+        pass
+    finally:
+        # The image's own sitecustomize, which this one hides; never another launcher's.
+        import importlib.machinery, importlib.util, os
+        _here = os.path.dirname(os.path.abspath(__file__))
+        for _path in sys.path:
+            if not isinstance(_path, str) or os.path.abspath(_path or ".") == _here:
+                continue
+            _spec = importlib.machinery.PathFinder.find_spec("sitecustomize", [_path])
+            if _spec is None or _spec.origin is None:
+                continue
+            try:
+                with open(_spec.origin) as _f:
+                    if _f.readline().startswith("# Written by paddle-launcher"):
+                        continue
+            except OSError:
+                pass
+            _module = importlib.util.module_from_spec(_spec)
+            sys.modules["sitecustomize"] = _module
+            _spec.loader.exec_module(_module)
+            break
+"##;
 
 #[cfg(test)]
 mod tests {
