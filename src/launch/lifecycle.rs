@@ -894,6 +894,24 @@ mod tests {
     #[test]
     fn transitions() {
         let both = || setup(true, true);
+        // A trainer judged hung ("stuck") while training, then `inputs`; what follows the
+        // request for its stacks.
+        let stuck = |inputs: Vec<Input>| {
+            let mut all = vec![Input::PserversUp, Input::Hung("stuck".into())];
+            all.extend(inputs);
+            all
+        };
+        let stuck_then = |commands: Vec<&'static str>| {
+            let mut all = vec![
+                "spawn pserver",
+                "probe",
+                "spawn trainer",
+                "log stuck: asking it for its threads' stacks (SIGUSR2)",
+                "dump stacks",
+            ];
+            all.extend(commands);
+            all
+        };
         let cases: Vec<(&str, Setup, Vec<Input>, Vec<&str>)> = vec![
             (
                 "happy path with linger",
@@ -1182,84 +1200,56 @@ mod tests {
             (
                 "a stop signal after the trainer's shell died during the dump stops its group too",
                 both(),
-                vec![
-                    Input::PserversUp,
-                    Input::Hung("stuck".into()),
+                stuck(vec![
                     exited(Role::Trainer, 140),
                     Input::Signal(SIGTERM),
                     Input::Stopped,
-                ],
-                vec![
-                    "spawn pserver",
-                    "probe",
-                    "spawn trainer",
-                    "log stuck: asking it for its threads' stacks (SIGUSR2)",
-                    "dump stacks",
+                ]),
+                stuck_then(vec![
                     "stop trainer+pserver 15",
                     "fail 143 received SIGTERM; stopped trainer-0 and pserver-0 (judged hung)",
-                ],
+                ]),
             ),
             (
                 "a trainer with no handler for the stack signal is said to have left no stacks",
                 both(),
-                vec![
-                    Input::PserversUp,
-                    Input::Hung("stuck".into()),
+                stuck(vec![
                     Input::Exited {
                         role: Role::Trainer,
                         ended: Ended::Signal(nix::libc::SIGUSR2),
                     },
                     Input::DumpOver,
                     Input::Stopped,
-                ],
-                vec![
-                    "spawn pserver",
-                    "probe",
-                    "spawn trainer",
-                    "log stuck: asking it for its threads' stacks (SIGUSR2)",
-                    "dump stacks",
+                ]),
+                stuck_then(vec![
                     "log the trainer died of SIGUSR2 without a handler: no Python stacks (not a Python trainer under the launcher's sitecustomize; its last output is in the log)",
                     "stop trainer+pserver 15",
                     "fail 80 stuck",
-                ],
+                ]),
             ),
             (
                 "a stop signal while the stacks are asked for stops every process, 143",
                 both(),
-                vec![
-                    Input::PserversUp,
-                    Input::Hung("stuck".into()),
+                stuck(vec![
                     Input::Signal(SIGTERM),
                     Input::Stopped,
-                ],
-                vec![
-                    "spawn pserver",
-                    "probe",
-                    "spawn trainer",
-                    "log stuck: asking it for its threads' stacks (SIGUSR2)",
-                    "dump stacks",
+                ]),
+                stuck_then(vec![
                     "stop trainer+pserver 15",
                     "fail 143 received SIGTERM; stopped trainer-0 and pserver-0 (judged hung)",
-                ],
+                ]),
             ),
             (
                 "a hung trainer that goes on after its dump is stopped with the rest after the dump wait",
                 both(),
-                vec![
-                    Input::PserversUp,
-                    Input::Hung("stuck".into()),
+                stuck(vec![
                     Input::DumpOver,
                     Input::Stopped,
-                ],
-                vec![
-                    "spawn pserver",
-                    "probe",
-                    "spawn trainer",
-                    "log stuck: asking it for its threads' stacks (SIGUSR2)",
-                    "dump stacks",
+                ]),
+                stuck_then(vec![
                     "stop trainer+pserver 15",
                     "fail 80 stuck",
-                ],
+                ]),
             ),
             (
                 "a command that cannot start stops what runs",
