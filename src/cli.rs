@@ -410,7 +410,15 @@ impl JobArgs {
 /// Variables of the launcher's own prefixes that no option reads: most often a misspelt name
 /// (`CONF_PADDLE_GRADIENT_NUMS`), whose setting would silently not apply. One warning each,
 /// with the nearest name the launcher does read when one is close.
-pub fn unread_variables<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String> {
+pub fn unread_in_environment() -> Vec<String> {
+    let names: Vec<String> = std::env::vars_os()
+        .filter_map(|(name, _)| name.into_string().ok())
+        .collect();
+    unread_variables(names.iter().map(String::as_str))
+}
+
+/// `unread_in_environment`'s rule, for the given names.
+fn unread_variables<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String> {
     // Read outside `run`'s options: the log filter, and what the launcher gives its children.
     const OTHERS: &[&str] = &["PADDLE_LAUNCHER_LOG", "PADDLE_LAUNCHER_RESTART_COUNT"];
     let cli = <Cli as clap::CommandFactory>::command();

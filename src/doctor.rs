@@ -24,12 +24,7 @@ pub async fn doctor(
 ) -> (Vec<String>, Outcome) {
     let mut lines = Vec::new();
     // A misspelt variable would not apply in `run` either.
-    let names: Vec<String> = std::env::vars_os()
-        .filter_map(|(name, _)| name.into_string().ok())
-        .collect();
-    lines.extend(crate::cli::unread_variables(
-        names.iter().map(String::as_str),
-    ));
+    lines.extend(crate::cli::unread_in_environment());
     let mut config = match crate::batch::discover::configure(args, interfaces, &hostname_ip).await {
         Ok(config) => config,
         Err(e) => {

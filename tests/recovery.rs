@@ -5,7 +5,7 @@
 
 mod support;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
@@ -435,6 +435,42 @@ fn local_mode_restarts_a_trainer_that_fails_once() {
     );
 }
 
+impl Job {
+    /// The collective example with real Paddle as the job's program, checkpointing every step
+    /// into a directory the pods share, 0.2 s a step; the directory its results go to.
+    fn run_collective_example(&mut self) -> PathBuf {
+        let out = self.cluster.dir.path().join("out");
+        let checkpoints = self.cluster.dir.path().join("checkpoints");
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::create_dir_all(&checkpoints).unwrap();
+        let train = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/collective/train.py");
+        self.program = vec![
+            paddle_python(),
+            train.display().to_string(),
+            out.display().to_string(),
+            checkpoints.display().to_string(),
+        ];
+        self.extra_env = vec![
+            ("STEP_SECONDS", "0.2".to_string()),
+            ("PADDLE_DISTRI_BACKEND", "gloo".to_string()),
+            ("HOME", self.cluster.dir.path().display().to_string()),
+        ];
+        out
+    }
+}
+
+/// The collective example's result-<rank>.json of each rank; a missing one fails with the
+/// launchers' outputs.
+fn example_results(out: &Path, ranks: usize, outputs: &[String]) -> Vec<Value> {
+    (0..ranks)
+        .map(|rank| {
+            let text = std::fs::read_to_string(out.join(format!("result-{rank}.json")))
+                .unwrap_or_else(|e| panic!("rank {rank}: {e}\n{outputs:?}"));
+            serde_json::from_str(&text).unwrap()
+        })
+        .collect()
+}
+
 /// Real PaddlePaddle (CPU, gloo): the collective example checkpoints every step; one pod is
 /// killed mid-training and replaced; every rank resumes from the checkpoint in restart epoch 1,
 /// the job finishes, and the final parameters are identical on every rank (each rank trains on
@@ -442,33 +478,13 @@ fn local_mode_restarts_a_trainer_that_fails_once() {
 #[test]
 fn real_paddle_resumes_from_its_checkpoint_after_a_pod_is_killed_and_replaced() {
     let mut job = Job::new("rp", 3, 1);
-    let out = job.cluster.dir.path().join("out");
-    let checkpoints = job.cluster.dir.path().join("checkpoints");
-    std::fs::create_dir_all(&out).unwrap();
-    std::fs::create_dir_all(&checkpoints).unwrap();
-    let train = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/collective/train.py");
-    job.program = vec![
-        paddle_python(),
-        train.display().to_string(),
-        out.display().to_string(),
-        checkpoints.display().to_string(),
-    ];
-    job.extra_env = vec![
-        ("STEP_SECONDS", "0.2".to_string()),
-        ("PADDLE_DISTRI_BACKEND", "gloo".to_string()),
-        ("HOME", job.cluster.dir.path().display().to_string()),
-    ];
+    let out = job.run_collective_example();
     job.create_pods(3);
     job.launcher(1).wait_for_output("rank 1: step 10 ", LIMIT);
     job.kill_pod(1);
     let replacement = job.create_pod();
     let outputs = job.all_finish();
-    let results: Vec<Value> = (0..3)
-        .map(|rank| {
-            let text = std::fs::read_to_string(out.join(format!("result-{rank}.json"))).unwrap();
-            serde_json::from_str(&text).unwrap()
-        })
-        .collect();
+    let results = example_results(&out, 3, &outputs);
     for (rank, result) in results.iter().enumerate() {
         assert_eq!(result["restart_count"], 1, "rank {rank}: {outputs:?}");
         assert_eq!(result["world"], 3);
@@ -500,26 +516,13 @@ fn real_paddle_resumes_from_its_checkpoint_after_a_pod_is_killed_and_replaced() 
 #[test]
 fn real_paddle_hang_is_found_restarted_and_resumed_from_its_checkpoint() {
     let mut job = Job::new("hang", 3, 1);
-    let out = job.cluster.dir.path().join("out");
-    let checkpoints = job.cluster.dir.path().join("checkpoints");
-    std::fs::create_dir_all(&out).unwrap();
-    std::fs::create_dir_all(&checkpoints).unwrap();
-    let train = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/collective/train.py");
-    job.program = vec![
-        paddle_python(),
-        train.display().to_string(),
-        out.display().to_string(),
-        checkpoints.display().to_string(),
-    ];
-    job.extra_env = vec![
-        ("STEP_SECONDS", "0.2".to_string()),
-        ("PADDLE_DISTRI_BACKEND", "gloo".to_string()),
-        ("HOME", job.cluster.dir.path().display().to_string()),
+    let out = job.run_collective_example();
+    job.extra_env.extend([
         ("HANG_RANK", "1".to_string()),
         ("HANG_AT_STEP", "10".to_string()),
         ("PADDLE_LAUNCHER_HANG_TIMEOUT", "3".to_string()),
         ("PADDLE_LAUNCHER_HANG_FIRST_WINDOW", "120".to_string()),
-    ];
+    ]);
     job.create_pods(3);
     let mut outputs = Vec::new();
     for (pod, _, launcher) in &mut job.created {
@@ -527,13 +530,7 @@ fn real_paddle_hang_is_found_restarted_and_resumed_from_its_checkpoint() {
         assert_eq!(done.code(), 0, "{pod}:\n{}\n{}", done.stdout, done.stderr);
         outputs.push(format!("{}\n{}", done.stdout, done.stderr));
     }
-    let results: Vec<Value> = (0..3)
-        .map(|rank| {
-            let text = std::fs::read_to_string(out.join(format!("result-{rank}.json")))
-                .unwrap_or_else(|e| panic!("rank {rank}: {e}\n{outputs:?}"));
-            serde_json::from_str(&text).unwrap()
-        })
-        .collect();
+    let results = example_results(&out, 3, &outputs);
     for (rank, result) in results.iter().enumerate() {
         assert_eq!(result["restart_count"], 1, "rank {rank}: {outputs:?}");
         let resumed = result["resumed_after_step"].as_u64().unwrap();
@@ -888,9 +885,7 @@ fn real_paddle_example_resumes_from_a_checkpoint_it_finds_on_a_fresh_start() {
     )
     .wait(LIMIT);
     assert_eq!(done.code(), 0, "{}\n{}", done.stdout, done.stderr);
-    for rank in 0..2 {
-        let text = std::fs::read_to_string(out.join(format!("result-{rank}.json"))).unwrap();
-        let result: Value = serde_json::from_str(&text).unwrap();
+    for (rank, result) in example_results(&out, 2, &[done.stdout]).iter().enumerate() {
         assert_eq!(result["restart_count"], 0);
         assert_eq!(result["resumed_after_step"], 30, "rank {rank}");
         // Resumed from the exact fit: no step starts from random weights.

@@ -68,10 +68,7 @@ pub async fn launch(args: &JobArgs, plan_only: bool) -> Outcome {
         env!("CARGO_PKG_VERSION"),
         std::process::id()
     );
-    let names: Vec<String> = std::env::vars_os()
-        .filter_map(|(name, _)| name.into_string().ok())
-        .collect();
-    for unread in crate::cli::unread_variables(names.iter().map(String::as_str)) {
+    for unread in crate::cli::unread_in_environment() {
         warn!("{unread}");
     }
     launch_steps(args, plan_only)

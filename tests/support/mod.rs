@@ -14,8 +14,27 @@ use std::time::{Duration, Instant};
 /// The Kubernetes versions whose schemas the generated manifests are validated against: the
 /// oldest the docs claim (1.29: podFailurePolicy rules without onPodConditions) and the newest
 /// kubernetes-validate knows.
+const KUBERNETES_VERSIONS: &[&str] = &["1.29", "1.37"];
+
+/// Validates `file` strictly against the official schemas of every Kubernetes version the docs
+/// claim; a failure names `what`, the version and the validator's words.
 #[allow(dead_code)]
-pub const KUBERNETES_VERSIONS: &[&str] = &["1.29", "1.37"];
+pub fn assert_valid_on_every_kubernetes(file: &Path, what: &str) {
+    let validate = manifest_tool("kubernetes-validate");
+    for version in KUBERNETES_VERSIONS {
+        let out = Command::new(&validate)
+            .args(["--strict", "--kubernetes-version", version])
+            .arg(file)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{what} on Kubernetes {version}\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
 
 pub const LAUNCHER: &str = env!("CARGO_BIN_EXE_paddle-launcher");
 
