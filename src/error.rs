@@ -61,7 +61,9 @@ pub enum Error {
         when: &'static str,
         hint: &'static str,
     },
-    #[error("{reason}: stopped {stopped} so that the Job can restart cleanly")]
+    #[error(
+        "job stopped: {reason}; stopped this pod's {stopped} so that the Job can restart cleanly"
+    )]
     PeerLost { reason: String, stopped: String },
     /// The trainer made no progress within its limit (`reason` says how long, by what).
     #[error("{reason}")]

@@ -75,6 +75,8 @@ pub struct PodView {
     /// The scheduling gates holding it (Kueue's `kueue.x-k8s.io/admission`, topology gates):
     /// not scheduled until a queue admits the job.
     pub gates: Vec<String>,
+    /// How its failed container ended (status, OOMKilled, termination message), if it has.
+    pub ended: Option<String>,
 }
 
 impl PodView {
@@ -152,7 +154,10 @@ pub fn lost(member: &Member, now: Option<&PodView>, succeeded_before: bool) -> O
         None if succeeded_before => return None,
         None => "was deleted".to_string(),
         Some(p) if p.phase == PodPhase::Succeeded => return None,
-        Some(p) if p.phase == PodPhase::Failed => "has Failed".to_string(),
+        Some(p) if p.phase == PodPhase::Failed => match &p.ended {
+            Some(ended) => format!("has Failed: {ended}"),
+            None => "has Failed".to_string(),
+        },
         Some(p) if p.terminating => "is terminating".to_string(),
         Some(p) if p.ip.is_some_and(|ip| ip != member.ip) => {
             format!(
@@ -542,6 +547,7 @@ pub(crate) mod tests {
             created: None,
             waiting_reason: None,
             gates: Vec::new(),
+            ended: None,
         }
     }
 

@@ -100,6 +100,11 @@ impl System {
 /// every other system's labels live in `batch`.
 pub const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
 
+/// How every pod's last line begins when the job ended for a cause (its own or another pod's):
+/// the job's first cause follows, so that each pod's termination message says what happened to
+/// the job, not only "peer lost".
+pub const JOB_STOPPED: &str = "job stopped: ";
+
 /// "1 launcher", "3 launchers": a count with its noun, for log lines.
 pub fn count(n: usize, noun: &str) -> String {
     match n {

@@ -193,6 +193,7 @@ fn a_hundred_thousand_pods_are_judged_and_ranked() {
             created: None,
             waiting_reason: None,
             gates: Vec::new(),
+            ended: None,
         })
         .collect();
     let Readiness::Ready(ready) = readiness(&pods, 100_000) else {

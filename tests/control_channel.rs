@@ -348,8 +348,9 @@ fn a_failed_follower_stops_the_job_at_once_naming_its_failure() {
     assert_eq!(done.code(), 78, "{}", done.stderr);
     assert_contains(
         &done.stderr,
-        "exiting with status 78: pod hb-1 on node n7 (trainer id 1 of 2): trainer exited with status 1",
+        "exiting with status 78: job stopped: pod hb-1 on node n7 (trainer id 1 of 2) at 20",
     );
+    assert_contains(&done.stderr, "Z: trainer exited with status 1;");
     assert!(
         !done.stderr.contains("sent no heartbeat"),
         "{}",

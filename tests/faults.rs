@@ -264,17 +264,36 @@ fn a_deleted_peer_stops_the_launch_with_78() {
     assert_eq!(survivors(&pids), Vec::<String>::new());
 }
 
+/// A peer whose container the kernel killed for memory: the loss says so, from the kubelet's
+/// report, and the job's line names it.
 #[test]
 fn a_failed_peer_stops_the_launch_with_78() {
     let (done, pids, _dir) = lose_peer("fail", 32, "true", |api, name| {
-        api.set_status("default", name, "Failed", None)
+        api.set_terminated("default", name, 137, "OOMKilled", "")
     });
     assert_eq!(done.code(), 78, "{}", done.stderr);
     assert_contains(
         &done.stderr,
-        "peer pod fail-1 (rank 1, 127.0.0.33) has Failed",
+        "job stopped: peer pod fail-1 (rank 1, 127.0.0.33) has Failed: its container launcher ended with status 137 (OOMKilled: the kernel's out-of-memory killer); stopped this pod's trainer-0 and pserver-0",
     );
     assert_eq!(survivors(&pids), Vec::<String>::new());
+}
+
+/// Without a control channel, a peer's own words reach this pod through the API: its
+/// launcher's termination message, which the kubelet keeps in the pod's status.
+#[test]
+fn a_failed_peer_is_named_with_its_termination_message() {
+    let (done, _pids, _dir) = lose_peer("said", 38, "true", |api, name| {
+        let message = format!(
+            "job stopped: pod {name} at 2026-11-23T10:00:00Z: trainer exited with status 3"
+        );
+        api.set_terminated("default", name, 3, "Error", &message)
+    });
+    assert_eq!(done.code(), 78, "{}", done.stderr);
+    assert_contains(
+        &done.stderr,
+        "job stopped: peer pod said-1 (rank 1, 127.0.0.39) has Failed: its container launcher ended with status 3: pod said-1 at 2026-11-23T10:00:00Z: trainer exited with status 3; stopped this pod's",
+    );
 }
 
 #[test]

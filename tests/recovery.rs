@@ -369,6 +369,30 @@ fn an_exhausted_budget_ends_every_pod_naming_the_first_failure() {
     }
 }
 
+/// One root cause for the whole job: a trainer failing with 3 on pod 2 ends the job (no restart
+/// allowed), and every pod's termination message names pod 2 and the status, not "peer lost".
+#[test]
+fn every_pod_names_the_failed_trainer_in_its_termination_message() {
+    let mut job = Job::new("cause", 3, 0);
+    job.fail_once_rank = Some(2);
+    job.create_pods(3);
+    for (i, code) in [(0, 78), (1, 78), (2, 3)] {
+        let (pod, _, launcher) = &mut job.created[i];
+        let done = launcher.take().unwrap().wait(LIMIT);
+        assert_eq!(done.code(), code, "{pod}: {}", done.stderr);
+        let pod = pod.clone();
+        let reason = std::fs::read_to_string(job.termination_log(&pod)).unwrap();
+        assert!(
+            reason.starts_with("job stopped: pod cause-2 (trainer id 2 of 3) at 20"),
+            "{pod}: {reason}"
+        );
+        assert_contains(&reason, ": trainer exited with status 3");
+        if i != 2 {
+            assert_contains(&reason, &format!("stopped this pod's trainer-{i}"));
+        }
+    }
+}
+
 /// Restarts without a secret cannot be agreed: refused before anything starts.
 #[test]
 fn restarts_without_a_job_secret_are_refused() {

@@ -1040,7 +1040,7 @@ mod tests {
                     "probe",
                     "spawn trainer",
                     "stop trainer+pserver 15",
-                    "fail 78 peer pod p-1 was deleted: stopped trainer-0 and pserver-0 so that the Job can restart cleanly",
+                    "fail 78 job stopped: peer pod p-1 was deleted; stopped this pod's trainer-0 and pserver-0 so that the Job can restart cleanly",
                 ],
             ),
             (
@@ -1438,7 +1438,7 @@ mod tests {
             (
                 peer_lost(),
                 budget(1, 1, true),
-                "finish 78: peer pod p-1 was deleted: stopped trainer-0 so that the Job can restart cleanly; no restart left (all 1 of PADDLE_LAUNCHER_MAX_RESTARTS used)",
+                "finish 78: job stopped: peer pod p-1 was deleted; stopped this pod's trainer-0 so that the Job can restart cleanly; no restart left (all 1 of PADDLE_LAUNCHER_MAX_RESTARTS used)",
             ),
             (
                 Err(Error::PserverDied {

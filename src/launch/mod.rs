@@ -32,6 +32,7 @@ use crate::protocol::InputFiles;
 use crate::supervise::Signals;
 use crate::supervise::{or_never, Event, Output, OutputClock, SpawnSpec, Supervisor};
 use crate::verdict::{verdict, Standing};
+use crate::vocabulary::JOB_STOPPED;
 use crate::{peers, protocol, workspace};
 use lifecycle::{AfterRun, Budget, Command, Input, Lifecycle, Setup};
 
@@ -191,6 +192,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             supervisor.end_when(done);
         }
         let mut result = drive(&mut supervisor, &plan, &config, channel.as_ref()).await;
+        let ended_at = now_utc();
         let succeeded = matches!(&result, Ok(o) if o.code == exit::SUCCESS);
         if let (Some(channel), false) = (&channel, succeeded) {
             let reason = match &result {
@@ -200,7 +202,11 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             // Told before deciding: whether the job may restart depends on the others.
             let restartable = lifecycle::others_may_restart(&result);
             channel
-                .failed(&format!("{who}: {reason}"), restartable, VERDICT_WAIT)
+                .failed(
+                    &format!("{who} at {ended_at}: {reason}"),
+                    restartable,
+                    VERDICT_WAIT,
+                )
                 .await;
         }
         // Whether the budget alone would allow a restart: only then is the coordinator's word
@@ -280,10 +286,33 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                     .await;
                 }
                 supervisor.finish();
-                return result.map(|outcome| after_restarts(outcome, plan.restart_count));
+                let outcome = for_the_job(result, &who, &ended_at);
+                return Ok(after_restarts(outcome, plan.restart_count));
             }
         }
     }
+}
+
+/// The pod's last line, said for the job: a failure of this pod's own (its trainer's status,
+/// a hang, a pserver's end) names the pod and when, as the others' lines name it after their
+/// "job stopped: " (a peer's loss says so itself). A stop signal is this pod's news only: the
+/// pod was deleted, the job may go on.
+fn for_the_job(result: Result<Outcome, Error>, who: &str, at: &str) -> Outcome {
+    let own = match &result {
+        // After the last restart a peer's loss is an outcome: its status says whose it was.
+        Ok(outcome) => ![exit::SUCCESS, exit::PEER_LOST].contains(&outcome.code),
+        Err(e) => !matches!(e, Error::PeerLost { .. } | Error::Stopped { .. }),
+    };
+    let mut outcome = result.unwrap_or_else(Outcome::from);
+    if own {
+        outcome.reason = format!("{JOB_STOPPED}{who} at {at}: {}", outcome.reason);
+    }
+    outcome
+}
+
+/// Now, to the second, as Kubernetes writes times ("2026-11-23T22:16:40Z").
+fn now_utc() -> String {
+    format!("{:.0}", k8s_openapi::jiff::Timestamp::now())
 }
 
 /// The pod's outcome, saying how many times the job had restarted when it ended, if at all:

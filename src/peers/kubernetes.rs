@@ -26,6 +26,7 @@ const OWN_POD_WAIT: Duration = Duration::from_secs(60);
 
 #[cfg(test)]
 use crate::vocabulary::COMPLETION_INDEX;
+use crate::vocabulary::JOB_STOPPED;
 
 /// The API server the launcher talks to: its client, the namespace of the job's pods, and its
 /// URL (named in every error, so that a wrong server is recognised).
@@ -603,8 +604,43 @@ pub fn ranked_view(pod: &Pod, ranking: &Ranking) -> PodView {
         created: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()),
         waiting_reason: waiting_reason(pod),
         gates: gates(pod),
+        ended: container_ended(pod),
     }
 }
+
+/// How the pod's failed container ended, as the kubelet recorded it: its status, the kernel's
+/// OOMKilled, and its termination message (a launcher's names the job's first cause), so that a
+/// peer's loss says why without a `kubectl describe`.
+fn container_ended(pod: &Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    let ended = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .filter_map(|c| Some((c, c.state.as_ref()?.terminated.as_ref()?)))
+        .find(|(_, t)| t.exit_code != 0 || t.reason.as_deref() == Some("OOMKilled"));
+    let (container, terminated) = ended?;
+    let reason = match terminated.reason.as_deref() {
+        Some("OOMKilled") => " (OOMKilled: the kernel's out-of-memory killer)".to_string(),
+        Some(r) if !r.is_empty() && r != "Error" => format!(" ({r})"),
+        _ => String::new(),
+    };
+    let message = terminated
+        .message
+        .as_deref()
+        .and_then(|m| m.lines().find(|line| !line.trim().is_empty()))
+        .map(|line| line.trim().trim_start_matches(JOB_STOPPED))
+        .map_or(String::new(), |line| {
+            format!(": {}", line.chars().take(MAX_MESSAGE).collect::<String>())
+        });
+    Some(format!(
+        "its container {} ended with status {}{reason}{message}",
+        container.name, terminated.exit_code
+    ))
+}
+
+/// How much of a peer's termination message its loss repeats.
+const MAX_MESSAGE: usize = 300;
 
 /// The scheduling gates of a pod that is not scheduled yet.
 fn gates(pod: &Pod) -> Vec<String> {
@@ -660,6 +696,50 @@ mod tests {
 
     fn pod(json: serde_json::Value) -> Pod {
         serde_json::from_value(json).unwrap()
+    }
+
+    /// A failed peer's loss says how its container ended, as the kubelet recorded it: the
+    /// kernel's OOMKilled, or the status and the first line of its launcher's termination
+    /// message (the job's first cause, without its own "job stopped: ").
+    #[test]
+    fn a_failed_pod_says_how_its_container_ended() {
+        let failed = |terminated: serde_json::Value| {
+            pod_view(&pod(serde_json::json!({
+                "metadata": {"name": "j-2"},
+                "status": {"phase": "Failed", "podIP": "10.0.0.3", "containerStatuses": [
+                    {"name": "sidecar", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+                     "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}},
+                    {"name": "launcher", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+                     "state": {"terminated": terminated}}
+                ]}
+            })))
+        };
+        let oom = failed(serde_json::json!({"exitCode": 137, "reason": "OOMKilled"}));
+        assert_eq!(
+            oom.ended.as_deref(),
+            Some("its container launcher ended with status 137 (OOMKilled: the kernel's out-of-memory killer)")
+        );
+        let said = failed(serde_json::json!({
+            "exitCode": 3, "reason": "Error",
+            "message": "job stopped: pod j-2 (trainer id 2 of 3): trainer exited with status 3\nmore"
+        }));
+        assert_eq!(
+            said.ended.as_deref(),
+            Some("its container launcher ended with status 3: pod j-2 (trainer id 2 of 3): trainer exited with status 3")
+        );
+        let member = Member {
+            name: "j-2".into(),
+            ip: "10.0.0.3".parse().unwrap(),
+            rank: 2,
+        };
+        assert_eq!(
+            lost(&member, Some(&oom), false).unwrap(),
+            "peer pod j-2 (rank 2, 10.0.0.3) has Failed: its container launcher ended with status 137 (OOMKilled: the kernel's out-of-memory killer)"
+        );
+        let running = pod_view(&pod(serde_json::json!({
+            "metadata": {"name": "j-2"}, "status": {"phase": "Running", "podIP": "10.0.0.3"}
+        })));
+        assert_eq!(running.ended, None);
     }
 
     /// Kueue holds a pod with its gate: the gate is the reason, not the scheduler's

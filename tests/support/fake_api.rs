@@ -161,6 +161,33 @@ impl FakeApi {
         self.put_pod(pod);
     }
 
+    /// The pod Failed as the kubelet reports it: its container `launcher` terminated with
+    /// `exit_code`, the kubelet's `reason` and the container's termination message.
+    pub fn set_terminated(
+        &self,
+        namespace: &str,
+        name: &str,
+        exit_code: i32,
+        reason: &str,
+        message: &str,
+    ) {
+        let mut pod = self.pod(namespace, name).expect("no such pod");
+        pod["status"]["phase"] = json!("Failed");
+        pod["status"]["containerStatuses"] = json!([{
+            "name": "launcher",
+            "image": "paddle-launcher",
+            "imageID": "",
+            "ready": false,
+            "restartCount": 0,
+            "state": {"terminated": {
+                "exitCode": exit_code,
+                "reason": reason,
+                "message": message,
+            }},
+        }]);
+        self.put_pod(pod);
+    }
+
     /// Every 401/403-able request gets a 403 Status, like a missing Role.
     pub fn set_forbidden(&self, forbidden: bool) {
         self.state.lock().unwrap().forbidden = forbidden;
