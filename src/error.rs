@@ -61,13 +61,15 @@ pub enum Error {
         when: &'static str,
         hint: &'static str,
     },
-    #[error(
-        "job stopped: {reason}; stopped this pod's {stopped} so that the Job can restart cleanly"
-    )]
+    #[error("job stopped: {reason}; stopped {stopped} so that the Job can restart cleanly")]
     PeerLost { reason: String, stopped: String },
     /// The trainer made no progress within its limit (`reason` says how long, by what).
     #[error("{reason}")]
     Hung { reason: String },
+    /// The job hangs, as the control channel told (`reason` names the suspect); this pod's
+    /// processes were stopped after its trainer was asked for its stacks.
+    #[error("job stopped: {reason}; stopped {stopped} after asking the trainer for its stacks")]
+    JobHung { reason: String, stopped: String },
     /// A split-layout pserver pod can no longer tell when the trainers are done.
     #[error(
         "stopped the pserver: it can no longer tell when the trainer pods are done: {refusal}"
@@ -111,7 +113,7 @@ impl Error {
             Error::PserversNotReady { .. } => exit::PSERVERS_NOT_READY,
             Error::PserverDied { .. } => exit::PSERVER_DIED,
             Error::PeerLost { .. } => exit::PEER_LOST,
-            Error::Hung { .. } => exit::HANG,
+            Error::Hung { .. } | Error::JobHung { .. } => exit::HANG,
             Error::Spawn { source, .. } => match source.kind() {
                 io::ErrorKind::NotFound => exit::NOT_FOUND,
                 io::ErrorKind::PermissionDenied => exit::CANNOT_EXECUTE,
@@ -219,6 +221,7 @@ pub fn rbac_hint(namespace: &str, message: &str) -> String {
          metadata: {{name: paddle-launcher, namespace: {namespace}}}\n\
          rules:\n\
          - apiGroups: [\"\"]\n  resources: [pods]\n  verbs: [get, list, watch]\n\
+         - apiGroups: [\"\"]\n  resources: [events]\n  verbs: [create]\n\
          ---\n\
          apiVersion: rbac.authorization.k8s.io/v1\n\
          kind: RoleBinding\n\

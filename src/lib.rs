@@ -6,8 +6,8 @@
 //! plan (`plan`, `protocol`), and what a pod does after the launch (`launch::lifecycle`, the
 //! state machines deciding every exit and restart; `verdict`; `launch::coordination`, who
 //! coordinates; `control::coordinator`, the channel's decisions). The thin I/O shell around it:
-//! `address`, `batch::discover`, `peers`, `workspace`, `supervise`, `control` (the job's
-//! channel), `launch` and `local` (the drivers), `doctor`, `manifest`, `run`.
+//! `address`, `batch::discover`, `peers`, `events`, `workspace`, `supervise`, `control` (the
+//! job's channel), `launch` and `local` (the drivers), `doctor`, `manifest`, `run`.
 //! `tests/architecture.rs` keeps it so: no import cycle, and no core module imports the shell.
 //! Modules are crate-private unless the tests read them (the CLI definition; configuration,
 //! membership, selectors and the pod view of the API's objects are re-exported for them
@@ -20,6 +20,7 @@ pub(crate) mod config;
 pub(crate) mod control;
 pub(crate) mod doctor;
 pub(crate) mod error;
+pub(crate) mod events;
 pub(crate) mod exit;
 pub(crate) mod launch;
 pub(crate) mod local;

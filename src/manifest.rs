@@ -289,10 +289,13 @@ fn runtime_name(request: &ManifestArgs) -> &'static str {
     }
 }
 
-/// The least the launchers need: their pods, and under JobSet the JobSet (its pod counts).
+/// The least the launchers need: their pods, events to post (the job's story in `kubectl
+/// describe`; without it the job goes on), and under JobSet the JobSet (its pod counts).
 fn role_rules(request: &ManifestArgs) -> Value {
-    let mut rules =
-        vec![json!({"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]})];
+    let mut rules = vec![
+        json!({"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}),
+        json!({"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}),
+    ];
     if request.runtime == ManifestRuntime::Jobset {
         rules.push(
             json!({"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get"]}),

@@ -147,6 +147,24 @@ impl PodSet {
     }
 }
 
+/// The first loss of an attempt, as the launcher acts on it: a member pod lost (the API), or
+/// the job's loss told by the control channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Loss {
+    pub reason: String,
+    /// The job hangs: ask the trainer for its stacks before stopping it.
+    pub hang: bool,
+}
+
+impl Loss {
+    pub fn of_pod(reason: String) -> Loss {
+        Loss {
+            reason,
+            hang: false,
+        }
+    }
+}
+
 /// What became of a member pod after the launch, if it is no longer usable: training against a
 /// dead pserver or a gone peer would hang or train wrong. A pod that Succeeded is done, not lost.
 pub fn lost(member: &Member, now: Option<&PodView>, succeeded_before: bool) -> Option<String> {

@@ -24,6 +24,7 @@ use tracing::{debug, info, warn};
 
 use crate::error::Error;
 use crate::exit::{is_stop_signal, signal_name, Ended};
+use crate::membership::Loss;
 
 const PYTHON_UNBUFFERED: &str = "PYTHONUNBUFFERED";
 /// Python's faulthandler: on SIGABRT (how a hung trainer is asked for its stacks) and on a
@@ -119,8 +120,8 @@ pub enum Event {
         child: usize,
         ended: Ended,
     },
-    /// A peer pod of the job was lost (the reason); reported once.
-    PeerLost(String),
+    /// A peer pod of the job was lost, or the job's loss was told; reported once.
+    PeerLost(Loss),
     /// Every trainer of the job is done (the reason), or it can no longer be known (why);
     /// reported once.
     JobDone(Result<String, String>),
@@ -200,7 +201,7 @@ impl OutputClock {
 
 pub struct Supervisor {
     signals: Signals,
-    peer_loss: Option<BoxFuture<'static, String>>,
+    peer_loss: Option<BoxFuture<'static, Loss>>,
     job_done: Option<BoxFuture<'static, Result<String, String>>>,
     children: Vec<Child>,
     pending: VecDeque<Event>,
@@ -240,7 +241,7 @@ impl Supervisor {
     }
 
     /// From now on, `next_event` also reports the first lost peer.
-    pub fn watch_peers(&mut self, first_loss: BoxFuture<'static, String>) {
+    pub fn watch_peers(&mut self, first_loss: BoxFuture<'static, Loss>) {
         self.peer_loss = Some(first_loss);
     }
 
@@ -462,9 +463,9 @@ impl Supervisor {
             let done = or_never(self.job_done.as_mut());
             let event = tokio::select! {
                 sig = next_of(streams) => Some(Event::Signal(sig)),
-                reason = lost => {
+                loss = lost => {
                     self.peer_loss = None;
-                    Some(Event::PeerLost(reason))
+                    Some(Event::PeerLost(loss))
                 }
                 reason = done => {
                     self.job_done = None;

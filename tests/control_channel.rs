@@ -214,6 +214,7 @@ fn hostile_clients_are_dropped_and_the_job_ends_cleanly() {
         view: "any".into(),
         max_restarts: 0,
         heartbeat_ms: 0,
+        who: String::new(),
     };
     let (mut forged, challenge) = connect_from(&member, &address);
     let wrong = paddle_launcher::config_secret(b"not-the-job-secret-at-all-0123456789");
@@ -242,6 +243,7 @@ fn hostile_clients_are_dropped_and_the_job_ends_cleanly() {
         view: "any".into(),
         max_restarts: 0,
         heartbeat_ms: 0,
+        who: String::new(),
     };
     stranger
         .write_all(&ControlSession::new(&right, challenge, false).seal(&intruder))
@@ -262,6 +264,7 @@ fn hostile_clients_are_dropped_and_the_job_ends_cleanly() {
             view: "any".into(),
             max_restarts: 0,
             heartbeat_ms,
+            who: String::new(),
         };
         hasty
             .write_all(&ControlSession::new(&right, challenge, false).seal(&hello))

@@ -47,7 +47,7 @@ fn colocated_example_is_valid_and_wired_to_the_launcher() {
         serde_json::from_value(of_kind("ServiceAccount").remove(0)).unwrap();
 
     let rules = role.rules.unwrap();
-    assert_eq!(rules.len(), 1);
+    assert_eq!(rules.len(), 2);
     assert_eq!(
         rules[0].resources.as_deref(),
         Some(&["pods".to_string()][..])

@@ -9,24 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use paddle_launcher::pod_view;
 use serde_json::Value;
 use support::fake_api::{job_pod, FakeApi};
-
-fn kubectl(api: &FakeApi, dir: &std::path::Path, args: &[&str]) -> (i32, String, String) {
-    let kubeconfig = dir.join("kubeconfig");
-    api.write_kubeconfig(&kubeconfig);
-    let out = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .arg("--cache-dir")
-        .arg(dir.join("kube-cache"))
-        .args(args)
-        .output()
-        .expect("kubectl is needed for this test (.ci/run installs Debian's kubernetes-client)");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
-}
+use support::kubectl;
 
 fn names(list: &Value) -> Vec<&str> {
     list["items"]
@@ -246,4 +229,59 @@ fn recorded_pod_list_is_served_verbatim_to_kubectl() {
         ours["items"][0]["status"]["podIP"],
         theirs["items"][0]["status"]["podIP"]
     );
+}
+
+/// The real kubectl creates an event through the fake API and lists it back; an event the real
+/// server would refuse (an unknown type) is refused with the real server's status and reason.
+#[test]
+fn kubectl_creates_and_lists_events() {
+    let api = FakeApi::start();
+    let dir = tempfile::tempdir().unwrap();
+    let event = |kind: &str| {
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": "j.", "namespace": "default"},
+            "involvedObject": {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "namespace": "default", "uid": "c-1"},
+            "type": kind, "reason": "Started", "message": "all 3 pods of the job found",
+            "source": {"component": "paddle-launcher"}
+        })
+    };
+    let file = dir.path().join("event.json");
+    std::fs::write(&file, event("Normal").to_string()).unwrap();
+    let (code, stdout, stderr) = kubectl(
+        &api,
+        dir.path(),
+        &[
+            "create",
+            "--validate=false",
+            "-f",
+            &file.display().to_string(),
+        ],
+    );
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("event/j."), "{stdout}");
+    let (code, stdout, stderr) = kubectl(
+        &api,
+        dir.path(),
+        &["get", "events", "-n", "default", "-o", "jsonpath={range .items[*]}{.involvedObject.kind}/{.involvedObject.name} {.type} {.reason}: {.message}{\"\\n\"}{end}"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        stdout,
+        "Job/j Normal Started: all 3 pods of the job found\n"
+    );
+    std::fs::write(&file, event("Bad").to_string()).unwrap();
+    let (code, _, stderr) = kubectl(
+        &api,
+        dir.path(),
+        &[
+            "create",
+            "--validate=false",
+            "-f",
+            &file.display().to_string(),
+        ],
+    );
+    assert_ne!(code, 0);
+    assert!(stderr.contains("Unsupported value"), "{stderr}");
+    assert_eq!(api.events().len(), 1);
 }

@@ -259,7 +259,7 @@ fn a_deleted_peer_stops_the_launch_with_78() {
     assert_eq!(done.code(), 78, "{}", done.stderr);
     assert_contains(
         &done.stderr,
-        "peer pod del-1 (rank 1, 127.0.0.31) was deleted: stopped trainer-0 and pserver-0",
+        "job stopped: peer pod del-1 (rank 1, 127.0.0.31) was deleted; stopped trainer-0 and pserver-0",
     );
     assert_eq!(survivors(&pids), Vec::<String>::new());
 }
@@ -274,7 +274,7 @@ fn a_failed_peer_stops_the_launch_with_78() {
     assert_eq!(done.code(), 78, "{}", done.stderr);
     assert_contains(
         &done.stderr,
-        "job stopped: peer pod fail-1 (rank 1, 127.0.0.33) has Failed: its container launcher ended with status 137 (OOMKilled: the kernel's out-of-memory killer); stopped this pod's trainer-0 and pserver-0",
+        "job stopped: peer pod fail-1 (rank 1, 127.0.0.33) has Failed: its container launcher ended with status 137 (OOMKilled: the kernel's out-of-memory killer); stopped trainer-0 and pserver-0",
     );
     assert_eq!(survivors(&pids), Vec::<String>::new());
 }
@@ -292,7 +292,7 @@ fn a_failed_peer_is_named_with_its_termination_message() {
     assert_eq!(done.code(), 78, "{}", done.stderr);
     assert_contains(
         &done.stderr,
-        "job stopped: peer pod said-1 (rank 1, 127.0.0.39) has Failed: its container launcher ended with status 3: pod said-1 at 2026-11-23T10:00:00Z: trainer exited with status 3; stopped this pod's",
+        "job stopped: peer pod said-1 (rank 1, 127.0.0.39) has Failed: its container launcher ended with status 3: pod said-1 at 2026-11-23T10:00:00Z: trainer exited with status 3; stopped ",
     );
 }
 

@@ -151,11 +151,17 @@ fn every_document_is_a_valid_kubernetes_object() {
                 "Role" => {
                     let role: Role = serde_json::from_value(doc).unwrap();
                     let rules = role.rules.unwrap();
-                    assert_eq!(rules.len(), 1, "least privilege");
+                    // Least privilege: reading pods, creating events (the job's story).
+                    assert_eq!(rules.len(), 2, "least privilege");
                     assert_eq!(rules[0].verbs, ["get", "list", "watch"]);
                     assert_eq!(
                         rules[0].resources.as_deref(),
                         Some(&["pods".to_string()][..])
+                    );
+                    assert_eq!(rules[1].verbs, ["create"]);
+                    assert_eq!(
+                        rules[1].resources.as_deref(),
+                        Some(&["events".to_string()][..])
                     );
                 }
                 "RoleBinding" => drop(serde_json::from_value::<RoleBinding>(doc).unwrap()),

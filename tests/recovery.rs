@@ -388,9 +388,173 @@ fn every_pod_names_the_failed_trainer_in_its_termination_message() {
         );
         assert_contains(&reason, ": trainer exited with status 3");
         if i != 2 {
-            assert_contains(&reason, &format!("stopped this pod's trainer-{i}"));
+            assert_contains(&reason, &format!("stopped trainer-{i}"));
         }
     }
+}
+
+/// A collective job of Python trainers that hangs in its first run: rank 1 never reaches step
+/// 5's all-reduce, the others write step 5 and block in it. Steps are written to the progress
+/// file as each begins, as the collective example does. After a restart it trains 3 steps.
+const HANGING_JOB: &str = r#"
+import os, threading, time
+rank = int(os.environ["PADDLE_TRAINER_ID"])
+restart = int(os.environ["PADDLE_LAUNCHER_RESTART_COUNT"])
+print(f"rank={rank} count={restart}", flush=True)
+def never_reaches_the_all_reduce():
+    threading.Event().wait()
+def blocked_in_the_all_reduce():
+    threading.Event().wait()
+for step in range(1, 11 if restart == 0 else 4):
+    if restart == 0 and rank == 1 and step == 5:
+        never_reaches_the_all_reduce()
+    with open(os.environ["PADDLE_LAUNCHER_PROGRESS_FILE"], "w") as f:
+        f.write(f"{step}\n")
+    if restart == 0 and step == 5:
+        blocked_in_the_all_reduce()
+    time.sleep(0.2)
+print(f"rank={rank} done", flush=True)
+"#;
+
+fn hanging_job(name: &'static str, max_restarts: u32) -> Job {
+    let mut job = Job::new(name, 3, max_restarts);
+    job.program = ["python3", "-c", HANGING_JOB].map(String::from).to_vec();
+    job.extra_env.extend([
+        ("PADDLE_LAUNCHER_HANG_TIMEOUT", "2".to_string()),
+        ("PADDLE_LAUNCHER_HANG_FIRST_WINDOW", "30".to_string()),
+        ("NODE_NAME", "n7".to_string()),
+    ]);
+    job.create_pods(3);
+    job
+}
+
+/// The job hangs and no restart is allowed: the launchers decide it once, the coordinator
+/// names the rank furthest behind (rank 1, which never began step 5) whichever launcher found
+/// the hang first, every trainer's stacks are in its pod's log, and every pod ends with the
+/// hang's status and a termination message naming the suspect's pod and node.
+#[test]
+fn a_job_wide_hang_names_the_rank_behind_on_every_pod() {
+    let mut job = hanging_job("jh", 0);
+    for i in 0..3 {
+        let (pod, _, launcher) = &mut job.created[i];
+        let done = launcher.take().unwrap().wait(LIMIT);
+        assert_eq!(done.code(), 80, "{pod}:\n{}\n{}", done.stdout, done.stderr);
+        let pod = pod.clone();
+        let reason = std::fs::read_to_string(job.termination_log(&pod)).unwrap();
+        assert!(
+            reason.starts_with("job stopped: the job hangs: suspect pod jh-1 on node n7 (trainer id 1 of 3): furthest behind, at step 4 (2 ranks at later steps)"),
+            "{pod}: {reason}"
+        );
+        let frame = match i {
+            1 => "in never_reaches_the_all_reduce",
+            _ => "in blocked_in_the_all_reduce",
+        };
+        assert_contains(&format!("{}{}", done.stdout, done.stderr), frame);
+    }
+}
+
+/// The same hang with a restart allowed: one verdict, one restart in place (count 1), and the
+/// job completes.
+#[test]
+fn a_job_wide_hang_restarts_the_job_once() {
+    let mut job = hanging_job("jr", 1);
+    for (pod, _, launcher) in &mut job.created {
+        let done = launcher.take().unwrap().wait(LIMIT);
+        assert_eq!(done.code(), 0, "{pod}:\n{}\n{}", done.stdout, done.stderr);
+        assert_contains(&done.stdout, "count=1");
+        assert_contains(&done.stdout, "done");
+        assert_contains(&done.stderr, "the job hangs: suspect pod jr-1 on node n7");
+        assert_contains(&done.stderr, "restarting the job (restart 1 of 1)");
+    }
+}
+
+/// The job's story in Kubernetes Events, as `kubectl get events` shows it: started, the
+/// restart with its cause (the failed pod, its node, its status), started again, succeeded; on
+/// the pods' Job, posted by the coordinator alone (its followers make no API request at all).
+#[test]
+fn the_coordinator_tells_the_jobs_story_in_kubernetes_events() {
+    let mut job = Job::new("ev", 3, 1);
+    job.named_coordinator = true;
+    job.fail_once_rank = Some(2);
+    job.extra_env.push(("NODE_NAME", "n7".to_string()));
+    job.create_pods(3);
+    for (pod, _, launcher) in &mut job.created {
+        let done = launcher.take().unwrap().wait(LIMIT);
+        assert_eq!(done.code(), 0, "{pod}: {}", done.stderr);
+    }
+    let events = job.cluster.api.events();
+    let reasons: Vec<&str> = events
+        .iter()
+        .map(|e| e["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        reasons,
+        ["Started", "Restarting", "Started", "Succeeded"],
+        "{events:#?}"
+    );
+    for event in &events {
+        let about = &event["involvedObject"];
+        assert_eq!(
+            (&about["kind"], &about["name"], &about["uid"]),
+            (&"Job".into(), &"ev".into(), &"c-1".into())
+        );
+        assert_eq!(event["reportingInstance"], "ev-0");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (code, listed, stderr) = support::kubectl(
+        &job.cluster.api,
+        dir.path(),
+        &[
+            "get",
+            "events",
+            "-n",
+            "default",
+            "-o",
+            "jsonpath={range .items[*]}{.type} {.reason}: {.message}{\"\\n\"}{end}",
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let lines: Vec<&str> = listed.lines().collect();
+    assert_eq!(
+        lines[0],
+        "Normal Started: all 3 pods of the job found: training started"
+    );
+    assert!(
+        lines[1].starts_with(
+            "Warning Restarting: restart 1 of 1: pod ev-2 on node n7 (trainer id 2 of 3) at 20"
+        ),
+        "{listed}"
+    );
+    assert!(
+        lines[1].ends_with("Z: trainer exited with status 3"),
+        "{listed}"
+    );
+    assert_eq!(
+        lines[2],
+        "Normal Started: all 3 pods of the job found: training started (after 1 restart)"
+    );
+    assert!(lines[3].starts_with("Normal Succeeded: "), "{listed}");
+    assert_only_coordinators_used_the_api(&job, &[0]);
+}
+
+/// A Role without `create` on events: said once, and the job goes on to its end.
+#[test]
+fn forbidden_events_are_said_once_and_the_job_goes_on() {
+    let mut job = Job::new("noev", 2, 1);
+    job.cluster.api.forbid_events();
+    job.fail_once_rank = Some(1);
+    job.create_pods(2);
+    let mut warnings = 0;
+    for (pod, _, launcher) in &mut job.created {
+        let done = launcher.take().unwrap().wait(LIMIT);
+        assert_eq!(done.code(), 0, "{pod}: {}", done.stderr);
+        warnings += done
+            .stderr
+            .matches("Kubernetes events: the API refused to create them")
+            .count();
+    }
+    assert_eq!(warnings, 1);
+    assert!(job.cluster.api.events().is_empty());
 }
 
 /// Restarts without a secret cannot be agreed: refused before anything starts.
@@ -453,9 +617,10 @@ fn local_mode_restarts_a_trainer_that_fails_once() {
     );
     let outputs = [done.stdout];
     assert_eq!(epoch_lines(&outputs, 1).len(), 3, "{}", outputs[0]);
+    assert_contains(&done.stderr, "pod loc-2 (trainer id 2 of 3) at 20");
     assert_contains(
         &done.stderr,
-        "pod loc-2 (trainer id 2 of 3): trainer exited with status 3",
+        "Z: trainer exited with status 3: restarting the job (restart 1 of 1)",
     );
 }
 

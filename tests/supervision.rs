@@ -25,9 +25,15 @@ fn trainer_exit_code_becomes_launcher_exit_code() {
     );
     let done = pod.start().wait(LIMIT);
     assert_eq!(done.code(), 3, "{}", done.stderr);
-    assert_eq!(
-        std::fs::read_to_string(&term_log).unwrap(),
-        "trainer exited with status 3\n"
+    // The pod's line names it, and when, as every pod of a bigger job would.
+    let reason = std::fs::read_to_string(&term_log).unwrap();
+    assert!(
+        reason.starts_with("job stopped: pod sup-0 (trainer id 0 of 1, pserver id 0 of 1) at 20"),
+        "{reason}"
+    );
+    assert!(
+        reason.ends_with("Z: trainer exited with status 3\n"),
+        "{reason}"
     );
     assert!(
         done.stdout.contains("[pserver-0] pserver received SIGTERM"),

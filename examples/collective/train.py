@@ -13,8 +13,9 @@ every start that finds a checkpoint there resumes from it instead of step 0, wha
 PADDLE_LAUNCHER_RESTART_COUNT says: a job restarted whole (by its batch system, or after
 Kueue preempted it) must not overwrite its progress from step 1. STEP_SECONDS (default 0) slows each step down, so that a test can kill a pod mid-training.
 
-Progress: after each step every rank writes the step number to PADDLE_LAUNCHER_PROGRESS_FILE
-(when the launcher gives one), so that --hang-timeout judges the training loop, not the log.
+Progress: as each step begins every rank writes the step number to
+PADDLE_LAUNCHER_PROGRESS_FILE (when the launcher gives one), so that --hang-timeout judges the
+training loop, not the log, and a rank that never began the step the others block in is named.
 HANG_RANK and HANG_AT_STEP inject a hang for tests: in the first run of the job (restart count
 0) that rank stops before that step's all-reduce, and every other rank blocks in it.
 """
@@ -62,6 +63,11 @@ def main():
             print(f"rank {rank}: hanging before step {step} (HANG_RANK)", flush=True)
             while True:
                 time.sleep(3600)
+        # Written as the step begins, before its all-reduce: a rank that never reaches it is
+        # the one behind, which the launcher names when the job hangs.
+        if progress:
+            with open(progress, "w") as f:
+                f.write(f"{step}\n")
         loss = paddle.nn.functional.mse_loss(model(x), y)
         loss.backward()
         optimizer.step()
@@ -70,9 +76,6 @@ def main():
         if checkpoint_dir and rank == 0:
             save(layer, step, checkpoint_dir)
         print(f"rank {rank}: step {step} loss {losses[-1]:.6f}", flush=True)
-        if progress:
-            with open(progress, "w") as f:
-                f.write(f"{step}\n")
         time.sleep(step_seconds)
 
     result = {

@@ -12,6 +12,7 @@ use tracing::{info, warn};
 
 use super::wire::{cut, Message, WireError};
 use super::{Heard, Request};
+use crate::launch::progress::{suspect, Report};
 use crate::membership::Membership;
 use crate::verdict::{verdict, Standing};
 
@@ -25,7 +26,19 @@ pub(super) enum Input {
         next_epoch: u32,
         view: String,
         max_restarts: u32,
+        /// How it names itself ("pod p-1 on node n7 (trainer id 1 of 3)").
+        who: String,
     },
+    /// A joined member's report of its trainer's progress (`last`: when it last progressed,
+    /// on this launcher's clock).
+    Progress {
+        link: u64,
+        pod: String,
+        step: Option<u64>,
+        last: Instant,
+    },
+    /// This launcher's own trainer's progress.
+    OwnProgress { step: Option<u64>, last: Instant },
     /// What a joined member said after its hello (`Done`, `Failed`, `Stopped`) on `link`.
     Said {
         link: u64,
@@ -57,7 +70,7 @@ pub(super) enum Effect {
     Hear(Heard),
     /// This launcher learns the job's loss (without hearing it: it told it), and whether the
     /// job may restart.
-    KnowsLost { restart: bool },
+    KnowsLost { restart: bool, reason: String },
     /// This launcher learns the verdict on the loss, decided once.
     KnowsVerdict { restart: bool },
     /// Nothing more to say: the channel ends.
@@ -96,6 +109,16 @@ pub(super) struct Core {
     pub(super) done: HashSet<String>,
     /// The first loss, told to every link, late ones too, and whether the job may restart.
     pub(super) lost: Option<(String, bool)>,
+    /// The first loss is a hang: every launcher asks its trainer for its stacks first.
+    lost_hang: bool,
+    /// How each member names itself, this launcher too.
+    who: HashMap<String, String>,
+    /// Each member's last progress report (this launcher's too): the step, and when.
+    progress: HashMap<String, (Option<u64>, Instant)>,
+    /// The last tick's time: what "how long ago" is measured from.
+    now: Instant,
+    /// How stale a progress report may be (a follower's beat interval, at most).
+    report_every: Duration,
     /// After a loss: the members whose stop is still awaited (joined then, not gone since),
     /// and whether this launcher's own children are stopped. The verdict waits for all: each
     /// says `Done` before `Stopped` on its one connection, so by then every success is known.
@@ -126,11 +149,16 @@ pub(super) struct Setup {
     pub membership: Option<Membership>,
     /// The job has ended (why): every member that joins hears a final `Lost`.
     pub ended: Option<String>,
+    /// How this launcher names itself in the job's lines.
+    pub who: String,
+    /// How often followers report their progress, at most (a third of the heartbeat timeout).
+    pub report_every: Duration,
 }
 
 impl Core {
     /// A coordinator gathering since `now`, and what it says at once (a job of one pod starts).
     pub(super) fn start(setup: Setup, now: Instant) -> (Core, Vec<Effect>) {
+        let me_name = setup.me.clone();
         let mut core = Core {
             me: setup.me,
             is_other: setup.others.iter().cloned().collect(),
@@ -146,6 +174,11 @@ impl Core {
             links: HashMap::new(),
             done: HashSet::new(),
             lost: None,
+            lost_hang: false,
+            who: HashMap::from([(me_name, setup.who)]),
+            progress: HashMap::new(),
+            now,
+            report_every: setup.report_every,
             awaiting: HashSet::new(),
             own_stopped: false,
             decided: None,
@@ -185,11 +218,33 @@ impl Core {
                 next_epoch,
                 view,
                 max_restarts,
-            } => self.joined(link, pod, next_epoch, view, max_restarts, &mut effects),
+                who,
+            } => {
+                if self.is_other.contains(&pod) && !self.links.contains_key(&pod) {
+                    self.who.insert(pod.clone(), who);
+                }
+                self.joined(link, pod, next_epoch, view, max_restarts, &mut effects)
+            }
+            Input::Progress {
+                link,
+                pod,
+                step,
+                last,
+            } => {
+                if self.links.get(&pod) == Some(&link) {
+                    self.progress.insert(pod, (step, last));
+                }
+            }
+            Input::OwnProgress { step, last } => {
+                self.progress.insert(self.me.clone(), (step, last));
+            }
             Input::Said { link, pod, message } => self.said(link, pod, message, &mut effects),
             Input::Ended { link, pod, why } => self.ended_link(link, pod, why, &mut effects),
             Input::Own(request) => self.own(request, &mut effects),
-            Input::Tick(now) => self.tick(now, &mut effects),
+            Input::Tick(now) => {
+                self.now = self.now.max(now);
+                self.tick(now, &mut effects)
+            }
         }
         self.stop_when_done(&mut effects);
         effects
@@ -234,10 +289,11 @@ impl Core {
             Request::Failed {
                 reason,
                 restartable,
-            } => self.lose(reason, false, restartable, effects),
+                hang,
+            } => self.lose(reason, false, restartable, hang, effects),
             Request::PodLost(reason) => match self.stage {
                 Stage::Gathering { .. } => self.regather(reason, effects),
-                Stage::Running { .. } => self.lose(reason, true, true, effects),
+                Stage::Running { .. } => self.lose(reason, true, true, false, effects),
                 Stage::Closing => {}
             },
             Request::Done => self.own_done(effects),
@@ -267,17 +323,23 @@ impl Core {
 
     /// The job lost a member, or one failed: everyone stops, once. `tell_self`: false for
     /// this launcher's own report (it knows). `restartable`: false for a failure a restart
-    /// would repeat.
+    /// would repeat. `hang`: a trainer was judged hung; the loss names the rank the progress
+    /// reports point at, first (a reason is cut to fit a frame).
     fn lose(
         &mut self,
         reason: String,
         tell_self: bool,
         restartable: bool,
+        hang: bool,
         effects: &mut Vec<Effect>,
     ) {
         if self.lost.is_some() || matches!(self.stage, Stage::Closing) {
             return;
         }
+        let reason = match hang {
+            true => format!("the job hangs: {}; found by {reason}", self.suspect()),
+            false => reason,
+        };
         let member_finished = !self.done.is_empty() || self.own_success;
         let restart = match self.stage {
             Stage::Running {
@@ -297,16 +359,22 @@ impl Core {
         effects.push(Effect::Broadcast(Message::Lost {
             reason: cut(&reason),
             restart,
+            hang,
         }));
         effects.push(if tell_self {
             Effect::Hear(Heard::Lost {
                 reason: reason.clone(),
                 restart,
+                hang,
             })
         } else {
-            Effect::KnowsLost { restart }
+            Effect::KnowsLost {
+                restart,
+                reason: reason.clone(),
+            }
         });
         self.lost = Some((reason, restart));
+        self.lost_hang = hang;
         self.awaiting = self.links.keys().cloned().collect();
         // "No restart" can never turn into "restart": final at once, waiting for nobody (a
         // member that finished and lingers would never say it stopped).
@@ -359,6 +427,7 @@ impl Core {
                     message: Message::Lost {
                         reason: cut(&reason),
                         restart,
+                        hang: self.lost_hang,
                     },
                 });
                 self.told.insert(pod);
@@ -397,8 +466,12 @@ impl Core {
         effects.push(Effect::Broadcast(Message::Lost {
             reason: cut(&reason),
             restart: false,
+            hang: self.lost_hang,
         }));
-        effects.push(Effect::KnowsLost { restart: false });
+        effects.push(Effect::KnowsLost {
+            restart: false,
+            reason: reason.clone(),
+        });
         self.lost = Some((reason, false));
         self.decide(false, effects);
     }
@@ -451,6 +524,7 @@ impl Core {
                         message: Message::Lost {
                             reason: cut(reason),
                             restart,
+                            hang: self.lost_hang,
                         },
                     });
                     self.told.insert(pod);
@@ -463,6 +537,7 @@ impl Core {
                     format!("the launcher of peer pod {pod} joined again (it restarted)"),
                     true,
                     true,
+                    false,
                     effects,
                 ),
             },
@@ -489,7 +564,8 @@ impl Core {
             Message::Failed {
                 reason,
                 restartable,
-            } => self.lose(reason, true, restartable, effects),
+                hang,
+            } => self.lose(reason, true, restartable, hang, effects),
             Message::Stopped if self.awaiting.remove(&pod) => self.decide_when_stopped(effects),
             _ => {}
         }
@@ -521,13 +597,33 @@ impl Core {
                     ),
                     other => format!("the control connection of peer pod {pod} failed: {other}"),
                 };
-                self.lose(reason, true, true, effects);
+                self.lose(reason, true, true, false, effects);
             }
             Stage::Running { .. } | Stage::Closing => {}
         }
         if was_awaited {
             self.decide_when_stopped(effects);
         }
+    }
+
+    /// The rank the members' progress reports point at, by their last reports.
+    fn suspect(&self) -> String {
+        let reports: Vec<Report> = self
+            .progress
+            .iter()
+            .filter(|(pod, _)| **pod == self.me || self.links.contains_key(*pod))
+            .map(|(pod, (step, last))| Report {
+                who: self
+                    .who
+                    .get(pod)
+                    .filter(|w| !w.is_empty())
+                    .unwrap_or(pod)
+                    .clone(),
+                step: *step,
+                quiet: self.now.saturating_duration_since(*last),
+            })
+            .collect();
+        suspect(&reports, 2 * self.report_every)
     }
 
     fn start_when_ready(&mut self, effects: &mut Vec<Effect>) {
@@ -603,6 +699,8 @@ mod tests {
             join_grace: Duration::from_secs(60),
             membership: None,
             ended: None,
+            who: "pod me (trainer id 0 of 3)".into(),
+            report_every: Duration::from_secs(1),
         }
     }
 
@@ -613,6 +711,7 @@ mod tests {
             next_epoch: 0,
             view: "v".into(),
             max_restarts: 3,
+            who: format!("pod {pod} on node n7"),
         }
     }
 
@@ -676,6 +775,7 @@ mod tests {
         let failed = Message::Failed {
             reason: "x".into(),
             restartable: true,
+            hang: false,
         };
         assert!(core.step(said(1, "stranger", failed.clone())).is_empty());
         // A second connection of `a`, refused: what it said before the refusal took effect.
@@ -689,7 +789,65 @@ mod tests {
             .is_empty());
         assert_eq!(core.step(joined(3, "stranger")), [Effect::Close(3)]);
         assert_eq!(core.step(joined(4, "a")), [Effect::Close(4)]);
+        for (link, pod) in [(9, "a"), (1, "stranger")] {
+            core.step(Input::Progress {
+                link,
+                pod: pod.into(),
+                step: Some(1),
+                last: Instant::now(),
+            });
+        }
         assert_eq!(core, before);
+    }
+
+    /// A hang reported by one launcher: the coordinator names the rank its reports point at
+    /// (furthest behind), not the reporter, and every launcher hears that the job hangs, so
+    /// that each asks its trainer for its stacks.
+    #[test]
+    fn a_hang_names_the_rank_furthest_behind_for_everyone() {
+        let t0 = Instant::now();
+        let (mut core, _) = Core::start(setup(&["a", "b"]), t0);
+        core.step(joined(1, "a"));
+        core.step(joined(2, "b"));
+        let s = Duration::from_secs;
+        core.step(Input::OwnProgress {
+            step: Some(10),
+            last: t0 + s(5),
+        });
+        let report = |link, pod: &str, step| Input::Progress {
+            link,
+            pod: pod.into(),
+            step: Some(step),
+            last: t0 + s(5),
+        };
+        core.step(report(1, "a", 10));
+        core.step(report(2, "b", 9));
+        core.step(Input::Tick(t0 + s(35)));
+        let effects = core.step(said(
+            1,
+            "a",
+            Message::Failed {
+                reason:
+                    "pod a on node n7 at 2026-11-23T10:00:00Z: trainer-1 made no progress for 30 s"
+                        .into(),
+                restartable: true,
+                hang: true,
+            },
+        ));
+        let reason = "the job hangs: suspect pod b on node n7: furthest behind, at step 9 (2 ranks at later steps), last progress 30.0 s ago; found by pod a on node n7 at 2026-11-23T10:00:00Z: trainer-1 made no progress for 30 s";
+        assert!(
+            effects.contains(&Effect::Broadcast(Message::Lost {
+                reason: reason.into(),
+                restart: true,
+                hang: true,
+            })),
+            "{effects:?}"
+        );
+        assert!(effects.contains(&Effect::Hear(Heard::Lost {
+            reason: reason.into(),
+            restart: true,
+            hang: true,
+        })));
     }
 
     /// A member finished and lingers (its pserver serves), then another fails: the job cannot
@@ -706,6 +864,7 @@ mod tests {
             Message::Failed {
                 reason: "trainer exited with status 3".into(),
                 restartable: true,
+                hang: false,
             },
         ));
         assert!(effects.contains(&Effect::Broadcast(Message::Verdict { restart: false })));

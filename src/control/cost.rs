@@ -52,6 +52,8 @@ pub fn measure_coordinator(members: usize) -> CoordinatorCost {
             join_grace: Duration::from_secs(60),
             membership: Some(membership),
             ended: None,
+            who: String::new(),
+            report_every: Duration::from_secs(10),
         },
         tokio::time::Instant::now(),
     );
@@ -62,6 +64,7 @@ pub fn measure_coordinator(members: usize) -> CoordinatorCost {
             next_epoch: 0,
             view: "v".into(),
             max_restarts: 3,
+            who: format!("pod {name} on node n{i} (trainer id {i} of {members})"),
         }));
     }
     let go_frame = seal_broadcasts(&effects, &mut sessions);

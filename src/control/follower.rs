@@ -103,8 +103,8 @@ pub(super) async fn follow(
                     told = true;
                     break None;
                 }
-                Some(Ok(Message::Lost { reason, restart })) => {
-                    ends.hear(Heard::Lost { reason, restart });
+                Some(Ok(Message::Lost { reason, restart, hang })) => {
+                    ends.hear(Heard::Lost { reason, restart, hang });
                     told = true;
                     break None;
                 }
@@ -126,6 +126,7 @@ pub(super) async fn follow(
                     ends.hear(Heard::Lost {
                         reason: "the coordinator decided the job's loss".into(),
                         restart,
+                        hang: false,
                     });
                     ends.knows_verdict(restart);
                     told = true;
@@ -139,13 +140,13 @@ pub(super) async fn follow(
                 break Some(format!("sent no heartbeat for {} s (frozen, or its node is gone)", limit.as_secs()));
             }
             _ = beat.tick() => {
-                if let Err(e) = out.write(&mut writer, &Message::Beat, limit).await {
+                if let Err(e) = out.write(&mut writer, &beat_of(&ends), limit).await {
                     break Some(e.to_string());
                 }
             }
             request = ends.requests.recv() => match request {
-                Some(Request::Failed { reason, restartable }) => {
-                    let _ = out.write(&mut writer, &Message::Failed { reason, restartable }, limit).await;
+                Some(Request::Failed { reason, restartable, hang }) => {
+                    let _ = out.write(&mut writer, &Message::Failed { reason, restartable, hang }, limit).await;
                 }
                 Some(Request::PodLost(_)) => {}
                 Some(Request::Stopped) => {
@@ -178,7 +179,11 @@ pub(super) async fn follow(
         };
         let restart = *ends.may_restart.borrow();
         ends.hear(if running {
-            Heard::Lost { reason, restart }
+            Heard::Lost {
+                reason,
+                restart,
+                hang: false,
+            }
         } else {
             Heard::Regather(reason)
         });
@@ -192,7 +197,7 @@ pub(super) async fn follow(
         tokio::select! {
             request = ends.requests.recv() => {
                 let message = match request {
-                    Some(Request::Failed { reason, restartable }) => Message::Failed { reason, restartable },
+                    Some(Request::Failed { reason, restartable, hang }) => Message::Failed { reason, restartable, hang },
                     Some(Request::Done) if running && !said_done => {
                         said_done = true;
                         Message::Done
@@ -204,7 +209,7 @@ pub(super) async fn follow(
                 let _ = out.write(&mut writer, &message, limit).await;
             }
             _ = beat.tick(), if listening => {
-                if out.write(&mut writer, &Message::Beat, limit).await.is_err() {
+                if out.write(&mut writer, &beat_of(&ends), limit).await.is_err() {
                     listening = false;
                     // Read first: a borrow held while the same channel is written deadlocks.
                     let restart = *ends.may_restart.borrow();
@@ -229,6 +234,18 @@ pub(super) async fn follow(
         }
     }
     close_gracefully(&mut writer, &mut incoming).await;
+}
+
+/// A heartbeat: with the trainer's progress when this launcher reports it (hang detection on),
+/// so that the coordinator can name the rank a hang points at.
+fn beat_of(ends: &Ends) -> Message {
+    match *ends.progress.borrow() {
+        Some((step, last)) => Message::Progress {
+            step,
+            quiet_ms: last.elapsed().as_millis().min(u64::MAX as u128) as u64,
+        },
+        None => Message::Beat,
+    }
 }
 
 /// What the coordinator's name says now, when that is not `coordinator` alone.
@@ -302,6 +319,7 @@ pub(super) async fn handshake(
         view: joining.view.clone(),
         max_restarts: joining.max_restarts,
         heartbeat_ms: joining.heartbeat_timeout.as_millis() as u64,
+        who: cut(&joining.who),
     }));
     timeout(HANDSHAKE, writer.write_all(&first))
         .await

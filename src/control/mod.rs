@@ -58,7 +58,7 @@ use tokio::time::{sleep, timeout, Instant};
 use tracing::{debug, info, warn, Instrument};
 
 use crate::config::Secret;
-use crate::membership::{Membership, PodAddress};
+use crate::membership::{Loss, Membership, PodAddress};
 
 mod coordinator;
 mod cost;
@@ -99,9 +99,18 @@ pub enum Heard {
     },
     /// Not everyone found the same members, or not all joined: discover the job again.
     Regather(String),
-    /// The job lost a member or one failed: stop. `restart`: whether the job may start again.
-    Lost { reason: String, restart: bool },
+    /// The job lost a member or one failed: stop. `restart`: whether the job may start again;
+    /// `hang`: the job hangs (every launcher asks its trainer for its stacks first).
+    Lost {
+        reason: String,
+        restart: bool,
+        hang: bool,
+    },
 }
+
+/// A trainer's progress as its launcher reports it: the step it last wrote, if a number, and
+/// when it last progressed.
+pub type Progress = Option<(Option<u64>, Instant)>;
 
 /// Looks the coordinator's DNS name up again: the addresses it has now (none, or several while a
 /// replaced pod's old address is still listed), or None when the lookup itself failed, which
@@ -150,6 +159,9 @@ pub struct Joining {
     /// `Lost`; the channel ends once all have, so that followers which learn the job only from
     /// this coordinator end too instead of waiting for it.
     pub ended: Option<String>,
+    /// How this launcher names itself in the job's lines ("pod p-1 on node n7 (trainer id 1
+    /// of 3)").
+    pub who: String,
 }
 
 /// The fingerprint of a membership: equal on two pods exactly when they found the same pods at
@@ -172,6 +184,7 @@ enum Request {
     Failed {
         reason: String,
         restartable: bool,
+        hang: bool,
     },
     /// The coordinator's launcher saw a member's pod lost through the API.
     PodLost(String),
@@ -198,6 +211,8 @@ pub struct Channel {
     verdict: watch::Receiver<Option<bool>>,
     coordinates: bool,
     said_hello: watch::Receiver<bool>,
+    progress: watch::Sender<Progress>,
+    cause: watch::Receiver<Option<String>>,
 }
 
 impl Channel {
@@ -212,14 +227,14 @@ impl Channel {
         }
     }
 
-    /// After `Go`: a future of the first loss the channel reports (the reason).
-    pub fn losses(&mut self) -> BoxFuture<'static, String> {
+    /// After `Go`: a future of the first loss the channel reports.
+    pub fn losses(&mut self) -> BoxFuture<'static, Loss> {
         let heard = self.heard.take();
         async move {
             if let Some(mut heard) = heard {
                 while let Some(heard) = heard.recv().await {
-                    if let Heard::Lost { reason, .. } = heard {
-                        return reason;
+                    if let Heard::Lost { reason, hang, .. } = heard {
+                        return Loss { reason, hang };
                     }
                 }
             }
@@ -290,11 +305,13 @@ impl Channel {
     /// everyone; the coordinator tells everyone), and waits up to `wait` for the job's answer:
     /// whether it may restart (`may_restart` then says) depends on what the others did, e.g. a
     /// pod that already finished. A coordinator that does not answer leaves it as it was.
-    /// `restartable`: false when a restart would fail the same way.
-    pub async fn failed(&self, reason: &str, restartable: bool, wait: Duration) {
+    /// `restartable`: false when a restart would fail the same way; `hang`: this launcher's
+    /// trainer was judged hung (the coordinator names the rank the progress points at).
+    pub async fn failed(&self, reason: &str, restartable: bool, hang: bool, wait: Duration) {
         let _ = self.requests.send(Request::Failed {
             reason: cut(reason),
             restartable,
+            hang,
         });
         let mut lost = self.lost.clone();
         let _ = timeout(wait, lost.wait_for(|known| *known)).await;
@@ -312,6 +329,18 @@ impl Channel {
 }
 
 impl Channel {
+    /// The job's first cause, once the coordinator has told it (a hang's names its suspect):
+    /// what every pod's last line says, whichever pod failed first.
+    pub fn cause(&self) -> Option<String> {
+        self.cause.borrow().clone()
+    }
+
+    /// This launcher's trainer's progress, for the coordinator's judgement of a hang: sent
+    /// with the follower's heartbeats, read by the coordinator's task on its ticks.
+    pub fn report_progress(&self, step: Option<u64>, last: Instant) {
+        self.progress.send_replace(Some((step, last)));
+    }
+
     /// A coordinator serving the job's end: waits until every member has been told, or
     /// `limit` has passed.
     pub async fn told_everyone(&mut self, limit: Duration) {
@@ -343,7 +372,11 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
     let (lost_tx, lost) = watch::channel(false);
     let (said_hello_tx, said_hello) = watch::channel(false);
     let (verdict_tx, verdict) = watch::channel(None);
+    let (progress_tx, progress_rx) = watch::channel(None);
+    let (cause_tx, cause) = watch::channel(None);
     let ends = Ends {
+        cause: cause_tx,
+        progress: progress_rx,
         heard: heard_tx,
         requests: requests_rx,
         may_restart: may_restart_tx,
@@ -381,6 +414,8 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
         coordinates,
         said_hello,
         verdict,
+        progress: progress_tx,
+        cause,
     })
 }
 
@@ -393,14 +428,32 @@ struct Ends {
     verdict: watch::Sender<Option<bool>>,
     /// A follower's: its hello is out, so a `Go` may be on its way to it.
     said_hello: watch::Sender<bool>,
+    /// This launcher's trainer's progress, as last reported.
+    progress: watch::Receiver<Progress>,
+    cause: watch::Sender<Option<String>>,
 }
 
 impl Ends {
     fn hear(&self, heard: Heard) {
-        if let Heard::Lost { restart, .. } = &heard {
+        if let Heard::Lost {
+            restart, reason, ..
+        } = &heard
+        {
+            self.knows_cause(reason.clone());
             self.knows_lost(*restart);
         }
         let _ = self.heard.send(heard);
+    }
+
+    /// The job's first cause, as the coordinator told it: the first word stands.
+    fn knows_cause(&self, reason: String) {
+        self.cause.send_if_modified(|cause| {
+            let first = cause.is_none();
+            if first {
+                *cause = Some(reason);
+            }
+            first
+        });
     }
 
     /// The job lost a member; `restart`: whether it may start again.
@@ -433,7 +486,14 @@ enum FromLink {
         next_epoch: u32,
         view: String,
         max_restarts: u32,
+        who: String,
         to_link: mpsc::UnboundedSender<Arc<Encoded>>,
+    },
+    Progress {
+        link: u64,
+        pod: String,
+        step: Option<u64>,
+        last: Instant,
     },
     Said {
         link: u64,
@@ -491,6 +551,8 @@ impl Coordinator {
                 join_grace: joining.join_grace,
                 membership: joining.membership,
                 ended: joining.ended,
+                who: joining.who,
+                report_every: joining.heartbeat_timeout / 3,
             },
             Instant::now(),
         );
@@ -578,7 +640,15 @@ impl Coordinator {
                     // The launcher is gone: close.
                     None => self.core.step(Input::Own(Request::Finish { succeeded: false })),
                 },
-                _ = ticks.tick() => self.core.step(Input::Tick(Instant::now())),
+                _ = ticks.tick() => {
+                    let mut effects = self.core.step(Input::Tick(Instant::now()));
+                    if ends.progress.has_changed().unwrap_or(false) {
+                        if let Some((step, last)) = *ends.progress.borrow_and_update() {
+                            effects.extend(self.core.step(Input::OwnProgress { step, last }));
+                        }
+                    }
+                    effects
+                }
                 _ = refusals.tick() => {
                     let refused = std::mem::take(&mut self.refused);
                     if refused > 0 {
@@ -613,6 +683,7 @@ impl Coordinator {
                 next_epoch,
                 view,
                 max_restarts,
+                who,
                 to_link,
             } => {
                 self.senders.insert(link, to_link);
@@ -622,8 +693,20 @@ impl Coordinator {
                     next_epoch,
                     view,
                     max_restarts,
+                    who,
                 })
             }
+            FromLink::Progress {
+                link,
+                pod,
+                step,
+                last,
+            } => Some(Input::Progress {
+                link,
+                pod,
+                step,
+                last,
+            }),
             FromLink::Said { link, pod, message } => Some(Input::Said { link, pod, message }),
             FromLink::Ended { link, ip, pod, why } => {
                 if let Some(open) = self.open.get_mut(&ip) {
@@ -660,7 +743,10 @@ impl Coordinator {
                     self.senders.remove(&link);
                 }
                 Effect::Hear(heard) => ends.hear(heard),
-                Effect::KnowsLost { restart } => ends.knows_lost(restart),
+                Effect::KnowsLost { restart, reason } => {
+                    ends.knows_cause(reason);
+                    ends.knows_lost(restart);
+                }
                 Effect::KnowsVerdict { restart } => ends.knows_verdict(restart),
                 Effect::Stop => {}
             }
@@ -743,6 +829,7 @@ async fn serve(
             view,
             max_restarts,
             heartbeat_ms,
+            who,
         } = hello
         else {
             return Err(WireError::Malformed(
@@ -778,9 +865,10 @@ async fn serve(
             view,
             max_restarts,
             heartbeat_ms,
+            who,
         ))
     };
-    let (challenge, session, pod, next_epoch, view, max_restarts, heartbeat_ms) =
+    let (challenge, session, pod, next_epoch, view, max_restarts, heartbeat_ms, who) =
         match greeted.await {
             Ok(greeted) => greeted,
             Err(e) => return (None, e),
@@ -792,6 +880,7 @@ async fn serve(
         next_epoch,
         view,
         max_restarts,
+        who: cut(&who),
         to_link,
     });
     let timeouts = LinkTimeouts::agree(shared.heartbeat_timeout, heartbeat_ms);
@@ -855,6 +944,14 @@ async fn talk(
             frame = incoming.recv() => match frame {
                 Some(Ok(Message::Beat)) => {
                     idle_until = Instant::now() + limit;
+                    Ok(())
+                }
+                Some(Ok(Message::Progress { step, quiet_ms })) => {
+                    let now = Instant::now();
+                    idle_until = now + limit;
+                    let quiet = Duration::from_millis(quiet_ms);
+                    let last = now.checked_sub(quiet).unwrap_or(now);
+                    let _ = to_coordinator.send(FromLink::Progress { link, pod: pod.to_string(), step, last });
                     Ok(())
                 }
                 Some(Ok(message @ (Message::Done | Message::Failed { .. } | Message::Stopped))) => {
@@ -975,6 +1072,7 @@ mod tests {
             join_grace: Duration::from_secs(5),
             membership: Some(Membership::default()),
             ended: None,
+            who: format!("pod {}", members[index].name),
         }
     }
 
@@ -1057,12 +1155,14 @@ mod tests {
             .failed(
                 "pod p-1 (trainer 1): trainer exited with status 3",
                 true,
+                false,
                 WAIT,
             )
             .await;
         let lost = Heard::Lost {
             reason: "pod p-1 (trainer 1): trainer exited with status 3".into(),
             restart: true,
+            hang: false,
         };
         assert_eq!(heard(&mut channels[0]).await, lost);
         assert_eq!(heard(&mut channels[2]).await, lost);
@@ -1080,6 +1180,7 @@ mod tests {
             .failed(
                 "pod p-1 (trainer 1): trainer exited with status 3",
                 true,
+                false,
                 WAIT,
             )
             .await;
@@ -1103,6 +1204,7 @@ mod tests {
                 .failed(
                     "pod p-1 (trainer 1): trainer exited with status 3",
                     true,
+                    false,
                     WAIT,
                 )
                 .await;
@@ -1127,7 +1229,7 @@ mod tests {
         channels[2].done();
         sleep(Duration::from_millis(300)).await;
         channels[1]
-            .failed("pod p-1: trainer exited with status 3", true, WAIT)
+            .failed("pod p-1: trainer exited with status 3", true, false, WAIT)
             .await;
         assert!(
             !channels[1].may_restart(),
@@ -1156,7 +1258,7 @@ mod tests {
             ));
         }
         channels[2]
-            .failed("pod p-2: trainer exited with status 3", true, WAIT)
+            .failed("pod p-2: trainer exited with status 3", true, false, WAIT)
             .await;
         assert!(!channels[2].may_restart(), "restart 2 of a budget of 1");
         assert!(matches!(
@@ -1168,6 +1270,7 @@ mod tests {
         channels[1]
             .failed(
                 "pod p-1: cannot start the trainer: no such file",
+                false,
                 false,
                 WAIT,
             )
@@ -1189,7 +1292,10 @@ mod tests {
         }
         let started = Instant::now();
         drop(channels.remove(2));
-        let Heard::Lost { reason, restart } = heard(&mut channels[0]).await else {
+        let Heard::Lost {
+            reason, restart, ..
+        } = heard(&mut channels[0]).await
+        else {
             panic!("not a loss")
         };
         assert!(restart);
@@ -1229,6 +1335,7 @@ mod tests {
         let lost = Heard::Lost {
             reason: "peer pod p-2 was deleted".into(),
             restart: true,
+            hang: false,
         };
         assert_eq!(heard(&mut channels[0]).await, lost);
         assert_eq!(heard(&mut channels[1]).await, lost);

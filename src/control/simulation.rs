@@ -28,9 +28,11 @@ enum Action {
     ToCoordinator(usize),
     /// The next frame the coordinator queued for follower `i` reaches it.
     ToFollower(usize),
-    /// Follower `i`'s trainer succeeds (it says `Done`), or fails.
+    /// Follower `i`'s trainer succeeds (it says `Done`), or fails (restartable, hung).
     Succeeds(usize),
-    Fails(usize, bool),
+    Fails(usize, bool, bool),
+    /// Follower `i` reports its trainer's progress (a step), with its beat.
+    Progresses(usize, u8),
     /// Follower `i`'s connection ends: its pod killed (closed) or frozen (silent).
     Breaks(usize, bool),
     /// Follower `i` finishes its part after a success: it closes its connection.
@@ -41,7 +43,7 @@ enum Action {
     /// stopped its children, finishes.
     OwnStops,
     OwnDone,
-    OwnFails(bool),
+    OwnFails(bool, bool),
     OwnPodLost,
     OwnFinish(bool),
     /// Time passes (seconds).
@@ -56,13 +58,14 @@ fn action() -> impl Strategy<Value = Action> {
         8 => (0..8usize).prop_map(Action::ToCoordinator),
         8 => (0..8usize).prop_map(Action::ToFollower),
         2 => (0..8usize).prop_map(Action::Succeeds),
-        2 => (0..8usize, any::<bool>()).prop_map(|(i, r)| Action::Fails(i, r)),
+        2 => (0..8usize, any::<bool>(), any::<bool>()).prop_map(|(i, r, h)| Action::Fails(i, r, h)),
+        3 => (0..8usize, 0..4u8).prop_map(|(i, s)| Action::Progresses(i, s)),
         1 => (0..8usize, any::<bool>()).prop_map(|(i, s)| Action::Breaks(i, s)),
         1 => (0..8usize).prop_map(Action::Leaves),
         3 => (0..8usize).prop_map(Action::Stops),
         2 => Just(Action::OwnStops),
         1 => Just(Action::OwnDone),
-        1 => any::<bool>().prop_map(Action::OwnFails),
+        1 => (any::<bool>(), any::<bool>()).prop_map(|(r, h)| Action::OwnFails(r, h)),
         1 => Just(Action::OwnPodLost),
         1 => any::<bool>().prop_map(Action::OwnFinish),
         1 => (0..90u8).prop_map(Action::Tick),
@@ -91,6 +94,8 @@ struct Follower {
     said_stopped: bool,
     /// The verdicts of the losses it was told, in order.
     losses: Vec<bool>,
+    /// The first loss it was told: its reason and whether the job hangs.
+    first_loss: Option<(String, bool)>,
     /// The coordinator's final verdict, once told.
     verdict: Option<bool>,
     /// Gone for good in this attempt (its connection ended); it may be replaced.
@@ -103,6 +108,8 @@ struct Record {
     gos: Vec<(u32, u32)>,
     /// Every Lost broadcast, in order: its verdict.
     lost: Vec<bool>,
+    /// The first loss's reason and whether it is a hang: every later word of it agrees.
+    cause: Option<(String, bool)>,
     /// A `Done` (a follower's, read by the coordinator, or its own) before the first loss.
     finished_before_loss: bool,
     /// A `Done` read by the coordinator (or its own) before the verdict.
@@ -152,6 +159,8 @@ impl Sim {
                 join_grace: JOIN_GRACE,
                 membership: None,
                 ended: None,
+                who: "pod p-0 (trainer id 0)".into(),
+                report_every: Duration::from_secs(1),
             },
             now,
         );
@@ -257,7 +266,14 @@ impl Sim {
                 max_restarts,
                 ..
             }) => f.go = Some((epoch, max_restarts)),
-            Some(Message::Lost { restart, .. }) => f.losses.push(restart),
+            Some(Message::Lost {
+                restart,
+                reason,
+                hang,
+            }) => {
+                f.losses.push(restart);
+                f.first_loss.get_or_insert((reason, hang));
+            }
             Some(Message::Verdict { restart }) => {
                 // A member that never started learns of the loss from its `Lost`.
                 prop_assert!(
@@ -360,9 +376,24 @@ impl Sim {
                 }
                 self.record.verdicts.push(*restart);
             }
-            Message::Lost { restart, .. } => {
+            Message::Lost {
+                restart,
+                reason,
+                hang,
+            } => {
                 if self.record.lost.is_empty() {
                     self.record.awaited = self.core.links.keys().cloned().collect();
+                }
+                // One cause for the job: a later word (final after a success) repeats it.
+                match &self.record.cause {
+                    None => self.record.cause = Some((reason.clone(), *hang)),
+                    Some((first, first_hang)) => {
+                        prop_assert!(
+                            reason.starts_with(first.as_str()),
+                            "another cause: {reason} after {first}"
+                        );
+                        prop_assert_eq!(hang, first_hang, "the hang flag changed");
+                    }
                 }
                 let Some(&(epoch, budget)) = self.record.gos.first() else {
                     // Before the start a loss can only be final, or a regather.
@@ -398,6 +429,19 @@ impl Sim {
     fn check_state(&self) -> Result<(), TestCaseError> {
         if let Some((_, restart)) = &self.core.lost {
             prop_assert_eq!(Some(restart), self.record.lost.last());
+        }
+        // Every follower told of the loss heard the job's one cause, hang or not.
+        for f in &self.followers {
+            if let (Some((reason, hang)), Some((first, first_hang))) =
+                (&f.first_loss, &self.record.cause)
+            {
+                prop_assert!(
+                    reason.starts_with(first.as_str()),
+                    "{} heard {reason}",
+                    f.name
+                );
+                prop_assert_eq!(hang, first_hang, "{} heard another hang flag", f.name);
+            }
         }
         Ok(())
     }
@@ -438,6 +482,7 @@ impl Sim {
                     next_epoch: f.next_epoch,
                     view: if f.stale_view { "stale" } else { "view" }.into(),
                     max_restarts: f.max_restarts,
+                    who: format!("pod {}", f.name),
                 };
                 f.outbox.push_back(hello);
             }
@@ -462,7 +507,7 @@ impl Sim {
                     }
                 }
             }
-            Action::Fails(i, restartable) => {
+            Action::Fails(i, restartable, hang) => {
                 if let Some(f) = self.follower(i) {
                     if f.go.is_some() && f.link.is_some() && !f.said_done && !f.said_failed {
                         f.said_failed = true;
@@ -473,7 +518,21 @@ impl Sim {
                             message: Message::Failed {
                                 reason: "trainer exited with status 3".into(),
                                 restartable,
+                                hang,
                             },
+                        });
+                    }
+                }
+            }
+            Action::Progresses(i, step) => {
+                let now = self.now;
+                if let Some(f) = self.follower(i) {
+                    if let Some(link) = f.link {
+                        f.outbox.push_back(Input::Progress {
+                            link,
+                            pod: f.name.clone(),
+                            step: Some(u64::from(step)),
+                            last: now,
                         });
                     }
                 }
@@ -508,10 +567,11 @@ impl Sim {
             ),
             Action::Leaves(i) => self.end_link(i, WireError::Closed, true),
             Action::OwnDone => self.step(Input::Own(Request::Done))?,
-            Action::OwnFails(restartable) => {
+            Action::OwnFails(restartable, hang) => {
                 self.step(Input::Own(Request::Failed {
                     reason: "pod p-0: trainer exited with status 3".into(),
                     restartable,
+                    hang,
                 }))?;
             }
             Action::OwnPodLost => {
@@ -538,7 +598,14 @@ impl Sim {
                         message: Message::Failed {
                             reason: "forged".into(),
                             restartable: true,
+                            hang: true,
                         },
+                    },
+                    Input::Progress {
+                        link: u64::MAX,
+                        pod: pod.clone(),
+                        step: Some(0),
+                        last: self.now,
                     },
                     Input::Ended {
                         link: u64::MAX,
@@ -703,13 +770,14 @@ fn the_coordinators_own_launcher_hears_a_followers_failure() {
     sim.act(&Action::Connect(0)).unwrap();
     sim.act(&Action::ToCoordinator(0)).unwrap();
     sim.act(&Action::ToFollower(0)).unwrap();
-    sim.act(&Action::Fails(0, true)).unwrap();
+    sim.act(&Action::Fails(0, true, false)).unwrap();
     let Some(Input::Said { link, pod, message }) = sim.followers[0].outbox.pop_front() else {
         panic!("nothing said");
     };
     let effects = sim.core.step(Input::Said { link, pod, message });
     assert!(effects.contains(&Effect::Hear(Heard::Lost {
         reason: "trainer exited with status 3".into(),
-        restart: true
+        restart: true,
+        hang: false,
     })));
 }

@@ -47,8 +47,18 @@ pub enum Message {
         /// launcher), the coordinator's own.
         #[serde(default)]
         heartbeat_ms: u64,
+        /// How the follower names itself in the job's lines: "pod p-1 on node n7 (trainer id 1
+        /// of 3)", so that a suspect the coordinator names has its rank and node.
+        #[serde(default)]
+        who: String,
     },
     Beat,
+    /// A follower's heartbeat while hang detection is on: its trainer's progress, the step it
+    /// last wrote to its progress file (if it writes numbers) and how long ago any progress was.
+    Progress {
+        step: Option<u64>,
+        quiet_ms: u64,
+    },
     /// Coordinator: every member is here with the same view: start restart epoch `epoch`, with
     /// this membership (which a follower that did not discover the pods itself needs).
     Go {
@@ -66,12 +76,20 @@ pub enum Message {
     Failed {
         reason: String,
         restartable: bool,
+        /// The failure is a trainer judged hung: the coordinator names the rank furthest
+        /// behind, and every launcher asks its trainer for its stacks before stopping it.
+        #[serde(default)]
+        hang: bool,
     },
     /// Coordinator: the job lost a member or one failed: stop. `restart`: whether the job may
     /// start again (not once a member has finished).
     Lost {
         reason: String,
         restart: bool,
+        /// The job hangs: every launcher asks its trainer for its stacks before stopping it,
+        /// and ends with the hang's status.
+        #[serde(default)]
+        hang: bool,
     },
     /// Coordinator: the membership is not what everyone agrees on yet: discover the job again.
     Regather {
@@ -340,6 +358,7 @@ mod tests {
             view: "v".into(),
             max_restarts: 0,
             heartbeat_ms: 0,
+            who: format!("pod {pod}"),
         }
     }
 
@@ -355,11 +374,33 @@ mod tests {
             let message = Message::Failed {
                 reason: cut(&text),
                 restartable: false,
+                hang: true,
             };
             let payload = serde_json::to_vec(&message).unwrap();
             assert!(payload.len() <= MAX_PAYLOAD, "{} bytes", payload.len());
             assert!(text.starts_with(&cut(&text)) && !cut(&text).is_empty());
         }
+    }
+
+    /// What a launcher without hang detection (or of the release before it) sends still reads:
+    /// the fields added since have their defaults.
+    #[test]
+    fn messages_without_the_newer_fields_still_read() {
+        let lost: Message =
+            serde_json::from_str(r#"{"kind":"lost","reason":"x","restart":true}"#).unwrap();
+        assert_eq!(
+            lost,
+            Message::Lost {
+                reason: "x".into(),
+                restart: true,
+                hang: false
+            }
+        );
+        let hello: Message = serde_json::from_str(
+            r#"{"kind":"hello","pod":"p","next":0,"view":"v","max_restarts":1}"#,
+        )
+        .unwrap();
+        assert!(matches!(hello, Message::Hello { who, heartbeat_ms: 0, .. } if who.is_empty()));
     }
 
     fn split(frame: &[u8]) -> (&[u8], &[u8]) {
@@ -409,6 +450,7 @@ mod tests {
         let lost = recorded.seal(&Message::Lost {
             reason: "replayed".into(),
             restart: true,
+            hang: false,
         });
         let (p, m) = split(&lost);
         let mut victim = Session::new(&secret(), both(server, [2u8; NONCE_LEN]), false);
@@ -421,6 +463,7 @@ mod tests {
         let frame = session.seal(&Message::Lost {
             reason: cut(&"x".repeat(10_000)),
             restart: false,
+            hang: false,
         });
         let (payload, _) = split(&frame);
         assert!(payload.len() <= MAX_PAYLOAD);

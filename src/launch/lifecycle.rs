@@ -46,6 +46,9 @@ pub enum Input {
     Stopped,
     /// The trainer made no progress within its limit (how long, by what).
     Hung(String),
+    /// The job hangs, as the control channel told (the job's reason, naming the suspect):
+    /// this pod's trainer is asked for its stacks too, then stopped.
+    JobHung(String),
     /// The time given to the trainer to dump its stacks (`DumpStacks`) is over.
     DumpOver,
 }
@@ -105,10 +108,11 @@ enum Phase {
     TrainersDone {
         reason: String,
     },
-    /// The hung trainer was asked for its stacks (`reason`: why it was judged hung); `DumpOver`
-    /// stops every process.
+    /// The hung trainer was asked for its stacks (`reason`: why it was judged hung; `job`: the
+    /// job's verdict, not this pod's own judgement); `DumpOver` stops every process.
     DumpingStacks {
         reason: String,
+        job: bool,
     },
     /// Waiting for `Stopped`, then finishing with this.
     Stopping(Option<Result<Outcome, Error>>),
@@ -202,13 +206,22 @@ impl Lifecycle {
                     _ => self.stop_then(roles, sig, then),
                 }
             }
+            // No trainer runs to ask for stacks: the job's hang is a loss like another.
+            (phase, Input::JobHung(reason))
+                if !matches!(phase, Phase::Training | Phase::DumpingStacks { .. }) =>
+            {
+                self.phase = phase;
+                self.step(Input::PeerLost(reason))
+            }
             (Phase::WaitingForPservers, input) => self.waiting_for_pservers(input),
             (Phase::Training, input) => self.training(input),
             (Phase::Lingering { trainer }, input) => self.lingering(trainer, input),
             (Phase::Serving, input) => self.serving(input),
             (Phase::PserverGone, input) => self.pserver_gone(input),
             (Phase::TrainersDone { reason }, input) => self.trainers_done(reason, input),
-            (Phase::DumpingStacks { reason }, input) => self.dumping_stacks(reason, input),
+            (Phase::DumpingStacks { reason, job }, input) => {
+                self.dumping_stacks(reason, job, input)
+            }
         }
     }
 
@@ -244,7 +257,7 @@ impl Lifecycle {
 
     /// Once the hung trainer has had its time to write its stacks, every process stops and the
     /// pod's outcome is the hang.
-    fn dumping_stacks(&mut self, reason: String, input: Input) -> Vec<Command> {
+    fn dumping_stacks(&mut self, reason: String, job: bool, input: Input) -> Vec<Command> {
         match input {
             // No handler for the stack signal (not Python, `python -I`, a binary): it died of
             // it without stacks; the log says so. (A success queued before the judgement is seen
@@ -254,7 +267,7 @@ impl Lifecycle {
                 ended: Ended::Signal(crate::launch::progress::STACK_SIGNAL),
             } => {
                 let line = "the trainer died of SIGUSR2 without a handler: no Python stacks (not a Python trainer under the launcher's sitecustomize; its last output is in the log)";
-                self.phase = Phase::DumpingStacks { reason };
+                self.phase = Phase::DumpingStacks { reason, job };
                 vec![Command::Log(line.to_string())]
             }
             // The leader's end is not the dump's: a shell under `sh -c` dies of the signal at
@@ -262,18 +275,35 @@ impl Lifecycle {
             // runs out, then every group of the pod is stopped, by group.
             Input::DumpOver => {
                 let roles = self.started();
-                self.phase = Phase::Stopping(Some(Err(Error::Hung { reason })));
+                let ending = match job {
+                    true => Error::JobHung {
+                        reason,
+                        stopped: self.names(&roles),
+                    },
+                    false => Error::Hung { reason },
+                };
+                self.phase = Phase::Stopping(Some(Err(ending)));
                 vec![Command::Stop {
                     roles,
                     signal: libc_term(),
                 }]
             }
-            Input::PeerLost(lost) => {
-                let line = format!("{lost} (while asking the hung trainer for its stacks)");
-                self.phase = Phase::DumpingStacks { reason };
+            // The job's verdict on the hang supersedes this pod's own judgement: the pod ends
+            // with the job's cause, which names the suspect.
+            Input::JobHung(cause) => {
+                let line = format!("{cause} (while asking the hung trainer for its stacks)");
+                self.phase = Phase::DumpingStacks {
+                    reason: cause,
+                    job: true,
+                };
                 vec![Command::Log(line)]
             }
-            _ => self.stay(Phase::DumpingStacks { reason }),
+            Input::PeerLost(lost) => {
+                let line = format!("{lost} (while asking the hung trainer for its stacks)");
+                self.phase = Phase::DumpingStacks { reason, job };
+                vec![Command::Log(line)]
+            }
+            _ => self.stay(Phase::DumpingStacks { reason, job }),
         }
     }
 
@@ -378,7 +408,15 @@ impl Lifecycle {
             }
             Input::Hung(reason) => {
                 let line = format!("{reason}: asking it for its threads' stacks (SIGUSR2)");
-                self.phase = Phase::DumpingStacks { reason };
+                self.phase = Phase::DumpingStacks { reason, job: false };
+                vec![Command::Log(line), Command::DumpStacks]
+            }
+            Input::JobHung(reason) => {
+                let line = format!(
+                    "{reason}: asking {} for its threads' stacks (SIGUSR2)",
+                    self.setup.trainer_label
+                );
+                self.phase = Phase::DumpingStacks { reason, job: true };
                 vec![Command::Log(line), Command::DumpStacks]
             }
             _ => self.stay(Phase::Training),
@@ -787,6 +825,7 @@ fn recoverable_reason(result: &Result<Outcome, Error>) -> Option<String> {
         Ok(outcome) if outcome.code == exit::SUCCESS => None,
         Ok(outcome) => Some(outcome.reason.clone()),
         Err(Error::PeerLost { reason, .. }) => Some(reason.clone()),
+        Err(Error::JobHung { reason, .. }) => Some(reason.clone()),
         Err(
             e @ (Error::PserverDied { .. } | Error::PserversNotReady { .. } | Error::Hung { .. }),
         ) => Some(e.to_string()),
@@ -1040,7 +1079,7 @@ mod tests {
                     "probe",
                     "spawn trainer",
                     "stop trainer+pserver 15",
-                    "fail 78 job stopped: peer pod p-1 was deleted; stopped this pod's trainer-0 and pserver-0 so that the Job can restart cleanly",
+                    "fail 78 job stopped: peer pod p-1 was deleted; stopped trainer-0 and pserver-0 so that the Job can restart cleanly",
                 ],
             ),
             (
@@ -1195,6 +1234,36 @@ mod tests {
                     // The trainer's group too: its shell may have died with the program alive.
                     "stop trainer+pserver 15",
                     "fail 80 trainer-0 made no progress for 30 s",
+                ],
+            ),
+            (
+                "the job hangs (the channel's verdict): this pod's trainer is asked for its stacks too, status 80 naming the job's cause",
+                both(),
+                vec![
+                    Input::PserversUp,
+                    Input::JobHung("the job hangs: suspect pod p-1".into()),
+                    Input::DumpOver,
+                    Input::Stopped,
+                ],
+                vec![
+                    "spawn pserver",
+                    "probe",
+                    "spawn trainer",
+                    "log the job hangs: suspect pod p-1: asking trainer-0 for its threads' stacks (SIGUSR2)",
+                    "dump stacks",
+                    "stop trainer+pserver 15",
+                    "fail 80 job stopped: the job hangs: suspect pod p-1; stopped trainer-0 and pserver-0 after asking the trainer for its stacks",
+                ],
+            ),
+            (
+                "the job's hang before this pod's trainer started is a loss like another",
+                both(),
+                vec![Input::JobHung("the job hangs: suspect pod p-1".into()), Input::Stopped],
+                vec![
+                    "spawn pserver",
+                    "probe",
+                    "stop pserver 15",
+                    "fail 78 job stopped: the job hangs: suspect pod p-1; stopped the pserver so that the Job can restart cleanly",
                 ],
             ),
             (
@@ -1438,7 +1507,7 @@ mod tests {
             (
                 peer_lost(),
                 budget(1, 1, true),
-                "finish 78: job stopped: peer pod p-1 was deleted; stopped this pod's trainer-0 so that the Job can restart cleanly; no restart left (all 1 of PADDLE_LAUNCHER_MAX_RESTARTS used)",
+                "finish 78: job stopped: peer pod p-1 was deleted; stopped trainer-0 so that the Job can restart cleanly; no restart left (all 1 of PADDLE_LAUNCHER_MAX_RESTARTS used)",
             ),
             (
                 Err(Error::PserverDied {

@@ -9,6 +9,7 @@ use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,9 +25,11 @@ use crate::config::{Config, Control, Discovery, Secret, JOB_SECRET_FILE, MIN_SEC
 use crate::control::{self, Channel, Heard, Joining, Role as ControlRole};
 use crate::error::ConfigError;
 use crate::error::Error;
+use crate::events::{JobEvents, Kind};
 use crate::exit::{self, Outcome};
 use crate::exit::{is_stop_signal, signal_name};
-use crate::membership::{Me, Membership, PodAddress};
+use crate::membership::{Loss, Me, Membership, PodAddress};
+use crate::peers::kubernetes::ApiServer;
 use crate::plan::{Plan, PodEntry, ProcessSpec, Role};
 use crate::protocol::InputFiles;
 use crate::supervise::Signals;
@@ -51,6 +54,8 @@ const JOIN_GRACE: Duration = Duration::from_secs(60);
 /// How long a coordinator that ended the job at a restart serves its address, besides the grace
 /// period, so that the followers hear of it.
 const TELL_THE_END: Duration = Duration::from_secs(5);
+/// How long a launcher about to exit lets its last events go out.
+const EVENTS_FLUSH: Duration = Duration::from_secs(3);
 /// How long a failed launcher waits for the coordinator's word on whether the job may restart.
 const VERDICT_WAIT: Duration = Duration::from_secs(2);
 /// How long a launcher whose children are stopped waits for the coordinator's verdict, besides
@@ -150,6 +155,8 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
     }
     // The pods of the attempt that ended, when restarting.
     let mut members_before: Vec<PodAddress> = Vec::new();
+    // The job's Kubernetes events, once this launcher is the one that posts them.
+    let mut events: Option<JobEvents> = None;
     loop {
         let attempt = gather(
             &mut config,
@@ -168,7 +175,28 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             peer_loss,
             trainers_done,
             max_restarts,
+            api,
         } = attempt;
+        // One launcher tells the job's story: the coordinator, else rank 0.
+        let posts = match &channel {
+            Some(channel) => channel.coordinates(),
+            None => plan.trainer_id == Some(0),
+        };
+        if let (true, None, Some(api)) = (posts, &events, api) {
+            events = Some(JobEvents::start(api, pod.clone(), node_name()));
+        }
+        let mut events = events.as_mut().filter(|_| posts);
+        if let Some(events) = events.as_mut() {
+            let restarted = match plan.restart_count {
+                0 => String::new(),
+                n => format!(" ({})", lifecycle::restarts_said(n)),
+            };
+            let started = format!(
+                "all {} pods of the job found: training started{restarted}",
+                plan.pods.len()
+            );
+            events.post(Kind::Normal, "Started", &started);
+        }
         let for_workspace = plan.clone();
         off_thread(
             Some(&mut supervisor),
@@ -178,7 +206,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
         .await??;
         let mut losses = Vec::new();
         if let (true, Some(loss)) = (config.topology.watch_peers, peer_loss) {
-            losses.push(loss);
+            losses.push(loss.map(Loss::of_pod).boxed());
         }
         if let Some(channel) = &mut channel {
             losses.push(channel.losses());
@@ -192,22 +220,22 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             supervisor.end_when(done);
         }
         let mut result = drive(&mut supervisor, &plan, &config, channel.as_ref()).await;
-        let ended_at = now_utc();
+        let hung = match &result {
+            Ok(outcome) => outcome.code == exit::HANG,
+            Err(e) => e.exit_code() == exit::HANG,
+        };
+        // How this pod's failure, if it is one, is told to the job (and names it on every pod).
+        let who_at = format!("{who} at {}", now_utc());
+        let said = match &result {
+            Ok(outcome) => format!("{who_at}: {}", outcome.reason),
+            Err(e) => format!("{who_at}: {e}"),
+        };
         let succeeded = matches!(&result, Ok(o) if o.code == exit::SUCCESS);
         if let (Some(channel), false) = (&channel, succeeded) {
-            let reason = match &result {
-                Ok(outcome) => outcome.reason.clone(),
-                Err(e) => e.to_string(),
-            };
             // Told before deciding: whether the job may restart depends on the others.
             let restartable = lifecycle::others_may_restart(&result);
-            channel
-                .failed(
-                    &format!("{who} at {ended_at}: {reason}"),
-                    restartable,
-                    VERDICT_WAIT,
-                )
-                .await;
+            let hang = matches!(result, Err(Error::Hung { .. }));
+            channel.failed(&said, restartable, hang, VERDICT_WAIT).await;
         }
         // Whether the budget alone would allow a restart: only then is the coordinator's word
         // worth waiting for.
@@ -263,11 +291,14 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
         };
         match lifecycle::after_run(result, &budget) {
             AfterRun::Restart(reason) => {
-                warn!(
-                    "{reason}: restarting the job (restart {} of {})",
-                    budget.epoch + 1,
-                    budget.max_restarts
-                );
+                // The job's first cause, the same line on every pod, when the channel told it.
+                let reason = channel.as_ref().and_then(Channel::cause).unwrap_or(reason);
+                let restart = format!("restart {} of {}", budget.epoch + 1, budget.max_restarts);
+                warn!("{reason}: restarting the job ({restart})");
+                if let Some(events) = events {
+                    post_hang(events, hung, &reason);
+                    events.post(Kind::Warning, "Restarting", &format!("{restart}: {reason}"));
+                }
                 if let Some(mut channel) = channel {
                     channel.finish(false).await;
                 }
@@ -275,6 +306,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                 members_before = plan.pods.iter().map(PodEntry::address).collect();
             }
             AfterRun::Finish(result) => {
+                let cause = channel.as_ref().and_then(Channel::cause);
                 if let Some(mut channel) = channel {
                     // A stop signal ends the wait for the others; the pod's outcome stands.
                     let _ = interruptible(
@@ -286,28 +318,58 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                     .await;
                 }
                 supervisor.finish();
-                let outcome = for_the_job(result, &who, &ended_at);
-                return Ok(after_restarts(outcome, plan.restart_count));
+                let outcome = for_the_job(result, &who_at, &said, cause);
+                let outcome = after_restarts(outcome, plan.restart_count);
+                if let Some(events) = events {
+                    if outcome.code == exit::SUCCESS {
+                        events.post(Kind::Normal, "Succeeded", &outcome.reason);
+                    } else {
+                        post_hang(events, hung, &outcome.reason);
+                        events.post(Kind::Warning, "Failed", &outcome.reason);
+                    }
+                    events.flush(EVENTS_FLUSH).await;
+                }
+                return Ok(outcome);
             }
         }
     }
 }
 
-/// The pod's last line, said for the job: a failure of this pod's own (its trainer's status,
-/// a hang, a pserver's end) names the pod and when, as the others' lines name it after their
-/// "job stopped: " (a peer's loss says so itself). A stop signal is this pod's news only: the
-/// pod was deleted, the job may go on.
-fn for_the_job(result: Result<Outcome, Error>, who: &str, at: &str) -> Outcome {
-    let own = match &result {
-        // After the last restart a peer's loss is an outcome: its status says whose it was.
-        Ok(outcome) => ![exit::SUCCESS, exit::PEER_LOST].contains(&outcome.code),
-        Err(e) => !matches!(e, Error::PeerLost { .. } | Error::Stopped { .. }),
-    };
+/// The pod's last line, said for the job. A failure of this pod's own (its trainer's status,
+/// a hang, a pserver's end) names the pod and when (`said`, as the others' lines name it after
+/// their "job stopped: "), unless the job's first cause (`cause`, the coordinator's word) was
+/// another's: then that comes first, and this pod's failure after it. A loss told by another
+/// says so itself. A stop signal is this pod's news only: the pod was deleted, the job may go
+/// on.
+fn for_the_job(
+    result: Result<Outcome, Error>,
+    who_at: &str,
+    said: &str,
+    cause: Option<String>,
+) -> Outcome {
+    let signalled = matches!(result, Err(Error::Stopped { .. }));
     let mut outcome = result.unwrap_or_else(Outcome::from);
-    if own {
-        outcome.reason = format!("{JOB_STOPPED}{who} at {at}: {}", outcome.reason);
+    let own = outcome.code != exit::SUCCESS && !outcome.reason.starts_with(JOB_STOPPED);
+    if !own || signalled {
+        return outcome;
     }
+    // The coordinator's word may be `said` cut to fit a frame.
+    outcome.reason = match cause {
+        Some(cause) if !said.starts_with(&cause) => {
+            format!("{JOB_STOPPED}{cause}; on this pod: {}", outcome.reason)
+        }
+        _ => format!("{JOB_STOPPED}{who_at}: {}", outcome.reason),
+    };
     outcome
+}
+
+/// A hang's own event, before the restart or the end it led to: what a user searches for.
+fn post_hang(events: &mut JobEvents, hung: bool, reason: &str) {
+    if hung {
+        let said =
+            format!("{reason}; every trainer's Python stacks are in its pod's log (kubectl logs)");
+        events.post(Kind::Warning, "Hang", &said);
+    }
 }
 
 /// Now, to the second, as Kubernetes writes times ("2026-11-23T22:16:40Z").
@@ -343,6 +405,8 @@ struct Attempt {
     trainers_done: Option<BoxFuture<'static, Result<String, String>>>,
     /// The job's restart budget: agreed over the channel, else this pod's own.
     max_restarts: u32,
+    /// The API server the pods were found through, if they were (for the job's events).
+    api: Option<ApiServer>,
 }
 
 /// Finds the job's pods and, with a control channel, waits until every launcher has found the
@@ -444,6 +508,7 @@ async fn gather(
         let peers::Found {
             peer_loss,
             trainers_done,
+            api,
             ..
         } = found;
         let who = who(&me.name, &plan, config);
@@ -454,6 +519,7 @@ async fn gather(
             peer_loss,
             trainers_done,
             max_restarts: config.control.max_restarts,
+            api,
         };
         let Some(secret) = secret else {
             attempt.plan = attempt.plan.for_restart(next_epoch);
@@ -566,6 +632,7 @@ async fn started(heard: Heard, channel: &mut Channel) -> Result<Option<Start>, E
         | Heard::Lost {
             reason,
             restart: true,
+            ..
         } => {
             info!("{reason}: discovering the job's pods again");
             channel.close().await;
@@ -574,6 +641,7 @@ async fn started(heard: Heard, channel: &mut Channel) -> Result<Option<Start>, E
         Heard::Lost {
             reason,
             restart: false,
+            ..
         } => {
             channel.close().await;
             Err(Error::PeerLost {
@@ -616,6 +684,7 @@ async fn tell_followers_the_end(
         join_grace: grace,
         membership: None,
         ended: Some(reason),
+        who: String::new(),
     };
     match control::join(joining).await {
         Ok(mut channel) => {
@@ -677,6 +746,16 @@ async fn follow_coordinator(
         join_grace: JOIN_GRACE + config.timing.grace_period,
         membership: None,
         ended: None,
+        // Its rank comes with the membership, after the hello.
+        who: format!(
+            "pod {}{}",
+            config
+                .topology
+                .pod_name
+                .as_deref()
+                .unwrap_or(&my_ip.to_string()),
+            on_node()
+        ),
     })
     .await
     .map_err(|e| Error::io("cannot join the control channel", e))?;
@@ -705,6 +784,7 @@ async fn follow_coordinator(
     let found = peers::Found {
         membership,
         namespace: None,
+        api: None,
         peer_loss: None,
         trainers_done: None,
     };
@@ -717,6 +797,7 @@ async fn follow_coordinator(
         peer_loss: None,
         trainers_done: None,
         max_restarts,
+        api: None,
     }))
 }
 
@@ -972,6 +1053,7 @@ async fn join_channel(
 ) -> Result<Found<Channel>, Error> {
     let control = &config.control;
     let members = membership.pod_addresses();
+    let who = who(&me.name, plan, config);
     let Some(plan) = &plan.control else {
         return Ok(Found::NoChannel);
     };
@@ -1014,6 +1096,7 @@ async fn join_channel(
         join_grace: JOIN_GRACE + config.timing.grace_period,
         membership: Some(membership.clone()),
         ended: None,
+        who,
     })
     .await
     .map_err(|e| Error::io("cannot serve the control channel", e))?;
@@ -1024,11 +1107,17 @@ async fn join_channel(
 /// that the first failure's line on every pod says where it happened (the node from NODE_NAME,
 /// which the downward API's spec.nodeName gives and `manifest` sets).
 fn who(pod: &str, plan: &Plan, config: &Config) -> String {
-    let node = std::env::var(NODE_NAME)
-        .ok()
-        .filter(|n| !n.is_empty())
-        .map_or(String::new(), |n| format!(" on node {n}"));
-    format!("pod {pod}{node} ({})", ranks_line(plan, config))
+    format!("pod {pod}{} ({})", on_node(), ranks_line(plan, config))
+}
+
+/// " on node n7", from NODE_NAME; nothing without it.
+fn on_node() -> String {
+    node_name().map_or(String::new(), |n| format!(" on node {n}"))
+}
+
+/// This pod's node (NODE_NAME), when the downward API gives it.
+fn node_name() -> Option<String> {
+    std::env::var(NODE_NAME).ok().filter(|n| !n.is_empty())
 }
 
 /// The variable of this pod's node name (downward API `spec.nodeName`).
@@ -1337,7 +1426,8 @@ async fn drive(
                         None => continue,
                     }
                 }
-                Event::PeerLost(reason) => Input::PeerLost(reason),
+                Event::PeerLost(Loss { reason, hang: true }) => Input::JobHung(reason),
+                Event::PeerLost(Loss { reason, .. }) => Input::PeerLost(reason),
                 Event::JobDone(done) => Input::JobDone(done),
             },
             input = or_never(probe.as_mut()), if probe.is_some() => {
@@ -1352,7 +1442,7 @@ async fn drive(
                 stack_dump = None;
                 Input::DumpOver
             }
-            hung = HangWatch::next_hang_of(watch.as_mut()), if watch.is_some() => {
+            hung = HangWatch::next_hang_of(watch.as_mut(), channel), if watch.is_some() => {
                 watch = None;
                 Input::Hung(hung)
             }
@@ -1378,39 +1468,70 @@ struct HangWatch {
 /// this machine's clock: the file server's clock may be ahead or behind.
 struct ProgressFileClock {
     changed: OutputClock,
-    stop: Arc<std::sync::atomic::AtomicBool>,
+    /// The step its last change said (`progress::step_of`); `NO_STEP` when none.
+    step: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
 }
+
+const NO_STEP: u64 = u64::MAX;
+/// How much of the progress file's end is read for its step: a line, with room to spare.
+const STEP_READ: u64 = 4096;
 
 impl ProgressFileClock {
     /// Starts looking, every `every`, from the file's time now (taken before the trainer
     /// starts, so that an earlier attempt's file is no progress).
     fn start(path: PathBuf, every: Duration) -> ProgressFileClock {
         let changed = OutputClock::new();
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (clock, stopped) = (changed.clone(), stop.clone());
-        let time_of = move || std::fs::metadata(&path).and_then(|m| m.modified()).ok();
+        let step = Arc::new(AtomicU64::new(NO_STEP));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (clock, said, stopped) = (changed.clone(), step.clone(), stop.clone());
         // Without a thread (the pod's process limit), the file is not watched: output still is.
         let looked = std::thread::Builder::new().spawn(move || {
+            let time_of = || std::fs::metadata(&path).and_then(|m| m.modified()).ok();
             let mut last = time_of();
-            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+            while !stopped.load(Ordering::Relaxed) {
                 std::thread::sleep(every);
                 let now = time_of();
                 if now.is_some() && now != last {
                     clock.now();
                     last = now;
+                    let step = step_in(&path).unwrap_or(NO_STEP);
+                    said.store(step, Ordering::Relaxed);
                 }
             }
         });
         if let Err(e) = looked {
             warn!("cannot watch the progress file ({e}): the trainer's output alone shows its progress");
         }
-        ProgressFileClock { changed, stop }
+        ProgressFileClock {
+            changed,
+            step,
+            stop,
+        }
     }
+
+    /// The step the file last said, if a number.
+    fn step(&self) -> Option<u64> {
+        Some(self.step.load(Ordering::Relaxed)).filter(|s| *s != NO_STEP)
+    }
+}
+
+/// The step at the end of the progress file: its last `STEP_READ` bytes are read, however
+/// long the file has grown (a trainer may append a line a step).
+fn step_in(path: &std::path::Path) -> Option<u64> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(path).ok()?;
+    let length = file.metadata().ok()?.len();
+    file.seek(SeekFrom::Start(length.saturating_sub(STEP_READ)))
+        .ok()?;
+    let mut tail = Vec::new();
+    file.take(STEP_READ).read_to_end(&mut tail).ok()?;
+    progress::step_of(&String::from_utf8_lossy(&tail))
 }
 
 impl Drop for ProgressFileClock {
     fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.stop.store(true, Ordering::Relaxed);
     }
 }
 
@@ -1434,15 +1555,16 @@ impl HangWatch {
     }
 
     /// The reason once the trainer of `watch` is judged hung; never without one.
-    async fn next_hang_of(watch: Option<&mut HangWatch>) -> String {
+    async fn next_hang_of(watch: Option<&mut HangWatch>, channel: Option<&Channel>) -> String {
         match watch {
-            Some(watch) => watch.next_hang().await,
+            Some(watch) => watch.next_hang(channel).await,
             None => std::future::pending().await,
         }
     }
 
-    /// Resolves with the reason once the trainer is judged hung.
-    async fn next_hang(&mut self) -> String {
+    /// Resolves with the reason once the trainer is judged hung. Each look is also reported
+    /// to the job's channel, whose coordinator names the rank a hang points at.
+    async fn next_hang(&mut self, channel: Option<&Channel>) -> String {
         loop {
             self.every.tick().await;
             let seen = progress::Observed {
@@ -1451,6 +1573,10 @@ impl HangWatch {
                 last_output: self.output.last(),
                 file_written: self.file.changed.last(),
             };
+            if let Some(channel) = channel {
+                let last = progress::last_progress(&seen).0.unwrap_or(self.started);
+                channel.report_progress(self.file.step(), Instant::from_std(last));
+            }
             if let Some(hung) = progress::judge(self.limits, seen) {
                 return hung_reason(&self.label, &hung);
             }

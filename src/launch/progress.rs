@@ -40,13 +40,19 @@ pub struct Hung {
     pub by: &'static str,
 }
 
-/// None while the trainer progresses.
-pub fn judge(limits: Limits, seen: Observed) -> Option<Hung> {
+/// The trainer's last progress since its start, if any, and what it was judged by: the
+/// progress file once written, output until then.
+pub fn last_progress(seen: &Observed) -> (Option<Instant>, &'static str) {
     let since_start = |t: Option<Instant>| t.filter(|t| *t >= seen.started);
-    let (last, by) = match since_start(seen.file_written) {
+    match since_start(seen.file_written) {
         Some(written) => (Some(written), "its progress file"),
         None => (since_start(seen.last_output), "output"),
-    };
+    }
+}
+
+/// None while the trainer progresses.
+pub fn judge(limits: Limits, seen: Observed) -> Option<Hung> {
+    let (last, by) = last_progress(&seen);
     let silent = seen
         .now
         .saturating_duration_since(last.unwrap_or(seen.started));
@@ -78,6 +84,74 @@ pub fn judge(limits: Limits, seen: Observed) -> Option<Hung> {
 pub fn check_every(limits: Limits) -> Duration {
     (limits.timeout.min(limits.first_window) / 10)
         .clamp(Duration::from_millis(100), Duration::from_secs(5))
+}
+
+/// The step a progress file says: the first word of its last non-empty line, when that is a
+/// number ("1200", "1200 loss=0.3"); a touch, or any other text, says none.
+pub fn step_of(text: &str) -> Option<u64> {
+    let line = text.lines().rev().find(|line| !line.trim().is_empty())?;
+    line.split_whitespace().next()?.parse().ok()
+}
+
+/// One launcher's last report of its trainer's progress, as the coordinator has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// How the launcher names itself: "pod p-1 on node n7 (trainer id 1 of 3)".
+    pub who: String,
+    pub step: Option<u64>,
+    /// How long since its last progress.
+    pub quiet: Duration,
+}
+
+/// Which rank a job-wide hang points at, said for the job's line. A rank blocked in a
+/// collective waits for the one that never reached it: with step numbers written as a step
+/// begins, that one is furthest behind. At equal steps (or none), the rank whose progress is
+/// oldest, when it is older than the others' by more than `margin` (how stale a report may be);
+/// otherwise no rank stands out, and the stacks in every pod's log tell.
+pub fn suspect(reports: &[Report], margin: Duration) -> String {
+    let secs = |d: Duration| format!("{:.1} s", d.as_secs_f64());
+    let Some(lowest) = reports.iter().filter_map(|r| r.step).min() else {
+        return by_age(reports, margin, secs);
+    };
+    let behind: Vec<&Report> = reports.iter().filter(|r| r.step == Some(lowest)).collect();
+    let ahead = reports.iter().filter(|r| r.step > Some(lowest)).count();
+    if ahead == 0 {
+        return by_age(reports, margin, secs);
+    }
+    let oldest = behind.iter().max_by_key(|r| r.quiet).expect("one at least");
+    let others = match behind.len() {
+        1 => String::new(),
+        n => format!(", with {} more at that step", n - 1),
+    };
+    format!(
+        "suspect {}: furthest behind, at step {lowest} ({} at later steps){others}, last progress {} ago",
+        oldest.who,
+        crate::vocabulary::count(ahead, "rank"),
+        secs(oldest.quiet)
+    )
+}
+
+fn by_age(reports: &[Report], margin: Duration, secs: impl Fn(Duration) -> String) -> String {
+    let mut by_quiet: Vec<&Report> = reports.iter().collect();
+    by_quiet.sort_by_key(|r| std::cmp::Reverse(r.quiet));
+    match by_quiet.as_slice() {
+        [] => "no rank reported its progress: compare the stacks in the pods' logs".to_string(),
+        [oldest, next, ..] if oldest.quiet > next.quiet + margin => format!(
+            "suspect {}: its last progress is the oldest, {} ago (the others' {} or less)",
+            oldest.who,
+            secs(oldest.quiet),
+            secs(next.quiet)
+        ),
+        [only] if reports.len() == 1 => format!(
+            "suspect {}: last progress {} ago",
+            only.who,
+            secs(only.quiet)
+        ),
+        _ => format!(
+            "no rank is behind the others (the same step, last progress within {} of each other): compare the stacks in the pods' logs",
+            secs(margin)
+        ),
+    }
 }
 
 /// The signal that asks a Python trainer for every thread's stack. Not SIGABRT, which
@@ -173,6 +247,55 @@ mod tests {
         assert_eq!(at(134, Some(100), Some(125)), None);
         let by_file = at(140, Some(139), Some(125)).unwrap();
         assert_eq!((by_file.by, by_file.silent), ("its progress file", s(15)));
+    }
+
+    #[test]
+    fn a_step_is_the_first_word_of_the_last_line_when_a_number() {
+        assert_eq!(step_of("1200\n"), Some(1200));
+        assert_eq!(step_of("1\n2 loss=0.3\n\n"), Some(2));
+        assert_eq!(step_of(""), None);
+        assert_eq!(step_of("epoch 3\n"), None);
+        assert_eq!(step_of("-4\n"), None);
+    }
+
+    #[test]
+    fn the_suspect_is_the_rank_furthest_behind_then_the_oldest_if_it_stands_out() {
+        let s = Duration::from_secs;
+        let report = |who: &str, step: Option<u64>, quiet: u64| Report {
+            who: format!("pod {who}"),
+            step,
+            quiet: s(quiet),
+        };
+        let margin = s(2);
+        // Steps written as a step begins: the rank that never began step 10 is behind, even
+        // though the others went quiet later (blocked in step 10's all-reduce).
+        let said = suspect(
+            &[
+                report("j-0", Some(10), 30),
+                report("j-1", Some(9), 31),
+                report("j-2", Some(10), 30),
+            ],
+            margin,
+        );
+        assert_eq!(
+            said,
+            "suspect pod j-1: furthest behind, at step 9 (2 ranks at later steps), last progress 31.0 s ago"
+        );
+        // Equal steps: the oldest, only when it stands out by more than the margin.
+        let equal = [report("j-0", Some(10), 30), report("j-1", Some(10), 40)];
+        assert!(suspect(&equal, margin).starts_with("suspect pod j-1: its last progress is the oldest, 40.0 s ago (the others' 30.0 s or less)"));
+        let close = [report("j-0", None, 30), report("j-1", None, 31)];
+        assert!(suspect(&close, margin).starts_with("no rank is behind the others"));
+        assert!(suspect(&[], margin).starts_with("no rank reported"));
+        // Two behind: the older of them, and how many share its step.
+        let two = [
+            report("j-0", Some(8), 5),
+            report("j-1", Some(8), 9),
+            report("j-2", Some(12), 1),
+        ];
+        assert!(suspect(&two, margin).starts_with(
+            "suspect pod j-1: furthest behind, at step 8 (1 rank at later steps), with 1 more at that step"
+        ));
     }
 
     #[test]

@@ -15,6 +15,8 @@ use futures::FutureExt;
 pub struct Found {
     pub membership: Membership,
     pub namespace: Option<String>,
+    /// The API server the pods were found through, when they were.
+    pub api: Option<kubernetes::ApiServer>,
     pub peer_loss: Option<BoxFuture<'static, String>>,
     /// For a pserver of the split layout: resolves when every trainer pod has Succeeded.
     pub trainers_done: Option<BoxFuture<'static, Result<String, String>>>,
@@ -24,6 +26,7 @@ pub struct Found {
 /// for a restart, the members of the attempt that ended (one that finished rules it out).
 pub async fn discover(config: &Config, members_before: &[String]) -> Result<Found, Error> {
     let mut trainers_done = None;
+    let mut api = None;
     let (groups, namespace, peer_loss) = match &config.topology.discovery {
         Discovery::Static { ips } => {
             let members = static_list::members(&config.topology.job_name, ips);
@@ -60,12 +63,14 @@ pub async fn discover(config: &Config, members_before: &[String]) -> Result<Foun
                 .collect();
             let members = ranked.iter().map(|(_, m)| m.clone()).collect();
             let peer_loss = watch.first_loss(members).boxed();
+            api = Some(server.clone());
             (ranked, Some(server.namespace), Some(peer_loss))
         }
     };
     Ok(Found {
         membership: Membership::from_groups(config.topology.protocol, groups),
         namespace,
+        api,
         peer_loss,
         trainers_done,
     })

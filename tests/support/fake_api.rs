@@ -44,6 +44,10 @@ struct State {
     down_until: Option<std::time::Instant>,
     /// Response bytes written, for measuring API cost.
     bytes_sent: u64,
+    /// Events created (core/v1), in order.
+    events: Vec<Value>,
+    /// Creating events is forbidden (a Role without `create` on events).
+    events_forbidden: bool,
 }
 
 #[derive(Clone)]
@@ -219,7 +223,12 @@ impl FakeApi {
     /// Requests of pods: (lists, watches).
     pub fn pod_requests(&self) -> (usize, usize) {
         let requests = self.requests();
-        let pods = requests.iter().filter(|r| r.contains("/pods"));
+        // Collections only: a GET of one pod (the events' owner) is neither.
+        let pods = requests.iter().filter(|r| {
+            r.split('?')
+                .next()
+                .is_some_and(|path| path.ends_with("/pods"))
+        });
         let watches = pods.clone().filter(|r| r.contains("watch=")).count();
         (pods.count() - watches, watches)
     }
@@ -267,6 +276,16 @@ impl FakeApi {
         self.state.lock().unwrap().requests.clone()
     }
 
+    /// The events created so far, as the server stored them.
+    pub fn events(&self) -> Vec<Value> {
+        self.state.lock().unwrap().events.clone()
+    }
+
+    /// Refuses event creation with 403, like a Role without `create` on events.
+    pub fn forbid_events(&self) {
+        self.state.lock().unwrap().events_forbidden = true;
+    }
+
     async fn serve_connection(&self, stream: TcpStream) {
         let down = self.state.lock().unwrap().down_until;
         if down.is_some_and(|until| std::time::Instant::now() < until) {
@@ -279,17 +298,32 @@ impl FakeApi {
             if !matches!(reader.read_line(&mut request_line).await, Ok(n) if n > 0) {
                 return;
             }
-            // Of the headers only `Connection: close` matters; GETs carry no body.
+            // Of the headers only `Connection: close` and a POST's `Content-Length` matter.
             let mut close = false;
+            let mut length = 0usize;
             loop {
                 let mut header = String::new();
                 match reader.read_line(&mut header).await {
                     Ok(n) if n > 0 && header != "\r\n" && header != "\n" => {
-                        close |= header.to_ascii_lowercase().starts_with("connection: close");
+                        let lower = header.to_ascii_lowercase();
+                        close |= lower.starts_with("connection: close");
+                        if let Some(value) = lower.strip_prefix("content-length:") {
+                            length = value.trim().parse().unwrap_or(0);
+                        }
                     }
                     Ok(n) if n > 0 => break,
                     _ => return,
                 }
+            }
+            if length > 1 << 20 {
+                return;
+            }
+            let mut body = vec![0u8; length];
+            if tokio::io::AsyncReadExt::read_exact(&mut reader, &mut body)
+                .await
+                .is_err()
+            {
+                return;
             }
             let mut parts = request_line.split_whitespace();
             let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or("/"));
@@ -323,7 +357,7 @@ impl FakeApi {
                 }
                 continue;
             }
-            let keep_open = match self.route(method, path, &query) {
+            let keep_open = match self.route(method, path, &query, &body) {
                 Reply::Json(status, body) => {
                     self.write_json(reader.get_mut(), status, &body, "").await
                 }
@@ -338,15 +372,31 @@ impl FakeApi {
         }
     }
 
-    fn route(&self, method: &str, path: &str, query: &BTreeMap<String, String>) -> Reply {
-        let s = self.state.lock().unwrap();
-        if method != "GET" {
-            return status_reply(405, "MethodNotAllowed", "the fake API serves GET only");
+    fn route(
+        &self,
+        method: &str,
+        path: &str,
+        query: &BTreeMap<String, String>,
+        body: &[u8],
+    ) -> Reply {
+        let mut s = self.state.lock().unwrap();
+        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+        match (method, &segments[..]) {
+            ("POST", ["api", "v1", "namespaces", ns, "events"]) => {
+                return create_event(&mut s, ns, body)
+            }
+            ("GET", _) => {}
+            _ => {
+                return status_reply(
+                    405,
+                    "MethodNotAllowed",
+                    "the fake API serves GET, and POST of events",
+                )
+            }
         }
         if let Some((status, body)) = s.recorded.get(path) {
             return Reply::Json(*status, body.clone());
         }
-        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
         match segments[..] {
             ["version"] => Reply::Json(200, json!({"major": "1", "minor": "34", "gitVersion": "v1.34.0-fake", "platform": "linux/amd64"}).to_string()),
             ["api"] => Reply::Json(200, json!({"kind": "APIVersions", "versions": ["v1"],
@@ -354,7 +404,14 @@ impl FakeApi {
             ["apis"] => Reply::Json(200, json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []}).to_string()),
             ["api", "v1"] => Reply::Json(200, json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": [{
                 "name": "pods", "singularName": "pod", "namespaced": true, "kind": "Pod",
-                "verbs": ["get", "list", "watch"], "shortNames": ["po"], "categories": ["all"]}]}).to_string()),
+                "verbs": ["get", "list", "watch"], "shortNames": ["po"], "categories": ["all"]}, {
+                "name": "events", "singularName": "event", "namespaced": true, "kind": "Event",
+                "verbs": ["create", "get", "list", "watch"], "shortNames": ["ev"]}]}).to_string()),
+            ["api", "v1", "namespaces", ns, "events"] => {
+                let items: Vec<&Value> = s.events.iter().filter(|e| e["metadata"]["namespace"] == ns).collect();
+                Reply::Json(200, json!({"kind": "EventList", "apiVersion": "v1",
+                    "metadata": {"resourceVersion": s.resource_version.to_string()}, "items": items}).to_string())
+            }
             ["api", "v1", "namespaces", ns, "pods"] => self.pods_reply(&s, Some(ns), query),
             ["api", "v1", "pods"] => self.pods_reply(&s, None, query),
             ["api", "v1", "namespaces", ns, "pods", name] => {
@@ -466,10 +523,12 @@ impl FakeApi {
     ) -> bool {
         let reason = match status {
             200 => "OK",
+            201 => "Created",
             400 => "Bad Request",
             403 => "Forbidden",
             404 => "Not Found",
             410 => "Gone",
+            422 => "Unprocessable Entity",
             429 => "Too Many Requests",
             _ => "Error",
         };
@@ -648,6 +707,53 @@ fn status_body(code: u16, reason: &str, message: &str) -> Value {
            "message": message, "reason": reason, "code": code})
 }
 
+/// A core/v1 Event created as the real server validates the fields the launcher sets: a name
+/// or generateName, the path's namespace (the object's and its involved object's), a type of
+/// Normal or Warning, a reason; the stored object gets a name, uid, resourceVersion and time.
+fn create_event(s: &mut State, ns: &str, body: &[u8]) -> Reply {
+    if s.events_forbidden {
+        return status_reply(403, "Forbidden", &format!(
+            "events is forbidden: User \"system:serviceaccount:{ns}:trainer\" cannot create resource \"events\" in API group \"\" in the namespace \"{ns}\""
+        ));
+    }
+    let Ok(mut event) = serde_json::from_slice::<Value>(body) else {
+        return status_reply(400, "BadRequest", "the body is not JSON");
+    };
+    let invalid = |why: &str| status_reply(422, "Invalid", &format!("Event is invalid: {why}"));
+    let meta = &event["metadata"];
+    let name = match (meta["name"].as_str(), meta["generateName"].as_str()) {
+        (Some(name), _) if !name.is_empty() => name.to_string(),
+        (_, Some(prefix)) if !prefix.is_empty() => format!("{prefix}{:05x}", s.events.len()),
+        _ => return invalid("metadata.name: Required value: name or generateName is required"),
+    };
+    if meta["namespace"].as_str().is_some_and(|n| n != ns) {
+        return invalid("metadata.namespace: does not match the namespace of the request");
+    }
+    let involved = &event["involvedObject"];
+    if involved["namespace"].as_str().is_some_and(|n| n != ns) {
+        return invalid("involvedObject.namespace: Invalid value: does not match event.namespace");
+    }
+    if involved["kind"].as_str().unwrap_or("").is_empty()
+        || involved["name"].as_str().unwrap_or("").is_empty()
+    {
+        return invalid("involvedObject: kind and name are required");
+    }
+    if !matches!(event["type"].as_str(), Some("Normal" | "Warning")) {
+        return invalid("type: Unsupported value: supported values: \"Normal\", \"Warning\"");
+    }
+    if event["reason"].as_str().unwrap_or("").is_empty() {
+        return invalid("reason: Required value");
+    }
+    s.resource_version += 1;
+    event["metadata"]["name"] = json!(name);
+    event["metadata"]["namespace"] = json!(ns);
+    event["metadata"]["uid"] = json!(format!("event-uid-{}", s.events.len()));
+    event["metadata"]["resourceVersion"] = json!(s.resource_version.to_string());
+    event["metadata"]["creationTimestamp"] = json!("2026-11-23T00:00:00Z");
+    s.events.push(event.clone());
+    Reply::Json(201, event.to_string())
+}
+
 fn status_reply(code: u16, reason: &str, message: &str) -> Reply {
     Reply::Json(code, status_body(code, reason, message).to_string())
 }
@@ -713,7 +819,9 @@ pub fn job_pod(job: &str, name: &str) -> Value {
     json!({
         "kind": "Pod", "apiVersion": "v1",
         "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"),
-                     "labels": {"job-name": job, "batch.kubernetes.io/job-name": job, "controller-uid": "c-1"}},
+                     "labels": {"job-name": job, "batch.kubernetes.io/job-name": job, "controller-uid": "c-1"},
+                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": "c-1",
+                                          "controller": true, "blockOwnerDeletion": true}]},
         "spec": {"containers": [{"name": "trainer", "image": "paddle:test"}], "restartPolicy": "Never"},
         "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}
     })

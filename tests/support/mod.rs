@@ -450,3 +450,26 @@ pub fn mount_job_secret(dir: &Path, env: &mut [(&'static str, String)]) {
         }
     }
 }
+
+/// The real kubectl against `api` (its kubeconfig and cache in `dir`): status, stdout, stderr.
+pub fn kubectl(
+    api: &fake_api::FakeApi,
+    dir: &std::path::Path,
+    args: &[&str],
+) -> (i32, String, String) {
+    let kubeconfig = dir.join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig);
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .arg("--cache-dir")
+        .arg(dir.join("kube-cache"))
+        .args(args)
+        .output()
+        .expect("kubectl is needed for this test (.ci/run installs Debian's kubernetes-client)");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}

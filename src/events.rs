@@ -1,0 +1,225 @@
+//! Kubernetes Events: what a user sees of the job with `kubectl describe job` and `kubectl get
+//! events`, besides the pods' logs: the job started (attempt, size), each restart (its cause),
+//! a hang (its suspect, where the stacks are), the end (the job's first cause).
+//!
+//! One launcher posts them: the coordinator with a control channel, rank 0 without one, and
+//! only one that already talks to the API (followers of a named coordinator make no request).
+//! Posting never delays the launcher: a task of its own sends them one by one, each bounded by
+//! a timeout; a refusal (a Role without `create` on events) is said once and the job goes on.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::PostParams;
+use kube::Api;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::timeout;
+use tracing::{debug, warn};
+
+use crate::peers::kubernetes::ApiServer;
+
+/// How long one request may take: an API server that hangs must not keep the launcher.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// The most events one launcher posts in its life: a job restarting many times must not flood
+/// the API server (each attempt posts at most three or four).
+const MAX_EVENTS: usize = 40;
+/// Events carry a short message (events.k8s.io limits it to 1 kB): longer ones are cut.
+const MAX_MESSAGE: usize = 1000;
+/// The component named as the events' source.
+const COMPONENT: &str = "paddle-launcher";
+
+/// Normal or Warning, as Kubernetes shows them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Normal,
+    Warning,
+}
+
+/// One event to post.
+#[derive(Debug, Clone)]
+struct Posting {
+    kind: Kind,
+    reason: &'static str,
+    message: String,
+}
+
+/// The job's events, posted by a task of their own.
+pub struct JobEvents {
+    queue: Option<mpsc::Sender<Posting>>,
+    task: Option<JoinHandle<()>>,
+    queued: usize,
+}
+
+impl JobEvents {
+    /// Starts the task that posts for pod `pod`: on the object that owns it (its Job), found
+    /// with the first post, or on the pod itself when it has no owner.
+    pub fn start(api: ApiServer, pod: String, node: Option<String>) -> JobEvents {
+        let (queue, postings) = mpsc::channel(MAX_EVENTS);
+        let task = tokio::spawn(post_all(api, pod, node, postings));
+        JobEvents {
+            queue: Some(queue),
+            task: Some(task),
+            queued: 0,
+        }
+    }
+
+    /// Queues an event; never waits. Past `MAX_EVENTS`, dropped.
+    pub fn post(&mut self, kind: Kind, reason: &'static str, message: &str) {
+        if self.queued >= MAX_EVENTS {
+            return;
+        }
+        self.queued += 1;
+        let message = message.chars().take(MAX_MESSAGE).collect();
+        if let Some(queue) = &self.queue {
+            let _ = queue.try_send(Posting {
+                kind,
+                reason,
+                message,
+            });
+        }
+    }
+
+    /// Lets what is queued go out, for at most `limit` (the launcher is about to exit).
+    pub async fn flush(&mut self, limit: Duration) {
+        self.queue = None;
+        if let Some(task) = self.task.as_mut() {
+            if timeout(limit, task).await.is_err() {
+                debug!(
+                    "Kubernetes events: not all were posted within {} s",
+                    limit.as_secs()
+                );
+            }
+        }
+        self.task = None;
+    }
+}
+
+impl Drop for JobEvents {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+async fn post_all(
+    api: ApiServer,
+    pod: String,
+    node: Option<String>,
+    mut postings: mpsc::Receiver<Posting>,
+) {
+    let events: Api<Event> = Api::namespaced(api.client.clone(), &api.namespace);
+    let mut involved: Option<ObjectReference> = None;
+    let mut refused = false;
+    while let Some(posting) = postings.recv().await {
+        if refused {
+            continue;
+        }
+        let about = match &involved {
+            Some(about) => about.clone(),
+            None => {
+                let about = owner_of(&api, &pod).await;
+                involved = Some(about.clone());
+                about
+            }
+        };
+        let event = event(&api.namespace, &about, &pod, node.as_deref(), posting);
+        match timeout(
+            REQUEST_TIMEOUT,
+            events.create(&PostParams::default(), &event),
+        )
+        .await
+        {
+            Ok(Ok(_)) => {}
+            Ok(Err(kube::Error::Api(status))) if status.code == 403 => {
+                warn!(
+                    "Kubernetes events: the API refused to create them ({}); the job goes on without. To see the job's events, allow `create` on `events` in the launcher's Role (`paddle-launcher manifest` does)",
+                    status.message
+                );
+                refused = true;
+            }
+            Ok(Err(e)) => warn!("Kubernetes events: cannot post one: {e}"),
+            Err(_) => warn!(
+                "Kubernetes events: the API server did not answer within {} s",
+                REQUEST_TIMEOUT.as_secs()
+            ),
+        }
+    }
+}
+
+/// What the events are about: the pod's controller (its Job, whose `kubectl describe` then
+/// lists them), else the pod itself.
+async fn owner_of(api: &ApiServer, pod: &str) -> ObjectReference {
+    let pods: Api<Pod> = Api::namespaced(api.client.clone(), &api.namespace);
+    let itself = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(pod.to_string()),
+        namespace: Some(api.namespace.clone()),
+        ..ObjectReference::default()
+    };
+    let found = match timeout(REQUEST_TIMEOUT, pods.get(pod)).await {
+        Ok(Ok(found)) => found,
+        _ => return itself,
+    };
+    let controller = found
+        .metadata
+        .owner_references
+        .unwrap_or_default()
+        .into_iter()
+        .find(|owner| owner.controller == Some(true));
+    match controller {
+        Some(owner) => ObjectReference {
+            api_version: Some(owner.api_version),
+            kind: Some(owner.kind),
+            name: Some(owner.name),
+            namespace: Some(api.namespace.clone()),
+            uid: Some(owner.uid),
+            ..ObjectReference::default()
+        },
+        None => ObjectReference {
+            uid: found.metadata.uid,
+            ..itself
+        },
+    }
+}
+
+fn event(
+    namespace: &str,
+    about: &ObjectReference,
+    pod: &str,
+    node: Option<&str>,
+    posting: Posting,
+) -> Event {
+    let now = Timestamp::now();
+    Event {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{}.", about.name.as_deref().unwrap_or(pod))),
+            namespace: Some(namespace.to_string()),
+            ..ObjectMeta::default()
+        },
+        involved_object: about.clone(),
+        type_: Some(
+            match posting.kind {
+                Kind::Normal => "Normal",
+                Kind::Warning => "Warning",
+            }
+            .into(),
+        ),
+        reason: Some(posting.reason.into()),
+        message: Some(posting.message),
+        source: Some(EventSource {
+            component: Some(COMPONENT.into()),
+            host: node.map(str::to_string),
+        }),
+        reporting_component: Some(COMPONENT.into()),
+        reporting_instance: Some(pod.to_string()),
+        first_timestamp: Some(Time(now)),
+        last_timestamp: Some(Time(now)),
+        count: Some(1),
+        ..Event::default()
+    }
+}
