@@ -50,6 +50,9 @@ fn main() {
     if wants("recovery") {
         recovery();
     }
+    if wants("hang") {
+        hang();
+    }
     if wants("scale") {
         scale();
     }
@@ -90,6 +93,7 @@ fn coordinator() {
     println!("## 7. The coordinator at scale (simulated, no processes)\n");
     println!("| launchers | first hello to every `Go` sealed | a loss to every `Lost` sealed | peak heap | `Go` frame | `Lost` frame |");
     println!("|---|---|---|---|---|---|");
+    let mut progress = Vec::new();
     for members in [1_000, 10_000] {
         let mut runs = Vec::new();
         let mut peak = 0;
@@ -107,6 +111,21 @@ fn coordinator() {
             peak as f64 / (1 << 20) as f64,
             runs[0].go_frame / 1024,
             runs[0].lost_frame
+        );
+        let costs: Vec<paddle_launcher::ProgressCost> = (0..5)
+            .map(|_| paddle_launcher::measure_progress(members))
+            .collect();
+        progress.push((members, costs));
+    }
+    println!("\nHang detection's part (`--hang-timeout` on): every follower's heartbeat carries its progress.\n");
+    println!("| launchers | one heartbeat of every follower, authenticated and noted | a hang report to every `Lost` sealed (suspect named) | heartbeat frame with progress / without |");
+    println!("|---|---|---|---|");
+    for (members, runs) in &progress {
+        let round = median(runs.iter().map(|r| r.round.as_secs_f64() * 1e3).collect());
+        let hang = median(runs.iter().map(|r| r.hang.as_secs_f64() * 1e3).collect());
+        println!(
+            "| {members} | {round:.2} ms | {hang:.2} ms | {} B / {} B |",
+            runs[0].progress_frame, runs[0].beat_frame
         );
     }
     println!("\nCommand: `cargo bench --bench launch -- coordinator`. The `Go` carries the membership, so its fan-out (one encoding, then one HMAC and one copy per link) dominates the start.\n");
@@ -545,7 +564,26 @@ struct Recovering {
     max_restarts: u32,
     /// (pod name, IP, launcher, log file) of every pod ever created.
     members: Vec<(String, String, Option<Child>, PathBuf)>,
+    /// Hang detection on, with trainers that hang (`HANGING_TRAINER`) instead of `sleep`.
+    hangs: bool,
 }
+
+/// A trainer that writes its progress file every 0.1 s as each step begins, and at step 30
+/// (rank 1 at 29, before writing it) stops for good, as in a collective whose rank 1 never
+/// arrives; the moment it stopped goes to `onset-<rank>` in the current directory.
+const HANGING_TRAINER: &str = r#"
+import os, threading, time
+rank = int(os.environ["PADDLE_TRAINER_ID"])
+for step in range(1, 1000):
+    if step == (29 if rank == 1 else 31):
+        with open(f"onset-{rank}", "w") as f:
+            f.write(str(time.time()))
+        threading.Event().wait()
+    with open(os.environ["PADDLE_LAUNCHER_PROGRESS_FILE"], "w") as f:
+        f.write(f"{step}\n")
+    time.sleep(0.1)
+"#;
+const HANG_TIMEOUT_S: u64 = 2;
 
 const HEARTBEAT_TIMEOUT_S: u64 = 3;
 
@@ -563,13 +601,39 @@ impl Recovering {
             control_port: free_port(),
             max_restarts,
             members: Vec::new(),
+            hangs: false,
         };
+        this.start_pods();
+        this
+    }
+
+    /// Like `start`, with hang detection on and trainers that hang (`HANGING_TRAINER`).
+    fn start_hanging(job: &str, pods: usize) -> Recovering {
+        let api = FakeApi::start();
+        let dir = tempfile::tempdir().unwrap();
+        api.write_kubeconfig(&dir.path().join("kubeconfig"));
+        let mut this = Recovering {
+            api,
+            dir,
+            job: job.to_string(),
+            pods,
+            control_port: free_port(),
+            max_restarts: 0,
+            members: Vec::new(),
+            hangs: true,
+        };
+        this.start_pods();
+        this
+    }
+
+    fn start_pods(&mut self) {
+        let pods = self.pods;
+        let this = self;
         for _ in 0..pods {
             let i = this.add_pod();
             this.set_running(i);
         }
         this.until_each(&this.alive(), "started trainer-", 0.0);
-        this
     }
 
     /// A new Pending pod (new name, new IP) and its launcher, waiting for it.
@@ -578,8 +642,18 @@ impl Recovering {
         let name = format!("{}-{i}", self.job);
         self.api.put_pod(job_pod(&self.job, &name));
         let log = self.dir.path().join(format!("{i}.log"));
-        let child = pod_launcher(self.dir.path(), &self.job, self.pods, i, &name, &log)
-            .args(["run", "--", "sleep", "600"])
+        let mut command = pod_launcher(self.dir.path(), &self.job, self.pods, i, &name, &log);
+        if self.hangs {
+            let progress = self.dir.path().join(format!("progress-{i}"));
+            command
+                .args(["run", "--", "python3", "-c", HANGING_TRAINER])
+                .env("PADDLE_LAUNCHER_HANG_TIMEOUT", HANG_TIMEOUT_S.to_string())
+                .env("PADDLE_LAUNCHER_HANG_FIRST_WINDOW", "60")
+                .env("PADDLE_LAUNCHER_PROGRESS_FILE", progress);
+        } else {
+            command.args(["run", "--", "sleep", "600"]);
+        }
+        let child = command
             .env("PADDLE_LAUNCHER_PROTOCOL", "collective")
             .env(
                 "PADDLE_LAUNCHER_JOB_SECRET",
@@ -762,6 +836,52 @@ fn recovery() {
         );
     }
     println!();
+}
+
+/// A hang: from the moment the last trainer stopped progressing to every trainer of the job
+/// stopped (asked for its stacks first), at 3 and 32 pods.
+fn hang() {
+    println!("## 8. A hang found and stopped\n");
+    println!("Launchers with a job secret (collective protocol, heartbeat timeout {HEARTBEAT_TIMEOUT_S} s,");
+    println!("`--hang-timeout {HANG_TIMEOUT_S}`), Python trainers that write their progress file every 0.1 s and");
+    println!("stop for good at step 30 (rank 1 one step earlier, before writing it). From the moment the");
+    println!("last trainer stopped (its own clock) to every trainer of the job stopped (the launchers' log");
+    println!("lines); of that, {HANG_TIMEOUT_S} s are the timeout and 2 s the stacks' dump, by design.\n");
+    println!("| pods | hang onset -> every trainer stopped: median (max) | of which the launchers' own | suspect named |");
+    println!("|---|---|---|---|");
+    for (pods, runs) in [(3, 3), (32, 3)] {
+        let mut totals = Vec::new();
+        let mut named = 0;
+        for run in 0..runs {
+            let job = Recovering::start_hanging(&format!("hang{pods}r{run}"), pods);
+            let alive = job.alive();
+            let stopped = job.until_each(&alive, "was killed by SIGTERM", 0.0);
+            let onset = (0..pods)
+                .filter_map(|rank| {
+                    fs::read_to_string(job.dir.path().join(format!("onset-{rank}"))).ok()
+                })
+                .filter_map(|t| t.trim().parse::<f64>().ok())
+                .map(|t| t % 86_400.0)
+                .fold(f64::MIN, f64::max);
+            totals.push((stopped - onset) * 1000.0);
+            if (0..pods).all(|i| {
+                job.log(i)
+                    .contains(&format!("suspect pod hang{pods}r{run}-1 "))
+            }) {
+                named += 1;
+            }
+            job.stop();
+        }
+        let max = totals.iter().cloned().fold(f64::MIN, f64::max);
+        let designed = (HANG_TIMEOUT_S as f64 + 2.0) * 1000.0;
+        println!(
+            "| {pods} | {:.0} ms ({:.0} ms) | {:.0} ms | {named} of {runs} runs, on every pod |",
+            median(totals.clone()),
+            max,
+            median(totals) - designed,
+        );
+    }
+    println!("\nCommand: `cargo bench --bench launch -- hang`.\n");
 }
 
 /// Today's way, measured here: (failure -> every launcher exited, relaunch -> every trainer

@@ -108,7 +108,7 @@ fn jobset_and_volcano_manifests_match_their_crd_schemas() {
     );
     let role = find(&docs, "Role");
     assert_eq!(
-        role["rules"][1],
+        role["rules"][2],
         json!({"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get"]})
     );
     // The split layout as a JobSet: a `pserver` and a `trainer` replicated job.

@@ -22,6 +22,19 @@ pub struct CoordinatorCost {
     pub lost_frame: usize,
 }
 
+/// Hang detection's part of coordinating, measured on its own.
+#[derive(Debug, Clone, Copy)]
+pub struct ProgressCost {
+    /// One heartbeat of every follower carrying its progress, each frame authenticated,
+    /// parsed and noted by the core, as the links and the task do.
+    pub round: Duration,
+    /// The bytes of a heartbeat frame with progress, and without.
+    pub progress_frame: usize,
+    pub beat_frame: usize,
+    /// From a member's hang report to every `Lost` sealed, the suspect named from every report.
+    pub hang: Duration,
+}
+
 /// Measures a coordinator of `members` launchers (itself included).
 pub fn measure_coordinator(members: usize) -> CoordinatorCost {
     let names: Vec<String> = (0..members).map(|i| format!("job-{i}")).collect();
@@ -83,6 +96,92 @@ pub fn measure_coordinator(members: usize) -> CoordinatorCost {
         restart,
         go_frame,
         lost_frame,
+    }
+}
+
+/// A job of `members` launchers whose followers all report progress once, then one reports a
+/// hang.
+pub fn measure_progress(members: usize) -> ProgressCost {
+    let names: Vec<String> = (0..members).map(|i| format!("job-{i}")).collect();
+    let secret = &Secret(vec![7; 32]);
+    let now = tokio::time::Instant::now();
+    let (mut core, _) = Core::start(
+        Setup {
+            me: names[0].clone(),
+            others: names[1..].to_vec(),
+            view: "v".into(),
+            next_epoch: 0,
+            max_restarts: 3,
+            join_grace: Duration::from_secs(60),
+            membership: None,
+            ended: None,
+            who: String::new(),
+            report_every: Duration::from_secs(10),
+        },
+        now,
+    );
+    for (i, name) in names.iter().enumerate().skip(1) {
+        core.step(Input::Joined {
+            link: i as u64,
+            pod: name.clone(),
+            next_epoch: 0,
+            view: "v".into(),
+            max_restarts: 3,
+            who: format!(
+                "pod {name} on node n{i} (trainer id {i} of {})",
+                names.len()
+            ),
+        });
+    }
+    // What the followers send: a step in the thousands, a few seconds of quiet.
+    let mut frames = Vec::with_capacity(names.len());
+    let mut beat_frame = 0;
+    for i in 1..names.len() {
+        let mut follower = Session::new(secret, [3; 32], false);
+        let message = Message::Progress {
+            step: Some(120_000 + i as u64 % 7),
+            quiet_ms: 4_000 + i as u64,
+        };
+        frames.push(follower.seal(&message));
+        beat_frame = Session::new(secret, [3; 32], false)
+            .seal(&Message::Beat)
+            .len();
+    }
+    let progress_frame = frames.first().map_or(0, Vec::len);
+    let began = Instant::now();
+    for (i, frame) in frames.iter().enumerate() {
+        let mut link = Session::new(secret, [3; 32], true);
+        let length = u32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]) as usize;
+        let (payload, mac) = frame[4..].split_at(length);
+        if let Ok(Message::Progress { step, quiet_ms }) = link.open(payload, mac) {
+            core.step(Input::Progress {
+                link: i as u64 + 1,
+                pod: names[i + 1].clone(),
+                step,
+                last: now - Duration::from_millis(quiet_ms),
+            });
+        }
+    }
+    let progress_round = began.elapsed();
+    let mut sessions: Vec<Session> = (1..names.len())
+        .map(|_| Session::new(secret, [3; 32], true))
+        .collect();
+    let began = Instant::now();
+    let effects = core.step(Input::Said {
+        link: 1,
+        pod: names[1].clone(),
+        message: Message::Failed {
+            reason: "trainer-1 made no progress for 900 s".into(),
+            restartable: true,
+            hang: true,
+        },
+    });
+    std::hint::black_box(seal_broadcasts(&effects, &mut sessions));
+    ProgressCost {
+        round: progress_round,
+        progress_frame,
+        beat_frame,
+        hang: began.elapsed(),
     }
 }
 

@@ -68,7 +68,7 @@ mod simulation;
 mod wire;
 
 use coordinator::{Core, Effect, Input, Setup};
-pub use cost::{measure_coordinator, CoordinatorCost};
+pub use cost::{measure_coordinator, measure_progress, CoordinatorCost, ProgressCost};
 
 use follower::follow;
 use wire::*;
