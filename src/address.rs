@@ -5,6 +5,7 @@ use std::net::{IpAddr, ToSocketAddrs};
 
 use crate::config::Config;
 use crate::error::{ConfigError, Error};
+use crate::network::SocketSetting;
 
 /// This pod's own address: POD_IP, else the NIC's address (IPv4 first), else the hostname's
 /// (looked up only then: it is a blocking resolver call, and NSS may be missing in a static
@@ -63,6 +64,26 @@ pub fn own_ip(
         )
         .into()
     })
+}
+
+/// NCCL's and gloo's socket interface for a pod at `ip` (`network::choose`), the user's own
+/// values read from this process's environment.
+pub fn sockets(config: &Config, ip: IpAddr, interfaces: &Interfaces) -> Vec<SocketSetting> {
+    let listed = interfaces.as_deref().unwrap_or(&[]);
+    crate::network::choose(config.topology.protocol, ip, listed, |variable| {
+        std::env::var(variable).ok()
+    })
+}
+
+/// How `plan`'s and `doctor`'s readers see a choice: "NCCL_SOCKET_IFNAME==eth0 (eth0 holds ...)".
+pub fn said(setting: &SocketSetting) -> String {
+    match &setting.value {
+        Some(value) => format!("{}={value} ({})", setting.variable, setting.why),
+        None => format!(
+            "{}: not set by the launcher ({})",
+            setting.variable, setting.why
+        ),
+    }
 }
 
 /// This host's interfaces and addresses, or why they could not be listed.

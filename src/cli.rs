@@ -326,6 +326,12 @@ pub struct JobArgs {
     /// Failed, terminating or back with another IP: `true` or `false` [default: true].
     #[arg(long, env = "PADDLE_LAUNCHER_WATCH_PEERS")]
     pub watch_peers: Option<String>,
+    /// Before a collective trainer starts, check that every peer pod's trainer endpoint answers
+    /// a TCP connection from this pod's address (accepted or refused, within 3 s): an
+    /// unreachable peer ends the pod at once (status 81), naming it, instead of a hang in
+    /// NCCL's or gloo's init: `true` or `false` [default: true].
+    #[arg(long, env = "PADDLE_LAUNCHER_CHECK_PEERS")]
+    pub check_peers: Option<String>,
     /// Shared secret of the job's launchers (from a Kubernetes Secret; at least 32 characters).
     /// Setting it turns on the control channel: every launcher sends heartbeats to the
     /// coordinating launcher, and a silent one stops the job (status 78), or costs it a restart

@@ -95,6 +95,10 @@ pub async fn doctor(
         my_ip,
         config.ports.nic
     ));
+    config.ports.sockets = crate::address::sockets(&config, my_ip, interfaces);
+    for setting in &config.ports.sockets {
+        lines.push(format!("network: {}", crate::address::said(setting)));
+    }
     let groups = match &config.topology.discovery {
         Discovery::Static { ips } => {
             lines.push(format!(

@@ -66,6 +66,15 @@ pub enum Error {
     /// The trainer made no progress within its limit (`reason` says how long, by what).
     #[error("{reason}")]
     Hung { reason: String },
+    /// Peers whose trainer endpoint did not answer from this pod's address.
+    #[error(
+        "{peers} did not answer a TCP connection from this pod's address {from} within {limit_s} s: NCCL or gloo would hang at their init; check the NetworkPolicies and routes between the pods (or set PADDLE_LAUNCHER_CHECK_PEERS=false)"
+    )]
+    PeersUnreachable {
+        peers: String,
+        from: std::net::IpAddr,
+        limit_s: u64,
+    },
     /// The job hangs, as the control channel told (`reason` names the suspect); this pod's
     /// processes were stopped after its trainer was asked for its stacks.
     #[error("job stopped: {reason}; stopped {stopped} after asking the trainer for its stacks")]
@@ -114,6 +123,7 @@ impl Error {
             Error::PserverDied { .. } => exit::PSERVER_DIED,
             Error::PeerLost { .. } => exit::PEER_LOST,
             Error::Hung { .. } | Error::JobHung { .. } => exit::HANG,
+            Error::PeersUnreachable { .. } => exit::PEERS_UNREACHABLE,
             Error::Spawn { source, .. } => match source.kind() {
                 io::ErrorKind::NotFound => exit::NOT_FOUND,
                 io::ErrorKind::PermissionDenied => exit::CANNOT_EXECUTE,

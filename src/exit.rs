@@ -53,6 +53,10 @@ pub const SOURCE_UNUSABLE: i32 = 79;
 /// into its log and it was stopped. Usually the infrastructure's (a rank stuck in a collective,
 /// a hung filesystem): the Job may retry it.
 pub const HANG: i32 = 80;
+/// A peer pod's trainer endpoint did not answer from this pod's address (--check-peers): NCCL
+/// or gloo would hang at their init. A network matter (a NetworkPolicy, a route): not retried
+/// in place.
+pub const PEERS_UNREACHABLE: i32 = 81;
 /// A command was found but could not be executed (shell convention).
 pub const CANNOT_EXECUTE: i32 = 126;
 /// A command was not found (shell convention).

@@ -26,6 +26,7 @@ pub(crate) mod launch;
 pub(crate) mod local;
 pub(crate) mod manifest;
 pub(crate) mod membership;
+pub(crate) mod network;
 pub(crate) mod peers;
 pub(crate) mod plan;
 pub(crate) mod protocol;

@@ -131,6 +131,8 @@ pub struct Plan {
     pub restart_count: u32,
     /// The batch system that created this pod and the settings taken from it; null: none.
     pub runtime: Option<crate::config::RuntimeReport>,
+    /// NCCL's and gloo's socket interface: what the processes are given, and why.
+    pub sockets: Vec<crate::network::SocketSetting>,
 }
 
 /// The variable that tells the training program which restart epoch it runs in.

@@ -730,6 +730,14 @@ fn real_paddle_hang_is_found_restarted_and_resumed_from_its_checkpoint() {
     let all = outputs.join("\n");
     assert_contains(&all, "made no progress for ");
     assert_contains(&all, "(--hang-timeout) = 3 s)");
+    // Rank 1 never began step 10 (the example writes each step as it begins): named on every
+    // pod, whichever launcher found the hang first.
+    for output in &outputs {
+        assert_contains(
+            output,
+            "the job hangs: suspect pod hang-1 (trainer id 1 of 3): furthest behind, at step 9",
+        );
+    }
     // The stacks of the trainer judged hung, with the frames of the program (Paddle's own
     // fatal-signal handler would have printed only its C++ state).
     assert_contains(&all, "(most recent call first):");

@@ -182,6 +182,11 @@ pub struct Ports {
     pub pserver: PortLayout,
     /// Port of each trainer's own endpoint (fleet, collective).
     pub trainer: u16,
+    /// Before a collective trainer starts, check that every peer's address answers.
+    pub check_peers: bool,
+    /// The socket interfaces chosen for NCCL and gloo, and why (filled in once the pod's own
+    /// address and the host's interfaces are known: see `network::choose`).
+    pub sockets: Vec<crate::network::SocketSetting>,
 }
 
 /// What runs: the commands, and the training program with its arguments.

@@ -42,6 +42,7 @@ pub const TEST_FILES: Opt = Opt("test_files");
 pub const DNS: Opt = Opt("dns");
 pub const DNS_SERVER: Opt = Opt("dns_server");
 pub const WATCH_PEERS: Opt = Opt("watch_peers");
+pub const CHECK_PEERS: Opt = Opt("check_peers");
 pub const TERMINATION_LOG: Opt = Opt("termination_log");
 pub const WORKDIR: Opt = Opt("workdir");
 pub const JOB_PATH: Opt = Opt("job_path");
@@ -92,6 +93,7 @@ pub(super) const NAMED_OPTIONS: &[Opt] = &[
     DNS,
     DNS_SERVER,
     WATCH_PEERS,
+    CHECK_PEERS,
     TERMINATION_LOG,
     WORKDIR,
     JOB_PATH,
@@ -130,6 +132,20 @@ pub(super) fn required(
     present(value)
         .map(str::to_string)
         .ok_or_else(|| ConfigError::new(variable, "", format!("{what} (it is required)")))
+}
+
+/// `true` or `false` (also 1/0, yes/no), `default` when unset.
+pub(super) fn parse_bool(
+    value: &Option<String>,
+    variable: Opt,
+    default: bool,
+) -> Result<bool, ConfigError> {
+    match present(value) {
+        None => Ok(default),
+        Some("true" | "1" | "yes") => Ok(true),
+        Some("false" | "0" | "no") => Ok(false),
+        Some(other) => Err(ConfigError::new(variable, other, "true or false")),
+    }
 }
 
 pub(super) fn parse_int(

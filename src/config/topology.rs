@@ -103,11 +103,7 @@ impl Topology {
             trainers: layout.trainers,
             pservers: layout.pservers,
             max_failed_trainers,
-            watch_peers: match present(&args.watch_peers).unwrap_or("true") {
-                "true" | "1" | "yes" => true,
-                "false" | "0" | "no" => false,
-                other => return Err(ConfigError::new(WATCH_PEERS, other, "true or false")),
-            },
+            watch_peers: parse_bool(&args.watch_peers, WATCH_PEERS, true)?,
             trainers_to_finish: layout.trainers_to_finish,
             pod_ip,
             pod_name,

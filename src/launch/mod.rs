@@ -87,6 +87,12 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
     let mut config =
         crate::batch::discover::configure(args, &interfaces, crate::address::hostname_ip).await?;
     let my_ip = own_ip(&config, &interfaces, crate::address::hostname_ip)?;
+    config.ports.sockets = crate::address::sockets(&config, my_ip, &interfaces);
+    if !plan_only {
+        for setting in &config.ports.sockets {
+            info!("{}", crate::address::said(setting));
+        }
+    }
     // Read before any network call, like every other bad value.
     coordination::refuse_split_channel(&config)?;
     // Only a pod with a trainer, with hang detection on, needs its progress file.
@@ -219,7 +225,36 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
         if let Some(done) = trainers_done {
             supervisor.end_when(done);
         }
-        let mut result = drive(&mut supervisor, &plan, &config, channel.as_ref()).await;
+        let silent = match peers_to_check(&plan, &config) {
+            peers if peers.is_empty() => Vec::new(),
+            peers => {
+                let doing = format!(
+                    "checking that every peer's trainer endpoint answers from {my_ip} ({}, at most {} s each)",
+                    crate::vocabulary::count(peers.len(), "peer"),
+                    PEER_CHECK_TIMEOUT.as_secs()
+                );
+                info!("{doing}");
+                interruptible(
+                    Some(&mut supervisor),
+                    &doing,
+                    false,
+                    silent_peers(my_ip, peers),
+                )
+                .await?
+            }
+        };
+        let mut result = match silent.as_slice() {
+            [] => drive(&mut supervisor, &plan, &config, channel.as_ref()).await,
+            _ => Err(Error::PeersUnreachable {
+                peers: silent
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                from: my_ip,
+                limit_s: PEER_CHECK_TIMEOUT.as_secs(),
+            }),
+        };
         let hung = match &result {
             Ok(outcome) => outcome.code == exit::HANG,
             Err(e) => e.exit_code() == exit::HANG,
@@ -361,6 +396,56 @@ fn for_the_job(
         _ => format!("{JOB_STOPPED}{who_at}: {}", outcome.reason),
     };
     outcome
+}
+
+/// The trainer endpoints of the peers a collective trainer connects to at its init: checked
+/// before it starts (`--check-peers`), so that a peer this pod cannot reach is named at once
+/// instead of found by a hang in NCCL's or gloo's init. Peers at this pod's own address (host
+/// network) are not checked.
+fn peers_to_check(plan: &Plan, config: &Config) -> Vec<SocketAddr> {
+    let collective = config.topology.protocol == crate::vocabulary::Protocol::Collective;
+    if !config.ports.check_peers || !collective || plan.trainer_id.is_none() {
+        return Vec::new();
+    }
+    plan.pods
+        .iter()
+        .filter(|pod| pod.ip != plan.pod_ip)
+        .map(|pod| SocketAddr::new(pod.ip, config.ports.trainer))
+        .collect()
+}
+
+/// How long one peer may take to answer, and how many are asked at once.
+const PEER_CHECK_TIMEOUT: Duration = Duration::from_secs(3);
+const PEER_CHECK_AT_ONCE: usize = 256;
+
+/// The peers that did not answer a TCP connection from `from` within the timeout. A refusal is
+/// an answer: the peer's trainer may not listen yet, but its pod is reachable.
+async fn silent_peers(from: IpAddr, peers: Vec<SocketAddr>) -> Vec<SocketAddr> {
+    use futures::StreamExt;
+    futures::stream::iter(peers)
+        .map(|peer| async move { (!answers(from, peer).await).then_some(peer) })
+        .buffer_unordered(PEER_CHECK_AT_ONCE)
+        .filter_map(std::future::ready)
+        .collect()
+        .await
+}
+
+async fn answers(from: IpAddr, peer: SocketAddr) -> bool {
+    let socket = match peer {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+    };
+    // This pod's address is not one to connect from (a POD_IP that is not local): nothing
+    // this check can say.
+    let Ok(socket) = socket else { return true };
+    if socket.bind(SocketAddr::new(from, 0)).is_err() {
+        return true;
+    }
+    match timeout(PEER_CHECK_TIMEOUT, socket.connect(peer)).await {
+        Ok(Ok(_)) => true,
+        Ok(Err(e)) => e.kind() == std::io::ErrorKind::ConnectionRefused,
+        Err(_) => false,
+    }
 }
 
 /// A hang's own event, before the restart or the end it led to: what a user searches for.

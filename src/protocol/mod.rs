@@ -100,6 +100,12 @@ pub fn process(
         let file = config.workspace.progress_file.display().to_string();
         env.insert(crate::config::PROGRESS_FILE.env().to_string(), file);
     }
+    // NCCL's and gloo's interface: the pod IP's (only collective and fleet get any).
+    for socket in &config.ports.sockets {
+        if let Some(value) = &socket.value {
+            env.insert(socket.variable.to_string(), value.clone());
+        }
+    }
     ProcessSpec {
         name: format!("{}-{rank}", role.as_str()),
         role,
@@ -266,6 +272,7 @@ pub fn plan(config: &Config, membership: &Membership, me: &Me, inputs: &InputFil
         control: ControlPlan::new(config, membership, me),
         restart_count: 0,
         runtime: config.runtime.clone(),
+        sockets: config.ports.sockets.clone(),
     }
 }
 
