@@ -250,9 +250,17 @@ pub struct JobArgs {
     /// finishing) [default: 30].
     #[arg(long, env = "PADDLE_LAUNCHER_LINGER")]
     pub linger: Option<String>,
-    /// Seconds between forwarding SIGTERM and sending SIGKILL to the children [default: 10].
+    /// Seconds between forwarding SIGTERM and sending SIGKILL to the children [default: what
+    /// the pod allows (--pod-grace-period, or its spec read from the API) less 5 s for the
+    /// launcher's own exit, halved with a control channel (the coordinator may wait as long for
+    /// the others' stop); 10 when the pod's is unknown].
     #[arg(long, env = "PADDLE_LAUNCHER_GRACE_PERIOD")]
     pub grace_period: Option<String>,
+    /// The pod's terminationGracePeriodSeconds: the time between the kubelet's SIGTERM to the
+    /// launcher and its SIGKILL, which the children's grace period must fit in (`manifest` sets
+    /// it; read from the pod's spec when the launcher finds its pods through the API).
+    #[arg(long, env = "PADDLE_LAUNCHER_POD_GRACE_PERIOD")]
+    pub pod_grace_period: Option<String>,
     /// Seconds a trainer may make no progress before it is judged hung: its threads' stacks are
     /// dumped into its log, then it is stopped (status 80, or a group restart). Progress is
     /// output, or, once the trainer has written it, a write to PADDLE_LAUNCHER_PROGRESS_FILE;

@@ -464,6 +464,10 @@ const FROM_DOWNWARD_API: &[(Opt, &str, Option<&str>)] = &[
     (options::POD_NAME, "metadata.name", None),
 ];
 
+/// The pods' terminationGracePeriodSeconds: room for the children's stop (12 s with a channel,
+/// 25 without) and the launcher's last words.
+const POD_GRACE_SECONDS: u64 = 30;
+
 fn container_env(request: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
     let mut env: Vec<Value> = FROM_DOWNWARD_API
         .iter()
@@ -477,6 +481,12 @@ fn container_env(request: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
             .map(|(opt, _, value)| env_value(opt.env(), value)),
     );
     env.push(env_value(options::WORKDIR.env(), WORKDIR));
+    // The children's grace period fits the pod's (a follower of a named coordinator does not
+    // read its own pod's spec).
+    env.push(env_value(
+        options::POD_GRACE_PERIOD.env(),
+        POD_GRACE_SECONDS,
+    ));
     // The root filesystem is read-only: the id files go to the work directory.
     env.push(env_value(options::ID_DIR.env(), WORKDIR));
     if has_channel(kind) {
@@ -743,10 +753,10 @@ fn job(request: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Val
             "metadata": {"labels": labels},
             "spec": {
                 "restartPolicy": "Never",
-                // Longer than the launcher's grace period (10 s) twice and a few seconds: it stops
-                // its children, then (the coordinating launcher) waits as long for the others'
-                // stop to decide their verdict, then says its last words.
-                "terminationGracePeriodSeconds": 30,
+                // The launchers are told it (POD_GRACE_PERIOD): the children get what it allows
+                // less the launcher's own exit, halved with a channel (the coordinating launcher
+                // stops its children, then waits as long for the others' stop).
+                "terminationGracePeriodSeconds": POD_GRACE_SECONDS,
                 "securityContext": {
                     "runAsNonRoot": true,
                     "runAsUser": USER,

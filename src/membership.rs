@@ -77,6 +77,8 @@ pub struct PodView {
     pub gates: Vec<String>,
     /// How its failed container ended (status, OOMKilled, termination message), if it has.
     pub ended: Option<String>,
+    /// Its spec's terminationGracePeriodSeconds.
+    pub grace_period: Option<u64>,
 }
 
 impl PodView {
@@ -566,6 +568,7 @@ pub(crate) mod tests {
             waiting_reason: None,
             gates: Vec::new(),
             ended: None,
+            grace_period: None,
         }
     }
 

@@ -194,6 +194,7 @@ fn a_hundred_thousand_pods_are_judged_and_ranked() {
             waiting_reason: None,
             gates: Vec::new(),
             ended: None,
+            grace_period: None,
         })
         .collect();
     let Readiness::Ready(ready) = readiness(&pods, 100_000) else {

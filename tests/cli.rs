@@ -178,3 +178,26 @@ fn a_misspelt_variable_gets_a_did_you_mean() {
         "{stderr}"
     );
 }
+
+/// A grace period for the children longer than the pod's own: the kubelet would kill them
+/// first. Refused before anything starts, naming both.
+#[test]
+fn a_grace_period_longer_than_the_pods_is_refused() {
+    let out = launcher(
+        &["run", "--", "true"],
+        &[
+            ("JOB_NAME", "g"),
+            ("PADDLE_LAUNCHER_PEERS", "127.0.0.2"),
+            ("POD_IP", "127.0.0.2"),
+            ("PADDLE_LAUNCHER_PROTOCOL", "collective"),
+            ("PADDLE_LAUNCHER_GRACE_PERIOD", "40"),
+            ("PADDLE_LAUNCHER_POD_GRACE_PERIOD", "30"),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("invalid PADDLE_LAUNCHER_GRACE_PERIOD (--grace-period): \"40\": expected at most the pod's grace period, 30 s"),
+        "{stderr}"
+    );
+}

@@ -506,3 +506,40 @@ fn a_job_held_by_kueue_waits_for_admission_without_timing_out() {
         assert_eq!(done.code(), 0, "{}", done.stderr);
     }
 }
+
+/// The children's grace period follows the pod's: read from the pod's spec with the pods
+/// (terminationGracePeriodSeconds 11: 11 - 5 s for the launcher's own exit), so that a stop
+/// neither cuts the trainer short of what the pod allows nor outlasts it.
+#[test]
+fn the_childrens_grace_period_is_the_pods_less_the_launchers_own_exit() {
+    let cluster = Cluster::new();
+    let mut pod = job_pod("grace", "grace-0");
+    pod["spec"]["terminationGracePeriodSeconds"] = serde_json::json!(11);
+    pod["status"] = serde_json::json!({"phase": "Running", "podIP": "127.0.0.61"});
+    cluster.api.put_pod(pod);
+    let mut env = cluster.env("grace", 1);
+    env.extend([
+        ("POD_IP", "127.0.0.61".to_string()),
+        ("POD_NAME", "grace-0".to_string()),
+        ("PADDLE_LAUNCHER_PROTOCOL", "collective".to_string()),
+        ("PADDLE_LAUNCHER_TRAINER_PORT", free_ports(1).to_string()),
+    ]);
+    let launcher = Launcher::start(
+        cluster.dir.path(),
+        "grace-0",
+        &["run", "--", "sleep", "60"],
+        &env,
+    );
+    launcher.wait_for_output("started trainer-0", LIMIT);
+    launcher.signal(nix::sys::signal::Signal::SIGTERM);
+    let done = launcher.wait(LIMIT);
+    assert_eq!(done.code(), 143, "{}", done.stderr);
+    assert_contains(
+        &done.stderr,
+        "the children's grace period: 6 s (this pod's terminationGracePeriodSeconds is 11 s)",
+    );
+    assert_contains(
+        &done.stderr,
+        "stopping trainer-0 with SIGTERM (SIGKILL after 6 s)",
+    );
+}

@@ -15,7 +15,7 @@ use crate::error::ConfigError;
 use crate::selector::{is_dns_label, is_dns_subdomain, LabelSelector};
 use crate::vocabulary::{PodRole, Protocol};
 pub use options::*;
-pub use parts::termination_log;
+pub use parts::{children_grace, termination_log};
 
 /// The pserver's ports: `first .. first + dense + sparse - 1` on every pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -206,7 +206,12 @@ pub struct Timing {
     pub wait_timeout: Option<Duration>,
     pub pserver_timeout: Duration,
     pub linger: Duration,
+    /// The children's time between SIGTERM and SIGKILL (see `children_grace`).
     pub grace_period: Duration,
+    /// --grace-period as given; None: derived from the pod's.
+    pub grace_given: Option<Duration>,
+    /// The pod's terminationGracePeriodSeconds, when known.
+    pub pod_grace: Option<Duration>,
     /// How long a trainer may make no progress; None: never judged hung.
     pub hang_timeout: Option<Duration>,
     /// How long it may take to its first progress.
@@ -298,6 +303,27 @@ pub const GENERATED_TRAINER_FLAGS: &[&str] = &[
 
 #[cfg(test)]
 mod tests {
+    /// The children's grace period: as given (never above the pod's), else the pod's less the
+    /// launcher's own exit, halved with a channel, at least 1 s; 10 s when nothing is known.
+    #[test]
+    fn the_childrens_grace_period_fits_the_pods() {
+        let s = Duration::from_secs;
+        let grace = |given: Option<u64>, pod: Option<u64>, channel| {
+            children_grace(given.map(s), pod.map(s), channel)
+        };
+        assert_eq!(grace(None, None, true), Ok(s(10)));
+        assert_eq!(grace(None, Some(30), false), Ok(s(25)));
+        assert_eq!(grace(None, Some(30), true), Ok(s(12)));
+        assert_eq!(grace(None, Some(2), false), Ok(s(1)));
+        assert_eq!(grace(Some(20), Some(30), true), Ok(s(20)));
+        assert_eq!(grace(Some(20), None, true), Ok(s(20)));
+        let too_long = grace(Some(40), Some(30), false).unwrap_err().to_string();
+        assert_eq!(
+            too_long,
+            "invalid PADDLE_LAUNCHER_GRACE_PERIOD (--grace-period): \"40\": expected at most the pod's grace period, 30 s (PADDLE_LAUNCHER_POD_GRACE_PERIOD (--pod-grace-period)): the kubelet kills the launcher and its children then"
+        );
+    }
+
     use super::options::NAMED_OPTIONS;
     use super::*;
 

@@ -22,6 +22,7 @@ pub const WAIT_TIMEOUT: Opt = Opt("wait_timeout");
 pub const PSERVER_TIMEOUT: Opt = Opt("pserver_timeout");
 pub const LINGER: Opt = Opt("linger");
 pub const GRACE_PERIOD: Opt = Opt("grace_period");
+pub const POD_GRACE_PERIOD: Opt = Opt("pod_grace_period");
 pub const HANG_TIMEOUT: Opt = Opt("hang_timeout");
 pub const HANG_FIRST_WINDOW: Opt = Opt("hang_first_window");
 pub const PROGRESS_FILE: Opt = Opt("progress_file");
@@ -74,6 +75,7 @@ pub(super) const NAMED_OPTIONS: &[Opt] = &[
     PSERVER_TIMEOUT,
     LINGER,
     GRACE_PERIOD,
+    POD_GRACE_PERIOD,
     HANG_TIMEOUT,
     HANG_FIRST_WINDOW,
     PROGRESS_FILE,

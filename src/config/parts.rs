@@ -82,11 +82,54 @@ impl Program {
     }
 }
 
+/// What the launcher keeps of the pod's grace period for its own exit after its children's:
+/// the verdict's last round trip, the termination message, the events' flush.
+pub const OWN_EXIT_MARGIN: Duration = Duration::from_secs(5);
+/// The children's grace period when the pod's is not known.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
+
+/// The children's time between SIGTERM and SIGKILL: as given (never longer than the pod's:
+/// the kubelet kills everything then), else what the pod's allows less the launcher's own
+/// exit, halved with a control channel (a coordinator whose pod is deleted stops its children,
+/// then waits as long for the others' stop before its verdict), at least 1 s.
+pub fn children_grace(
+    given: Option<Duration>,
+    pod: Option<Duration>,
+    channel: bool,
+) -> Result<Duration, ConfigError> {
+    match (given, pod) {
+        (Some(given), Some(pod)) if given > pod => Err(ConfigError::new(
+            GRACE_PERIOD,
+            &given.as_secs().to_string(),
+            format!(
+                "at most the pod's grace period, {} s ({}): the kubelet kills the launcher and its children then",
+                pod.as_secs(),
+                POD_GRACE_PERIOD
+            ),
+        )),
+        (Some(given), _) => Ok(given),
+        (None, Some(pod)) => {
+            let usable = pod.saturating_sub(OWN_EXIT_MARGIN);
+            let share = if channel { usable / 2 } else { usable };
+            Ok(Duration::from_secs(share.as_secs().max(1)))
+        }
+        (None, None) => Ok(DEFAULT_GRACE),
+    }
+}
+
 impl Timing {
     pub fn from_args(args: &JobArgs) -> Result<Timing, ConfigError> {
         let wait_timeout = seconds(&args.wait_timeout, WAIT_TIMEOUT, 1800)?;
         let pserver_timeout = seconds(&args.pserver_timeout, PSERVER_TIMEOUT, 300)?;
         let hang_timeout = seconds(&args.hang_timeout, HANG_TIMEOUT, 0)?;
+        let grace_given = present(&args.grace_period)
+            .map(|_| seconds(&args.grace_period, GRACE_PERIOD, 0))
+            .transpose()?;
+        let pod_grace = present(&args.pod_grace_period)
+            .map(|_| seconds(&args.pod_grace_period, POD_GRACE_PERIOD, 0))
+            .transpose()?;
+        let channel =
+            present(&args.job_secret).is_some() || present(&args.job_secret_file).is_some();
         // Set-up (reading data, compiling, NCCL's init) often takes longer than a step.
         let default_window = hang_timeout.max(DEFAULT_HANG_FIRST_WINDOW).as_secs();
         let hang_first_window =
@@ -102,7 +145,9 @@ impl Timing {
             wait_timeout: (!wait_timeout.is_zero()).then_some(wait_timeout),
             pserver_timeout,
             linger: seconds(&args.linger, LINGER, 30)?,
-            grace_period: seconds(&args.grace_period, GRACE_PERIOD, 10)?,
+            grace_period: children_grace(grace_given, pod_grace, channel)?,
+            grace_given,
+            pod_grace,
             hang_timeout: Some(hang_timeout).filter(|t| !t.is_zero()),
             hang_first_window,
         })

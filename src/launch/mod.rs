@@ -448,6 +448,37 @@ async fn answers(from: IpAddr, peer: SocketAddr) -> bool {
     }
 }
 
+/// The pod's grace period as its spec says (read with the pods): the children's follows it,
+/// unless --grace-period or --pod-grace-period said otherwise.
+fn grace_from_the_pod(config: &mut Config, supervisor: &mut Supervisor, pod_grace: Duration) {
+    let timing = &mut config.timing;
+    if timing.pod_grace.is_some() {
+        return;
+    }
+    timing.pod_grace = Some(pod_grace);
+    if let Some(given) = timing.grace_given.filter(|given| *given > pod_grace) {
+        warn!(
+            "{} is {} s, longer than this pod's terminationGracePeriodSeconds ({} s): the kubelet will kill the children before it ends",
+            crate::config::GRACE_PERIOD,
+            given.as_secs(),
+            pod_grace.as_secs()
+        );
+        return;
+    }
+    let channel = config.control.secret.is_some();
+    if let Ok(grace) = crate::config::children_grace(timing.grace_given, Some(pod_grace), channel) {
+        if grace != timing.grace_period {
+            info!(
+                "the children's grace period: {} s (this pod's terminationGracePeriodSeconds is {} s)",
+                grace.as_secs(),
+                pod_grace.as_secs()
+            );
+        }
+        timing.grace_period = grace;
+        supervisor.grace = grace;
+    }
+}
+
 /// A hang's own event, before the restart or the end it led to: what a user searches for.
 fn post_hang(events: &mut JobEvents, hung: bool, reason: &str) {
     if hung {
@@ -590,6 +621,9 @@ async fn gather(
             found => found?,
         };
         let (plan, membership, me) = plan_for(config, &found, my_ip, inputs)?;
+        if let Some(pod_grace) = found.own_grace {
+            grace_from_the_pod(config, supervisor, pod_grace);
+        }
         let peers::Found {
             peer_loss,
             trainers_done,
@@ -870,6 +904,7 @@ async fn follow_coordinator(
         membership,
         namespace: None,
         api: None,
+        own_grace: None,
         peer_loss: None,
         trainers_done: None,
     };

@@ -605,6 +605,11 @@ pub fn ranked_view(pod: &Pod, ranking: &Ranking) -> PodView {
         waiting_reason: waiting_reason(pod),
         gates: gates(pod),
         ended: container_ended(pod),
+        grace_period: pod
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.termination_grace_period_seconds)
+            .and_then(|seconds| u64::try_from(seconds).ok()),
     }
 }
 

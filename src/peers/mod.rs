@@ -17,6 +17,8 @@ pub struct Found {
     pub namespace: Option<String>,
     /// The API server the pods were found through, when they were.
     pub api: Option<kubernetes::ApiServer>,
+    /// This pod's terminationGracePeriodSeconds, when its spec was read.
+    pub own_grace: Option<std::time::Duration>,
     pub peer_loss: Option<BoxFuture<'static, String>>,
     /// For a pserver of the split layout: resolves when every trainer pod has Succeeded.
     pub trainers_done: Option<BoxFuture<'static, Result<String, String>>>,
@@ -27,6 +29,7 @@ pub struct Found {
 pub async fn discover(config: &Config, members_before: &[String]) -> Result<Found, Error> {
     let mut trainers_done = None;
     let mut api = None;
+    let mut own_grace = None;
     let (groups, namespace, peer_loss) = match &config.topology.discovery {
         Discovery::Static { ips } => {
             let members = static_list::members(&config.topology.job_name, ips);
@@ -56,6 +59,16 @@ pub async fn discover(config: &Config, members_before: &[String]) -> Result<Foun
                 members_before,
             )
             .await?;
+            let topology = &config.topology;
+            own_grace = ready
+                .iter()
+                .flatten()
+                .find(|pod| {
+                    topology.pod_name.as_deref() == Some(pod.name.as_str())
+                        || (topology.pod_name.is_none() && pod.ip == topology.pod_ip)
+                })
+                .and_then(|pod| pod.grace_period)
+                .map(std::time::Duration::from_secs);
             let ranked: Vec<(GroupKind, Vec<Member>)> = groups
                 .iter()
                 .zip(ready)
@@ -71,6 +84,7 @@ pub async fn discover(config: &Config, members_before: &[String]) -> Result<Foun
         membership: Membership::from_groups(config.topology.protocol, groups),
         namespace,
         api,
+        own_grace,
         peer_loss,
         trainers_done,
     })
