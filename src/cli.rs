@@ -134,9 +134,11 @@ pub struct ManifestArgs {
     #[arg(long, default_value_t = 900)]
     pub hang_timeout: u32,
     /// What runs the pods: `job` (batch/v1 Jobs), `jobset` (a JobSet: one replicated job per
-    /// kind of pod) or `volcano` (a Volcano Job: one task per kind of pod, with its env and svc
-    /// plugins). Under `jobset` and `volcano` the pods set no job name, count or role: their
-    /// launchers read them from the system (see --runtime of `run`).
+    /// kind of pod), `volcano` (a Volcano Job: one task per kind of pod, with its env and svc
+    /// plugins) or `trainer` (Kubeflow Trainer v2: a ClusterTrainingRuntime named --job-name
+    /// whose `node` replicated job runs the launcher, and an example TrainJob using it). Under
+    /// all but `job` the pods set no job name, count or role: their launchers read them from
+    /// the system (see --runtime of `run`).
     #[arg(long, value_enum, default_value_t = ManifestRuntime::Job)]
     pub runtime: ManifestRuntime,
     /// A queue: Kueue's `kueue.x-k8s.io/queue-name` label on the Jobs or the JobSet (created
@@ -159,6 +161,7 @@ pub struct ManifestArgs {
 pub enum ManifestRuntime {
     Job,
     Jobset,
+    Trainer,
     Volcano,
 }
 

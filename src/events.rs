@@ -66,11 +66,20 @@ impl JobEvents {
         }
     }
 
-    /// Queues an event; never waits. Past `MAX_EVENTS`, dropped.
+    /// Queues an event; never waits. Past `MAX_EVENTS` (less one, kept for the end), dropped.
     pub fn post(&mut self, kind: Kind, reason: &'static str, message: &str) {
-        if self.queued >= MAX_EVENTS {
+        if self.queued + 1 >= MAX_EVENTS {
             return;
         }
+        self.queue(kind, reason, message);
+    }
+
+    /// The job's end: always queued, however many restarts were posted before it.
+    pub fn post_final(&mut self, kind: Kind, reason: &'static str, message: &str) {
+        self.queue(kind, reason, message);
+    }
+
+    fn queue(&mut self, kind: Kind, reason: &'static str, message: &str) {
         self.queued += 1;
         let message = message.chars().take(MAX_MESSAGE).collect();
         if let Some(queue) = &self.queue {
@@ -85,15 +94,15 @@ impl JobEvents {
     /// Lets what is queued go out, for at most `limit` (the launcher is about to exit).
     pub async fn flush(&mut self, limit: Duration) {
         self.queue = None;
-        if let Some(task) = self.task.as_mut() {
-            if timeout(limit, task).await.is_err() {
+        if let Some(mut task) = self.task.take() {
+            if timeout(limit, &mut task).await.is_err() {
                 debug!(
                     "Kubernetes events: not all were posted within {} s",
                     limit.as_secs()
                 );
+                task.abort();
             }
         }
-        self.task = None;
     }
 }
 

@@ -149,6 +149,13 @@ pub fn documents(request: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
             "--pservers of at least 1 and a protocol with pservers (v1, v2, fleet)",
         ));
     }
+    if request.split && request.runtime == ManifestRuntime::Trainer {
+        return Err(invalid(
+            "--split",
+            "true",
+            "the one-kind layout with --runtime trainer (Trainer v2 runs one `node` replicated job; use --runtime jobset or volcano for the split layout)",
+        ));
+    }
     if request.split && request.max_restarts > 0 {
         return Err(invalid(
             "--max-restarts",
@@ -274,9 +281,57 @@ pub fn documents(request: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
         }
         ManifestRuntime::Jobset => docs.push(jobset(request, &kinds, &account)),
         ManifestRuntime::Volcano => docs.push(volcano_job(request, &kinds, &account)),
+        ManifestRuntime::Trainer => docs.extend(training_runtime(request, &kinds, &account)),
     }
     Ok(docs)
 }
+
+/// Kubeflow Trainer v2 (trainer.kubeflow.org/v1alpha1): a ClusterTrainingRuntime for Paddle,
+/// which Trainer has none of (its runtimes are torch, deepspeed, jax, mlx, xgboost), and an
+/// example TrainJob. Trainer renders a TrainJob as a JobSet named after it whose `node`
+/// replicated job's container `node` it may override (image, command, args, env, resources);
+/// the launcher reads the job's name and size from that JobSet, as under `--runtime jobset`,
+/// and plain `numNodes` is the only ML policy it needs.
+fn training_runtime(request: &ManifestArgs, kinds: &[PodKind], account: &str) -> Vec<Value> {
+    let kind = &kinds[0];
+    let mut job = job(request, TRAINER_NODE, kind, account);
+    job["spec"]["template"]["spec"]["containers"][0]["name"] = json!(TRAINER_NODE);
+    let runtime = json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": request.job_name, "labels": {"trainer.kubeflow.org/framework": "paddle"}},
+        "spec": {
+            "mlPolicy": {"numNodes": kind.count},
+            "template": {"spec": {"replicatedJobs": [{
+                "name": TRAINER_NODE,
+                "replicas": 1,
+                "template": {
+                    "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                    "spec": job["spec"],
+                },
+            }]}},
+        },
+    });
+    let mut train_job = json!({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": format!("{}-example", request.job_name), "namespace": request.namespace},
+        "spec": {
+            "runtimeRef": {"name": request.job_name, "kind": "ClusterTrainingRuntime", "apiGroup": "trainer.kubeflow.org"},
+            "trainer": {"numNodes": kind.count},
+        },
+    });
+    if let Some(queue) = &request.queue {
+        // Kueue admits a TrainJob by unsuspending it.
+        train_job["metadata"]["labels"] = json!({KUEUE_QUEUE: queue});
+        train_job["spec"]["suspend"] = json!(true);
+    }
+    vec![runtime, train_job]
+}
+
+/// The name Trainer v2 gives the training step's replicated job and its container
+/// (pkg/constants: `Node`).
+const TRAINER_NODE: &str = "node";
 
 /// Kueue's queue label (kueue.x-k8s.io/v1beta1 constants).
 const KUEUE_QUEUE: &str = "kueue.x-k8s.io/queue-name";
@@ -286,6 +341,7 @@ fn runtime_name(request: &ManifestArgs) -> &'static str {
         ManifestRuntime::Job => "job",
         ManifestRuntime::Jobset => "jobset",
         ManifestRuntime::Volcano => "volcano",
+        ManifestRuntime::Trainer => "trainer",
     }
 }
 
@@ -296,12 +352,23 @@ fn role_rules(request: &ManifestArgs) -> Value {
         json!({"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}),
         json!({"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}),
     ];
-    if request.runtime == ManifestRuntime::Jobset {
+    if matches!(
+        request.runtime,
+        ManifestRuntime::Jobset | ManifestRuntime::Trainer
+    ) {
         rules.push(
             json!({"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get"]}),
         );
     }
     json!(rules)
+}
+
+/// The replicated job of a kind of pod: Trainer v2's `node`, else `task_name`.
+fn replicated_job_name(request: &ManifestArgs, kind: &PodKind) -> &'static str {
+    match request.runtime {
+        ManifestRuntime::Trainer => TRAINER_NODE,
+        _ => task_name(kind),
+    }
 }
 
 /// The name of a kind of pod as a JobSet replicated job or a Volcano task: what the launcher
@@ -568,12 +635,12 @@ fn as_detected(
     let job = &request.job_name;
     let (system, facts) = match request.runtime {
         ManifestRuntime::Job => return Ok(args),
-        ManifestRuntime::Jobset => {
+        ManifestRuntime::Jobset | ManifestRuntime::Trainer => {
             let own = [
                 (crate::batch::jobset::JOBSET_NAME, job.clone()),
                 (
                     crate::batch::jobset::JOBSET_REPLICATED_JOB,
-                    task_name(kind).to_string(),
+                    replicated_job_name(request, kind).to_string(),
                 ),
             ];
             let facts = Facts {
@@ -581,7 +648,7 @@ fn as_detected(
                 jobset: Some(
                     kinds
                         .iter()
-                        .map(|k| (task_name(k).to_string(), k.count))
+                        .map(|k| (replicated_job_name(request, k).to_string(), k.count))
                         .collect(),
                 ),
                 ..Facts::default()

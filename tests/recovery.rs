@@ -396,19 +396,28 @@ fn every_pod_names_the_failed_trainer_in_its_termination_message() {
 /// A collective job of Python trainers that hangs in its first run: rank 1 never reaches step
 /// 5's all-reduce, the others write step 5 and block in it. Steps are written to the progress
 /// file as each begins, as the collective example does. After a restart it trains 3 steps.
+/// The blocked ranks' file is touched meanwhile (as by a watchdog thread of their own), so
+/// that only rank 1's launcher finds the hang: the others learn it from the coordinator.
 const HANGING_JOB: &str = r#"
 import os, threading, time
 rank = int(os.environ["PADDLE_TRAINER_ID"])
 restart = int(os.environ["PADDLE_LAUNCHER_RESTART_COUNT"])
+progress = os.environ["PADDLE_LAUNCHER_PROGRESS_FILE"]
 print(f"rank={rank} count={restart}", flush=True)
 def never_reaches_the_all_reduce():
     threading.Event().wait()
+def touching(step):
+    while True:
+        time.sleep(0.3)
+        with open(progress, "w") as f:
+            f.write(f"{step}\n")
 def blocked_in_the_all_reduce():
+    threading.Thread(target=touching, args=(5,), daemon=True).start()
     threading.Event().wait()
 for step in range(1, 11 if restart == 0 else 4):
     if restart == 0 and rank == 1 and step == 5:
         never_reaches_the_all_reduce()
-    with open(os.environ["PADDLE_LAUNCHER_PROGRESS_FILE"], "w") as f:
+    with open(progress, "w") as f:
         f.write(f"{step}\n")
     if restart == 0 and step == 5:
         blocked_in_the_all_reduce()
@@ -428,10 +437,11 @@ fn hanging_job(name: &'static str, max_restarts: u32) -> Job {
     job
 }
 
-/// The job hangs and no restart is allowed: the launchers decide it once, the coordinator
-/// names the rank furthest behind (rank 1, which never began step 5) whichever launcher found
-/// the hang first, every trainer's stacks are in its pod's log, and every pod ends with the
-/// hang's status and a termination message naming the suspect's pod and node.
+/// The job hangs and no restart is allowed: rank 1's launcher finds it and tells the
+/// coordinator at once, which names the rank furthest behind (rank 1, which never began step
+/// 5) and tells every launcher; each asks its trainer for its stacks (the blocked ranks' show
+/// the all-reduce they wait in), and every pod ends with the hang's status and a termination
+/// message naming the suspect's pod and node.
 #[test]
 fn a_job_wide_hang_names_the_rank_behind_on_every_pod() {
     let mut job = hanging_job("jh", 0);
@@ -450,7 +460,37 @@ fn a_job_wide_hang_names_the_rank_behind_on_every_pod() {
             _ => "in blocked_in_the_all_reduce",
         };
         assert_contains(&format!("{}{}", done.stdout, done.stderr), frame);
+        if i != 1 {
+            // Told by the coordinator, not found by itself.
+            let own = format!("trainer-{i} made no progress");
+            assert!(!done.stderr.contains(&own), "{pod}: {}", done.stderr);
+            assert_contains(&done.stderr, "asking trainer-");
+        }
     }
+    // `kubectl describe job` shows the hang, its suspect and where the stacks are, then the end.
+    let events = job.cluster.api.events();
+    let said: Vec<String> = events
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {}",
+                e["reason"].as_str().unwrap(),
+                e["message"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert!(
+        said[said.len() - 2].starts_with("Hang the job hangs: suspect pod jh-1 on node n7"),
+        "{said:#?}"
+    );
+    assert_contains(
+        &said[said.len() - 2],
+        "every trainer's Python stacks are in its pod's log",
+    );
+    assert!(
+        said[said.len() - 1].starts_with("Failed job stopped: the job hangs: suspect pod jh-1"),
+        "{said:#?}"
+    );
 }
 
 /// The same hang with a restart allowed: one verdict, one restart in place (count 1), and the
@@ -775,6 +815,18 @@ esac"#,
             );
         }
     }
+    // The coordinator's own trainer succeeded, the job did not: its last event says the job's.
+    let events = job.cluster.api.events();
+    let last = events.last().expect("events");
+    assert_eq!(
+        (&last["type"], &last["reason"]),
+        (&"Warning".into(), &"Failed".into()),
+        "{events:#?}"
+    );
+    assert_contains(
+        last["message"].as_str().unwrap(),
+        "job stopped: pod late-1 (trainer id 1 of 3)",
+    );
 }
 
 /// The parameter-server layout, where a trainer's success is not its launcher's end: the pod's

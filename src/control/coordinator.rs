@@ -29,13 +29,14 @@ pub(super) enum Input {
         /// How it names itself ("pod p-1 on node n7 (trainer id 1 of 3)").
         who: String,
     },
-    /// A joined member's report of its trainer's progress (`last`: when it last progressed,
-    /// on this launcher's clock).
+    /// A joined member's report of its trainer's progress, read `at` (this launcher's clock):
+    /// it had been `quiet` that long.
     Progress {
         link: u64,
         pod: String,
         step: Option<u64>,
-        last: Instant,
+        quiet: Duration,
+        at: Instant,
     },
     /// This launcher's own trainer's progress.
     OwnProgress { step: Option<u64>, last: Instant },
@@ -70,7 +71,11 @@ pub(super) enum Effect {
     Hear(Heard),
     /// This launcher learns the job's loss (without hearing it: it told it), and whether the
     /// job may restart.
-    KnowsLost { restart: bool, reason: String },
+    KnowsLost {
+        restart: bool,
+        reason: String,
+        hang: bool,
+    },
     /// This launcher learns the verdict on the loss, decided once.
     KnowsVerdict { restart: bool },
     /// Nothing more to say: the channel ends.
@@ -113,12 +118,14 @@ pub(super) struct Core {
     lost_hang: bool,
     /// How each member names itself, this launcher too.
     who: HashMap<String, String>,
-    /// Each member's last progress report (this launcher's too): the step, and when.
-    progress: HashMap<String, (Option<u64>, Instant)>,
+    /// Each member's last progress report (this launcher's too): the link it came on (None:
+    /// this launcher's), the step, and when the member last progressed (as of `at`, `quiet`).
+    progress: HashMap<String, Progress>,
     /// The last tick's time: what "how long ago" is measured from.
     now: Instant,
-    /// How stale a progress report may be (a follower's beat interval, at most).
-    report_every: Duration,
+    /// How far apart two members' last progress must be for the older to stand out: what a
+    /// report's staleness (its beat interval, twice) and a progress file's polling may blur.
+    progress_margin: Duration,
     /// After a loss: the members whose stop is still awaited (joined then, not gone since),
     /// and whether this launcher's own children are stopped. The verdict waits for all: each
     /// says `Done` before `Stopped` on its one connection, so by then every success is known.
@@ -138,6 +145,18 @@ pub(super) struct Core {
     stopped: bool,
 }
 
+/// How a member is named in the job's lines: what it says of itself ("pod p-1 on node n7
+/// (trainer id 1 of 3)"), without control characters (the line reaches logs, termination
+/// messages and events), and only if it names its own pod; else just its pod.
+fn named(pod: &str, said: &str) -> String {
+    let clean: String = said.chars().filter(|c| !c.is_control()).collect();
+    let own = format!("pod {pod}");
+    match clean.strip_prefix(&own) {
+        Some(rest) if rest.is_empty() || rest.starts_with(' ') => clean,
+        _ => own,
+    }
+}
+
 /// What a coordinator starts from.
 pub(super) struct Setup {
     pub me: String,
@@ -151,8 +170,17 @@ pub(super) struct Setup {
     pub ended: Option<String>,
     /// How this launcher names itself in the job's lines.
     pub who: String,
-    /// How often followers report their progress, at most (a third of the heartbeat timeout).
-    pub report_every: Duration,
+    /// See `Core::progress_margin`.
+    pub progress_margin: Duration,
+}
+
+/// One member's last progress report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Progress {
+    link: Option<u64>,
+    step: Option<u64>,
+    quiet: Duration,
+    at: Instant,
 }
 
 impl Core {
@@ -175,10 +203,10 @@ impl Core {
             done: HashSet::new(),
             lost: None,
             lost_hang: false,
-            who: HashMap::from([(me_name, setup.who)]),
+            who: HashMap::from([(me_name.clone(), named(&me_name, &setup.who))]),
             progress: HashMap::new(),
             now,
-            report_every: setup.report_every,
+            progress_margin: setup.progress_margin,
             awaiting: HashSet::new(),
             own_stopped: false,
             decided: None,
@@ -221,22 +249,39 @@ impl Core {
                 who,
             } => {
                 if self.is_other.contains(&pod) && !self.links.contains_key(&pod) {
-                    self.who.insert(pod.clone(), who);
+                    self.who.insert(pod.clone(), named(&pod, &who));
                 }
                 self.joined(link, pod, next_epoch, view, max_restarts, &mut effects)
             }
+            // Heartbeats: noted, nothing decided (a thousand of them a second must stay cheap).
             Input::Progress {
                 link,
                 pod,
                 step,
-                last,
+                quiet,
+                at,
             } => {
                 if self.links.get(&pod) == Some(&link) {
-                    self.progress.insert(pod, (step, last));
+                    let link = Some(link);
+                    let report = Progress {
+                        link,
+                        step,
+                        quiet,
+                        at,
+                    };
+                    self.progress.insert(pod, report);
                 }
+                return effects;
             }
             Input::OwnProgress { step, last } => {
-                self.progress.insert(self.me.clone(), (step, last));
+                let report = Progress {
+                    link: None,
+                    step,
+                    quiet: Duration::ZERO,
+                    at: last,
+                };
+                self.progress.insert(self.me.clone(), report);
+                return effects;
             }
             Input::Said { link, pod, message } => self.said(link, pod, message, &mut effects),
             Input::Ended { link, pod, why } => self.ended_link(link, pod, why, &mut effects),
@@ -340,6 +385,13 @@ impl Core {
             true => format!("the job hangs: {}; found by {reason}", self.suspect()),
             false => reason,
         };
+        // What every pod's last line will say, the same on all: printable (it reaches logs,
+        // termination messages and events), and cut to fit a frame here too.
+        let printable: String = reason
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        let reason = cut(&printable);
         let member_finished = !self.done.is_empty() || self.own_success;
         let restart = match self.stage {
             Stage::Running {
@@ -357,7 +409,7 @@ impl Core {
         };
         warn!("control channel: {reason}");
         effects.push(Effect::Broadcast(Message::Lost {
-            reason: cut(&reason),
+            reason: reason.clone(),
             restart,
             hang,
         }));
@@ -371,6 +423,7 @@ impl Core {
             Effect::KnowsLost {
                 restart,
                 reason: reason.clone(),
+                hang,
             }
         });
         self.lost = Some((reason, restart));
@@ -461,16 +514,19 @@ impl Core {
         if self.decided.is_some() {
             return;
         }
-        let reason = format!("{reason}; {pod} had already finished, so the job cannot start again");
+        let reason = cut(&format!(
+            "{reason}; {pod} had already finished, so the job cannot start again"
+        ));
         warn!("control channel: {reason}");
         effects.push(Effect::Broadcast(Message::Lost {
-            reason: cut(&reason),
+            reason: reason.clone(),
             restart: false,
             hang: self.lost_hang,
         }));
         effects.push(Effect::KnowsLost {
             restart: false,
             reason: reason.clone(),
+            hang: self.lost_hang,
         });
         self.lost = Some((reason, false));
         self.decide(false, effects);
@@ -606,24 +662,29 @@ impl Core {
         }
     }
 
-    /// The rank the members' progress reports point at, by their last reports.
+    /// The rank the members' progress reports point at, by their last reports: those of the
+    /// live links (not a replaced connection's), of members still training (one that finished
+    /// stopped progressing for good, and is no suspect).
     fn suspect(&self) -> String {
+        let live = |pod: &String, report: &Progress| match report.link {
+            None => *pod == self.me && !self.own_success,
+            Some(link) => self.links.get(pod) == Some(&link) && !self.done.contains(pod),
+        };
         let reports: Vec<Report> = self
             .progress
             .iter()
-            .filter(|(pod, _)| **pod == self.me || self.links.contains_key(*pod))
-            .map(|(pod, (step, last))| Report {
+            .filter(|(pod, report)| live(pod, report))
+            .map(|(pod, report)| Report {
                 who: self
                     .who
                     .get(pod)
-                    .filter(|w| !w.is_empty())
-                    .unwrap_or(pod)
-                    .clone(),
-                step: *step,
-                quiet: self.now.saturating_duration_since(*last),
+                    .cloned()
+                    .unwrap_or_else(|| format!("pod {pod}")),
+                step: report.step,
+                quiet: report.quiet + self.now.saturating_duration_since(report.at),
             })
             .collect();
-        suspect(&reports, 2 * self.report_every)
+        suspect(&reports, self.progress_margin)
     }
 
     fn start_when_ready(&mut self, effects: &mut Vec<Effect>) {
@@ -700,7 +761,7 @@ mod tests {
             membership: None,
             ended: None,
             who: "pod me (trainer id 0 of 3)".into(),
-            report_every: Duration::from_secs(1),
+            progress_margin: Duration::from_secs(2),
         }
     }
 
@@ -721,6 +782,64 @@ mod tests {
             pod: pod.into(),
             message,
         }
+    }
+
+    /// A member that finished stopped progressing for good: it is no suspect, however old its
+    /// last report. What a member says of itself is cleaned (no control characters) and kept
+    /// only if it names its own pod.
+    #[test]
+    fn a_finished_member_is_no_suspect_and_names_are_cleaned() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let (mut core, _) = Core::start(setup(&["a", "b", "c"]), t0);
+        core.step(joined(1, "a"));
+        core.step(Input::Joined {
+            link: 2,
+            pod: "b".into(),
+            next_epoch: 0,
+            view: "v".into(),
+            max_restarts: 3,
+            who: "pod b\njob stopped: FORGED\u{1b}[2J (trainer id 1 of 3)".into(),
+        });
+        core.step(Input::Joined {
+            link: 3,
+            pod: "c".into(),
+            next_epoch: 0,
+            view: "v".into(),
+            max_restarts: 3,
+            who: "pod a (trainer id 0 of 3)".into(),
+        });
+        for (link, pod, quiet) in [(1, "a", 500), (2, "b", 40), (3, "c", 30)] {
+            core.step(Input::Progress {
+                link,
+                pod: pod.into(),
+                step: None,
+                quiet: s(quiet),
+                at: t0,
+            });
+        }
+        core.step(said(1, "a", Message::Done));
+        core.step(Input::Tick(t0 + s(1)));
+        let effects = core.step(said(
+            3,
+            "c",
+            Message::Failed {
+                reason: "pod c: trainer-2 made no progress for 30 s".into(),
+                restartable: true,
+                hang: true,
+            },
+        ));
+        let Some(Effect::Broadcast(Message::Lost { reason, .. })) = effects.first() else {
+            panic!("{effects:?}")
+        };
+        assert!(
+            reason.starts_with("the job hangs: suspect pod b: its last progress is the oldest, 41.0 s ago (the others' 31.0 s or less)"),
+            "{reason}"
+        );
+        // The Failed reason's own control characters are not passed on either.
+        assert!(!reason.chars().any(char::is_control), "{reason}");
+        // `c` claimed to be pod a: it is named as itself.
+        assert_eq!(core.who["c"], "pod c");
     }
 
     /// Nothing ran before `Go`: a `Done` then is not a finished member.
@@ -794,7 +913,8 @@ mod tests {
                 link,
                 pod: pod.into(),
                 step: Some(1),
-                last: Instant::now(),
+                quiet: Duration::ZERO,
+                at: Instant::now(),
             });
         }
         assert_eq!(core, before);
@@ -818,7 +938,8 @@ mod tests {
             link,
             pod: pod.into(),
             step: Some(step),
-            last: t0 + s(5),
+            quiet: Duration::ZERO,
+            at: t0 + s(5),
         };
         core.step(report(1, "a", 10));
         core.step(report(2, "b", 9));

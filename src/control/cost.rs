@@ -66,7 +66,7 @@ pub fn measure_coordinator(members: usize) -> CoordinatorCost {
             membership: Some(membership),
             ended: None,
             who: String::new(),
-            report_every: Duration::from_secs(10),
+            progress_margin: Duration::from_secs(20),
         },
         tokio::time::Instant::now(),
     );
@@ -116,7 +116,7 @@ pub fn measure_progress(members: usize) -> ProgressCost {
             membership: None,
             ended: None,
             who: String::new(),
-            report_every: Duration::from_secs(10),
+            progress_margin: Duration::from_secs(20),
         },
         now,
     );
@@ -158,7 +158,8 @@ pub fn measure_progress(members: usize) -> ProgressCost {
                 link: i as u64 + 1,
                 pod: names[i + 1].clone(),
                 step,
-                last: now - Duration::from_millis(quiet_ms),
+                quiet: Duration::from_millis(quiet_ms),
+                at: now,
             });
         }
     }

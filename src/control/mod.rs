@@ -162,6 +162,9 @@ pub struct Joining {
     /// How this launcher names itself in the job's lines ("pod p-1 on node n7 (trainer id 1
     /// of 3)").
     pub who: String,
+    /// How often a trainer's progress is looked at (hang detection's check interval; zero
+    /// when off): how late a progress may be noticed.
+    pub progress_check: Duration,
 }
 
 /// The fingerprint of a membership: equal on two pods exactly when they found the same pods at
@@ -212,7 +215,7 @@ pub struct Channel {
     coordinates: bool,
     said_hello: watch::Receiver<bool>,
     progress: watch::Sender<Progress>,
-    cause: watch::Receiver<Option<String>>,
+    cause: watch::Receiver<Option<Cause>>,
 }
 
 impl Channel {
@@ -317,6 +320,17 @@ impl Channel {
         let _ = timeout(wait, lost.wait_for(|known| *known)).await;
     }
 
+    /// Tells the job at once that this launcher's trainer is judged hung, without waiting for
+    /// an answer: the coordinator names the suspect and has every launcher dump its stacks.
+    /// The failure said again once the trainer is stopped changes nothing (the first stands).
+    pub fn tell_hang(&self, reason: &str) {
+        let _ = self.requests.send(Request::Failed {
+            reason: cut(reason),
+            restartable: true,
+            hang: true,
+        });
+    }
+
     /// Ends this launcher's part and waits until it has. After a success a follower says
     /// "done", and the coordinator stays until every follower has reported its outcome, then
     /// says goodbye; after a failure nothing is said, and the others notice the end.
@@ -331,7 +345,7 @@ impl Channel {
 impl Channel {
     /// The job's first cause, once the coordinator has told it (a hang's names its suspect):
     /// what every pod's last line says, whichever pod failed first.
-    pub fn cause(&self) -> Option<String> {
+    pub fn cause(&self) -> Option<Cause> {
         self.cause.borrow().clone()
     }
 
@@ -430,27 +444,38 @@ struct Ends {
     said_hello: watch::Sender<bool>,
     /// This launcher's trainer's progress, as last reported.
     progress: watch::Receiver<Progress>,
-    cause: watch::Sender<Option<String>>,
+    cause: watch::Sender<Option<Cause>>,
+}
+
+/// The job's first cause, as the coordinator told every launcher.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cause {
+    pub reason: String,
+    /// The job hangs.
+    pub hang: bool,
 }
 
 impl Ends {
     fn hear(&self, heard: Heard) {
         if let Heard::Lost {
-            restart, reason, ..
+            restart,
+            reason,
+            hang,
         } = &heard
         {
-            self.knows_cause(reason.clone());
+            self.knows_cause(reason.clone(), *hang);
             self.knows_lost(*restart);
         }
         let _ = self.heard.send(heard);
     }
 
-    /// The job's first cause, as the coordinator told it: the first word stands.
-    fn knows_cause(&self, reason: String) {
+    /// The job's first cause, as the coordinator told it, and whether the job hangs: the first
+    /// word stands.
+    fn knows_cause(&self, reason: String, hang: bool) {
         self.cause.send_if_modified(|cause| {
             let first = cause.is_none();
             if first {
-                *cause = Some(reason);
+                *cause = Some(Cause { reason, hang });
             }
             first
         });
@@ -493,7 +518,8 @@ enum FromLink {
         link: u64,
         pod: String,
         step: Option<u64>,
-        last: Instant,
+        quiet: Duration,
+        at: Instant,
     },
     Said {
         link: u64,
@@ -552,7 +578,8 @@ impl Coordinator {
                 membership: joining.membership,
                 ended: joining.ended,
                 who: joining.who,
-                report_every: joining.heartbeat_timeout / 3,
+                // Two beat intervals of staleness, and the progress file's polling.
+                progress_margin: 2 * (joining.heartbeat_timeout / 3) + joining.progress_check,
             },
             Instant::now(),
         );
@@ -700,12 +727,14 @@ impl Coordinator {
                 link,
                 pod,
                 step,
-                last,
+                quiet,
+                at,
             } => Some(Input::Progress {
                 link,
                 pod,
                 step,
-                last,
+                quiet,
+                at,
             }),
             FromLink::Said { link, pod, message } => Some(Input::Said { link, pod, message }),
             FromLink::Ended { link, ip, pod, why } => {
@@ -743,8 +772,12 @@ impl Coordinator {
                     self.senders.remove(&link);
                 }
                 Effect::Hear(heard) => ends.hear(heard),
-                Effect::KnowsLost { restart, reason } => {
-                    ends.knows_cause(reason);
+                Effect::KnowsLost {
+                    restart,
+                    reason,
+                    hang,
+                } => {
+                    ends.knows_cause(reason, hang);
                     ends.knows_lost(restart);
                 }
                 Effect::KnowsVerdict { restart } => ends.knows_verdict(restart),
@@ -927,6 +960,10 @@ async fn talk(
     let mut out = Session::new(&shared.secret, challenge, true);
     let mut beat = tokio::time::interval(timeouts.beat_every);
     let mut idle_until = Instant::now() + limit;
+    // Progress reports go on to the coordinator at most this often: a member that sends them
+    // faster (a flood, with the secret) costs its link task, not the one loop that decides.
+    let report_every = timeouts.beat_every / 2;
+    let mut reported: Option<Instant> = None;
     loop {
         let result = tokio::select! {
             biased;
@@ -947,11 +984,13 @@ async fn talk(
                     Ok(())
                 }
                 Some(Ok(Message::Progress { step, quiet_ms })) => {
-                    let now = Instant::now();
-                    idle_until = now + limit;
-                    let quiet = Duration::from_millis(quiet_ms);
-                    let last = now.checked_sub(quiet).unwrap_or(now);
-                    let _ = to_coordinator.send(FromLink::Progress { link, pod: pod.to_string(), step, last });
+                    let at = Instant::now();
+                    idle_until = at + limit;
+                    if reported.is_none_or(|last| at.duration_since(last) >= report_every) {
+                        reported = Some(at);
+                        let quiet = Duration::from_millis(quiet_ms);
+                        let _ = to_coordinator.send(FromLink::Progress { link, pod: pod.to_string(), step, quiet, at });
+                    }
                     Ok(())
                 }
                 Some(Ok(message @ (Message::Done | Message::Failed { .. } | Message::Stopped))) => {
@@ -1073,6 +1112,7 @@ mod tests {
             membership: Some(Membership::default()),
             ended: None,
             who: format!("pod {}", members[index].name),
+            progress_check: Duration::ZERO,
         }
     }
 

@@ -160,7 +160,7 @@ impl Sim {
                 membership: None,
                 ended: None,
                 who: "pod p-0 (trainer id 0)".into(),
-                report_every: Duration::from_secs(1),
+                progress_margin: Duration::from_secs(2),
             },
             now,
         );
@@ -532,7 +532,8 @@ impl Sim {
                             link,
                             pod: f.name.clone(),
                             step: Some(u64::from(step)),
-                            last: now,
+                            quiet: Duration::ZERO,
+                            at: now,
                         });
                     }
                 }
@@ -605,7 +606,8 @@ impl Sim {
                         link: u64::MAX,
                         pod: pod.clone(),
                         step: Some(0),
-                        last: self.now,
+                        quiet: Duration::ZERO,
+                        at: self.now,
                     },
                     Input::Ended {
                         link: u64::MAX,

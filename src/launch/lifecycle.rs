@@ -208,7 +208,10 @@ impl Lifecycle {
             }
             // No trainer runs to ask for stacks: the job's hang is a loss like another.
             (phase, Input::JobHung(reason))
-                if !matches!(phase, Phase::Training | Phase::DumpingStacks { .. }) =>
+                if !matches!(
+                    phase,
+                    Phase::Training | Phase::PserverGone | Phase::DumpingStacks { .. }
+                ) =>
             {
                 self.phase = phase;
                 self.step(Input::PeerLost(reason))
@@ -406,19 +409,8 @@ impl Lifecycle {
                 let stopped = self.names(&all);
                 self.stop_then(all, libc_term(), Err(Error::PeerLost { reason, stopped }))
             }
-            Input::Hung(reason) => {
-                let line = format!("{reason}: asking it for its threads' stacks (SIGUSR2)");
-                self.phase = Phase::DumpingStacks { reason, job: false };
-                vec![Command::Log(line), Command::DumpStacks]
-            }
-            Input::JobHung(reason) => {
-                let line = format!(
-                    "{reason}: asking {} for its threads' stacks (SIGUSR2)",
-                    self.setup.trainer_label
-                );
-                self.phase = Phase::DumpingStacks { reason, job: true };
-                vec![Command::Log(line), Command::DumpStacks]
-            }
+            Input::Hung(reason) => self.ask_for_stacks(reason, false),
+            Input::JobHung(reason) => self.ask_for_stacks(reason, true),
             _ => self.stay(Phase::Training),
         }
     }
@@ -490,9 +482,26 @@ impl Lifecycle {
         }
     }
 
+    /// The trainer is hung (`job`: the job's verdict; else this pod's own judgement): ask it
+    /// for its stacks, then stop every process (`DumpOver`).
+    fn ask_for_stacks(&mut self, reason: String, job: bool) -> Vec<Command> {
+        let line = match job {
+            true => format!(
+                "{reason}: asking {} for its threads' stacks (SIGUSR2)",
+                self.setup.trainer_label
+            ),
+            false => format!("{reason}: asking it for its threads' stacks (SIGUSR2)"),
+        };
+        self.phase = Phase::DumpingStacks { reason, job };
+        vec![Command::Log(line), Command::DumpStacks]
+    }
+
     fn pserver_gone(&mut self, input: Input) -> Vec<Command> {
         let trainer = self.setup.trainer_label.clone();
         match input {
+            // The trainer still runs: a hang is judged as while training.
+            Input::Hung(reason) => self.ask_for_stacks(reason, false),
+            Input::JobHung(reason) => self.ask_for_stacks(reason, true),
             Input::Exited {
                 role: Role::Trainer,
                 ended,
@@ -1447,6 +1456,19 @@ mod tests {
                 "fail 75 pserver exited with status 0 and the trainer had not ended a minute later; the trainer was stopped",
             ]
         );
+        // The trainer still runs after its pserver ended: a hang, its own or the job's, is
+        // judged as while training (its stacks asked for, status 80).
+        for (hang, last) in [
+            (Input::Hung("trainer-0 made no progress for 30 s".into()), "fail 80 trainer-0 made no progress for 30 s"),
+            (Input::JobHung("the job hangs: suspect pod p-1".into()), "fail 80 job stopped: the job hangs: suspect pod p-1; stopped trainer-0 and pserver-0 after asking the trainer for its stacks"),
+        ] {
+            let shown = run(
+                fleet(),
+                vec![Input::PserversUp, exited(Role::Pserver, 0), hang, Input::DumpOver, Input::Stopped],
+            );
+            // Every group of the pod, the ended pserver's too (its children may outlive it).
+            assert_eq!(shown[6..], ["dump stacks", "stop trainer+pserver 15", last], "{shown:?}");
+        }
         assert_eq!(
             run(
                 fleet(),

@@ -189,7 +189,10 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             None => plan.trainer_id == Some(0),
         };
         if let (true, None, Some(api)) = (posts, &events, api) {
-            events = Some(JobEvents::start(api, pod.clone(), node_name()));
+            // The pod's name as found (a pod without POD_NAME is known by its address).
+            let own = plan.pods.iter().find(|entry| entry.ip == plan.pod_ip);
+            let name = own.map_or_else(|| pod.clone(), |entry| entry.name.clone());
+            events = Some(JobEvents::start(api, name, node_name()));
         }
         let mut events = events.as_mut().filter(|_| posts);
         if let Some(events) = events.as_mut() {
@@ -244,7 +247,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             }
         };
         let mut result = match silent.as_slice() {
-            [] => drive(&mut supervisor, &plan, &config, channel.as_ref()).await,
+            [] => drive(&mut supervisor, &plan, &config, channel.as_ref(), &who).await,
             _ => Err(Error::PeersUnreachable {
                 peers: silent
                     .iter()
@@ -327,11 +330,13 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
         match lifecycle::after_run(result, &budget) {
             AfterRun::Restart(reason) => {
                 // The job's first cause, the same line on every pod, when the channel told it.
-                let reason = channel.as_ref().and_then(Channel::cause).unwrap_or(reason);
+                let cause = channel.as_ref().and_then(Channel::cause);
+                let hang = cause.as_ref().map_or(hung, |cause| cause.hang);
+                let reason = cause.map_or(reason, |cause| cause.reason);
                 let restart = format!("restart {} of {}", budget.epoch + 1, budget.max_restarts);
                 warn!("{reason}: restarting the job ({restart})");
                 if let Some(events) = events {
-                    post_hang(events, hung, &reason);
+                    post_hang(events, hang, &reason);
                     events.post(Kind::Warning, "Restarting", &format!("{restart}: {reason}"));
                 }
                 if let Some(mut channel) = channel {
@@ -341,7 +346,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                 members_before = plan.pods.iter().map(PodEntry::address).collect();
             }
             AfterRun::Finish(result) => {
-                let cause = channel.as_ref().and_then(Channel::cause);
+                let mut cause = None;
                 if let Some(mut channel) = channel {
                     // A stop signal ends the wait for the others; the pod's outcome stands.
                     let _ = interruptible(
@@ -351,16 +356,29 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                         channel.finish(succeeded),
                     )
                     .await;
+                    // Read last: a loss told while the others reported is the job's too.
+                    cause = channel.cause();
                 }
                 supervisor.finish();
-                let outcome = for_the_job(result, &who_at, &said, cause);
+                let reason = cause.as_ref().map(|cause| cause.reason.clone());
+                let outcome = for_the_job(result, &who_at, &said, reason);
                 let outcome = after_restarts(outcome, plan.restart_count);
                 if let Some(events) = events {
-                    if outcome.code == exit::SUCCESS {
-                        events.post(Kind::Normal, "Succeeded", &outcome.reason);
-                    } else {
-                        post_hang(events, hung, &outcome.reason);
-                        events.post(Kind::Warning, "Failed", &outcome.reason);
+                    // The job's end, not this pod's: a coordinator that succeeded while another
+                    // pod failed tells the failure.
+                    match &cause {
+                        Some(cause) => {
+                            post_hang(events, cause.hang, &cause.reason);
+                            let line = format!("{JOB_STOPPED}{}", cause.reason);
+                            events.post_final(Kind::Warning, "Failed", &line);
+                        }
+                        None if outcome.code == exit::SUCCESS => {
+                            events.post_final(Kind::Normal, "Succeeded", &outcome.reason)
+                        }
+                        None => {
+                            post_hang(events, hung, &outcome.reason);
+                            events.post_final(Kind::Warning, "Failed", &outcome.reason);
+                        }
                     }
                     events.flush(EVENTS_FLUSH).await;
                 }
@@ -804,6 +822,7 @@ async fn tell_followers_the_end(
         membership: None,
         ended: Some(reason),
         who: String::new(),
+        progress_check: Duration::ZERO,
     };
     match control::join(joining).await {
         Ok(mut channel) => {
@@ -875,6 +894,7 @@ async fn follow_coordinator(
                 .unwrap_or(&my_ip.to_string()),
             on_node()
         ),
+        progress_check: progress_check(config),
     })
     .await
     .map_err(|e| Error::io("cannot join the control channel", e))?;
@@ -1217,6 +1237,7 @@ async fn join_channel(
         membership: Some(membership.clone()),
         ended: None,
         who,
+        progress_check: progress_check(config),
     })
     .await
     .map_err(|e| Error::io("cannot serve the control channel", e))?;
@@ -1228,6 +1249,19 @@ async fn join_channel(
 /// which the downward API's spec.nodeName gives and `manifest` sets).
 fn who(pod: &str, plan: &Plan, config: &Config) -> String {
     format!("pod {pod}{} ({})", on_node(), ranks_line(plan, config))
+}
+
+/// How often this pod's trainer's progress is looked at (zero with hang detection off).
+fn progress_check(config: &Config) -> Duration {
+    config
+        .timing
+        .hang_timeout
+        .map_or(Duration::ZERO, |timeout| {
+            progress::check_every(progress::Limits {
+                timeout,
+                first_window: config.timing.hang_first_window,
+            })
+        })
 }
 
 /// " on node n7", from NODE_NAME; nothing without it.
@@ -1429,6 +1463,7 @@ async fn drive(
     plan: &Plan,
     config: &Config,
     channel: Option<&Channel>,
+    who: &str,
 ) -> Result<Outcome, Error> {
     let label = |role| {
         plan.process(role)
@@ -1564,6 +1599,11 @@ async fn drive(
             }
             hung = HangWatch::next_hang_of(watch.as_mut(), channel), if watch.is_some() => {
                 watch = None;
+                // Told at once, before the dump and the stop: stopping this trainer ends the
+                // others' collectives, and their failures must not become the job's cause.
+                if let Some(channel) = channel {
+                    channel.tell_hang(&format!("{who} at {}: {hung}", now_utc()));
+                }
                 Input::Hung(hung)
             }
         };
@@ -1615,8 +1655,11 @@ impl ProgressFileClock {
                 if now.is_some() && now != last {
                     clock.now();
                     last = now;
-                    let step = step_in(&path).unwrap_or(NO_STEP);
-                    said.store(step, Ordering::Relaxed);
+                    // Read between the writer's truncation and its write, the file says
+                    // nothing: the step it said before stands.
+                    if let Some(step) = step_in(&path) {
+                        said.store(step, Ordering::Relaxed);
+                    }
                 }
             }
         });
