@@ -1,11 +1,12 @@
 //! paddle-launcher: environment -> peers -> ranks -> process plan -> supervised processes.
 //!
 //! The pure core, unit-tested without a cluster: the words every part shares (`vocabulary`,
-//! `exit`, `error`), the options (`cli`, `config`), what the batch system says (`batch`, but
-//! `batch::discover`), the membership and its ranks (`selector`, `membership`), the process
-//! plan (`plan`, `protocol`), and what a pod does after the launch (`launch::lifecycle`, the
-//! state machines deciding every exit and restart; `verdict`; `launch::coordination`, who
-//! coordinates; `control::coordinator`, the channel's decisions). The thin I/O shell around it:
+//! `exit`, `error`), the options (`cli`, `config`), NCCL's and gloo's interface (`network`),
+//! what the batch system says (`batch`, but `batch::discover`), the membership and its ranks
+//! (`selector`, `membership`), the process plan (`plan`, `protocol`), and what a pod does after
+//! the launch (`launch::lifecycle`, the state machines deciding every exit and restart;
+//! `verdict`; `launch::coordination`, who coordinates; `control::coordinator`, the channel's
+//! decisions). The thin I/O shell around it:
 //! `address`, `batch::discover`, `peers`, `events`, `workspace`, `supervise`, `control` (the
 //! job's channel), `launch` and `local` (the drivers), `doctor`, `manifest`, `run`.
 //! `tests/architecture.rs` keeps it so: no import cycle, and no core module imports the shell.

@@ -142,18 +142,18 @@ pub fn documents(request: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
             "the one-Job layout (the split layout is found through the Kubernetes API)",
         ));
     }
-    if request.split && (request.pservers == 0 || !request.protocol.has_pservers()) {
-        return Err(invalid(
-            "--split",
-            "true",
-            "--pservers of at least 1 and a protocol with pservers (v1, v2, fleet)",
-        ));
-    }
     if request.split && request.runtime == ManifestRuntime::Trainer {
         return Err(invalid(
             "--split",
             "true",
             "the one-kind layout with --runtime trainer (Trainer v2 runs one `node` replicated job; use --runtime jobset or volcano for the split layout)",
+        ));
+    }
+    if request.split && (request.pservers == 0 || !request.protocol.has_pservers()) {
+        return Err(invalid(
+            "--split",
+            "true",
+            "--pservers of at least 1 and a protocol with pservers (v1, v2, fleet)",
         ));
     }
     if request.split && request.max_restarts > 0 {

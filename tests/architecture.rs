@@ -16,6 +16,7 @@ const CORE: &[&str] = &[
     "cli",
     "config",
     "membership",
+    "network",
     "plan",
     "protocol",
     "verdict",

@@ -479,3 +479,143 @@ fn checkov_finds_nothing_new_in_jobset_and_volcano_manifests() {
         assert_eq!(container["runAsNonRoot"], true);
     }
 }
+
+/// Kubeflow Trainer v2: a ClusterTrainingRuntime for Paddle and an example TrainJob.
+const TRAINER: &[&str] = &[
+    "--job-name",
+    "paddle",
+    "--namespace",
+    "team-a",
+    "--image",
+    "example.com/t/p:v1",
+    "--trainers",
+    "3",
+    "--protocol",
+    "collective",
+    "--runtime",
+    "trainer",
+    "--queue",
+    "team-a-queue",
+    "--",
+    "python",
+    "/workspace/train.py",
+];
+
+/// `manifest --runtime trainer`: both objects pass their CRD schemas (strictly), the runtime's
+/// training step is the `node` replicated job (its container `node`, the label Trainer looks
+/// for), the TrainJob names the runtime, and what Trainer v2 cannot express is refused.
+#[test]
+fn trainer_v2_manifests_match_their_crd_schemas() {
+    let runtimes = Crd::load("trainer.kubeflow.org_clustertrainingruntimes.yaml");
+    let train_jobs = Crd::load("trainer.kubeflow.org_trainjobs.yaml");
+    let docs = manifest(TRAINER).unwrap();
+    let runtime = find(&docs, "ClusterTrainingRuntime");
+    assert_eq!(runtimes.violations(runtime), Vec::<String>::new());
+    assert_eq!(runtime["spec"]["mlPolicy"]["numNodes"], 3);
+    let node = &runtime["spec"]["template"]["spec"]["replicatedJobs"][0];
+    assert_eq!(node["name"], "node");
+    assert_eq!(
+        node["template"]["metadata"]["labels"]["trainer.kubeflow.org/trainjob-ancestor-step"],
+        "trainer"
+    );
+    assert_eq!(
+        node["template"]["spec"]["template"]["spec"]["containers"][0]["name"],
+        "node"
+    );
+    let train_job = find(&docs, "TrainJob");
+    assert_eq!(train_jobs.violations(train_job), Vec::<String>::new());
+    assert_eq!(train_job["spec"]["runtimeRef"]["name"], "paddle");
+    assert_eq!(train_job["spec"]["suspend"], true, "Kueue admits it");
+    let role = find(&docs, "Role");
+    assert_eq!(
+        role["rules"][2],
+        json!({"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get"]})
+    );
+    // The checker reads these schemas strictly too.
+    let mut broken = train_job.clone();
+    broken["spec"]["trainer"]["nodes"] = json!(3);
+    assert_contains(
+        &train_jobs.violations(&broken).join("\n"),
+        ".spec.trainer.nodes: a field the schema does not have",
+    );
+    let base: Vec<&str> = TRAINER[..TRAINER.len() - 3].to_vec();
+    for (extra, said) in [
+        (
+            &["--split", "--pservers", "1"][..],
+            "invalid --split: \"true\": expected the one-kind layout with --runtime trainer",
+        ),
+        (
+            &["--max-restarts", "2"][..],
+            "invalid --runtime: \"trainer\": expected job with --dns, --max-restarts or --indexed",
+        ),
+    ] {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        assert_contains(&manifest(&args).unwrap_err(), said);
+    }
+}
+
+/// A TrainJob of the runtime as Trainer v2 renders it (a JobSet named after the TrainJob, its
+/// `node` job of numNodes pods) and the pods the JobSet and Job controllers make of it: their
+/// launchers, with exactly the runtime's environment, plan the job, ranked by completion index.
+#[test]
+fn launchers_of_a_rendered_trainjob_plan_the_job() {
+    let Cluster { api, dir } = Cluster::new();
+    let docs = manifest(TRAINER).unwrap();
+    let runtime = find(&docs, "ClusterTrainingRuntime");
+    let name = find(&docs, "TrainJob")["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut jobset_spec = runtime["spec"]["template"]["spec"].clone();
+    let nodes = 2;
+    for field in ["parallelism", "completions"] {
+        jobset_spec["replicatedJobs"][0]["template"]["spec"][field] = json!(nodes);
+    }
+    api.record(
+        &format!("/apis/jobset.x-k8s.io/v1alpha2/namespaces/team-a/jobsets/{name}"),
+        200,
+        json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+               "metadata": {"name": name, "namespace": "team-a",
+                            "labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+               "spec": jobset_spec})
+        .to_string(),
+    );
+    let template = &jobset_spec["replicatedJobs"][0]["template"]["spec"]["template"];
+    let ips = ["127.0.38.12", "127.0.38.11"];
+    for (i, ip) in ips.iter().enumerate() {
+        let marks = json!({"jobset.sigs.k8s.io/jobset-name": name,
+                           "jobset.sigs.k8s.io/replicatedjob-name": "node",
+                           "jobset.sigs.k8s.io/job-index": "0", "jobset.sigs.k8s.io/job-global-index": "0",
+                           "jobset.sigs.k8s.io/restart-attempt": "0",
+                           "trainer.kubeflow.org/trainjob-ancestor-step": "trainer",
+                           "batch.kubernetes.io/job-completion-index": i.to_string()});
+        api.put_pod(pod(&format!("{name}-node-0-{i}-x"), ip, template, marks));
+    }
+    for (i, ip) in ips.iter().enumerate() {
+        let pod_name = format!("{name}-node-0-{i}-x");
+        let mut env = container_env(template, &pod_name, ip, &[]);
+        support::mount_job_secret(dir.path(), &mut env);
+        env.push((
+            "KUBECONFIG",
+            dir.path().join("kubeconfig").display().to_string(),
+        ));
+        let args: Vec<&str> = template["spec"]["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .map(|a| if a == "run" { "plan" } else { a })
+            .collect();
+        let done = Launcher::start(dir.path(), &format!("tj{i}"), &args, &env)
+            .wait(std::time::Duration::from_secs(60));
+        assert_eq!(done.code(), 0, "{}", done.stderr);
+        let plan: Value = serde_json::from_str(&done.stdout).unwrap();
+        assert_eq!(plan["trainer_id"], i, "{plan:#}");
+        assert_eq!(plan["job"], name.as_str());
+        assert_eq!(plan["num_gradient_servers"], nodes);
+        assert_contains(
+            &done.stderr,
+            &format!("batch system jobset: JobSet {name}, replicated job node"),
+        );
+    }
+}

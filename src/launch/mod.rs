@@ -87,14 +87,14 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
     let mut config =
         crate::batch::discover::configure(args, &interfaces, crate::address::hostname_ip).await?;
     let my_ip = own_ip(&config, &interfaces, crate::address::hostname_ip)?;
+    // Read before any network call, like every other bad value.
+    coordination::refuse_split_channel(&config)?;
     config.ports.sockets = crate::address::sockets(&config, my_ip, &interfaces);
     if !plan_only {
         for setting in &config.ports.sockets {
             info!("{}", crate::address::said(setting));
         }
     }
-    // Read before any network call, like every other bad value.
-    coordination::refuse_split_channel(&config)?;
     // Only a pod with a trainer, with hang detection on, needs its progress file.
     let watches_hangs = config.timing.hang_timeout.is_some()
         && config.topology.role != crate::vocabulary::PodRole::Pserver;
