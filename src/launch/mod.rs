@@ -101,7 +101,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
     progress_file(&mut config.workspace, watches_hangs && !plan_only)?;
     let workspace = &config.workspace;
     if let (true, Some(shared)) = (watches_hangs, &workspace.job_path) {
-        if workspace.progress_file.starts_with(shared) {
+        if lexically(&workspace.progress_file).starts_with(lexically(shared)) {
             warn!(
                 "the progress file {} is under JOB_PATH, which every pod shares: one pod's progress would hide another's hang; give each pod its own ({})",
                 workspace.progress_file.display(),
@@ -504,6 +504,23 @@ fn post_hang(events: &mut JobEvents, hung: bool, reason: &str) {
             format!("{reason}; every trainer's Python stacks are in its pod's log (kubectl logs)");
         events.post(Kind::Warning, "Hang", &said);
     }
+}
+
+/// `path` with its `.` dropped and each `..` taking the name before it, without looking at the
+/// filesystem (the paths need not exist yet): `/mnt/job/./x/../progress` is under `/mnt/job`.
+fn lexically(path: &std::path::Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// Now, to the second, as Kubernetes writes times ("2026-11-23T22:16:40Z").
@@ -1810,4 +1827,22 @@ async fn unreachable(endpoints: &[SocketAddr]) -> Vec<SocketAddr> {
         .into_iter()
         .flatten()
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The JOB_PATH warning compares paths as written, `.` and `..` resolved: a progress file
+    /// reached through them is still under the shared directory, a sibling is not.
+    #[test]
+    fn paths_compare_with_dots_resolved() {
+        let under = |file: &str, dir: &str| {
+            lexically(std::path::Path::new(file)).starts_with(lexically(std::path::Path::new(dir)))
+        };
+        assert!(under("/mnt/job/./x/../progress", "/mnt/job"));
+        assert!(under("/mnt/other/../job/progress", "/mnt/job/."));
+        assert!(!under("/mnt/job/../jobs/progress", "/mnt/job"));
+        assert!(!under("/mnt/jobpath/progress", "/mnt/job"));
+    }
 }
