@@ -68,7 +68,7 @@ pub enum Error {
     Hung { reason: String },
     /// Peers whose trainer endpoint did not answer from this pod's address.
     #[error(
-        "{peers} did not answer a TCP connection from this pod's address {from} within {limit_s} s: NCCL or gloo would hang at their init; check the NetworkPolicies and routes between the pods (or set PADDLE_LAUNCHER_CHECK_PEERS=false)"
+        "{peers} did not answer a TCP connection from this pod's address {from} in 3 tries of {limit_s} s: NCCL or gloo would hang at their init; check the NetworkPolicies and routes between the pods (or set PADDLE_LAUNCHER_CHECK_PEERS=false)"
     )]
     PeersUnreachable {
         peers: String,

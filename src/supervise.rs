@@ -238,6 +238,16 @@ impl Supervisor {
     pub fn forget_watches(&mut self) {
         self.peer_loss = None;
         self.job_done = None;
+        // What they reported and a wait kept is that attempt's news too.
+        self.pending
+            .retain(|event| !matches!(event, Event::PeerLost(_) | Event::JobDone(_)));
+    }
+
+    /// Events taken by a wait that was not about them, reported again first, in their order.
+    pub fn requeue(&mut self, events: Vec<Event>) {
+        for event in events.into_iter().rev() {
+            self.pending.push_front(event);
+        }
     }
 
     /// From now on, `next_event` also reports the first lost peer.

@@ -86,7 +86,7 @@ fn an_unreachable_peer_is_named_at_once_and_the_check_can_be_skipped() {
     assert_contains(&done.stderr, "192.0.2.1:");
     assert_contains(
         &done.stderr,
-        "did not answer a TCP connection from this pod's address 127.0.0.2 within 3 s",
+        "did not answer a TCP connection from this pod's address 127.0.0.2 in 3 tries of 3 s",
     );
     assert!(!done.stdout.contains("TRAINER-RAN"), "{}", done.stdout);
     let skip = pod(

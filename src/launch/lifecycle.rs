@@ -82,6 +82,9 @@ pub enum Command {
         signal: i32,
     },
     Log(String),
+    /// Tell the job at once that this pod's trainer is judged hung (the reason), before asking
+    /// it for its stacks: the coordinator names the suspect and has every pod dump its stacks.
+    TellHang(String),
     /// Ask the trainer for every thread's stack in its log (`progress::STACK_SIGNAL`, which
     /// Python's faulthandler answers), then `DumpOver` after `STACK_DUMP_WAIT`.
     DumpStacks,
@@ -492,8 +495,15 @@ impl Lifecycle {
             ),
             false => format!("{reason}: asking it for its threads' stacks (SIGUSR2)"),
         };
+        let mut commands = Vec::new();
+        if !job {
+            // Told at once, before the dump and the stop: stopping this trainer ends the
+            // others' collectives, and their failures must not become the job's cause.
+            commands.push(Command::TellHang(reason.clone()));
+        }
         self.phase = Phase::DumpingStacks { reason, job };
-        vec![Command::Log(line), Command::DumpStacks]
+        commands.extend([Command::Log(line), Command::DumpStacks]);
+        commands
     }
 
     fn pserver_gone(&mut self, input: Input) -> Vec<Command> {
@@ -916,6 +926,7 @@ mod tests {
                 Command::Log(line) => format!("log {line}"),
                 Command::TellDone => "tell done".into(),
                 Command::DumpStacks => "dump stacks".into(),
+                Command::TellHang(reason) => format!("tell hang {reason}"),
                 Command::Finish(Ok(o)) => format!("finish {} {}", o.code, o.reason),
                 Command::Finish(Err(e)) => format!("fail {} {e}", e.exit_code()),
             })
@@ -954,6 +965,7 @@ mod tests {
                 "spawn pserver",
                 "probe",
                 "spawn trainer",
+                "tell hang stuck",
                 "log stuck: asking it for its threads' stacks (SIGUSR2)",
                 "dump stacks",
             ];
@@ -1237,6 +1249,8 @@ mod tests {
                     "spawn pserver",
                     "probe",
                     "spawn trainer",
+                    // Told to the job before anything is stopped.
+                    "tell hang trainer-0 made no progress for 30 s",
                     "log trainer-0 made no progress for 30 s: asking it for its threads' stacks (SIGUSR2)",
                     "dump stacks",
                     "log p-1 deleted (while asking the hung trainer for its stacks)",
@@ -1467,7 +1481,8 @@ mod tests {
                 vec![Input::PserversUp, exited(Role::Pserver, 0), hang, Input::DumpOver, Input::Stopped],
             );
             // Every group of the pod, the ended pserver's too (its children may outlive it).
-            assert_eq!(shown[6..], ["dump stacks", "stop trainer+pserver 15", last], "{shown:?}");
+            let at = shown.iter().position(|c| c == "dump stacks").unwrap();
+            assert_eq!(shown[at..], ["dump stacks", "stop trainer+pserver 15", last], "{shown:?}");
         }
         assert_eq!(
             run(

@@ -189,9 +189,14 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             None => plan.trainer_id == Some(0),
         };
         if let (true, None, Some(api)) = (posts, &events, api) {
-            // The pod's name as found (a pod without POD_NAME is known by its address).
+            // POD_NAME, else the pod's name as found by its address (under hostNetwork pods
+            // share one, so the name given wins).
             let own = plan.pods.iter().find(|entry| entry.ip == plan.pod_ip);
-            let name = own.map_or_else(|| pod.clone(), |entry| entry.name.clone());
+            let name = match (&config.topology.pod_name, own) {
+                (Some(name), _) => name.clone(),
+                (None, Some(entry)) => entry.name.clone(),
+                (None, None) => pod.clone(),
+            };
             events = Some(JobEvents::start(api, name, node_name()));
         }
         let mut events = events.as_mut().filter(|_| posts);
@@ -249,11 +254,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
         let mut result = match silent.as_slice() {
             [] => drive(&mut supervisor, &plan, &config, channel.as_ref(), &who).await,
             _ => Err(Error::PeersUnreachable {
-                peers: silent
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                peers: named_peers(&silent),
                 from: my_ip,
                 limit_s: PEER_CHECK_TIMEOUT.as_secs(),
             }),
@@ -425,9 +426,12 @@ fn peers_to_check(plan: &Plan, config: &Config) -> Vec<SocketAddr> {
     if !config.ports.check_peers || !collective || plan.trainer_id.is_none() {
         return Vec::new();
     }
+    // An IPv6 link-local peer is reached through an interface this check does not name.
+    let link_local =
+        |ip: &IpAddr| matches!(ip, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80);
     plan.pods
         .iter()
-        .filter(|pod| pod.ip != plan.pod_ip)
+        .filter(|pod| pod.ip != plan.pod_ip && !link_local(&pod.ip))
         .map(|pod| SocketAddr::new(pod.ip, config.ports.trainer))
         .collect()
 }
@@ -436,16 +440,53 @@ fn peers_to_check(plan: &Plan, config: &Config) -> Vec<SocketAddr> {
 const PEER_CHECK_TIMEOUT: Duration = Duration::from_secs(3);
 const PEER_CHECK_AT_ONCE: usize = 256;
 
-/// The peers that did not answer a TCP connection from `from` within the timeout. A refusal is
+/// How many times a silent peer is asked, a second apart: a pod network still being programmed
+/// for pods that have just started may drop the first packets.
+const PEER_CHECK_TRIES: usize = 3;
+
+/// The peers that did not answer a TCP connection from `from` in any of the tries. A refusal is
 /// an answer: the peer's trainer may not listen yet, but its pod is reachable.
-async fn silent_peers(from: IpAddr, peers: Vec<SocketAddr>) -> Vec<SocketAddr> {
+async fn silent_peers(from: IpAddr, mut peers: Vec<SocketAddr>) -> Vec<SocketAddr> {
     use futures::StreamExt;
-    futures::stream::iter(peers)
-        .map(|peer| async move { (!answers(from, peer).await).then_some(peer) })
-        .buffer_unordered(PEER_CHECK_AT_ONCE)
-        .filter_map(std::future::ready)
-        .collect()
-        .await
+    let probe = match from {
+        IpAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+        IpAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+    };
+    if probe
+        .and_then(|s| s.bind(SocketAddr::new(from, 0)))
+        .is_err()
+    {
+        warn!(
+            "cannot connect from this pod's address {from}: the peers' reachability is not checked"
+        );
+        return Vec::new();
+    }
+    for attempt in 1..=PEER_CHECK_TRIES {
+        peers = futures::stream::iter(peers)
+            .map(|peer| async move { (!answers(from, peer).await).then_some(peer) })
+            .buffer_unordered(PEER_CHECK_AT_ONCE)
+            .filter_map(std::future::ready)
+            .collect()
+            .await;
+        if peers.is_empty() || attempt == PEER_CHECK_TRIES {
+            break;
+        }
+        info!(
+            "{} did not answer yet: asking again in 1 s",
+            crate::vocabulary::count(peers.len(), "peer")
+        );
+        sleep(Duration::from_secs(1)).await;
+    }
+    peers
+}
+
+/// The silent peers as the error names them: the first ten, then how many more.
+fn named_peers(peers: &[SocketAddr]) -> String {
+    let mut named: Vec<String> = peers.iter().take(10).map(ToString::to_string).collect();
+    if peers.len() > 10 {
+        named.push(format!("and {} more", peers.len() - 10));
+    }
+    named.join(", ")
 }
 
 async fn answers(from: IpAddr, peer: SocketAddr) -> bool {
@@ -483,7 +524,7 @@ fn grace_from_the_pod(config: &mut Config, supervisor: &mut Supervisor, pod_grac
         );
         return;
     }
-    let channel = config.control.secret.is_some();
+    let channel = config.control.secret.is_some() || config.control.secret_file.is_some();
     if let Ok(grace) = crate::config::children_grace(timing.grace_given, Some(pod_grace), channel) {
         if grace != timing.grace_period {
             info!(
@@ -1345,20 +1386,27 @@ async fn interruptible<T>(
         return Ok(work.await);
     };
     tokio::pin!(work);
-    loop {
+    // What the wait is not about (a peer lost, the job done): kept for whoever waits next, since
+    // the supervisor reports each once.
+    let mut held = Vec::new();
+    let ended = loop {
         tokio::select! {
-            done = &mut work => return Ok(done),
+            done = &mut work => break Ok(done),
             event = supervisor.next_event() => match event {
                 Event::Signal(sig) if is_stop_signal(sig) || (hup_stops && sig == nix::libc::SIGHUP) => {
-                    return Err(Error::stopped(sig, &format!(" while {doing}")));
+                    break Err(Error::stopped(sig, &format!(" while {doing}")));
                 }
                 Event::Signal(sig) => {
                     info!("ignoring {} while {doing}: no child to forward it to yet", signal_name(sig))
                 }
-                Event::Exited { .. } | Event::PeerLost(_) | Event::JobDone(_) => {}
+                event @ (Event::Exited { .. } | Event::PeerLost(_) | Event::JobDone(_)) => {
+                    held.push(event)
+                }
             },
         }
-    }
+    };
+    supervisor.requeue(held);
+    ended
 }
 
 /// The files matched by --train-files / --test-files, sorted; none matched is an error.
@@ -1546,6 +1594,12 @@ async fn drive(
                     linger = Some(Box::pin(sleep(how_long)));
                     None
                 }
+                Command::TellHang(reason) => {
+                    if let Some(channel) = channel {
+                        channel.tell_hang(&format!("{who} at {}: {reason}", now_utc()));
+                    }
+                    None
+                }
                 Command::DumpStacks => {
                     watch = None;
                     let trainer: Vec<usize> = children
@@ -1594,7 +1648,13 @@ async fn drive(
                 Event::Signal(sig) => Input::Signal(sig),
                 Event::Exited { child, ended } => {
                     match children.iter().find(|(_, c)| *c == child) {
-                        Some((role, _)) => Input::Exited { role: *role, ended },
+                        Some((role, _)) => {
+                            // A trainer that ended is judged no more (its pserver may linger).
+                            if *role == Role::Trainer {
+                                watch = None;
+                            }
+                            Input::Exited { role: *role, ended }
+                        }
                         None => continue,
                     }
                 }
@@ -1616,11 +1676,6 @@ async fn drive(
             }
             hung = HangWatch::next_hang_of(watch.as_mut(), channel), if watch.is_some() => {
                 watch = None;
-                // Told at once, before the dump and the stop: stopping this trainer ends the
-                // others' collectives, and their failures must not become the job's cause.
-                if let Some(channel) = channel {
-                    channel.tell_hang(&format!("{who} at {}: {hung}", now_utc()));
-                }
                 Input::Hung(hung)
             }
         };
@@ -1673,7 +1728,8 @@ impl ProgressFileClock {
                     clock.now();
                     last = now;
                     // Read between the writer's truncation and its write, the file says
-                    // nothing: the step it said before stands.
+                    // nothing: the step it said before stands (a touch-only file, or one with
+                    // no number, keeps none; its time alone is progress).
                     if let Some(step) = step_in(&path) {
                         said.store(step, Ordering::Relaxed);
                     }

@@ -609,7 +609,9 @@ pub fn ranked_view(pod: &Pod, ranking: &Ranking) -> PodView {
             .spec
             .as_ref()
             .and_then(|spec| spec.termination_grace_period_seconds)
-            .and_then(|seconds| u64::try_from(seconds).ok()),
+            .and_then(|seconds| u64::try_from(seconds).ok())
+            // As --pod-grace-period allows: a week.
+            .map(|seconds| seconds.min(7 * 24 * 3600)),
     }
 }
 
