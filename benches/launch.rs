@@ -838,15 +838,17 @@ fn recovery() {
     println!();
 }
 
-/// A hang: from the moment the last trainer stopped progressing to every trainer of the job
+/// A hang: from the moment the first trainer stopped progressing to every trainer of the job
 /// stopped (asked for its stacks first), at 3 and 32 pods.
 fn hang() {
     println!("## 8. A hang found and stopped\n");
     println!("Launchers with a job secret (collective protocol, heartbeat timeout {HEARTBEAT_TIMEOUT_S} s,");
     println!("`--hang-timeout {HANG_TIMEOUT_S}`), Python trainers that write their progress file every 0.1 s and");
     println!("stop for good at step 30 (rank 1 one step earlier, before writing it). From the moment the");
-    println!("last trainer stopped (its own clock) to every trainer of the job stopped (the launchers' log");
-    println!("lines); of that, {HANG_TIMEOUT_S} s are the timeout and 2 s the stacks' dump, by design.\n");
+    println!(
+        "first trainer stopped, rank 1 (its own clock), to every trainer of the job stopped (the"
+    );
+    println!("launchers' log lines); of that, {HANG_TIMEOUT_S} s are the timeout and 2 s the stacks' dump, by design.\n");
     println!("| pods | hang onset -> every trainer stopped: median (max) | of which the launchers' own | suspect named |");
     println!("|---|---|---|---|");
     for (pods, runs) in [(3, 3), (32, 3)] {
@@ -862,7 +864,7 @@ fn hang() {
                 })
                 .filter_map(|t| t.trim().parse::<f64>().ok())
                 .map(|t| t % 86_400.0)
-                .fold(f64::MIN, f64::max);
+                .fold(f64::MAX, f64::min);
             totals.push((stopped - onset) * 1000.0);
             if (0..pods).all(|i| {
                 job.log(i)
