@@ -9,11 +9,12 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::PostParams;
+use kube::api::{ApiResource, DynamicObject, PostParams, TypeMeta};
 use kube::Api;
+use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::timeout;
@@ -120,8 +121,18 @@ async fn post_all(
     node: Option<String>,
     mut postings: mpsc::Receiver<Posting>,
 ) {
-    let events: Api<Event> = Api::namespaced(api.client.clone(), &api.namespace);
-    let mut involved: Option<ObjectReference> = None;
+    // Untyped: the Event type's own (de)serialising code would cost the static binary more than
+    // these few fields.
+    let resource = ApiResource {
+        group: String::new(),
+        version: "v1".into(),
+        api_version: "v1".into(),
+        kind: "Event".into(),
+        plural: "events".into(),
+    };
+    let events: Api<DynamicObject> =
+        Api::namespaced_with(api.client.clone(), &api.namespace, &resource);
+    let mut involved: Option<Value> = None;
     let mut refused = false;
     while let Some(posting) = postings.recv().await {
         if refused {
@@ -159,17 +170,12 @@ async fn post_all(
     }
 }
 
-/// What the events are about: the pod's controller (its Job, whose `kubectl describe` then
-/// lists them), else the pod itself.
-async fn owner_of(api: &ApiServer, pod: &str) -> ObjectReference {
+/// What the events are about (an ObjectReference): the pod's controller (its Job, whose
+/// `kubectl describe` then lists them), else the pod itself.
+async fn owner_of(api: &ApiServer, pod: &str) -> Value {
     let pods: Api<Pod> = Api::namespaced(api.client.clone(), &api.namespace);
-    let itself = ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("Pod".into()),
-        name: Some(pod.to_string()),
-        namespace: Some(api.namespace.clone()),
-        ..ObjectReference::default()
-    };
+    let itself =
+        json!({"apiVersion": "v1", "kind": "Pod", "name": pod, "namespace": api.namespace});
     let found = match timeout(REQUEST_TIMEOUT, pods.get(pod)).await {
         Ok(Ok(found)) => found,
         _ => return itself,
@@ -181,54 +187,55 @@ async fn owner_of(api: &ApiServer, pod: &str) -> ObjectReference {
         .into_iter()
         .find(|owner| owner.controller == Some(true));
     match controller {
-        Some(owner) => ObjectReference {
-            api_version: Some(owner.api_version),
-            kind: Some(owner.kind),
-            name: Some(owner.name),
-            namespace: Some(api.namespace.clone()),
-            uid: Some(owner.uid),
-            ..ObjectReference::default()
-        },
-        None => ObjectReference {
-            uid: found.metadata.uid,
-            ..itself
-        },
+        Some(owner) => json!({
+            "apiVersion": owner.api_version, "kind": owner.kind, "name": owner.name,
+            "namespace": api.namespace, "uid": owner.uid,
+        }),
+        None => {
+            let mut itself = itself;
+            itself["uid"] = json!(found.metadata.uid);
+            itself
+        }
     }
 }
 
 fn event(
     namespace: &str,
-    about: &ObjectReference,
+    about: &Value,
     pod: &str,
     node: Option<&str>,
     posting: Posting,
-) -> Event {
-    let now = Timestamp::now();
-    Event {
+) -> DynamicObject {
+    let now = format!("{:.0}", Timestamp::now());
+    let name = about["name"].as_str().unwrap_or(pod);
+    let mut source = json!({"component": COMPONENT});
+    if let Some(node) = node {
+        source["host"] = json!(node);
+    }
+    DynamicObject {
+        types: Some(TypeMeta {
+            api_version: "v1".into(),
+            kind: "Event".into(),
+        }),
         metadata: ObjectMeta {
-            generate_name: Some(format!("{}.", about.name.as_deref().unwrap_or(pod))),
+            generate_name: Some(format!("{name}.")),
             namespace: Some(namespace.to_string()),
             ..ObjectMeta::default()
         },
-        involved_object: about.clone(),
-        type_: Some(
-            match posting.kind {
+        data: json!({
+            "involvedObject": about,
+            "type": match posting.kind {
                 Kind::Normal => "Normal",
                 Kind::Warning => "Warning",
-            }
-            .into(),
-        ),
-        reason: Some(posting.reason.into()),
-        message: Some(posting.message),
-        source: Some(EventSource {
-            component: Some(COMPONENT.into()),
-            host: node.map(str::to_string),
+            },
+            "reason": posting.reason,
+            "message": posting.message,
+            "source": source,
+            "reportingComponent": COMPONENT,
+            "reportingInstance": pod,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
         }),
-        reporting_component: Some(COMPONENT.into()),
-        reporting_instance: Some(pod.to_string()),
-        first_timestamp: Some(Time(now)),
-        last_timestamp: Some(Time(now)),
-        count: Some(1),
-        ..Event::default()
     }
 }
