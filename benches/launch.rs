@@ -590,6 +590,15 @@ const HEARTBEAT_TIMEOUT_S: u64 = 3;
 impl Recovering {
     /// `pods` Running pods and their launchers, once every trainer started.
     fn start(job: &str, pods: usize, max_restarts: u32) -> Recovering {
+        Recovering::started(job, pods, max_restarts, false)
+    }
+
+    /// Like `start`, with hang detection on and trainers that hang (`HANGING_TRAINER`).
+    fn start_hanging(job: &str, pods: usize) -> Recovering {
+        Recovering::started(job, pods, 0, true)
+    }
+
+    fn started(job: &str, pods: usize, max_restarts: u32, hangs: bool) -> Recovering {
         let api = FakeApi::start();
         let dir = tempfile::tempdir().unwrap();
         api.write_kubeconfig(&dir.path().join("kubeconfig"));
@@ -601,39 +610,18 @@ impl Recovering {
             control_port: free_port(),
             max_restarts,
             members: Vec::new(),
-            hangs: false,
-        };
-        this.start_pods();
-        this
-    }
-
-    /// Like `start`, with hang detection on and trainers that hang (`HANGING_TRAINER`).
-    fn start_hanging(job: &str, pods: usize) -> Recovering {
-        let api = FakeApi::start();
-        let dir = tempfile::tempdir().unwrap();
-        api.write_kubeconfig(&dir.path().join("kubeconfig"));
-        let mut this = Recovering {
-            api,
-            dir,
-            job: job.to_string(),
-            pods,
-            control_port: free_port(),
-            max_restarts: 0,
-            members: Vec::new(),
-            hangs: true,
+            hangs,
         };
         this.start_pods();
         this
     }
 
     fn start_pods(&mut self) {
-        let pods = self.pods;
-        let this = self;
-        for _ in 0..pods {
-            let i = this.add_pod();
-            this.set_running(i);
+        for _ in 0..self.pods {
+            let i = self.add_pod();
+            self.set_running(i);
         }
-        this.until_each(&this.alive(), "started trainer-", 0.0);
+        self.until_each(&self.alive(), "started trainer-", 0.0);
     }
 
     /// A new Pending pod (new name, new IP) and its launcher, waiting for it.

@@ -230,6 +230,30 @@ fn container_env(
     env
 }
 
+/// A launcher of pod `name` at `ip` with exactly `template`'s environment (and the job's Secret,
+/// and the cluster), run as `plan` with the container's own arguments: its plan and its log.
+fn plan_as_the_pod(
+    dir: &std::path::Path,
+    template: &Value,
+    name: &str,
+    ip: &str,
+) -> (Value, String) {
+    let mut env = container_env(template, name, ip, &[]);
+    support::mount_job_secret(dir, &mut env);
+    env.push(("KUBECONFIG", dir.join("kubeconfig").display().to_string()));
+    // The container's own arguments, `run -- <program>`, as `plan`.
+    let args: Vec<&str> = template["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .map(|a| if a == "run" { "plan" } else { a })
+        .collect();
+    let done = Launcher::start(dir, name, &args, &env).wait(std::time::Duration::from_secs(60));
+    assert_eq!(done.code(), 0, "{}", done.stderr);
+    (serde_json::from_str(&done.stdout).unwrap(), done.stderr)
+}
+
 fn pod(name: &str, ip: &str, template: &Value, marks: Value) -> Value {
     let mut labels = template["metadata"]["labels"].clone();
     for (k, v) in marks.as_object().unwrap() {
@@ -265,24 +289,7 @@ fn launchers_of_the_jobset_manifest_plan_the_job() {
         api.put_pod(pod(&format!("js-worker-0-{i}-q"), ip, template, marks));
     }
     for (i, ip) in ips.iter().enumerate() {
-        let mut env = container_env(template, &format!("js-worker-0-{i}-q"), ip, &[]);
-        support::mount_job_secret(dir.path(), &mut env);
-        env.push((
-            "KUBECONFIG",
-            dir.path().join("kubeconfig").display().to_string(),
-        ));
-        // The container's own arguments, `run -- <program>`, as `plan`.
-        let args: Vec<&str> = template["spec"]["containers"][0]["args"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| a.as_str().unwrap())
-            .map(|a| if a == "run" { "plan" } else { a })
-            .collect();
-        let done = Launcher::start(dir.path(), &format!("js{i}"), &args, &env)
-            .wait(std::time::Duration::from_secs(60));
-        assert_eq!(done.code(), 0, "{}", done.stderr);
-        let plan: Value = serde_json::from_str(&done.stdout).unwrap();
+        let (plan, _) = plan_as_the_pod(dir.path(), template, &format!("js-worker-0-{i}-q"), ip);
         assert_eq!(plan["trainer_id"], i);
         assert_eq!(plan["job"], "js");
         assert_eq!(plan["num_gradient_servers"], 3);
@@ -593,28 +600,12 @@ fn launchers_of_a_rendered_trainjob_plan_the_job() {
     }
     for (i, ip) in ips.iter().enumerate() {
         let pod_name = format!("{name}-node-0-{i}-x");
-        let mut env = container_env(template, &pod_name, ip, &[]);
-        support::mount_job_secret(dir.path(), &mut env);
-        env.push((
-            "KUBECONFIG",
-            dir.path().join("kubeconfig").display().to_string(),
-        ));
-        let args: Vec<&str> = template["spec"]["containers"][0]["args"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| a.as_str().unwrap())
-            .map(|a| if a == "run" { "plan" } else { a })
-            .collect();
-        let done = Launcher::start(dir.path(), &format!("tj{i}"), &args, &env)
-            .wait(std::time::Duration::from_secs(60));
-        assert_eq!(done.code(), 0, "{}", done.stderr);
-        let plan: Value = serde_json::from_str(&done.stdout).unwrap();
+        let (plan, stderr) = plan_as_the_pod(dir.path(), template, &pod_name, ip);
         assert_eq!(plan["trainer_id"], i, "{plan:#}");
         assert_eq!(plan["job"], name.as_str());
         assert_eq!(plan["num_gradient_servers"], nodes);
         assert_contains(
-            &done.stderr,
+            &stderr,
             &format!("batch system jobset: JobSet {name}, replicated job node"),
         );
     }

@@ -55,30 +55,9 @@ pub fn measure_coordinator(members: usize) -> CoordinatorCost {
         .map(|_| Session::new(&secret, [3; 32], true))
         .collect();
     let began = Instant::now();
-    let (mut core, mut effects) = Core::start(
-        Setup {
-            me: names[0].clone(),
-            others: names[1..].to_vec(),
-            view: "v".into(),
-            next_epoch: 0,
-            max_restarts: 3,
-            join_grace: Duration::from_secs(60),
-            membership: Some(membership),
-            ended: None,
-            who: String::new(),
-            progress_margin: Duration::from_secs(20),
-        },
-        tokio::time::Instant::now(),
-    );
-    for (i, name) in names.iter().enumerate().skip(1) {
-        effects.extend(core.step(Input::Joined {
-            link: i as u64,
-            pod: name.clone(),
-            next_epoch: 0,
-            view: "v".into(),
-            max_restarts: 3,
-            who: format!("pod {name} on node n{i} (trainer id {i} of {members})"),
-        }));
+    let (mut core, mut effects) = started(&names, Some(membership));
+    for (link, name) in names.iter().enumerate().skip(1) {
+        effects.extend(core.step(hello(link, name, members)));
     }
     let go_frame = seal_broadcasts(&effects, &mut sessions);
     let start = began.elapsed();
@@ -105,33 +84,9 @@ pub fn measure_progress(members: usize) -> ProgressCost {
     let names: Vec<String> = (0..members).map(|i| format!("job-{i}")).collect();
     let secret = &Secret(vec![7; 32]);
     let now = tokio::time::Instant::now();
-    let (mut core, _) = Core::start(
-        Setup {
-            me: names[0].clone(),
-            others: names[1..].to_vec(),
-            view: "v".into(),
-            next_epoch: 0,
-            max_restarts: 3,
-            join_grace: Duration::from_secs(60),
-            membership: None,
-            ended: None,
-            who: String::new(),
-            progress_margin: Duration::from_secs(20),
-        },
-        now,
-    );
-    for (i, name) in names.iter().enumerate().skip(1) {
-        core.step(Input::Joined {
-            link: i as u64,
-            pod: name.clone(),
-            next_epoch: 0,
-            view: "v".into(),
-            max_restarts: 3,
-            who: format!(
-                "pod {name} on node n{i} (trainer id {i} of {})",
-                names.len()
-            ),
-        });
+    let (mut core, _) = started(&names, None);
+    for (link, name) in names.iter().enumerate().skip(1) {
+        core.step(hello(link, name, names.len()));
     }
     // What the followers send: a step in the thousands, a few seconds of quiet.
     let mut frames = Vec::with_capacity(names.len());
@@ -183,6 +138,35 @@ pub fn measure_progress(members: usize) -> ProgressCost {
         progress_frame,
         beat_frame,
         hang: began.elapsed(),
+    }
+}
+
+/// A coordinator of `names` (itself the first), gathering, and what it says at once.
+fn started(names: &[String], membership: Option<Membership>) -> (Core, Vec<Effect>) {
+    let setup = Setup {
+        me: names[0].clone(),
+        others: names[1..].to_vec(),
+        view: "v".into(),
+        next_epoch: 0,
+        max_restarts: 3,
+        join_grace: Duration::from_secs(60),
+        membership,
+        ended: None,
+        who: String::new(),
+        progress_margin: Duration::from_secs(20),
+    };
+    Core::start(setup, tokio::time::Instant::now())
+}
+
+/// Member `link`'s hello, with the view and budget every member has.
+fn hello(link: usize, name: &str, members: usize) -> Input {
+    Input::Joined {
+        link: link as u64,
+        pod: name.to_string(),
+        next_epoch: 0,
+        view: "v".into(),
+        max_restarts: 3,
+        who: format!("pod {name} on node n{link} (trainer id {link} of {members})"),
     }
 }
 
