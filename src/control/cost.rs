@@ -184,3 +184,22 @@ fn seal_broadcasts(effects: &[Effect], sessions: &mut [Session]) -> usize {
     }
     frame
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The measurements measure something: a `Go` that carries every member, a `Lost`, and a
+    /// heartbeat with progress larger than one without.
+    #[test]
+    fn the_measurements_see_the_frames_they_time() {
+        let cost = measure_coordinator(50);
+        assert!(cost.go_frame > 50 * 10, "{cost:?}");
+        assert!(cost.lost_frame > 0 && cost.lost_frame < cost.go_frame);
+        let progress = measure_progress(50);
+        assert!(
+            progress.progress_frame > progress.beat_frame,
+            "{progress:?}"
+        );
+    }
+}
