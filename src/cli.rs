@@ -274,6 +274,15 @@ pub struct JobArgs {
     /// [default: the hang timeout, at least 1800].
     #[arg(long, env = "PADDLE_LAUNCHER_HANG_FIRST_WINDOW")]
     pub hang_first_window: Option<String>,
+    /// The signal a trainer is sent to save a checkpoint at its next step boundary and go on,
+    /// when a pod of the job is told to stop while training (preemption, drain, deletion);
+    /// sent only to processes that handle it; `none` disables [default: SIGUSR1].
+    #[arg(long, env = "PADDLE_LAUNCHER_CHECKPOINT_SIGNAL")]
+    pub checkpoint_signal: Option<String>,
+    /// Seconds a preempted pod's trainer is given to checkpoint before it is stopped; it ends
+    /// early when the trainer exits [default: the children's grace period].
+    #[arg(long, env = "PADDLE_LAUNCHER_CHECKPOINT_WINDOW")]
+    pub checkpoint_window: Option<String>,
     /// File the trainer touches, or writes its step number to, to show progress; given to it
     /// under the same name, its directory created [default: <workdir>/progress].
     #[arg(long, env = "PADDLE_LAUNCHER_PROGRESS_FILE")]

@@ -169,7 +169,15 @@ impl Loss {
 
 /// What became of a member pod after the launch, if it is no longer usable: training against a
 /// dead pserver or a gone peer would hang or train wrong. A pod that Succeeded is done, not lost.
-pub fn lost(member: &Member, now: Option<&PodView>, succeeded_before: bool) -> Option<String> {
+/// A terminating pod is lost unless `terminating_is_loss` is false: with a control channel and
+/// a checkpoint signal, its launcher asks the job for a checkpoint and tells it when it leaves
+/// (its trainer is needed until then); a frozen one is caught by its heartbeat.
+pub fn lost(
+    member: &Member,
+    now: Option<&PodView>,
+    succeeded_before: bool,
+    terminating_is_loss: bool,
+) -> Option<String> {
     let what = match now {
         None if succeeded_before => return None,
         None => "was deleted".to_string(),
@@ -178,7 +186,7 @@ pub fn lost(member: &Member, now: Option<&PodView>, succeeded_before: bool) -> O
             Some(ended) => format!("has Failed: {ended}"),
             None => "has Failed".to_string(),
         },
-        Some(p) if p.terminating => "is terminating".to_string(),
+        Some(p) if p.terminating && terminating_is_loss => "is terminating".to_string(),
         Some(p) if p.ip.is_some_and(|ip| ip != member.ip) => {
             format!(
                 "came back with IP {} instead of {}",
@@ -884,31 +892,36 @@ pub(crate) mod tests {
             rank: 1,
         };
         let running = pod("j-1", Some("10.0.0.2"), "Running");
-        assert_eq!(lost(&member, Some(&running), false), None);
+        assert_eq!(lost(&member, Some(&running), false, true), None);
         assert_eq!(
-            lost(&member, None, false).unwrap(),
+            lost(&member, None, false, true).unwrap(),
             "peer pod j-1 (rank 1, 10.0.0.2) was deleted"
         );
         assert_eq!(
-            lost(&member, None, true),
+            lost(&member, None, true, true),
             None,
             "a pod that succeeded may go away"
         );
         let failed = pod("j-1", Some("10.0.0.2"), "Failed");
-        assert!(lost(&member, Some(&failed), false)
+        assert!(lost(&member, Some(&failed), false, true)
             .unwrap()
             .ends_with("has Failed"));
         let mut going = running.clone();
         going.terminating = true;
-        assert!(lost(&member, Some(&going), false)
+        assert!(lost(&member, Some(&going), false, true)
             .unwrap()
             .ends_with("is terminating"));
+        assert_eq!(
+            lost(&member, Some(&going), false, false),
+            None,
+            "a preempted peer's launcher tells the job itself when it leaves"
+        );
         let moved = pod("j-1", Some("10.0.0.9"), "Running");
-        assert!(lost(&member, Some(&moved), false)
+        assert!(lost(&member, Some(&moved), false, true)
             .unwrap()
             .ends_with("came back with IP 10.0.0.9 instead of 10.0.0.2"));
         assert_eq!(
-            lost(&member, Some(&pod("j-1", None, "Succeeded")), false),
+            lost(&member, Some(&pod("j-1", None, "Succeeded")), false, true),
             None
         );
     }

@@ -414,6 +414,27 @@ impl Supervisor {
         }
     }
 
+    /// Sends `sig` to every process of the given children's groups that handles it, and only
+    /// to those: a signal such as SIGUSR1 kills a process that does not (a shell wrapper, a
+    /// data loader's worker). How many were sent it.
+    pub fn signal_handlers(&mut self, children: &[usize], sig: i32) -> usize {
+        let mut sent = 0;
+        for &i in children {
+            if !self.group_alive(i) {
+                continue;
+            }
+            let group = self.children[i].pid.as_raw();
+            for pid in handlers_in_group(group, sig) {
+                // SAFETY: kill(2) has no memory effects.
+                if unsafe { nix::libc::kill(pid, sig) } == 0 {
+                    debug!("sent {} to process {pid} (group {group})", signal_name(sig));
+                    sent += 1;
+                }
+            }
+        }
+        sent
+    }
+
     pub fn forward(&mut self, sig: i32) {
         let all: Vec<usize> = (0..self.children.len()).collect();
         let alive: Vec<usize> = all.into_iter().filter(|&i| self.group_alive(i)).collect();
@@ -718,9 +739,84 @@ pub fn quoted(argv: &[String]) -> String {
         .join(" ")
 }
 
+/// The processes of group `group` that handle `sig` (its bit in `SigCgt` of
+/// /proc/<pid>/status), read from /proc: a pod's few processes, on a filesystem in memory.
+pub fn handlers_in_group(group: i32, sig: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if group_of(pid) == Some(group) && catches(pid, sig) {
+            found.push(pid);
+        }
+    }
+    found.sort_unstable();
+    found
+}
+
+/// The process group of `pid`: the fifth field of /proc/<pid>/stat, counted after the command
+/// name's closing parenthesis (the name may hold spaces and parentheses).
+fn group_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    after_name.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// Whether `pid` has a handler for `sig`.
+fn catches(pid: i32, sig: i32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    let mask = status
+        .lines()
+        .find_map(|line| line.strip_prefix("SigCgt:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok());
+    matches!(mask, Some(mask) if (1..=64).contains(&sig) && mask & (1 << (sig - 1)) != 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only the processes of the group that handle the signal are found: a Python trainer
+    /// with a handler, not the process it started (which the signal would kill).
+    #[test]
+    fn handlers_are_found_by_their_signal_mask_in_the_group() {
+        let mut python = Command::new("python3")
+            .args([
+                "-c",
+                "import signal, subprocess, time\n\
+                 signal.signal(signal.SIGUSR1, lambda *a: None)\n\
+                 child = subprocess.Popen(['sleep', '30'])\n\
+                 print(child.pid, flush=True)\n\
+                 time.sleep(30)",
+            ])
+            .process_group(0)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(python.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let sleeper: i32 = line.trim().parse().unwrap();
+        let group = python.id() as i32;
+        let found = handlers_in_group(group, nix::libc::SIGUSR1);
+        let none = handlers_in_group(group, nix::libc::SIGUSR2);
+        // SAFETY: kill(2) has no memory effects.
+        unsafe { nix::libc::kill(-group, nix::libc::SIGKILL) };
+        let _ = python.wait();
+        assert_eq!(found, vec![group], "the sleeper {sleeper} has no handler");
+        assert!(none.is_empty(), "{none:?}");
+    }
 
     #[test]
     fn an_argv_is_logged_on_one_line_with_odd_arguments_quoted() {

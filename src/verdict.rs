@@ -6,8 +6,9 @@
 /// What is known about the job when an attempt ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Standing {
-    /// The restart epoch that ended (0: the first start).
-    pub epoch: u32,
+    /// The restarts failures have spent so far: the restart epoch that ended (0: the first
+    /// start) less the job's preemptions, which spend nothing.
+    pub spent: u32,
     /// The job's restart budget (`--max-restarts`, the smallest any launcher was given).
     pub max_restarts: u32,
     /// A member's trainer succeeded: that pod will not rejoin, so the job cannot start again as
@@ -15,6 +16,9 @@ pub struct Standing {
     pub member_finished: bool,
     /// False when a restart would end the same way (a command that cannot start).
     pub restartable: bool,
+    /// The attempt ended because a pod was preempted (its launcher was told to stop while its
+    /// trainer ran, and the job checkpointed): not a failure, so it spends no restart.
+    pub preempted: bool,
 }
 
 /// Why the job does not start again.
@@ -52,18 +56,19 @@ impl NoRestart {
     }
 }
 
-/// The verdict on an attempt that ended in a failure: Ok to restart, or why not. The order
-/// matters only for the words: no budget is named before a finished member.
+/// The verdict on an attempt that ended in a failure or a preemption: Ok to restart, or why
+/// not. The order matters only for the words: no budget is named before a finished member.
 pub fn verdict(standing: &Standing) -> Result<(), NoRestart> {
     let Standing {
-        epoch,
+        spent,
         max_restarts,
         member_finished,
         restartable,
+        preempted,
     } = *standing;
-    if max_restarts == 0 {
+    if max_restarts == 0 && !preempted {
         Err(NoRestart::NoneAsked)
-    } else if epoch >= max_restarts {
+    } else if spent >= max_restarts && !preempted {
         Err(NoRestart::Spent { max_restarts })
     } else if member_finished {
         Err(NoRestart::MemberFinished)
@@ -82,26 +87,35 @@ mod tests {
     #[test]
     fn the_verdict_table() {
         use NoRestart::*;
-        type Row = (u32, u32, bool, bool, Result<(), NoRestart>);
-        let rows: [Row; 9] = [
-            // epoch, budget, a member finished, restartable -> verdict
-            (0, 0, false, true, Err(NoneAsked)),
-            (0, 0, true, false, Err(NoneAsked)),
-            (0, 1, false, true, Ok(())),
-            (1, 1, false, true, Err(Spent { max_restarts: 1 })),
+        type Row = (u32, u32, bool, bool, bool, Result<(), NoRestart>);
+        let rows: [Row; 15] = [
+            // spent, budget, a member finished, restartable, preempted -> verdict
+            (0, 0, false, true, false, Err(NoneAsked)),
+            (0, 0, true, false, false, Err(NoneAsked)),
+            (0, 1, false, true, false, Ok(())),
+            (1, 1, false, true, false, Err(Spent { max_restarts: 1 })),
             // A batch system's attempt may start the count beyond the budget.
-            (5, 3, false, true, Err(Spent { max_restarts: 3 })),
-            (1, 3, false, true, Ok(())),
-            (1, 3, true, true, Err(MemberFinished)),
-            (1, 3, false, false, Err(WouldRecur)),
-            (3, 3, true, false, Err(Spent { max_restarts: 3 })),
+            (5, 3, false, true, false, Err(Spent { max_restarts: 3 })),
+            (1, 3, false, true, false, Ok(())),
+            (1, 3, true, true, false, Err(MemberFinished)),
+            (1, 3, false, false, false, Err(WouldRecur)),
+            (3, 3, true, false, false, Err(Spent { max_restarts: 3 })),
+            // A preemption is no failure: it restarts without a budget, or with it spent...
+            (0, 0, false, true, true, Ok(())),
+            (4, 2, false, true, true, Ok(())),
+            // ... but not a job a member of which has finished, nor one that would fail again.
+            (0, 0, true, true, true, Err(MemberFinished)),
+            (0, 3, false, false, true, Err(WouldRecur)),
+            (9, 3, true, false, true, Err(MemberFinished)),
+            (0, 3, false, true, true, Ok(())),
         ];
-        for (epoch, max_restarts, member_finished, restartable, expected) in rows {
+        for (spent, max_restarts, member_finished, restartable, preempted, expected) in rows {
             let standing = Standing {
-                epoch,
+                spent,
                 max_restarts,
                 member_finished,
                 restartable,
+                preempted,
             };
             assert_eq!(verdict(&standing), expected, "{standing:?}");
         }

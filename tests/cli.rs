@@ -201,3 +201,63 @@ fn a_grace_period_longer_than_the_pods_is_refused() {
         "{stderr}"
     );
 }
+
+/// A checkpoint signal the trainer could not handle, or that would stop it, and a window the
+/// pod's grace period cannot hold: refused before anything starts, in one line naming the
+/// option and the value. `none`, a name in any case and SIGUSR2 without hang detection run.
+#[test]
+fn a_checkpoint_signal_or_window_that_cannot_work_is_refused() {
+    let base = [
+        ("JOB_NAME", "c"),
+        ("PADDLE_LAUNCHER_PEERS", "127.0.0.2"),
+        ("POD_IP", "127.0.0.2"),
+        ("PADDLE_LAUNCHER_PROTOCOL", "collective"),
+    ];
+    let refused: [(&[(&str, &str)], &str); 5] = [
+        (
+            &[("PADDLE_LAUNCHER_CHECKPOINT_SIGNAL", "SIGBOGUS")],
+            "invalid PADDLE_LAUNCHER_CHECKPOINT_SIGNAL (--checkpoint-signal): \"SIGBOGUS\": expected a signal the trainer handles to checkpoint and go on, such as SIGUSR1, or none",
+        ),
+        (
+            &[("PADDLE_LAUNCHER_CHECKPOINT_SIGNAL", "term")],
+            "(SIGTERM cannot be: it asks the trainer to stop, not to go on)",
+        ),
+        (
+            &[("PADDLE_LAUNCHER_CHECKPOINT_SIGNAL", "KILL")],
+            "(SIGKILL cannot be: it cannot be handled)",
+        ),
+        (
+            &[
+                ("PADDLE_LAUNCHER_CHECKPOINT_SIGNAL", "usr2"),
+                ("PADDLE_LAUNCHER_HANG_TIMEOUT", "60"),
+            ],
+            "(SIGUSR2 cannot be: it asks for the trainer's stacks while hangs are watched",
+        ),
+        (
+            &[
+                ("PADDLE_LAUNCHER_CHECKPOINT_WINDOW", "40"),
+                ("PADDLE_LAUNCHER_POD_GRACE_PERIOD", "30"),
+            ],
+            "invalid PADDLE_LAUNCHER_CHECKPOINT_WINDOW (--checkpoint-window): \"40\": expected at most the pod's grace period, 30 s",
+        ),
+    ];
+    for (extra, said) in refused {
+        let env: Vec<(&str, &str)> = base.iter().chain(extra).copied().collect();
+        let out = launcher(&["run", "--", "true"], &env);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {stderr}");
+        assert!(stderr.contains(said), "{extra:?}: {stderr}");
+        let errors = stderr.lines().filter(|line| line.contains("ERROR")).count();
+        assert_eq!(errors, 1, "{stderr}");
+    }
+    for accepted in ["none", "sigwinch", "USR2"] {
+        let env: Vec<(&str, &str)> = base
+            .iter()
+            .copied()
+            .chain([("PADDLE_LAUNCHER_CHECKPOINT_SIGNAL", accepted)])
+            .collect();
+        let out = launcher(&["run", "--", "true"], &env);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{accepted}: {stderr}");
+    }
+}

@@ -215,6 +215,7 @@ fn hostile_clients_are_dropped_and_the_job_ends_cleanly() {
         max_restarts: 0,
         heartbeat_ms: 0,
         who: String::new(),
+        preemptions: 0,
     };
     let (mut forged, challenge) = connect_from(&member, &address);
     let wrong = paddle_launcher::config_secret(b"not-the-job-secret-at-all-0123456789");
@@ -244,6 +245,7 @@ fn hostile_clients_are_dropped_and_the_job_ends_cleanly() {
         max_restarts: 0,
         heartbeat_ms: 0,
         who: String::new(),
+        preemptions: 0,
     };
     stranger
         .write_all(&ControlSession::new(&right, challenge, false).seal(&intruder))
@@ -265,6 +267,7 @@ fn hostile_clients_are_dropped_and_the_job_ends_cleanly() {
             max_restarts: 0,
             heartbeat_ms,
             who: String::new(),
+            preemptions: 0,
         };
         hasty
             .write_all(&ControlSession::new(&right, challenge, false).seal(&hello))

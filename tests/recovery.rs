@@ -598,6 +598,108 @@ fn forbidden_events_are_said_once_and_the_job_goes_on() {
 }
 
 /// Restarts without a secret cannot be agreed: refused before anything starts.
+/// A trainer that records the checkpoint signal (a handler, as a shell `trap`): it trains for
+/// long in epoch 0 (a `sleep` of its own, which has no handler and must not be sent the
+/// signal), briefly after a restart.
+const CHECKPOINTING: &str = r#"echo "rank=$PADDLE_TRAINER_ID count=$PADDLE_LAUNCHER_RESTART_COUNT endpoints=$PADDLE_TRAINER_ENDPOINTS"
+trap 'echo "checkpoint signal rank=$PADDLE_TRAINER_ID count=$PADDLE_LAUNCHER_RESTART_COUNT at $(date +%s.%N)"' USR1
+if [ "$PADDLE_LAUNCHER_RESTART_COUNT" = 0 ]; then
+  end=$(( $(date +%s) + 120 ))
+  while [ "$(date +%s)" -lt "$end" ]; do sleep 1 & wait $!; done
+fi
+sleep 2"#;
+
+impl Job {
+    /// The pod is deleted with a grace period (preemption, a drain, `kubectl delete`): the API
+    /// marks it terminating and the kubelet sends its launcher SIGTERM. The launcher's end,
+    /// which the pod object outlives until then; its name.
+    fn preempt_pod(&mut self, index: usize) -> support::Finished {
+        let name = self.created[index].0.clone();
+        let api = &self.cluster.api;
+        let mut pod = api.pod("default", &name).unwrap();
+        pod["metadata"]["deletionTimestamp"] = serde_json::json!("2026-11-24T00:00:00Z");
+        pod["metadata"]["deletionGracePeriodSeconds"] = serde_json::json!(30);
+        api.put_pod(pod);
+        let launcher = self.created[index].2.take().unwrap();
+        launcher.signal(Signal::SIGTERM);
+        let done = launcher.wait(LIMIT);
+        api.set_terminated("default", &name, done.code(), "Error", "preempted");
+        api.delete_pod("default", &name);
+        done
+    }
+}
+
+/// Preemption without lost work, with no restart budget at all (--max-restarts 0): SIGTERM to
+/// one pod's launcher while training (`preempted`: 0 is the coordinator's pod) asks every
+/// trainer of the job for a checkpoint (SIGUSR1, only to the processes that handle it) before
+/// any stops; the preempted launcher gives its trainer the checkpoint window, then exits 143;
+/// the survivors keep their pods (the API's "terminating" is not their loss: the channel
+/// tells), wait for the replacement, and every trainer restarts with count 1. When each
+/// trainer got the signal, after the SIGTERM, is printed (measured, not asserted).
+fn a_preempted_pod_checkpoints_the_whole_job_and_restarts_it_in_place(
+    name: &'static str,
+    preempted: usize,
+) {
+    let mut job = Job::new(name, 3, 0);
+    job.program = ["sh", "-c", CHECKPOINTING].map(String::from).to_vec();
+    job.extra_env
+        .push(("PADDLE_LAUNCHER_CHECKPOINT_WINDOW", "3".to_string()));
+    job.start_training(3);
+    let sent = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let survivors: Vec<usize> = (0..3).filter(|&i| i != preempted).collect();
+    let ended = job.preempt_pod(preempted);
+    assert_eq!(ended.code(), 143, "{}\n{}", ended.stdout, ended.stderr);
+    // Its trainer was asked before it was stopped, and the job was told both.
+    assert_contains(&ended.stdout, "checkpoint signal rank=");
+    assert_contains(&ended.stderr, "asking trainer-");
+    assert_contains(&ended.stderr, "its checkpoint window (3 s) is over");
+    let mut latencies = vec![signal_after(&ended.stdout, sent)];
+    for &i in &survivors {
+        job.launcher(i)
+            .wait_for_output("restarting the job (restart 1 after a preemption, which spends none of the 0 restarts)", LIMIT);
+        let out = job.launcher(i).stdout_so_far();
+        assert_contains(&out, "checkpoint signal rank=");
+        latencies.push(signal_after(&out, sent));
+        let err = job.stderr(i);
+        assert!(!err.contains("is terminating"), "{err}");
+        assert_contains(&err, "preempted (SIGTERM while training)");
+    }
+    println!("SIGTERM to the checkpoint signal, by trainer: {latencies:.3?} s");
+    let replacement = job.create_pod();
+    let outputs = job.all_finish_in_epoch(1);
+    let mut members = survivors.clone();
+    members.push(replacement);
+    assert_restarted_with(&outputs, 1, &endpoints(&job, &members));
+    // Only the trainers of epoch 0 were asked: nothing was preempted in epoch 1.
+    for out in &outputs {
+        assert!(!out.contains("checkpoint signal rank=0 count=1"), "{out}");
+    }
+}
+
+/// How long after `sent` (seconds since the epoch) the trainer whose output this is printed
+/// that it got the checkpoint signal.
+fn signal_after(output: &str, sent: f64) -> f64 {
+    let line = output
+        .lines()
+        .find(|l| l.contains("checkpoint signal rank="))
+        .unwrap();
+    let at: f64 = line.rsplit_once(" at ").unwrap().1.trim().parse().unwrap();
+    at - sent
+}
+
+#[test]
+fn a_preempted_follower_checkpoints_the_whole_job_and_restarts_it_in_place() {
+    a_preempted_pod_checkpoints_the_whole_job_and_restarts_it_in_place("preempt", 2);
+}
+
+#[test]
+fn a_preempted_coordinator_checkpoints_the_whole_job_and_restarts_it_in_place() {
+    a_preempted_pod_checkpoints_the_whole_job_and_restarts_it_in_place("preemptc", 0);
+}
+
 #[test]
 fn restarts_without_a_job_secret_are_refused() {
     let dir = tempfile::tempdir().unwrap();

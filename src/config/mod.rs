@@ -216,6 +216,28 @@ pub struct Timing {
     pub hang_timeout: Option<Duration>,
     /// How long it may take to its first progress.
     pub hang_first_window: Duration,
+    /// The signal that asks a trainer for a checkpoint; None: never asked.
+    pub checkpoint_signal: Option<i32>,
+    /// --checkpoint-window as given; None: the children's grace period.
+    pub checkpoint_window: Option<Duration>,
+}
+
+impl Timing {
+    /// How a trainer is asked for a checkpoint, and how long a preempted pod gives it: the
+    /// children's grace period unless given (with a channel it is half of what the pod
+    /// allows, so the window and the stop that follows both fit).
+    pub fn checkpoint(&self) -> Option<Checkpoint> {
+        let signal = self.checkpoint_signal?;
+        let window = self.checkpoint_window.unwrap_or(self.grace_period);
+        Some(Checkpoint { signal, window }).filter(|_| !window.is_zero())
+    }
+}
+
+/// How a trainer is asked for a checkpoint, and how long a preempted pod gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub signal: i32,
+    pub window: Duration,
 }
 
 /// Files: the shared job directory, the work directory, id files and file lists.

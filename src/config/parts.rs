@@ -117,6 +117,45 @@ pub fn children_grace(
     }
 }
 
+/// The checkpoint signal: a name (`SIGUSR1`, `usr1`) or `none`. Never one that stops or kills
+/// the trainer, nor the stack signal while hangs are watched.
+fn checkpoint_signal(
+    given: &Option<String>,
+    hangs_watched: bool,
+) -> Result<Option<i32>, ConfigError> {
+    let text = present(given).unwrap_or("SIGUSR1");
+    if text.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    let upper = text.to_ascii_uppercase();
+    let name = match upper.strip_prefix("SIG") {
+        Some(_) => upper.clone(),
+        None => format!("SIG{upper}"),
+    };
+    let expected = "a signal the trainer handles to checkpoint and go on, such as SIGUSR1, or none";
+    let signal: nix::sys::signal::Signal = name
+        .parse()
+        .map_err(|_| ConfigError::new(CHECKPOINT_SIGNAL, text, expected))?;
+    use nix::sys::signal::Signal::*;
+    let why = match signal {
+        SIGKILL | SIGSTOP => Some("it cannot be handled"),
+        SIGTERM | SIGINT | SIGQUIT | SIGHUP => Some("it asks the trainer to stop, not to go on"),
+        SIGCHLD | SIGSEGV | SIGBUS | SIGFPE | SIGILL | SIGABRT | SIGPIPE | SIGTRAP | SIGSYS => {
+            Some("the runtime or the kernel sends it for something else")
+        }
+        SIGUSR2 if hangs_watched => Some("it asks for the trainer's stacks while hangs are watched (PADDLE_LAUNCHER_HANG_TIMEOUT)"),
+        _ => None,
+    };
+    match why {
+        Some(why) => Err(ConfigError::new(
+            CHECKPOINT_SIGNAL,
+            text,
+            format!("{expected} ({} cannot be: {why})", signal.as_str()),
+        )),
+        None => Ok(Some(signal as i32)),
+    }
+}
+
 impl Timing {
     pub fn from_args(args: &JobArgs) -> Result<Timing, ConfigError> {
         let wait_timeout = seconds(&args.wait_timeout, WAIT_TIMEOUT, 1800)?;
@@ -141,6 +180,23 @@ impl Timing {
                 "whole seconds of at least 1 (the time a trainer may take to its first progress)",
             ));
         }
+        let hang_timeout = Some(hang_timeout).filter(|t| !t.is_zero());
+        let checkpoint_signal = checkpoint_signal(&args.checkpoint_signal, hang_timeout.is_some())?;
+        let checkpoint_window = present(&args.checkpoint_window)
+            .map(|_| seconds(&args.checkpoint_window, CHECKPOINT_WINDOW, 0))
+            .transpose()?;
+        if let (Some(window), Some(pod)) = (checkpoint_window, pod_grace) {
+            if window > pod {
+                return Err(ConfigError::new(
+                    CHECKPOINT_WINDOW,
+                    &window.as_secs().to_string(),
+                    format!(
+                        "at most the pod's grace period, {} s ({POD_GRACE_PERIOD}), less the children's own grace period: the kubelet kills the pod then",
+                        pod.as_secs()
+                    ),
+                ));
+            }
+        }
         Ok(Timing {
             wait_timeout: (!wait_timeout.is_zero()).then_some(wait_timeout),
             pserver_timeout,
@@ -148,8 +204,10 @@ impl Timing {
             grace_period: children_grace(grace_given, pod_grace, channel)?,
             grace_given,
             pod_grace,
-            hang_timeout: Some(hang_timeout).filter(|t| !t.is_zero()),
+            hang_timeout,
             hang_first_window,
+            checkpoint_signal,
+            checkpoint_window,
         })
     }
 }

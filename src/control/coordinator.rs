@@ -28,6 +28,8 @@ pub(super) enum Input {
         max_restarts: u32,
         /// How it names itself ("pod p-1 on node n7 (trainer id 1 of 3)").
         who: String,
+        /// The job's preemptions it knows of.
+        preemptions: u32,
     },
     /// A joined member's report of its trainer's progress, read `at` (this launcher's clock):
     /// it had been `quiet` that long.
@@ -75,22 +77,30 @@ pub(super) enum Effect {
         restart: bool,
         reason: String,
         hang: bool,
+        preempted: bool,
     },
     /// This launcher learns the verdict on the loss, decided once.
     KnowsVerdict { restart: bool },
+    /// This launcher's trainer is asked for a checkpoint: a member is preempted (the reason).
+    Checkpoint(String),
     /// Nothing more to say: the channel ends.
     Stop,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Stage {
-    /// Waiting for every member's hello: the epoch each would start next and its budget.
+    /// Waiting for every member's hello: what each said of the job (the epoch it would start
+    /// next, its budget, the preemptions it knows of).
     Gathering {
         since: Instant,
-        ready: HashMap<String, (u32, u32)>,
+        ready: HashMap<String, Said>,
     },
-    /// Started `epoch` with this budget.
-    Running { epoch: u32, max_restarts: u32 },
+    /// Started `epoch` with this budget, after this many preemptions.
+    Running {
+        epoch: u32,
+        max_restarts: u32,
+        preemptions: u32,
+    },
     /// Said what there was to say; waiting for this launcher to close the channel.
     Closing,
 }
@@ -116,6 +126,14 @@ pub(super) struct Core {
     pub(super) lost: Option<(String, bool)>,
     /// The first loss is a hang: every launcher asks its trainer for its stacks first.
     lost_hang: bool,
+    /// A member was preempted in this attempt (its pod, and what its launcher said): every
+    /// trainer was asked for a checkpoint, and the attempt's end, whatever ends it, is the
+    /// preemption's (a trainer whose peer left fails too), which spends no restart.
+    preempted: Option<(String, String)>,
+    /// The loss told is a preemption.
+    lost_preempted: bool,
+    /// The job's preemptions before this attempt, as this launcher knows them.
+    preemptions: u32,
     /// How each member names itself, this launcher too.
     who: HashMap<String, String>,
     /// Each member's last progress report (this launcher's too): the link it came on (None:
@@ -157,6 +175,14 @@ fn named(pod: &str, said: &str) -> String {
     }
 }
 
+/// What a member's hello said of the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Said {
+    next_epoch: u32,
+    max_restarts: u32,
+    preemptions: u32,
+}
+
 /// What a coordinator starts from.
 pub(super) struct Setup {
     pub me: String,
@@ -164,6 +190,8 @@ pub(super) struct Setup {
     pub view: String,
     pub next_epoch: u32,
     pub max_restarts: u32,
+    /// The job's preemptions this launcher knows of.
+    pub preemptions: u32,
     pub join_grace: Duration,
     pub membership: Option<Membership>,
     /// The job has ended (why): every member that joins hears a final `Lost`.
@@ -203,6 +231,9 @@ impl Core {
             done: HashSet::new(),
             lost: None,
             lost_hang: false,
+            preempted: None,
+            lost_preempted: false,
+            preemptions: setup.preemptions,
             who: HashMap::from([(me_name.clone(), named(&me_name, &setup.who))]),
             progress: HashMap::new(),
             now,
@@ -223,6 +254,7 @@ impl Core {
             core.stage = Stage::Running {
                 epoch: core.next_epoch,
                 max_restarts: 0,
+                preemptions: core.preemptions,
             };
             core.lost = Some((reason, false));
             core.decided = Some(false);
@@ -247,11 +279,17 @@ impl Core {
                 view,
                 max_restarts,
                 who,
+                preemptions,
             } => {
                 if self.is_other.contains(&pod) && !self.links.contains_key(&pod) {
                     self.who.insert(pod.clone(), named(&pod, &who));
                 }
-                self.joined(link, pod, next_epoch, view, max_restarts, &mut effects)
+                let said = Said {
+                    next_epoch,
+                    max_restarts,
+                    preemptions,
+                };
+                self.joined(link, pod, view, said, &mut effects)
             }
             // Heartbeats: noted, nothing decided (a thousand of them a second must stay cheap).
             Input::Progress {
@@ -335,13 +373,21 @@ impl Core {
                 reason,
                 restartable,
                 hang,
-            } => self.lose(reason, false, restartable, hang, effects),
+            } => {
+                let me = self.me.clone();
+                self.lose(reason, &me, false, restartable, hang, effects)
+            }
             Request::PodLost(reason) => match self.stage {
                 Stage::Gathering { .. } => self.regather(reason, effects),
-                Stage::Running { .. } => self.lose(reason, true, true, false, effects),
+                // Seen through the API: no member said it.
+                Stage::Running { .. } => self.lose(reason, "", true, true, false, effects),
                 Stage::Closing => {}
             },
             Request::Done => self.own_done(effects),
+            Request::Preempted(reason) => {
+                let me = self.me.clone();
+                self.preempted(me, reason, effects)
+            }
             Request::Stopped => {
                 if self.lost.is_some() {
                     self.own_stopped = true;
@@ -366,13 +412,15 @@ impl Core {
         }
     }
 
-    /// The job lost a member, or one failed: everyone stops, once. `tell_self`: false for
-    /// this launcher's own report (it knows). `restartable`: false for a failure a restart
+    /// The job lost a member, or one failed: everyone stops, once. `from`: the member it is
+    /// about (empty: seen through the API). `tell_self`: false for this launcher's own report
+    /// (it knows). `restartable`: false for a failure a restart
     /// would repeat. `hang`: a trainer was judged hung; the loss names the rank the progress
     /// reports point at, first (a reason is cut to fit a frame).
     fn lose(
         &mut self,
         reason: String,
+        from: &str,
         tell_self: bool,
         restartable: bool,
         hang: bool,
@@ -381,10 +429,15 @@ impl Core {
         if self.lost.is_some() || matches!(self.stage, Stage::Closing) {
             return;
         }
-        let reason = match hang {
-            true => format!("the job hangs: {}; found by {reason}", self.suspect()),
-            false => reason,
+        let reason = match (&self.preempted, hang) {
+            // The preempted pod's own end says it all; another's comes after the preemption.
+            (Some((pod, _)), _) if pod == from => reason,
+            (Some((_, said)), _) => format!("{said}; then: {reason}"),
+            (None, true) => format!("the job hangs: {}; found by {reason}", self.suspect()),
+            (None, false) => reason,
         };
+        let preempted = self.preempted.is_some();
+        let hang = hang && !preempted;
         // What every pod's last line will say, the same on all: printable (it reaches logs,
         // termination messages and events), and cut to fit a frame here too.
         let printable: String = reason
@@ -397,11 +450,13 @@ impl Core {
             Stage::Running {
                 epoch,
                 max_restarts,
+                preemptions,
             } => verdict(&Standing {
-                epoch,
+                spent: epoch.saturating_sub(preemptions),
                 max_restarts,
                 member_finished,
                 restartable,
+                preempted,
             })
             .is_ok(),
             // Nothing started: there is nothing to restart, only to gather again.
@@ -412,22 +467,26 @@ impl Core {
             reason: reason.clone(),
             restart,
             hang,
+            preempted,
         }));
         effects.push(if tell_self {
             Effect::Hear(Heard::Lost {
                 reason: reason.clone(),
                 restart,
                 hang,
+                preempted,
             })
         } else {
             Effect::KnowsLost {
                 restart,
                 reason: reason.clone(),
                 hang,
+                preempted,
             }
         });
         self.lost = Some((reason, restart));
         self.lost_hang = hang;
+        self.lost_preempted = preempted;
         self.awaiting = self.links.keys().cloned().collect();
         // "No restart" can never turn into "restart": final at once, waiting for nobody (a
         // member that finished and lingers would never say it stopped).
@@ -481,6 +540,7 @@ impl Core {
                         reason: cut(&reason),
                         restart,
                         hang: self.lost_hang,
+                        preempted: self.lost_preempted,
                     },
                 });
                 self.told.insert(pod);
@@ -522,11 +582,13 @@ impl Core {
             reason: reason.clone(),
             restart: false,
             hang: self.lost_hang,
+            preempted: self.lost_preempted,
         }));
         effects.push(Effect::KnowsLost {
             restart: false,
             reason: reason.clone(),
             hang: self.lost_hang,
+            preempted: self.lost_preempted,
         });
         self.lost = Some((reason, false));
         self.decide(false, effects);
@@ -546,9 +608,8 @@ impl Core {
         &mut self,
         link: u64,
         pod: String,
-        next_epoch: u32,
         view: String,
-        max_restarts: u32,
+        said: Said,
         effects: &mut Vec<Effect>,
     ) {
         if !self.is_other.contains(&pod) {
@@ -565,7 +626,7 @@ impl Core {
         match &mut self.stage {
             // An empty view: a follower that takes the membership from `Go`.
             Stage::Gathering { ready, .. } if view == self.view || view.is_empty() => {
-                ready.insert(pod, (next_epoch, max_restarts));
+                ready.insert(pod, said);
                 self.start_when_ready(effects);
             }
             Stage::Gathering { .. } => self.regather(
@@ -581,6 +642,7 @@ impl Core {
                             reason: cut(reason),
                             restart,
                             hang: self.lost_hang,
+                            preempted: self.lost_preempted,
                         },
                     });
                     self.told.insert(pod);
@@ -591,6 +653,7 @@ impl Core {
                 // Its earlier connection ended, which already counted as a loss.
                 (None, _) => self.lose(
                     format!("the launcher of peer pod {pod} joined again (it restarted)"),
+                    &pod,
                     true,
                     true,
                     false,
@@ -621,7 +684,8 @@ impl Core {
                 reason,
                 restartable,
                 hang,
-            } => self.lose(reason, true, restartable, hang, effects),
+            } => self.lose(reason, &pod, true, restartable, hang, effects),
+            Message::Preempted { reason } => self.preempted(pod, reason, effects),
             Message::Stopped if self.awaiting.remove(&pod) => self.decide_when_stopped(effects),
             _ => {}
         }
@@ -653,13 +717,37 @@ impl Core {
                     ),
                     other => format!("the control connection of peer pod {pod} failed: {other}"),
                 };
-                self.lose(reason, true, true, false, effects);
+                self.lose(reason, &pod, true, true, false, effects);
             }
             Stage::Running { .. } | Stage::Closing => {}
         }
         if was_awaited {
             self.decide_when_stopped(effects);
         }
+    }
+
+    /// A member's launcher (this one's too) was told to stop while its trainer runs: every
+    /// other trainer is asked for a checkpoint at once, while every rank is still there for
+    /// its collectives; the attempt's end that follows is the preemption's. The first
+    /// preemption of an attempt is the one told: later ones find every trainer asked already.
+    fn preempted(&mut self, pod: String, reason: String, effects: &mut Vec<Effect>) {
+        let running = matches!(self.stage, Stage::Running { .. });
+        if !running || self.preempted.is_some() || self.lost.is_some() {
+            return;
+        }
+        let printable: String = reason
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        let reason = cut(&printable);
+        warn!("control channel: {reason}: asking every trainer for a checkpoint");
+        effects.push(Effect::Broadcast(Message::Checkpoint {
+            reason: reason.clone(),
+        }));
+        if pod != self.me {
+            effects.push(Effect::Checkpoint(reason.clone()));
+        }
+        self.preempted = Some((pod, reason));
     }
 
     /// The rank the members' progress reports point at, by their last reports: those of the
@@ -695,13 +783,22 @@ impl Core {
         if ready.len() < self.others.len() {
             return;
         }
-        let epoch = ready.values().map(|r| r.0).fold(self.next_epoch, u32::max);
+        let epoch = ready
+            .values()
+            .map(|r| r.next_epoch)
+            .fold(self.next_epoch, u32::max);
         // One budget for the job, or some would restart while others end.
         let max_restarts = ready
             .values()
-            .map(|r| r.1)
+            .map(|r| r.max_restarts)
             .fold(self.max_restarts, u32::min);
-        if ready.values().any(|r| r.1 != self.max_restarts) {
+        // A replaced pod knows of none: the survivors' count stands.
+        let preemptions = ready
+            .values()
+            .map(|r| r.preemptions)
+            .fold(self.preemptions, u32::max)
+            .min(epoch);
+        if ready.values().any(|r| r.max_restarts != self.max_restarts) {
             warn!("control channel: the launchers were given different restart budgets (PADDLE_LAUNCHER_MAX_RESTARTS): the job has the smallest, {max_restarts}");
         }
         info!(
@@ -712,15 +809,18 @@ impl Core {
             epoch,
             membership: self.membership.clone(),
             max_restarts,
+            preemptions,
         }));
         self.stage = Stage::Running {
             epoch,
             max_restarts,
+            preemptions,
         };
         effects.push(Effect::Hear(Heard::Go {
             epoch,
             membership: None,
             max_restarts,
+            preemptions,
         }));
     }
 
@@ -757,6 +857,7 @@ mod tests {
             view: "v".into(),
             next_epoch: 0,
             max_restarts: 3,
+            preemptions: 0,
             join_grace: Duration::from_secs(60),
             membership: None,
             ended: None,
@@ -773,6 +874,7 @@ mod tests {
             view: "v".into(),
             max_restarts: 3,
             who: format!("pod {pod} on node n7"),
+            preemptions: 0,
         }
     }
 
@@ -800,6 +902,7 @@ mod tests {
             view: "v".into(),
             max_restarts: 3,
             who: "pod b\njob stopped: FORGED\u{1b}[2J (trainer id 1 of 3)".into(),
+            preemptions: 0,
         });
         core.step(Input::Joined {
             link: 3,
@@ -808,6 +911,7 @@ mod tests {
             view: "v".into(),
             max_restarts: 3,
             who: "pod a (trainer id 0 of 3)".into(),
+            preemptions: 0,
         });
         for (link, pod, quiet) in [(1, "a", 500), (2, "b", 40), (3, "c", 30)] {
             core.step(Input::Progress {
@@ -961,6 +1065,7 @@ mod tests {
                 reason: reason.into(),
                 restart: true,
                 hang: true,
+                preempted: false,
             })),
             "{effects:?}"
         );
@@ -968,6 +1073,7 @@ mod tests {
             reason: reason.into(),
             restart: true,
             hang: true,
+            preempted: false,
         })));
     }
 

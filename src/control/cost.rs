@@ -149,6 +149,7 @@ fn started(names: &[String], membership: Option<Membership>) -> (Core, Vec<Effec
         view: "v".into(),
         next_epoch: 0,
         max_restarts: 3,
+        preemptions: 0,
         join_grace: Duration::from_secs(60),
         membership,
         ended: None,
@@ -167,6 +168,7 @@ fn hello(link: usize, name: &str, members: usize) -> Input {
         view: "v".into(),
         max_restarts: 3,
         who: format!("pod {name} on node n{link} (trainer id {link} of {members})"),
+        preemptions: 0,
     }
 }
 

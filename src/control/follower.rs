@@ -74,7 +74,7 @@ pub(super) async fn follow(
             request = ends.requests.recv() => match request {
                 Some(Request::Finish { .. }) | None => return,
                 // Only a coordinator's launcher routes the pods it sees lost to its channel.
-                Some(Request::Failed { .. } | Request::Done | Request::PodLost(_) | Request::Stopped) => {}
+                Some(Request::Failed { .. } | Request::Done | Request::PodLost(_) | Request::Stopped | Request::Preempted(_)) => {}
             },
         }
         pause = (pause * 2).min(Duration::from_millis(250));
@@ -93,18 +93,22 @@ pub(super) async fn follow(
         tokio::select! {
             frame = incoming.recv() => match frame {
                 Some(Ok(Message::Beat)) => heard_until = Instant::now() + limit,
-                Some(Ok(Message::Go { epoch, membership, max_restarts })) if !running => {
+                Some(Ok(Message::Go { epoch, membership, max_restarts, preemptions })) if !running => {
                     running = true;
                     heard_until = Instant::now() + limit;
-                    ends.hear(Heard::Go { epoch, membership, max_restarts });
+                    ends.hear(Heard::Go { epoch, membership, max_restarts, preemptions });
+                }
+                Some(Ok(Message::Checkpoint { reason })) if running => {
+                    heard_until = Instant::now() + limit;
+                    ends.checkpoint(reason);
                 }
                 Some(Ok(Message::Regather { reason })) if !running => {
                     ends.hear(Heard::Regather(reason));
                     told = true;
                     break None;
                 }
-                Some(Ok(Message::Lost { reason, restart, hang })) => {
-                    ends.hear(Heard::Lost { reason, restart, hang });
+                Some(Ok(Message::Lost { reason, restart, hang, preempted })) => {
+                    ends.hear(Heard::Lost { reason, restart, hang, preempted });
                     told = true;
                     break None;
                 }
@@ -127,6 +131,7 @@ pub(super) async fn follow(
                         reason: "the coordinator decided the job's loss".into(),
                         restart,
                         hang: false,
+                        preempted: false,
                     });
                     ends.knows_verdict(restart);
                     told = true;
@@ -149,6 +154,11 @@ pub(super) async fn follow(
                     let _ = out.write(&mut writer, &Message::Failed { reason, restartable, hang }, limit).await;
                 }
                 Some(Request::PodLost(_)) => {}
+                Some(Request::Preempted(reason)) => {
+                    if running {
+                        let _ = out.write(&mut writer, &Message::Preempted { reason }, limit).await;
+                    }
+                }
                 Some(Request::Stopped) => {
                     let _ = out.write(&mut writer, &Message::Stopped, limit).await;
                 }
@@ -183,6 +193,7 @@ pub(super) async fn follow(
                 reason,
                 restart,
                 hang: false,
+                preempted: false,
             }
         } else {
             Heard::Regather(reason)
@@ -203,7 +214,8 @@ pub(super) async fn follow(
                         Message::Done
                     }
                     Some(Request::Stopped) => Message::Stopped,
-                    Some(Request::Done | Request::PodLost(_)) => continue,
+                    // After the loss: the attempt is over, there is nothing to checkpoint for.
+                    Some(Request::Done | Request::PodLost(_) | Request::Preempted(_)) => continue,
                     Some(Request::Finish { .. }) | None => break,
                 };
                 let _ = out.write(&mut writer, &message, limit).await;
@@ -271,7 +283,11 @@ async fn unless_finished<F: std::future::Future>(ends: &mut Ends, work: F) -> Op
             request = ends.requests.recv() => match request {
                 Some(Request::Finish { .. }) | None => return None,
                 Some(
-                    Request::Failed { .. } | Request::Done | Request::PodLost(_) | Request::Stopped,
+                    Request::Failed { .. }
+                    | Request::Done
+                    | Request::PodLost(_)
+                    | Request::Stopped
+                    | Request::Preempted(_),
                 ) => {}
             },
         }
@@ -320,6 +336,7 @@ pub(super) async fn handshake(
         max_restarts: joining.max_restarts,
         heartbeat_ms: joining.heartbeat_timeout.as_millis() as u64,
         who: cut(&joining.who),
+        preemptions: joining.preemptions,
     }));
     timeout(HANDSHAKE, writer.write_all(&first))
         .await

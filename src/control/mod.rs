@@ -96,15 +96,19 @@ pub enum Heard {
         membership: Option<Membership>,
         /// The job's restart budget, agreed by all.
         max_restarts: u32,
+        /// The job's preemptions so far, agreed by all (they spent no budget).
+        preemptions: u32,
     },
     /// Not everyone found the same members, or not all joined: discover the job again.
     Regather(String),
     /// The job lost a member or one failed: stop. `restart`: whether the job may start again;
-    /// `hang`: the job hangs (every launcher asks its trainer for its stacks first).
+    /// `hang`: the job hangs (every launcher asks its trainer for its stacks first);
+    /// `preempted`: the attempt ended with a preemption, which spends no restart.
     Lost {
         reason: String,
         restart: bool,
         hang: bool,
+        preempted: bool,
     },
 }
 
@@ -150,6 +154,8 @@ pub struct Joining {
     pub next_epoch: u32,
     /// The restarts this launcher was given.
     pub max_restarts: u32,
+    /// The job's preemptions this launcher knows of.
+    pub preemptions: u32,
     pub heartbeat_timeout: Duration,
     /// How long members may take to join: they may still be stopping their children.
     pub join_grace: Duration,
@@ -194,6 +200,9 @@ enum Request {
     /// After a loss: this launcher's children are stopped.
     Stopped,
     Done,
+    /// This launcher was told to stop while its trainer runs (the reason): every trainer of
+    /// the job is asked for a checkpoint.
+    Preempted(String),
     Finish {
         succeeded: bool,
     },
@@ -216,6 +225,8 @@ pub struct Channel {
     said_hello: watch::Receiver<bool>,
     progress: watch::Sender<Progress>,
     cause: watch::Receiver<Option<Cause>>,
+    /// Why the job's trainers were last asked for a checkpoint (a member is preempted).
+    checkpoint: watch::Receiver<Option<String>>,
 }
 
 impl Channel {
@@ -244,6 +255,31 @@ impl Channel {
             std::future::pending().await
         }
         .boxed()
+    }
+
+    /// Resolves with the reason once the job's trainers are asked for a checkpoint in this
+    /// attempt (a member is preempted; the coordinator asks once an attempt); never when they
+    /// are not.
+    pub fn checkpoint_asked(&self) -> BoxFuture<'static, String> {
+        let mut asked = self.checkpoint.clone();
+        async move {
+            let reason = match asked.wait_for(Option::is_some).await {
+                Ok(reason) => reason.clone(),
+                Err(_) => None,
+            };
+            match reason {
+                Some(reason) => reason,
+                None => std::future::pending().await,
+            }
+        }
+        .boxed()
+    }
+
+    /// This launcher was told to stop while its trainer runs (its pod is preempted, drained
+    /// or deleted): asks every trainer of the job for a checkpoint, through the coordinator.
+    /// Its end follows with `failed`, which then spends no restart.
+    pub fn preempted(&self, reason: &str) {
+        let _ = self.requests.send(Request::Preempted(cut(reason)));
     }
 
     /// Whether the job may still restart: not once a member finished, or the coordinator
@@ -331,6 +367,17 @@ impl Channel {
         });
     }
 
+    /// A preempted launcher's checkpoint window is over (the reason): the job stops as this
+    /// pod's processes do, without waiting for them, and the restart spends no budget. The
+    /// failure said again once they are stopped changes nothing (the first stands).
+    pub fn leaving(&self, reason: &str) {
+        let _ = self.requests.send(Request::Failed {
+            reason: cut(reason),
+            restartable: true,
+            hang: false,
+        });
+    }
+
     /// Ends this launcher's part and waits until it has. After a success a follower says
     /// "done", and the coordinator stays until every follower has reported its outcome, then
     /// says goodbye; after a failure nothing is said, and the others notice the end.
@@ -388,7 +435,9 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
     let (verdict_tx, verdict) = watch::channel(None);
     let (progress_tx, progress_rx) = watch::channel(None);
     let (cause_tx, cause) = watch::channel(None);
+    let (checkpoint_tx, checkpoint) = watch::channel(None);
     let ends = Ends {
+        checkpoint: checkpoint_tx,
         cause: cause_tx,
         progress: progress_rx,
         heard: heard_tx,
@@ -430,6 +479,7 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
         verdict,
         progress: progress_tx,
         cause,
+        checkpoint,
     })
 }
 
@@ -445,6 +495,7 @@ struct Ends {
     /// This launcher's trainer's progress, as last reported.
     progress: watch::Receiver<Progress>,
     cause: watch::Sender<Option<Cause>>,
+    checkpoint: watch::Sender<Option<String>>,
 }
 
 /// The job's first cause, as the coordinator told every launcher.
@@ -453,6 +504,8 @@ pub struct Cause {
     pub reason: String,
     /// The job hangs.
     pub hang: bool,
+    /// The attempt ended with a preemption: the restart spends no budget.
+    pub preempted: bool,
 }
 
 impl Ends {
@@ -461,21 +514,34 @@ impl Ends {
             restart,
             reason,
             hang,
+            preempted,
         } = &heard
         {
-            self.knows_cause(reason.clone(), *hang);
+            let cause = Cause {
+                reason: reason.clone(),
+                hang: *hang,
+                preempted: *preempted,
+            };
+            self.knows_cause(cause);
             self.knows_lost(*restart);
         }
         let _ = self.heard.send(heard);
     }
 
+    /// A member is preempted (the reason): this launcher's trainer is asked for a checkpoint.
+    /// Not queued with what is heard: it comes while the trainers run, not in order with the
+    /// attempt's start and end.
+    fn checkpoint(&self, reason: String) {
+        self.checkpoint.send_replace(Some(reason));
+    }
+
     /// The job's first cause, as the coordinator told it, and whether the job hangs: the first
     /// word stands.
-    fn knows_cause(&self, reason: String, hang: bool) {
+    fn knows_cause(&self, said: Cause) {
         self.cause.send_if_modified(|cause| {
             let first = cause.is_none();
             if first {
-                *cause = Some(Cause { reason, hang });
+                *cause = Some(said);
             }
             first
         });
@@ -512,6 +578,7 @@ enum FromLink {
         view: String,
         max_restarts: u32,
         who: String,
+        preemptions: u32,
         to_link: mpsc::UnboundedSender<Arc<Encoded>>,
     },
     Progress {
@@ -574,6 +641,7 @@ impl Coordinator {
                 view: joining.view,
                 next_epoch: joining.next_epoch,
                 max_restarts: joining.max_restarts,
+                preemptions: joining.preemptions,
                 join_grace: joining.join_grace,
                 membership: joining.membership,
                 ended: joining.ended,
@@ -711,6 +779,7 @@ impl Coordinator {
                 view,
                 max_restarts,
                 who,
+                preemptions,
                 to_link,
             } => {
                 self.senders.insert(link, to_link);
@@ -721,6 +790,7 @@ impl Coordinator {
                     view,
                     max_restarts,
                     who,
+                    preemptions,
                 })
             }
             FromLink::Progress {
@@ -776,11 +846,17 @@ impl Coordinator {
                     restart,
                     reason,
                     hang,
+                    preempted,
                 } => {
-                    ends.knows_cause(reason, hang);
+                    ends.knows_cause(Cause {
+                        reason,
+                        hang,
+                        preempted,
+                    });
                     ends.knows_lost(restart);
                 }
                 Effect::KnowsVerdict { restart } => ends.knows_verdict(restart),
+                Effect::Checkpoint(reason) => ends.checkpoint(reason),
                 Effect::Stop => {}
             }
         }
@@ -863,6 +939,7 @@ async fn serve(
             max_restarts,
             heartbeat_ms,
             who,
+            preemptions,
         } = hello
         else {
             return Err(WireError::Malformed(
@@ -898,10 +975,10 @@ async fn serve(
             view,
             max_restarts,
             heartbeat_ms,
-            who,
+            (who, preemptions),
         ))
     };
-    let (challenge, session, pod, next_epoch, view, max_restarts, heartbeat_ms, who) =
+    let (challenge, session, pod, next_epoch, view, max_restarts, heartbeat_ms, (who, preemptions)) =
         match greeted.await {
             Ok(greeted) => greeted,
             Err(e) => return (None, e),
@@ -914,6 +991,7 @@ async fn serve(
         view,
         max_restarts,
         who: cut(&who),
+        preemptions,
         to_link,
     });
     let timeouts = LinkTimeouts::agree(shared.heartbeat_timeout, heartbeat_ms);
@@ -993,7 +1071,7 @@ async fn talk(
                     }
                     Ok(())
                 }
-                Some(Ok(message @ (Message::Done | Message::Failed { .. } | Message::Stopped))) => {
+                Some(Ok(message @ (Message::Done | Message::Failed { .. } | Message::Stopped | Message::Preempted { .. }))) => {
                     idle_until = Instant::now() + limit;
                     let _ = to_coordinator.send(FromLink::Said { link, pod: pod.to_string(), message });
                     Ok(())
@@ -1104,6 +1182,7 @@ mod tests {
             secret: secret(),
             me: members[index].clone(),
             members: members.to_vec(),
+            preemptions: 0,
             view: fingerprint(members),
             next_epoch,
             max_restarts: 3,
@@ -1203,6 +1282,7 @@ mod tests {
             reason: "pod p-1 (trainer 1): trainer exited with status 3".into(),
             restart: true,
             hang: false,
+            preempted: false,
         };
         assert_eq!(heard(&mut channels[0]).await, lost);
         assert_eq!(heard(&mut channels[2]).await, lost);
@@ -1376,6 +1456,7 @@ mod tests {
             reason: "peer pod p-2 was deleted".into(),
             restart: true,
             hang: false,
+            preempted: false,
         };
         assert_eq!(heard(&mut channels[0]).await, lost);
         assert_eq!(heard(&mut channels[1]).await, lost);
@@ -1434,6 +1515,7 @@ mod tests {
                 epoch: 0,
                 membership: Some(found),
                 max_restarts: 3,
+                preemptions: 0,
             }
         );
     }

@@ -1,7 +1,8 @@
 //! A seeded, deterministic simulation of one attempt's channel: the coordinator's pure `Core`
 //! and modelled followers, driven by proptest through joins, deliveries in any interleaving
 //! (each connection keeps its order, as TCP does), losses, freezes, replacements, trainers that
-//! succeed or fail, crossings of `Done` with failures, and forged messages; invariants are
+//! succeed or fail, preemptions (a launcher told to stop asks the job for a checkpoint, then
+//! leaves), crossings of `Done` with failures, and forged messages; invariants are
 //! checked after every step. A failure prints the shrunk action list, and proptest keeps its
 //! seed in `proptest-regressions/` to replay it exactly.
 //!
@@ -31,6 +32,9 @@ enum Action {
     /// Follower `i`'s trainer succeeds (it says `Done`), or fails (restartable, hung).
     Succeeds(usize),
     Fails(usize, bool, bool),
+    /// Follower `i`'s launcher is told to stop while its trainer runs: it asks the job for a
+    /// checkpoint (its end follows as a failure or a broken connection).
+    Preempted(usize),
     /// Follower `i` reports its trainer's progress (a step), with its beat.
     Progresses(usize, u8),
     /// Follower `i`'s connection ends: its pod killed (closed) or frozen (silent).
@@ -45,6 +49,7 @@ enum Action {
     OwnDone,
     OwnFails(bool, bool),
     OwnPodLost,
+    OwnPreempted,
     OwnFinish(bool),
     /// Time passes (seconds).
     Tick(u8),
@@ -59,6 +64,7 @@ fn action() -> impl Strategy<Value = Action> {
         8 => (0..8usize).prop_map(Action::ToFollower),
         2 => (0..8usize).prop_map(Action::Succeeds),
         2 => (0..8usize, any::<bool>(), any::<bool>()).prop_map(|(i, r, h)| Action::Fails(i, r, h)),
+        1 => (0..8usize).prop_map(Action::Preempted),
         3 => (0..8usize, 0..4u8).prop_map(|(i, s)| Action::Progresses(i, s)),
         1 => (0..8usize, any::<bool>()).prop_map(|(i, s)| Action::Breaks(i, s)),
         1 => (0..8usize).prop_map(Action::Leaves),
@@ -67,6 +73,7 @@ fn action() -> impl Strategy<Value = Action> {
         1 => Just(Action::OwnDone),
         1 => (any::<bool>(), any::<bool>()).prop_map(|(r, h)| Action::OwnFails(r, h)),
         1 => Just(Action::OwnPodLost),
+        1 => Just(Action::OwnPreempted),
         1 => any::<bool>().prop_map(Action::OwnFinish),
         1 => (0..90u8).prop_map(Action::Tick),
         1 => (0..8usize).prop_map(Action::Forged),
@@ -80,6 +87,8 @@ struct Follower {
     /// The epoch it would start next, and its budget.
     next_epoch: u32,
     max_restarts: u32,
+    /// The job's preemptions it knows of (a replaced pod: none).
+    preemptions: u32,
     /// Its view differs from the coordinator's (it found other pods).
     stale_view: bool,
     /// The live connection, if any.
@@ -88,14 +97,19 @@ struct Follower {
     outbox: VecDeque<Input>,
     /// Frames the coordinator queued for it, not yet read.
     inbox: VecDeque<Message>,
-    go: Option<(u32, u32)>,
+    go: Option<(u32, u32, u32)>,
     said_done: bool,
     said_failed: bool,
+    said_preempted: bool,
+    /// It was asked for a checkpoint.
+    asked_checkpoint: bool,
     said_stopped: bool,
     /// The verdicts of the losses it was told, in order.
     losses: Vec<bool>,
     /// The first loss it was told: its reason and whether the job hangs.
     first_loss: Option<(String, bool)>,
+    /// Whether the losses it was told were preemptions.
+    preempted_losses: Vec<bool>,
     /// The coordinator's final verdict, once told.
     verdict: Option<bool>,
     /// Gone for good in this attempt (its connection ended); it may be replaced.
@@ -105,7 +119,19 @@ struct Follower {
 /// What has been said so far, for the invariants.
 #[derive(Debug, Default)]
 struct Record {
-    gos: Vec<(u32, u32)>,
+    gos: Vec<(u32, u32, u32)>,
+    /// The preemption told to every member (the reason of its `Checkpoint`), once.
+    checkpoint: Option<String>,
+    /// A preempted launcher's own word (a `Preempted` read while running, before any loss).
+    preempted_said: bool,
+    /// A failure a restart would repeat was said (read by the coordinator, or its own).
+    unrestartable_said: bool,
+    /// Whether each Lost broadcast was a preemption's.
+    lost_preempted: Vec<bool>,
+    /// The member that said it was preempted first (read while running, before any loss).
+    preempted_pod: Option<String>,
+    /// The member the input being stepped is about ("" for the API's word).
+    from: String,
     /// Every Lost broadcast, in order: its verdict.
     lost: Vec<bool>,
     /// The first loss's reason and whether it is a hang: every later word of it agrees.
@@ -131,19 +157,27 @@ struct Sim {
     record: Record,
     own_next: u32,
     own_budget: u32,
+    own_preemptions: u32,
     own_done: bool,
-    /// What each member's hello said (next, budget), for the hellos the coordinator holds.
-    hellos: std::collections::HashMap<String, (u32, u32)>,
+    /// What each member's hello said (next, budget, preemptions), for the hellos the
+    /// coordinator holds.
+    hellos: std::collections::HashMap<String, (u32, u32, u32)>,
 }
 
 impl Sim {
-    fn new(nexts: &[u32], budgets: &[u32], stale: &[bool]) -> (Sim, Vec<Effect>) {
+    fn new(
+        nexts: &[u32],
+        budgets: &[u32],
+        preemptions: &[u32],
+        stale: &[bool],
+    ) -> (Sim, Vec<Effect>) {
         let n = nexts.len() - 1;
         let followers: Vec<Follower> = (1..=n)
             .map(|i| Follower {
                 name: format!("p-{i}"),
                 next_epoch: nexts[i],
                 max_restarts: budgets[i],
+                preemptions: preemptions[i],
                 stale_view: stale[i],
                 ..Follower::default()
             })
@@ -156,6 +190,7 @@ impl Sim {
                 view: "view".into(),
                 next_epoch: nexts[0],
                 max_restarts: budgets[0],
+                preemptions: preemptions[0],
                 join_grace: JOIN_GRACE,
                 membership: None,
                 ended: None,
@@ -172,6 +207,7 @@ impl Sim {
             record: Record::default(),
             own_next: nexts[0],
             own_budget: budgets[0],
+            own_preemptions: preemptions[0],
             own_done: false,
             hellos: std::collections::HashMap::new(),
         };
@@ -212,6 +248,25 @@ impl Sim {
             Input::Own(Request::Stopped) if !self.record.lost.is_empty() => {
                 self.record.own_stopped = true;
             }
+            Input::Said {
+                link,
+                pod,
+                message: Message::Preempted { .. },
+            } if running && self.core.links.get(pod) == Some(link) => self.preempted(pod),
+            Input::Own(Request::Preempted(_)) if running => self.preempted("p-0"),
+            Input::Said {
+                link,
+                pod,
+                message:
+                    Message::Failed {
+                        restartable: false, ..
+                    },
+            } if running && self.core.links.get(pod) == Some(link) => {
+                self.record.unrestartable_said = true;
+            }
+            Input::Own(Request::Failed {
+                restartable: false, ..
+            }) => self.record.unrestartable_said = true,
             _ => {}
         }
         match &input {
@@ -219,22 +274,39 @@ impl Sim {
                 pod,
                 next_epoch,
                 max_restarts,
+                preemptions,
                 ..
             } if !self.core.links.contains_key(pod) => {
                 self.hellos
-                    .insert(pod.clone(), (*next_epoch, *max_restarts));
+                    .insert(pod.clone(), (*next_epoch, *max_restarts, *preemptions));
             }
             Input::Ended { link, pod, .. } if self.core.links.get(pod) == Some(link) => {
                 self.hellos.remove(pod);
             }
             _ => {}
         }
+        self.record.from = match &input {
+            Input::Joined { pod, .. } | Input::Said { pod, .. } | Input::Ended { pod, .. } => {
+                pod.clone()
+            }
+            Input::Own(Request::PodLost(_)) => String::new(),
+            _ => "p-0".into(),
+        };
         let was_stopped = self.core.stopped();
         let effects = self.core.step(input);
         if was_stopped {
             prop_assert!(effects.is_empty(), "a stopped coordinator said {effects:?}");
         }
         self.apply(effects)
+    }
+
+    /// A member said it was preempted, while running: the first before any loss is the one
+    /// every trainer is asked to checkpoint for.
+    fn preempted(&mut self, pod: &str) {
+        if self.record.lost.is_empty() && !self.record.preempted_said {
+            self.record.preempted_said = true;
+            self.record.preempted_pod = Some(pod.to_string());
+        }
     }
 
     /// A member's success was read while running: before the loss, before the verdict.
@@ -264,15 +336,28 @@ impl Sim {
             Some(Message::Go {
                 epoch,
                 max_restarts,
+                preemptions,
                 ..
-            }) => f.go = Some((epoch, max_restarts)),
+            }) => f.go = Some((epoch, max_restarts, preemptions)),
             Some(Message::Lost {
                 restart,
                 reason,
                 hang,
+                preempted,
             }) => {
                 f.losses.push(restart);
+                f.preempted_losses.push(preempted);
                 f.first_loss.get_or_insert((reason, hang));
+            }
+            Some(Message::Checkpoint { .. }) => {
+                // Asked while its trainer runs, never before its start.
+                prop_assert!(
+                    f.go.is_some(),
+                    "{} asked for a checkpoint before Go",
+                    f.name
+                );
+                prop_assert!(!f.asked_checkpoint, "{} asked twice", f.name);
+                f.asked_checkpoint = true;
             }
             Some(Message::Verdict { restart }) => {
                 // A member that never started learns of the loss from its `Lost`.
@@ -313,7 +398,10 @@ impl Sim {
                         f.gone = true;
                     }
                 }
-                Effect::Hear(_) | Effect::KnowsLost { .. } | Effect::KnowsVerdict { .. } => {}
+                Effect::Hear(_)
+                | Effect::KnowsLost { .. }
+                | Effect::KnowsVerdict { .. }
+                | Effect::Checkpoint(_) => {}
                 Effect::Stop => self.record.stopped = true,
             }
         }
@@ -325,10 +413,12 @@ impl Sim {
             Message::Go {
                 epoch,
                 max_restarts,
+                preemptions,
                 ..
             } => {
                 prop_assert!(self.record.gos.is_empty(), "a second Go: {message:?}");
-                // Everyone starts the largest epoch anyone would, with the smallest budget.
+                // Everyone starts the largest epoch anyone would, with the smallest budget,
+                // and the most preemptions anyone knows of (never more than the restarts).
                 let epoch_expected = self
                     .hellos
                     .values()
@@ -339,14 +429,32 @@ impl Sim {
                     .values()
                     .map(|h| h.1)
                     .fold(self.own_budget, u32::min);
-                prop_assert_eq!((*epoch, *max_restarts), (epoch_expected, budget_expected));
+                let preemptions_expected = self
+                    .hellos
+                    .values()
+                    .map(|h| h.2)
+                    .fold(self.own_preemptions, u32::max)
+                    .min(epoch_expected);
+                prop_assert_eq!(
+                    (*epoch, *max_restarts, *preemptions),
+                    (epoch_expected, budget_expected, preemptions_expected)
+                );
                 // Only once every member has joined (as far as the coordinator knows: its
                 // connection may be ending unseen), with the coordinator's view.
                 for f in &self.followers {
                     let joined = self.core.links.contains_key(&f.name);
                     prop_assert!(joined && !f.stale_view, "Go without {}", f.name);
                 }
-                self.record.gos.push((*epoch, *max_restarts));
+                self.record.gos.push((*epoch, *max_restarts, *preemptions));
+            }
+            Message::Checkpoint { reason } => {
+                // Once, while running, before any loss, and only when a member said it was
+                // preempted.
+                prop_assert!(self.record.checkpoint.is_none(), "a second Checkpoint");
+                prop_assert!(!self.record.gos.is_empty(), "a Checkpoint before Go");
+                prop_assert!(self.record.lost.is_empty(), "a Checkpoint after the loss");
+                prop_assert!(self.record.preempted_said, "a Checkpoint nobody asked for");
+                self.record.checkpoint = Some(reason.clone());
             }
             Message::Verdict { restart } => {
                 prop_assert!(self.record.verdicts.is_empty(), "a second verdict");
@@ -380,10 +488,33 @@ impl Sim {
                 restart,
                 reason,
                 hang,
+                preempted,
             } => {
                 if self.record.lost.is_empty() {
                     self.record.awaited = self.core.links.keys().cloned().collect();
                 }
+                // Once the job was asked for a checkpoint, the attempt's end is the
+                // preemption's, whatever ends it, and its line says so first.
+                prop_assert_eq!(
+                    *preempted,
+                    self.record.checkpoint.is_some(),
+                    "a loss after a checkpoint request is the preemption's, and only then"
+                );
+                if let Some(checkpoint) = &self.record.checkpoint {
+                    // The preempted member's own end says it all; another's follows it.
+                    // (A later word repeats the first: checked below.)
+                    let own_end = self.record.preempted_pod.as_ref() == Some(&self.record.from);
+                    let first = self.record.lost.is_empty();
+                    prop_assert!(
+                        !first || own_end || reason.starts_with(checkpoint.as_str()),
+                        "{reason}"
+                    );
+                    prop_assert!(!hang, "a preemption told as a hang");
+                }
+                if let Some(first) = self.record.lost_preempted.first() {
+                    prop_assert_eq!(preempted, first, "the preemption flag changed");
+                }
+                self.record.lost_preempted.push(*preempted);
                 // One cause for the job: a later word (final after a success) repeats it.
                 match &self.record.cause {
                     None => self.record.cause = Some((reason.clone(), *hang)),
@@ -395,14 +526,27 @@ impl Sim {
                         prop_assert_eq!(hang, first_hang, "the hang flag changed");
                     }
                 }
-                let Some(&(epoch, budget)) = self.record.gos.first() else {
+                let Some(&(epoch, budget, preemptions)) = self.record.gos.first() else {
                     // Before the start a loss can only be final, or a regather.
                     prop_assert!(!restart || self.record.lost.is_empty());
                     self.record.lost.push(*restart);
                     return Ok(());
                 };
+                if *restart && !preempted {
+                    // Preemptions spent none of it.
+                    prop_assert!(epoch - preemptions < budget, "a restart beyond the budget");
+                }
+                // A preemption restarts whatever the budget: not once a member finished or a
+                // failure would recur.
+                if *preempted && !restart {
+                    prop_assert!(
+                        self.record.finished_before_loss
+                            || self.record.unrestartable_said
+                            || self.record.lost.contains(&true),
+                        "a preemption ended the job"
+                    );
+                }
                 if *restart {
-                    prop_assert!(epoch < budget, "a restart beyond the budget");
                     prop_assert!(
                         !self.record.finished_before_loss,
                         "a restart after a member finished"
@@ -466,7 +610,8 @@ impl Sim {
                     return Ok(());
                 }
                 if f.gone {
-                    // A replaced pod: a fresh launcher, which would start epoch 0.
+                    // A replaced pod: a fresh launcher, which would start epoch 0 and knows of
+                    // no preemption.
                     *f = Follower {
                         name: f.name.clone(),
                         max_restarts: f.max_restarts,
@@ -483,6 +628,7 @@ impl Sim {
                     view: if f.stale_view { "stale" } else { "view" }.into(),
                     max_restarts: f.max_restarts,
                     who: format!("pod {}", f.name),
+                    preemptions: f.preemptions,
                 };
                 f.outbox.push_back(hello);
             }
@@ -519,6 +665,23 @@ impl Sim {
                                 reason: "trainer exited with status 3".into(),
                                 restartable,
                                 hang,
+                            },
+                        });
+                    }
+                }
+            }
+            Action::Preempted(i) => {
+                if let Some(f) = self.follower(i) {
+                    // Said by a launcher whose trainer runs, once.
+                    let training = f.go.is_some() && !f.said_done && !f.said_failed;
+                    if training && f.link.is_some() && !f.said_preempted {
+                        f.said_preempted = true;
+                        let (pod, link) = (f.name.clone(), f.link.unwrap_or_default());
+                        f.outbox.push_back(Input::Said {
+                            link,
+                            pod: pod.clone(),
+                            message: Message::Preempted {
+                                reason: format!("pod {pod}: preempted (SIGTERM while training)"),
                             },
                         });
                     }
@@ -575,6 +738,11 @@ impl Sim {
                     hang,
                 }))?;
             }
+            Action::OwnPreempted => {
+                self.step(Input::Own(Request::Preempted(
+                    "pod p-0: preempted (SIGTERM while training)".into(),
+                )))?;
+            }
             Action::OwnPodLost => {
                 self.step(Input::Own(Request::PodLost(
                     "peer pod p-9 was deleted".into(),
@@ -608,6 +776,13 @@ impl Sim {
                         step: Some(0),
                         quiet: Duration::ZERO,
                         at: self.now,
+                    },
+                    Input::Said {
+                        link: u64::MAX,
+                        pod: pod.clone(),
+                        message: Message::Preempted {
+                            reason: "forged".into(),
+                        },
                     },
                     Input::Ended {
                         link: u64::MAX,
@@ -683,10 +858,16 @@ proptest! {
         members in 1..6usize,
         nexts in proptest::collection::vec(0..4u32, 6),
         budgets in proptest::collection::vec(0..4u32, 6),
+        preemptions in proptest::collection::vec(0..3u32, 6),
         stale in proptest::collection::vec(proptest::bool::weighted(0.05), 6),
         actions in proptest::collection::vec(action(), 0..160),
     ) {
-        let (mut sim, first) = Sim::new(&nexts[..members], &budgets[..members], &stale[..members]);
+        let (mut sim, first) = Sim::new(
+            &nexts[..members],
+            &budgets[..members],
+            &preemptions[..members],
+            &stale[..members],
+        );
         sim.apply(first)?;
         for action in &actions {
             sim.act(action)?;
@@ -734,7 +915,7 @@ proptest! {
         let zeros = vec![0u32; members];
         let budgets = vec![2u32; members];
         let fresh = vec![false; members];
-        let (mut sim, first) = Sim::new(&zeros, &budgets, &fresh);
+        let (mut sim, first) = Sim::new(&zeros, &budgets, &zeros, &fresh);
         sim.apply(first)?;
         for i in 0..members - 1 {
             sim.act(&Action::Connect(i))?;
@@ -763,11 +944,83 @@ proptest! {
     }
 }
 
+/// Starts a job of `nexts.len()` members (every hello read), and returns it running.
+fn running(nexts: &[u32], budget: u32, preemptions: &[u32]) -> Result<Sim, TestCaseError> {
+    let budgets = vec![budget; nexts.len()];
+    let fresh = vec![false; nexts.len()];
+    let (mut sim, first) = Sim::new(nexts, &budgets, preemptions, &fresh);
+    sim.apply(first)?;
+    for i in 0..nexts.len() - 1 {
+        sim.act(&Action::Connect(i))?;
+    }
+    sim.drain()?;
+    prop_assert_eq!(sim.record.gos.len(), 1);
+    Ok(sim)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases() / 10, ..ProptestConfig::default() })]
+
+    /// A preempted member (a follower, or the coordinator's own launcher), whatever then ends
+    /// the attempt (its connection closes, it fails, another trainer fails as its peer
+    /// leaves), restarts the job with its budget spent; the next attempt, where the preempted
+    /// pod is a fresh launcher, starts with the preemption counted, and a failure then is
+    /// judged by the restarts less the preemptions.
+    #[test]
+    fn a_preemption_restarts_the_job_whatever_the_budget(
+        members in 2..6usize,
+        budget in 0..3u32,
+        epoch in 0..4u32,
+        preempted in 0..6usize,
+        end in 0..3u8,
+    ) {
+        let preempted = preempted % members; // 0: the coordinator's own launcher
+        let mut sim = running(&vec![epoch; members], budget, &vec![0; members])?;
+        let follower = |k: usize| k - 1;
+        if preempted == 0 {
+            sim.act(&Action::OwnPreempted)?;
+        } else {
+            sim.act(&Action::Preempted(follower(preempted)))?;
+        }
+        sim.drain()?;
+        prop_assert!(sim.record.checkpoint.is_some(), "nobody was asked for a checkpoint");
+        let asked = sim.followers.iter().enumerate().all(|(i, f)| f.asked_checkpoint || i + 1 == preempted);
+        prop_assert!(asked, "a trainer was not asked for a checkpoint");
+        // Another member than the preempted one, to fail as its peer leaves.
+        let other = (preempted + 1) % members;
+        match (end, preempted) {
+            (0, 0) | (1, 0) => sim.act(&Action::OwnFails(true, false))?,
+            (0, k) => sim.act(&Action::Breaks(follower(k), false))?,
+            (1, k) => sim.act(&Action::Fails(follower(k), true, false))?,
+            (_, _) if other == 0 => sim.act(&Action::OwnFails(true, false))?,
+            (_, _) => sim.act(&Action::Fails(follower(other), true, false))?,
+        }
+        sim.drain()?;
+        for i in 0..members - 1 {
+            sim.act(&Action::Stops(i))?;
+        }
+        sim.act(&Action::OwnStops)?;
+        sim.drain()?;
+        prop_assert_eq!(&sim.record.lost_preempted, &vec![true]);
+        prop_assert_eq!(&sim.record.verdicts, &vec![true], "a preemption did not restart the job");
+
+        // The next attempt: the survivors count the preemption, the replacement knows nothing.
+        let nexts: Vec<u32> = (0..members).map(|k| if k == preempted { 0 } else { epoch + 1 }).collect();
+        let counted: Vec<u32> = (0..members).map(|k| u32::from(k != preempted)).collect();
+        let mut sim = running(&nexts, budget, &counted)?;
+        prop_assert_eq!(sim.record.gos[0], (epoch + 1, budget, 1));
+        sim.act(&Action::Fails(0, true, false))?;
+        sim.drain()?;
+        // epoch + 1 restarts, one of them free: `epoch` spent.
+        prop_assert_eq!(&sim.record.lost, &vec![epoch < budget], "budget {} epoch {}", budget, epoch);
+    }
+}
+
 /// The same `Heard` for the coordinator's own launcher as for the followers: it hears the
 /// verdict of a loss another member reported.
 #[test]
 fn the_coordinators_own_launcher_hears_a_followers_failure() {
-    let (mut sim, first) = Sim::new(&[0, 0], &[2, 2], &[false, false]);
+    let (mut sim, first) = Sim::new(&[0, 0], &[2, 2], &[0, 0], &[false, false]);
     sim.apply(first).unwrap();
     sim.act(&Action::Connect(0)).unwrap();
     sim.act(&Action::ToCoordinator(0)).unwrap();
@@ -781,5 +1034,6 @@ fn the_coordinators_own_launcher_hears_a_followers_failure() {
         reason: "trainer exited with status 3".into(),
         restart: true,
         hang: false,
+        preempted: false,
     })));
 }

@@ -51,6 +51,9 @@ pub enum Message {
         /// of 3)", so that a suspect the coordinator names has its rank and node.
         #[serde(default)]
         who: String,
+        /// The job's preemptions this launcher knows of: restarts that spent no budget.
+        #[serde(default)]
+        preemptions: u32,
     },
     Beat,
     /// A follower's heartbeat while hang detection is on: its trainer's progress, the step it
@@ -66,6 +69,10 @@ pub enum Message {
         membership: Option<Membership>,
         /// The job's restart budget: the smallest any member was given.
         max_restarts: u32,
+        /// The job's preemptions so far (the most any member knows of): the restart epoch
+        /// less these is what failures have spent of the budget.
+        #[serde(default)]
+        preemptions: u32,
     },
     /// A follower's trainer succeeded: its end from now on is not a loss, and the job can no
     /// longer start again as a whole.
@@ -90,6 +97,20 @@ pub enum Message {
         /// and ends with the hang's status.
         #[serde(default)]
         hang: bool,
+        /// The attempt ends because a member was preempted: the restart spends no budget.
+        #[serde(default)]
+        preempted: bool,
+    },
+    /// A follower's launcher was told to stop while its trainer runs (its pod is preempted,
+    /// drained or deleted): it has asked its trainer for a checkpoint, and the job's other
+    /// trainers must checkpoint with it. Said before its checkpoint window; its end follows
+    /// as a `Failed` (or the connection's end), which then spends no restart.
+    Preempted {
+        reason: String,
+    },
+    /// Coordinator: a member is preempted (the reason): ask the trainer for a checkpoint now.
+    Checkpoint {
+        reason: String,
     },
     /// Coordinator: the membership is not what everyone agrees on yet: discover the job again.
     Regather {
@@ -359,6 +380,7 @@ mod tests {
             max_restarts: 0,
             heartbeat_ms: 0,
             who: format!("pod {pod}"),
+            preemptions: 0,
         }
     }
 
@@ -393,14 +415,22 @@ mod tests {
             Message::Lost {
                 reason: "x".into(),
                 restart: true,
-                hang: false
+                hang: false,
+                preempted: false,
             }
         );
         let hello: Message = serde_json::from_str(
             r#"{"kind":"hello","pod":"p","next":0,"view":"v","max_restarts":1}"#,
         )
         .unwrap();
-        assert!(matches!(hello, Message::Hello { who, heartbeat_ms: 0, .. } if who.is_empty()));
+        assert!(matches!(
+            hello,
+            Message::Hello { who, heartbeat_ms: 0, preemptions: 0, .. } if who.is_empty()
+        ));
+        let go: Message =
+            serde_json::from_str(r#"{"kind":"go","epoch":2,"membership":null,"max_restarts":1}"#)
+                .unwrap();
+        assert!(matches!(go, Message::Go { preemptions: 0, .. }));
     }
 
     fn split(frame: &[u8]) -> (&[u8], &[u8]) {
@@ -451,6 +481,7 @@ mod tests {
             reason: "replayed".into(),
             restart: true,
             hang: false,
+            preempted: false,
         });
         let (p, m) = split(&lost);
         let mut victim = Session::new(&secret(), both(server, [2u8; NONCE_LEN]), false);
@@ -461,6 +492,7 @@ mod tests {
     fn long_reasons_are_cut_to_fit_a_frame() {
         let mut session = Session::new(&secret(), [0u8; 2 * NONCE_LEN], true);
         let frame = session.seal(&Message::Lost {
+            preempted: false,
             reason: cut(&"x".repeat(10_000)),
             restart: false,
             hang: false,

@@ -51,6 +51,13 @@ pub enum Input {
     JobHung(String),
     /// The time given to the trainer to dump its stacks (`DumpStacks`) is over.
     DumpOver,
+    /// The job asks for a checkpoint: a member pod is preempted (the reason).
+    CheckpointAsked(String),
+    /// The trainer does not handle the checkpoint signal (`AskCheckpoint` sent nothing): it
+    /// would have died of it.
+    CheckpointUnheeded,
+    /// The checkpoint window of a preempted pod is over.
+    WindowOver,
 }
 
 /// How long a pserver of the split layout may take to end by itself once every trainer pod
@@ -88,6 +95,17 @@ pub enum Command {
     /// Ask the trainer for every thread's stack in its log (`progress::STACK_SIGNAL`, which
     /// Python's faulthandler answers), then `DumpOver` after `STACK_DUMP_WAIT`.
     DumpStacks,
+    /// Tell the job at once that this pod is preempted (the reason): every trainer of the job
+    /// is asked for a checkpoint while every rank is still there.
+    TellPreempted(String),
+    /// Send the checkpoint signal to the trainer's processes that handle it, or answer
+    /// `CheckpointUnheeded` when none does (the signal would kill it).
+    AskCheckpoint,
+    /// `WindowOver` after this long.
+    Window(Duration),
+    /// Tell the job that this preempted pod leaves now (the reason), before its processes are
+    /// stopped: the others stop theirs as it does, and the restart spends no budget.
+    TellLeaving(String),
     /// The end of the pod's run: the child's own outcome, or the launcher's failure.
     Finish(Result<Outcome, Error>),
 }
@@ -117,6 +135,11 @@ enum Phase {
         reason: String,
         job: bool,
     },
+    /// Told to stop (`signal`) while training: the trainer was asked for a checkpoint, and
+    /// every process stops at the window's end, or as soon as the trainer has ended.
+    Checkpointing {
+        signal: i32,
+    },
     /// Waiting for `Stopped`, then finishing with this.
     Stopping(Option<Result<Outcome, Error>>),
     Done,
@@ -134,6 +157,8 @@ pub struct Setup {
     /// The processes' names in messages ("trainer-0", "pserver-0").
     pub trainer_label: String,
     pub pserver_label: String,
+    /// The checkpoint signal and window; None: a stop signal stops at once.
+    pub checkpoint: Option<crate::config::Checkpoint>,
 }
 
 pub struct Lifecycle {
@@ -193,9 +218,13 @@ impl Lifecycle {
                 self.phase = phase;
                 Vec::new()
             }
+            (Phase::Checkpointing { signal }, input) => self.checkpointing(signal, input),
             (_, Input::SpawnFailed { role, error }) => {
                 self.running.retain(|r| *r != role);
                 self.stop_then(self.running.clone(), libc_term(), Err(error))
+            }
+            (Phase::Training, Input::Signal(sig)) if self.setup.checkpoint.is_some() => {
+                self.preempted(sig)
             }
             (phase, Input::Signal(sig)) => {
                 let (roles, doing) = self.stopped_by_signal(&phase);
@@ -252,6 +281,7 @@ impl Lifecycle {
                 format!("; stopped {}", self.setup.trainer_label),
             ),
             // Handled before: a signal there changes nothing.
+            Phase::Checkpointing { .. } => (Vec::new(), String::new()),
             Phase::DumpingStacks { .. } => {
                 let all = self.started();
                 let doing = format!("; stopped {} (judged hung)", self.names(&all));
@@ -414,8 +444,108 @@ impl Lifecycle {
             }
             Input::Hung(reason) => self.ask_for_stacks(reason, false),
             Input::JobHung(reason) => self.ask_for_stacks(reason, true),
-            _ => self.stay(Phase::Training),
+            input => {
+                let commands = self.checkpoint_asked(input);
+                self.phase = Phase::Training;
+                commands
+            }
         }
+    }
+
+    /// A trainer running on is asked for a checkpoint when the job asks for one; one that does
+    /// not handle the signal is not sent it (it would die of it), and the log says so.
+    fn checkpoint_asked(&self, input: Input) -> Vec<Command> {
+        let Some(checkpoint) = self.setup.checkpoint else {
+            return Vec::new();
+        };
+        let trainer = &self.setup.trainer_label;
+        let signal = crate::exit::signal_name(checkpoint.signal);
+        match input {
+            Input::CheckpointAsked(reason) => vec![
+                Command::Log(format!(
+                    "{reason}: asking {trainer} for a checkpoint ({signal})"
+                )),
+                Command::AskCheckpoint,
+            ],
+            Input::CheckpointUnheeded => vec![Command::Log(unheeded(trainer, &signal))],
+            _ => Vec::new(),
+        }
+    }
+
+    /// Told to stop while training: this pod is preempted, drained or deleted. The trainer is
+    /// asked for a checkpoint, and so, through the channel, is every other trainer of the job
+    /// (a checkpoint's collectives need every rank); the processes stop at the window's end.
+    fn preempted(&mut self, signal: i32) -> Vec<Command> {
+        let Some(checkpoint) = self.setup.checkpoint else {
+            return Vec::new();
+        };
+        let received = crate::exit::signal_name(signal);
+        let asked = crate::exit::signal_name(checkpoint.signal);
+        let window = checkpoint.window.as_secs();
+        let trainer = &self.setup.trainer_label;
+        let line = format!(
+            "{received}: this pod is being stopped (preempted, drained or deleted): asking {trainer} and the job's other trainers for a checkpoint ({asked}); stopping in at most {window} s ({})",
+            crate::config::CHECKPOINT_WINDOW
+        );
+        let reason = format!("preempted ({received} while training)");
+        self.phase = Phase::Checkpointing { signal };
+        vec![
+            Command::Log(line),
+            Command::TellPreempted(reason),
+            Command::AskCheckpoint,
+            Command::Window(checkpoint.window),
+        ]
+    }
+
+    /// A preempted pod's checkpoint window: it ends when the trainer has ended (its checkpoint
+    /// is saved), when the window is over, or when waiting is pointless (the trainer cannot
+    /// checkpoint, a peer is gone, another stop signal); the job is told before anything stops.
+    fn checkpointing(&mut self, signal: i32, input: Input) -> Vec<Command> {
+        let window = self.setup.checkpoint.map_or(0, |c| c.window.as_secs());
+        let trainer = self.setup.trainer_label.clone();
+        let why = match input {
+            Input::Exited {
+                role: Role::Trainer,
+                ended,
+            } => format!(
+                "{trainer} {} within its checkpoint window",
+                ended.describe()
+            ),
+            Input::WindowOver => format!("its checkpoint window ({window} s) is over"),
+            Input::CheckpointUnheeded => {
+                let asked = self.setup.checkpoint.map_or(0, |c| c.signal);
+                unheeded(&trainer, &crate::exit::signal_name(asked))
+            }
+            Input::Signal(_) => "a second stop signal ended its checkpoint window".to_string(),
+            Input::PeerLost(reason) | Input::JobHung(reason) => {
+                format!("{reason} during its checkpoint window")
+            }
+            Input::Hung(reason) => format!("{reason} during its checkpoint window"),
+            Input::Exited {
+                role: Role::Pserver,
+                ended,
+            } => format!(
+                "the pserver {} during its checkpoint window",
+                ended.describe()
+            ),
+            _ => return self.stay(Phase::Checkpointing { signal }),
+        };
+        let roles: Vec<Role> = self
+            .started()
+            .into_iter()
+            .filter(|role| self.running.contains(role))
+            .collect();
+        let doing = match roles.is_empty() {
+            true => format!("; {why}"),
+            false => format!("; {why}; stopped {}", self.names(&roles)),
+        };
+        let received = crate::exit::signal_name(signal);
+        let mut commands = vec![
+            Command::Log(format!("preempted: {why}: stopping")),
+            Command::TellLeaving(format!("preempted ({received} while training): {why}")),
+        ];
+        commands.extend(self.stop_then(roles, signal, Err(Error::stopped(signal, &doing))));
+        commands
     }
 
     fn lingering(&mut self, trainer: Outcome, input: Input) -> Vec<Command> {
@@ -542,7 +672,11 @@ impl Lifecycle {
                     stopped: trainer,
                 }),
             ),
-            _ => self.stay(Phase::PserverGone),
+            input => {
+                let commands = self.checkpoint_asked(input);
+                self.phase = Phase::PserverGone;
+                commands
+            }
         }
     }
 
@@ -802,6 +936,10 @@ pub struct Budget {
     pub max_restarts: u32,
     /// False once a pod of the job has finished, or the coordinator said the loss is final.
     pub may_restart: bool,
+    /// How many of the restarts before were preemptions (they spent no budget).
+    pub preemptions: u32,
+    /// The attempt ended with a preemption: the restart spends no budget either.
+    pub preempted: bool,
 }
 
 /// Decides what an attempt's end means. A failed trainer or pserver, a lost or silent peer and
@@ -814,11 +952,12 @@ pub fn after_run(result: Result<Outcome, Error>, budget: &Budget) -> AfterRun {
         return AfterRun::Finish(result);
     };
     let standing = Standing {
-        epoch: budget.epoch,
+        spent: budget.epoch.saturating_sub(budget.preemptions),
         max_restarts: budget.max_restarts,
         // The coordinator's word, which folds both in: this launcher does not know which.
         member_finished: false,
         restartable: budget.may_restart,
+        preempted: budget.preempted,
     };
     let why_not = match verdict(&standing) {
         Ok(()) => return AfterRun::Restart(reason),
@@ -872,6 +1011,13 @@ pub fn others_may_restart(result: &Result<Outcome, Error>) -> bool {
     }
 }
 
+/// What the log says of a trainer that does not handle the checkpoint signal.
+fn unheeded(trainer: &str, signal: &str) -> String {
+    format!(
+        "{trainer} does not handle {signal}: no checkpoint asked (it would have died of it; see docs/preemption.md)"
+    )
+}
+
 fn libc_term() -> i32 {
     nix::libc::SIGTERM
 }
@@ -903,6 +1049,7 @@ mod tests {
             linger: Duration::from_secs(30),
             trainer_label: "trainer-0".into(),
             pserver_label: "pserver-0".into(),
+            checkpoint: None,
         }
     }
 
@@ -927,6 +1074,10 @@ mod tests {
                 Command::TellDone => "tell done".into(),
                 Command::DumpStacks => "dump stacks".into(),
                 Command::TellHang(reason) => format!("tell hang {reason}"),
+                Command::TellPreempted(reason) => format!("tell preempted {reason}"),
+                Command::TellLeaving(reason) => format!("tell leaving {reason}"),
+                Command::AskCheckpoint => "ask checkpoint".into(),
+                Command::Window(d) => format!("window {}", d.as_secs()),
                 Command::Finish(Ok(o)) => format!("finish {} {}", o.code, o.reason),
                 Command::Finish(Err(e)) => format!("fail {} {e}", e.exit_code()),
             })
@@ -937,6 +1088,158 @@ mod tests {
         Input::Exited {
             role,
             ended: Ended::Code(code),
+        }
+    }
+
+    /// A preempted pod gives its trainer the window to checkpoint, tells the job before and
+    /// after, and ends 143 as any stopped pod; a pod whose peer is preempted asks its own
+    /// trainer, only if it handles the signal.
+    #[test]
+    fn preemption_transitions() {
+        let checkpointing = || Setup {
+            checkpoint: Some(crate::config::Checkpoint {
+                signal: nix::libc::SIGUSR1,
+                window: Duration::from_secs(12),
+            }),
+            ..setup(true, true)
+        };
+        let preempted = vec![
+            "spawn pserver",
+            "probe",
+            "spawn trainer",
+            "log SIGTERM: this pod is being stopped (preempted, drained or deleted): asking trainer-0 and the job's other trainers for a checkpoint (SIGUSR1); stopping in at most 12 s (PADDLE_LAUNCHER_CHECKPOINT_WINDOW (--checkpoint-window))",
+            "tell preempted preempted (SIGTERM while training)",
+            "ask checkpoint",
+            "window 12",
+        ];
+        let then = |more: Vec<&'static str>| {
+            let mut all = preempted.clone();
+            all.extend(more);
+            all
+        };
+        let term = || vec![Input::PserversUp, Input::Signal(SIGTERM)];
+        let with = |more: Vec<Input>| {
+            let mut all = term();
+            all.extend(more);
+            all
+        };
+        let cases: Vec<(&str, Setup, Vec<Input>, Vec<&str>)> = vec![
+            (
+                "the window's end stops every process, 143",
+                checkpointing(),
+                with(vec![Input::CheckpointAsked("echo".into()), Input::WindowOver, Input::Stopped]),
+                then(vec![
+                    "log preempted: its checkpoint window (12 s) is over: stopping",
+                    "tell leaving preempted (SIGTERM while training): its checkpoint window (12 s) is over",
+                    "stop trainer+pserver 15",
+                    "fail 143 received SIGTERM; its checkpoint window (12 s) is over; stopped trainer-0 and pserver-0",
+                ]),
+            ),
+            (
+                "a trainer that ends in the window ends it; its 0 is no success of the job",
+                checkpointing(),
+                with(vec![exited(Role::Trainer, 0), Input::Stopped]),
+                then(vec![
+                    "log preempted: trainer-0 exited with status 0 within its checkpoint window: stopping",
+                    "tell leaving preempted (SIGTERM while training): trainer-0 exited with status 0 within its checkpoint window",
+                    "stop pserver 15",
+                    "fail 143 received SIGTERM; trainer-0 exited with status 0 within its checkpoint window; stopped pserver-0",
+                ]),
+            ),
+            (
+                "a trainer without a handler is not waited for",
+                checkpointing(),
+                with(vec![Input::CheckpointUnheeded, Input::Stopped]),
+                then(vec![
+                    "log preempted: trainer-0 does not handle SIGUSR1: no checkpoint asked (it would have died of it; see docs/preemption.md): stopping",
+                    "tell leaving preempted (SIGTERM while training): trainer-0 does not handle SIGUSR1: no checkpoint asked (it would have died of it; see docs/preemption.md)",
+                    "stop trainer+pserver 15",
+                    "fail 143 received SIGTERM; trainer-0 does not handle SIGUSR1: no checkpoint asked (it would have died of it; see docs/preemption.md); stopped trainer-0 and pserver-0",
+                ]),
+            ),
+            (
+                "a second stop signal ends the window, by the first signal",
+                checkpointing(),
+                with(vec![Input::Signal(nix::libc::SIGINT), Input::Stopped]),
+                then(vec![
+                    "log preempted: a second stop signal ended its checkpoint window: stopping",
+                    "tell leaving preempted (SIGTERM while training): a second stop signal ended its checkpoint window",
+                    "stop trainer+pserver 15",
+                    "fail 143 received SIGTERM; a second stop signal ended its checkpoint window; stopped trainer-0 and pserver-0",
+                ]),
+            ),
+            (
+                "the job's loss ends the window",
+                checkpointing(),
+                with(vec![Input::PeerLost("peer pod p-2 was deleted".into()), Input::Stopped]),
+                then(vec![
+                    "log preempted: peer pod p-2 was deleted during its checkpoint window: stopping",
+                    "tell leaving preempted (SIGTERM while training): peer pod p-2 was deleted during its checkpoint window",
+                    "stop trainer+pserver 15",
+                    "fail 143 received SIGTERM; peer pod p-2 was deleted during its checkpoint window; stopped trainer-0 and pserver-0",
+                ]),
+            ),
+            (
+                "a peer's preemption asks this trainer, which goes on",
+                checkpointing(),
+                vec![
+                    Input::PserversUp,
+                    Input::CheckpointAsked("pod p-1 at T: preempted (SIGTERM while training)".into()),
+                    exited(Role::Trainer, 0),
+                ],
+                vec![
+                    "spawn pserver",
+                    "probe",
+                    "spawn trainer",
+                    "log pod p-1 at T: preempted (SIGTERM while training): asking trainer-0 for a checkpoint (SIGUSR1)",
+                    "ask checkpoint",
+                    "tell done",
+                    "log trainer finished; the pserver keeps serving for 30 s",
+                    "linger 30",
+                ],
+            ),
+            (
+                "a trainer that does not handle the signal is not sent it",
+                checkpointing(),
+                vec![
+                    Input::PserversUp,
+                    Input::CheckpointAsked("p-1 preempted".into()),
+                    Input::CheckpointUnheeded,
+                ],
+                vec![
+                    "spawn pserver",
+                    "probe",
+                    "spawn trainer",
+                    "log p-1 preempted: asking trainer-0 for a checkpoint (SIGUSR1)",
+                    "ask checkpoint",
+                    "log trainer-0 does not handle SIGUSR1: no checkpoint asked (it would have died of it; see docs/preemption.md)",
+                ],
+            ),
+            (
+                "without a checkpoint signal nothing is asked and TERM stops at once",
+                setup(true, true),
+                with(vec![Input::CheckpointAsked("p-1 preempted".into())]),
+                vec![
+                    "spawn pserver",
+                    "probe",
+                    "spawn trainer",
+                    "stop trainer+pserver 15",
+                ],
+            ),
+            (
+                "before the trainer runs, TERM stops at once",
+                checkpointing(),
+                vec![Input::Signal(SIGTERM), Input::Stopped],
+                vec![
+                    "spawn pserver",
+                    "probe",
+                    "stop pserver 15",
+                    "fail 143 received SIGTERM while waiting for the pservers",
+                ],
+            ),
+        ];
+        for (name, setup, inputs, expected) in cases {
+            assert_eq!(run(setup, inputs), expected, "{name}");
         }
     }
 
@@ -1507,6 +1810,8 @@ mod tests {
             epoch,
             max_restarts,
             may_restart,
+            preemptions: 0,
+            preempted: false,
         };
         let trainer_failed = || Ok(Outcome::new(3, "trainer exited with status 3"));
         let peer_lost = || {

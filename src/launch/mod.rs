@@ -155,9 +155,13 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
         return Ok(Outcome::new(exit::SUCCESS, "plan printed"));
     };
     // Each pass is one attempt: the job's pods found, ranked and started in one restart epoch.
-    let mut next_epoch = config.restarts_before();
-    if next_epoch > 0 {
-        info!("the batch system has restarted the job {next_epoch} times: the restart count starts at {next_epoch}");
+    let mut count = Count {
+        next_epoch: config.restarts_before(),
+        preemptions: 0,
+    };
+    if count.next_epoch > 0 {
+        let n = count.next_epoch;
+        info!("the batch system has restarted the job {n} times: the restart count starts at {n}");
     }
     // The pods of the attempt that ended, when restarting.
     let mut members_before: Vec<PodAddress> = Vec::new();
@@ -170,7 +174,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             secret.as_ref(),
             my_ip,
             &inputs,
-            next_epoch,
+            count,
             &members_before,
         )
         .await?;
@@ -181,6 +185,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             peer_loss,
             trainers_done,
             max_restarts,
+            preemptions,
             api,
         } = attempt;
         // One launcher tells the job's story: the coordinator, else rank 0.
@@ -276,13 +281,19 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             let hang = matches!(result, Err(Error::Hung { .. }));
             channel.failed(&said, restartable, hang, VERDICT_WAIT).await;
         }
+        // A preemption ended the attempt (the coordinator's word): it spends no restart.
+        let preempted = channel
+            .as_ref()
+            .and_then(Channel::cause)
+            .is_some_and(|cause| cause.preempted);
         // Whether the budget alone would allow a restart: only then is the coordinator's word
         // worth waiting for.
         let budget_allows = verdict(&Standing {
-            epoch: plan.restart_count,
+            spent: plan.restart_count.saturating_sub(preemptions),
             max_restarts,
             member_finished: false,
             restartable: true,
+            preempted,
         })
         .is_ok();
         let recoverable = lifecycle::recoverable(&result);
@@ -327,6 +338,8 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             epoch: plan.restart_count,
             max_restarts,
             may_restart,
+            preemptions,
+            preempted,
         };
         match lifecycle::after_run(result, &budget) {
             AfterRun::Restart(reason) => {
@@ -334,7 +347,18 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                 let cause = channel.as_ref().and_then(Channel::cause);
                 let hang = cause.as_ref().map_or(hung, |cause| cause.hang);
                 let reason = cause.map_or(reason, |cause| cause.reason);
-                let restart = format!("restart {} of {}", budget.epoch + 1, budget.max_restarts);
+                let restart = match preempted {
+                    true => format!(
+                        "restart {} after a preemption, which spends none of the {} restarts",
+                        budget.epoch + 1,
+                        budget.max_restarts
+                    ),
+                    false => format!(
+                        "restart {} of {}",
+                        budget.epoch + 1 - preemptions.min(budget.epoch),
+                        budget.max_restarts
+                    ),
+                };
                 warn!("{reason}: restarting the job ({restart})");
                 if let Some(events) = events {
                     post_hang(events, hang, &reason);
@@ -343,7 +367,10 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                 if let Some(mut channel) = channel {
                     channel.finish(false).await;
                 }
-                next_epoch = budget.epoch + 1;
+                count = Count {
+                    next_epoch: budget.epoch + 1,
+                    preemptions: preemptions + u32::from(preempted),
+                };
                 members_before = plan.pods.iter().map(PodEntry::address).collect();
             }
             AfterRun::Finish(result) => {
@@ -597,6 +624,8 @@ struct Attempt {
     trainers_done: Option<BoxFuture<'static, Result<String, String>>>,
     /// The job's restart budget: agreed over the channel, else this pod's own.
     max_restarts: u32,
+    /// How many of the restarts before were preemptions: agreed over the channel.
+    preemptions: u32,
     /// The API server the pods were found through, if they were (for the job's events).
     api: Option<ApiServer>,
 }
@@ -612,7 +641,7 @@ async fn gather(
     secret: Option<&Secret>,
     my_ip: IpAddr,
     inputs: &InputFiles,
-    next_epoch: u32,
+    count: Count,
     members_before: &[PodAddress],
 ) -> Result<Attempt, Error> {
     let began = Instant::now();
@@ -668,7 +697,7 @@ async fn gather(
                         coordinator,
                         my_ip,
                         inputs,
-                        next_epoch,
+                        count,
                     )
                     .await?
                     {
@@ -714,10 +743,11 @@ async fn gather(
             peer_loss,
             trainers_done,
             max_restarts: config.control.max_restarts,
+            preemptions: count.preemptions,
             api,
         };
         let Some(secret) = secret else {
-            attempt.plan = attempt.plan.for_restart(next_epoch);
+            attempt.plan = attempt.plan.for_restart(count.next_epoch);
             return Ok(attempt);
         };
         let mut channel = match join_channel(
@@ -726,12 +756,12 @@ async fn gather(
             config,
             &membership,
             &me,
-            next_epoch,
+            count,
         )
         .await?
         {
             Found::NoChannel | Found::ThisPod | Found::NotNamed => {
-                attempt.plan = attempt.plan.for_restart(next_epoch);
+                attempt.plan = attempt.plan.for_restart(count.next_epoch);
                 return Ok(attempt);
             }
             Found::At(channel) => channel,
@@ -751,6 +781,7 @@ async fn gather(
         if let Some(start) = started(heard, &mut channel).await? {
             attempt.plan = attempt.plan.for_restart(start.epoch);
             attempt.max_restarts = start.max_restarts;
+            attempt.preemptions = start.preemptions;
             attempt.channel = Some(channel);
             return Ok(attempt);
         }
@@ -803,6 +834,16 @@ struct Start {
     epoch: u32,
     membership: Option<Membership>,
     max_restarts: u32,
+    preemptions: u32,
+}
+
+/// Where the job's count of restarts stands before an attempt, as this launcher knows it.
+#[derive(Debug, Clone, Copy)]
+struct Count {
+    /// The restart epoch the attempt would start (PADDLE_LAUNCHER_RESTART_COUNT).
+    next_epoch: u32,
+    /// How many of the restarts before were preemptions, which spend no budget.
+    preemptions: u32,
 }
 
 /// What the channel's answer to a gathering means: start (the epoch, and the membership when
@@ -813,6 +854,7 @@ async fn started(heard: Heard, channel: &mut Channel) -> Result<Option<Start>, E
             epoch,
             membership,
             max_restarts,
+            preemptions,
         } => {
             if epoch > 0 {
                 info!("restart epoch {epoch}: starting again");
@@ -821,6 +863,7 @@ async fn started(heard: Heard, channel: &mut Channel) -> Result<Option<Start>, E
                 epoch,
                 membership,
                 max_restarts,
+                preemptions,
             }))
         }
         Heard::Regather(reason)
@@ -874,6 +917,7 @@ async fn tell_followers_the_end(
         members: members.to_vec(),
         view: String::new(),
         next_epoch: 0,
+        preemptions: 0,
         max_restarts: 0,
         heartbeat_timeout: config.control.heartbeat_timeout,
         join_grace: grace,
@@ -920,7 +964,7 @@ async fn follow_coordinator(
     coordinator: SocketAddr,
     my_ip: IpAddr,
     inputs: &InputFiles,
-    next_epoch: u32,
+    count: Count,
 ) -> Result<Option<Attempt>, Error> {
     let mut channel = control::join(Joining {
         role: ControlRole::Follower {
@@ -936,7 +980,8 @@ async fn follow_coordinator(
         members: Vec::new(),
         // Empty: "send me the membership".
         view: String::new(),
-        next_epoch,
+        next_epoch: count.next_epoch,
+        preemptions: count.preemptions,
         max_restarts: config.control.max_restarts,
         heartbeat_timeout: config.control.heartbeat_timeout,
         join_grace: JOIN_GRACE + config.timing.grace_period,
@@ -967,6 +1012,7 @@ async fn follow_coordinator(
         epoch,
         membership,
         max_restarts,
+        preemptions,
     }) = started(heard, &mut channel).await?
     else {
         return Ok(None);
@@ -995,6 +1041,7 @@ async fn follow_coordinator(
         peer_loss: None,
         trainers_done: None,
         max_restarts,
+        preemptions,
         api: None,
     }))
 }
@@ -1247,7 +1294,7 @@ async fn join_channel(
     config: &Config,
     membership: &Membership,
     me: &Me,
-    next_epoch: u32,
+    count: Count,
 ) -> Result<Found<Channel>, Error> {
     let control = &config.control;
     let members = membership.pod_addresses();
@@ -1287,7 +1334,8 @@ async fn join_channel(
         me: me.address(),
         view: control::fingerprint(&members),
         members,
-        next_epoch,
+        next_epoch: count.next_epoch,
+        preemptions: count.preemptions,
         max_restarts: control.max_restarts,
         heartbeat_timeout: control.heartbeat_timeout,
         // The others may still be stopping their children (a grace period) before they join.
@@ -1544,6 +1592,7 @@ async fn drive(
         linger: config.timing.linger,
         trainer_label: label(Role::Trainer),
         pserver_label: label(Role::Pserver),
+        checkpoint: config.timing.checkpoint().filter(|_| trainer),
     });
     let mut commands: VecDeque<Command> = first.into();
     // The supervisor's child index of each started role.
@@ -1551,6 +1600,11 @@ async fn drive(
     let mut probe: Option<BoxFuture<'static, Input>> = None;
     let mut linger: Option<Pin<Box<tokio::time::Sleep>>> = None;
     let mut stack_dump: Option<Pin<Box<tokio::time::Sleep>>> = None;
+    let mut window: Option<Pin<Box<tokio::time::Sleep>>> = None;
+    // The job asks for a checkpoint (a member is preempted): at most once an attempt.
+    let mut checkpoint_asked = channel
+        .filter(|_| config.timing.checkpoint().is_some())
+        .map(Channel::checkpoint_asked);
     // While the trainer runs and a hang timeout is set: its start, its child, the next look.
     let mut watch: Option<HangWatch> = None;
     loop {
@@ -1600,6 +1654,34 @@ async fn drive(
                     }
                     None
                 }
+                Command::TellPreempted(reason) => {
+                    if let Some(channel) = channel {
+                        channel.preempted(&format!("{who} at {}: {reason}", now_utc()));
+                    }
+                    None
+                }
+                Command::TellLeaving(reason) => {
+                    if let Some(channel) = channel {
+                        channel.leaving(&format!("{who} at {}: {reason}", now_utc()));
+                    }
+                    None
+                }
+                Command::AskCheckpoint => {
+                    let trainer: Vec<usize> = children
+                        .iter()
+                        .filter(|(role, _)| *role == Role::Trainer)
+                        .map(|(_, child)| *child)
+                        .collect();
+                    let signal = config.timing.checkpoint_signal.unwrap_or(0);
+                    match sup.signal_handlers(&trainer, signal) {
+                        0 => Some(Input::CheckpointUnheeded),
+                        _ => None,
+                    }
+                }
+                Command::Window(how_long) => {
+                    window = Some(Box::pin(sleep(how_long)));
+                    None
+                }
                 Command::DumpStacks => {
                     watch = None;
                     let trainer: Vec<usize> = children
@@ -1615,6 +1697,7 @@ async fn drive(
                     probe = None;
                     linger = None;
                     stack_dump = None;
+                    window = None;
                     watch = None;
                     let stopping: Vec<usize> = children
                         .iter()
@@ -1673,6 +1756,14 @@ async fn drive(
             _ = or_never(stack_dump.as_mut()), if stack_dump.is_some() => {
                 stack_dump = None;
                 Input::DumpOver
+            }
+            _ = or_never(window.as_mut()), if window.is_some() => {
+                window = None;
+                Input::WindowOver
+            }
+            reason = or_never(checkpoint_asked.as_mut()), if checkpoint_asked.is_some() => {
+                checkpoint_asked = None;
+                Input::CheckpointAsked(reason)
             }
             hung = HangWatch::next_hang_of(watch.as_mut(), channel), if watch.is_some() => {
                 watch = None;

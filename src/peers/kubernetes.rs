@@ -201,7 +201,11 @@ impl PodWatch {
     }
 
     /// Resolves with the reason as soon as a member pod is lost (see `membership::lost`).
-    pub async fn first_loss(mut self, members: Vec<Vec<Member>>) -> String {
+    pub async fn first_loss(
+        mut self,
+        members: Vec<Vec<Member>>,
+        terminating_is_loss: bool,
+    ) -> String {
         let mut succeeded: HashSet<String> = HashSet::new();
         loop {
             if let Err(e) = self.settled("the peers").await {
@@ -213,7 +217,8 @@ impl PodWatch {
                 let set = self.views.group(i);
                 for member in group {
                     let now = set.get(&member.name);
-                    if let Some(reason) = lost(member, now, succeeded.contains(&member.name)) {
+                    let succeeded_before = succeeded.contains(&member.name);
+                    if let Some(reason) = lost(member, now, succeeded_before, terminating_is_loss) {
                         return reason;
                     }
                     if now.is_some_and(|p| p.phase == PodPhase::Succeeded) {
@@ -740,7 +745,7 @@ mod tests {
             rank: 2,
         };
         assert_eq!(
-            lost(&member, Some(&oom), false).unwrap(),
+            lost(&member, Some(&oom), false, true).unwrap(),
             "peer pod j-2 (rank 2, 10.0.0.3) has Failed: its container launcher ended with status 137 (OOMKilled: the kernel's out-of-memory killer)"
         );
         let running = pod_view(&pod(serde_json::json!({

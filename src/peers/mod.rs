@@ -75,7 +75,10 @@ pub async fn discover(config: &Config, members_before: &[String]) -> Result<Foun
                 .map(|(g, pods)| (g.kind, rank(&pods)))
                 .collect();
             let members = ranked.iter().map(|(_, m)| m.clone()).collect();
-            let peer_loss = watch.first_loss(members).boxed();
+            // A preempted peer tells the job itself, through the channel, when it leaves.
+            let channel = config.control.secret.is_some() || config.control.secret_file.is_some();
+            let terminating_is_loss = !(channel && config.timing.checkpoint().is_some());
+            let peer_loss = watch.first_loss(members, terminating_is_loss).boxed();
             api = Some(server.clone());
             (ranked, Some(server.namespace), Some(peer_loss))
         }
