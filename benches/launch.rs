@@ -53,6 +53,9 @@ fn main() {
     if wants("hang") {
         hang();
     }
+    if wants("preemption") {
+        preemption();
+    }
     if wants("scale") {
         scale();
     }
@@ -564,9 +567,33 @@ struct Recovering {
     max_restarts: u32,
     /// (pod name, IP, launcher, log file) of every pod ever created.
     members: Vec<(String, String, Option<Child>, PathBuf)>,
-    /// Hang detection on, with trainers that hang (`HANGING_TRAINER`) instead of `sleep`.
-    hangs: bool,
+    /// What the trainers are.
+    trainers: Trainers,
 }
+
+/// The trainers of a `Recovering` job.
+#[derive(Clone, Copy, PartialEq)]
+enum Trainers {
+    /// `sleep 600`.
+    Sleeping,
+    /// `HANGING_TRAINER`, with hang detection on.
+    Hanging,
+    /// `CHECKPOINTING_TRAINER`.
+    Checkpointing,
+}
+
+/// A trainer that notes when it is asked for a checkpoint (the time to `signalled-<rank>` in
+/// the current directory) and trains on.
+const CHECKPOINTING_TRAINER: &str = r#"
+import os, signal, time
+rank = os.environ["PADDLE_TRAINER_ID"]
+def asked(*_):
+    with open(f"signalled-{rank}", "w") as f:
+        f.write(str(time.time()))
+signal.signal(getattr(signal, os.environ["PADDLE_LAUNCHER_CHECKPOINT_SIGNAL"]), asked)
+while True:
+    time.sleep(1)
+"#;
 
 /// A trainer that writes its progress file every 0.1 s as each step begins, and at step 30
 /// (rank 1 at 29, before writing it) stops for good, as in a collective whose rank 1 never
@@ -590,15 +617,15 @@ const HEARTBEAT_TIMEOUT_S: u64 = 3;
 impl Recovering {
     /// `pods` Running pods and their launchers, once every trainer started.
     fn start(job: &str, pods: usize, max_restarts: u32) -> Recovering {
-        Recovering::started(job, pods, max_restarts, false)
+        Recovering::started(job, pods, max_restarts, Trainers::Sleeping)
     }
 
     /// Like `start`, with hang detection on and trainers that hang (`HANGING_TRAINER`).
     fn start_hanging(job: &str, pods: usize) -> Recovering {
-        Recovering::started(job, pods, 0, true)
+        Recovering::started(job, pods, 0, Trainers::Hanging)
     }
 
-    fn started(job: &str, pods: usize, max_restarts: u32, hangs: bool) -> Recovering {
+    fn started(job: &str, pods: usize, max_restarts: u32, trainers: Trainers) -> Recovering {
         let api = FakeApi::start();
         let dir = tempfile::tempdir().unwrap();
         api.write_kubeconfig(&dir.path().join("kubeconfig"));
@@ -610,7 +637,7 @@ impl Recovering {
             control_port: free_port(),
             max_restarts,
             members: Vec::new(),
-            hangs,
+            trainers,
         };
         this.start_pods();
         this
@@ -631,15 +658,23 @@ impl Recovering {
         self.api.put_pod(job_pod(&self.job, &name));
         let log = self.dir.path().join(format!("{i}.log"));
         let mut command = pod_launcher(self.dir.path(), &self.job, self.pods, i, &name, &log);
-        if self.hangs {
-            let progress = self.dir.path().join(format!("progress-{i}"));
-            command
-                .args(["run", "--", "python3", "-c", HANGING_TRAINER])
-                .env("PADDLE_LAUNCHER_HANG_TIMEOUT", HANG_TIMEOUT_S.to_string())
-                .env("PADDLE_LAUNCHER_HANG_FIRST_WINDOW", "60")
-                .env("PADDLE_LAUNCHER_PROGRESS_FILE", progress);
-        } else {
-            command.args(["run", "--", "sleep", "600"]);
+        match self.trainers {
+            Trainers::Hanging => {
+                let progress = self.dir.path().join(format!("progress-{i}"));
+                command
+                    .args(["run", "--", "python3", "-c", HANGING_TRAINER])
+                    .env("PADDLE_LAUNCHER_HANG_TIMEOUT", HANG_TIMEOUT_S.to_string())
+                    .env("PADDLE_LAUNCHER_HANG_FIRST_WINDOW", "60")
+                    .env("PADDLE_LAUNCHER_PROGRESS_FILE", progress);
+            }
+            Trainers::Checkpointing => {
+                command
+                    .args(["run", "--", "python3", "-c", CHECKPOINTING_TRAINER])
+                    .env("PADDLE_LAUNCHER_CHECKPOINT_WINDOW", "2");
+            }
+            Trainers::Sleeping => {
+                command.args(["run", "--", "sleep", "600"]);
+            }
         }
         let child = command
             .env("PADDLE_LAUNCHER_PROTOCOL", "collective")
@@ -872,6 +907,63 @@ fn hang() {
         );
     }
     println!("\nCommand: `cargo bench --bench launch -- hang`.\n");
+}
+
+/// A preemption: from the SIGTERM to one launcher to every trainer of the job asked for a
+/// checkpoint (its handler ran), at 3 and 32 pods.
+fn preemption() {
+    println!(
+        "## 9. A preemption: every trainer asked for a checkpoint
+"
+    );
+    println!(
+        "Launchers with a job secret (collective protocol), Python trainers with a handler for"
+    );
+    println!(
+        "the checkpoint signal that write the time it ran. From the SIGTERM to one follower's"
+    );
+    println!(
+        "launcher (the kubelet's, as for a preempted pod) to the last trainer's handler.
+"
+    );
+    println!("| pods | SIGTERM -> every trainer's handler ran: median (max) |");
+    println!("|---|---|");
+    for (pods, runs) in [(3, 5), (32, 3)] {
+        let mut totals = Vec::new();
+        for run in 0..runs {
+            let job = Recovering::started(
+                &format!("pre{pods}r{run}"),
+                pods,
+                0,
+                Trainers::Checkpointing,
+            );
+            // The trainers' handlers are installed once they run a moment.
+            std::thread::sleep(Duration::from_millis(1500));
+            let alive = job.alive();
+            let at = job.signal_launcher(alive[1], "-TERM");
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let times = loop {
+                let times: Vec<f64> = (0..pods)
+                    .filter_map(|rank| {
+                        fs::read_to_string(job.dir.path().join(format!("signalled-{rank}"))).ok()
+                    })
+                    .filter_map(|t| t.trim().parse::<f64>().ok())
+                    .map(|t| t % 86_400.0)
+                    .collect();
+                if times.len() == pods || Instant::now() > deadline {
+                    break times;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            };
+            assert_eq!(times.len(), pods, "not every trainer was asked");
+            let last = times.iter().cloned().fold(f64::MIN, f64::max);
+            totals.push((last - at) * 1000.0);
+            job.stop();
+        }
+        let max = totals.iter().cloned().fold(f64::MIN, f64::max);
+        println!("| {pods} | {:.1} ms ({:.1} ms) |", median(totals), max);
+    }
+    println!("\nCommand: `cargo bench --bench launch -- preemption`.\n");
 }
 
 /// Today's way, measured here: (failure -> every launcher exited, relaunch -> every trainer

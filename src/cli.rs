@@ -280,7 +280,8 @@ pub struct JobArgs {
     #[arg(long, env = "PADDLE_LAUNCHER_CHECKPOINT_SIGNAL")]
     pub checkpoint_signal: Option<String>,
     /// Seconds a preempted pod's trainer is given to checkpoint before it is stopped; it ends
-    /// early when the trainer exits [default: the children's grace period].
+    /// early when the trainer exits [default: with a control channel, the children's grace
+    /// period, cut to fit the pod's; none without one].
     #[arg(long, env = "PADDLE_LAUNCHER_CHECKPOINT_WINDOW")]
     pub checkpoint_window: Option<String>,
     /// File the trainer touches, or writes its step number to, to show progress; given to it

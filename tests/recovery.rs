@@ -840,6 +840,67 @@ fn real_paddle_resumes_from_its_checkpoint_after_a_pod_is_killed_and_replaced() 
     assert_contains(&replaced, "restart 1, resuming after step");
 }
 
+/// Real PaddlePaddle (CPU, gloo), no restart budget: the collective example checkpoints only
+/// when the launcher asks. One pod's launcher gets SIGTERM mid-training (a preemption): every
+/// rank is asked, all checkpoint after the same step, the preempted pod leaves after its
+/// window, its replacement joins, and every rank resumes from exactly that step in restart
+/// epoch 1; the job completes with identical parameters on every rank.
+#[test]
+fn real_paddle_preempted_mid_training_resumes_from_the_step_it_checkpointed_on_the_signal() {
+    let mut job = Job::new("pp", 3, 0);
+    let out = job.run_collective_example();
+    job.extra_env.extend([
+        ("CHECKPOINT_EVERY", "0".to_string()),
+        ("STEP_SECONDS", "0.3".to_string()),
+        ("PADDLE_LAUNCHER_CHECKPOINT_WINDOW", "2".to_string()),
+    ]);
+    job.create_pods(3);
+    job.launcher(1).wait_for_output("rank 1: step 8 ", LIMIT);
+    let ended = job.preempt_pod(1);
+    assert_eq!(ended.code(), 143, "{}\n{}", ended.stdout, ended.stderr);
+    let replacement = job.create_pod();
+    let outputs = job.all_finish();
+    let mut all = outputs.clone();
+    all.push(ended.stdout.clone());
+    let results = example_results(&out, 3, &all);
+    // The step every rank checkpointed after, as the preempted trainer printed it too.
+    let line = "rank 1: checkpoint after step ";
+    let step: u64 = ended
+        .stdout
+        .split(line)
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "the preempted trainer did not checkpoint:\n{}",
+                ended.stdout
+            )
+        });
+    for output in &outputs[..2] {
+        assert_contains(
+            output,
+            &format!(": checkpoint after step {step} (asked by SIGUSR1)"),
+        );
+    }
+    for (rank, result) in results.iter().enumerate() {
+        assert_eq!(result["restart_count"], 1, "rank {rank}: {outputs:?}");
+        assert_eq!(result["resumed_after_step"], step, "rank {rank}");
+        let last = result["last_loss"].as_f64().unwrap();
+        assert!(last < 0.01, "rank {rank}: final loss {last}");
+    }
+    assert_eq!(results[0]["params"], results[1]["params"]);
+    assert_eq!(results[0]["params"], results[2]["params"]);
+    let replaced = std::fs::read_to_string(
+        job.cluster
+            .dir
+            .path()
+            .join(format!("{}.stdout", job.created[replacement].0)),
+    )
+    .unwrap();
+    assert_contains(&replaced, &format!("restart 1, resuming after step {step}"));
+}
+
 /// Real PaddlePaddle (CPU, gloo): one rank stops before an all-reduce and every other blocks in
 /// it, all alive, all silent. With --hang-timeout the launchers find it within seconds, the
 /// stuck trainer's stacks go to its log, the job restarts once in place (count 1), every rank

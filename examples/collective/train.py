@@ -13,6 +13,12 @@ every start that finds a checkpoint there resumes from it instead of step 0, wha
 PADDLE_LAUNCHER_RESTART_COUNT says: a job restarted whole (by its batch system, or after
 Kueue preempted it) must not overwrite its progress from step 1. STEP_SECONDS (default 0) slows each step down, so that a test can kill a pod mid-training.
 
+Preemption: the launcher sends PADDLE_LAUNCHER_CHECKPOINT_SIGNAL (SIGUSR1 by default) to every
+trainer of the job when one of its pods is told to stop. The handler only notes it; at the end
+of the step every rank learns whether any rank was asked (an all-reduce), so all checkpoint
+after the same step, then train on until the launcher stops them. CHECKPOINT_EVERY (default 1)
+is how many steps apart the regular checkpoints are; 0: only when asked.
+
 Progress: as each step begins every rank writes the step number to
 PADDLE_LAUNCHER_PROGRESS_FILE (when the launcher gives one), so that --hang-timeout judges the
 training loop, not the log, and a rank that never began the step the others block in is named.
@@ -21,6 +27,7 @@ HANG_RANK and HANG_AT_STEP inject a hang for tests: in the first run of the job 
 """
 import json
 import os
+import signal
 import sys
 import time
 
@@ -57,6 +64,13 @@ def main():
     progress = os.environ.get("PADDLE_LAUNCHER_PROGRESS_FILE")
     hang_rank = os.environ.get("HANG_RANK")
     hang_at = int(os.environ.get("HANG_AT_STEP", "0"))
+    every = int(os.environ.get("CHECKPOINT_EVERY", "1"))
+    asked = [False]
+    asked_by = os.environ.get("PADDLE_LAUNCHER_CHECKPOINT_SIGNAL")
+    if checkpoint_dir and asked_by:
+        # Only noted here: a handler runs between two bytecodes, maybe mid-step.
+        signal.signal(getattr(signal, asked_by), lambda *_: asked.__setitem__(0, True))
+    checkpointed_on_signal = []
     losses = []
     for step in range(start + 1, 41):
         if restart == 0 and hang_rank == str(rank) and step == hang_at:
@@ -73,14 +87,26 @@ def main():
         optimizer.step()
         optimizer.clear_grad()
         losses.append(float(loss))
-        if checkpoint_dir and rank == 0:
-            save(layer, step, checkpoint_dir)
+        if checkpoint_dir:
+            # Every rank learns whether any was asked, so that all checkpoint after one step.
+            flag = paddle.to_tensor([1.0 if asked[0] else 0.0])
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            on_signal = float(flag.numpy()[0]) > 0
+            if on_signal:
+                asked[0] = False
+                checkpointed_on_signal.append(step)
+                print(f"rank {rank}: checkpoint after step {step} (asked by {asked_by})", flush=True)
+            if on_signal or (every and step % every == 0):
+                # The ranks' parameters are equal (all-reduced): rank 0's are the job's.
+                if rank == 0:
+                    save(layer, step, checkpoint_dir)
         print(f"rank {rank}: step {step} loss {losses[-1]:.6f}", flush=True)
         time.sleep(step_seconds)
 
     result = {
         "restart_count": restart,
         "resumed_after_step": start,
+        "checkpointed_on_signal": checkpointed_on_signal,
         "rank": rank,
         "world": world,
         "env_trainer_id": int(os.environ["PADDLE_TRAINER_ID"]),

@@ -218,17 +218,29 @@ pub struct Timing {
     pub hang_first_window: Duration,
     /// The signal that asks a trainer for a checkpoint; None: never asked.
     pub checkpoint_signal: Option<i32>,
-    /// --checkpoint-window as given; None: the children's grace period.
+    /// --checkpoint-window as given; None: see `checkpoint`.
     pub checkpoint_window: Option<Duration>,
+    /// The job has a control channel (a job secret, or its file): the children's grace period
+    /// is shared with the others' stop, and a preemption is the job's.
+    pub channel: bool,
 }
 
 impl Timing {
-    /// How a trainer is asked for a checkpoint, and how long a preempted pod gives it: the
-    /// children's grace period unless given (with a channel it is half of what the pod
-    /// allows, so the window and the stop that follows both fit).
+    /// How a trainer is asked for a checkpoint, and how long a preempted pod gives it, when
+    /// it does: as given, else, with a channel, the children's grace period, cut so that the
+    /// window, the children's stop and the launcher's own exit fit in the pod's grace period.
+    /// Without a channel no other trainer could join the checkpoint (the peers stop when the
+    /// pod terminates): no window unless given.
     pub fn checkpoint(&self) -> Option<Checkpoint> {
         let signal = self.checkpoint_signal?;
-        let window = self.checkpoint_window.unwrap_or(self.grace_period);
+        let window = match (self.checkpoint_window, self.channel, self.pod_grace) {
+            (Some(given), _, _) => given,
+            (None, false, _) => Duration::ZERO,
+            (None, true, None) => self.grace_period,
+            (None, true, Some(pod)) => self
+                .grace_period
+                .min(pod.saturating_sub(self.grace_period + parts::OWN_EXIT_MARGIN)),
+        };
         Some(Checkpoint { signal, window }).filter(|_| !window.is_zero())
     }
 }
@@ -348,6 +360,61 @@ mod tests {
 
     use super::options::NAMED_OPTIONS;
     use super::*;
+
+    /// The checkpoint window fits the pod: with a channel it is the children's grace period,
+    /// cut to leave their stop and the launcher's exit room; without one there is none unless
+    /// given (no other trainer could join the checkpoint); `none` turns it all off.
+    #[test]
+    fn the_checkpoint_window_fits_the_pods_grace_period() {
+        let s = Duration::from_secs;
+        type Row = (
+            Option<&'static str>,
+            bool,
+            Option<&'static str>,
+            Option<&'static str>,
+            Option<Duration>,
+        );
+        let rows: [Row; 7] = [
+            // pod grace, channel, --grace-period, --checkpoint-window -> window
+            (Some("30"), true, None, None, Some(s(12))),
+            (None, true, None, None, Some(s(10))),
+            // A grace period given long: the window is what is left.
+            (Some("30"), true, Some("20"), None, Some(s(5))),
+            (Some("30"), true, Some("28"), None, None),
+            (Some("30"), false, None, None, None),
+            (Some("30"), false, None, Some("4"), Some(s(4))),
+            (None, true, None, Some("7"), Some(s(7))),
+        ];
+        for (pod, channel, grace, window, expected) in rows {
+            let timing = with(|args| {
+                args.pod_grace_period = pod.map(String::from);
+                args.grace_period = grace.map(String::from);
+                args.checkpoint_window = window.map(String::from);
+                if channel {
+                    args.job_secret = Some("0123456789abcdef0123456789abcdef".into());
+                }
+            })
+            .unwrap()
+            .timing;
+            let got = timing.checkpoint().map(|c| c.window);
+            assert_eq!(got, expected, "{pod:?} {channel} {grace:?} {window:?}");
+            assert_eq!(
+                timing.checkpoint().map(|c| c.signal),
+                expected.map(|_| nix::libc::SIGUSR1)
+            );
+        }
+        let off = with(|args| args.checkpoint_signal = Some("none".into())).unwrap();
+        assert_eq!(off.timing.checkpoint(), None);
+        let refused = with(|args| {
+            args.pod_grace_period = Some("30".into());
+            args.grace_period = Some("20".into());
+            args.checkpoint_window = Some("11".into());
+        });
+        assert!(refused
+            .unwrap_err()
+            .to_string()
+            .contains("less the children's, 20 s"));
+    }
 
     fn base() -> JobArgs {
         JobArgs {

@@ -185,14 +185,16 @@ impl Timing {
         let checkpoint_window = present(&args.checkpoint_window)
             .map(|_| seconds(&args.checkpoint_window, CHECKPOINT_WINDOW, 0))
             .transpose()?;
+        let grace_period = children_grace(grace_given, pod_grace, channel)?;
         if let (Some(window), Some(pod)) = (checkpoint_window, pod_grace) {
-            if window > pod {
+            if window + grace_period > pod {
                 return Err(ConfigError::new(
                     CHECKPOINT_WINDOW,
                     &window.as_secs().to_string(),
                     format!(
-                        "at most the pod's grace period, {} s ({POD_GRACE_PERIOD}), less the children's own grace period: the kubelet kills the pod then",
-                        pod.as_secs()
+                        "at most the pod's grace period, {} s ({POD_GRACE_PERIOD}), less the children's, {} s: the window and their stop must both end before the kubelet kills the pod",
+                        pod.as_secs(),
+                        grace_period.as_secs()
                     ),
                 ));
             }
@@ -201,13 +203,14 @@ impl Timing {
             wait_timeout: (!wait_timeout.is_zero()).then_some(wait_timeout),
             pserver_timeout,
             linger: seconds(&args.linger, LINGER, 30)?,
-            grace_period: children_grace(grace_given, pod_grace, channel)?,
+            grace_period,
             grace_given,
             pod_grace,
             hang_timeout,
             hang_first_window,
             checkpoint_signal,
             checkpoint_window,
+            channel,
         })
     }
 }

@@ -223,12 +223,25 @@ impl Lifecycle {
                 self.running.retain(|r| *r != role);
                 self.stop_then(self.running.clone(), libc_term(), Err(error))
             }
-            (Phase::Training, Input::Signal(sig)) if self.setup.checkpoint.is_some() => {
+            // The kubelet's stop (preemption, a drain, a deletion); an interactive ^C is not.
+            (Phase::Training, Input::Signal(sig))
+                if sig == libc_term() && self.setup.checkpoint.is_some() =>
+            {
                 self.preempted(sig)
             }
             (phase, Input::Signal(sig)) => {
                 let (roles, doing) = self.stopped_by_signal(&phase);
                 let then = Err(Error::stopped(sig, &doing));
+                // Before its trainer runs a preempted pod has nothing to checkpoint, but its
+                // end is still a preemption, which spends no restart.
+                if let (Phase::WaitingForPservers, true, Some(_)) =
+                    (&phase, sig == libc_term(), self.setup.checkpoint)
+                {
+                    let reason = "preempted (SIGTERM before its trainer started)".to_string();
+                    let mut commands = vec![Command::TellPreempted(reason)];
+                    commands.extend(self.stop_then(roles, sig, then));
+                    return commands;
+                }
                 match phase {
                     // By group, the trainer's too: its leader may be gone, its program not.
                     Phase::DumpingStacks { .. } => {
@@ -1227,12 +1240,25 @@ mod tests {
                 ],
             ),
             (
-                "before the trainer runs, TERM stops at once",
+                "an interactive ^C stops at once",
+                checkpointing(),
+                vec![Input::PserversUp, Input::Signal(nix::libc::SIGINT), Input::Stopped],
+                vec![
+                    "spawn pserver",
+                    "probe",
+                    "spawn trainer",
+                    "stop trainer+pserver 2",
+                    "fail 130 received SIGINT; stopped trainer-0 and pserver-0",
+                ],
+            ),
+            (
+                "before the trainer runs, TERM stops at once, still a preemption",
                 checkpointing(),
                 vec![Input::Signal(SIGTERM), Input::Stopped],
                 vec![
                     "spawn pserver",
                     "probe",
+                    "tell preempted preempted (SIGTERM before its trainer started)",
                     "stop pserver 15",
                     "fail 143 received SIGTERM while waiting for the pservers",
                 ],

@@ -238,8 +238,8 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
         if let Some(done) = trainers_done {
             supervisor.end_when(done);
         }
-        let silent = match peers_to_check(&plan, &config) {
-            peers if peers.is_empty() => Vec::new(),
+        let checked = match peers_to_check(&plan, &config) {
+            peers if peers.is_empty() => Ok(Vec::new()),
             peers => {
                 let doing = format!(
                     "checking that every peer's trainer endpoint answers from {my_ip} ({}, at most {} s each)",
@@ -253,16 +253,29 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                     false,
                     silent_peers(my_ip, peers),
                 )
-                .await?
+                .await
             }
         };
-        let mut result = match silent.as_slice() {
-            [] => drive(&mut supervisor, &plan, &config, channel.as_ref(), &who).await,
-            _ => Err(Error::PeersUnreachable {
+        let mut result = match checked {
+            Ok(silent) if silent.is_empty() => {
+                drive(&mut supervisor, &plan, &config, channel.as_ref(), &who).await
+            }
+            Ok(silent) => Err(Error::PeersUnreachable {
                 peers: named_peers(&silent),
                 from: my_ip,
                 limit_s: PEER_CHECK_TIMEOUT.as_secs(),
             }),
+            // Stopped before the trainer started: told to the job like any end (a preemption
+            // as such: the restart around the replacement spends nothing).
+            Err(stopped) => {
+                if let (Some(channel), Error::Stopped { signal, .. }) = (&channel, &stopped) {
+                    if *signal == nix::libc::SIGTERM && config.timing.checkpoint().is_some() {
+                        let reason = "preempted (SIGTERM before its trainer started)";
+                        channel.preempted(&format!("{who} at {}: {reason}", now_utc()));
+                    }
+                }
+                Err(stopped)
+            }
         };
         let hung = match &result {
             Ok(outcome) => outcome.code == exit::HANG,

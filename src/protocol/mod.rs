@@ -99,6 +99,11 @@ pub fn process(
         // Where the trainer shows progress (hang detection; the launcher made its directory).
         let file = config.workspace.progress_file.display().to_string();
         env.insert(crate::config::PROGRESS_FILE.env().to_string(), file);
+        // Which signal asks it for a checkpoint, so that it handles that one.
+        if let Some(signal) = config.timing.checkpoint_signal {
+            let name = crate::exit::signal_name(signal);
+            env.insert(crate::config::CHECKPOINT_SIGNAL.env().to_string(), name);
+        }
     }
     // NCCL's and gloo's interface: the pod IP's (only collective and fleet get any).
     for socket in &config.ports.sockets {
