@@ -591,6 +591,7 @@ def asked(*_):
     with open(f"signalled-{rank}", "w") as f:
         f.write(str(time.time()))
 signal.signal(getattr(signal, os.environ["PADDLE_LAUNCHER_CHECKPOINT_SIGNAL"]), asked)
+open(f"ready-{rank}", "w").close()
 while True:
     time.sleep(1)
 "#;
@@ -937,16 +938,25 @@ fn preemption() {
                 0,
                 Trainers::Checkpointing,
             );
-            // The trainers' handlers are installed once they run a moment.
-            std::thread::sleep(Duration::from_millis(1500));
+            // Every trainer's handler is installed.
+            let files = |prefix: &str| {
+                (0..pods)
+                    .filter_map(|rank| {
+                        fs::read_to_string(job.dir.path().join(format!("{prefix}-{rank}"))).ok()
+                    })
+                    .collect::<Vec<String>>()
+            };
+            let deadline = Instant::now() + Duration::from_secs(120);
+            while files("ready").len() < pods {
+                assert!(Instant::now() < deadline, "the trainers did not start");
+                std::thread::sleep(Duration::from_millis(50));
+            }
             let alive = job.alive();
             let at = job.signal_launcher(alive[1], "-TERM");
             let deadline = Instant::now() + Duration::from_secs(60);
             let times = loop {
-                let times: Vec<f64> = (0..pods)
-                    .filter_map(|rank| {
-                        fs::read_to_string(job.dir.path().join(format!("signalled-{rank}"))).ok()
-                    })
+                let times: Vec<f64> = files("signalled")
+                    .iter()
                     .filter_map(|t| t.trim().parse::<f64>().ok())
                     .map(|t| t % 86_400.0)
                     .collect();

@@ -30,6 +30,7 @@ const CORE: &[&str] = &[
     "launch::progress",
     "launch::coordination",
     "control::coordinator",
+    "control::following",
 ];
 
 /// Every module of the crate (path -> source without its test module).

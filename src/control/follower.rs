@@ -10,6 +10,7 @@ use tokio::net::TcpSocket;
 use tokio::time::{sleep, timeout, Instant};
 use tracing::info;
 
+use super::following::{Effect, Following, Input};
 use super::wire::*;
 use super::{Ends, Heard, Joining, Recheck, Request, RECHECK_FIRST, RECHECK_LAST};
 
@@ -85,167 +86,55 @@ pub(super) async fn follow(
     let (mut incoming, _reader) = frames(Session::new(&joining.secret, challenge, false), reader);
     let mut beat = tokio::time::interval(limit / 3);
     let mut heard_until = Instant::now() + limit;
-    let mut running = false;
-    let mut said_done = false;
-    // Set once the coordinator said Lost or Bye: the link's end is no news after that.
-    let mut told = false;
-    let broken = loop {
-        tokio::select! {
-            frame = incoming.recv() => match frame {
-                Some(Ok(Message::Beat)) => heard_until = Instant::now() + limit,
-                Some(Ok(Message::Go { epoch, membership, max_restarts, preemptions })) if !running => {
-                    running = true;
+    let mut following = Following::new(coordinator.to_string());
+    loop {
+        // The heartbeat deadline counts only until the attempt's end is known.
+        let judged = following.listening() && !following.told();
+        let input = tokio::select! {
+            frame = incoming.recv(), if following.listening() => match frame {
+                Some(Ok(message)) => {
                     heard_until = Instant::now() + limit;
-                    ends.hear(Heard::Go { epoch, membership, max_restarts, preemptions });
+                    Input::Frame(message)
                 }
-                Some(Ok(Message::Checkpoint { reason })) if running => {
-                    heard_until = Instant::now() + limit;
-                    ends.checkpoint(reason);
-                }
-                Some(Ok(Message::Regather { reason })) if !running => {
-                    ends.hear(Heard::Regather(reason));
-                    told = true;
-                    break None;
-                }
-                Some(Ok(Message::Lost { reason, restart, hang, preempted })) => {
-                    ends.hear(Heard::Lost { reason, restart, hang, preempted });
-                    told = true;
-                    break None;
-                }
-                Some(Ok(Message::Bye)) => {
-                    info!("control channel: the coordinator finished");
-                    ends.may_restart.send_replace(false);
-                    told = true;
-                    break None;
-                }
-                // Also before `Go`: a member joining after a loss hears of a success too.
-                Some(Ok(Message::Finished { pod })) => {
-                    heard_until = Instant::now() + limit;
-                    if ends.may_restart.send_replace(false) {
-                        info!("control channel: the trainer of {pod} succeeded: the job cannot start again as a whole");
-                    }
-                }
-                Some(Ok(Message::Verdict { restart })) => {
-                    // Before any `Lost` (never sent so, but a launcher must not wait on it).
-                    ends.hear(Heard::Lost {
-                        reason: "the coordinator decided the job's loss".into(),
-                        restart,
-                        hang: false,
-                        preempted: false,
-                    });
-                    ends.knows_verdict(restart);
-                    told = true;
-                    break None;
-                }
-                Some(Ok(other)) => break Some(format!("unexpected {other:?}")),
-                Some(Err(e)) => break Some(e.to_string()),
-                None => break Some("closed".into()),
+                Some(Err(e)) => Input::Broken(e.to_string()),
+                None => Input::Broken("closed".into()),
             },
-            _ = tokio::time::sleep_until(heard_until) => {
-                break Some(format!("sent no heartbeat for {} s (frozen, or its node is gone)", limit.as_secs()));
+            _ = tokio::time::sleep_until(heard_until), if judged => {
+                Input::Silent(limit.as_secs())
             }
-            _ = beat.tick() => {
-                if let Err(e) = out.write(&mut writer, &beat_of(&ends), limit).await {
-                    break Some(e.to_string());
+            _ = beat.tick(), if following.listening() => {
+                match out.write(&mut writer, &beat_of(&ends), limit).await {
+                    Ok(()) => continue,
+                    Err(e) => Input::Broken(e.to_string()),
                 }
             }
             request = ends.requests.recv() => match request {
-                Some(Request::Failed { reason, restartable, hang }) => {
-                    let _ = out.write(&mut writer, &Message::Failed { reason, restartable, hang }, limit).await;
+                Some(request) => Input::Request(request),
+                None => Input::Request(Request::Finish { succeeded: false }),
+            },
+        };
+        for effect in following.step(input) {
+            match effect {
+                Effect::Hear(heard) => ends.hear(heard),
+                Effect::Checkpoint(reason) => ends.checkpoint(reason),
+                // What this launcher says goes out even after the link failed: a write that
+                // fails then changes nothing.
+                Effect::Say(message) => {
+                    let _ = out.write(&mut writer, &message, limit).await;
                 }
-                Some(Request::PodLost(_)) => {}
-                Some(Request::Preempted(reason)) => {
-                    if running {
-                        let _ = out.write(&mut writer, &Message::Preempted { reason }, limit).await;
-                    }
+                Effect::KnowsLost(restart) => ends.knows_lost(restart),
+                Effect::KnowsVerdict(restart) => ends.knows_verdict(restart),
+                Effect::CannotRestart => {
+                    ends.may_restart.send_replace(false);
                 }
-                Some(Request::Stopped) => {
-                    let _ = out.write(&mut writer, &Message::Stopped, limit).await;
-                }
-                Some(Request::Done) => {
-                    if running && !said_done {
-                        said_done = true;
-                        let _ = out.write(&mut writer, &Message::Done, limit).await;
-                    }
-                }
-                Some(Request::Finish { succeeded }) => {
-                    if succeeded && running && !said_done {
-                        let _ = out.write(&mut writer, &Message::Done, limit).await;
-                    }
+                Effect::StopListening => {}
+                Effect::Close => {
                     close_gracefully(&mut writer, &mut incoming).await;
                     return;
                 }
-                None => return,
-            },
-        }
-    };
-    let mut listening = broken.is_none();
-    if let (Some(why), false) = (broken, told) {
-        let reason = match why.strip_prefix("sent no heartbeat") {
-            Some(_) => format!("the coordinating launcher at {coordinator} {why}"),
-            None => {
-                format!("lost the connection to the coordinating launcher at {coordinator} ({why})")
             }
-        };
-        let restart = *ends.may_restart.borrow();
-        ends.hear(if running {
-            Heard::Lost {
-                reason,
-                restart,
-                hang: false,
-                preempted: false,
-            }
-        } else {
-            Heard::Regather(reason)
-        });
-        // No coordinator to decide: what this launcher knows is its verdict.
-        ends.knows_verdict(restart);
-    }
-    // Stay until this launcher is done with the attempt, beating and saying whatever it still
-    // says: a trainer that succeeded as the loss was told must still say so (before it says
-    // its children are stopped), and the coordinator's verdict comes once everyone has.
-    loop {
-        tokio::select! {
-            request = ends.requests.recv() => {
-                let message = match request {
-                    Some(Request::Failed { reason, restartable, hang }) => Message::Failed { reason, restartable, hang },
-                    Some(Request::Done) if running && !said_done => {
-                        said_done = true;
-                        Message::Done
-                    }
-                    Some(Request::Stopped) => Message::Stopped,
-                    // After the loss: the attempt is over, there is nothing to checkpoint for.
-                    Some(Request::Done | Request::PodLost(_) | Request::Preempted(_)) => continue,
-                    Some(Request::Finish { .. }) | None => break,
-                };
-                let _ = out.write(&mut writer, &message, limit).await;
-            }
-            _ = beat.tick(), if listening => {
-                if out.write(&mut writer, &beat_of(&ends), limit).await.is_err() {
-                    listening = false;
-                    // Read first: a borrow held while the same channel is written deadlocks.
-                    let restart = *ends.may_restart.borrow();
-                    ends.knows_verdict(restart);
-                }
-            }
-            frame = incoming.recv(), if listening => match frame {
-                Some(Ok(Message::Lost { restart: false, .. })) => ends.knows_lost(false),
-                Some(Ok(Message::Bye | Message::Finished { .. })) => {
-                    ends.may_restart.send_replace(false);
-                }
-                Some(Ok(Message::Verdict { restart })) => ends.knows_verdict(restart),
-                Some(Ok(_)) => {}
-                // The coordinator is gone: what this launcher knows is its verdict.
-                Some(Err(_)) | None => {
-                    listening = false;
-                    // Read first: a borrow held while the same channel is written deadlocks.
-                    let restart = *ends.may_restart.borrow();
-                    ends.knows_verdict(restart);
-                }
-            },
         }
     }
-    close_gracefully(&mut writer, &mut incoming).await;
 }
 
 /// A heartbeat: with the trainer's progress when this launcher reports it (hang detection on),

@@ -63,6 +63,7 @@ use crate::membership::{Loss, Membership, PodAddress};
 mod coordinator;
 mod cost;
 mod follower;
+mod following;
 #[cfg(test)]
 mod simulation;
 mod wire;

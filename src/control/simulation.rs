@@ -1,5 +1,6 @@
 //! A seeded, deterministic simulation of one attempt's channel: the coordinator's pure `Core`
-//! and modelled followers, driven by proptest through joins, deliveries in any interleaving
+//! and the followers' pure `Following` machines (their launchers' drivers modelled), driven by
+//! proptest through joins, deliveries in any interleaving
 //! (each connection keeps its order, as TCP does), losses, freezes, replacements, trainers that
 //! succeed or fail, preemptions (a launcher told to stop asks the job for a checkpoint, then
 //! leaves), crossings of `Done` with failures, and forged messages; invariants are
@@ -15,8 +16,15 @@ use proptest::prelude::*;
 use tokio::time::Instant;
 
 use super::coordinator::{Core, Effect, Input, Setup, Stage};
+use super::following::{self, Following};
 use super::wire::{Message, WireError};
 use super::{Heard, Request};
+
+impl Default for Following {
+    fn default() -> Following {
+        Following::new("coordinator".into())
+    }
+}
 
 const JOIN_GRACE: Duration = Duration::from_secs(60);
 
@@ -80,10 +88,12 @@ fn action() -> impl Strategy<Value = Action> {
     ]
 }
 
-/// A follower as the coordinator sees it through its connection.
+/// A follower: its launcher's driver, modelled (what it asks when), and its channel's
+/// decisions, the real `Following`.
 #[derive(Debug, Default)]
 struct Follower {
     name: String,
+    following: Following,
     /// The epoch it would start next, and its budget.
     next_epoch: u32,
     max_restarts: u32,
@@ -332,46 +342,94 @@ impl Sim {
         let Some(f) = self.follower(i) else {
             return Ok(false);
         };
-        match f.inbox.pop_front() {
-            Some(Message::Go {
-                epoch,
-                max_restarts,
-                preemptions,
-                ..
-            }) => f.go = Some((epoch, max_restarts, preemptions)),
-            Some(Message::Lost {
-                restart,
-                reason,
-                hang,
-                preempted,
-            }) => {
-                f.losses.push(restart);
-                f.preempted_losses.push(preempted);
-                f.first_loss.get_or_insert((reason, hang));
-            }
-            Some(Message::Checkpoint { .. }) => {
-                // Asked while its trainer runs, never before its start.
-                prop_assert!(
-                    f.go.is_some(),
-                    "{} asked for a checkpoint before Go",
-                    f.name
-                );
-                prop_assert!(!f.asked_checkpoint, "{} asked twice", f.name);
-                f.asked_checkpoint = true;
-            }
-            Some(Message::Verdict { restart }) => {
-                // A member that never started learns of the loss from its `Lost`.
-                prop_assert!(
-                    f.go.is_some() || !f.losses.is_empty(),
-                    "{} heard a verdict before the loss",
-                    f.name
-                );
-                f.verdict = Some(restart);
-            }
-            Some(_) => {}
-            None => return Ok(false),
+        let Some(message) = f.inbox.pop_front() else {
+            return Ok(false);
+        };
+        if let Message::Verdict { .. } = message {
+            // A member that never started learns of the loss from its `Lost`.
+            prop_assert!(
+                f.go.is_some() || !f.losses.is_empty(),
+                "{} heard a verdict before the loss",
+                f.name
+            );
         }
+        let effects = f.following.step(following::Input::Frame(message));
+        self.follower_does(i, effects)?;
         Ok(true)
+    }
+
+    /// Follower `i`'s launcher asks its channel (`request`), and the follower says what it
+    /// decides on its connection.
+    fn follower_asks(&mut self, i: usize, request: Request) -> Result<(), TestCaseError> {
+        let Some(f) = self.follower(i) else {
+            return Ok(());
+        };
+        let effects = f.following.step(following::Input::Request(request));
+        self.follower_does(i, effects)
+    }
+
+    /// What follower `i`'s machine decided: what it says goes out on its connection (if it
+    /// has one), what it hears is noted for the invariants.
+    fn follower_does(
+        &mut self,
+        i: usize,
+        effects: Vec<following::Effect>,
+    ) -> Result<(), TestCaseError> {
+        let Some(f) = self.follower(i) else {
+            return Ok(());
+        };
+        for effect in effects {
+            match effect {
+                following::Effect::Hear(Heard::Go {
+                    epoch,
+                    max_restarts,
+                    preemptions,
+                    ..
+                }) => f.go = Some((epoch, max_restarts, preemptions)),
+                following::Effect::Hear(Heard::Lost {
+                    restart,
+                    reason,
+                    hang,
+                    preempted,
+                }) => {
+                    f.losses.push(restart);
+                    f.preempted_losses.push(preempted);
+                    f.first_loss.get_or_insert((reason, hang));
+                }
+                following::Effect::KnowsLost(restart) => f.losses.push(restart),
+                following::Effect::Checkpoint(_) => {
+                    // Asked while its trainer runs, never before its start.
+                    prop_assert!(
+                        f.go.is_some(),
+                        "{} asked for a checkpoint before Go",
+                        f.name
+                    );
+                    prop_assert!(!f.asked_checkpoint, "{} asked twice", f.name);
+                    f.asked_checkpoint = true;
+                }
+                following::Effect::KnowsVerdict(restart) => {
+                    f.verdict.get_or_insert(restart);
+                }
+                following::Effect::Say(message) => {
+                    match &message {
+                        Message::Done => f.said_done = true,
+                        Message::Failed { .. } => f.said_failed = true,
+                        Message::Stopped => f.said_stopped = true,
+                        Message::Preempted { .. } => f.said_preempted = true,
+                        _ => {}
+                    }
+                    if let Some(link) = f.link {
+                        let pod = f.name.clone();
+                        f.outbox.push_back(Input::Said { link, pod, message });
+                    }
+                }
+                following::Effect::Hear(Heard::Regather(_))
+                | following::Effect::CannotRestart
+                | following::Effect::StopListening
+                | following::Effect::Close => {}
+            }
+        }
+        Ok(())
     }
 
     /// Carries out the effects, checking each against what was said before.
@@ -639,52 +697,36 @@ impl Sim {
                 self.deliver_to_follower(i)?;
             }
             Action::Succeeds(i) => {
-                if let Some(f) = self.follower(i) {
-                    // A launcher says Done only while its drive runs, before it says Stopped.
-                    let ran = f.go.is_some() && !f.said_stopped && !f.said_failed;
-                    if ran && f.link.is_some() && !f.said_done {
-                        f.said_done = true;
-                        let (pod, link) = (f.name.clone(), f.link.unwrap_or_default());
-                        f.outbox.push_back(Input::Said {
-                            link,
-                            pod,
-                            message: Message::Done,
-                        });
-                    }
+                // A launcher says Done only while its drive runs, before it says Stopped.
+                let asks = self.follower(i).is_some_and(|f| {
+                    f.go.is_some() && !f.said_stopped && !f.said_failed && f.link.is_some()
+                });
+                if asks {
+                    self.follower_asks(i, Request::Done)?;
                 }
             }
             Action::Fails(i, restartable, hang) => {
-                if let Some(f) = self.follower(i) {
-                    if f.go.is_some() && f.link.is_some() && !f.said_done && !f.said_failed {
-                        f.said_failed = true;
-                        let (pod, link) = (f.name.clone(), f.link.unwrap_or_default());
-                        f.outbox.push_back(Input::Said {
-                            link,
-                            pod,
-                            message: Message::Failed {
-                                reason: "trainer exited with status 3".into(),
-                                restartable,
-                                hang,
-                            },
-                        });
-                    }
+                let asks = self.follower(i).is_some_and(|f| {
+                    f.go.is_some() && f.link.is_some() && !f.said_done && !f.said_failed
+                });
+                if asks {
+                    let request = Request::Failed {
+                        reason: "trainer exited with status 3".into(),
+                        restartable,
+                        hang,
+                    };
+                    self.follower_asks(i, request)?;
                 }
             }
             Action::Preempted(i) => {
-                if let Some(f) = self.follower(i) {
-                    // Said by a launcher whose trainer runs, once.
+                // Said by a launcher whose trainer runs, once.
+                let asks = self.follower(i).is_some_and(|f| {
                     let training = f.go.is_some() && !f.said_done && !f.said_failed;
-                    if training && f.link.is_some() && !f.said_preempted {
-                        f.said_preempted = true;
-                        let (pod, link) = (f.name.clone(), f.link.unwrap_or_default());
-                        f.outbox.push_back(Input::Said {
-                            link,
-                            pod: pod.clone(),
-                            message: Message::Preempted {
-                                reason: format!("pod {pod}: preempted (SIGTERM while training)"),
-                            },
-                        });
-                    }
+                    training && f.link.is_some() && !f.said_preempted
+                });
+                if let (true, Some(f)) = (asks, self.follower(i)) {
+                    let reason = format!("pod {}: preempted (SIGTERM while training)", f.name);
+                    self.follower_asks(i, Request::Preempted(reason))?;
                 }
             }
             Action::Progresses(i, step) => {
@@ -702,21 +744,16 @@ impl Sim {
                 }
             }
             Action::Stops(i) => {
-                if let Some(f) = self.follower(i) {
-                    // A launcher whose trainer succeeded lingers or leaves: it never says Stopped.
-                    // One that joined after the loss ran nothing: it hears the verdict as its
-                    // `Lost`, and gathers again or ends, without stopping anything.
+                // A launcher whose trainer succeeded lingers or leaves: it never says Stopped.
+                // One that joined after the loss ran nothing: it hears the verdict as its
+                // `Lost`, and gathers again or ends, without stopping anything.
+                let asks = self.follower(i).is_some_and(|f| {
                     let knows = !f.losses.is_empty() || f.said_failed;
                     let ran = f.go.is_some();
-                    if knows && ran && f.link.is_some() && !f.said_stopped && !f.said_done {
-                        f.said_stopped = true;
-                        let (pod, link) = (f.name.clone(), f.link.unwrap_or_default());
-                        f.outbox.push_back(Input::Said {
-                            link,
-                            pod,
-                            message: Message::Stopped,
-                        });
-                    }
+                    knows && ran && f.link.is_some() && !f.said_stopped && !f.said_done
+                });
+                if asks {
+                    self.follower_asks(i, Request::Stopped)?;
                 }
             }
             Action::OwnStops => self.step(Input::Own(Request::Stopped))?,

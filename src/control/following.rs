@@ -1,0 +1,477 @@
+//! A follower's decisions once it is connected, as a pure state machine: what the coordinator
+//! says (a frame, the link's end, its silence) and what this launcher asks go in; what the
+//! follower says, what this launcher hears and what it knows come out. The task in
+//! `follower.rs` carries them out over TCP (connecting, beating, the deadlines), so these
+//! decisions are unit-tested and simulated (`simulation.rs`) without a socket.
+
+use tracing::info;
+
+use super::wire::Message;
+use super::{Heard, Request};
+
+/// What a connected follower is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Input {
+    /// A frame from the coordinator.
+    Frame(Message),
+    /// The coordinator sent nothing for this many seconds (frozen, or its node is gone).
+    Silent(u64),
+    /// The connection failed or closed (why): a read, or a heartbeat that could not be written.
+    Broken(String),
+    /// This launcher's request.
+    Request(Request),
+}
+
+/// What the follower says or does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Effect {
+    /// To this launcher, in order with the attempt's start and end.
+    Hear(Heard),
+    /// This launcher's trainer is asked for a checkpoint (a member is preempted).
+    Checkpoint(String),
+    /// To the coordinator.
+    Say(Message),
+    /// The job's loss is known here; `false`: it may not restart.
+    KnowsLost(bool),
+    /// The verdict on the loss: the coordinator's, or this follower's last word on it when the
+    /// coordinator is gone before saying it. The first word stands (the shell's watch).
+    KnowsVerdict(bool),
+    /// The job can no longer start again as a whole (a member finished, or the job ended).
+    CannotRestart,
+    /// Stop reading the coordinator and beating: the link is gone.
+    StopListening,
+    /// Close the connection (what is queued goes first) and end the task.
+    Close,
+}
+
+/// A follower's state on its connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Following {
+    /// The coordinator's address, for the reasons said.
+    coordinator: String,
+    /// `Go` was heard: this launcher's children run (or ran) in the coordinator's attempt.
+    running: bool,
+    /// This launcher said its trainer succeeded (at most once).
+    said_done: bool,
+    /// The attempt's end is known here: the coordinator's word, or the link's end made news.
+    told: bool,
+    /// The connection is still read and beaten.
+    listening: bool,
+    /// Whether the job may still restart, as this follower knows it.
+    may_restart: bool,
+}
+
+impl Following {
+    pub(super) fn new(coordinator: String) -> Following {
+        Following {
+            coordinator,
+            running: false,
+            said_done: false,
+            told: false,
+            listening: true,
+            may_restart: true,
+        }
+    }
+
+    /// Whether the connection is still read and beaten.
+    pub(super) fn listening(&self) -> bool {
+        self.listening
+    }
+
+    /// Whether the attempt's end is known here.
+    pub(super) fn told(&self) -> bool {
+        self.told
+    }
+
+    pub(super) fn step(&mut self, input: Input) -> Vec<Effect> {
+        match input {
+            Input::Request(request) => self.asked(request),
+            Input::Frame(message) if self.told => self.after_the_end(message),
+            Input::Frame(message) => self.heard(message),
+            Input::Silent(seconds) => self.broken(format!(
+                "the coordinating launcher at {} sent no heartbeat for {seconds} s (frozen, or its node is gone)",
+                self.coordinator
+            )),
+            Input::Broken(why) => self.broken(format!(
+                "lost the connection to the coordinating launcher at {} ({why})",
+                self.coordinator
+            )),
+        }
+    }
+
+    /// This launcher asks: what it says goes to the coordinator, in order on the one
+    /// connection (a `Done` before the `Stopped` that follows it).
+    fn asked(&mut self, request: Request) -> Vec<Effect> {
+        let say = |message| vec![Effect::Say(message)];
+        match request {
+            Request::Failed {
+                reason,
+                restartable,
+                hang,
+            } => say(Message::Failed {
+                reason,
+                restartable,
+                hang,
+            }),
+            Request::Stopped => say(Message::Stopped),
+            Request::Done if self.running && !self.said_done => {
+                self.said_done = true;
+                say(Message::Done)
+            }
+            // A preemption asks the job for a checkpoint while its trainers run: not after
+            // the attempt's end.
+            Request::Preempted(reason) if self.running && !self.told => {
+                say(Message::Preempted { reason })
+            }
+            Request::Finish { succeeded } => {
+                let mut effects = Vec::new();
+                if succeeded && self.running && !self.said_done && !self.told {
+                    self.said_done = true;
+                    effects.push(Effect::Say(Message::Done));
+                }
+                effects.push(Effect::Close);
+                effects
+            }
+            // Only a coordinator's launcher routes the pods it sees lost to its channel.
+            Request::Done | Request::PodLost(_) | Request::Preempted(_) => Vec::new(),
+        }
+    }
+
+    /// What the coordinator says before the attempt's end is known here.
+    fn heard(&mut self, message: Message) -> Vec<Effect> {
+        match message {
+            Message::Beat => Vec::new(),
+            Message::Go {
+                epoch,
+                membership,
+                max_restarts,
+                preemptions,
+            } if !self.running => {
+                self.running = true;
+                vec![Effect::Hear(Heard::Go {
+                    epoch,
+                    membership,
+                    max_restarts,
+                    preemptions,
+                })]
+            }
+            Message::Checkpoint { reason } if self.running => vec![Effect::Checkpoint(reason)],
+            // Nothing runs to checkpoint (never sent so).
+            Message::Checkpoint { .. } => Vec::new(),
+            Message::Regather { reason } if !self.running => {
+                self.told = true;
+                vec![Effect::Hear(Heard::Regather(reason))]
+            }
+            Message::Lost {
+                reason,
+                restart,
+                hang,
+                preempted,
+            } => {
+                self.told = true;
+                self.may_restart &= restart;
+                vec![Effect::Hear(Heard::Lost {
+                    reason,
+                    restart,
+                    hang,
+                    preempted,
+                })]
+            }
+            Message::Bye => {
+                info!("control channel: the coordinator finished");
+                self.told = true;
+                self.may_restart = false;
+                vec![Effect::CannotRestart]
+            }
+            // Also before `Go`: a member joining after a loss hears of a success too.
+            Message::Finished { pod } => {
+                if self.may_restart {
+                    info!("control channel: the trainer of {pod} succeeded: the job cannot start again as a whole");
+                }
+                self.may_restart = false;
+                vec![Effect::CannotRestart]
+            }
+            // Before any `Lost` (never sent so, but a launcher must not wait on it).
+            Message::Verdict { restart } => {
+                self.told = true;
+                self.may_restart &= restart;
+                vec![
+                    Effect::Hear(Heard::Lost {
+                        reason: "the coordinator decided the job's loss".into(),
+                        restart,
+                        hang: false,
+                        preempted: false,
+                    }),
+                    Effect::KnowsVerdict(restart),
+                ]
+            }
+            other => self.broken(format!(
+                "lost the connection to the coordinating launcher at {} (unexpected {other:?})",
+                self.coordinator
+            )),
+        }
+    }
+
+    /// What the coordinator says once the attempt's end is known here: whether the job may
+    /// restart after all (a member finished meanwhile), and the verdict.
+    fn after_the_end(&mut self, message: Message) -> Vec<Effect> {
+        match message {
+            Message::Lost { restart: false, .. } => {
+                self.may_restart = false;
+                vec![Effect::KnowsLost(false)]
+            }
+            Message::Bye | Message::Finished { .. } => {
+                self.may_restart = false;
+                vec![Effect::CannotRestart]
+            }
+            Message::Verdict { restart } => vec![Effect::KnowsVerdict(restart)],
+            _ => Vec::new(),
+        }
+    }
+
+    /// The link ended: before the attempt's end that is news (the job's loss once started,
+    /// else gather again), and with no coordinator to decide, what this follower knows is its
+    /// verdict. Once read no more, nothing is.
+    fn broken(&mut self, reason: String) -> Vec<Effect> {
+        if !self.listening {
+            return Vec::new();
+        }
+        self.listening = false;
+        let mut effects = vec![Effect::StopListening];
+        if !self.told {
+            self.told = true;
+            effects.push(Effect::Hear(match self.running {
+                true => Heard::Lost {
+                    reason,
+                    restart: self.may_restart,
+                    hang: false,
+                    preempted: false,
+                },
+                false => Heard::Regather(reason),
+            }));
+        }
+        effects.push(Effect::KnowsVerdict(self.may_restart));
+        effects
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn go() -> Input {
+        Input::Frame(Message::Go {
+            epoch: 1,
+            membership: None,
+            max_restarts: 2,
+            preemptions: 0,
+        })
+    }
+
+    fn lost(restart: bool) -> Message {
+        Message::Lost {
+            reason: "r".into(),
+            restart,
+            hang: false,
+            preempted: false,
+        }
+    }
+
+    /// Runs the inputs through a fresh follower; every effect, in order.
+    fn run(inputs: Vec<Input>) -> Vec<Effect> {
+        let mut following = Following::new("10.0.0.1:6171".into());
+        inputs
+            .into_iter()
+            .flat_map(|input| following.step(input))
+            .collect()
+    }
+
+    /// The follower's whole table: one row per case.
+    #[test]
+    fn transitions() {
+        use Effect::*;
+        let heard_go = Hear(Heard::Go {
+            epoch: 1,
+            membership: None,
+            max_restarts: 2,
+            preemptions: 0,
+        });
+        let request = Input::Request;
+        let frame = Input::Frame;
+        let rows: Vec<(&str, Vec<Input>, Vec<Effect>)> = vec![
+            (
+                "a checkpoint ask is heard while running; a second Go breaks the link",
+                vec![
+                    go(),
+                    frame(Message::Checkpoint { reason: "p-2".into() }),
+                    go(),
+                ],
+                vec![
+                    heard_go.clone(),
+                    Checkpoint("p-2".into()),
+                    StopListening,
+                    Hear(Heard::Lost {
+                        reason: "lost the connection to the coordinating launcher at 10.0.0.1:6171 (unexpected Go { epoch: 1, membership: None, max_restarts: 2, preemptions: 0 })".into(),
+                        restart: true,
+                        hang: false,
+                        preempted: false,
+                    }),
+                    KnowsVerdict(true),
+                ],
+            ),
+            (
+                "no checkpoint before Go, and a regather only before it",
+                vec![
+                    frame(Message::Checkpoint { reason: "p-2".into() }),
+                    go(),
+                    frame(Message::Regather { reason: "x".into() }),
+                ],
+                vec![
+                    heard_go.clone(),
+                    StopListening,
+                    Hear(Heard::Lost {
+                        reason: "lost the connection to the coordinating launcher at 10.0.0.1:6171 (unexpected Regather { reason: \"x\" })".into(),
+                        restart: true,
+                        hang: false,
+                        preempted: false,
+                    }),
+                    KnowsVerdict(true),
+                ],
+            ),
+            (
+                "Done is said once, and only after Go; Finish says it if not yet said",
+                vec![
+                    request(Request::Done),
+                    go(),
+                    request(Request::Done),
+                    request(Request::Done),
+                    request(Request::Finish { succeeded: true }),
+                ],
+                vec![heard_go.clone(), Say(Message::Done), Close],
+            ),
+            (
+                "a success said only as the channel closes",
+                vec![go(), request(Request::Finish { succeeded: true })],
+                vec![heard_go.clone(), Say(Message::Done), Close],
+            ),
+            (
+                "a preemption is said while running, not before Go nor after the loss",
+                vec![
+                    request(Request::Preempted("a".into())),
+                    go(),
+                    request(Request::Preempted("b".into())),
+                    frame(lost(true)),
+                    request(Request::Preempted("c".into())),
+                ],
+                vec![
+                    heard_go.clone(),
+                    Say(Message::Preempted { reason: "b".into() }),
+                    Hear(Heard::Lost {
+                        reason: "r".into(),
+                        restart: true,
+                        hang: false,
+                        preempted: false,
+                    }),
+                ],
+            ),
+            (
+                "after the loss: a final word, then the verdict; the link's end is no news",
+                vec![
+                    go(),
+                    frame(lost(true)),
+                    request(Request::Stopped),
+                    frame(Message::Finished { pod: "p-3".into() }),
+                    frame(lost(false)),
+                    frame(Message::Verdict { restart: false }),
+                    Input::Broken("closed".into()),
+                    request(Request::Finish { succeeded: false }),
+                ],
+                vec![
+                    heard_go.clone(),
+                    Hear(Heard::Lost {
+                        reason: "r".into(),
+                        restart: true,
+                        hang: false,
+                        preempted: false,
+                    }),
+                    Say(Message::Stopped),
+                    CannotRestart,
+                    KnowsLost(false),
+                    KnowsVerdict(false),
+                    StopListening,
+                    KnowsVerdict(false),
+                    Close,
+                ],
+            ),
+            (
+                "a silent coordinator while running is the job's loss, restartable as known",
+                vec![go(), Input::Silent(10), Input::Broken("closed".into())],
+                vec![
+                    heard_go.clone(),
+                    StopListening,
+                    Hear(Heard::Lost {
+                        reason: "the coordinating launcher at 10.0.0.1:6171 sent no heartbeat for 10 s (frozen, or its node is gone)".into(),
+                        restart: true,
+                        hang: false,
+                        preempted: false,
+                    }),
+                    KnowsVerdict(true),
+                ],
+            ),
+            (
+                "a member that finished before the coordinator was lost: no restart",
+                vec![
+                    go(),
+                    frame(Message::Finished { pod: "p-3".into() }),
+                    Input::Broken("closed".into()),
+                ],
+                vec![
+                    heard_go.clone(),
+                    CannotRestart,
+                    StopListening,
+                    Hear(Heard::Lost {
+                        reason: "lost the connection to the coordinating launcher at 10.0.0.1:6171 (closed)".into(),
+                        restart: false,
+                        hang: false,
+                        preempted: false,
+                    }),
+                    KnowsVerdict(false),
+                ],
+            ),
+            (
+                "before Go, the link's end means gathering again",
+                vec![Input::Broken("closed".into())],
+                vec![
+                    StopListening,
+                    Hear(Heard::Regather(
+                        "lost the connection to the coordinating launcher at 10.0.0.1:6171 (closed)"
+                            .into(),
+                    )),
+                    KnowsVerdict(true),
+                ],
+            ),
+            (
+                "goodbye: the job is over, nothing can restart it",
+                vec![go(), frame(Message::Bye), request(Request::Done)],
+                vec![heard_go.clone(), CannotRestart, Say(Message::Done)],
+            ),
+            (
+                "a verdict without a loss still ends the attempt",
+                vec![go(), frame(Message::Verdict { restart: true })],
+                vec![
+                    heard_go,
+                    Hear(Heard::Lost {
+                        reason: "the coordinator decided the job's loss".into(),
+                        restart: true,
+                        hang: false,
+                        preempted: false,
+                    }),
+                    KnowsVerdict(true),
+                ],
+            ),
+        ];
+        for (name, inputs, expected) in rows {
+            assert_eq!(run(inputs), expected, "{name}");
+        }
+    }
+}
