@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::timeout;
-use tracing::{debug, warn};
+use tracing::warn;
 
 use crate::peers::kubernetes::ApiServer;
 
@@ -97,8 +97,9 @@ impl JobEvents {
         self.queue = None;
         if let Some(mut task) = self.task.take() {
             if timeout(limit, &mut task).await.is_err() {
-                debug!(
-                    "Kubernetes events: not all were posted within {} s",
+                // Said where a user looks: `kubectl describe` will miss the job's end.
+                warn!(
+                    "Kubernetes events: not all were posted within {} s (the API server is slow or unreachable); the job's last events are missing from `kubectl describe`",
                     limit.as_secs()
                 );
                 task.abort();
