@@ -16,6 +16,34 @@ use crate::membership::{judge, rank, Membership, Readiness};
 use crate::peers::{kubernetes, static_list};
 use crate::vocabulary::count;
 
+/// What a SIGTERM while training does, as set.
+fn preemption_said(timing: &crate::config::Timing) -> String {
+    let grace = timing.grace_period.as_secs();
+    match (timing.checkpoint(), timing.checkpoint_signal) {
+        (Some(checkpoint), _) => format!(
+            "a SIGTERM while training sends {} to the trainer's processes that handle it{}, gives it {} s to checkpoint ({}), then stops the children ({grace} s before SIGKILL)",
+            crate::exit::signal_name(checkpoint.signal),
+            if timing.channel { " and to every other trainer of the job" } else { "" },
+            checkpoint.window.as_secs(),
+            crate::config::CHECKPOINT_WINDOW,
+        ),
+        (None, Some(signal)) => format!(
+            "no checkpoint window ({}; {} sets one): a SIGTERM stops the children at once ({grace} s before SIGKILL); the trainer is told {} in {}",
+            match timing.channel {
+                true => "the pod's grace period leaves no room after the children's and the launcher's exit",
+                false => "without a control channel no other trainer could join the checkpoint",
+            },
+            crate::config::CHECKPOINT_WINDOW,
+            crate::exit::signal_name(signal),
+            crate::config::CHECKPOINT_SIGNAL.env(),
+        ),
+        (None, None) => format!(
+            "no checkpoint signal ({} = none): a SIGTERM stops the children at once ({grace} s before SIGKILL)",
+            crate::config::CHECKPOINT_SIGNAL.env()
+        ),
+    }
+}
+
 /// The report's lines and the outcome: 0 when the job would start now.
 pub async fn doctor(
     args: &JobArgs,
@@ -99,6 +127,7 @@ pub async fn doctor(
     for setting in &config.ports.sockets {
         lines.push(format!("network: {}", crate::address::said(setting)));
     }
+    lines.push(format!("preemption: {}", preemption_said(&config.timing)));
     let groups = match &config.topology.discovery {
         Discovery::Static { ips } => {
             lines.push(format!(

@@ -141,6 +141,18 @@ fn doctor_with_static_peers_judges_as_plan_and_run_do() {
         "{out}"
     );
     assert!(out.ends_with("the job would start now\n"), "{out}");
+    assert!(out.contains("preemption: no checkpoint window (without a control channel no other trainer could join the checkpoint; PADDLE_LAUNCHER_CHECKPOINT_WINDOW (--checkpoint-window) sets one)"), "{out}");
+    // With a channel the job checkpoints first, within what the pod's grace period leaves.
+    let mut env = base("127.0.0.2,127.0.0.3", "127.0.0.3");
+    env.extend([
+        (
+            "PADDLE_LAUNCHER_JOB_SECRET",
+            "0123456789abcdef0123456789abcdef".to_string(),
+        ),
+        ("PADDLE_LAUNCHER_POD_GRACE_PERIOD", "30".to_string()),
+    ]);
+    let (_, out) = doctor(env);
+    assert!(out.contains("preemption: a SIGTERM while training sends SIGUSR1 to the trainer's processes that handle it and to every other trainer of the job, gives it 12 s to checkpoint (PADDLE_LAUNCHER_CHECKPOINT_WINDOW (--checkpoint-window)), then stops the children (12 s before SIGKILL)"), "{out}");
     let (code, out) = doctor(base("127.0.0.2,127.0.0.3", "127.0.0.9"));
     assert_eq!(code, Some(73), "{out}");
     assert!(out.contains("is not among the job's pods"), "{out}");
