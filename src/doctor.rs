@@ -67,13 +67,7 @@ pub async fn doctor(
             lines.push(format!("batch system {}: {setting}", runtime.system.name()));
         }
     }
-    // What `run` refuses or waits for about the channel, said before anything else.
-    if let Err(e) = crate::launch::coordination::refuse_split_channel(&config) {
-        return (
-            lines,
-            Outcome::new(exit::INVALID_CONFIG, format!("configuration: {e}")),
-        );
-    }
+    // What `run` waits for about the channel, said before anything else.
     if let Some(path) = &config.control.secret_file {
         match crate::launch::read_secret_file(path) {
             Ok(Some(_)) => lines.push(format!(

@@ -556,14 +556,12 @@ fn container_env(request: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
     ));
     // The root filesystem is read-only: the id files go to the work directory.
     env.push(env_value(options::ID_DIR.env(), WORKDIR));
-    if has_channel(kind) {
-        // From the Secret `<job>-launcher`: a pod without it waits for it (--wait-timeout),
-        // saying so, then exits 2.
-        env.push(env_value(
-            options::JOB_SECRET_FILE.env(),
-            format!("{SECRET_DIR}/{SECRET_KEY}"),
-        ));
-    }
+    // From the Secret `<job>-launcher`: a pod without it waits for it (--wait-timeout),
+    // saying so, then exits 2.
+    env.push(env_value(
+        options::JOB_SECRET_FILE.env(),
+        format!("{SECRET_DIR}/{SECRET_KEY}"),
+    ));
     if let Some(passes) = request.passes {
         match request.protocol {
             Protocol::V1 => {}
@@ -762,9 +760,7 @@ fn job(request: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Val
     if kind.role != PodRole::Pserver && request.protocol.trainers_listen() {
         ports.push(json!({"name": "trainer", "containerPort": request.trainer_port}));
     }
-    if has_channel(kind) {
-        ports.push(json!({"name": "control", "containerPort": DEFAULT_CONTROL_PORT}));
-    }
+    ports.push(json!({"name": "control", "containerPort": DEFAULT_CONTROL_PORT}));
     let mut labels = kind.labels.clone();
     labels[JOB_LABEL] = json!(request.job_name);
     let mut resources = json!({"cpu": kind.cpu, "memory": kind.memory});
@@ -779,15 +775,13 @@ fn job(request: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Val
         json!({"name": "tmp", "emptyDir": {}}),
         json!({"name": "scratch", "emptyDir": {}}),
     ];
-    if has_channel(kind) {
-        // A file, not an environment variable: it does not show in `ps` or `kubectl describe`.
-        // Optional, so that a pod started before the Secret exists runs its launcher, which
-        // says what it waits for, instead of waiting in ContainerCreating unexplained.
-        let secret = json!({"secretName": secret_name(request), "optional": true,
-                            "items": [{"key": SECRET_KEY, "path": SECRET_KEY}]});
-        mounts.push(json!({"name": "job-secret", "mountPath": SECRET_DIR, "readOnly": true}));
-        volumes.push(json!({"name": "job-secret", "secret": secret}));
-    }
+    // A file, not an environment variable: it does not show in `ps` or `kubectl describe`.
+    // Optional, so that a pod started before the Secret exists runs its launcher, which says
+    // what it waits for, instead of waiting in ContainerCreating unexplained.
+    let secret = json!({"secretName": secret_name(request), "optional": true,
+                        "items": [{"key": SECRET_KEY, "path": SECRET_KEY}]});
+    mounts.push(json!({"name": "job-secret", "mountPath": SECRET_DIR, "readOnly": true}));
+    volumes.push(json!({"name": "job-secret", "secret": secret}));
     if let Some(claim) = &request.volume_claim {
         mounts.push(json!({"name": "jobpath", "mountPath": request.job_path}));
         volumes.push(json!({"name": "jobpath", "persistentVolumeClaim": {"claimName": claim}}));
@@ -836,9 +830,7 @@ fn job(request: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Val
             },
         },
     });
-    if has_channel(kind) {
-        spec["template"]["metadata"]["annotations"] = sidecar_annotations();
-    }
+    spec["template"]["metadata"]["annotations"] = sidecar_annotations();
     if request.indexed || named_coordinator(request) {
         spec["completionMode"] = json!("Indexed");
     }
@@ -900,12 +892,6 @@ fn coordinator_host(request: &ManifestArgs) -> String {
     format!("{}-0.{}", request.job_name, dns_name(request))
 }
 
-/// Whether the pods of `kind` run the control channel: only the layout whose every pod runs
-/// both roles (the launcher refuses a secret in the split layout).
-fn has_channel(kind: &PodKind) -> bool {
-    kind.role == PodRole::Both
-}
-
 /// A sidecar proxy (Istio's) would accept the control port's connections for the pod and
 /// forward them from 127.0.0.6, an address that is no member's, so the coordinator would refuse
 /// every follower: the port is kept out of the mesh both ways.
@@ -922,14 +908,11 @@ fn sidecar_annotations() -> Value {
 /// at the top of the YAML: the Secret the pods wait for (it is no document: a secret does not
 /// belong in a file kept with the job), and an image that is not pinned.
 pub fn notes(request: &ManifestArgs) -> Vec<String> {
-    let mut notes = Vec::new();
-    if pod_kinds(request).iter().any(has_channel) {
-        notes.push(format!(
-            "Create the Secret {name} first (the pods wait for it, then exit 2): kubectl create secret generic {name} -n {ns} --from-literal=secret=$(openssl rand -hex 16)",
-            name = secret_name(request),
-            ns = request.namespace
-        ));
-    }
+    let mut notes = vec![format!(
+        "Create the Secret {name} first (the pods wait for it, then exit 2): kubectl create secret generic {name} -n {ns} --from-literal=secret=$(openssl rand -hex 16)",
+        name = secret_name(request),
+        ns = request.namespace
+    )];
     if !image_is_pinned(&request.image) {
         notes.push(format!(
             "--image {} is not pinned: give a version tag (not `latest`) or a digest (@sha256:...), so that every pod, and every restart, runs the same Paddle",

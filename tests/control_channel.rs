@@ -511,40 +511,6 @@ fn a_members_success_reaches_every_launcher_so_none_waits_for_it_after_a_loss() 
     );
 }
 
-/// In the split layout each pod finds only part of the job, so a channel would elect one
-/// coordinator among the pservers and another among the trainers, and the trainers would wait
-/// for pservers that joined the other: a secret there is refused at the start, with one line.
-#[test]
-fn a_job_secret_in_the_split_layout_is_refused_at_the_start() {
-    let job = Job::new(1);
-    let mut env = job.env(0);
-    env.extend([
-        ("PADDLE_LAUNCHER_ROLE", "trainer".to_string()),
-        ("PADDLE_LAUNCHER_PROTOCOL", "fleet".to_string()),
-        ("PSERVERS", "1".to_string()),
-        ("TRAINERS", "1".to_string()),
-        ("PADDLE_LAUNCHER_PSERVER_SELECTOR", "role=ps".to_string()),
-        ("PADDLE_LAUNCHER_TRAINER_SELECTOR", "role=tr".to_string()),
-    ]);
-    env.retain(|(k, _)| *k != "PADDLE_LAUNCHER_PEERS");
-    let done = Launcher::start(job.dir.path(), "split", &["run", "--", "true"], &env).wait(LIMIT);
-    assert_eq!(done.code(), 2, "{}", done.stderr);
-    assert_contains(
-        &done.stderr,
-        "invalid PADDLE_LAUNCHER_JOB_SECRET (--job-secret): \"(not shown)\": expected unset in a trainer pod of the split layout (PADDLE_LAUNCHER_ROLE)",
-    );
-    assert!(!done.stderr.contains(SECRET), "{}", done.stderr);
-    assert_eq!(done.stderr.lines().count(), 2, "{}", done.stderr);
-    // `doctor` says the same, instead of "the job would start now".
-    let doctor =
-        Launcher::start(job.dir.path(), "doctor", &["doctor", "--", "true"], &env).wait(LIMIT);
-    assert_eq!(doctor.code(), 2, "{}\n{}", doctor.stdout, doctor.stderr);
-    assert_contains(
-        &format!("{}{}", doctor.stdout, doctor.stderr),
-        "expected unset in a trainer pod of the split layout",
-    );
-}
-
 /// A pod started before the kubelet has put the job's Secret in place: its launcher waits for
 /// the file, saying so, and joins the channel once it appears; the job runs as one.
 #[test]

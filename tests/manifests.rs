@@ -698,12 +698,12 @@ fn big_jobs_name_a_coordinator_small_ones_do_not() {
     assert!(kinds.contains(&"Service".to_string()));
 }
 
-/// The control channel's parts go where the launcher runs it: in the layout whose every pod runs
-/// both roles, the Secret (optional, so that a pod started before it exists says what is
-/// missing instead of waiting in ContainerCreating), the port, and the annotations that keep a
-/// sidecar proxy off that port; in the split layout, whose launchers refuse a secret, none.
+/// The control channel's parts go in every pod, of both layouts (the split layout's pservers
+/// and trainers are one membership): the Secret (optional, so that a pod started before it
+/// exists says what is missing instead of waiting in ContainerCreating), the port, and the
+/// annotations that keep a sidecar proxy off that port.
 #[test]
-fn the_channel_is_mounted_only_where_the_launcher_runs_it_and_kept_out_of_sidecars() {
+fn the_channel_is_mounted_in_every_pod_and_kept_out_of_sidecars() {
     let jobs_of = |args: &[&str]| -> Vec<Value> {
         let docs: Vec<Value> = serde_saphyr::from_multiple(&manifest(args)).unwrap();
         docs.into_iter().filter(|d| d["kind"] == "Job").collect()
@@ -740,29 +740,25 @@ fn the_channel_is_mounted_only_where_the_launcher_runs_it_and_kept_out_of_sideca
             .cloned()
             .collect()
     };
-    let job = &colocated[0];
-    assert!(variables(job).contains(&"PADDLE_LAUNCHER_JOB_SECRET_FILE".to_string()));
-    assert_eq!(secrets(job).len(), 1);
-    assert_eq!(secrets(job)[0]["optional"], true);
-    let annotations = &template(job)["metadata"]["annotations"];
-    assert_eq!(
-        annotations["traffic.sidecar.istio.io/excludeInboundPorts"],
-        "6171"
-    );
-    assert_eq!(
-        annotations["traffic.sidecar.istio.io/excludeOutboundPorts"],
-        "6171"
-    );
-    for job in &split {
-        assert!(!variables(job).contains(&"PADDLE_LAUNCHER_JOB_SECRET_FILE".to_string()));
-        assert!(secrets(job).is_empty(), "{job}");
-        assert!(template(job)["metadata"]["annotations"].is_null(), "{job}");
+    for job in colocated.iter().chain(&split) {
+        assert!(variables(job).contains(&"PADDLE_LAUNCHER_JOB_SECRET_FILE".to_string()));
+        assert_eq!(secrets(job).len(), 1);
+        assert_eq!(secrets(job)[0]["optional"], true);
+        let annotations = &template(job)["metadata"]["annotations"];
+        assert_eq!(
+            annotations["traffic.sidecar.istio.io/excludeInboundPorts"],
+            "6171"
+        );
+        assert_eq!(
+            annotations["traffic.sidecar.istio.io/excludeOutboundPorts"],
+            "6171"
+        );
     }
 }
 
 /// What applying the documents alone would miss is said on stderr and at the top of the YAML:
-/// the Secret every channel pod waits for, with the exact command in the job's namespace (none
-/// for the split layout, which mounts none), and an image that is not pinned.
+/// the Secret every pod waits for, with the exact command in the job's namespace, and an image
+/// that is not pinned.
 #[test]
 fn manifest_says_which_secret_must_exist_and_warns_of_an_unpinned_image() {
     let (code, yaml, stderr) = manifest_output(&["--namespace", "team-a", "--max-restarts", "2"]);
@@ -773,7 +769,10 @@ fn manifest_says_which_secret_must_exist_and_warns_of_an_unpinned_image() {
     assert!(header.iter().any(|l| l.contains(command)), "{yaml}");
     assert!(!stderr.contains("not pinned"), "{stderr}");
     let (_, _, split) = manifest_output(&["--split", "--pservers", "1"]);
-    assert!(!split.contains("kubectl create secret"), "{split}");
+    assert!(
+        split.contains("kubectl create secret generic bad-launcher"),
+        "{split}"
+    );
     for image in [
         "example.com/t/p",
         "example.com/t/p:latest",

@@ -700,6 +700,101 @@ fn a_preempted_coordinator_checkpoints_the_whole_job_and_restarts_it_in_place() 
     a_preempted_pod_checkpoints_the_whole_job_and_restarts_it_in_place("preemptc", 0);
 }
 
+/// The fleet program of the split layout's test: a pserver listens on its endpoint until it is
+/// stopped; trainer 1 fails once in epoch 0; after a restart the trainers train briefly.
+const SPLIT_PROGRAM: &str = r#"echo "role=$TRAINING_ROLE id=${PADDLE_TRAINER_ID:--} count=$PADDLE_LAUNCHER_RESTART_COUNT"
+if [ "$TRAINING_ROLE" = PSERVER ]; then
+  exec python3 -c 'import os, socket, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((os.environ["POD_IP"], int(os.environ["PADDLE_PORT"])))
+s.listen()
+time.sleep(300)'
+fi
+if [ "$PADDLE_LAUNCHER_RESTART_COUNT" = 0 ]; then
+  if [ "$PADDLE_TRAINER_ID" = 1 ]; then sleep 1; exit 3; fi
+  exec sleep 120
+fi
+exec sleep 1"#;
+
+/// The split layout with a control channel: pserver pods and trainer pods (two Jobs, found by
+/// their own selectors) form one membership with one coordinator, the first trainer. A
+/// trainer's failure restarts the whole job in place, the pservers too (count 1 everywhere);
+/// the trainers' success ends the job, and every launcher exits 0.
+#[test]
+fn the_split_layout_with_a_channel_restarts_pservers_and_trainers_as_one_job() {
+    let cluster = Cluster::new();
+    let job = "splitch";
+    let control_port = free_ports(1).to_string();
+    let port = free_ports(2).to_string();
+    let trainer_port = free_ports(1).to_string();
+    let pods: Vec<(String, &str, String)> = [("ps", "pserver"), ("tr", "trainer")]
+        .iter()
+        .flat_map(|&(label, role)| (0..2).map(move |i| (format!("{job}-{label}-{i}"), role)))
+        .map(|(name, role)| (name, role, loopback_ip()))
+        .collect();
+    let mut launchers = Vec::new();
+    for (name, role, ip) in &pods {
+        let mut pod = job_pod(job, name);
+        pod["metadata"]["labels"]["role"] = serde_json::json!(&role[..2]);
+        cluster.api.put_pod(pod);
+        cluster.api.set_status("default", name, "Running", Some(ip));
+        let mut env = cluster.env(job, 2);
+        env.retain(|(k, _)| *k != "CONF_PADDLE_GRADIENT_NUM");
+        env.extend([
+            ("POD_IP", ip.clone()),
+            ("POD_NAME", name.clone()),
+            ("PADDLE_LAUNCHER_ROLE", role.to_string()),
+            ("PADDLE_LAUNCHER_PROTOCOL", "fleet".to_string()),
+            ("PSERVERS", "2".to_string()),
+            ("TRAINERS", "2".to_string()),
+            ("PADDLE_LAUNCHER_PSERVER_SELECTOR", "role=ps".to_string()),
+            ("PADDLE_LAUNCHER_TRAINER_SELECTOR", "role=tr".to_string()),
+            ("CONF_PADDLE_PORT", port.clone()),
+            ("PADDLE_LAUNCHER_TRAINER_PORT", trainer_port.clone()),
+            ("PADDLE_LAUNCHER_JOB_SECRET", SECRET.to_string()),
+            ("PADDLE_LAUNCHER_MAX_RESTARTS", "1".to_string()),
+            ("PADDLE_LAUNCHER_CONTROL_PORT", control_port.clone()),
+            ("PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT", "2".to_string()),
+            ("PADDLE_LAUNCHER_GRACE_PERIOD", "3".to_string()),
+        ]);
+        let args = ["run", "--", "sh", "-c", SPLIT_PROGRAM];
+        launchers.push(Launcher::start(cluster.dir.path(), name, &args, &env));
+    }
+    let mut pservers = launchers.split_off(0);
+    let trainers = pservers.split_off(2);
+    // The kubelet: a trainer pod whose launcher exited 0 has Succeeded, which the pservers see.
+    let mut outputs = Vec::new();
+    for (launcher, (name, _, _)) in trainers.into_iter().zip(&pods[2..]) {
+        let done = launcher.wait(LIMIT);
+        assert_eq!(done.code(), 0, "{name}:\n{}\n{}", done.stdout, done.stderr);
+        cluster.api.set_status("default", name, "Succeeded", None);
+        outputs.push((done.stdout, done.stderr));
+    }
+    for (launcher, (name, _, _)) in pservers.into_iter().zip(&pods) {
+        let done = launcher.wait(LIMIT);
+        assert_eq!(done.code(), 0, "{name}:\n{}\n{}", done.stdout, done.stderr);
+        outputs.push((done.stdout, done.stderr));
+    }
+    for (i, (stdout, stderr)) in outputs.iter().enumerate() {
+        let role = if i < 2 { "TRAINER" } else { "PSERVER" };
+        for count in [0, 1] {
+            assert_contains(stdout, &format!("role={role} "));
+            assert_contains(stdout, &format!(" count={count}"));
+        }
+        assert_contains(
+            stderr,
+            "trainer exited with status 3: restarting the job (restart 1 of 1)",
+        );
+    }
+    // One coordinator for all: the first trainer (by IP), the pservers its followers.
+    let coordinating = outputs
+        .iter()
+        .filter(|(_, stderr)| stderr.contains("control channel: coordinating"))
+        .count();
+    assert_eq!(coordinating, 1, "{outputs:#?}");
+}
+
 #[test]
 fn restarts_without_a_job_secret_are_refused() {
     let dir = tempfile::tempdir().unwrap();

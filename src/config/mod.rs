@@ -780,6 +780,44 @@ mod tests {
         );
     }
 
+    /// With a control channel the split layout's pods must all find the same members (one
+    /// view, one coordinator): a pserver pod waits for the trainer pods too.
+    #[test]
+    fn with_a_channel_a_split_pserver_waits_for_the_whole_job() {
+        let args = JobArgs {
+            job_name: Some("j".into()),
+            role: Some("pserver".into()),
+            pserver_count: Some("2".into()),
+            trainer_count: Some("3".into()),
+            job_secret_file: Some("/etc/paddle/secret".into()),
+            ..JobArgs::default()
+        };
+        let pserver = Topology::from_args(&args).unwrap();
+        let trainer = Topology::from_args(&JobArgs {
+            role: Some("trainer".into()),
+            ..args
+        })
+        .unwrap();
+        let kinds = |t: &Topology| match &t.discovery {
+            Discovery::Kubernetes { groups } => groups
+                .iter()
+                .map(|g| (g.kind, g.selector.to_string(), g.expected))
+                .collect::<Vec<_>>(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(kinds(&pserver), kinds(&trainer));
+        assert_eq!(
+            kinds(&pserver),
+            [
+                (GroupKind::Pservers, "paddle-job-pserver=j".to_string(), 2),
+                (GroupKind::Trainers, "paddle-job=j".to_string(), 3)
+            ]
+        );
+        // It still ends when every trainer pod has Succeeded, as the API shows.
+        assert!(pserver.trainers_to_finish.is_some());
+        assert!(trainer.trainers_to_finish.is_none());
+    }
+
     #[test]
     fn program_pass_through_is_checked_against_the_ports_and_counts() {
         let args = JobArgs {

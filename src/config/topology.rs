@@ -284,11 +284,14 @@ fn split(
         ranking: Ranking::default(),
     };
     // A pserver waits only for the pserver pods (its contract names no trainer); it
-    // watches the trainer pods after the launch to know when the job is done.
-    if role == PodRole::Trainer {
+    // watches the trainer pods after the launch to know when the job is done. With a control
+    // channel every pod waits for the whole job: one membership, one coordinator for all.
+    let channel = present(&args.job_secret).is_some() || present(&args.job_secret_file).is_some();
+    if role == PodRole::Pserver {
+        trainers_to_finish = Some(trainer_group.clone());
+    }
+    if role == PodRole::Trainer || channel {
         groups.push(trainer_group);
-    } else {
-        trainers_to_finish = Some(trainer_group);
     }
     Ok(Layout {
         trainers,

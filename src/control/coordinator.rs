@@ -114,6 +114,10 @@ pub(super) struct Core {
     /// must cost the same whether the job has ten pods or ten thousand.
     others: Vec<String>,
     is_other: HashSet<String>,
+    /// The members without a trainer (the split layout's pserver pods): their work ends with
+    /// the trainers' (they never say `Done` while the job trains), so a success waits only for
+    /// the others.
+    serving: HashSet<String>,
     view: String,
     next_epoch: u32,
     max_restarts: u32,
@@ -215,7 +219,19 @@ impl Core {
     /// A coordinator gathering since `now`, and what it says at once (a job of one pod starts).
     pub(super) fn start(setup: Setup, now: Instant) -> (Core, Vec<Effect>) {
         let me_name = setup.me.clone();
+        let serving = setup
+            .membership
+            .as_ref()
+            .map(|m| {
+                m.pservers
+                    .iter()
+                    .filter(|p| !m.trainers.iter().any(|t| t.name == p.name))
+                    .map(|p| p.name.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
         let mut core = Core {
+            serving,
             me: setup.me,
             is_other: setup.others.iter().cloned().collect(),
             others: setup.others,
@@ -337,11 +353,12 @@ impl Core {
         self.stopped
     }
 
-    /// Followers that have neither said they are done nor gone.
+    /// Followers with a trainer that have neither said they are done nor gone.
     pub(super) fn waiting_for(&self) -> Vec<String> {
         self.others
             .iter()
             .filter(|pod| !self.done.contains(*pod) && self.links.contains_key(*pod))
+            .filter(|pod| !self.serving.contains(*pod))
             .cloned()
             .collect()
     }
@@ -884,6 +901,58 @@ mod tests {
             pod: pod.into(),
             message,
         }
+    }
+
+    /// The split layout: the pserver pods have no trainer and never say `Done` while the job
+    /// trains; the job's success waits for the trainers only, and tells the pservers (`Bye`).
+    /// A pserver that fails still ends the attempt, pservers and trainers alike.
+    #[test]
+    fn a_success_waits_for_the_trainers_only() {
+        let t0 = Instant::now();
+        let member = |name: &str, rank| crate::membership::Member {
+            name: name.into(),
+            ip: format!("10.0.0.{}", rank + 1).parse().unwrap(),
+            rank,
+        };
+        let split = || Setup {
+            membership: Some(Membership {
+                pservers: vec![member("p0", 10), member("p1", 11)],
+                trainers: vec![member("me", 0), member("t1", 1)],
+            }),
+            ..setup(&["p0", "p1", "t1"])
+        };
+        let (mut core, _) = Core::start(split(), t0);
+        for (link, pod) in [(1, "p0"), (2, "p1"), (3, "t1")] {
+            core.step(joined(link, pod));
+        }
+        assert!(matches!(core.stage, Stage::Running { .. }));
+        let finish = Input::Own(Request::Finish { succeeded: true });
+        assert!(!core.step(finish.clone()).contains(&Effect::Stop));
+        assert_eq!(core.waiting_for(), ["t1"]);
+        let effects = core.step(said(3, "t1", Message::Done));
+        assert_eq!(
+            effects,
+            [Effect::Broadcast(Message::Bye), Effect::Stop],
+            "the pservers are told the job's success, not waited for"
+        );
+
+        let (mut core, _) = Core::start(split(), t0);
+        for (link, pod) in [(1, "p0"), (2, "p1"), (3, "t1")] {
+            core.step(joined(link, pod));
+        }
+        let failed = Message::Failed {
+            reason: "pod p1: pserver exited with status 1".into(),
+            restartable: true,
+            hang: false,
+        };
+        let effects = core.step(said(2, "p1", failed));
+        assert!(
+            effects
+                .iter()
+                .any(|e| matches!(e, Effect::Broadcast(Message::Lost { restart: true, .. }))),
+            "{effects:?}"
+        );
+        assert_eq!(core.awaiting.len(), 3, "every member stops, pservers too");
     }
 
     /// A member that finished stopped progressing for good: it is no suspect, however old its

@@ -3,7 +3,8 @@
 //! proptest through joins, deliveries in any interleaving
 //! (each connection keeps its order, as TCP does), losses, freezes, replacements, trainers that
 //! succeed or fail, preemptions (a launcher told to stop asks the job for a checkpoint, then
-//! leaves), crossings of `Done` with failures, and forged messages; invariants are
+//! leaves), crossings of `Done` with failures, members without a trainer (the split layout's
+//! pservers, whose work ends with the trainers'), and forged messages; invariants are
 //! checked after every step. A failure prints the shrunk action list, and proptest keeps its
 //! seed in `proptest-regressions/` to replay it exactly.
 //!
@@ -101,6 +102,9 @@ struct Follower {
     preemptions: u32,
     /// Its view differs from the coordinator's (it found other pods).
     stale_view: bool,
+    /// A pserver pod of the split layout: no trainer, so it never says `Done` while the job
+    /// trains; the job's success is told to it (`Bye`).
+    serving: bool,
     /// The live connection, if any.
     link: Option<u64>,
     /// Frames it sent, not yet read by the coordinator.
@@ -156,6 +160,12 @@ struct Record {
     stopped_or_gone: Vec<String>,
     own_stopped: bool,
     verdicts: Vec<bool>,
+    /// The members whose `Done` the coordinator read while running.
+    done: Vec<String>,
+    /// The job's success was told (`Bye`).
+    bye: bool,
+    /// The coordinator's launcher left after a failure of its own (`Finish` without success).
+    own_left: bool,
     stopped: bool,
 }
 
@@ -180,6 +190,7 @@ impl Sim {
         budgets: &[u32],
         preemptions: &[u32],
         stale: &[bool],
+        serving: &[bool],
     ) -> (Sim, Vec<Effect>) {
         let n = nexts.len() - 1;
         let followers: Vec<Follower> = (1..=n)
@@ -189,9 +200,27 @@ impl Sim {
                 max_restarts: budgets[i],
                 preemptions: preemptions[i],
                 stale_view: stale[i],
+                serving: serving[i],
                 ..Follower::default()
             })
             .collect();
+        // The split layout's membership: the serving members are pservers only, the others
+        // (the coordinator's launcher among them) trainers.
+        let member = |name: &str, rank| crate::membership::Member {
+            name: name.to_string(),
+            ip: std::net::IpAddr::from([10, 0, 0, rank as u8 + 1]),
+            rank,
+        };
+        let mut membership = crate::membership::Membership {
+            pservers: Vec::new(),
+            trainers: vec![member("p-0", 0)],
+        };
+        for (rank, f) in followers.iter().enumerate() {
+            match f.serving {
+                true => membership.pservers.push(member(&f.name, rank + 1)),
+                false => membership.trainers.push(member(&f.name, rank + 1)),
+            }
+        }
         let now = Instant::now();
         let (core, effects) = Core::start(
             Setup {
@@ -202,7 +231,7 @@ impl Sim {
                 max_restarts: budgets[0],
                 preemptions: preemptions[0],
                 join_grace: JOIN_GRACE,
-                membership: None,
+                membership: Some(membership),
                 ended: None,
                 who: "pod p-0 (trainer id 0)".into(),
                 progress_margin: Duration::from_secs(2),
@@ -239,6 +268,7 @@ impl Sim {
                     "{} finished after the job was told to restart",
                     pod
                 );
+                self.record.done.push(pod.clone());
                 self.finished();
             }
             Input::Said {
@@ -258,6 +288,7 @@ impl Sim {
             Input::Own(Request::Stopped) if !self.record.lost.is_empty() => {
                 self.record.own_stopped = true;
             }
+            Input::Own(Request::Finish { succeeded: false }) => self.record.own_left = true,
             Input::Said {
                 link,
                 pod,
@@ -622,6 +653,25 @@ impl Sim {
                 }
                 self.record.lost.push(*restart);
             }
+            Message::Bye => {
+                // The job's success: this launcher's trainer and every other trainer are done
+                // (unless this launcher left early, which ends the job's restarts too), and
+                // nothing was lost; the pservers are told, not waited for.
+                prop_assert!(
+                    self.own_done,
+                    "Bye before the coordinator's trainer was done"
+                );
+                prop_assert!(self.record.lost.is_empty(), "Bye after a loss");
+                let left = self.record.own_left;
+                for f in self.followers.iter().filter(|f| !f.serving && !left) {
+                    prop_assert!(
+                        self.record.done.contains(&f.name),
+                        "Bye before {} said Done",
+                        f.name
+                    );
+                }
+                self.record.bye = true;
+            }
             Message::Finished { .. } | Message::Done => {}
             _ => {}
         }
@@ -673,6 +723,7 @@ impl Sim {
                     *f = Follower {
                         name: f.name.clone(),
                         max_restarts: f.max_restarts,
+                        serving: f.serving,
                         // What the old connection sent, its end included, is still on its way.
                         outbox: std::mem::take(&mut f.outbox),
                         ..Follower::default()
@@ -697,9 +748,11 @@ impl Sim {
                 self.deliver_to_follower(i)?;
             }
             Action::Succeeds(i) => {
-                // A launcher says Done only while its drive runs, before it says Stopped.
+                // A launcher says Done only while its drive runs, before it says Stopped; a
+                // pserver pod has no trainer to succeed.
                 let asks = self.follower(i).is_some_and(|f| {
-                    f.go.is_some() && !f.said_stopped && !f.said_failed && f.link.is_some()
+                    let live = f.go.is_some() && !f.said_stopped && !f.said_failed;
+                    live && f.link.is_some() && !f.serving
                 });
                 if asks {
                     self.follower_asks(i, Request::Done)?;
@@ -897,6 +950,7 @@ proptest! {
         budgets in proptest::collection::vec(0..4u32, 6),
         preemptions in proptest::collection::vec(0..3u32, 6),
         stale in proptest::collection::vec(proptest::bool::weighted(0.05), 6),
+        serving in proptest::collection::vec(proptest::bool::weighted(0.3), 6),
         actions in proptest::collection::vec(action(), 0..160),
     ) {
         let (mut sim, first) = Sim::new(
@@ -904,6 +958,7 @@ proptest! {
             &budgets[..members],
             &preemptions[..members],
             &stale[..members],
+            &serving[..members],
         );
         sim.apply(first)?;
         for action in &actions {
@@ -942,17 +997,19 @@ proptest! {
     }
 
     /// A job whose failures stop: every member joins, every trainer succeeds and every
-    /// launcher leaves, in any order: the coordinator starts once, restarts nothing and ends
-    /// with goodbye once its own trainer is done too.
+    /// launcher with a trainer leaves, in any order: the coordinator starts once, restarts
+    /// nothing and ends with goodbye once its own trainer is done too, without waiting for the
+    /// members that only serve (the split layout's pservers), which hear the goodbye.
     #[test]
     fn a_job_without_failures_completes(
         members in 1..6usize,
         order in proptest::collection::vec(0..6usize, 0..40),
+        serving in proptest::collection::vec(any::<bool>(), 6),
     ) {
         let zeros = vec![0u32; members];
         let budgets = vec![2u32; members];
         let fresh = vec![false; members];
-        let (mut sim, first) = Sim::new(&zeros, &budgets, &zeros, &fresh);
+        let (mut sim, first) = Sim::new(&zeros, &budgets, &zeros, &fresh, &serving[..members]);
         sim.apply(first)?;
         for i in 0..members - 1 {
             sim.act(&Action::Connect(i))?;
@@ -973,6 +1030,11 @@ proptest! {
         sim.drain()?;
         sim.act(&Action::OwnFinish(true))?;
         prop_assert!(sim.core.stopped());
+        prop_assert!(sim.record.bye, "the job's success was not told");
+        sim.drain()?;
+        for f in sim.followers.iter().filter(|f| f.serving) {
+            prop_assert!(f.following.told(), "{} did not hear the job's success", &f.name);
+        }
         prop_assert!(sim.record.lost.is_empty(), "{:?}", sim.record.lost);
         let running = matches!(sim.core.stage, Stage::Running { .. });
         prop_assert!(running);
@@ -985,7 +1047,7 @@ proptest! {
 fn running(nexts: &[u32], budget: u32, preemptions: &[u32]) -> Result<Sim, TestCaseError> {
     let budgets = vec![budget; nexts.len()];
     let fresh = vec![false; nexts.len()];
-    let (mut sim, first) = Sim::new(nexts, &budgets, preemptions, &fresh);
+    let (mut sim, first) = Sim::new(nexts, &budgets, preemptions, &fresh, &fresh);
     sim.apply(first)?;
     for i in 0..nexts.len() - 1 {
         sim.act(&Action::Connect(i))?;
@@ -1057,7 +1119,7 @@ proptest! {
 /// verdict of a loss another member reported.
 #[test]
 fn the_coordinators_own_launcher_hears_a_followers_failure() {
-    let (mut sim, first) = Sim::new(&[0, 0], &[2, 2], &[0, 0], &[false, false]);
+    let (mut sim, first) = Sim::new(&[0, 0], &[2, 2], &[0, 0], &[false, false], &[false, false]);
     sim.apply(first).unwrap();
     sim.act(&Action::Connect(0)).unwrap();
     sim.act(&Action::ToCoordinator(0)).unwrap();

@@ -1,14 +1,13 @@
 //! Who coordinates the job's control channel, in one place: the pod --coordinator names, pod 0
-//! of an Indexed Job with a headless Service, or the pod of rank 0; which layouts may have a
-//! channel at all; whether followers take the membership from the coordinator; and when a
-//! generated manifest names one. Pure: the shell (`launch`, `manifest`) asks.
+//! of an Indexed Job with a headless Service, or the pod of rank 0; whether followers take the
+//! membership from the coordinator; and when a generated manifest names one. Pure: the shell
+//! (`launch`, `manifest`) asks. In the split layout with a channel every pod finds the whole
+//! job (`config::topology`), so the pod of rank 0, the first trainer, is the same on all.
 
 use std::net::{IpAddr, SocketAddr};
 
-use crate::config::{Config, Control, Discovery, GroupKind, JOB_SECRET, JOB_SECRET_FILE};
-use crate::error::ConfigError;
+use crate::config::{Config, Control, Discovery, GroupKind};
 use crate::membership::{Me, Membership};
-use crate::vocabulary::PodRole;
 
 /// The coordinator's address, and whether this pod is it (None: not known before its name is
 /// resolved): --coordinator's HOST:PORT, else the pod of rank 0 (the first trainer, else the
@@ -60,33 +59,6 @@ pub fn membership_from_coordinator(config: &Config) -> bool {
     config.control.coordinator.is_some()
         && matches!(config.topology.discovery, Discovery::Kubernetes { .. })
         && config.own_group() == GroupKind::Job
-}
-
-/// The split layout's pods each find only part of the job (a pserver pod its pservers), so
-/// with a channel each part would elect a coordinator of its own and the trainers would wait for
-/// pservers that joined the other: refused at the start rather than found by a hang. Judged by
-/// the settings alone, before any file is read, so that the line says what to change.
-pub fn refuse_split_channel(config: &Config) -> Result<(), ConfigError> {
-    let role = match config.topology.role {
-        PodRole::Both => return Ok(()),
-        PodRole::Pserver => "pserver",
-        PodRole::Trainer => "trainer",
-    };
-    if config.control.secret.is_none() && config.control.secret_file.is_none() {
-        return Ok(());
-    }
-    let (variable, value) = match &config.control.secret_file {
-        Some(file) => (JOB_SECRET_FILE, file.display().to_string()),
-        None => (JOB_SECRET, "(not shown)".to_string()),
-    };
-    Err(ConfigError::new(
-        variable,
-        &value,
-        format!(
-            "unset in a {role} pod of the split layout ({}): the control channel serves the layout whose every pod runs both roles; the split layout's pods are watched through the Kubernetes API",
-            crate::config::ROLE.env()
-        ),
-    ))
 }
 
 /// From this many pods on, `manifest` names a coordinator (the Indexed Job's pod 0) even without

@@ -224,7 +224,7 @@ impl Lifecycle {
                 self.stop_then(self.running.clone(), libc_term(), Err(error))
             }
             // The kubelet's stop (preemption, a drain, a deletion); an interactive ^C is not.
-            (Phase::Training, Input::Signal(sig))
+            (Phase::Training | Phase::Serving, Input::Signal(sig))
                 if sig == libc_term() && self.setup.checkpoint.is_some() =>
             {
                 self.preempted(sig)
@@ -485,9 +485,11 @@ impl Lifecycle {
         }
     }
 
-    /// Told to stop while training: this pod is preempted, drained or deleted. The trainer is
-    /// asked for a checkpoint, and so, through the channel, is every other trainer of the job
-    /// (a checkpoint's collectives need every rank); the processes stop at the window's end.
+    /// Told to stop while training (or, a pserver pod of the split layout, serving): this pod
+    /// is preempted, drained or deleted. The trainer is asked for a checkpoint, and so, through
+    /// the channel, is every other trainer of the job (a checkpoint's collectives need every
+    /// rank, and a parameter server's checkpoint its pservers); the processes stop at the
+    /// window's end.
     fn preempted(&mut self, signal: i32) -> Vec<Command> {
         let Some(checkpoint) = self.setup.checkpoint else {
             return Vec::new();
@@ -495,19 +497,36 @@ impl Lifecycle {
         let received = crate::exit::signal_name(signal);
         let asked = crate::exit::signal_name(checkpoint.signal);
         let window = checkpoint.window.as_secs();
-        let trainer = &self.setup.trainer_label;
+        let whom = match self.setup.trainer {
+            true => format!("{} and the job's other trainers", self.setup.trainer_label),
+            false => "the job's trainers, its pserver serving them meanwhile,".to_string(),
+        };
         let line = format!(
-            "{received}: this pod is being stopped (preempted, drained or deleted): asking {trainer} and the job's other trainers for a checkpoint ({asked}); stopping in at most {window} s ({})",
+            "{received}: this pod is being stopped (preempted, drained or deleted): asking {whom} for a checkpoint ({asked}); stopping in at most {window} s ({})",
             crate::config::CHECKPOINT_WINDOW
         );
-        let reason = format!("preempted ({received} while training)");
         self.phase = Phase::Checkpointing { signal };
-        vec![
+        let mut commands = vec![
             Command::Log(line),
-            Command::TellPreempted(reason),
-            Command::AskCheckpoint,
-            Command::Window(checkpoint.window),
-        ]
+            Command::TellPreempted(self.preempted_while(signal)),
+        ];
+        if self.setup.trainer {
+            commands.push(Command::AskCheckpoint);
+        }
+        commands.push(Command::Window(checkpoint.window));
+        commands
+    }
+
+    /// "preempted (SIGTERM while training)": what the job is told of this pod's preemption.
+    fn preempted_while(&self, signal: i32) -> String {
+        let doing = match self.setup.trainer {
+            true => "training",
+            false => "serving",
+        };
+        format!(
+            "preempted ({} while {doing})",
+            crate::exit::signal_name(signal)
+        )
     }
 
     /// A preempted pod's checkpoint window: it ends when the trainer has ended (its checkpoint
@@ -552,10 +571,9 @@ impl Lifecycle {
             true => format!("; {why}"),
             false => format!("; {why}; stopped {}", self.names(&roles)),
         };
-        let received = crate::exit::signal_name(signal);
         let mut commands = vec![
             Command::Log(format!("preempted: {why}: stopping")),
-            Command::TellLeaving(format!("preempted ({received} while training): {why}")),
+            Command::TellLeaving(format!("{}: {why}", self.preempted_while(signal))),
         ];
         commands.extend(self.stop_then(roles, signal, Err(Error::stopped(signal, &doing))));
         commands
@@ -1209,6 +1227,27 @@ mod tests {
                     "tell done",
                     "log trainer finished; the pserver keeps serving for 30 s",
                     "linger 30",
+                ],
+            ),
+            (
+                "a pserver pod of the split layout serves the job's checkpoint, then leaves",
+                Setup {
+                    gate_on_pservers: false,
+                    ..Setup {
+                        trainer: false,
+                        ..checkpointing()
+                    }
+                },
+                vec![Input::Signal(SIGTERM), Input::CheckpointAsked("echo".into()), Input::WindowOver, Input::Stopped],
+                vec![
+                    "spawn pserver",
+                    "log SIGTERM: this pod is being stopped (preempted, drained or deleted): asking the job's trainers, its pserver serving them meanwhile, for a checkpoint (SIGUSR1); stopping in at most 12 s (PADDLE_LAUNCHER_CHECKPOINT_WINDOW (--checkpoint-window))",
+                    "tell preempted preempted (SIGTERM while serving)",
+                    "window 12",
+                    "log preempted: its checkpoint window (12 s) is over: stopping",
+                    "tell leaving preempted (SIGTERM while serving): its checkpoint window (12 s) is over",
+                    "stop pserver 15",
+                    "fail 143 received SIGTERM; its checkpoint window (12 s) is over; stopped pserver-0",
                 ],
             ),
             (

@@ -87,8 +87,6 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
     let mut config =
         crate::batch::discover::configure(args, &interfaces, crate::address::hostname_ip).await?;
     let my_ip = own_ip(&config, &interfaces, crate::address::hostname_ip)?;
-    // Read before any network call, like every other bad value.
-    coordination::refuse_split_channel(&config)?;
     config.ports.sockets = crate::address::sockets(&config, my_ip, &interfaces);
     if !plan_only {
         for setting in &config.ports.sockets {
