@@ -597,7 +597,6 @@ fn forbidden_events_are_said_once_and_the_job_goes_on() {
     assert!(job.cluster.api.events().is_empty());
 }
 
-/// Restarts without a secret cannot be agreed: refused before anything starts.
 /// A trainer that records the checkpoint signal (a handler, as a shell `trap`): it trains for
 /// long in epoch 0 (a `sleep` of its own, which has no handler and must not be sent the
 /// signal), briefly after a restart.
@@ -795,6 +794,71 @@ fn the_split_layout_with_a_channel_restarts_pservers_and_trainers_as_one_job() {
     assert_eq!(coordinating, 1, "{outputs:#?}");
 }
 
+/// A preempted coordinator whose pod is killed inside its checkpoint window (a node shutdown
+/// shorter than the pod's grace, `kubectl delete --grace-period=1`) says no word of its end:
+/// the followers, asked for a checkpoint, take its silence for the preemption's end, and the
+/// job restarts in place with no restart budget at all.
+#[test]
+fn a_preempted_coordinator_killed_inside_its_window_is_still_a_preemption() {
+    let mut job = Job::new("prekill", 3, 0);
+    job.program = ["sh", "-c", CHECKPOINTING].map(String::from).to_vec();
+    job.extra_env
+        .push(("PADDLE_LAUNCHER_CHECKPOINT_WINDOW", "20".to_string()));
+    job.start_training(3);
+    let name = job.created[0].0.clone();
+    let api = &job.cluster.api;
+    let mut pod = api.pod("default", &name).unwrap();
+    pod["metadata"]["deletionTimestamp"] = serde_json::json!("2026-11-24T00:00:00Z");
+    pod["metadata"]["deletionGracePeriodSeconds"] = serde_json::json!(1);
+    api.put_pod(pod);
+    let launcher = job.created[0].2.take().unwrap();
+    launcher.signal(Signal::SIGTERM);
+    // What the trainers print (" count=0 at "), not the command line the log shows.
+    for i in [1, 2] {
+        job.launcher(i).wait_for_output(" count=0 at ", LIMIT);
+    }
+    launcher.signal(Signal::SIGKILL);
+    let done = launcher.wait(LIMIT);
+    api.set_terminated("default", &name, done.code(), "Error", "killed");
+    api.delete_pod("default", &name);
+    for i in [1, 2] {
+        job.launcher(i).wait_for_output(
+            "restarting the job (restart 1 after a preemption, which spends none of the 0 restarts)",
+            LIMIT,
+        );
+    }
+    job.create_pod();
+    job.all_finish_in_epoch(1);
+}
+
+/// A preemption spends nothing, and the job remembers it: after one, a failure spends the
+/// budget as if the preemption had not happened (restart 1 was free, restart 2 is the first of
+/// --max-restarts 1), the replacement pod, which knows of none, included.
+#[test]
+fn a_failure_after_a_preemption_spends_the_budget_as_usual() {
+    let program = r#"echo "rank=$PADDLE_TRAINER_ID count=$PADDLE_LAUNCHER_RESTART_COUNT end"
+trap 'echo "checkpoint signal rank=$PADDLE_TRAINER_ID"' USR1
+case "$PADDLE_LAUNCHER_RESTART_COUNT" in
+0) end=$(( $(date +%s) + 120 )); while [ "$(date +%s)" -lt "$end" ]; do sleep 1 & wait $!; done ;;
+1) if [ "$PADDLE_TRAINER_ID" = 1 ]; then sleep 1; exit 3; fi; sleep 120 ;;
+esac
+sleep 2"#;
+    let mut job = Job::new("prefail", 3, 1);
+    job.program = ["sh", "-c", program].map(String::from).to_vec();
+    job.extra_env
+        .push(("PADDLE_LAUNCHER_CHECKPOINT_WINDOW", "2".to_string()));
+    job.start_training(3);
+    assert_eq!(job.preempt_pod(2).code(), 143);
+    job.create_pod();
+    let outputs = job.all_finish_in_epoch(2);
+    assert_eq!(outputs.len(), 3);
+    assert_contains(
+        &job.stderr(0),
+        "trainer exited with status 3: restarting the job (restart 1 of 1, after 1 preemption that spent none)",
+    );
+}
+
+/// Restarts without a secret cannot be agreed: refused before anything starts.
 #[test]
 fn restarts_without_a_job_secret_are_refused() {
     let dir = tempfile::tempdir().unwrap();

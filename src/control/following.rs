@@ -59,6 +59,10 @@ pub(super) struct Following {
     listening: bool,
     /// Whether the job may still restart, as this follower knows it.
     may_restart: bool,
+    /// A member's preemption, told while running (its reason): the attempt's end, whatever
+    /// ends it, is the preemption's, the coordinator's own end too (a preempted coordinator's
+    /// pod may be killed before its window is over, with no word of it).
+    preemption: Option<String>,
 }
 
 impl Following {
@@ -70,6 +74,7 @@ impl Following {
             told: false,
             listening: true,
             may_restart: true,
+            preemption: None,
         }
     }
 
@@ -155,7 +160,10 @@ impl Following {
                     preemptions,
                 })]
             }
-            Message::Checkpoint { reason } if self.running => vec![Effect::Checkpoint(reason)],
+            Message::Checkpoint { reason } if self.running => {
+                self.preemption.get_or_insert(reason.clone());
+                vec![Effect::Checkpoint(reason)]
+            }
             // Nothing runs to checkpoint (never sent so).
             Message::Checkpoint { .. } => Vec::new(),
             Message::Regather { reason } if !self.running => {
@@ -240,14 +248,21 @@ impl Following {
         let mut effects = vec![Effect::StopListening];
         if !self.told {
             self.told = true;
-            effects.push(Effect::Hear(match self.running {
-                true => Heard::Lost {
+            effects.push(Effect::Hear(match (self.running, &self.preemption) {
+                (true, None) => Heard::Lost {
                     reason,
                     restart: self.may_restart,
                     hang: false,
                     preempted: false,
                 },
-                false => Heard::Regather(reason),
+                // As the coordinator would have said it: the preemption first.
+                (true, Some(said)) => Heard::Lost {
+                    reason: format!("{said}; then: {reason}"),
+                    restart: self.may_restart,
+                    hang: false,
+                    preempted: true,
+                },
+                (false, _) => Heard::Regather(reason),
             }));
         }
         effects.push(Effect::KnowsVerdict(self.may_restart));
@@ -300,7 +315,7 @@ mod tests {
         let frame = Input::Frame;
         let rows: Vec<(&str, Vec<Input>, Vec<Effect>)> = vec![
             (
-                "a checkpoint ask is heard while running; a second Go breaks the link",
+                "a checkpoint ask is heard while running; a second Go breaks the link, the preemption's end",
                 vec![
                     go(),
                     frame(Message::Checkpoint { reason: "p-2".into() }),
@@ -311,10 +326,30 @@ mod tests {
                     Checkpoint("p-2".into()),
                     StopListening,
                     Hear(Heard::Lost {
-                        reason: "lost the connection to the coordinating launcher at 10.0.0.1:6171 (unexpected Go { epoch: 1, membership: None, max_restarts: 2, preemptions: 0 })".into(),
+                        reason: "p-2; then: lost the connection to the coordinating launcher at 10.0.0.1:6171 (unexpected Go { epoch: 1, membership: None, max_restarts: 2, preemptions: 0 })".into(),
                         restart: true,
                         hang: false,
-                        preempted: false,
+                        preempted: true,
+                    }),
+                    KnowsVerdict(true),
+                ],
+            ),
+            (
+                "a preempted coordinator killed in its window: its silence ends the attempt as the preemption's",
+                vec![
+                    go(),
+                    frame(Message::Checkpoint { reason: "pod p-0: preempted (SIGTERM while training)".into() }),
+                    Input::Silent(2),
+                ],
+                vec![
+                    heard_go.clone(),
+                    Checkpoint("pod p-0: preempted (SIGTERM while training)".into()),
+                    StopListening,
+                    Hear(Heard::Lost {
+                        reason: "pod p-0: preempted (SIGTERM while training); then: the coordinating launcher at 10.0.0.1:6171 sent no heartbeat for 2 s (frozen, or its node is gone)".into(),
+                        restart: true,
+                        hang: false,
+                        preempted: true,
                     }),
                     KnowsVerdict(true),
                 ],

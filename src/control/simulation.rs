@@ -423,6 +423,14 @@ impl Sim {
                     hang,
                     preempted,
                 }) => {
+                    // Once asked for a checkpoint, the attempt's end is the preemption's,
+                    // whoever tells it (the coordinator, or the link's end when it is gone).
+                    prop_assert!(
+                        preempted || !f.asked_checkpoint,
+                        "{} was asked for a checkpoint, then heard a loss that is no preemption: {}",
+                        f.name,
+                        reason
+                    );
                     f.losses.push(restart);
                     f.preempted_losses.push(preempted);
                     f.first_loss.get_or_insert((reason, hang));
@@ -893,6 +901,20 @@ impl Sim {
         Ok(())
     }
 
+    /// The coordinator's pod is gone (killed, its node lost): every follower still connected
+    /// hears its silence.
+    fn coordinator_gone(&mut self) -> Result<(), TestCaseError> {
+        for i in 0..self.followers.len() {
+            if self.followers[i].link.is_some() {
+                let effects = self.followers[i]
+                    .following
+                    .step(following::Input::Silent(2));
+                self.follower_does(i, effects)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Follower `i`'s connection ends after what it sent has been read (TCP's order): gone.
     fn end_link(&mut self, i: usize, why: WireError, only_after_success: bool) {
         let Some(f) = self.follower(i) else {
@@ -1062,7 +1084,8 @@ proptest! {
 
     /// A preempted member (a follower, or the coordinator's own launcher), whatever then ends
     /// the attempt (its connection closes, it fails, another trainer fails as its peer
-    /// leaves), restarts the job with its budget spent; the next attempt, where the preempted
+    /// leaves, the coordinator's pod is killed before it says a word), restarts the job with
+    /// no budget spent; the next attempt, where the preempted
     /// pod is a fresh launcher, starts with the preemption counted, and a failure then is
     /// judged by the restarts less the preemptions.
     #[test]
@@ -1071,7 +1094,7 @@ proptest! {
         budget in 0..3u32,
         epoch in 0..4u32,
         preempted in 0..6usize,
-        end in 0..3u8,
+        end in 0..4u8,
     ) {
         let preempted = preempted % members; // 0: the coordinator's own launcher
         let mut sim = running(&vec![epoch; members], budget, &vec![0; members])?;
@@ -1085,6 +1108,15 @@ proptest! {
         prop_assert!(sim.record.checkpoint.is_some(), "nobody was asked for a checkpoint");
         let asked = sim.followers.iter().enumerate().all(|(i, f)| f.asked_checkpoint || i + 1 == preempted);
         prop_assert!(asked, "a trainer was not asked for a checkpoint");
+        if end == 3 {
+            // Every follower is left to its own word: the preemption's end, a restart.
+            sim.coordinator_gone()?;
+            for f in &sim.followers {
+                prop_assert_eq!(f.preempted_losses.last(), Some(&true), "{}", &f.name);
+                prop_assert_eq!(f.verdict, Some(true), "{}", &f.name);
+            }
+            return Ok(());
+        }
         // Another member than the preempted one, to fail as its peer leaves.
         let other = (preempted + 1) % members;
         match (end, preempted) {

@@ -205,6 +205,31 @@ impl Lifecycle {
         }
         let phase = std::mem::replace(&mut self.phase, Phase::Done);
         match (phase, input) {
+            // The checkpoint signal sent to the launcher (`kill -USR1 1`) asks for a checkpoint
+            // the way a preemption does, only of processes that handle it: forwarded blindly it
+            // would kill any process of the trainer's group that does not (a shell wrapper).
+            (phase, Input::Signal(sig))
+                if self.setup.checkpoint.is_some_and(|c| c.signal == sig) =>
+            {
+                let trainer_runs = matches!(
+                    phase,
+                    Phase::Training | Phase::PserverGone | Phase::Checkpointing { .. }
+                );
+                self.phase = phase;
+                let name = crate::exit::signal_name(sig);
+                match trainer_runs {
+                    true => vec![
+                        Command::Log(format!(
+                            "{name} received: asking {} for a checkpoint",
+                            self.setup.trainer_label
+                        )),
+                        Command::AskCheckpoint,
+                    ],
+                    false => vec![Command::Log(format!(
+                        "{name} received: no trainer runs to checkpoint; not forwarded"
+                    ))],
+                }
+            }
             (phase, Input::Signal(sig)) if !is_stop_signal(sig) => {
                 self.phase = phase;
                 vec![Command::Forward(sig)]
@@ -1265,6 +1290,19 @@ mod tests {
                     "log p-1 preempted: asking trainer-0 for a checkpoint (SIGUSR1)",
                     "ask checkpoint",
                     "log trainer-0 does not handle SIGUSR1: no checkpoint asked (it would have died of it; see docs/preemption.md)",
+                ],
+            ),
+            (
+                "the checkpoint signal sent to the launcher asks the trainer, not forwarded blindly",
+                checkpointing(),
+                vec![Input::Signal(nix::libc::SIGUSR1), Input::PserversUp, Input::Signal(nix::libc::SIGUSR1)],
+                vec![
+                    "spawn pserver",
+                    "probe",
+                    "log SIGUSR1 received: no trainer runs to checkpoint; not forwarded",
+                    "spawn trainer",
+                    "log SIGUSR1 received: asking trainer-0 for a checkpoint",
+                    "ask checkpoint",
                 ],
             ),
             (

@@ -364,10 +364,14 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                         budget.epoch + 1,
                         budget.max_restarts
                     ),
+                    false if preemptions == 0 => {
+                        format!("restart {} of {}", budget.epoch + 1, budget.max_restarts)
+                    }
                     false => format!(
-                        "restart {} of {}",
+                        "restart {} of {}, after {} that spent none",
                         budget.epoch + 1 - preemptions.min(budget.epoch),
-                        budget.max_restarts
+                        budget.max_restarts,
+                        crate::vocabulary::count(preemptions as usize, "preemption")
                     ),
                 };
                 warn!("{reason}: restarting the job ({restart})");

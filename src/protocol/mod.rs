@@ -99,9 +99,10 @@ pub fn process(
         // Where the trainer shows progress (hang detection; the launcher made its directory).
         let file = config.workspace.progress_file.display().to_string();
         env.insert(crate::config::PROGRESS_FILE.env().to_string(), file);
-        // Which signal asks it for a checkpoint, so that it handles that one.
-        if let Some(signal) = config.timing.checkpoint_signal {
-            let name = crate::exit::signal_name(signal);
+        // Which signal asks it for a checkpoint, so that it handles that one; none when no
+        // checkpoint will be asked (no window: no channel, or none given).
+        if let Some(checkpoint) = config.timing.checkpoint() {
+            let name = crate::exit::signal_name(checkpoint.signal);
             env.insert(crate::config::CHECKPOINT_SIGNAL.env().to_string(), name);
         }
     }
@@ -391,6 +392,37 @@ pub(crate) mod tests {
             ["d/part-0", "d/part-2", "d/part-4"].map(PathBuf::from)
         );
         assert_eq!(shards[1], ["d/part-1", "d/part-3"].map(PathBuf::from));
+    }
+
+    /// The trainer is told its checkpoint signal only when it can be asked for a checkpoint:
+    /// with a window (the channel's default, or one given), not when none would ever come.
+    #[test]
+    fn the_checkpoint_signal_is_told_only_when_it_may_be_sent() {
+        let told = |edit: fn(&mut JobArgs)| {
+            let cfg = config(edit);
+            let m = membership(&cfg);
+            let me = m.locate(&cfg, None, "10.0.1.2".parse().unwrap()).unwrap();
+            let p = plan(&cfg, &m, &me, &InputFiles::default());
+            let trainer = p
+                .processes
+                .iter()
+                .find(|s| s.role == Role::Trainer)
+                .unwrap();
+            trainer
+                .env
+                .get(crate::config::CHECKPOINT_SIGNAL.env())
+                .cloned()
+        };
+        assert_eq!(told(|_| {}), None, "no channel, no window");
+        let channel = told(|a| a.job_secret = Some("s".repeat(32)));
+        assert_eq!(channel.as_deref(), Some("SIGUSR1"));
+        let given = told(|a| a.checkpoint_window = Some("5".into()));
+        assert_eq!(given.as_deref(), Some("SIGUSR1"));
+        let off = told(|a| {
+            a.job_secret = Some("s".repeat(32));
+            a.checkpoint_signal = Some("none".into());
+        });
+        assert_eq!(off, None);
     }
 
     #[test]
