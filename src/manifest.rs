@@ -352,6 +352,13 @@ fn role_rules(request: &ManifestArgs) -> Value {
         json!({"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}),
         json!({"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}),
     ];
+    // The coordinator records each start on the Job, so that a Job restarted whole (every pod
+    // lost, a Kueue suspension) goes on counting: only where the pods are one Job's.
+    if request.runtime == ManifestRuntime::Job && !request.split {
+        rules.push(
+            json!({"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "patch"]}),
+        );
+    }
     if matches!(
         request.runtime,
         ManifestRuntime::Jobset | ManifestRuntime::Trainer

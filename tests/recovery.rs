@@ -858,6 +858,44 @@ sleep 2"#;
     );
 }
 
+/// A whole-Job restart (every pod lost together, or Kueue suspending and resuming the Job)
+/// creates pods that know nothing of the restarts before: the coordinator records each start
+/// on the Job object, and the next coordinator goes on counting from it.
+#[test]
+fn a_job_restarted_whole_goes_on_counting_from_what_the_job_records() {
+    let mut job = Job::new("whole", 2, 2);
+    let api = job.cluster.api.clone();
+    api.put_job(serde_json::json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "whole", "namespace": "default", "uid": "c-1", "resourceVersion": "1"},
+        "spec": {"parallelism": 2, "completions": 2, "template": {"spec": {"containers": []}}}
+    }));
+    let recorded = || {
+        api.job("default", "whole").unwrap()["metadata"]["annotations"]
+            ["paddle-launcher.paddlepaddle.org/restart-count"]
+            .as_str()
+            .map(str::to_string)
+    };
+    job.start_training(2);
+    let deadline = std::time::Instant::now() + LIMIT;
+    while recorded().is_none() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(recorded().as_deref(), Some("0"));
+    // Every pod lost together: the Job controller creates two pods that know nothing.
+    job.kill_pod(0);
+    job.kill_pod(1);
+    job.create_pods(2);
+    let outputs = job.all_finish_in_epoch(1);
+    assert_eq!(outputs.len(), 2);
+    // Said by the new pods' coordinator, whichever it is.
+    assert_contains(
+        &format!("{}{}", job.stderr(2), job.stderr(3)),
+        "Job whole records restart epoch 0 as started: the job was restarted whole since, so the restart count goes on at 1",
+    );
+    assert_eq!(recorded().as_deref(), Some("1"));
+}
+
 /// Restarts without a secret cannot be agreed: refused before anything starts.
 #[test]
 fn restarts_without_a_job_secret_are_refused() {

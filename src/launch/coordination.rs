@@ -42,14 +42,27 @@ pub fn coordinator(
 /// this pod is of that very Job (the shell checks that): under JobSet, say, pod 0 of one child
 /// Job is not the whole job's, and two coordinators would wait for each other.
 pub fn may_derive_from_indexed_job(config: &Config) -> bool {
+    config.control.coordinator.is_none() && one_job(config)
+}
+
+/// Whether the pods are found as the pods of one Job named JOB_NAME (`job-name=<JOB_NAME>`).
+fn one_job(config: &Config) -> bool {
     let default_selector = format!("job-name={}", config.topology.job_name);
-    let one_job = match &config.topology.discovery {
+    match &config.topology.discovery {
         Discovery::Kubernetes { groups } => {
             groups.len() == 1 && groups[0].selector.to_string() == default_selector
         }
         _ => false,
-    };
-    config.control.coordinator.is_none() && one_job
+    }
+}
+
+/// The Job whose annotations keep the job's restart count where no batch system's label does:
+/// the one Job the pods are of, with a control channel (whose coordinator records each start).
+/// Every pod lost together, or a Kueue suspension and resumption, creates pods that know
+/// nothing; the Job object outlives them.
+pub fn job_keeping_the_count(config: &Config) -> Option<&str> {
+    let channel = config.control.secret.is_some() || config.control.secret_file.is_some();
+    (channel && one_job(config)).then_some(config.topology.job_name.as_str())
 }
 
 /// Whether the launchers other than the coordinator take the membership from it: with a named

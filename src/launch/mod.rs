@@ -191,6 +191,19 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             Some(channel) => channel.coordinates(),
             None => plan.trainer_id == Some(0),
         };
+        let coordinates = channel.as_ref().is_some_and(Channel::coordinates);
+        if let (true, Some(api), Some(job)) = (
+            coordinates,
+            &api,
+            coordination::job_keeping_the_count(&config),
+        ) {
+            record_on_the_job(
+                api.clone(),
+                job.to_string(),
+                plan.restart_count,
+                preemptions,
+            );
+        }
         if let (true, None, Some(api)) = (posts, &events, api) {
             // POD_NAME, else the pod's name as found by its address (under hostNetwork pods
             // share one, so the name given wins).
@@ -772,6 +785,7 @@ async fn gather(
             &membership,
             &me,
             count,
+            attempt.api.as_ref(),
         )
         .await?
         {
@@ -1310,6 +1324,7 @@ async fn join_channel(
     membership: &Membership,
     me: &Me,
     count: Count,
+    api: Option<&ApiServer>,
 ) -> Result<Found<Channel>, Error> {
     let control = &config.control;
     let members = membership.pod_addresses();
@@ -1343,6 +1358,12 @@ async fn join_channel(
             }
         }
     };
+    let count = match (&role, api, coordination::job_keeping_the_count(config)) {
+        (ControlRole::Coordinator { .. }, Some(api), Some(job)) => {
+            count_kept_on_the_job(api, job, count).await
+        }
+        _ => count,
+    };
     let channel = control::join(Joining {
         role,
         secret,
@@ -1363,6 +1384,62 @@ async fn join_channel(
     .await
     .map_err(|e| Error::io("cannot serve the control channel", e))?;
     Ok(Found::At(channel))
+}
+
+/// How long the Job's record of the restart count is waited for, read or written.
+const JOB_RECORD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The count as the coordinator starts gathering, with what the Job records: the epoch it
+/// last started (so the next is one more: the job was restarted whole since, or is being
+/// restarted in place now) and its preemptions. Unreadable: this launcher's own count stands,
+/// said once in the log.
+async fn count_kept_on_the_job(api: &ApiServer, job: &str, count: Count) -> Count {
+    let doing = format!("reading the restart count recorded on Job {job}");
+    match timeout(
+        JOB_RECORD_TIMEOUT,
+        peers::kubernetes::recorded_restarts(api, job),
+    )
+    .await
+    {
+        Ok(Ok(Some((epoch, preemptions)))) => {
+            let next_epoch = count.next_epoch.max(epoch.saturating_add(1));
+            if next_epoch > count.next_epoch {
+                info!(
+                    "Job {job} records restart epoch {epoch} as started: the job was restarted whole since, so the restart count goes on at {next_epoch}"
+                );
+            }
+            Count {
+                next_epoch,
+                preemptions: count.preemptions.max(preemptions).min(next_epoch),
+            }
+        }
+        Ok(Ok(None)) => count,
+        Ok(Err(why)) => {
+            warn!("{doing}: {why}: the count starts from this pod's own (grant `get` and `patch` on jobs, docs/manifests-and-rbac.md)");
+            count
+        }
+        Err(_) => {
+            warn!(
+                "{doing}: no answer in {} s: the count starts from this pod's own",
+                JOB_RECORD_TIMEOUT.as_secs()
+            );
+            count
+        }
+    }
+}
+
+/// Records on the Job that restart epoch `epoch` started, after `preemptions`: in the
+/// background, bounded, a failure said in the log (the job goes on; only a whole-Job restart
+/// would then start the count again).
+fn record_on_the_job(api: ApiServer, job: String, epoch: u32, preemptions: u32) {
+    tokio::spawn(async move {
+        let record = peers::kubernetes::record_restarts(&api, &job, epoch, preemptions);
+        match timeout(JOB_RECORD_TIMEOUT, record).await {
+            Ok(Ok(())) => {}
+            Ok(Err(why)) => warn!("recording restart epoch {epoch} on Job {job}: {why}: a whole-Job restart would start the restart count at 0 (grant `patch` on jobs, docs/manifests-and-rbac.md)"),
+            Err(_) => warn!("recording restart epoch {epoch} on Job {job}: no answer in {} s", JOB_RECORD_TIMEOUT.as_secs()),
+        }
+    });
 }
 
 /// "pod p-1 on node n7 (trainer id 1 of 3)": how this launcher names itself to the others, so

@@ -511,6 +511,55 @@ pub async fn jobset(server: &ApiServer, name: &str) -> Result<serde_json::Value,
     }
 }
 
+/// The annotations on the job's Job object in which the coordinator records the restart epoch
+/// it started and the job's preemptions: a pod outlives no whole-Job restart (every pod lost and
+/// created again by the Job controller, a Kueue suspension and resumption), the Job does.
+pub const RESTART_COUNT_ANNOTATION: &str = "paddle-launcher.paddlepaddle.org/restart-count";
+pub const PREEMPTIONS_ANNOTATION: &str = "paddle-launcher.paddlepaddle.org/preemptions";
+
+/// What the Job `job` records of the restarts (the epoch last started, the preemptions), if
+/// anything; why not, when it cannot be read.
+pub async fn recorded_restarts(
+    server: &ApiServer,
+    job: &str,
+) -> Result<Option<(u32, u32)>, String> {
+    use k8s_openapi::api::batch::v1::Job;
+    let api: Api<Job> = Api::namespaced(server.client.clone(), &server.namespace);
+    let object = match api.get(job).await {
+        Ok(object) => object,
+        Err(kube::Error::Api(status)) if status.code == 404 => return Ok(None),
+        Err(e) => return Err(format!("Job {job} in namespace {}: {e}", server.namespace)),
+    };
+    let annotations = object.metadata.annotations.unwrap_or_default();
+    let read = |key: &str| {
+        annotations
+            .get(key)
+            .and_then(|v| v.trim().parse::<u32>().ok())
+    };
+    Ok(read(RESTART_COUNT_ANNOTATION)
+        .map(|epoch| (epoch, read(PREEMPTIONS_ANNOTATION).unwrap_or(0))))
+}
+
+/// Records on the Job `job` that restart epoch `epoch` has started, after `preemptions`.
+pub async fn record_restarts(
+    server: &ApiServer,
+    job: &str,
+    epoch: u32,
+    preemptions: u32,
+) -> Result<(), String> {
+    use k8s_openapi::api::batch::v1::Job;
+    let api: Api<Job> = Api::namespaced(server.client.clone(), &server.namespace);
+    let patch = serde_json::json!({"metadata": {"annotations": {
+        RESTART_COUNT_ANNOTATION: epoch.to_string(),
+        PREEMPTIONS_ANNOTATION: preemptions.to_string(),
+    }}});
+    let params = kube::api::PatchParams::default();
+    api.patch(job, &params, &kube::api::Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("Job {job} in namespace {}: {e}", server.namespace))
+}
+
 /// One plain list of each group's pods, no watch: for `doctor`.
 pub async fn list_once(server: &ApiServer, groups: &[Group]) -> Result<Vec<Vec<PodView>>, Error> {
     let api: Api<Pod> = Api::namespaced(server.client.clone(), &server.namespace);

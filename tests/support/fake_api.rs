@@ -48,6 +48,8 @@ struct State {
     events: Vec<Value>,
     /// Creating events is forbidden (a Role without `create` on events).
     events_forbidden: bool,
+    /// (namespace, name) -> Job object (batch/v1), read and merge-patched.
+    jobs: BTreeMap<(String, String), Value>,
 }
 
 #[derive(Clone)]
@@ -139,6 +141,21 @@ impl FakeApi {
         let name = pod["metadata"]["name"].as_str().unwrap().to_string();
         let exists = self.state.lock().unwrap().pods.contains_key(&(ns, name));
         self.change(if exists { "MODIFIED" } else { "ADDED" }, pod);
+    }
+
+    /// A Job object, as the user creates it (its pods are put apart).
+    pub fn put_job(&self, job: Value) {
+        let ns = job["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("default")
+            .to_string();
+        let name = job["metadata"]["name"].as_str().unwrap().to_string();
+        self.state.lock().unwrap().jobs.insert((ns, name), job);
+    }
+
+    pub fn job(&self, namespace: &str, name: &str) -> Option<Value> {
+        let key = (namespace.to_string(), name.to_string());
+        self.state.lock().unwrap().jobs.get(&key).cloned()
     }
 
     pub fn pod(&self, namespace: &str, name: &str) -> Option<Value> {
@@ -385,12 +402,15 @@ impl FakeApi {
             ("POST", ["api", "v1", "namespaces", ns, "events"]) => {
                 return create_event(&mut s, ns, body)
             }
+            ("GET" | "PATCH", ["apis", "batch", "v1", "namespaces", ns, "jobs", name]) => {
+                return job_reply(&mut s, method, ns, name, body)
+            }
             ("GET", _) => {}
             _ => {
                 return status_reply(
                     405,
                     "MethodNotAllowed",
-                    "the fake API serves GET, and POST of events",
+                    "the fake API serves GET, POST of events and PATCH of jobs",
                 )
             }
         }
@@ -710,6 +730,47 @@ fn status_body(code: u16, reason: &str, message: &str) -> Value {
 /// A core/v1 Event created as the real server validates the fields the launcher sets: a name
 /// or generateName, the path's namespace (the object's and its involved object's), a type of
 /// Normal or Warning, a reason; the stored object gets a name, uid, resourceVersion and time.
+/// A Job read, or merge-patched (RFC 7386, what `kubectl patch --type merge` sends), as the
+/// real server does: the whole object back, its resourceVersion bumped.
+fn job_reply(s: &mut State, method: &str, ns: &str, name: &str, body: &[u8]) -> Reply {
+    if s.forbidden {
+        let verb = if method == "GET" { "get" } else { "patch" };
+        return status_reply(403, "Forbidden", &format!(
+            "jobs.batch \"{name}\" is forbidden: User \"system:serviceaccount:{ns}:trainer\" cannot {verb} resource \"jobs\" in API group \"batch\" in the namespace \"{ns}\""
+        ));
+    }
+    s.resource_version += 1;
+    let version = s.resource_version.to_string();
+    let Some(job) = s.jobs.get_mut(&(ns.to_string(), name.to_string())) else {
+        return status_reply(404, "NotFound", &format!("jobs.batch \"{name}\" not found"));
+    };
+    if method == "PATCH" {
+        let Ok(patch) = serde_json::from_slice::<Value>(body) else {
+            return status_reply(400, "BadRequest", "the body is not JSON");
+        };
+        merge_patch(job, &patch);
+        job["metadata"]["resourceVersion"] = json!(version);
+    }
+    Reply::Json(200, job.to_string())
+}
+
+fn merge_patch(target: &mut Value, patch: &Value) {
+    let Some(fields) = patch.as_object() else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    for (key, value) in fields {
+        if value.is_null() {
+            target.as_object_mut().unwrap().remove(key);
+        } else {
+            merge_patch(&mut target[key], value);
+        }
+    }
+}
+
 fn create_event(s: &mut State, ns: &str, body: &[u8]) -> Reply {
     if s.events_forbidden {
         return status_reply(403, "Forbidden", &format!(
