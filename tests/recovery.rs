@@ -699,8 +699,10 @@ fn a_preempted_coordinator_checkpoints_the_whole_job_and_restarts_it_in_place() 
     a_preempted_pod_checkpoints_the_whole_job_and_restarts_it_in_place("preemptc", 0);
 }
 
-/// The fleet program of the split layout's test: a pserver listens on its endpoint until it is
-/// stopped; trainer 1 fails once in epoch 0; after a restart the trainers train briefly.
+/// The fleet program of the split layout's tests: a pserver listens on its endpoint until it is
+/// stopped; a trainer records the checkpoint signal and trains `TRAIN_S` seconds in epoch 0,
+/// then exits 0, unless trainer 1 is to fail (`FAIL_EXIT`): then it exits with that and the
+/// others train on (long); after a restart the trainers train briefly.
 const SPLIT_PROGRAM: &str = r#"echo "role=$TRAINING_ROLE id=${PADDLE_TRAINER_ID:--} count=$PADDLE_LAUNCHER_RESTART_COUNT"
 if [ "$TRAINING_ROLE" = PSERVER ]; then
   exec python3 -c 'import os, socket, time
@@ -710,88 +712,190 @@ s.bind((os.environ["POD_IP"], int(os.environ["PADDLE_PORT"])))
 s.listen()
 time.sleep(300)'
 fi
+trap 'echo "checkpoint signal id=$PADDLE_TRAINER_ID count=$PADDLE_LAUNCHER_RESTART_COUNT now"' USR1
 if [ "$PADDLE_LAUNCHER_RESTART_COUNT" = 0 ]; then
-  if [ "$PADDLE_TRAINER_ID" = 1 ]; then sleep 1; exit 3; fi
-  exec sleep 120
+  if [ "$FAIL_EXIT" != 0 ] && [ "$PADDLE_TRAINER_ID" != 1 ]; then TRAIN_S=120; fi
+  end=$(( $(date +%s) + TRAIN_S ))
+  while [ "$(date +%s)" -lt "$end" ]; do sleep 1 & wait $!; done
+  if [ "$PADDLE_TRAINER_ID" = 1 ]; then exit "$FAIL_EXIT"; fi
+  exit 0
 fi
-exec sleep 1"#;
+sleep 1"#;
 
-/// The split layout with a control channel: pserver pods and trainer pods (two Jobs, found by
-/// their own selectors) form one membership with one coordinator, the first trainer. A
-/// trainer's failure restarts the whole job in place, the pservers too (count 1 everywhere);
-/// the trainers' success ends the job, and every launcher exits 0.
+/// A split fleet job with a control channel: 2 pserver pods and 2 trainer pods (two Jobs,
+/// found by their own selectors), each launcher running `SPLIT_PROGRAM`. `launchers`: ps-0,
+/// ps-1, tr-0, tr-1.
+struct SplitJob {
+    cluster: Cluster,
+    pods: Vec<(String, String)>,
+    launchers: Vec<Option<Launcher>>,
+}
+
+impl SplitJob {
+    fn start(job: &str, max_restarts: u32, train_s: u32, fail_exit: u8) -> SplitJob {
+        let cluster = Cluster::new();
+        let control_port = free_ports(1).to_string();
+        let port = free_ports(2).to_string();
+        let trainer_port = free_ports(1).to_string();
+        let mut pods = Vec::new();
+        let mut launchers = Vec::new();
+        for (label, role) in [("ps", "pserver"), ("tr", "trainer")] {
+            for i in 0..2 {
+                let (name, ip) = (format!("{job}-{label}-{i}"), loopback_ip());
+                let mut pod = job_pod(job, &name);
+                pod["metadata"]["labels"]["role"] = serde_json::json!(label);
+                cluster.api.put_pod(pod);
+                cluster
+                    .api
+                    .set_status("default", &name, "Running", Some(&ip));
+                let mut env = cluster.env(job, 2);
+                env.retain(|(k, _)| *k != "CONF_PADDLE_GRADIENT_NUM");
+                env.extend([
+                    ("POD_IP", ip.clone()),
+                    ("POD_NAME", name.clone()),
+                    ("PADDLE_LAUNCHER_ROLE", role.to_string()),
+                    ("PADDLE_LAUNCHER_PROTOCOL", "fleet".to_string()),
+                    ("PSERVERS", "2".to_string()),
+                    ("TRAINERS", "2".to_string()),
+                    ("PADDLE_LAUNCHER_PSERVER_SELECTOR", "role=ps".to_string()),
+                    ("PADDLE_LAUNCHER_TRAINER_SELECTOR", "role=tr".to_string()),
+                    ("CONF_PADDLE_PORT", port.clone()),
+                    ("PADDLE_LAUNCHER_TRAINER_PORT", trainer_port.clone()),
+                    ("PADDLE_LAUNCHER_JOB_SECRET", SECRET.to_string()),
+                    ("PADDLE_LAUNCHER_MAX_RESTARTS", max_restarts.to_string()),
+                    ("PADDLE_LAUNCHER_CONTROL_PORT", control_port.clone()),
+                    ("PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT", "2".to_string()),
+                    ("PADDLE_LAUNCHER_GRACE_PERIOD", "3".to_string()),
+                    ("PADDLE_LAUNCHER_CHECKPOINT_WINDOW", "3".to_string()),
+                    ("TRAIN_S", train_s.to_string()),
+                    ("FAIL_EXIT", fail_exit.to_string()),
+                ]);
+                let args = ["run", "--", "sh", "-c", SPLIT_PROGRAM];
+                launchers.push(Some(Launcher::start(
+                    cluster.dir.path(),
+                    &name,
+                    &args,
+                    &env,
+                )));
+                pods.push((name, ip));
+            }
+        }
+        SplitJob {
+            cluster,
+            pods,
+            launchers,
+        }
+    }
+
+    /// Waits for launcher `i`, which must exit `code`; as the kubelet, marks its pod ended.
+    fn ends(&mut self, i: usize, code: i32) -> support::Finished {
+        let done = self.launchers[i].take().unwrap().wait(LIMIT);
+        let name = &self.pods[i].0;
+        assert_eq!(
+            done.code(),
+            code,
+            "{name}:\n{}\n{}",
+            done.stdout,
+            done.stderr
+        );
+        let phase = if code == 0 { "Succeeded" } else { "Failed" };
+        self.cluster.api.set_status("default", name, phase, None);
+        done
+    }
+}
+
+/// The split layout with a control channel: pserver pods and trainer pods form one membership
+/// with one coordinator, the first trainer. A trainer's failure restarts the whole job in
+/// place, the pservers too (count 1 everywhere); the trainers' success ends the job, and every
+/// launcher exits 0.
 #[test]
 fn the_split_layout_with_a_channel_restarts_pservers_and_trainers_as_one_job() {
-    let cluster = Cluster::new();
-    let job = "splitch";
-    let control_port = free_ports(1).to_string();
-    let port = free_ports(2).to_string();
-    let trainer_port = free_ports(1).to_string();
-    let pods: Vec<(String, &str, String)> = [("ps", "pserver"), ("tr", "trainer")]
-        .iter()
-        .flat_map(|&(label, role)| (0..2).map(move |i| (format!("{job}-{label}-{i}"), role)))
-        .map(|(name, role)| (name, role, loopback_ip()))
-        .collect();
-    let mut launchers = Vec::new();
-    for (name, role, ip) in &pods {
-        let mut pod = job_pod(job, name);
-        pod["metadata"]["labels"]["role"] = serde_json::json!(&role[..2]);
-        cluster.api.put_pod(pod);
-        cluster.api.set_status("default", name, "Running", Some(ip));
-        let mut env = cluster.env(job, 2);
-        env.retain(|(k, _)| *k != "CONF_PADDLE_GRADIENT_NUM");
-        env.extend([
-            ("POD_IP", ip.clone()),
-            ("POD_NAME", name.clone()),
-            ("PADDLE_LAUNCHER_ROLE", role.to_string()),
-            ("PADDLE_LAUNCHER_PROTOCOL", "fleet".to_string()),
-            ("PSERVERS", "2".to_string()),
-            ("TRAINERS", "2".to_string()),
-            ("PADDLE_LAUNCHER_PSERVER_SELECTOR", "role=ps".to_string()),
-            ("PADDLE_LAUNCHER_TRAINER_SELECTOR", "role=tr".to_string()),
-            ("CONF_PADDLE_PORT", port.clone()),
-            ("PADDLE_LAUNCHER_TRAINER_PORT", trainer_port.clone()),
-            ("PADDLE_LAUNCHER_JOB_SECRET", SECRET.to_string()),
-            ("PADDLE_LAUNCHER_MAX_RESTARTS", "1".to_string()),
-            ("PADDLE_LAUNCHER_CONTROL_PORT", control_port.clone()),
-            ("PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT", "2".to_string()),
-            ("PADDLE_LAUNCHER_GRACE_PERIOD", "3".to_string()),
-        ]);
-        let args = ["run", "--", "sh", "-c", SPLIT_PROGRAM];
-        launchers.push(Launcher::start(cluster.dir.path(), name, &args, &env));
-    }
-    let mut pservers = launchers.split_off(0);
-    let trainers = pservers.split_off(2);
-    // The kubelet: a trainer pod whose launcher exited 0 has Succeeded, which the pservers see.
-    let mut outputs = Vec::new();
-    for (launcher, (name, _, _)) in trainers.into_iter().zip(&pods[2..]) {
-        let done = launcher.wait(LIMIT);
-        assert_eq!(done.code(), 0, "{name}:\n{}\n{}", done.stdout, done.stderr);
-        cluster.api.set_status("default", name, "Succeeded", None);
-        outputs.push((done.stdout, done.stderr));
-    }
-    for (launcher, (name, _, _)) in pservers.into_iter().zip(&pods) {
-        let done = launcher.wait(LIMIT);
-        assert_eq!(done.code(), 0, "{name}:\n{}\n{}", done.stdout, done.stderr);
-        outputs.push((done.stdout, done.stderr));
-    }
-    for (i, (stdout, stderr)) in outputs.iter().enumerate() {
-        let role = if i < 2 { "TRAINER" } else { "PSERVER" };
+    let mut job = SplitJob::start("splitch", 1, 1, 3);
+    // The kubelet: a trainer pod whose launcher exited 0 has Succeeded.
+    let mut outputs: Vec<_> = [2, 3, 0, 1].iter().map(|&i| job.ends(i, 0)).collect();
+    outputs.rotate_left(2);
+    for (i, done) in outputs.iter().enumerate() {
+        let role = if i < 2 { "PSERVER" } else { "TRAINER" };
+        assert_contains(&done.stdout, &format!("role={role} "));
         for count in [0, 1] {
-            assert_contains(stdout, &format!("role={role} "));
-            assert_contains(stdout, &format!(" count={count}"));
+            assert_contains(&done.stdout, &format!(" count={count}"));
         }
         assert_contains(
-            stderr,
+            &done.stderr,
             "trainer exited with status 3: restarting the job (restart 1 of 1)",
         );
     }
-    // One coordinator for all: the first trainer (by IP), the pservers its followers.
+    // One coordinator for all: the first trainer, the pservers its followers.
     let coordinating = outputs
         .iter()
-        .filter(|(_, stderr)| stderr.contains("control channel: coordinating"))
+        .filter(|done| done.stderr.contains("control channel: coordinating"))
         .count();
-    assert_eq!(coordinating, 1, "{outputs:#?}");
+    let stderrs: Vec<&str> = outputs.iter().map(|done| done.stderr.as_str()).collect();
+    assert_eq!(coordinating, 1, "{stderrs:#?}");
+}
+
+/// A pserver pod of the split layout preempted while the trainers train: its pserver serves
+/// through the checkpoint window while every trainer is asked for a checkpoint, then it leaves
+/// (143), and the job restarts in place around its replacement without a restart budget.
+#[test]
+fn a_preempted_pserver_pod_serves_the_jobs_checkpoint_and_the_job_restarts_free() {
+    let mut job = SplitJob::start("splitpre", 0, 120, 0);
+    for i in [2, 3] {
+        job.launchers[i]
+            .as_ref()
+            .unwrap()
+            .wait_for_output("role=TRAINER", LIMIT);
+    }
+    let name = job.pods[0].0.clone();
+    let api = job.cluster.api.clone();
+    let mut pod = api.pod("default", &name).unwrap();
+    pod["metadata"]["deletionTimestamp"] = serde_json::json!("2026-11-24T00:00:00Z");
+    pod["metadata"]["deletionGracePeriodSeconds"] = serde_json::json!(30);
+    api.put_pod(pod);
+    let preempted = job.launchers[0].take().unwrap();
+    preempted.signal(Signal::SIGTERM);
+    let done = preempted.wait(LIMIT);
+    assert_eq!(done.code(), 143, "{}", done.stderr);
+    assert_contains(
+        &done.stderr,
+        "asking the job's trainers, its pserver serving them meanwhile, for a checkpoint (SIGUSR1)",
+    );
+    assert_contains(&done.stderr, "its checkpoint window (3 s) is over");
+    for i in [2, 3] {
+        let trainer = job.launchers[i].as_ref().unwrap();
+        trainer.wait_for_output("checkpoint signal id=", LIMIT);
+        trainer.wait_for_output("preempted (SIGTERM while serving)", LIMIT);
+        trainer.wait_for_output(
+            "restarting the job (restart 1 after a preemption, which spends none of the 0 restarts)",
+            LIMIT,
+        );
+    }
+}
+
+/// The coordinator's goodbye ends the pserver pods: they do not wait for the API to show every
+/// trainer pod Succeeded, which it never may (a Succeeded pod deleted first).
+#[test]
+fn the_pservers_end_when_the_coordinator_says_the_trainers_succeeded() {
+    let mut job = SplitJob::start("splitbye", 0, 1, 0);
+    let follower = if job.pods[2].1.parse::<std::net::Ipv4Addr>().unwrap()
+        < job.pods[3].1.parse::<std::net::Ipv4Addr>().unwrap()
+    {
+        3
+    } else {
+        2
+    };
+    job.ends(follower, 0);
+    job.cluster
+        .api
+        .delete_pod("default", &job.pods[follower].0.clone());
+    job.ends(5 - follower, 0);
+    for i in [0, 1] {
+        let done = job.ends(i, 0);
+        assert_contains(
+            &done.stderr,
+            "the coordinating launcher said every trainer of the job succeeded",
+        );
+    }
 }
 
 /// A preempted coordinator whose pod is killed inside its checkpoint window (a node shutdown

@@ -118,6 +118,9 @@ pub(super) struct Core {
     /// the trainers' (they never say `Done` while the job trains), so a success waits only for
     /// the others.
     serving: HashSet<String>,
+    /// Serving members whose part ended cleanly (a fleet pserver stopped by the trainers'
+    /// `stop_server`): their close is no loss, and no trainer finished by it.
+    served: HashSet<String>,
     view: String,
     next_epoch: u32,
     max_restarts: u32,
@@ -232,6 +235,7 @@ impl Core {
             .unwrap_or_default();
         let mut core = Core {
             serving,
+            served: HashSet::new(),
             me: setup.me,
             is_other: setup.others.iter().cloned().collect(),
             others: setup.others,
@@ -688,6 +692,11 @@ impl Core {
             return;
         }
         match message {
+            // A pserver pod's end is no trainer's success: it neither ends the job's restarts
+            // nor is news to the others.
+            Message::Done if self.serving.contains(&pod) => {
+                self.served.insert(pod);
+            }
             Message::Done => {
                 // The first success is news to the followers; later ones change nothing for
                 // them, and a thousand would cost a million frames.
@@ -723,7 +732,8 @@ impl Core {
             // A member whose trainer is done may still serve the others (a lingering
             // pserver): its silence is a loss too (a final one), its close is not.
             Stage::Running { .. }
-                if !self.done.contains(&pod) || matches!(why, WireError::Silent(_)) =>
+                if !(self.done.contains(&pod) || self.served.contains(&pod))
+                    || matches!(why, WireError::Silent(_)) =>
             {
                 let reason = match why {
                     WireError::Silent(seconds) => format!(
@@ -953,6 +963,32 @@ mod tests {
             "{effects:?}"
         );
         assert_eq!(core.awaiting.len(), 3, "every member stops, pservers too");
+
+        // A pserver pod whose pserver ended cleanly says Done: no trainer finished by it (a
+        // failure after it may still restart the job), and its close is no loss.
+        let (mut core, _) = Core::start(split(), t0);
+        for (link, pod) in [(1, "p0"), (2, "p1"), (3, "t1")] {
+            core.step(joined(link, pod));
+        }
+        assert_eq!(core.step(said(1, "p0", Message::Done)), []);
+        let closed = Input::Ended {
+            link: 1,
+            pod: "p0".into(),
+            why: WireError::Closed,
+        };
+        assert_eq!(core.step(closed), []);
+        let failed = Message::Failed {
+            reason: "pod t1: trainer exited with status 3".into(),
+            restartable: true,
+            hang: false,
+        };
+        let effects = core.step(said(3, "t1", failed));
+        assert!(
+            effects
+                .iter()
+                .any(|e| matches!(e, Effect::Broadcast(Message::Lost { restart: true, .. }))),
+            "{effects:?}"
+        );
     }
 
     /// A member that finished stopped progressing for good: it is no suspect, however old its

@@ -127,6 +127,9 @@ pub(super) async fn follow(
                 Effect::CannotRestart => {
                     ends.may_restart.send_replace(false);
                 }
+                Effect::JobSucceeded => {
+                    ends.succeeded.send_replace(true);
+                }
                 Effect::StopListening => {}
                 Effect::Close => {
                     close_gracefully(&mut writer, &mut incoming).await;

@@ -38,6 +38,9 @@ pub(super) enum Effect {
     KnowsVerdict(bool),
     /// The job can no longer start again as a whole (a member finished, or the job ended).
     CannotRestart,
+    /// The coordinator said goodbye: every trainer of the job succeeded (what ends a pserver
+    /// pod of the split layout, without waiting for the API to show it).
+    JobSucceeded,
     /// Stop reading the coordinator and beating: the link is gone.
     StopListening,
     /// Close the connection (what is queued goes first) and end the task.
@@ -189,7 +192,7 @@ impl Following {
                 info!("control channel: the coordinator finished");
                 self.told = true;
                 self.may_restart = false;
-                vec![Effect::CannotRestart]
+                vec![Effect::CannotRestart, Effect::JobSucceeded]
             }
             // Also before `Go`: a member joining after a loss hears of a success too.
             Message::Finished { pod } => {
@@ -488,7 +491,7 @@ mod tests {
             (
                 "goodbye: the job is over, nothing can restart it",
                 vec![go(), frame(Message::Bye), request(Request::Done)],
-                vec![heard_go.clone(), CannotRestart, Say(Message::Done)],
+                vec![heard_go.clone(), CannotRestart, JobSucceeded, Say(Message::Done)],
             ),
             (
                 "a verdict without a loss still ends the attempt",

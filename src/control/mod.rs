@@ -228,6 +228,7 @@ pub struct Channel {
     cause: watch::Receiver<Option<Cause>>,
     /// Why the job's trainers were last asked for a checkpoint (a member is preempted).
     checkpoint: watch::Receiver<Option<String>>,
+    succeeded: watch::Receiver<bool>,
 }
 
 impl Channel {
@@ -254,6 +255,19 @@ impl Channel {
                 }
             }
             std::future::pending().await
+        }
+        .boxed()
+    }
+
+    /// Resolves once the coordinator has said that every trainer of the job succeeded (a
+    /// follower's; never on the coordinator's own launcher, which decides it).
+    pub fn job_succeeded(&self) -> BoxFuture<'static, Result<String, String>> {
+        let mut succeeded = self.succeeded.clone();
+        async move {
+            if succeeded.wait_for(|s| *s).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+            Ok("the coordinating launcher said every trainer of the job succeeded".to_string())
         }
         .boxed()
     }
@@ -437,7 +451,9 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
     let (progress_tx, progress_rx) = watch::channel(None);
     let (cause_tx, cause) = watch::channel(None);
     let (checkpoint_tx, checkpoint) = watch::channel(None);
+    let (succeeded_tx, succeeded) = watch::channel(false);
     let ends = Ends {
+        succeeded: succeeded_tx,
         checkpoint: checkpoint_tx,
         cause: cause_tx,
         progress: progress_rx,
@@ -481,6 +497,7 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
         progress: progress_tx,
         cause,
         checkpoint,
+        succeeded,
     })
 }
 
@@ -497,6 +514,8 @@ struct Ends {
     progress: watch::Receiver<Progress>,
     cause: watch::Sender<Option<Cause>>,
     checkpoint: watch::Sender<Option<String>>,
+    /// The coordinator said every trainer of the job succeeded (`Bye`).
+    succeeded: watch::Sender<bool>,
 }
 
 /// The job's first cause, as the coordinator told every launcher.

@@ -209,7 +209,7 @@ impl Lifecycle {
             // the way a preemption does, only of processes that handle it: forwarded blindly it
             // would kill any process of the trainer's group that does not (a shell wrapper).
             (phase, Input::Signal(sig))
-                if self.setup.checkpoint.is_some_and(|c| c.signal == sig) =>
+                if self.setup.trainer && self.setup.checkpoint.is_some_and(|c| c.signal == sig) =>
             {
                 let trainer_runs = matches!(
                     phase,
@@ -624,6 +624,16 @@ impl Lifecycle {
 
     fn serving(&mut self, input: Input) -> Vec<Command> {
         match input {
+            // A v1/v2 pserver never ends by itself: a 0 there is a pserver gone wrong (most
+            // often the wrong Paddle), not a success that would end the job's restarts.
+            Input::Exited {
+                role: Role::Pserver,
+                ended: ended @ Ended::Code(0),
+            } if self.setup.protocol != Protocol::Fleet => self.finish(Err(Error::PserverDied {
+                ended: ended.describe(),
+                when: "while serving the trainers",
+                hint: pserver_hint(self.setup.protocol, ended),
+            })),
             Input::Exited {
                 role: Role::Pserver,
                 ended,

@@ -246,7 +246,18 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             let first = futures::future::select_all(losses).map(|(reason, _, _)| reason);
             supervisor.watch_peers(first.boxed());
         }
+        // A pserver pod ends with the trainers: the API shows them all Succeeded, or the
+        // coordinator says so first (a Succeeded pod the API no longer lists is never counted).
         if let Some(done) = trainers_done {
+            let done = match &channel {
+                Some(channel) => {
+                    let said = channel.job_succeeded();
+                    futures::future::select(done, said)
+                        .map(|either| either.factor_first().0)
+                        .boxed()
+                }
+                None => done,
+            };
             supervisor.end_when(done);
         }
         let checked = match peers_to_check(&plan, &config) {
@@ -1684,7 +1695,8 @@ async fn drive(
         linger: config.timing.linger,
         trainer_label: label(Role::Trainer),
         pserver_label: label(Role::Pserver),
-        checkpoint: config.timing.checkpoint().filter(|_| trainer),
+        // A pserver-only pod too: preempted, it serves the job's checkpoint through its window.
+        checkpoint: config.timing.checkpoint(),
     });
     let mut commands: VecDeque<Command> = first.into();
     // The supervisor's child index of each started role.
