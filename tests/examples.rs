@@ -47,7 +47,12 @@ fn colocated_example_is_valid_and_wired_to_the_launcher() {
         serde_json::from_value(of_kind("ServiceAccount").remove(0)).unwrap();
 
     let rules = role.rules.unwrap();
-    assert_eq!(rules.len(), 2);
+    // Pods, events, and the Job (where the restart count outlives every pod).
+    assert_eq!(rules.len(), 3);
+    assert_eq!(
+        rules[2].resources.as_deref(),
+        Some(&["jobs".to_string()][..])
+    );
     assert_eq!(
         rules[0].resources.as_deref(),
         Some(&["pods".to_string()][..])

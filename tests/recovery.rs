@@ -1000,6 +1000,37 @@ fn a_job_restarted_whole_goes_on_counting_from_what_the_job_records() {
     assert_eq!(recorded().as_deref(), Some("1"));
 }
 
+/// The record on the Job only goes forward: a restart in place never writes an epoch below the
+/// one recorded (a slow write of an earlier coordinator, or the record of a Job restarted whole
+/// before, stands), and a launcher reads it only when it starts.
+#[test]
+fn the_restart_count_on_the_job_only_goes_forward() {
+    let mut job = Job::new("forward", 2, 2);
+    job.fail_once_rank = Some(1);
+    let api = job.cluster.api.clone();
+    let record = |annotations: serde_json::Value| {
+        serde_json::json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "forward", "namespace": "default", "uid": "c-1", "resourceVersion": "7",
+                         "annotations": annotations},
+            "spec": {"parallelism": 2, "completions": 2, "template": {"spec": {"containers": []}}}
+        })
+    };
+    api.put_job(record(serde_json::json!({})));
+    job.start_training(2);
+    // Rank 1 fails a second into epoch 0; meanwhile the Job is recorded further on.
+    api.put_job(record(
+        serde_json::json!({"paddle-launcher.paddlepaddle.org/restart-count": "9"}),
+    ));
+    let outputs = job.all_finish_in_epoch(1);
+    assert_eq!(outputs.len(), 2);
+    let recorded = api.job("default", "forward").unwrap();
+    assert_eq!(
+        recorded["metadata"]["annotations"]["paddle-launcher.paddlepaddle.org/restart-count"],
+        "9"
+    );
+}
+
 /// Restarts without a secret cannot be agreed: refused before anything starts.
 #[test]
 fn restarts_without_a_job_secret_are_refused() {

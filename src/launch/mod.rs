@@ -796,7 +796,9 @@ async fn gather(
             &membership,
             &me,
             count,
-            attempt.api.as_ref(),
+            // Read at this launcher's first attempt only: later ones count from the attempt
+            // that ended here, which the record can only trail.
+            attempt.api.as_ref().filter(|_| members_before.is_empty()),
         )
         .await?
         {

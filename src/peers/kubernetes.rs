@@ -517,12 +517,22 @@ pub async fn jobset(server: &ApiServer, name: &str) -> Result<serde_json::Value,
 pub const RESTART_COUNT_ANNOTATION: &str = "paddle-launcher.paddlepaddle.org/restart-count";
 pub const PREEMPTIONS_ANNOTATION: &str = "paddle-launcher.paddlepaddle.org/preemptions";
 
-/// What the Job `job` records of the restarts (the epoch last started, the preemptions), if
-/// anything; why not, when it cannot be read.
+/// What the Job `job` records of the restarts (the epoch last started, the preemptions, never
+/// more than the epoch), if anything; why not, when it cannot be read.
 pub async fn recorded_restarts(
     server: &ApiServer,
     job: &str,
 ) -> Result<Option<(u32, u32)>, String> {
+    Ok(job_record(server, job)
+        .await?
+        .and_then(|(_, recorded)| recorded))
+}
+
+/// The Job's resourceVersion and what it records, None when there is no such Job.
+async fn job_record(
+    server: &ApiServer,
+    job: &str,
+) -> Result<Option<(Option<String>, Option<(u32, u32)>)>, String> {
     use k8s_openapi::api::batch::v1::Job;
     let api: Api<Job> = Api::namespaced(server.client.clone(), &server.namespace);
     let object = match api.get(job).await {
@@ -536,11 +546,14 @@ pub async fn recorded_restarts(
             .get(key)
             .and_then(|v| v.trim().parse::<u32>().ok())
     };
-    Ok(read(RESTART_COUNT_ANNOTATION)
-        .map(|epoch| (epoch, read(PREEMPTIONS_ANNOTATION).unwrap_or(0))))
+    let recorded = read(RESTART_COUNT_ANNOTATION)
+        .map(|epoch| (epoch, read(PREEMPTIONS_ANNOTATION).unwrap_or(0).min(epoch)));
+    Ok(Some((object.metadata.resource_version, recorded)))
 }
 
-/// Records on the Job `job` that restart epoch `epoch` has started, after `preemptions`.
+/// Records on the Job `job` that restart epoch `epoch` has started, after `preemptions`: only
+/// forward (a record of a later epoch stands), and only over the version read (a coordinator
+/// of an earlier attempt, whose write was slow, cannot write over a later one: 409, read again).
 pub async fn record_restarts(
     server: &ApiServer,
     job: &str,
@@ -549,15 +562,37 @@ pub async fn record_restarts(
 ) -> Result<(), String> {
     use k8s_openapi::api::batch::v1::Job;
     let api: Api<Job> = Api::namespaced(server.client.clone(), &server.namespace);
-    let patch = serde_json::json!({"metadata": {"annotations": {
-        RESTART_COUNT_ANNOTATION: epoch.to_string(),
-        PREEMPTIONS_ANNOTATION: preemptions.to_string(),
-    }}});
-    let params = kube::api::PatchParams::default();
-    api.patch(job, &params, &kube::api::Patch::Merge(&patch))
-        .await
-        .map(|_| ())
-        .map_err(|e| format!("Job {job} in namespace {}: {e}", server.namespace))
+    for _ in 0..3 {
+        let Some((version, recorded)) = job_record(server, job).await? else {
+            return Err(format!(
+                "Job {job} in namespace {} not found",
+                server.namespace
+            ));
+        };
+        if recorded.is_some_and(|(recorded, _)| recorded >= epoch) {
+            return Ok(());
+        }
+        let patch = serde_json::json!({"metadata": {
+            "resourceVersion": version,
+            "annotations": {
+                RESTART_COUNT_ANNOTATION: epoch.to_string(),
+                PREEMPTIONS_ANNOTATION: preemptions.min(epoch).to_string(),
+            }
+        }});
+        let params = kube::api::PatchParams::default();
+        match api
+            .patch(job, &params, &kube::api::Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 => continue,
+            Err(e) => return Err(format!("Job {job} in namespace {}: {e}", server.namespace)),
+        }
+    }
+    Err(format!(
+        "Job {job} in namespace {}: changed under every write (3 tries)",
+        server.namespace
+    ))
 }
 
 /// One plain list of each group's pods, no watch: for `doctor`.

@@ -739,8 +739,8 @@ fn job_reply(s: &mut State, method: &str, ns: &str, name: &str, body: &[u8]) -> 
             "jobs.batch \"{name}\" is forbidden: User \"system:serviceaccount:{ns}:trainer\" cannot {verb} resource \"jobs\" in API group \"batch\" in the namespace \"{ns}\""
         ));
     }
-    s.resource_version += 1;
-    let version = s.resource_version.to_string();
+    let version = (s.resource_version + 1).to_string();
+    let bump = method == "PATCH";
     let Some(job) = s.jobs.get_mut(&(ns.to_string(), name.to_string())) else {
         return status_reply(404, "NotFound", &format!("jobs.batch \"{name}\" not found"));
     };
@@ -748,10 +748,21 @@ fn job_reply(s: &mut State, method: &str, ns: &str, name: &str, body: &[u8]) -> 
         let Ok(patch) = serde_json::from_slice::<Value>(body) else {
             return status_reply(400, "BadRequest", "the body is not JSON");
         };
+        // A resourceVersion in the patch is a precondition, as on the real server.
+        let expected = &patch["metadata"]["resourceVersion"];
+        if !expected.is_null() && *expected != job["metadata"]["resourceVersion"] {
+            return status_reply(409, "Conflict", &format!(
+                "Operation cannot be fulfilled on jobs.batch \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
+            ));
+        }
         merge_patch(job, &patch);
         job["metadata"]["resourceVersion"] = json!(version);
     }
-    Reply::Json(200, job.to_string())
+    let reply = Reply::Json(200, job.to_string());
+    if bump {
+        s.resource_version += 1;
+    }
+    reply
 }
 
 fn merge_patch(target: &mut Value, patch: &Value) {
