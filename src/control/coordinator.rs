@@ -508,7 +508,12 @@ impl Core {
         self.lost = Some((reason, restart));
         self.lost_hang = hang;
         self.lost_preempted = preempted;
-        self.awaiting = self.links.keys().cloned().collect();
+        self.awaiting = self
+            .links
+            .keys()
+            .filter(|pod| !self.served.contains(*pod))
+            .cloned()
+            .collect();
         // "No restart" can never turn into "restart": final at once, waiting for nobody (a
         // member that finished and lingers would never say it stopped).
         if !restart {
@@ -694,7 +699,11 @@ impl Core {
         match message {
             // A pserver pod's end is no trainer's success: it neither ends the job's restarts
             // nor is news to the others.
+            // Its pserver has ended: after a loss, it has nothing left to stop.
             Message::Done if self.serving.contains(&pod) => {
+                if self.awaiting.remove(&pod) {
+                    self.decide_when_stopped(effects);
+                }
                 self.served.insert(pod);
             }
             Message::Done => {

@@ -266,7 +266,10 @@ impl Sim {
                 // A pserver pod's end (its pserver stopped by the trainers) is no success of
                 // the job's: it neither ends the restarts nor is awaited.
                 let serving = self.followers.iter().any(|f| f.name == *pod && f.serving);
-                if !serving {
+                if serving {
+                    // Its pserver has ended: nothing left to stop.
+                    self.record.stopped_or_gone.push(pod.clone());
+                } else {
                     prop_assert!(
                         self.record.verdicts != [true],
                         "{} finished after the job was told to restart",
