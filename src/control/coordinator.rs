@@ -991,11 +991,27 @@ mod tests {
             restartable: true,
             hang: false,
         };
-        let effects = core.step(said(3, "t1", failed));
+        let effects = core.step(said(3, "t1", failed.clone()));
         assert!(
             effects
                 .iter()
                 .any(|e| matches!(e, Effect::Broadcast(Message::Lost { restart: true, .. }))),
+            "{effects:?}"
+        );
+
+        // After a loss, a pserver pod whose pserver has ended has nothing to stop: the
+        // verdict does not wait for a `Stopped` it will never say.
+        let (mut core, _) = Core::start(split(), t0);
+        for (link, pod) in [(1, "p0"), (2, "p1"), (3, "t1")] {
+            core.step(joined(link, pod));
+        }
+        core.step(said(3, "t1", failed));
+        core.step(Input::Own(Request::Stopped));
+        core.step(said(3, "t1", Message::Stopped));
+        core.step(said(2, "p1", Message::Stopped));
+        let effects = core.step(said(1, "p0", Message::Done));
+        assert!(
+            effects.contains(&Effect::Broadcast(Message::Verdict { restart: true })),
             "{effects:?}"
         );
     }
