@@ -355,9 +355,8 @@ fn role_rules(request: &ManifestArgs) -> Value {
     // The coordinator records each start on the Job, so that a Job restarted whole (every pod
     // lost, a Kueue suspension) goes on counting: only where the pods are one Job's.
     if request.runtime == ManifestRuntime::Job && !request.split {
-        rules.push(
-            json!({"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "patch"]}),
-        );
+        rules.push(json!({"apiGroups": ["batch"], "resources": ["jobs"],
+                   "resourceNames": [request.job_name], "verbs": ["get", "patch"]}));
     }
     if matches!(
         request.runtime,

@@ -175,6 +175,8 @@ fn every_document_is_a_valid_kubernetes_object() {
                             jobs_rule.api_groups.as_deref(),
                             Some(&["batch".to_string()][..])
                         );
+                        // Its own Job only: the trainer can read the token too.
+                        assert_eq!(jobs_rule.resource_names.as_ref().map(Vec::len), Some(1));
                     }
                 }
                 "RoleBinding" => drop(serde_json::from_value::<RoleBinding>(doc).unwrap()),

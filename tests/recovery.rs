@@ -705,12 +705,15 @@ fn a_preempted_coordinator_checkpoints_the_whole_job_and_restarts_it_in_place() 
 /// others train on (long); after a restart the trainers train briefly.
 const SPLIT_PROGRAM: &str = r#"echo "role=$TRAINING_ROLE id=${PADDLE_TRAINER_ID:--} count=$PADDLE_LAUNCHER_RESTART_COUNT"
 if [ "$TRAINING_ROLE" = PSERVER ]; then
+  life=300
+  if [ "$POD_IP" = "$PS_EXITS_IP" ] && [ "$PADDLE_LAUNCHER_RESTART_COUNT" = 0 ]; then life=2; fi
+  export life
   exec python3 -c 'import os, socket, time
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind((os.environ["POD_IP"], int(os.environ["PADDLE_PORT"])))
 s.listen()
-time.sleep(300)'
+time.sleep(int(os.environ["life"]))'
 fi
 trap 'echo "checkpoint signal id=$PADDLE_TRAINER_ID count=$PADDLE_LAUNCHER_RESTART_COUNT now"' USR1
 if [ "$PADDLE_LAUNCHER_RESTART_COUNT" = 0 ]; then
@@ -724,7 +727,8 @@ sleep 1"#;
 
 /// A split fleet job with a control channel: 2 pserver pods and 2 trainer pods (two Jobs,
 /// found by their own selectors), each launcher running `SPLIT_PROGRAM`. `launchers`: ps-0,
-/// ps-1, tr-0, tr-1.
+/// ps-1, tr-0, tr-1. With `pserver_0_exits`, ps-0's pserver exits 0 two seconds into epoch 0
+/// (as fleet's `stop_server` would make it).
 struct SplitJob {
     cluster: Cluster,
     pods: Vec<(String, String)>,
@@ -733,15 +737,31 @@ struct SplitJob {
 
 impl SplitJob {
     fn start(job: &str, max_restarts: u32, train_s: u32, fail_exit: u8) -> SplitJob {
+        SplitJob::start_with(job, max_restarts, train_s, fail_exit, false)
+    }
+
+    fn start_with(
+        job: &str,
+        max_restarts: u32,
+        train_s: u32,
+        fail_exit: u8,
+        pserver_0_exits: bool,
+    ) -> SplitJob {
         let cluster = Cluster::new();
+        let ips: Vec<String> = (0..4).map(|_| loopback_ip()).collect();
+        let exits_ip = if pserver_0_exits {
+            ips[0].clone()
+        } else {
+            String::new()
+        };
         let control_port = free_ports(1).to_string();
         let port = free_ports(2).to_string();
         let trainer_port = free_ports(1).to_string();
         let mut pods = Vec::new();
         let mut launchers = Vec::new();
-        for (label, role) in [("ps", "pserver"), ("tr", "trainer")] {
+        for (k, (label, role)) in [("ps", "pserver"), ("tr", "trainer")].iter().enumerate() {
             for i in 0..2 {
-                let (name, ip) = (format!("{job}-{label}-{i}"), loopback_ip());
+                let (name, ip) = (format!("{job}-{label}-{i}"), ips[2 * k + i].clone());
                 let mut pod = job_pod(job, &name);
                 pod["metadata"]["labels"]["role"] = serde_json::json!(label);
                 cluster.api.put_pod(pod);
@@ -769,6 +789,7 @@ impl SplitJob {
                     ("PADDLE_LAUNCHER_CHECKPOINT_WINDOW", "3".to_string()),
                     ("TRAIN_S", train_s.to_string()),
                     ("FAIL_EXIT", fail_exit.to_string()),
+                    ("PS_EXITS_IP", exits_ip.clone()),
                 ]);
                 let args = ["run", "--", "sh", "-c", SPLIT_PROGRAM];
                 launchers.push(Some(Launcher::start(
@@ -868,6 +889,26 @@ fn a_preempted_pserver_pod_serves_the_jobs_checkpoint_and_the_job_restarts_free(
         trainer.wait_for_output(
             "restarting the job (restart 1 after a preemption, which spends none of the 0 restarts)",
             LIMIT,
+        );
+    }
+}
+
+/// A fleet pserver stopped early (its pserver exits 0 while the trainers train) leaves its pod a
+/// member of the job: a trainer's failure then restarts every pod, that one too, instead of a
+/// restart that would find it Succeeded (or gone) and could never gather.
+#[test]
+fn a_pserver_that_ended_early_rejoins_the_restart() {
+    let mut job = SplitJob::start_with("splitearly", 1, 4, 3, true);
+    job.launchers[0].as_ref().unwrap().wait_for_output(
+        "staying a member of the job until its trainers are done",
+        LIMIT,
+    );
+    let outputs: Vec<_> = [2, 3, 0, 1].iter().map(|&i| job.ends(i, 0)).collect();
+    for done in &outputs {
+        assert_contains(&done.stdout, " count=1");
+        assert_contains(
+            &done.stderr,
+            "trainer exited with status 3: restarting the job (restart 1 of 1)",
         );
     }
 }
@@ -998,6 +1039,62 @@ fn a_job_restarted_whole_goes_on_counting_from_what_the_job_records() {
         "Job whole records restart epoch 0 as started: the job was restarted whole since, so the restart count goes on at 1",
     );
     assert_eq!(recorded().as_deref(), Some("1"));
+}
+
+/// Kueue suspends a running Job (every pod gets SIGTERM at once) and resumes it: the pods
+/// created again start the next epoch, and the preemption spends nothing there either (the
+/// coordinator recorded it on the Job before leaving): a failure after it still restarts.
+#[test]
+fn a_job_suspended_whole_and_resumed_counts_its_preemption_as_free() {
+    let program = r#"echo "rank=$PADDLE_TRAINER_ID count=$PADDLE_LAUNCHER_RESTART_COUNT end"
+trap 'echo "checkpoint signal rank=$PADDLE_TRAINER_ID"' USR1
+case "$PADDLE_LAUNCHER_RESTART_COUNT" in
+0) end=$(( $(date +%s) + 120 )); while [ "$(date +%s)" -lt "$end" ]; do sleep 1 & wait $!; done ;;
+1) if [ "$PADDLE_TRAINER_ID" = 1 ]; then sleep 1; exit 3; fi; sleep 120 ;;
+esac
+sleep 2"#;
+    let mut job = Job::new("suspended", 2, 1);
+    job.program = ["sh", "-c", program].map(String::from).to_vec();
+    job.extra_env
+        .push(("PADDLE_LAUNCHER_CHECKPOINT_WINDOW", "2".to_string()));
+    let api = job.cluster.api.clone();
+    api.put_job(serde_json::json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "suspended", "namespace": "default", "uid": "c-1", "resourceVersion": "1"},
+        "spec": {"parallelism": 2, "completions": 2, "template": {"spec": {"containers": []}}}
+    }));
+    job.start_training(2);
+    // Kueue: both pods deleted at once with their grace period.
+    let mut leaving = Vec::new();
+    for i in [0, 1] {
+        let name = job.created[i].0.clone();
+        let mut pod = api.pod("default", &name).unwrap();
+        pod["metadata"]["deletionTimestamp"] = serde_json::json!("2026-11-24T00:00:00Z");
+        pod["metadata"]["deletionGracePeriodSeconds"] = serde_json::json!(30);
+        api.put_pod(pod);
+        let launcher = job.created[i].2.take().unwrap();
+        launcher.signal(Signal::SIGTERM);
+        leaving.push((name, launcher));
+    }
+    for (name, launcher) in leaving {
+        let done = launcher.wait(LIMIT);
+        assert_eq!(done.code(), 143, "{name}: {}", done.stderr);
+        api.set_terminated("default", &name, done.code(), "Error", "preempted");
+        api.delete_pod("default", &name);
+    }
+    let recorded = &api.job("default", "suspended").unwrap()["metadata"]["annotations"];
+    assert_eq!(
+        recorded["paddle-launcher.paddlepaddle.org/preemptions"],
+        "1",
+        "{}\n{}",
+        job.stderr(0),
+        job.stderr(1)
+    );
+    // Resumed: new pods, epoch 1 (the preemption's); rank 1 fails there, which spends the one
+    // restart (restart 2 of the job, 1 of 1): epoch 2 ends it.
+    job.create_pods(2);
+    let outputs = job.all_finish_in_epoch(2);
+    assert_eq!(outputs.len(), 2);
 }
 
 /// The record on the Job only goes forward: a restart in place never writes an epoch below the

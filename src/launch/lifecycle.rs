@@ -129,6 +129,12 @@ enum Phase {
     TrainersDone {
         reason: String,
     },
+    /// Split layout with a channel: the pserver ended by itself (`ended`, stopped by the
+    /// trainers) before the job's end; the pod stays a member until the trainers are done (its
+    /// success) or the job is lost (it rejoins the restart).
+    ServedOut {
+        ended: Ended,
+    },
     /// The hung trainer was asked for its stacks (`reason`: why it was judged hung; `job`: the
     /// job's verdict, not this pod's own judgement); `DumpOver` stops every process.
     DumpingStacks {
@@ -159,6 +165,9 @@ pub struct Setup {
     pub pserver_label: String,
     /// The checkpoint signal and window; None: a stop signal stops at once.
     pub checkpoint: Option<crate::config::Checkpoint>,
+    /// A pserver-only pod with a control channel: a pserver that ends by itself (fleet's
+    /// `stop_server`) leaves the pod waiting for the job's end, so that a restart finds it.
+    pub waits_for_the_job: bool,
 }
 
 pub struct Lifecycle {
@@ -290,6 +299,7 @@ impl Lifecycle {
             (Phase::Training, input) => self.training(input),
             (Phase::Lingering { trainer }, input) => self.lingering(trainer, input),
             (Phase::Serving, input) => self.serving(input),
+            (Phase::ServedOut { ended }, input) => self.served_out(ended, input),
             (Phase::PserverGone, input) => self.pserver_gone(input),
             (Phase::TrainersDone { reason }, input) => self.trainers_done(reason, input),
             (Phase::DumpingStacks { reason, job }, input) => {
@@ -314,6 +324,7 @@ impl Lifecycle {
             Phase::Serving | Phase::TrainersDone { .. } => {
                 (pserver(), "; stopped the pserver".into())
             }
+            Phase::ServedOut { .. } => (Vec::new(), "; its pserver had ended".into()),
             Phase::PserverGone => (
                 vec![Role::Trainer],
                 format!("; stopped {}", self.setup.trainer_label),
@@ -636,6 +647,18 @@ impl Lifecycle {
             })),
             Input::Exited {
                 role: Role::Pserver,
+                ended: ended @ Ended::Code(0),
+            } if self.setup.waits_for_the_job => {
+                let line = format!(
+                    "{} {}: staying a member of the job until its trainers are done",
+                    self.setup.pserver_label,
+                    ended.describe()
+                );
+                self.phase = Phase::ServedOut { ended };
+                vec![Command::Log(line)]
+            }
+            Input::Exited {
+                role: Role::Pserver,
                 ended,
             } => self.finish(Ok(Outcome::new(
                 ended.exit_code(),
@@ -678,6 +701,23 @@ impl Lifecycle {
                 Err(Error::WatchRefused { refusal }),
             ),
             _ => self.stay(Phase::Serving),
+        }
+    }
+
+    /// The pserver ended by itself while the job runs: the trainers' success is this pod's,
+    /// the job's loss too (nothing left to stop: it rejoins the restart).
+    fn served_out(&mut self, ended: Ended, input: Input) -> Vec<Command> {
+        match input {
+            Input::JobDone(Ok(reason)) => self.finish(Ok(Outcome::new(
+                exit::SUCCESS,
+                format!("pserver {}; {reason}", ended.describe()),
+            ))),
+            Input::JobDone(Err(refusal)) => self.finish(Err(Error::WatchRefused { refusal })),
+            Input::PeerLost(reason) => self.finish(Err(Error::PeerLost {
+                reason,
+                stopped: "nothing (its pserver had ended)".into(),
+            })),
+            _ => self.stay(Phase::ServedOut { ended }),
         }
     }
 
@@ -1116,6 +1156,7 @@ mod tests {
             trainer_label: "trainer-0".into(),
             pserver_label: "pserver-0".into(),
             checkpoint: None,
+            waits_for_the_job: false,
         }
     }
 
@@ -1914,6 +1955,37 @@ mod tests {
                 "stop trainer 2",
                 "fail 130 received SIGINT; stopped trainer-0"
             ]
+        );
+        // A pserver pod of the split layout with a channel: its pserver stopped by the
+        // trainers leaves it a member until the job's end, a success or a loss it rejoins from;
+        // without a channel it ends with its pserver, as the API alone cannot tell a loss.
+        let split = |waits_for_the_job| Setup {
+            protocol: Protocol::Fleet,
+            gate_on_pservers: false,
+            waits_for_the_job,
+            ..setup(true, false)
+        };
+        let served = "log pserver-0 exited with status 0: staying a member of the job until its trainers are done";
+        let done = || Input::JobDone(Ok("all 2 trainer pods `paddle-job=j` Succeeded".into()));
+        assert_eq!(
+            run(split(true), vec![exited(Role::Pserver, 0), done()]),
+            [
+                "spawn pserver",
+                served,
+                "finish 0 pserver exited with status 0; all 2 trainer pods `paddle-job=j` Succeeded",
+            ]
+        );
+        let lost = Input::PeerLost("pod t-1: trainer exited with status 3".into());
+        let shown = run(split(true), vec![exited(Role::Pserver, 0), lost]);
+        assert_eq!(shown[1], served);
+        assert!(shown[2].starts_with("fail "), "{shown:?}");
+        assert!(
+            shown[2].contains("trainer exited with status 3"),
+            "{shown:?}"
+        );
+        assert_eq!(
+            run(split(false), vec![exited(Role::Pserver, 0), done()]),
+            ["spawn pserver", "finish 0 pserver exited with status 0"]
         );
     }
 

@@ -191,18 +191,24 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             Some(channel) => channel.coordinates(),
             None => plan.trainer_id == Some(0),
         };
+        // Where the coordinator keeps the job's count, if it does: on the Job object.
         let coordinates = channel.as_ref().is_some_and(Channel::coordinates);
-        if let (true, Some(api), Some(job)) = (
+        let recorder = match (
             coordinates,
             &api,
             coordination::job_keeping_the_count(&config),
         ) {
-            record_on_the_job(
+            (true, Some(api), Some(job)) => Some((api.clone(), job.to_string())),
+            _ => None,
+        };
+        if let Some((api, job)) = &recorder {
+            // In the background: the start is not held back by it.
+            drop(record_on_the_job(
                 api.clone(),
-                job.to_string(),
+                job.clone(),
                 plan.restart_count,
                 preemptions,
-            );
+            ));
         }
         if let (true, None, Some(api)) = (posts, &events, api) {
             // POD_NAME, else the pod's name as found by its address (under hostNetwork pods
@@ -321,6 +327,21 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             .as_ref()
             .and_then(Channel::cause)
             .is_some_and(|cause| cause.preempted);
+        // A preemption may take every pod at once (a Kueue suspension): recorded now, the
+        // pods created again count it, and it spends nothing there either.
+        if let (true, Some((api, job))) = (preempted, &recorder) {
+            info!(
+                "recording the preemption on Job {job} (at most {} s)",
+                PREEMPTION_RECORD_WAIT.as_secs()
+            );
+            let written = record_on_the_job(
+                api.clone(),
+                job.clone(),
+                plan.restart_count,
+                preemptions.saturating_add(1),
+            );
+            let _ = timeout(PREEMPTION_RECORD_WAIT, written).await;
+        }
         // Whether the budget alone would allow a restart: only then is the coordinator's word
         // worth waiting for.
         let budget_allows = verdict(&Standing {
@@ -382,18 +403,18 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                 let cause = channel.as_ref().and_then(Channel::cause);
                 let hang = cause.as_ref().map_or(hung, |cause| cause.hang);
                 let reason = cause.map_or(reason, |cause| cause.reason);
+                let next = budget.epoch.saturating_add(1);
                 let restart = match preempted {
                     true => format!(
-                        "restart {} after a preemption, which spends none of the {} restarts",
-                        budget.epoch + 1,
+                        "restart {next} after a preemption, which spends none of the {} restarts",
                         budget.max_restarts
                     ),
                     false if preemptions == 0 => {
-                        format!("restart {} of {}", budget.epoch + 1, budget.max_restarts)
+                        format!("restart {next} of {}", budget.max_restarts)
                     }
                     false => format!(
                         "restart {} of {}, after {} that spent none",
-                        budget.epoch + 1 - preemptions.min(budget.epoch),
+                        next - preemptions.min(budget.epoch),
                         budget.max_restarts,
                         crate::vocabulary::count(preemptions as usize, "preemption")
                     ),
@@ -407,8 +428,8 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                     channel.finish(false).await;
                 }
                 count = Count {
-                    next_epoch: budget.epoch + 1,
-                    preemptions: preemptions + u32::from(preempted),
+                    next_epoch: next,
+                    preemptions: preemptions.saturating_add(u32::from(preempted)),
                 };
                 members_before = plan.pods.iter().map(PodEntry::address).collect();
             }
@@ -1405,7 +1426,7 @@ const JOB_RECORD_TIMEOUT: Duration = Duration::from_secs(10);
 /// The count as the coordinator starts gathering, with what the Job records: the epoch it
 /// last started (so the next is one more: the job was restarted whole since, or is being
 /// restarted in place now) and its preemptions. Unreadable: this launcher's own count stands,
-/// said once in the log.
+/// said in the log.
 async fn count_kept_on_the_job(api: &ApiServer, job: &str, count: Count) -> Count {
     let doing = format!("reading the restart count recorded on Job {job}");
     match timeout(
@@ -1441,10 +1462,19 @@ async fn count_kept_on_the_job(api: &ApiServer, job: &str, count: Count) -> Coun
     }
 }
 
+/// How long a preempted attempt's end waits for its record on the Job: the pod is within its
+/// grace period.
+const PREEMPTION_RECORD_WAIT: Duration = Duration::from_secs(2);
+
 /// Records on the Job that restart epoch `epoch` started, after `preemptions`: in the
 /// background, bounded, a failure said in the log (the job goes on; only a whole-Job restart
 /// would then start the count again).
-fn record_on_the_job(api: ApiServer, job: String, epoch: u32, preemptions: u32) {
+fn record_on_the_job(
+    api: ApiServer,
+    job: String,
+    epoch: u32,
+    preemptions: u32,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let record = peers::kubernetes::record_restarts(&api, &job, epoch, preemptions);
         match timeout(JOB_RECORD_TIMEOUT, record).await {
@@ -1452,7 +1482,7 @@ fn record_on_the_job(api: ApiServer, job: String, epoch: u32, preemptions: u32) 
             Ok(Err(why)) => warn!("recording restart epoch {epoch} on Job {job}: {why}: a whole-Job restart would start the restart count at 0 (grant `patch` on jobs, docs/manifests-and-rbac.md)"),
             Err(_) => warn!("recording restart epoch {epoch} on Job {job}: no answer in {} s", JOB_RECORD_TIMEOUT.as_secs()),
         }
-    });
+    })
 }
 
 /// "pod p-1 on node n7 (trainer id 1 of 3)": how this launcher names itself to the others, so
@@ -1699,6 +1729,7 @@ async fn drive(
         pserver_label: label(Role::Pserver),
         // A pserver-only pod too: preempted, it serves the job's checkpoint through its window.
         checkpoint: config.timing.checkpoint(),
+        waits_for_the_job: !trainer && channel.is_some(),
     });
     let mut commands: VecDeque<Command> = first.into();
     // The supervisor's child index of each started role.

@@ -517,8 +517,12 @@ pub async fn jobset(server: &ApiServer, name: &str) -> Result<serde_json::Value,
 pub const RESTART_COUNT_ANNOTATION: &str = "paddle-launcher.paddlepaddle.org/restart-count";
 pub const PREEMPTIONS_ANNOTATION: &str = "paddle-launcher.paddlepaddle.org/preemptions";
 
-/// What the Job `job` records of the restarts (the epoch last started, the preemptions, never
-/// more than the epoch), if anything; why not, when it cannot be read.
+/// The largest restart count a Job's record is believed up to.
+const MAX_RECORDED: u32 = 1_000_000;
+
+/// What the Job `job` records of the restarts (the epoch last started, and the preemptions:
+/// at most one more than the epoch, when one ended it), if anything; why not, when it cannot
+/// be read.
 pub async fn recorded_restarts(
     server: &ApiServer,
     job: &str,
@@ -541,13 +545,19 @@ async fn job_record(
         Err(e) => return Err(format!("Job {job} in namespace {}: {e}", server.namespace)),
     };
     let annotations = object.metadata.annotations.unwrap_or_default();
+    // Anyone who may edit the Job may write here: a count no job reaches is no count.
     let read = |key: &str| {
-        annotations
-            .get(key)
-            .and_then(|v| v.trim().parse::<u32>().ok())
+        let value = annotations.get(key)?.trim().parse::<u32>().ok();
+        value.filter(|&v| v <= MAX_RECORDED)
     };
-    let recorded = read(RESTART_COUNT_ANNOTATION)
-        .map(|epoch| (epoch, read(PREEMPTIONS_ANNOTATION).unwrap_or(0).min(epoch)));
+    let recorded = read(RESTART_COUNT_ANNOTATION).map(|epoch| {
+        (
+            epoch,
+            read(PREEMPTIONS_ANNOTATION)
+                .unwrap_or(0)
+                .min(epoch.saturating_add(1)),
+        )
+    });
     Ok(Some((object.metadata.resource_version, recorded)))
 }
 
@@ -569,14 +579,17 @@ pub async fn record_restarts(
                 server.namespace
             ));
         };
-        if recorded.is_some_and(|(recorded, _)| recorded >= epoch) {
+        // Only forward: a later epoch, or this one with more preemptions known.
+        if recorded
+            .is_some_and(|recorded| recorded >= (epoch, preemptions.min(epoch.saturating_add(1))))
+        {
             return Ok(());
         }
         let patch = serde_json::json!({"metadata": {
             "resourceVersion": version,
             "annotations": {
                 RESTART_COUNT_ANNOTATION: epoch.to_string(),
-                PREEMPTIONS_ANNOTATION: preemptions.min(epoch).to_string(),
+                PREEMPTIONS_ANNOTATION: preemptions.min(epoch.saturating_add(1)).to_string(),
             }
         }});
         let params = kube::api::PatchParams::default();

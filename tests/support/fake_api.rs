@@ -727,9 +727,6 @@ fn status_body(code: u16, reason: &str, message: &str) -> Value {
            "message": message, "reason": reason, "code": code})
 }
 
-/// A core/v1 Event created as the real server validates the fields the launcher sets: a name
-/// or generateName, the path's namespace (the object's and its involved object's), a type of
-/// Normal or Warning, a reason; the stored object gets a name, uid, resourceVersion and time.
 /// A Job read, or merge-patched (RFC 7386, what `kubectl patch --type merge` sends), as the
 /// real server does: the whole object back, its resourceVersion bumped.
 fn job_reply(s: &mut State, method: &str, ns: &str, name: &str, body: &[u8]) -> Reply {
@@ -782,6 +779,9 @@ fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
+/// A core/v1 Event created as the real server validates the fields the launcher sets: a name
+/// or generateName, the path's namespace (the object's and its involved object's), a type of
+/// Normal or Warning, a reason; the stored object gets a name, uid, resourceVersion and time.
 fn create_event(s: &mut State, ns: &str, body: &[u8]) -> Reply {
     if s.events_forbidden {
         return status_reply(403, "Forbidden", &format!(
