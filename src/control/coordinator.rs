@@ -706,6 +706,11 @@ impl Core {
                 }
                 self.served.insert(pod);
             }
+            // A pserver pod whose pserver has ended has nothing left to fail, nor to preempt:
+            // it leaves (a loss it saw through the API, this launcher sees too).
+            Message::Failed { .. } | Message::Preempted { .. } if self.served.contains(&pod) => {
+                info!("control channel: {pod} leaves (its pserver had ended)");
+            }
             Message::Done => {
                 // The first success is news to the followers; later ones change nothing for
                 // them, and a thousand would cost a million frames.
@@ -1014,6 +1019,28 @@ mod tests {
             effects.contains(&Effect::Broadcast(Message::Verdict { restart: true })),
             "{effects:?}"
         );
+
+        // A pserver pod whose pserver ended leaves as it may (stopped, evicted): no loss, no
+        // checkpoint asked of the trainers.
+        let (mut core, _) = Core::start(split(), t0);
+        for (link, pod) in [(1, "p0"), (2, "p1"), (3, "t1")] {
+            core.step(joined(link, pod));
+        }
+        core.step(said(1, "p0", Message::Done));
+        let leaving = [
+            Message::Preempted {
+                reason: "pod p0: preempted".into(),
+            },
+            Message::Failed {
+                reason: "pod p0: received SIGTERM; its pserver had ended".into(),
+                restartable: true,
+                hang: false,
+            },
+        ];
+        for message in leaving {
+            assert_eq!(core.step(said(1, "p0", message)), []);
+        }
+        assert!(core.lost.is_none());
     }
 
     /// A member that finished stopped progressing for good: it is no suspect, however old its

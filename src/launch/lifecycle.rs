@@ -655,7 +655,8 @@ impl Lifecycle {
                     ended.describe()
                 );
                 self.phase = Phase::ServedOut { ended };
-                vec![Command::Log(line)]
+                // Its part is done: its end, whatever it is, is no loss to the job.
+                vec![Command::Log(line), Command::TellDone]
             }
             Input::Exited {
                 role: Role::Pserver,
@@ -1972,15 +1973,33 @@ mod tests {
             [
                 "spawn pserver",
                 served,
+                "tell done",
                 "finish 0 pserver exited with status 0; all 2 trainer pods `paddle-job=j` Succeeded",
             ]
         );
         let lost = Input::PeerLost("pod t-1: trainer exited with status 3".into());
         let shown = run(split(true), vec![exited(Role::Pserver, 0), lost]);
         assert_eq!(shown[1], served);
-        assert!(shown[2].starts_with("fail "), "{shown:?}");
+        // Its part is done (told, so that its end is no loss to the job): stopped, it asks
+        // nothing of the others.
+        let preempting = Setup {
+            checkpoint: Some(crate::config::Checkpoint {
+                signal: nix::libc::SIGUSR1,
+                window: Duration::from_secs(12),
+            }),
+            ..split(true)
+        };
+        assert_eq!(
+            run(
+                preempting,
+                vec![exited(Role::Pserver, 0), Input::Signal(SIGTERM)]
+            )[3..],
+            ["fail 143 received SIGTERM; its pserver had ended"]
+        );
+        assert_eq!(shown[2], "tell done");
+        assert!(shown[3].starts_with("fail "), "{shown:?}");
         assert!(
-            shown[2].contains("trainer exited with status 3"),
+            shown[3].contains("trainer exited with status 3"),
             "{shown:?}"
         );
         assert_eq!(

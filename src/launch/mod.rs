@@ -329,19 +329,16 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             .is_some_and(|cause| cause.preempted);
         // A preemption may take every pod at once (a Kueue suspension): recorded now, the
         // pods created again count it, and it spends nothing there either.
-        if let (true, Some((api, job))) = (preempted, &recorder) {
-            info!(
-                "recording the preemption on Job {job} (at most {} s)",
-                PREEMPTION_RECORD_WAIT.as_secs()
-            );
-            let written = record_on_the_job(
+        // Written meanwhile: only a pod that ends waits for it (below), not the verdict.
+        let preemption_recorded = match (preempted, &recorder) {
+            (true, Some((api, job))) => Some(record_on_the_job(
                 api.clone(),
                 job.clone(),
                 plan.restart_count,
                 preemptions.saturating_add(1),
-            );
-            let _ = timeout(PREEMPTION_RECORD_WAIT, written).await;
-        }
+            )),
+            _ => None,
+        };
         // Whether the budget alone would allow a restart: only then is the coordinator's word
         // worth waiting for.
         let budget_allows = verdict(&Standing {
@@ -434,6 +431,14 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                 members_before = plan.pods.iter().map(PodEntry::address).collect();
             }
             AfterRun::Finish(result) => {
+                if let Some(written) = preemption_recorded {
+                    info!(
+                        "waiting for the preemption's record on Job {} (at most {} s)",
+                        config.topology.job_name,
+                        PREEMPTION_RECORD_WAIT.as_secs()
+                    );
+                    let _ = timeout(PREEMPTION_RECORD_WAIT, written).await;
+                }
                 let mut cause = None;
                 if let Some(mut channel) = channel {
                     // A stop signal ends the wait for the others; the pod's outcome stands.

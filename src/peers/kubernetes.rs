@@ -520,6 +520,9 @@ pub const PREEMPTIONS_ANNOTATION: &str = "paddle-launcher.paddlepaddle.org/preem
 /// The largest restart count a Job's record is believed up to.
 const MAX_RECORDED: u32 = 1_000_000;
 
+/// How many times a record is written over a Job that keeps changing.
+const WRITE_TRIES: u32 = 10;
+
 /// What the Job `job` records of the restarts (the epoch last started, and the preemptions:
 /// at most one more than the epoch, when one ended it), if anything; why not, when it cannot
 /// be read.
@@ -572,7 +575,12 @@ pub async fn record_restarts(
 ) -> Result<(), String> {
     use k8s_openapi::api::batch::v1::Job;
     let api: Api<Job> = Api::namespaced(server.client.clone(), &server.namespace);
-    for _ in 0..3 {
+    // The Job's status changes under a write too (its controller, Kueue): a conflict is
+    // likely while pods come and go, so it is read and tried again, a moment later.
+    for attempt in 0..WRITE_TRIES {
+        if attempt > 0 {
+            sleep(Duration::from_millis(100)).await;
+        }
         let Some((version, recorded)) = job_record(server, job).await? else {
             return Err(format!(
                 "Job {job} in namespace {} not found",
@@ -603,7 +611,7 @@ pub async fn record_restarts(
         }
     }
     Err(format!(
-        "Job {job} in namespace {}: changed under every write (3 tries)",
+        "Job {job} in namespace {}: changed under every write ({WRITE_TRIES} tries)",
         server.namespace
     ))
 }
