@@ -731,6 +731,9 @@ sleep 1"#;
 /// (as fleet's `stop_server` would make it).
 struct SplitJob {
     cluster: Cluster,
+    job: String,
+    /// What every pod's launcher is given besides its own name, address and role.
+    env: Vec<(&'static str, String)>,
     pods: Vec<(String, String)>,
     launchers: Vec<Option<Launcher>>,
 }
@@ -754,58 +757,61 @@ impl SplitJob {
         } else {
             String::new()
         };
-        let control_port = free_ports(1).to_string();
-        let port = free_ports(2).to_string();
-        let trainer_port = free_ports(1).to_string();
-        let mut pods = Vec::new();
-        let mut launchers = Vec::new();
-        for (k, (label, role)) in [("ps", "pserver"), ("tr", "trainer")].iter().enumerate() {
+        let mut env = cluster.env(job, 2);
+        env.retain(|(k, _)| *k != "CONF_PADDLE_GRADIENT_NUM");
+        env.extend([
+            ("PADDLE_LAUNCHER_PROTOCOL", "fleet".to_string()),
+            ("PSERVERS", "2".to_string()),
+            ("TRAINERS", "2".to_string()),
+            ("PADDLE_LAUNCHER_PSERVER_SELECTOR", "role=ps".to_string()),
+            ("PADDLE_LAUNCHER_TRAINER_SELECTOR", "role=tr".to_string()),
+            ("CONF_PADDLE_PORT", free_ports(2).to_string()),
+            ("PADDLE_LAUNCHER_TRAINER_PORT", free_ports(1).to_string()),
+            ("PADDLE_LAUNCHER_JOB_SECRET", SECRET.to_string()),
+            ("PADDLE_LAUNCHER_MAX_RESTARTS", max_restarts.to_string()),
+            ("PADDLE_LAUNCHER_CONTROL_PORT", free_ports(1).to_string()),
+            ("PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT", "2".to_string()),
+            ("PADDLE_LAUNCHER_GRACE_PERIOD", "3".to_string()),
+            ("PADDLE_LAUNCHER_CHECKPOINT_WINDOW", "3".to_string()),
+            ("TRAIN_S", train_s.to_string()),
+            ("FAIL_EXIT", fail_exit.to_string()),
+            ("PS_EXITS_IP", exits_ip),
+        ]);
+        let mut split = SplitJob {
+            cluster,
+            job: job.to_string(),
+            env,
+            pods: Vec::new(),
+            launchers: Vec::new(),
+        };
+        for (k, label) in ["ps", "tr"].iter().enumerate() {
             for i in 0..2 {
-                let (name, ip) = (format!("{job}-{label}-{i}"), ips[2 * k + i].clone());
-                let mut pod = job_pod(job, &name);
-                pod["metadata"]["labels"]["role"] = serde_json::json!(label);
-                cluster.api.put_pod(pod);
-                cluster
-                    .api
-                    .set_status("default", &name, "Running", Some(&ip));
-                let mut env = cluster.env(job, 2);
-                env.retain(|(k, _)| *k != "CONF_PADDLE_GRADIENT_NUM");
-                env.extend([
-                    ("POD_IP", ip.clone()),
-                    ("POD_NAME", name.clone()),
-                    ("PADDLE_LAUNCHER_ROLE", role.to_string()),
-                    ("PADDLE_LAUNCHER_PROTOCOL", "fleet".to_string()),
-                    ("PSERVERS", "2".to_string()),
-                    ("TRAINERS", "2".to_string()),
-                    ("PADDLE_LAUNCHER_PSERVER_SELECTOR", "role=ps".to_string()),
-                    ("PADDLE_LAUNCHER_TRAINER_SELECTOR", "role=tr".to_string()),
-                    ("CONF_PADDLE_PORT", port.clone()),
-                    ("PADDLE_LAUNCHER_TRAINER_PORT", trainer_port.clone()),
-                    ("PADDLE_LAUNCHER_JOB_SECRET", SECRET.to_string()),
-                    ("PADDLE_LAUNCHER_MAX_RESTARTS", max_restarts.to_string()),
-                    ("PADDLE_LAUNCHER_CONTROL_PORT", control_port.clone()),
-                    ("PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT", "2".to_string()),
-                    ("PADDLE_LAUNCHER_GRACE_PERIOD", "3".to_string()),
-                    ("PADDLE_LAUNCHER_CHECKPOINT_WINDOW", "3".to_string()),
-                    ("TRAIN_S", train_s.to_string()),
-                    ("FAIL_EXIT", fail_exit.to_string()),
-                    ("PS_EXITS_IP", exits_ip.clone()),
-                ]);
-                let args = ["run", "--", "sh", "-c", SPLIT_PROGRAM];
-                launchers.push(Some(Launcher::start(
-                    cluster.dir.path(),
-                    &name,
-                    &args,
-                    &env,
-                )));
-                pods.push((name, ip));
+                split.add_pod(label, &format!("{job}-{label}-{i}"), &ips[2 * k + i]);
             }
         }
-        SplitJob {
-            cluster,
-            pods,
-            launchers,
-        }
+        split
+    }
+
+    /// The Job controller creates a pod of `label` (ps or tr), the kubelet runs it.
+    fn add_pod(&mut self, label: &str, name: &str, ip: &str) -> usize {
+        let mut pod = job_pod(&self.job, name);
+        pod["metadata"]["labels"]["role"] = serde_json::json!(label);
+        self.cluster.api.put_pod(pod);
+        self.cluster
+            .api
+            .set_status("default", name, "Running", Some(ip));
+        let role = if label == "ps" { "pserver" } else { "trainer" };
+        let mut env = self.env.clone();
+        env.extend([
+            ("POD_IP", ip.to_string()),
+            ("POD_NAME", name.to_string()),
+            ("PADDLE_LAUNCHER_ROLE", role.to_string()),
+        ]);
+        let args = ["run", "--", "sh", "-c", SPLIT_PROGRAM];
+        let launcher = Launcher::start(self.cluster.dir.path(), name, &args, &env);
+        self.launchers.push(Some(launcher));
+        self.pods.push((name.to_string(), ip.to_string()));
+        self.pods.len() - 1
     }
 
     /// Waits for launcher `i`, which must exit `code`; as the kubelet, marks its pod ended.
@@ -910,6 +916,39 @@ fn a_pserver_that_ended_early_rejoins_the_restart() {
             &done.stderr,
             "trainer exited with status 3: restarting the job (restart 1 of 1)",
         );
+    }
+}
+
+/// A trainer pod lost (its node gone: launcher and children killed) and replaced by a pod with
+/// a new name and address: the pservers and the other trainer stop their processes, keep their
+/// pods, and the whole job starts again with the replacement in epoch 1.
+#[test]
+fn the_split_layout_recovers_from_a_lost_trainer_pod() {
+    let mut job = SplitJob::start("splitlost", 1, 120, 0);
+    for i in [2, 3] {
+        job.launchers[i]
+            .as_ref()
+            .unwrap()
+            .wait_for_output("role=TRAINER", LIMIT);
+    }
+    let lost = job.launchers[3].take().unwrap();
+    lost.signal(Signal::SIGKILL);
+    lost.wait(LIMIT);
+    let name = job.pods[3].0.clone();
+    job.cluster.api.set_status("default", &name, "Failed", None);
+    for i in [0, 1, 2] {
+        job.launchers[i]
+            .as_ref()
+            .unwrap()
+            .wait_for_output("restarting the job (restart 1 of 1)", LIMIT);
+    }
+    let replacement = job.add_pod("tr", "splitlost-tr-9", &loopback_ip());
+    let outputs: Vec<_> = [2, replacement, 0, 1]
+        .iter()
+        .map(|&i| job.ends(i, 0))
+        .collect();
+    for done in &outputs {
+        assert_contains(&done.stdout, " count=1");
     }
 }
 
