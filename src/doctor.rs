@@ -90,7 +90,7 @@ pub async fn doctor(
             }
         }
     }
-    if config.control.secret.is_some() || config.control.secret_file.is_some() {
+    if config.control.is_on() {
         crate::launch::derive_coordinator(&mut config);
     }
     lines.push(format!(
@@ -345,9 +345,7 @@ async fn follower_check(
     lines: &mut Vec<String>,
 ) -> Option<Outcome> {
     let (host, port) = config.control.coordinator.as_ref()?;
-    if config.own_group() != GroupKind::Job
-        || (config.control.secret.is_none() && config.control.secret_file.is_none())
-    {
+    if config.own_group() != GroupKind::Job || !config.control.is_on() {
         return None;
     }
     let addresses: Vec<IpAddr> = match host.parse::<IpAddr>() {

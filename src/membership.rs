@@ -372,6 +372,15 @@ impl Membership {
         pods
     }
 
+    /// The pods that run no trainer: the split layout's pserver pods (none in the colocated
+    /// layout, whose every pod trains).
+    pub fn without_trainer(&self) -> impl Iterator<Item = &str> {
+        self.pservers
+            .iter()
+            .filter(|p| !self.trainers.iter().any(|t| t.name == p.name))
+            .map(|p| p.name.as_str())
+    }
+
     pub fn from_groups(protocol: Protocol, groups: Vec<(GroupKind, Vec<Member>)>) -> Self {
         let mut m = Membership::default();
         for (kind, members) in groups {

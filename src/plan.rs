@@ -92,7 +92,7 @@ impl ControlPlan {
     /// else the first pserver) on the control port — the same on every pod.
     pub fn new(config: &Config, membership: &Membership, me: &Me) -> Option<ControlPlan> {
         let control = &config.control;
-        if control.secret.is_none() && control.secret_file.is_none() {
+        if !control.is_on() {
             return None;
         }
         let (coordinator, this_pod_coordinates) =

@@ -11,7 +11,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use serde_json::Value;
 use support::dnsmasq::Dnsmasq;
-use support::fake_api::job_pod;
+use support::fake_api::{job_object, job_pod};
 use support::{
     assert_contains, free_ports, loopback_ip, paddle_python, Cluster, Launcher, DISCOVERS,
 };
@@ -615,10 +615,7 @@ impl Job {
     fn preempt_pod(&mut self, index: usize) -> support::Finished {
         let name = self.created[index].0.clone();
         let api = &self.cluster.api;
-        let mut pod = api.pod("default", &name).unwrap();
-        pod["metadata"]["deletionTimestamp"] = serde_json::json!("2026-11-24T00:00:00Z");
-        pod["metadata"]["deletionGracePeriodSeconds"] = serde_json::json!(30);
-        api.put_pod(pod);
+        api.mark_deleting("default", &name, 30);
         let launcher = self.created[index].2.take().unwrap();
         launcher.signal(Signal::SIGTERM);
         let done = launcher.wait(LIMIT);
@@ -874,11 +871,7 @@ fn a_preempted_pserver_pod_serves_the_jobs_checkpoint_and_the_job_restarts_free(
             .wait_for_output("role=TRAINER", LIMIT);
     }
     let name = job.pods[0].0.clone();
-    let api = job.cluster.api.clone();
-    let mut pod = api.pod("default", &name).unwrap();
-    pod["metadata"]["deletionTimestamp"] = serde_json::json!("2026-11-24T00:00:00Z");
-    pod["metadata"]["deletionGracePeriodSeconds"] = serde_json::json!(30);
-    api.put_pod(pod);
+    job.cluster.api.mark_deleting("default", &name, 30);
     let preempted = job.launchers[0].take().unwrap();
     preempted.signal(Signal::SIGTERM);
     let done = preempted.wait(LIMIT);
@@ -991,10 +984,7 @@ fn a_preempted_coordinator_killed_inside_its_window_is_still_a_preemption() {
     job.start_training(3);
     let name = job.created[0].0.clone();
     let api = &job.cluster.api;
-    let mut pod = api.pod("default", &name).unwrap();
-    pod["metadata"]["deletionTimestamp"] = serde_json::json!("2026-11-24T00:00:00Z");
-    pod["metadata"]["deletionGracePeriodSeconds"] = serde_json::json!(1);
-    api.put_pod(pod);
+    api.mark_deleting("default", &name, 1);
     let launcher = job.created[0].2.take().unwrap();
     launcher.signal(Signal::SIGTERM);
     // What the trainers print (" count=0 at "), not the command line the log shows.
@@ -1042,6 +1032,10 @@ sleep 2"#;
     );
 }
 
+/// Where the coordinator records the job's restarts on a plain Job.
+const RESTART_COUNT: &str = "paddle-launcher.paddlepaddle.org/restart-count";
+const PREEMPTIONS: &str = "paddle-launcher.paddlepaddle.org/preemptions";
+
 /// A whole-Job restart (every pod lost together, or Kueue suspending and resuming the Job)
 /// creates pods that know nothing of the restarts before: the coordinator records each start
 /// on the Job object, and the next coordinator goes on counting from it.
@@ -1049,17 +1043,8 @@ sleep 2"#;
 fn a_job_restarted_whole_goes_on_counting_from_what_the_job_records() {
     let mut job = Job::new("whole", 2, 2);
     let api = job.cluster.api.clone();
-    api.put_job(serde_json::json!({
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": "whole", "namespace": "default", "uid": "c-1", "resourceVersion": "1"},
-        "spec": {"parallelism": 2, "completions": 2, "template": {"spec": {"containers": []}}}
-    }));
-    let recorded = || {
-        api.job("default", "whole").unwrap()["metadata"]["annotations"]
-            ["paddle-launcher.paddlepaddle.org/restart-count"]
-            .as_str()
-            .map(str::to_string)
-    };
+    api.put_job(job_object("whole", 2, serde_json::json!({})));
+    let recorded = || api.job_annotation("default", "whole", RESTART_COUNT);
     job.start_training(2);
     let deadline = std::time::Instant::now() + LIMIT;
     while recorded().is_none() && std::time::Instant::now() < deadline {
@@ -1097,20 +1082,13 @@ sleep 2"#;
     job.extra_env
         .push(("PADDLE_LAUNCHER_CHECKPOINT_WINDOW", "2".to_string()));
     let api = job.cluster.api.clone();
-    api.put_job(serde_json::json!({
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": "suspended", "namespace": "default", "uid": "c-1", "resourceVersion": "1"},
-        "spec": {"parallelism": 2, "completions": 2, "template": {"spec": {"containers": []}}}
-    }));
+    api.put_job(job_object("suspended", 2, serde_json::json!({})));
     job.start_training(2);
     // Kueue: both pods deleted at once with their grace period.
     let mut leaving = Vec::new();
     for i in [0, 1] {
         let name = job.created[i].0.clone();
-        let mut pod = api.pod("default", &name).unwrap();
-        pod["metadata"]["deletionTimestamp"] = serde_json::json!("2026-11-24T00:00:00Z");
-        pod["metadata"]["deletionGracePeriodSeconds"] = serde_json::json!(30);
-        api.put_pod(pod);
+        api.mark_deleting("default", &name, 30);
         let launcher = job.created[i].2.take().unwrap();
         launcher.signal(Signal::SIGTERM);
         leaving.push((name, launcher));
@@ -1121,10 +1099,10 @@ sleep 2"#;
         api.set_terminated("default", &name, done.code(), "Error", "preempted");
         api.delete_pod("default", &name);
     }
-    let recorded = &api.job("default", "suspended").unwrap()["metadata"]["annotations"];
     assert_eq!(
-        recorded["paddle-launcher.paddlepaddle.org/preemptions"],
-        "1",
+        api.job_annotation("default", "suspended", PREEMPTIONS)
+            .as_deref(),
+        Some("1"),
         "{}\n{}",
         job.stderr(0),
         job.stderr(1)
@@ -1144,26 +1122,17 @@ fn the_restart_count_on_the_job_only_goes_forward() {
     let mut job = Job::new("forward", 2, 2);
     job.fail_once_rank = Some(1);
     let api = job.cluster.api.clone();
-    let record = |annotations: serde_json::Value| {
-        serde_json::json!({
-            "apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": "forward", "namespace": "default", "uid": "c-1", "resourceVersion": "7",
-                         "annotations": annotations},
-            "spec": {"parallelism": 2, "completions": 2, "template": {"spec": {"containers": []}}}
-        })
-    };
-    api.put_job(record(serde_json::json!({})));
+    api.put_job(job_object("forward", 2, serde_json::json!({})));
     job.start_training(2);
     // Rank 1 fails a second into epoch 0; meanwhile the Job is recorded further on.
-    api.put_job(record(
-        serde_json::json!({"paddle-launcher.paddlepaddle.org/restart-count": "9"}),
-    ));
+    let further_on = serde_json::json!({ RESTART_COUNT: "9" });
+    api.put_job(job_object("forward", 2, further_on));
     let outputs = job.all_finish_in_epoch(1);
     assert_eq!(outputs.len(), 2);
-    let recorded = api.job("default", "forward").unwrap();
     assert_eq!(
-        recorded["metadata"]["annotations"]["paddle-launcher.paddlepaddle.org/restart-count"],
-        "9"
+        api.job_annotation("default", "forward", RESTART_COUNT)
+            .as_deref(),
+        Some("9")
     );
 }
 

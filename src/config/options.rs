@@ -130,6 +130,11 @@ pub fn present(value: &Option<String>) -> Option<&str> {
     value.as_deref().map(str::trim).filter(|v| !v.is_empty())
 }
 
+/// Whether the arguments ask for the control channel: a job secret, or the file holding it.
+pub(super) fn channel_asked(args: &crate::cli::JobArgs) -> bool {
+    present(&args.job_secret).is_some() || present(&args.job_secret_file).is_some()
+}
+
 pub(super) fn required(
     value: &Option<String>,
     variable: Opt,

@@ -167,8 +167,7 @@ impl Timing {
         let pod_grace = present(&args.pod_grace_period)
             .map(|_| seconds(&args.pod_grace_period, POD_GRACE_PERIOD, 0))
             .transpose()?;
-        let channel =
-            present(&args.job_secret).is_some() || present(&args.job_secret_file).is_some();
+        let channel = channel_asked(args);
         // Set-up (reading data, compiling, NCCL's init) often takes longer than a step.
         let default_window = hang_timeout.max(DEFAULT_HANG_FIRST_WINDOW).as_secs();
         let hang_first_window =
@@ -216,6 +215,11 @@ impl Timing {
 }
 
 impl Control {
+    /// Whether the job runs the control channel: a secret, or the file that holds it.
+    pub fn is_on(&self) -> bool {
+        self.secret.is_some() || self.secret_file.is_some()
+    }
+
     pub fn from_args(args: &JobArgs) -> Result<Control, ConfigError> {
         let secret = match args.job_secret.as_deref().filter(|s| !s.is_empty()) {
             // The value is not echoed: it is a secret.
@@ -260,7 +264,7 @@ impl Control {
             .map(|text| parse_int(text, MAX_RESTARTS, 0, 10_000, "a number of restarts"))
             .transpose()?
             .unwrap_or(0) as u32;
-        if max_restarts > 0 && secret.is_none() && secret_file.is_none() {
+        if max_restarts > 0 && !channel_asked(args) {
             return Err(ConfigError::new(
                 MAX_RESTARTS,
                 &max_restarts.to_string(),

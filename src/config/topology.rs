@@ -286,11 +286,10 @@ fn split(
     // A pserver waits only for the pserver pods (its contract names no trainer); it
     // watches the trainer pods after the launch to know when the job is done. With a control
     // channel every pod waits for the whole job: one membership, one coordinator for all.
-    let channel = present(&args.job_secret).is_some() || present(&args.job_secret_file).is_some();
     if role == PodRole::Pserver {
         trainers_to_finish = Some(trainer_group.clone());
     }
-    if role == PodRole::Trainer || channel {
+    if role == PodRole::Trainer || channel_asked(args) {
         groups.push(trainer_group);
     }
     Ok(Layout {

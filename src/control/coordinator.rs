@@ -224,15 +224,10 @@ impl Core {
         let me_name = setup.me.clone();
         let serving = setup
             .membership
-            .as_ref()
-            .map(|m| {
-                m.pservers
-                    .iter()
-                    .filter(|p| !m.trainers.iter().any(|t| t.name == p.name))
-                    .map(|p| p.name.clone())
-                    .collect()
-            })
-            .unwrap_or_default();
+            .iter()
+            .flat_map(Membership::without_trainer)
+            .map(str::to_string)
+            .collect();
         let mut core = Core {
             serving,
             served: HashSet::new(),
@@ -453,7 +448,7 @@ impl Core {
         let reason = match (&self.preempted, hang) {
             // The preempted pod's own end says it all; another's comes after the preemption.
             (Some((pod, _)), _) if pod == from => reason,
-            (Some((_, said)), _) => format!("{said}; then: {reason}"),
+            (Some((_, said)), _) => super::after_preemption(said, &reason),
             (None, true) => format!("the job hangs: {}; found by {reason}", self.suspect()),
             (None, false) => reason,
         };
@@ -945,10 +940,15 @@ mod tests {
             }),
             ..setup(&["p0", "p1", "t1"])
         };
-        let (mut core, _) = Core::start(split(), t0);
-        for (link, pod) in [(1, "p0"), (2, "p1"), (3, "t1")] {
-            core.step(joined(link, pod));
-        }
+        // Every member joined: the attempt runs.
+        let running = || {
+            let (mut core, _) = Core::start(split(), t0);
+            for (link, pod) in [(1, "p0"), (2, "p1"), (3, "t1")] {
+                core.step(joined(link, pod));
+            }
+            core
+        };
+        let mut core = running();
         assert!(matches!(core.stage, Stage::Running { .. }));
         let finish = Input::Own(Request::Finish { succeeded: true });
         assert!(!core.step(finish.clone()).contains(&Effect::Stop));
@@ -960,10 +960,7 @@ mod tests {
             "the pservers are told the job's success, not waited for"
         );
 
-        let (mut core, _) = Core::start(split(), t0);
-        for (link, pod) in [(1, "p0"), (2, "p1"), (3, "t1")] {
-            core.step(joined(link, pod));
-        }
+        let mut core = running();
         let failed = Message::Failed {
             reason: "pod p1: pserver exited with status 1".into(),
             restartable: true,
@@ -980,10 +977,7 @@ mod tests {
 
         // A pserver pod whose pserver ended cleanly says Done: no trainer finished by it (a
         // failure after it may still restart the job), and its close is no loss.
-        let (mut core, _) = Core::start(split(), t0);
-        for (link, pod) in [(1, "p0"), (2, "p1"), (3, "t1")] {
-            core.step(joined(link, pod));
-        }
+        let mut core = running();
         assert_eq!(core.step(said(1, "p0", Message::Done)), []);
         let closed = Input::Ended {
             link: 1,
@@ -1006,10 +1000,7 @@ mod tests {
 
         // After a loss, a pserver pod whose pserver has ended has nothing to stop: the
         // verdict does not wait for a `Stopped` it will never say.
-        let (mut core, _) = Core::start(split(), t0);
-        for (link, pod) in [(1, "p0"), (2, "p1"), (3, "t1")] {
-            core.step(joined(link, pod));
-        }
+        let mut core = running();
         core.step(said(3, "t1", failed));
         core.step(Input::Own(Request::Stopped));
         core.step(said(3, "t1", Message::Stopped));
@@ -1022,10 +1013,7 @@ mod tests {
 
         // A pserver pod whose pserver ended leaves as it may (stopped, evicted): no loss, no
         // checkpoint asked of the trainers.
-        let (mut core, _) = Core::start(split(), t0);
-        for (link, pod) in [(1, "p0"), (2, "p1"), (3, "t1")] {
-            core.step(joined(link, pod));
-        }
+        let mut core = running();
         core.step(said(1, "p0", Message::Done));
         let leaving = [
             Message::Preempted {

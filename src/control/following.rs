@@ -260,7 +260,7 @@ impl Following {
                 },
                 // As the coordinator would have said it: the preemption first.
                 (true, Some(said)) => Heard::Lost {
-                    reason: format!("{said}; then: {reason}"),
+                    reason: super::after_preemption(said, &reason),
                     restart: self.may_restart,
                     hang: false,
                     preempted: true,

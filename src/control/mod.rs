@@ -174,6 +174,13 @@ pub struct Joining {
     pub progress_check: Duration,
 }
 
+/// How the end of an attempt in which a member was preempted reads on every pod: the
+/// preemption (what its launcher said) first, then what ended the attempt. The coordinator
+/// says it; a follower whose coordinator is gone says it itself.
+pub(super) fn after_preemption(preempted: &str, ended: &str) -> String {
+    format!("{preempted}; then: {ended}")
+}
+
 /// The fingerprint of a membership: equal on two pods exactly when they found the same pods at
 /// the same addresses.
 pub fn fingerprint(members: &[PodAddress]) -> String {

@@ -61,8 +61,7 @@ fn one_job(config: &Config) -> bool {
 /// Every pod lost together, or a Kueue suspension and resumption, creates pods that know
 /// nothing; the Job object outlives them.
 pub fn job_keeping_the_count(config: &Config) -> Option<&str> {
-    let channel = config.control.secret.is_some() || config.control.secret_file.is_some();
-    (channel && one_job(config)).then_some(config.topology.job_name.as_str())
+    (config.control.is_on() && one_job(config)).then_some(config.topology.job_name.as_str())
 }
 
 /// Whether the launchers other than the coordinator take the membership from it: with a named

@@ -193,22 +193,10 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
         };
         // Where the coordinator keeps the job's count, if it does: on the Job object.
         let coordinates = channel.as_ref().is_some_and(Channel::coordinates);
-        let recorder = match (
-            coordinates,
-            &api,
-            coordination::job_keeping_the_count(&config),
-        ) {
-            (true, Some(api), Some(job)) => Some((api.clone(), job.to_string())),
-            _ => None,
-        };
-        if let Some((api, job)) = &recorder {
+        let record = JobRecord::of(&config, api.as_ref()).filter(|_| coordinates);
+        if let Some(record) = &record {
             // In the background: the start is not held back by it.
-            drop(record_on_the_job(
-                api.clone(),
-                job.clone(),
-                plan.restart_count,
-                preemptions,
-            ));
+            drop(record.write(plan.restart_count, preemptions));
         }
         if let (true, None, Some(api)) = (posts, &events, api) {
             // POD_NAME, else the pod's name as found by its address (under hostNetwork pods
@@ -330,15 +318,10 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
         // A preemption may take every pod at once (a Kueue suspension): recorded now, the
         // pods created again count it, and it spends nothing there either.
         // Written meanwhile: only a pod that ends waits for it (below), not the verdict.
-        let preemption_recorded = match (preempted, &recorder) {
-            (true, Some((api, job))) => Some(record_on_the_job(
-                api.clone(),
-                job.clone(),
-                plan.restart_count,
-                preemptions.saturating_add(1),
-            )),
-            _ => None,
-        };
+        let preemption_recorded = record
+            .as_ref()
+            .filter(|_| preempted)
+            .map(|record| record.write(plan.restart_count, preemptions.saturating_add(1)));
         // Whether the budget alone would allow a restart: only then is the coordinator's word
         // worth waiting for.
         let budget_allows = verdict(&Standing {
@@ -616,7 +599,7 @@ fn grace_from_the_pod(config: &mut Config, supervisor: &mut Supervisor, pod_grac
         );
         return;
     }
-    let channel = config.control.secret.is_some() || config.control.secret_file.is_some();
+    let channel = config.control.is_on();
     if let Ok(grace) = crate::config::children_grace(timing.grace_given, Some(pod_grace), channel) {
         if grace != timing.grace_period {
             info!(
@@ -1397,10 +1380,8 @@ async fn join_channel(
             }
         }
     };
-    let count = match (&role, api, coordination::job_keeping_the_count(config)) {
-        (ControlRole::Coordinator { .. }, Some(api), Some(job)) => {
-            count_kept_on_the_job(api, job, count).await
-        }
+    let count = match (&role, JobRecord::of(config, api)) {
+        (ControlRole::Coordinator { .. }, Some(record)) => record.count_from(count).await,
         _ => count,
     };
     let channel = control::join(Joining {
@@ -1428,66 +1409,71 @@ async fn join_channel(
 /// How long the Job's record of the restart count is waited for, read or written.
 const JOB_RECORD_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The count as the coordinator starts gathering, with what the Job records: the epoch it
-/// last started (so the next is one more: the job was restarted whole since, or is being
-/// restarted in place now) and its preemptions. Unreadable: this launcher's own count stands,
-/// said in the log.
-async fn count_kept_on_the_job(api: &ApiServer, job: &str, count: Count) -> Count {
-    let doing = format!("reading the restart count recorded on Job {job}");
-    match timeout(
-        JOB_RECORD_TIMEOUT,
-        peers::kubernetes::recorded_restarts(api, job),
-    )
-    .await
-    {
-        Ok(Ok(Some((epoch, preemptions)))) => {
-            let next_epoch = count.next_epoch.max(epoch.saturating_add(1));
-            if next_epoch > count.next_epoch {
-                info!(
-                    "Job {job} records restart epoch {epoch} as started: the job was restarted whole since, so the restart count goes on at {next_epoch}"
-                );
-            }
-            Count {
-                next_epoch,
-                preemptions: count.preemptions.max(preemptions).min(next_epoch),
-            }
-        }
-        Ok(Ok(None)) => count,
-        Ok(Err(why)) => {
-            warn!("{doing}: {why}: the count starts from this pod's own (grant `get` and `patch` on jobs, docs/manifests-and-rbac.md)");
-            count
-        }
-        Err(_) => {
-            warn!(
-                "{doing}: no answer in {} s: the count starts from this pod's own",
-                JOB_RECORD_TIMEOUT.as_secs()
-            );
-            count
-        }
-    }
-}
-
 /// How long a preempted attempt's end waits for its record on the Job: the pod is within its
 /// grace period.
 const PREEMPTION_RECORD_WAIT: Duration = Duration::from_secs(2);
 
-/// Records on the Job that restart epoch `epoch` started, after `preemptions`: in the
-/// background, bounded, a failure said in the log (the job goes on; only a whole-Job restart
-/// would then start the count again).
-fn record_on_the_job(
+/// The job's restart count as kept on its Job object, where no batch system's label keeps it
+/// (`coordination::job_keeping_the_count`): read by a coordinator at its first attempt,
+/// written at every start and at a preemption's end.
+struct JobRecord {
     api: ApiServer,
     job: String,
-    epoch: u32,
-    preemptions: u32,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let record = peers::kubernetes::record_restarts(&api, &job, epoch, preemptions);
-        match timeout(JOB_RECORD_TIMEOUT, record).await {
-            Ok(Ok(())) => {}
-            Ok(Err(why)) => warn!("recording restart epoch {epoch} on Job {job}: {why}: a whole-Job restart would start the restart count at 0 (grant `patch` on jobs, docs/manifests-and-rbac.md)"),
-            Err(_) => warn!("recording restart epoch {epoch} on Job {job}: no answer in {} s", JOB_RECORD_TIMEOUT.as_secs()),
-        }
-    })
+}
+
+impl JobRecord {
+    fn of(config: &Config, api: Option<&ApiServer>) -> Option<JobRecord> {
+        Some(JobRecord {
+            api: api?.clone(),
+            job: coordination::job_keeping_the_count(config)?.to_string(),
+        })
+    }
+
+    /// The count as the coordinator starts gathering, with what the Job records: the epoch
+    /// it last started (so the next is one more: the job was restarted whole since, or is
+    /// being restarted in place now) and its preemptions. Unreadable: this launcher's own
+    /// count stands, said in the log.
+    async fn count_from(&self, count: Count) -> Count {
+        let job = &self.job;
+        let read = peers::kubernetes::recorded_restarts(&self.api, job);
+        let why = match timeout(JOB_RECORD_TIMEOUT, read).await {
+            Ok(Ok(Some((epoch, preemptions)))) => {
+                let next_epoch = count.next_epoch.max(epoch.saturating_add(1));
+                if next_epoch > count.next_epoch {
+                    info!(
+                        "Job {job} records restart epoch {epoch} as started: the job was restarted whole since, so the restart count goes on at {next_epoch}"
+                    );
+                }
+                return Count {
+                    next_epoch,
+                    preemptions: count.preemptions.max(preemptions).min(next_epoch),
+                };
+            }
+            Ok(Ok(None)) => return count,
+            Ok(Err(why)) => {
+                format!("{why} (grant `get` and `patch` on it, docs/manifests-and-rbac.md)")
+            }
+            Err(_) => format!("no answer in {} s", JOB_RECORD_TIMEOUT.as_secs()),
+        };
+        warn!("reading the restart count recorded on Job {job}: {why}: the count starts from this pod's own");
+        count
+    }
+
+    /// Records that restart epoch `epoch` started, after `preemptions`: in the background,
+    /// bounded, a failure said in the log (the job goes on; only a whole-Job restart would
+    /// then start the count again).
+    fn write(&self, epoch: u32, preemptions: u32) -> tokio::task::JoinHandle<()> {
+        let (api, job) = (self.api.clone(), self.job.clone());
+        tokio::spawn(async move {
+            let write = peers::kubernetes::record_restarts(&api, &job, epoch, preemptions);
+            let why = match timeout(JOB_RECORD_TIMEOUT, write).await {
+                Ok(Ok(())) => return,
+                Ok(Err(why)) => format!("{why} (grant `patch` on it, docs/manifests-and-rbac.md)"),
+                Err(_) => format!("no answer in {} s", JOB_RECORD_TIMEOUT.as_secs()),
+            };
+            warn!("recording restart epoch {epoch} on Job {job}: {why}: a whole-Job restart would start the restart count at 0");
+        })
+    }
 }
 
 /// "pod p-1 on node n7 (trainer id 1 of 3)": how this launcher names itself to the others, so

@@ -540,9 +540,7 @@ async fn job_record(
     server: &ApiServer,
     job: &str,
 ) -> Result<Option<(Option<String>, Option<(u32, u32)>)>, String> {
-    use k8s_openapi::api::batch::v1::Job;
-    let api: Api<Job> = Api::namespaced(server.client.clone(), &server.namespace);
-    let object = match api.get(job).await {
+    let object = match jobs(server).get(job).await {
         Ok(object) => object,
         Err(kube::Error::Api(status)) if status.code == 404 => return Ok(None),
         Err(e) => return Err(format!("Job {job} in namespace {}: {e}", server.namespace)),
@@ -564,6 +562,10 @@ async fn job_record(
     Ok(Some((object.metadata.resource_version, recorded)))
 }
 
+fn jobs(server: &ApiServer) -> Api<k8s_openapi::api::batch::v1::Job> {
+    Api::namespaced(server.client.clone(), &server.namespace)
+}
+
 /// Records on the Job `job` that restart epoch `epoch` has started, after `preemptions`: only
 /// forward (a record of a later epoch stands), and only over the version read (a coordinator
 /// of an earlier attempt, whose write was slow, cannot write over a later one: 409, read again).
@@ -573,8 +575,8 @@ pub async fn record_restarts(
     epoch: u32,
     preemptions: u32,
 ) -> Result<(), String> {
-    use k8s_openapi::api::batch::v1::Job;
-    let api: Api<Job> = Api::namespaced(server.client.clone(), &server.namespace);
+    // At most one more than the epoch: the preemption that ended it.
+    let preemptions = preemptions.min(epoch.saturating_add(1));
     // The Job's status changes under a write too (its controller, Kueue): a conflict is
     // likely while pods come and go, so it is read and tried again, a moment later.
     for attempt in 0..WRITE_TRIES {
@@ -588,20 +590,18 @@ pub async fn record_restarts(
             ));
         };
         // Only forward: a later epoch, or this one with more preemptions known.
-        if recorded
-            .is_some_and(|recorded| recorded >= (epoch, preemptions.min(epoch.saturating_add(1))))
-        {
+        if recorded.is_some_and(|recorded| recorded >= (epoch, preemptions)) {
             return Ok(());
         }
         let patch = serde_json::json!({"metadata": {
             "resourceVersion": version,
             "annotations": {
                 RESTART_COUNT_ANNOTATION: epoch.to_string(),
-                PREEMPTIONS_ANNOTATION: preemptions.min(epoch.saturating_add(1)).to_string(),
+                PREEMPTIONS_ANNOTATION: preemptions.to_string(),
             }
         }});
         let params = kube::api::PatchParams::default();
-        match api
+        match jobs(server)
             .patch(job, &params, &kube::api::Patch::Merge(&patch))
             .await
         {

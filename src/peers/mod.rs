@@ -76,8 +76,8 @@ pub async fn discover(config: &Config, members_before: &[String]) -> Result<Foun
                 .collect();
             let members = ranked.iter().map(|(_, m)| m.clone()).collect();
             // A preempted peer tells the job itself, through the channel, when it leaves.
-            let channel = config.control.secret.is_some() || config.control.secret_file.is_some();
-            let terminating_is_loss = !(channel && config.timing.checkpoint().is_some());
+            let terminating_is_loss =
+                !(config.control.is_on() && config.timing.checkpoint().is_some());
             let peer_loss = watch.first_loss(members, terminating_is_loss).boxed();
             api = Some(server.clone());
             (ranked, Some(server.namespace), Some(peer_loss))

@@ -143,6 +143,15 @@ impl FakeApi {
         self.change(if exists { "MODIFIED" } else { "ADDED" }, pod);
     }
 
+    /// A pod deleted with a grace period (preemption, a drain, `kubectl delete`): marked
+    /// terminating, as the API shows it until the kubelet has stopped its containers.
+    pub fn mark_deleting(&self, namespace: &str, name: &str, grace_seconds: u32) {
+        let mut pod = self.pod(namespace, name).unwrap();
+        pod["metadata"]["deletionTimestamp"] = json!("2026-11-24T00:00:00Z");
+        pod["metadata"]["deletionGracePeriodSeconds"] = json!(grace_seconds);
+        self.put_pod(pod);
+    }
+
     /// A Job object, as the user creates it (its pods are put apart).
     pub fn put_job(&self, job: Value) {
         let ns = job["metadata"]["namespace"]
@@ -151,6 +160,14 @@ impl FakeApi {
             .to_string();
         let name = job["metadata"]["name"].as_str().unwrap().to_string();
         self.state.lock().unwrap().jobs.insert((ns, name), job);
+    }
+
+    /// The value of one of a Job's annotations, if the Job has it.
+    pub fn job_annotation(&self, namespace: &str, name: &str, key: &str) -> Option<String> {
+        let job = self.job(namespace, name)?;
+        job["metadata"]["annotations"][key]
+            .as_str()
+            .map(str::to_string)
     }
 
     pub fn job(&self, namespace: &str, name: &str) -> Option<Value> {
@@ -883,6 +900,17 @@ fn percent_decode(text: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).to_string()
+}
+
+/// A Job object of `pods` pods as the user creates it (its pods are put apart), with these
+/// annotations.
+pub fn job_object(name: &str, pods: u32, annotations: Value) -> Value {
+    json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": "default", "uid": "c-1", "resourceVersion": "1",
+                     "annotations": annotations},
+        "spec": {"parallelism": pods, "completions": pods, "template": {"spec": {"containers": []}}}
+    })
 }
 
 /// A pod of a Job as the Job controller creates it: labels `job-name` and
