@@ -1435,6 +1435,10 @@ impl JobRecord {
     /// count stands, said in the log.
     async fn count_from(&self, count: Count) -> Count {
         let job = &self.job;
+        info!(
+            "reading the restart count recorded on Job {job} (at most {} s)",
+            JOB_RECORD_TIMEOUT.as_secs()
+        );
         let read = peers::kubernetes::recorded_restarts(&self.api, job);
         let why = match timeout(JOB_RECORD_TIMEOUT, read).await {
             Ok(Ok(Some((epoch, preemptions)))) => {
