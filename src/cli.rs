@@ -382,6 +382,13 @@ pub struct JobArgs {
     /// [default: 0, the first failure ends every pod].
     #[arg(long, env = "PADDLE_LAUNCHER_MAX_RESTARTS")]
     pub max_restarts: Option<String>,
+    /// Preemptions of the job that restart it without spending a restart: a pod told to stop
+    /// (preempted, drained, evicted, deleted) while its trainer runs checkpoints the job, which
+    /// restarts in place for free; beyond this many, a preemption counts as a failure. Also
+    /// stops a pod that is evicted for its own disk or memory use from restarting the job for
+    /// ever; needs the control channel [default: no bound].
+    #[arg(long, env = "PADDLE_LAUNCHER_MAX_PREEMPTIONS")]
+    pub max_preemptions: Option<String>,
     /// The batch system whose names on this pod say who is in the job: `auto` (whichever this
     /// pod shows: JobSet, Volcano, LeaderWorkerSet, Kubeflow, a Job), one of `job`, `jobset`,
     /// `volcano`, `lws`, `kubeflow`, or `static` (read none). Settings given explicitly win

@@ -329,8 +329,13 @@ fn control_line(config: &Config, membership: &Membership, me: &crate::membership
                 0 => "no group restarts (the first failure ends every pod)".to_string(),
                 n => format!("up to {n} group restarts"),
             };
+            let preemptions = match plan.max_preemptions {
+                None => "every preemption restarts the job for free".to_string(),
+                Some(0) => "a preemption counts as a failure".to_string(),
+                Some(n) => format!("the first {n} preemption(s) restart the job for free"),
+            };
             format!(
-                "control channel: coordinator {}, {role}; heartbeat timeout {} s; {restarts}",
+                "control channel: coordinator {}, {role}; heartbeat timeout {} s; {restarts}; {preemptions}",
                 plan.coordinator, plan.heartbeat_timeout_s
             )
         }

@@ -85,6 +85,8 @@ pub struct ControlPlan {
     pub heartbeat_timeout_s: u64,
     /// Group restarts the job may make.
     pub max_restarts: u32,
+    /// Preemptions that restart the job without spending a restart; null: every one.
+    pub max_preemptions: Option<u32>,
 }
 
 impl ControlPlan {
@@ -102,6 +104,8 @@ impl ControlPlan {
             this_pod_coordinates,
             heartbeat_timeout_s: control.heartbeat_timeout.as_secs(),
             max_restarts: control.max_restarts,
+            max_preemptions: Some(control.max_preemptions)
+                .filter(|&n| n != crate::verdict::UNBOUNDED_PREEMPTIONS),
         })
     }
 }

@@ -21,6 +21,25 @@ pub struct Standing {
     pub preempted: bool,
 }
 
+/// `--max-preemptions` when none is given: every preemption is free.
+pub const UNBOUNDED_PREEMPTIONS: u32 = u32::MAX;
+
+/// Whether a preemption, after `preemptions` free ones, spends no restart: only the first
+/// `max_preemptions` of a job are free (a pod evicted for its own disk or memory use gets the
+/// same SIGTERM as a preempted one, and would otherwise restart for ever); a later one is a
+/// failure like any other.
+pub fn preemption_is_free(preemptions: u32, max_preemptions: u32) -> bool {
+    preemptions < max_preemptions
+}
+
+/// How a number of free preemptions reads in a line.
+pub fn describe_max_preemptions(max_preemptions: u32) -> String {
+    match max_preemptions {
+        UNBOUNDED_PREEMPTIONS => "no bound".to_string(),
+        n => n.to_string(),
+    }
+}
+
 /// Why the job does not start again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NoRestart {

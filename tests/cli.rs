@@ -214,6 +214,43 @@ fn a_grace_period_longer_than_the_pods_is_refused() {
     );
 }
 
+/// A bound on free preemptions that is no number, or that nothing could enforce (no control
+/// channel restarts a preempted job): refused in one line, status 2.
+#[test]
+fn a_bound_on_free_preemptions_that_cannot_work_is_refused() {
+    let base = [
+        ("JOB_NAME", "mp"),
+        ("PADDLE_LAUNCHER_PEERS", "127.0.0.2"),
+        ("POD_IP", "127.0.0.2"),
+        ("PADDLE_LAUNCHER_PROTOCOL", "collective"),
+    ];
+    let secret = (
+        "PADDLE_LAUNCHER_JOB_SECRET",
+        "0123456789abcdef0123456789abcdef",
+    );
+    let refused: [(&[(&str, &str)], &str); 3] = [
+        (
+            &[("PADDLE_LAUNCHER_MAX_PREEMPTIONS", "1")],
+            "invalid PADDLE_LAUNCHER_MAX_PREEMPTIONS (--max-preemptions): \"1\": expected unset without a job secret: only the control channel restarts a preempted job",
+        ),
+        (
+            &[("PADDLE_LAUNCHER_MAX_PREEMPTIONS", "some"), secret],
+            "invalid PADDLE_LAUNCHER_MAX_PREEMPTIONS (--max-preemptions): \"some\": expected a number of preemptions, an integer from 0 to 10000",
+        ),
+        (
+            &[("PADDLE_LAUNCHER_MAX_PREEMPTIONS", "-1"), secret],
+            "expected a number of preemptions, an integer from 0 to 10000",
+        ),
+    ];
+    for (extra, said) in refused {
+        let env: Vec<(&str, &str)> = base.iter().chain(extra).copied().collect();
+        let out = launcher(&["run", "--", "true"], &env);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {stderr}");
+        assert!(stderr.contains(said), "{extra:?}: {stderr}");
+    }
+}
+
 /// A checkpoint signal the trainer could not handle, or that would stop it, and a window the
 /// pod's grace period cannot hold: refused before anything starts, in one line naming the
 /// option and the value. `none`, a name in any case and SIGUSR2 without hang detection run.

@@ -216,6 +216,7 @@ fn hostile_clients_are_dropped_and_the_job_ends_cleanly() {
         heartbeat_ms: 0,
         who: String::new(),
         preemptions: 0,
+        max_preemptions: u32::MAX,
     };
     let (mut forged, challenge) = connect_from(&member, &address);
     let wrong = paddle_launcher::config_secret(b"not-the-job-secret-at-all-0123456789");
@@ -246,6 +247,7 @@ fn hostile_clients_are_dropped_and_the_job_ends_cleanly() {
         heartbeat_ms: 0,
         who: String::new(),
         preemptions: 0,
+        max_preemptions: u32::MAX,
     };
     stranger
         .write_all(&ControlSession::new(&right, challenge, false).seal(&intruder))
@@ -268,6 +270,7 @@ fn hostile_clients_are_dropped_and_the_job_ends_cleanly() {
             heartbeat_ms,
             who: String::new(),
             preemptions: 0,
+            max_preemptions: u32::MAX,
         };
         hasty
             .write_all(&ControlSession::new(&right, challenge, false).seal(&hello))

@@ -412,13 +412,15 @@ fn doctor_says_when_the_job_would_start_and_with_which_rank() {
     assert_eq!(done.code(), 0, "{}\n{}", done.stdout, done.stderr);
     assert_contains(
         &done.stdout,
-        "heartbeat timeout 10 s; up to 2 group restarts",
+        "heartbeat timeout 10 s; up to 2 group restarts; every preemption restarts the job for free",
     );
+    env.push(("PADDLE_LAUNCHER_MAX_PREEMPTIONS", "3".into()));
     // plan shows the budget, and the epoch the processes would start in.
     let done = Launcher::start(cluster.dir.path(), "plan", &["plan"], &env).wait(LIMIT);
     assert_eq!(done.code(), 0, "{}", done.stderr);
     let plan: serde_json::Value = serde_json::from_str(&done.stdout).unwrap();
     assert_eq!(plan["control"]["max_restarts"], 2);
+    assert_eq!(plan["control"]["max_preemptions"], 3);
     assert_eq!(plan["restart_count"], 0);
     for process in plan["processes"].as_array().unwrap() {
         assert_eq!(process["env"]["PADDLE_LAUNCHER_RESTART_COUNT"], "0");

@@ -1032,6 +1032,53 @@ sleep 2"#;
     );
 }
 
+/// A job that bounds its free preemptions (--max-preemptions 1, no restart budget): the first
+/// preemption restarts the job in place for nothing; the second counts as a failure, which the
+/// budget does not allow, so every pod ends saying why (a pod evicted for its own disk or
+/// memory use is preempted again and again: it must not restart the job for ever).
+#[test]
+fn a_preemption_beyond_the_free_ones_spends_the_budget() {
+    let program = r#"echo "rank=$PADDLE_TRAINER_ID count=$PADDLE_LAUNCHER_RESTART_COUNT end"
+trap 'echo "checkpoint signal rank=$PADDLE_TRAINER_ID count=$PADDLE_LAUNCHER_RESTART_COUNT"' USR1
+end=$(( $(date +%s) + 120 ))
+while [ "$(date +%s)" -lt "$end" ]; do sleep 1 & wait $!; done"#;
+    let mut job = Job::new("maxpre", 2, 0);
+    job.program = ["sh", "-c", program].map(String::from).to_vec();
+    job.extra_env.extend([
+        ("PADDLE_LAUNCHER_CHECKPOINT_WINDOW", "2".to_string()),
+        ("PADDLE_LAUNCHER_MAX_PREEMPTIONS", "1".to_string()),
+    ]);
+    job.start_training(2);
+    assert_eq!(job.preempt_pod(1).code(), 143);
+    job.launcher(0).wait_for_output(
+        "restarting the job (restart 1 after a preemption, which spends none of the 0 restarts)",
+        LIMIT,
+    );
+    let replacement = job.create_pod();
+    for i in [0, replacement] {
+        job.launcher(i).wait_for_output("count=1 ", LIMIT);
+    }
+    // The second preemption: its trainers are asked for a checkpoint all the same.
+    let second = job.preempt_pod(replacement);
+    assert_eq!(second.code(), 143, "{}", second.stderr);
+    assert_contains(&second.stdout, "checkpoint signal rank=");
+    let survivor = job.created[0].2.take().unwrap().wait(LIMIT);
+    assert_ne!(survivor.code(), 0, "{}", survivor.stderr);
+    assert_contains(&survivor.stdout, "checkpoint signal rank=0 count=1");
+    let why = "only the job's first preemption was free (PADDLE_LAUNCHER_MAX_PREEMPTIONS): this one counts as a failure";
+    assert_contains(&survivor.stderr, why);
+    let pod = job.created[0].0.clone();
+    assert_contains(
+        &std::fs::read_to_string(job.termination_log(&pod)).unwrap(),
+        why,
+    );
+    assert!(
+        !survivor.stderr.contains("restart 2"),
+        "{}",
+        survivor.stderr
+    );
+}
+
 /// Where the coordinator records the job's restarts on a plain Job.
 const RESTART_COUNT: &str = "paddle-launcher.paddlepaddle.org/restart-count";
 const PREEMPTIONS: &str = "paddle-launcher.paddlepaddle.org/preemptions";

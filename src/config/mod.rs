@@ -137,6 +137,9 @@ pub struct Control {
     pub heartbeat_timeout: Duration,
     /// Group restarts left to the job at its start (0: the first failure ends every pod).
     pub max_restarts: u32,
+    /// Preemptions that restart the job without spending a restart
+    /// (`UNBOUNDED_PREEMPTIONS`: every one).
+    pub max_preemptions: u32,
     /// Where a coordinator named by DNS is resolved (--dns-server); None: resolv.conf.
     pub dns_server: Option<SocketAddr>,
 }

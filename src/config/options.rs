@@ -56,6 +56,7 @@ pub const COORDINATOR: Opt = Opt("coordinator");
 pub const CONTROL_PORT: Opt = Opt("control_port");
 pub const HEARTBEAT_TIMEOUT: Opt = Opt("heartbeat_timeout");
 pub const MAX_RESTARTS: Opt = Opt("max_restarts");
+pub const MAX_PREEMPTIONS: Opt = Opt("max_preemptions");
 pub const RUNTIME: Opt = Opt("runtime");
 
 /// Every option named in this module's messages (a test checks each one has a definition).
@@ -110,6 +111,7 @@ pub(super) const NAMED_OPTIONS: &[Opt] = &[
     CONTROL_PORT,
     HEARTBEAT_TIMEOUT,
     MAX_RESTARTS,
+    MAX_PREEMPTIONS,
     RUNTIME,
 ];
 

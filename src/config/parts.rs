@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use super::*;
+use crate::verdict::UNBOUNDED_PREEMPTIONS;
 
 impl Ports {
     pub fn from_args(args: &JobArgs) -> Result<Ports, ConfigError> {
@@ -272,8 +273,23 @@ impl Control {
                  (set PADDLE_LAUNCHER_JOB_SECRET or PADDLE_LAUNCHER_JOB_SECRET_FILE)",
             ));
         }
+        let max_preemptions = present(&args.max_preemptions)
+            .map(|text| {
+                parse_int(text, MAX_PREEMPTIONS, 0, 10_000, "a number of preemptions")
+                    .map(|n| n as u32)
+            })
+            .transpose()?;
+        if let (Some(n), false) = (max_preemptions, channel_asked(args)) {
+            return Err(ConfigError::new(
+                MAX_PREEMPTIONS,
+                &n.to_string(),
+                "unset without a job secret: only the control channel restarts a preempted job \
+                 (set PADDLE_LAUNCHER_JOB_SECRET or PADDLE_LAUNCHER_JOB_SECRET_FILE)",
+            ));
+        }
         Ok(Control {
             max_restarts,
+            max_preemptions: max_preemptions.unwrap_or(UNBOUNDED_PREEMPTIONS),
             dns_server: topology::dns_server(args)?,
             secret,
             secret_file,

@@ -14,7 +14,7 @@ use super::wire::{cut, Message, WireError};
 use super::{Heard, Request};
 use crate::launch::progress::{suspect, Report};
 use crate::membership::Membership;
-use crate::verdict::{verdict, Standing};
+use crate::verdict::{preemption_is_free, verdict, Standing};
 
 /// What the coordinator is told.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,13 +23,11 @@ pub(super) enum Input {
     Joined {
         link: u64,
         pod: String,
-        next_epoch: u32,
         view: String,
-        max_restarts: u32,
         /// How it names itself ("pod p-1 on node n7 (trainer id 1 of 3)").
         who: String,
-        /// The job's preemptions it knows of.
-        preemptions: u32,
+        /// What it says of the job's restarts.
+        terms: Terms,
     },
     /// A joined member's report of its trainer's progress, read `at` (this launcher's clock):
     /// it had been `quiet` that long.
@@ -93,13 +91,14 @@ pub(super) enum Stage {
     /// next, its budget, the preemptions it knows of).
     Gathering {
         since: Instant,
-        ready: HashMap<String, Said>,
+        ready: HashMap<String, Terms>,
     },
-    /// Started `epoch` with this budget, after this many preemptions.
+    /// Started `epoch` with this budget, after this many preemptions, of so many free ones.
     Running {
         epoch: u32,
         max_restarts: u32,
         preemptions: u32,
+        max_preemptions: u32,
     },
     /// Said what there was to say; waiting for this launcher to close the channel.
     Closing,
@@ -122,8 +121,9 @@ pub(super) struct Core {
     /// `stop_server`): their close is no loss, and no trainer finished by it.
     served: HashSet<String>,
     view: String,
-    next_epoch: u32,
-    max_restarts: u32,
+    /// What this launcher says of the job's restarts (the job's preemptions before this
+    /// attempt, as it knows them, among them).
+    own: Terms,
     join_grace: Duration,
     pub(super) stage: Stage,
     /// The live connection of each joined member; a second hello of the same pod is refused.
@@ -139,8 +139,6 @@ pub(super) struct Core {
     preempted: Option<(String, String)>,
     /// The loss told is a preemption.
     lost_preempted: bool,
-    /// The job's preemptions before this attempt, as this launcher knows them.
-    preemptions: u32,
     /// How each member names itself, this launcher too.
     who: HashMap<String, String>,
     /// Each member's last progress report (this launcher's too): the link it came on (None:
@@ -182,12 +180,30 @@ fn named(pod: &str, said: &str) -> String {
     }
 }
 
-/// What a member's hello said of the job.
+/// What a member says of the job's restarts when it joins: the job agrees on the largest epoch,
+/// the most preemptions and the smallest allowances any member says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Said {
-    next_epoch: u32,
-    max_restarts: u32,
-    preemptions: u32,
+pub(super) struct Terms {
+    /// The restart epoch it would start next.
+    pub next_epoch: u32,
+    /// The restarts it was given (--max-restarts).
+    pub max_restarts: u32,
+    /// The job's preemptions it knows of (restarts that spent no budget).
+    pub preemptions: u32,
+    /// The free preemptions it was given (--max-preemptions; `UNBOUNDED_PREEMPTIONS`: all).
+    pub max_preemptions: u32,
+}
+
+impl Terms {
+    /// A job's first start with this budget, no preemption yet, and every preemption free.
+    pub fn first(max_restarts: u32) -> Terms {
+        Terms {
+            next_epoch: 0,
+            max_restarts,
+            preemptions: 0,
+            max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
+        }
+    }
 }
 
 /// What a coordinator starts from.
@@ -195,10 +211,7 @@ pub(super) struct Setup {
     pub me: String,
     pub others: Vec<String>,
     pub view: String,
-    pub next_epoch: u32,
-    pub max_restarts: u32,
-    /// The job's preemptions this launcher knows of.
-    pub preemptions: u32,
+    pub terms: Terms,
     pub join_grace: Duration,
     pub membership: Option<Membership>,
     /// The job has ended (why): every member that joins hears a final `Lost`.
@@ -235,8 +248,7 @@ impl Core {
             is_other: setup.others.iter().cloned().collect(),
             others: setup.others,
             view: setup.view,
-            next_epoch: setup.next_epoch,
-            max_restarts: setup.max_restarts,
+            own: setup.terms,
             join_grace: setup.join_grace,
             stage: Stage::Gathering {
                 since: now,
@@ -248,7 +260,6 @@ impl Core {
             lost_hang: false,
             preempted: None,
             lost_preempted: false,
-            preemptions: setup.preemptions,
             who: HashMap::from([(me_name.clone(), named(&me_name, &setup.who))]),
             progress: HashMap::new(),
             now,
@@ -267,9 +278,10 @@ impl Core {
         if let Some(reason) = setup.ended {
             // As if it had run and lost, for good.
             core.stage = Stage::Running {
-                epoch: core.next_epoch,
+                epoch: core.own.next_epoch,
                 max_restarts: 0,
-                preemptions: core.preemptions,
+                preemptions: core.own.preemptions,
+                max_preemptions: 0,
             };
             core.lost = Some((reason, false));
             core.decided = Some(false);
@@ -290,21 +302,14 @@ impl Core {
             Input::Joined {
                 link,
                 pod,
-                next_epoch,
                 view,
-                max_restarts,
                 who,
-                preemptions,
+                terms,
             } => {
                 if self.is_other.contains(&pod) && !self.links.contains_key(&pod) {
                     self.who.insert(pod.clone(), named(&pod, &who));
                 }
-                let said = Said {
-                    next_epoch,
-                    max_restarts,
-                    preemptions,
-                };
-                self.joined(link, pod, view, said, &mut effects)
+                self.joined(link, pod, view, terms, &mut effects)
             }
             // Heartbeats: noted, nothing decided (a thousand of them a second must stay cheap).
             Input::Progress {
@@ -452,8 +457,22 @@ impl Core {
             (None, true) => format!("the job hangs: {}; found by {reason}", self.suspect()),
             (None, false) => reason,
         };
-        let preempted = self.preempted.is_some();
-        let hang = hang && !preempted;
+        let hang = hang && self.preempted.is_none();
+        // Beyond the free preemptions, a preemption is a failure like any other.
+        let (preempted, reason) = match (&self.preempted, &self.stage) {
+            (
+                Some(_),
+                Stage::Running {
+                    preemptions,
+                    max_preemptions,
+                    ..
+                },
+            ) if !preemption_is_free(*preemptions, *max_preemptions) => {
+                let words = super::beyond_free_preemptions(*max_preemptions);
+                (false, format!("{reason}; {words}"))
+            }
+            (preempted, _) => (preempted.is_some(), reason),
+        };
         // What every pod's last line will say, the same on all: printable (it reaches logs,
         // termination messages and events), and cut to fit a frame here too.
         let printable: String = reason
@@ -467,6 +486,7 @@ impl Core {
                 epoch,
                 max_restarts,
                 preemptions,
+                ..
             } => verdict(&Standing {
                 spent: epoch.saturating_sub(preemptions),
                 max_restarts,
@@ -630,7 +650,7 @@ impl Core {
         link: u64,
         pod: String,
         view: String,
-        said: Said,
+        terms: Terms,
         effects: &mut Vec<Effect>,
     ) {
         if !self.is_other.contains(&pod) {
@@ -647,7 +667,7 @@ impl Core {
         match &mut self.stage {
             // An empty view: a follower that takes the membership from `Go`.
             Stage::Gathering { ready, .. } if view == self.view || view.is_empty() => {
-                ready.insert(pod, said);
+                ready.insert(pod, terms);
                 self.start_when_ready(effects);
             }
             Stage::Gathering { .. } => self.regather(
@@ -819,23 +839,34 @@ impl Core {
         if ready.len() < self.others.len() {
             return;
         }
+        let own = self.own;
         let epoch = ready
             .values()
             .map(|r| r.next_epoch)
-            .fold(self.next_epoch, u32::max);
+            .fold(own.next_epoch, u32::max);
         // One budget for the job, or some would restart while others end.
         let max_restarts = ready
             .values()
             .map(|r| r.max_restarts)
-            .fold(self.max_restarts, u32::min);
+            .fold(own.max_restarts, u32::min);
+        let max_preemptions = ready
+            .values()
+            .map(|r| r.max_preemptions)
+            .fold(own.max_preemptions, u32::min);
         // A replaced pod knows of none: the survivors' count stands.
         let preemptions = ready
             .values()
             .map(|r| r.preemptions)
-            .fold(self.preemptions, u32::max)
+            .fold(own.preemptions, u32::max)
             .min(epoch);
-        if ready.values().any(|r| r.max_restarts != self.max_restarts) {
+        if ready.values().any(|r| r.max_restarts != own.max_restarts) {
             warn!("control channel: the launchers were given different restart budgets (PADDLE_LAUNCHER_MAX_RESTARTS): the job has the smallest, {max_restarts}");
+        }
+        if ready
+            .values()
+            .any(|r| r.max_preemptions != own.max_preemptions)
+        {
+            warn!("control channel: the launchers were given different numbers of free preemptions (PADDLE_LAUNCHER_MAX_PREEMPTIONS): the job has the smallest, {}", crate::verdict::describe_max_preemptions(max_preemptions));
         }
         info!(
             "control channel: all {} are here: starting restart epoch {epoch}",
@@ -846,17 +877,20 @@ impl Core {
             membership: self.membership.clone(),
             max_restarts,
             preemptions,
+            max_preemptions,
         }));
         self.stage = Stage::Running {
             epoch,
             max_restarts,
             preemptions,
+            max_preemptions,
         };
         effects.push(Effect::Hear(Heard::Go {
             epoch,
             membership: None,
             max_restarts,
             preemptions,
+            max_preemptions,
         }));
     }
 
@@ -891,9 +925,7 @@ mod tests {
             me: "me".into(),
             others: others.iter().map(|p| p.to_string()).collect(),
             view: "v".into(),
-            next_epoch: 0,
-            max_restarts: 3,
-            preemptions: 0,
+            terms: Terms::first(3),
             join_grace: Duration::from_secs(60),
             membership: None,
             ended: None,
@@ -906,11 +938,9 @@ mod tests {
         Input::Joined {
             link,
             pod: pod.into(),
-            next_epoch: 0,
             view: "v".into(),
-            max_restarts: 3,
             who: format!("pod {pod} on node n7"),
-            preemptions: 0,
+            terms: Terms::first(3),
         }
     }
 
@@ -1043,20 +1073,16 @@ mod tests {
         core.step(Input::Joined {
             link: 2,
             pod: "b".into(),
-            next_epoch: 0,
             view: "v".into(),
-            max_restarts: 3,
             who: "pod b\njob stopped: FORGED\u{1b}[2J (trainer id 1 of 3)".into(),
-            preemptions: 0,
+            terms: Terms::first(3),
         });
         core.step(Input::Joined {
             link: 3,
             pod: "c".into(),
-            next_epoch: 0,
             view: "v".into(),
-            max_restarts: 3,
             who: "pod a (trainer id 0 of 3)".into(),
-            preemptions: 0,
+            terms: Terms::first(3),
         });
         for (link, pod, quiet) in [(1, "a", 500), (2, "b", 40), (3, "c", 30)] {
             core.step(Input::Progress {

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::coordinator::{Core, Effect, Input, Setup};
+use super::coordinator::{Core, Effect, Input, Setup, Terms};
 use super::wire::{Encoded, Message, Session, WireError};
 use crate::config::Secret;
 use crate::membership::{Member, Membership};
@@ -147,9 +147,7 @@ fn started(names: &[String], membership: Option<Membership>) -> (Core, Vec<Effec
         me: names[0].clone(),
         others: names[1..].to_vec(),
         view: "v".into(),
-        next_epoch: 0,
-        max_restarts: 3,
-        preemptions: 0,
+        terms: Terms::first(3),
         join_grace: Duration::from_secs(60),
         membership,
         ended: None,
@@ -164,11 +162,9 @@ fn hello(link: usize, name: &str, members: usize) -> Input {
     Input::Joined {
         link: link as u64,
         pod: name.to_string(),
-        next_epoch: 0,
         view: "v".into(),
-        max_restarts: 3,
         who: format!("pod {name} on node n{link} (trainer id {link} of {members})"),
-        preemptions: 0,
+        terms: Terms::first(3),
     }
 }
 

@@ -229,6 +229,7 @@ pub(super) async fn handshake(
         heartbeat_ms: joining.heartbeat_timeout.as_millis() as u64,
         who: cut(&joining.who),
         preemptions: joining.preemptions,
+        max_preemptions: joining.max_preemptions,
     }));
     timeout(HANDSHAKE, writer.write_all(&first))
         .await

@@ -66,6 +66,11 @@ pub(super) struct Following {
     /// ends it, is the preemption's, the coordinator's own end too (a preempted coordinator's
     /// pod may be killed before its window is over, with no word of it).
     preemption: Option<String>,
+    /// A preemption in this attempt would be free: the job's preemptions before it are
+    /// fewer than its free ones (told with `Go`).
+    preemption_free: bool,
+    /// The job's free preemptions (told with `Go`), for the words when none is left.
+    max_preemptions: u32,
 }
 
 impl Following {
@@ -78,6 +83,8 @@ impl Following {
             listening: true,
             may_restart: true,
             preemption: None,
+            preemption_free: false,
+            max_preemptions: 0,
         }
     }
 
@@ -154,13 +161,18 @@ impl Following {
                 membership,
                 max_restarts,
                 preemptions,
+                max_preemptions,
             } if !self.running => {
                 self.running = true;
+                self.preemption_free =
+                    crate::verdict::preemption_is_free(preemptions, max_preemptions);
+                self.max_preemptions = max_preemptions;
                 vec![Effect::Hear(Heard::Go {
                     epoch,
                     membership,
                     max_restarts,
                     preemptions,
+                    max_preemptions,
                 })]
             }
             Message::Checkpoint { reason } if self.running => {
@@ -260,10 +272,17 @@ impl Following {
                 },
                 // As the coordinator would have said it: the preemption first.
                 (true, Some(said)) => Heard::Lost {
-                    reason: super::after_preemption(said, &reason),
+                    reason: match self.preemption_free {
+                        true => super::after_preemption(said, &reason),
+                        false => format!(
+                            "{}; {}",
+                            super::after_preemption(said, &reason),
+                            super::beyond_free_preemptions(self.max_preemptions)
+                        ),
+                    },
                     restart: self.may_restart,
                     hang: false,
-                    preempted: true,
+                    preempted: self.preemption_free,
                 },
                 (false, _) => Heard::Regather(reason),
             }));
@@ -283,6 +302,7 @@ mod tests {
             membership: None,
             max_restarts: 2,
             preemptions: 0,
+            max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
         })
     }
 
@@ -313,6 +333,7 @@ mod tests {
             membership: None,
             max_restarts: 2,
             preemptions: 0,
+            max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
         });
         let request = Input::Request;
         let frame = Input::Frame;
@@ -329,7 +350,7 @@ mod tests {
                     Checkpoint("p-2".into()),
                     StopListening,
                     Hear(Heard::Lost {
-                        reason: "p-2; then: lost the connection to the coordinating launcher at 10.0.0.1:6171 (unexpected Go { epoch: 1, membership: None, max_restarts: 2, preemptions: 0 })".into(),
+                        reason: "p-2; then: lost the connection to the coordinating launcher at 10.0.0.1:6171 (unexpected Go { epoch: 1, membership: None, max_restarts: 2, preemptions: 0, max_preemptions: 4294967295 })".into(),
                         restart: true,
                         hang: false,
                         preempted: true,
@@ -353,6 +374,38 @@ mod tests {
                         restart: true,
                         hang: false,
                         preempted: true,
+                    }),
+                    KnowsVerdict(true),
+                ],
+            ),
+            (
+                "past the job's free preemptions, the same silence ends the attempt as a failure",
+                vec![
+                    Input::Frame(Message::Go {
+                        epoch: 3,
+                        membership: None,
+                        max_restarts: 2,
+                        preemptions: 1,
+                        max_preemptions: 1,
+                    }),
+                    frame(Message::Checkpoint { reason: "pod p-0: preempted (SIGTERM while training)".into() }),
+                    Input::Silent(2),
+                ],
+                vec![
+                    Hear(Heard::Go {
+                        epoch: 3,
+                        membership: None,
+                        max_restarts: 2,
+                        preemptions: 1,
+                        max_preemptions: 1,
+                    }),
+                    Checkpoint("pod p-0: preempted (SIGTERM while training)".into()),
+                    StopListening,
+                    Hear(Heard::Lost {
+                        reason: "pod p-0: preempted (SIGTERM while training); then: the coordinating launcher at 10.0.0.1:6171 sent no heartbeat for 2 s (frozen, or its node is gone); only the job's first preemption was free (PADDLE_LAUNCHER_MAX_PREEMPTIONS): this one counts as a failure".into(),
+                        restart: true,
+                        hang: false,
+                        preempted: false,
                     }),
                     KnowsVerdict(true),
                 ],

@@ -68,7 +68,7 @@ mod following;
 mod simulation;
 mod wire;
 
-use coordinator::{Core, Effect, Input, Setup};
+use coordinator::{Core, Effect, Input, Setup, Terms};
 pub use cost::{measure_coordinator, measure_progress, CoordinatorCost, ProgressCost};
 
 use follower::follow;
@@ -99,6 +99,8 @@ pub enum Heard {
         max_restarts: u32,
         /// The job's preemptions so far, agreed by all (they spent no budget).
         preemptions: u32,
+        /// The job's free preemptions, agreed by all.
+        max_preemptions: u32,
     },
     /// Not everyone found the same members, or not all joined: discover the job again.
     Regather(String),
@@ -157,6 +159,8 @@ pub struct Joining {
     pub max_restarts: u32,
     /// The job's preemptions this launcher knows of.
     pub preemptions: u32,
+    /// The free preemptions this launcher was given (`UNBOUNDED_PREEMPTIONS`: all).
+    pub max_preemptions: u32,
     pub heartbeat_timeout: Duration,
     /// How long members may take to join: they may still be stopping their children.
     pub join_grace: Duration,
@@ -172,6 +176,16 @@ pub struct Joining {
     /// How often a trainer's progress is looked at (hang detection's check interval; zero
     /// when off): how late a progress may be noticed.
     pub progress_check: Duration,
+}
+
+/// What an attempt's end beyond the job's free preemptions adds to its reason, on every pod.
+pub(super) fn beyond_free_preemptions(max_preemptions: u32) -> String {
+    let free = match max_preemptions {
+        0 => "no preemption is free".to_string(),
+        1 => "only the job's first preemption was free".to_string(),
+        n => format!("only the job's first {n} preemptions were free"),
+    };
+    format!("{free} (PADDLE_LAUNCHER_MAX_PREEMPTIONS): this one counts as a failure")
 }
 
 /// How the end of an attempt in which a member was preempted reads on every pod: the
@@ -601,11 +615,9 @@ enum FromLink {
     Joined {
         link: u64,
         pod: String,
-        next_epoch: u32,
         view: String,
-        max_restarts: u32,
         who: String,
-        preemptions: u32,
+        terms: Terms,
         to_link: mpsc::UnboundedSender<Arc<Encoded>>,
     },
     Progress {
@@ -666,9 +678,12 @@ impl Coordinator {
                 me,
                 others: others.iter().map(|m| m.name.clone()).collect(),
                 view: joining.view,
-                next_epoch: joining.next_epoch,
-                max_restarts: joining.max_restarts,
-                preemptions: joining.preemptions,
+                terms: Terms {
+                    next_epoch: joining.next_epoch,
+                    max_restarts: joining.max_restarts,
+                    preemptions: joining.preemptions,
+                    max_preemptions: joining.max_preemptions,
+                },
                 join_grace: joining.join_grace,
                 membership: joining.membership,
                 ended: joining.ended,
@@ -802,22 +817,18 @@ impl Coordinator {
             FromLink::Joined {
                 link,
                 pod,
-                next_epoch,
                 view,
-                max_restarts,
                 who,
-                preemptions,
+                terms,
                 to_link,
             } => {
                 self.senders.insert(link, to_link);
                 Some(Input::Joined {
                     link,
                     pod,
-                    next_epoch,
                     view,
-                    max_restarts,
                     who,
-                    preemptions,
+                    terms,
                 })
             }
             FromLink::Progress {
@@ -967,6 +978,7 @@ async fn serve(
             heartbeat_ms,
             who,
             preemptions,
+            max_preemptions,
         } = hello
         else {
             return Err(WireError::Malformed(
@@ -994,31 +1006,26 @@ async fn serve(
                 peer.ip()
             )));
         };
-        Ok((
-            challenge,
-            session,
-            member.name.clone(),
+        let terms = Terms {
             next_epoch,
-            view,
             max_restarts,
-            heartbeat_ms,
-            (who, preemptions),
-        ))
-    };
-    let (challenge, session, pod, next_epoch, view, max_restarts, heartbeat_ms, (who, preemptions)) =
-        match greeted.await {
-            Ok(greeted) => greeted,
-            Err(e) => return (None, e),
+            preemptions,
+            max_preemptions,
         };
+        let name = member.name.clone();
+        Ok((challenge, session, name, view, heartbeat_ms, who, terms))
+    };
+    let (challenge, session, pod, view, heartbeat_ms, who, terms) = match greeted.await {
+        Ok(greeted) => greeted,
+        Err(e) => return (None, e),
+    };
     let (to_link, mut rx) = mpsc::unbounded_channel();
     let _ = to_coordinator.send(FromLink::Joined {
         link,
         pod: pod.clone(),
-        next_epoch,
         view,
-        max_restarts,
         who: cut(&who),
-        preemptions,
+        terms,
         to_link,
     });
     let timeouts = LinkTimeouts::agree(shared.heartbeat_timeout, heartbeat_ms);
@@ -1210,6 +1217,7 @@ mod tests {
             me: members[index].clone(),
             members: members.to_vec(),
             preemptions: 0,
+            max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
             view: fingerprint(members),
             next_epoch,
             max_restarts: 3,
@@ -1543,6 +1551,7 @@ mod tests {
                 membership: Some(found),
                 max_restarts: 3,
                 preemptions: 0,
+                max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
             }
         );
     }

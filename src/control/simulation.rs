@@ -16,10 +16,11 @@ use std::time::Duration;
 use proptest::prelude::*;
 use tokio::time::Instant;
 
-use super::coordinator::{Core, Effect, Input, Setup, Stage};
+use super::coordinator::{Core, Effect, Input, Setup, Stage, Terms};
 use super::following::{self, Following};
 use super::wire::{Message, WireError};
 use super::{Heard, Request};
+use crate::verdict::UNBOUNDED_PREEMPTIONS;
 
 impl Default for Following {
     fn default() -> Following {
@@ -100,6 +101,8 @@ struct Follower {
     max_restarts: u32,
     /// The job's preemptions it knows of (a replaced pod: none).
     preemptions: u32,
+    /// The free preemptions it was given.
+    max_preemptions: u32,
     /// Its view differs from the coordinator's (it found other pods).
     stale_view: bool,
     /// A pserver pod of the split layout: no trainer, so it never says `Done` while the job
@@ -111,7 +114,8 @@ struct Follower {
     outbox: VecDeque<Input>,
     /// Frames the coordinator queued for it, not yet read.
     inbox: VecDeque<Message>,
-    go: Option<(u32, u32, u32)>,
+    /// The `Go` it heard: epoch, budget, preemptions, free preemptions.
+    go: Option<(u32, u32, u32, u32)>,
     said_done: bool,
     said_failed: bool,
     said_preempted: bool,
@@ -133,7 +137,7 @@ struct Follower {
 /// What has been said so far, for the invariants.
 #[derive(Debug, Default)]
 struct Record {
-    gos: Vec<(u32, u32, u32)>,
+    gos: Vec<(u32, u32, u32, u32)>,
     /// The preemption told to every member (the reason of its `Checkpoint`), once.
     checkpoint: Option<String>,
     /// A preempted launcher's own word (a `Preempted` read while running, before any loss).
@@ -175,13 +179,10 @@ struct Sim {
     followers: Vec<Follower>,
     next_link: u64,
     record: Record,
-    own_next: u32,
-    own_budget: u32,
-    own_preemptions: u32,
+    own: Terms,
     own_done: bool,
-    /// What each member's hello said (next, budget, preemptions), for the hellos the
-    /// coordinator holds.
-    hellos: std::collections::HashMap<String, (u32, u32, u32)>,
+    /// What each member's hello said, for the hellos the coordinator holds.
+    hellos: std::collections::HashMap<String, Terms>,
 }
 
 impl Sim {
@@ -189,6 +190,7 @@ impl Sim {
         nexts: &[u32],
         budgets: &[u32],
         preemptions: &[u32],
+        free: &[u32],
         stale: &[bool],
         serving: &[bool],
     ) -> (Sim, Vec<Effect>) {
@@ -199,6 +201,7 @@ impl Sim {
                 next_epoch: nexts[i],
                 max_restarts: budgets[i],
                 preemptions: preemptions[i],
+                max_preemptions: free[i],
                 stale_view: stale[i],
                 serving: serving[i],
                 ..Follower::default()
@@ -222,14 +225,18 @@ impl Sim {
             }
         }
         let now = Instant::now();
+        let own = Terms {
+            next_epoch: nexts[0],
+            max_restarts: budgets[0],
+            preemptions: preemptions[0],
+            max_preemptions: free[0],
+        };
         let (core, effects) = Core::start(
             Setup {
                 me: "p-0".into(),
                 others: followers.iter().map(|f| f.name.clone()).collect(),
                 view: "view".into(),
-                next_epoch: nexts[0],
-                max_restarts: budgets[0],
-                preemptions: preemptions[0],
+                terms: own,
                 join_grace: JOIN_GRACE,
                 membership: Some(membership),
                 ended: None,
@@ -244,9 +251,7 @@ impl Sim {
             followers,
             next_link: 0,
             record: Record::default(),
-            own_next: nexts[0],
-            own_budget: budgets[0],
-            own_preemptions: preemptions[0],
+            own,
             own_done: false,
             hellos: std::collections::HashMap::new(),
         };
@@ -319,15 +324,8 @@ impl Sim {
             _ => {}
         }
         match &input {
-            Input::Joined {
-                pod,
-                next_epoch,
-                max_restarts,
-                preemptions,
-                ..
-            } if !self.core.links.contains_key(pod) => {
-                self.hellos
-                    .insert(pod.clone(), (*next_epoch, *max_restarts, *preemptions));
+            Input::Joined { pod, terms, .. } if !self.core.links.contains_key(pod) => {
+                self.hellos.insert(pod.clone(), *terms);
             }
             Input::Ended { link, pod, .. } if self.core.links.get(pod) == Some(link) => {
                 self.hellos.remove(pod);
@@ -423,8 +421,9 @@ impl Sim {
                     epoch,
                     max_restarts,
                     preemptions,
+                    max_preemptions,
                     ..
-                }) => f.go = Some((epoch, max_restarts, preemptions)),
+                }) => f.go = Some((epoch, max_restarts, preemptions, max_preemptions)),
                 following::Effect::Hear(Heard::Lost {
                     restart,
                     reason,
@@ -432,9 +431,11 @@ impl Sim {
                     preempted,
                 }) => {
                     // Once asked for a checkpoint, the attempt's end is the preemption's,
-                    // whoever tells it (the coordinator, or the link's end when it is gone).
+                    // whoever tells it (the coordinator, or the link's end when it is gone),
+                    // while the job's preemptions are free.
+                    let free = f.go.is_some_and(|(_, _, p, max)| p < max);
                     prop_assert!(
-                        preempted || !f.asked_checkpoint,
+                        preempted || !f.asked_checkpoint || !free,
                         "{} was asked for a checkpoint, then heard a loss that is no preemption: {}",
                         f.name,
                         reason
@@ -520,30 +521,35 @@ impl Sim {
                 epoch,
                 max_restarts,
                 preemptions,
+                max_preemptions,
                 ..
             } => {
                 prop_assert!(self.record.gos.is_empty(), "a second Go: {message:?}");
-                // Everyone starts the largest epoch anyone would, with the smallest budget,
-                // and the most preemptions anyone knows of (never more than the restarts).
-                let epoch_expected = self
-                    .hellos
-                    .values()
-                    .map(|h| h.0)
-                    .fold(self.own_next, u32::max);
-                let budget_expected = self
-                    .hellos
-                    .values()
-                    .map(|h| h.1)
-                    .fold(self.own_budget, u32::min);
-                let preemptions_expected = self
-                    .hellos
-                    .values()
-                    .map(|h| h.2)
-                    .fold(self.own_preemptions, u32::max)
+                // Everyone starts the largest epoch anyone would, with the smallest budget
+                // and free preemptions, and the most preemptions anyone knows of (never more
+                // than the restarts).
+                let hellos = || self.hellos.values();
+                let epoch_expected = hellos()
+                    .map(|h| h.next_epoch)
+                    .fold(self.own.next_epoch, u32::max);
+                let budget_expected = hellos()
+                    .map(|h| h.max_restarts)
+                    .fold(self.own.max_restarts, u32::min);
+                let preemptions_expected = hellos()
+                    .map(|h| h.preemptions)
+                    .fold(self.own.preemptions, u32::max)
                     .min(epoch_expected);
+                let free_expected = hellos()
+                    .map(|h| h.max_preemptions)
+                    .fold(self.own.max_preemptions, u32::min);
                 prop_assert_eq!(
-                    (*epoch, *max_restarts, *preemptions),
-                    (epoch_expected, budget_expected, preemptions_expected)
+                    (*epoch, *max_restarts, *preemptions, *max_preemptions),
+                    (
+                        epoch_expected,
+                        budget_expected,
+                        preemptions_expected,
+                        free_expected
+                    )
                 );
                 // Only once every member has joined (as far as the coordinator knows: its
                 // connection may be ending unseen), with the coordinator's view.
@@ -551,7 +557,9 @@ impl Sim {
                     let joined = self.core.links.contains_key(&f.name);
                     prop_assert!(joined && !f.stale_view, "Go without {}", f.name);
                 }
-                self.record.gos.push((*epoch, *max_restarts, *preemptions));
+                self.record
+                    .gos
+                    .push((*epoch, *max_restarts, *preemptions, *max_preemptions));
             }
             Message::Checkpoint { reason } => {
                 // Once, while running, before any loss, and only when a member said it was
@@ -600,12 +608,25 @@ impl Sim {
                     self.record.awaited = self.core.links.keys().cloned().collect();
                 }
                 // Once the job was asked for a checkpoint, the attempt's end is the
-                // preemption's, whatever ends it, and its line says so first.
+                // preemption's, whatever ends it, and its line says so first; it spends
+                // nothing while the job's preemptions are free, and beyond them says so.
+                let free = self
+                    .record
+                    .gos
+                    .first()
+                    .is_some_and(|&(_, _, p, max)| p < max);
                 prop_assert_eq!(
                     *preempted,
-                    self.record.checkpoint.is_some(),
-                    "a loss after a checkpoint request is the preemption's, and only then"
+                    self.record.checkpoint.is_some() && free,
+                    "a loss after a checkpoint request is a free preemption's, and only then"
                 );
+                if self.record.checkpoint.is_some() && !free {
+                    prop_assert!(
+                        reason.contains("this one counts as a failure"),
+                        "a preemption beyond the free ones does not say so: {}",
+                        reason
+                    );
+                }
                 if let Some(checkpoint) = &self.record.checkpoint {
                     // The preempted member's own end says it all; another's follows it.
                     // (A later word repeats the first: checked below.)
@@ -632,7 +653,7 @@ impl Sim {
                         prop_assert_eq!(hang, first_hang, "the hang flag changed");
                     }
                 }
-                let Some(&(epoch, budget, preemptions)) = self.record.gos.first() else {
+                let Some(&(epoch, budget, preemptions, free)) = self.record.gos.first() else {
                     // Before the start a loss can only be final, or a regather.
                     prop_assert!(!restart || self.record.lost.is_empty());
                     self.record.lost.push(*restart);
@@ -642,6 +663,13 @@ impl Sim {
                     // Preemptions spent none of it.
                     prop_assert!(epoch - preemptions < budget, "a restart beyond the budget");
                 }
+                // Only the job's first free preemptions spend nothing.
+                prop_assert!(
+                    !preempted || preemptions < free,
+                    "preemption {} told free of {}",
+                    preemptions + 1,
+                    free
+                );
                 // A preemption restarts whatever the budget: not once a member finished or a
                 // failure would recur.
                 if *preempted && !restart {
@@ -740,6 +768,7 @@ impl Sim {
                     *f = Follower {
                         name: f.name.clone(),
                         max_restarts: f.max_restarts,
+                        max_preemptions: f.max_preemptions,
                         serving: f.serving,
                         // What the old connection sent, its end included, is still on its way.
                         outbox: std::mem::take(&mut f.outbox),
@@ -750,11 +779,14 @@ impl Sim {
                 let hello = Input::Joined {
                     link,
                     pod: f.name.clone(),
-                    next_epoch: f.next_epoch,
                     view: if f.stale_view { "stale" } else { "view" }.into(),
-                    max_restarts: f.max_restarts,
                     who: format!("pod {}", f.name),
-                    preemptions: f.preemptions,
+                    terms: Terms {
+                        next_epoch: f.next_epoch,
+                        max_restarts: f.max_restarts,
+                        preemptions: f.preemptions,
+                        max_preemptions: f.max_preemptions,
+                    },
                 };
                 f.outbox.push_back(hello);
             }
@@ -980,6 +1012,7 @@ proptest! {
         nexts in proptest::collection::vec(0..4u32, 6),
         budgets in proptest::collection::vec(0..4u32, 6),
         preemptions in proptest::collection::vec(0..3u32, 6),
+        free in proptest::collection::vec(prop_oneof![0..3u32, Just(UNBOUNDED_PREEMPTIONS)], 6),
         stale in proptest::collection::vec(proptest::bool::weighted(0.05), 6),
         serving in proptest::collection::vec(proptest::bool::weighted(0.3), 6),
         actions in proptest::collection::vec(action(), 0..160),
@@ -988,6 +1021,7 @@ proptest! {
             &nexts[..members],
             &budgets[..members],
             &preemptions[..members],
+            &free[..members],
             &stale[..members],
             &serving[..members],
         );
@@ -1038,9 +1072,10 @@ proptest! {
         serving in proptest::collection::vec(any::<bool>(), 6),
     ) {
         let zeros = vec![0u32; members];
+        let unbounded = vec![UNBOUNDED_PREEMPTIONS; members];
         let budgets = vec![2u32; members];
         let fresh = vec![false; members];
-        let (mut sim, first) = Sim::new(&zeros, &budgets, &zeros, &fresh, &serving[..members]);
+        let (mut sim, first) = Sim::new(&zeros, &budgets, &zeros, &unbounded, &fresh, &serving[..members]);
         sim.apply(first)?;
         for i in 0..members - 1 {
             sim.act(&Action::Connect(i))?;
@@ -1077,10 +1112,16 @@ proptest! {
 }
 
 /// Starts a job of `nexts.len()` members (every hello read), and returns it running.
-fn running(nexts: &[u32], budget: u32, preemptions: &[u32]) -> Result<Sim, TestCaseError> {
+fn running(
+    nexts: &[u32],
+    budget: u32,
+    preemptions: &[u32],
+    free: u32,
+) -> Result<Sim, TestCaseError> {
     let budgets = vec![budget; nexts.len()];
+    let frees = vec![free; nexts.len()];
     let fresh = vec![false; nexts.len()];
-    let (mut sim, first) = Sim::new(nexts, &budgets, preemptions, &fresh, &fresh);
+    let (mut sim, first) = Sim::new(nexts, &budgets, preemptions, &frees, &fresh, &fresh);
     sim.apply(first)?;
     for i in 0..nexts.len() - 1 {
         sim.act(&Action::Connect(i))?;
@@ -1096,19 +1137,24 @@ proptest! {
     /// A preempted member (a follower, or the coordinator's own launcher), whatever then ends
     /// the attempt (its connection closes, it fails, another trainer fails as its peer
     /// leaves, the coordinator's pod is killed before it says a word), restarts the job with
-    /// no budget spent; the next attempt, where the preempted
-    /// pod is a fresh launcher, starts with the preemption counted, and a failure then is
-    /// judged by the restarts less the preemptions.
+    /// no budget spent while the job's preemptions are free; beyond them, it is judged as a
+    /// failure. The next attempt, where the preempted pod is a fresh launcher, starts with a
+    /// free preemption counted, and a failure then is judged by the restarts less the free
+    /// preemptions.
     #[test]
-    fn a_preemption_restarts_the_job_whatever_the_budget(
+    fn a_free_preemption_restarts_the_job_whatever_the_budget(
         members in 2..6usize,
         budget in 0..3u32,
         epoch in 0..4u32,
+        before in 0..3u32,
+        free in prop_oneof![0..3u32, Just(UNBOUNDED_PREEMPTIONS)],
         preempted in 0..6usize,
         end in 0..4u8,
     ) {
         let preempted = preempted % members; // 0: the coordinator's own launcher
-        let mut sim = running(&vec![epoch; members], budget, &vec![0; members])?;
+        let before = before.min(epoch);
+        let is_free = before < free;
+        let mut sim = running(&vec![epoch; members], budget, &vec![before; members], free)?;
         let follower = |k: usize| k - 1;
         if preempted == 0 {
             sim.act(&Action::OwnPreempted)?;
@@ -1123,7 +1169,8 @@ proptest! {
             // Every follower is left to its own word: the preemption's end, a restart.
             sim.coordinator_gone()?;
             for f in &sim.followers {
-                prop_assert_eq!(f.preempted_losses.last(), Some(&true), "{}", &f.name);
+                prop_assert_eq!(f.preempted_losses.last(), Some(&is_free), "{}", &f.name);
+                // Its own budget judges a preemption that is not free.
                 prop_assert_eq!(f.verdict, Some(true), "{}", &f.name);
             }
             return Ok(());
@@ -1143,18 +1190,25 @@ proptest! {
         }
         sim.act(&Action::OwnStops)?;
         sim.drain()?;
-        prop_assert_eq!(&sim.record.lost_preempted, &vec![true]);
-        prop_assert_eq!(&sim.record.verdicts, &vec![true], "a preemption did not restart the job");
+        prop_assert_eq!(&sim.record.lost_preempted, &vec![is_free]);
+        let restarts = is_free || epoch - before < budget;
+        prop_assert_eq!(&sim.record.verdicts, &vec![restarts], "free {} before {}", free, before);
+        if !restarts {
+            return Ok(());
+        }
 
-        // The next attempt: the survivors count the preemption, the replacement knows nothing.
+        // The next attempt: the survivors count a free preemption, the replacement knows
+        // nothing.
+        let counted_by_survivors = before + u32::from(is_free);
         let nexts: Vec<u32> = (0..members).map(|k| if k == preempted { 0 } else { epoch + 1 }).collect();
-        let counted: Vec<u32> = (0..members).map(|k| u32::from(k != preempted)).collect();
-        let mut sim = running(&nexts, budget, &counted)?;
-        prop_assert_eq!(sim.record.gos[0], (epoch + 1, budget, 1));
+        let counted: Vec<u32> = (0..members).map(|k| if k == preempted { 0 } else { counted_by_survivors }).collect();
+        let mut sim = running(&nexts, budget, &counted, free)?;
+        prop_assert_eq!(sim.record.gos[0], (epoch + 1, budget, counted_by_survivors, free));
         sim.act(&Action::Fails(0, true, false))?;
         sim.drain()?;
-        // epoch + 1 restarts, one of them free: `epoch` spent.
-        prop_assert_eq!(&sim.record.lost, &vec![epoch < budget], "budget {} epoch {}", budget, epoch);
+        // epoch + 1 restarts, the free preemptions among them spent nothing.
+        let spent = epoch + 1 - counted_by_survivors;
+        prop_assert_eq!(&sim.record.lost, &vec![spent < budget], "budget {} epoch {}", budget, epoch);
     }
 }
 
@@ -1162,7 +1216,15 @@ proptest! {
 /// verdict of a loss another member reported.
 #[test]
 fn the_coordinators_own_launcher_hears_a_followers_failure() {
-    let (mut sim, first) = Sim::new(&[0, 0], &[2, 2], &[0, 0], &[false, false], &[false, false]);
+    let free = [UNBOUNDED_PREEMPTIONS; 2];
+    let (mut sim, first) = Sim::new(
+        &[0, 0],
+        &[2, 2],
+        &[0, 0],
+        &free,
+        &[false, false],
+        &[false, false],
+    );
     sim.apply(first).unwrap();
     sim.act(&Action::Connect(0)).unwrap();
     sim.act(&Action::ToCoordinator(0)).unwrap();

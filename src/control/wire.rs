@@ -54,6 +54,10 @@ pub enum Message {
         /// The job's preemptions this launcher knows of: restarts that spent no budget.
         #[serde(default)]
         preemptions: u32,
+        /// The free preemptions this launcher was given (--max-preemptions; u32::MAX: no
+        /// bound).
+        #[serde(default = "unbounded")]
+        max_preemptions: u32,
     },
     Beat,
     /// A follower's heartbeat while hang detection is on: its trainer's progress, the step it
@@ -73,6 +77,9 @@ pub enum Message {
         /// less these is what failures have spent of the budget.
         #[serde(default)]
         preemptions: u32,
+        /// The job's free preemptions: the smallest any member was given.
+        #[serde(default = "unbounded")]
+        max_preemptions: u32,
     },
     /// A follower's trainer succeeded: its end from now on is not a loss, and the job can no
     /// longer start again as a whole.
@@ -132,6 +139,10 @@ pub enum Message {
     Verdict {
         restart: bool,
     },
+}
+
+fn unbounded() -> u32 {
+    crate::verdict::UNBOUNDED_PREEMPTIONS
 }
 
 /// A reason that fits in a frame: at most `MAX_REASON` bytes once encoded (quotes, control
@@ -381,6 +392,7 @@ mod tests {
             heartbeat_ms: 0,
             who: format!("pod {pod}"),
             preemptions: 0,
+            max_preemptions: 1,
         }
     }
 
@@ -425,7 +437,7 @@ mod tests {
         .unwrap();
         assert!(matches!(
             hello,
-            Message::Hello { who, heartbeat_ms: 0, preemptions: 0, .. } if who.is_empty()
+            Message::Hello { who, heartbeat_ms: 0, preemptions: 0, max_preemptions: u32::MAX, .. } if who.is_empty()
         ));
         let go: Message =
             serde_json::from_str(r#"{"kind":"go","epoch":2,"membership":null,"max_restarts":1}"#)

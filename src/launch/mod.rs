@@ -906,6 +906,7 @@ async fn started(heard: Heard, channel: &mut Channel) -> Result<Option<Start>, E
             membership,
             max_restarts,
             preemptions,
+            ..
         } => {
             if epoch > 0 {
                 info!("restart epoch {epoch}: starting again");
@@ -970,6 +971,7 @@ async fn tell_followers_the_end(
         next_epoch: 0,
         preemptions: 0,
         max_restarts: 0,
+        max_preemptions: 0,
         heartbeat_timeout: config.control.heartbeat_timeout,
         join_grace: grace,
         membership: None,
@@ -1034,6 +1036,7 @@ async fn follow_coordinator(
         next_epoch: count.next_epoch,
         preemptions: count.preemptions,
         max_restarts: config.control.max_restarts,
+        max_preemptions: config.control.max_preemptions,
         heartbeat_timeout: config.control.heartbeat_timeout,
         join_grace: JOIN_GRACE + config.timing.grace_period,
         membership: None,
@@ -1393,6 +1396,7 @@ async fn join_channel(
         next_epoch: count.next_epoch,
         preemptions: count.preemptions,
         max_restarts: control.max_restarts,
+        max_preemptions: control.max_preemptions,
         heartbeat_timeout: control.heartbeat_timeout,
         // The others may still be stopping their children (a grace period) before they join.
         join_grace: JOIN_GRACE + config.timing.grace_period,
