@@ -167,6 +167,29 @@ impl Loss {
     }
 }
 
+/// The members of an attempt whose part ended cleanly while the job goes on (a split layout's
+/// pserver pod whose pserver the trainers stopped): their pod's end, deleted or evicted, is no
+/// loss. The control channel learns them (the coordinator tells every launcher); the API watch
+/// of the peers, started before the channel, reads them.
+#[derive(Debug, Clone, Default)]
+pub struct Served(std::sync::Arc<std::sync::Mutex<BTreeSet<String>>>);
+
+impl Served {
+    pub fn insert(&self, pod: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(pod.to_string());
+    }
+
+    pub fn contains(&self, pod: &str) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .contains(pod)
+    }
+}
+
 /// What became of a member pod after the launch, if it is no longer usable: training against a
 /// dead pserver or a gone peer would hang or train wrong. A pod that Succeeded is done, not lost.
 /// A terminating pod is lost unless `terminating_is_loss` is false: with a control channel and

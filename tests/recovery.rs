@@ -895,6 +895,43 @@ fn a_preempted_pserver_pod_serves_the_jobs_checkpoint_and_the_job_restarts_free(
 /// A fleet pserver stopped early (its pserver exits 0 while the trainers train) leaves its pod a
 /// member of the job: a trainer's failure then restarts every pod, that one too, instead of a
 /// restart that would find it Succeeded (or gone) and could never gather.
+/// A pserver pod whose pserver the trainers stopped (fleet's `stop_server`) is then deleted
+/// while they still train: its end is no loss, for the coordinator and for every launcher that
+/// watches its pod through the API (the coordinator tells them it has served); the trainers
+/// train on and the job succeeds.
+#[test]
+fn a_served_pserver_pods_deletion_is_no_loss() {
+    let mut job = SplitJob::start_with("splitserved", 0, 25, 0, true);
+    job.launchers[0].as_ref().unwrap().wait_for_output(
+        "staying a member of the job until its trainers are done",
+        LIMIT,
+    );
+    for i in [1, 2, 3] {
+        job.launchers[i]
+            .as_ref()
+            .unwrap()
+            .wait_for_output("splitserved-ps-0 has served its part", LIMIT);
+    }
+    let name = job.pods[0].0.clone();
+    job.cluster.api.mark_deleting("default", &name, 30);
+    let served = job.launchers[0].take().unwrap();
+    served.signal(Signal::SIGTERM);
+    let done = served.wait(LIMIT);
+    let api = &job.cluster.api;
+    api.set_terminated("default", &name, done.code(), "Error", "deleted");
+    api.delete_pod("default", &name);
+    // The trainers succeed, then the other pserver hears the job's success.
+    for i in [2, 3, 1] {
+        let done = job.ends(i, 0);
+        assert!(
+            !done.stderr.contains("restarting the job"),
+            "{}",
+            done.stderr
+        );
+        assert!(!done.stderr.contains("job stopped"), "{}", done.stderr);
+    }
+}
+
 #[test]
 fn a_pserver_that_ended_early_rejoins_the_restart() {
     let mut job = SplitJob::start_with("splitearly", 1, 4, 3, true);
@@ -1159,6 +1196,88 @@ sleep 2"#;
     job.create_pods(2);
     let outputs = job.all_finish_in_epoch(2);
     assert_eq!(outputs.len(), 2);
+}
+
+/// A preemption's record on the Job is waited for 2 s at most (the pod is within its grace
+/// period): one the API server does not take in time is said, not silently lost.
+#[test]
+fn a_preemption_the_api_does_not_take_in_time_is_said_unrecorded() {
+    let program = r#"echo "rank=$PADDLE_TRAINER_ID count=$PADDLE_LAUNCHER_RESTART_COUNT end"
+trap 'echo "checkpoint signal rank=$PADDLE_TRAINER_ID"' USR1
+end=$(( $(date +%s) + 120 )); while [ "$(date +%s)" -lt "$end" ]; do sleep 1 & wait $!; done"#;
+    let mut job = Job::new("slowrec", 2, 1);
+    job.program = ["sh", "-c", program].map(String::from).to_vec();
+    job.extra_env
+        .push(("PADDLE_LAUNCHER_CHECKPOINT_WINDOW", "2".to_string()));
+    let api = job.cluster.api.clone();
+    api.put_job(job_object("slowrec", 2, serde_json::json!({})));
+    job.start_training(2);
+    let deadline = std::time::Instant::now() + LIMIT;
+    while api
+        .job_annotation("default", "slowrec", RESTART_COUNT)
+        .is_none()
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Kueue suspends the Job while its API server answers in 3 s.
+    api.set_delay(Duration::from_millis(3000));
+    let mut leaving = Vec::new();
+    for i in [0, 1] {
+        let name = job.created[i].0.clone();
+        api.mark_deleting("default", &name, 30);
+        let launcher = job.created[i].2.take().unwrap();
+        launcher.signal(Signal::SIGTERM);
+        leaving.push((name, launcher));
+    }
+    let mut logs = String::new();
+    for (name, launcher) in leaving {
+        let done = launcher.wait(LIMIT);
+        assert_eq!(done.code(), 143, "{name}: {}", done.stderr);
+        logs.push_str(&done.stderr);
+    }
+    api.set_delay(Duration::ZERO);
+    assert_eq!(
+        api.job_annotation("default", "slowrec", PREEMPTIONS)
+            .as_deref(),
+        Some("0")
+    );
+    assert_contains(
+        &logs,
+        "the preemption is not recorded on Job slowrec (no answer within 2 s): if every pod of the job is lost, its restart will spend a restart",
+    );
+}
+
+/// A record no job reaches (1,000,000, which may be anyone's edit) is believed up to its
+/// bound: the job goes on from it, but does not write a count it would not read back, which
+/// would make the next whole-Job restart count from 0.
+#[test]
+fn a_restart_count_beyond_the_records_bound_is_not_written() {
+    let mut job = Job::new("huge", 2, 1);
+    let api = job.cluster.api.clone();
+    api.put_job(job_object(
+        "huge",
+        2,
+        serde_json::json!({ RESTART_COUNT: "1000000" }),
+    ));
+    job.create_pods(2);
+    job.launcher(0).wait_for_output("count=1000001 ", LIMIT);
+    let coordinator = job.created[0].0.clone();
+    let said = "restart epoch 1000001 is beyond the 1000000 a record on Job huge is read up to: not recorded";
+    let deadline = std::time::Instant::now() + LIMIT;
+    while !job.stderr(0).contains(said) && !job.stderr(1).contains(said) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{coordinator}: {}",
+            job.stderr(0)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        api.job_annotation("default", "huge", RESTART_COUNT)
+            .as_deref(),
+        Some("1000000")
+    );
 }
 
 /// The record on the Job only goes forward: a restart in place never writes an epoch below the

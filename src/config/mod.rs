@@ -912,4 +912,24 @@ mod tests {
             ["--dot_period=10", "--config=trainer_config.lr.py"]
         );
     }
+
+    /// A secret of blanks is no secret, as a blank value of any option is unset: the channel
+    /// is off wherever that is asked (the topology, the restart budget, the channel itself).
+    #[test]
+    fn a_blank_secret_is_no_secret() {
+        let blank = JobArgs {
+            job_secret: Some(" ".repeat(40)),
+            ..base()
+        };
+        assert!(!Control::from_args(&blank).unwrap().is_on());
+        let with_restarts = JobArgs {
+            max_restarts: Some("1".into()),
+            ..blank
+        };
+        let refused = Control::from_args(&with_restarts).unwrap_err().to_string();
+        assert!(
+            refused.contains("PADDLE_LAUNCHER_MAX_RESTARTS"),
+            "{refused}"
+        );
+    }
 }

@@ -81,6 +81,8 @@ pub(super) enum Effect {
     KnowsVerdict { restart: bool },
     /// This launcher's trainer is asked for a checkpoint: a member is preempted (the reason).
     Checkpoint(String),
+    /// This launcher learns that a member has served its part (`Message::Served`).
+    Served(String),
     /// Nothing more to say: the channel ends.
     Stop,
 }
@@ -596,6 +598,12 @@ impl Core {
         if !matches!(self.stage, Stage::Running { .. }) || self.own_success {
             return;
         }
+        // A coordinator without a trainer (a pserver pod named by --coordinator): its
+        // pserver's end is no trainer's success either.
+        if self.serving.contains(&self.me) {
+            let me = self.me.clone();
+            return self.serve(me, effects);
+        }
         if self.done.is_empty() {
             effects.push(Effect::Broadcast(Message::Finished {
                 pod: self.me.clone(),
@@ -604,6 +612,14 @@ impl Core {
         self.own_success = true;
         let me = self.me.clone();
         self.finished_after_loss(&me, effects);
+    }
+
+    /// A member without a trainer has served its part: told once to everyone.
+    fn serve(&mut self, pod: String, effects: &mut Vec<Effect>) {
+        if self.served.insert(pod.clone()) {
+            effects.push(Effect::Broadcast(Message::Served { pod: pod.clone() }));
+            effects.push(Effect::Served(pod));
+        }
     }
 
     /// A member finished after a loss went out as one the job may restart from: it cannot
@@ -713,13 +729,13 @@ impl Core {
         }
         match message {
             // A pserver pod's end is no trainer's success: it neither ends the job's restarts
-            // nor is news to the others.
+            // nor is awaited; its pod's end is no loss, which everyone watching it must know.
             // Its pserver has ended: after a loss, it has nothing left to stop.
             Message::Done if self.serving.contains(&pod) => {
                 if self.awaiting.remove(&pod) {
                     self.decide_when_stopped(effects);
                 }
-                self.served.insert(pod);
+                self.serve(pod, effects);
             }
             // A pserver pod whose pserver has ended has nothing left to fail, nor to preempt:
             // it leaves (a loss it saw through the API, this launcher sees too).
@@ -956,6 +972,49 @@ mod tests {
     /// trains; the job's success waits for the trainers only, and tells the pservers (`Bye`).
     /// A pserver that fails still ends the attempt, pservers and trainers alike.
     #[test]
+    fn a_coordinator_without_a_trainer_tells_its_pservers_end_as_served() {
+        let t0 = Instant::now();
+        let member = |name: &str, rank| crate::membership::Member {
+            name: name.into(),
+            ip: format!("10.0.0.{}", rank + 1).parse().unwrap(),
+            rank,
+        };
+        // A pserver pod named by --coordinator.
+        let split = Setup {
+            membership: Some(Membership {
+                pservers: vec![member("me", 10), member("p1", 11)],
+                trainers: vec![member("t0", 0), member("t1", 1)],
+            }),
+            ..setup(&["p1", "t0", "t1"])
+        };
+        let (mut core, _) = Core::start(split, t0);
+        for (link, pod) in [(1, "p1"), (2, "t0"), (3, "t1")] {
+            core.step(joined(link, pod));
+        }
+        assert!(matches!(core.stage, Stage::Running { .. }));
+        // Its pserver ended: no trainer's success (no `Finished`), but served.
+        assert_eq!(
+            core.step(Input::Own(Request::Done)),
+            [
+                Effect::Broadcast(Message::Served { pod: "me".into() }),
+                Effect::Served("me".into()),
+            ]
+        );
+        let failed = Message::Failed {
+            reason: "pod t1: trainer exited with status 3".into(),
+            restartable: true,
+            hang: false,
+        };
+        let effects = core.step(said(3, "t1", failed));
+        assert!(
+            effects
+                .iter()
+                .any(|e| matches!(e, Effect::Broadcast(Message::Lost { restart: true, .. }))),
+            "a trainer's failure after the coordinator's pserver ended is final: {effects:?}"
+        );
+    }
+
+    #[test]
     fn a_success_waits_for_the_trainers_only() {
         let t0 = Instant::now();
         let member = |name: &str, rank| crate::membership::Member {
@@ -1006,8 +1065,14 @@ mod tests {
         assert_eq!(core.awaiting.len(), 3, "every member stops, pservers too");
 
         // A pserver pod whose pserver ended cleanly says Done: no trainer finished by it (a
-        // failure after it may still restart the job), and its close is no loss.
+        // failure after it may still restart the job), and its close is no loss; everyone
+        // (whose API watch sees its pod) is told it has served, once.
         let mut core = running();
+        let served = [
+            Effect::Broadcast(Message::Served { pod: "p0".into() }),
+            Effect::Served("p0".into()),
+        ];
+        assert_eq!(core.step(said(1, "p0", Message::Done)), served);
         assert_eq!(core.step(said(1, "p0", Message::Done)), []);
         let closed = Input::Ended {
             link: 1,

@@ -130,6 +130,7 @@ pub(super) async fn follow(
                 Effect::JobSucceeded => {
                     ends.succeeded.send_replace(true);
                 }
+                Effect::Served(pod) => ends.served(&pod),
                 Effect::StopListening => {}
                 Effect::Close => {
                     close_gracefully(&mut writer, &mut incoming).await;

@@ -41,6 +41,8 @@ pub(super) enum Effect {
     /// The coordinator said goodbye: every trainer of the job succeeded (what ends a pserver
     /// pod of the split layout, without waiting for the API to show it).
     JobSucceeded,
+    /// A member has served its part: its pod's end is no loss.
+    Served(String),
     /// Stop reading the coordinator and beating: the link is gone.
     StopListening,
     /// Close the connection (what is queued goes first) and end the task.
@@ -206,6 +208,7 @@ impl Following {
                 self.may_restart = false;
                 vec![Effect::CannotRestart, Effect::JobSucceeded]
             }
+            Message::Served { pod } => vec![Effect::Served(pod)],
             // Also before `Go`: a member joining after a loss hears of a success too.
             Message::Finished { pod } => {
                 if self.may_restart {
@@ -248,6 +251,7 @@ impl Following {
                 vec![Effect::CannotRestart]
             }
             Message::Verdict { restart } => vec![Effect::KnowsVerdict(restart)],
+            Message::Served { pod } => vec![Effect::Served(pod)],
             _ => Vec::new(),
         }
     }
@@ -408,6 +412,26 @@ mod tests {
                         preempted: false,
                     }),
                     KnowsVerdict(true),
+                ],
+            ),
+            (
+                "a member that served its part is told, before the attempt's end and after it",
+                vec![
+                    go(),
+                    frame(Message::Served { pod: "ps-0".into() }),
+                    frame(lost(true)),
+                    frame(Message::Served { pod: "ps-1".into() }),
+                ],
+                vec![
+                    heard_go.clone(),
+                    Served("ps-0".into()),
+                    Hear(Heard::Lost {
+                        reason: "r".into(),
+                        restart: true,
+                        hang: false,
+                        preempted: false,
+                    }),
+                    Served("ps-1".into()),
                 ],
             ),
             (

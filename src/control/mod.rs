@@ -58,7 +58,7 @@ use tokio::time::{sleep, timeout, Instant};
 use tracing::{debug, info, warn, Instrument};
 
 use crate::config::Secret;
-use crate::membership::{Loss, Membership, PodAddress};
+use crate::membership::{Loss, Membership, PodAddress, Served};
 
 mod coordinator;
 mod cost;
@@ -176,6 +176,8 @@ pub struct Joining {
     /// How often a trainer's progress is looked at (hang detection's check interval; zero
     /// when off): how late a progress may be noticed.
     pub progress_check: Duration,
+    /// Where the members that served their part are told (the API watch of the peers reads it).
+    pub served: Served,
 }
 
 /// What an attempt's end beyond the job's free preemptions adds to its reason, on every pod.
@@ -474,6 +476,7 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
     let (checkpoint_tx, checkpoint) = watch::channel(None);
     let (succeeded_tx, succeeded) = watch::channel(false);
     let ends = Ends {
+        served: joining.served.clone(),
         succeeded: succeeded_tx,
         checkpoint: checkpoint_tx,
         cause: cause_tx,
@@ -537,6 +540,8 @@ struct Ends {
     checkpoint: watch::Sender<Option<String>>,
     /// The coordinator said every trainer of the job succeeded (`Bye`).
     succeeded: watch::Sender<bool>,
+    /// The members that served their part (`Served`), for the API watch of the peers.
+    served: Served,
 }
 
 /// The job's first cause, as the coordinator told every launcher.
@@ -550,6 +555,12 @@ pub struct Cause {
 }
 
 impl Ends {
+    /// A member has served its part: the API watch of the peers ignores its pod's end.
+    fn served(&self, pod: &str) {
+        info!("control channel: {pod} has served its part: its pod's end is no loss to the job");
+        self.served.insert(pod);
+    }
+
     fn hear(&self, heard: Heard) {
         if let Heard::Lost {
             restart,
@@ -895,6 +906,7 @@ impl Coordinator {
                 }
                 Effect::KnowsVerdict { restart } => ends.knows_verdict(restart),
                 Effect::Checkpoint(reason) => ends.checkpoint(reason),
+                Effect::Served(pod) => ends.served(&pod),
                 Effect::Stop => {}
             }
         }
@@ -1227,6 +1239,7 @@ mod tests {
             ended: None,
             who: format!("pod {}", members[index].name),
             progress_check: Duration::ZERO,
+            served: Served::default(),
         }
     }
 

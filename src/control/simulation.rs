@@ -168,6 +168,10 @@ struct Record {
     done: Vec<String>,
     /// The job's success was told (`Bye`).
     bye: bool,
+    /// The serving members whose `Done` the coordinator read on their live link, and those
+    /// it told everyone had served.
+    served_done: Vec<String>,
+    served_told: Vec<String>,
     /// The coordinator's launcher left after a failure of its own (`Finish` without success).
     own_left: bool,
     stopped: bool,
@@ -274,6 +278,7 @@ impl Sim {
                 if serving {
                     // Its pserver has ended: nothing left to stop.
                     self.record.stopped_or_gone.push(pod.clone());
+                    self.record.served_done.push(pod.clone());
                 } else {
                     prop_assert!(
                         self.record.verdicts != [true],
@@ -412,6 +417,7 @@ impl Sim {
         i: usize,
         effects: Vec<following::Effect>,
     ) -> Result<(), TestCaseError> {
+        let served_told = self.record.served_told.clone();
         let Some(f) = self.follower(i) else {
             return Ok(());
         };
@@ -471,6 +477,13 @@ impl Sim {
                         f.outbox.push_back(Input::Said { link, pod, message });
                     }
                 }
+                following::Effect::Served(pod) => {
+                    prop_assert!(
+                        served_told.contains(&pod),
+                        "{} heard {pod} served, which the coordinator never said",
+                        f.name
+                    );
+                }
                 following::Effect::Hear(Heard::Regather(_))
                 | following::Effect::CannotRestart
                 | following::Effect::JobSucceeded
@@ -508,7 +521,8 @@ impl Sim {
                 Effect::Hear(_)
                 | Effect::KnowsLost { .. }
                 | Effect::KnowsVerdict { .. }
-                | Effect::Checkpoint(_) => {}
+                | Effect::Checkpoint(_)
+                | Effect::Served(_) => {}
                 Effect::Stop => self.record.stopped = true,
             }
         }
@@ -716,6 +730,19 @@ impl Sim {
                     );
                 }
                 self.record.bye = true;
+            }
+            Message::Served { pod } => {
+                // Only a member without a trainer whose part ended, once: a trainer's pod, or
+                // one still serving, ignored by everyone's API watch would hide its loss.
+                prop_assert!(
+                    self.record.served_done.contains(pod),
+                    "{pod} told served without its Done"
+                );
+                prop_assert!(
+                    !self.record.served_told.contains(pod),
+                    "{pod} told served twice"
+                );
+                self.record.served_told.push(pod.clone());
             }
             Message::Finished { .. } | Message::Done => {}
             _ => {}

@@ -125,6 +125,12 @@ pub enum Message {
     },
     /// The coordinator ends normally, after every follower is done.
     Bye,
+    /// Coordinator: this member without a trainer (a split layout's pserver pod) has served
+    /// its part: its pod's end (deleted, evicted) is no loss to the job. Told to everyone, who
+    /// watch its pod through the API too.
+    Served {
+        pod: String,
+    },
     /// Coordinator: this member's trainer succeeded, so the job can no longer start again as a
     /// whole. Told to every follower, so that none restarts and waits for that pod if the
     /// coordinator itself is lost later.

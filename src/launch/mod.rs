@@ -28,7 +28,7 @@ use crate::error::Error;
 use crate::events::{JobEvents, Kind};
 use crate::exit::{self, Outcome};
 use crate::exit::{is_stop_signal, signal_name};
-use crate::membership::{Loss, Me, Membership, PodAddress};
+use crate::membership::{Loss, Me, Membership, PodAddress, Served};
 use crate::peers::kubernetes::ApiServer;
 use crate::plan::{Plan, PodEntry, ProcessSpec, Role};
 use crate::protocol::InputFiles;
@@ -185,6 +185,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             max_restarts,
             preemptions,
             api,
+            ..
         } = attempt;
         // One launcher tells the job's story: the coordinator, else rank 0.
         let posts = match &channel {
@@ -420,7 +421,13 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                         config.topology.job_name,
                         PREEMPTION_RECORD_WAIT.as_secs()
                     );
-                    let _ = timeout(PREEMPTION_RECORD_WAIT, written).await;
+                    if timeout(PREEMPTION_RECORD_WAIT, written).await.is_err() {
+                        warn!(
+                            "the preemption is not recorded on Job {} (no answer within {} s): if every pod of the job is lost, its restart will spend a restart",
+                            config.topology.job_name,
+                            PREEMPTION_RECORD_WAIT.as_secs()
+                        );
+                    }
                 }
                 let mut cause = None;
                 if let Some(mut channel) = channel {
@@ -676,6 +683,9 @@ struct Attempt {
     preemptions: u32,
     /// The API server the pods were found through, if they were (for the job's events).
     api: Option<ApiServer>,
+    /// The members the control channel says have served their part (`peer_loss` ignores
+    /// their pods).
+    served: Served,
 }
 
 /// Finds the job's pods and, with a control channel, waits until every launcher has found the
@@ -781,6 +791,7 @@ async fn gather(
             peer_loss,
             trainers_done,
             api,
+            served,
             ..
         } = found;
         let who = who(&me.name, &plan, config);
@@ -793,6 +804,7 @@ async fn gather(
             max_restarts: config.control.max_restarts,
             preemptions: count.preemptions,
             api,
+            served,
         };
         let Some(secret) = secret else {
             attempt.plan = attempt.plan.for_restart(count.next_epoch);
@@ -800,14 +812,12 @@ async fn gather(
         };
         let mut channel = match join_channel(
             secret.clone(),
-            &attempt.plan,
+            &attempt,
             config,
             &membership,
             &me,
             count,
-            // Read at this launcher's first attempt only: later ones count from the attempt
-            // that ended here, which the record can only trail.
-            attempt.api.as_ref().filter(|_| members_before.is_empty()),
+            members_before.is_empty(),
         )
         .await?
         {
@@ -978,6 +988,7 @@ async fn tell_followers_the_end(
         ended: Some(reason),
         who: String::new(),
         progress_check: Duration::ZERO,
+        served: Served::default(),
     };
     match control::join(joining).await {
         Ok(mut channel) => {
@@ -1052,6 +1063,8 @@ async fn follow_coordinator(
             on_node()
         ),
         progress_check: progress_check(config),
+        // It watches no pod through the API.
+        served: Served::default(),
     })
     .await
     .map_err(|e| Error::io("cannot join the control channel", e))?;
@@ -1085,6 +1098,7 @@ async fn follow_coordinator(
         own_grace: None,
         peer_loss: None,
         trainers_done: None,
+        served: Served::default(),
     };
     let (plan, _, me) = plan_for(config, &found, my_ip, inputs)?;
     let who = who(&me.name, &plan, config);
@@ -1097,6 +1111,8 @@ async fn follow_coordinator(
         max_restarts,
         preemptions,
         api: None,
+        // Nothing of the API is watched here.
+        served: Served::default(),
     }))
 }
 
@@ -1342,19 +1358,22 @@ pub(crate) fn read_secret_file(path: &std::path::Path) -> Result<Option<Secret>,
 
 /// Joins this attempt's control channel: as the coordinator (the pod at --coordinator's
 /// address, else the pod of rank 0) or as a follower of it. `NoChannel`: the plan has none.
+/// `first_attempt`: this launcher's first, when a coordinator reads the count recorded on its
+/// Job (later ones count from the attempt that ended here, which the record can only trail).
 async fn join_channel(
     secret: Secret,
-    plan: &Plan,
+    attempt: &Attempt,
     config: &Config,
     membership: &Membership,
     me: &Me,
     count: Count,
-    api: Option<&ApiServer>,
+    first_attempt: bool,
 ) -> Result<Found<Channel>, Error> {
     let control = &config.control;
     let members = membership.pod_addresses();
-    let who = who(&me.name, plan, config);
-    let Some(plan) = &plan.control else {
+    let who = who(&me.name, &attempt.plan, config);
+    let api = attempt.api.as_ref().filter(|_| first_attempt);
+    let Some(plan) = &attempt.plan.control else {
         return Ok(Found::NoChannel);
     };
     let role = match (
@@ -1404,6 +1423,7 @@ async fn join_channel(
         ended: None,
         who,
         progress_check: progress_check(config),
+        served: attempt.served.clone(),
     })
     .await
     .map_err(|e| Error::io("cannot serve the control channel", e))?;

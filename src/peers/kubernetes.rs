@@ -16,7 +16,9 @@ use tracing::{info, warn};
 
 use crate::config::{Group, GroupKind, Ranking};
 use crate::error::Error;
-use crate::membership::{judge, lost, Member, PodPhase, PodSet, PodView, Readiness, Verdict};
+use crate::membership::{
+    judge, lost, Member, PodPhase, PodSet, PodView, Readiness, Served, Verdict,
+};
 
 /// Interval of the "still waiting" line, so a stuck job always says why.
 const PROGRESS_EVERY: Duration = Duration::from_secs(30);
@@ -205,6 +207,7 @@ impl PodWatch {
         mut self,
         members: Vec<Vec<Member>>,
         terminating_is_loss: bool,
+        served: Served,
     ) -> String {
         let mut succeeded: HashSet<String> = HashSet::new();
         loop {
@@ -215,7 +218,7 @@ impl PodWatch {
             }
             for (i, group) in members.iter().enumerate() {
                 let set = self.views.group(i);
-                for member in group {
+                for member in group.iter().filter(|m| !served.contains(&m.name)) {
                     let now = set.get(&member.name);
                     let succeeded_before = succeeded.contains(&member.name);
                     if let Some(reason) = lost(member, now, succeeded_before, terminating_is_loss) {
@@ -575,6 +578,13 @@ pub async fn record_restarts(
     epoch: u32,
     preemptions: u32,
 ) -> Result<(), String> {
+    // What a record above MAX_RECORDED says is ignored when read: writing it would make the
+    // next whole-Job restart count from 0.
+    if epoch > MAX_RECORDED {
+        return Err(format!(
+            "restart epoch {epoch} is beyond the {MAX_RECORDED} a record on Job {job} is read up to: not recorded"
+        ));
+    }
     // At most one more than the epoch: the preemption that ended it.
     let preemptions = preemptions.min(epoch.saturating_add(1));
     // The Job's status changes under a write too (its controller, Kueue): a conflict is

@@ -6,7 +6,7 @@ pub mod static_list;
 
 use crate::config::{Config, Discovery, GroupKind};
 use crate::error::Error;
-use crate::membership::{rank, Member, Membership};
+use crate::membership::{rank, Member, Membership, Served};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
@@ -22,6 +22,8 @@ pub struct Found {
     pub peer_loss: Option<BoxFuture<'static, String>>,
     /// For a pserver of the split layout: resolves when every trainer pod has Succeeded.
     pub trainers_done: Option<BoxFuture<'static, Result<String, String>>>,
+    /// The members whose pod's end `peer_loss` ignores, as the control channel learns them.
+    pub served: Served,
 }
 
 /// Waits until every group has exactly the expected number of ready pods. `members_before`:
@@ -30,6 +32,7 @@ pub async fn discover(config: &Config, members_before: &[String]) -> Result<Foun
     let mut trainers_done = None;
     let mut api = None;
     let mut own_grace = None;
+    let served = Served::default();
     let (groups, namespace, peer_loss) = match &config.topology.discovery {
         Discovery::Static { ips } => {
             let members = static_list::members(&config.topology.job_name, ips);
@@ -78,7 +81,9 @@ pub async fn discover(config: &Config, members_before: &[String]) -> Result<Foun
             // A preempted peer tells the job itself, through the channel, when it leaves.
             let terminating_is_loss =
                 !(config.control.is_on() && config.timing.checkpoint().is_some());
-            let peer_loss = watch.first_loss(members, terminating_is_loss).boxed();
+            let peer_loss = watch
+                .first_loss(members, terminating_is_loss, served.clone())
+                .boxed();
             api = Some(server.clone());
             (ranked, Some(server.namespace), Some(peer_loss))
         }
@@ -90,5 +95,6 @@ pub async fn discover(config: &Config, members_before: &[String]) -> Result<Foun
         own_grace,
         peer_loss,
         trainers_done,
+        served,
     })
 }
