@@ -127,6 +127,11 @@ pub struct ManifestArgs {
     /// it at once.
     #[arg(long, default_value_t = 0)]
     pub max_restarts: u32,
+    /// Preemptions that restart the job without spending a restart
+    /// (PADDLE_LAUNCHER_MAX_PREEMPTIONS); beyond them a preemption counts as a failure
+    /// [default: no bound].
+    #[arg(long)]
+    pub max_preemptions: Option<u32>,
     /// Seconds a trainer may make no progress (no output, or no write to its progress file)
     /// before it is judged hung, its stacks logged and the pod ended with status 80 (or the job
     /// restarted); 0 leaves hang detection off. 15 minutes without a line of output is rarely

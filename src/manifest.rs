@@ -510,6 +510,10 @@ fn options_from_flags(request: &ManifestArgs, kind: &PodKind) -> Vec<(Opt, &'sta
         let restarts = request.max_restarts.to_string();
         set.push((options::MAX_RESTARTS, "--max-restarts", restarts));
     }
+    if let Some(free) = request.max_preemptions {
+        let free = free.to_string();
+        set.push((options::MAX_PREEMPTIONS, "--max-preemptions", free));
+    }
     if named_coordinator(request) {
         // The Indexed Job's first pod, by the name its replacement keeps.
         let coordinator = format!("{}:{DEFAULT_CONTROL_PORT}", coordinator_host(request));

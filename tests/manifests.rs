@@ -814,3 +814,47 @@ fn manifest_says_which_secret_must_exist_and_warns_of_an_unpinned_image() {
         );
     }
 }
+
+/// `--max-preemptions` reaches every pod of the split layout (one agreement for the whole job),
+/// and a value the launcher would refuse is refused by `manifest`, naming it.
+#[test]
+fn the_bound_on_free_preemptions_reaches_every_pod() {
+    let text = manifest(&[
+        "--job-name",
+        "mp",
+        "--image",
+        "example.com/t/p:v1",
+        "--split",
+        "--pservers",
+        "2",
+        "--protocol",
+        "fleet",
+        "--max-preemptions",
+        "2",
+        "--",
+        "python",
+        "/workspace/train.py",
+    ]);
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    let jobs: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "Job").collect();
+    assert_eq!(jobs.len(), 2);
+    for job in jobs {
+        let env = job["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array()
+            .unwrap();
+        let bound = env
+            .iter()
+            .find(|e| e["name"] == "PADDLE_LAUNCHER_MAX_PREEMPTIONS");
+        assert_eq!(bound.map(|e| e["value"].clone()), Some(json!("2")), "{job}");
+    }
+    let out = Command::new(LAUNCHER)
+        .args(["manifest", "--job-name", "mp", "--image", "i"])
+        .args(["--max-preemptions", "10001"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_contains(
+        &String::from_utf8_lossy(&out.stderr),
+        "invalid --max-preemptions: \"10001\": expected a number of preemptions, an integer from 0 to 10000",
+    );
+}
