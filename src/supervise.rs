@@ -425,8 +425,7 @@ impl Supervisor {
             }
             let group = self.children[i].pid.as_raw();
             for pid in handlers_in_group(group, sig) {
-                // SAFETY: kill(2) has no memory effects.
-                if unsafe { nix::libc::kill(pid, sig) } == 0 {
+                if signal_if_handled(pid, group, sig) {
                     debug!("sent {} to process {pid} (group {group})", signal_name(sig));
                     sent += 1;
                 }
@@ -762,6 +761,43 @@ pub fn handlers_in_group(group: i32, sig: i32) -> Vec<i32> {
     found
 }
 
+/// Sends `sig` to `pid` if it is still the process of `group` that handles it. The process is
+/// pinned by a pidfd before it is checked again: a process found handling the signal could
+/// otherwise exit and its pid go to another between the check and the kill, which the signal
+/// would kill. Where pidfds are refused (a kernel before 5.3, a seccomp profile), the check
+/// and a plain kill.
+fn signal_if_handled(pid: i32, group: i32, sig: i32) -> bool {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let still_handles = || group_of(pid) == Some(group) && catches(pid, sig);
+    // SAFETY: pidfd_open(2) reads no memory; it returns a new descriptor or -1.
+    let fd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return match Errno::last() {
+            Errno::ESRCH => false,
+            // SAFETY: kill(2) has no memory effects.
+            _ => still_handles() && unsafe { nix::libc::kill(pid, sig) } == 0,
+        };
+    }
+    // SAFETY: the descriptor was just returned by pidfd_open and is owned by no one else.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    // Checked with the process pinned: if /proc/<pid> is another process now, the pinned one
+    // has ended and the send below fails (ESRCH).
+    if !still_handles() {
+        return false;
+    }
+    // SAFETY: pidfd_send_signal(2) with no siginfo reads no memory of ours.
+    let sent = unsafe {
+        nix::libc::syscall(
+            nix::libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            sig,
+            std::ptr::null::<nix::libc::siginfo_t>(),
+            0,
+        )
+    };
+    sent == 0
+}
+
 /// The process group of `pid`: the fifth field of /proc/<pid>/stat, counted after the command
 /// name's closing parenthesis (the name may hold spaces and parentheses).
 fn group_of(pid: i32) -> Option<i32> {
@@ -811,11 +847,21 @@ mod tests {
         let group = python.id() as i32;
         let found = handlers_in_group(group, nix::libc::SIGUSR1);
         let none = handlers_in_group(group, nix::libc::SIGUSR2);
+        // Sent to the handler only: not to the sleeper, nor to a process of another group.
+        let usr1 = nix::libc::SIGUSR1;
+        let to_sleeper = signal_if_handled(sleeper, group, usr1);
+        let to_python = signal_if_handled(group, group, usr1);
+        let to_another_group = signal_if_handled(std::process::id() as i32, group, usr1);
+        std::thread::sleep(Duration::from_millis(100));
+        let sleeper_alive = kill(Pid::from_raw(sleeper), None).is_ok();
+        let python_alive = python.try_wait().unwrap().is_none();
         // SAFETY: kill(2) has no memory effects.
         unsafe { nix::libc::kill(-group, nix::libc::SIGKILL) };
         let _ = python.wait();
         assert_eq!(found, vec![group], "the sleeper {sleeper} has no handler");
         assert!(none.is_empty(), "{none:?}");
+        assert_eq!((to_sleeper, to_python, to_another_group), (false, true, false));
+        assert!(sleeper_alive && python_alive);
     }
 
     #[test]
