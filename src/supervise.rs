@@ -860,7 +860,10 @@ mod tests {
         let _ = python.wait();
         assert_eq!(found, vec![group], "the sleeper {sleeper} has no handler");
         assert!(none.is_empty(), "{none:?}");
-        assert_eq!((to_sleeper, to_python, to_another_group), (false, true, false));
+        assert_eq!(
+            (to_sleeper, to_python, to_another_group),
+            (false, true, false)
+        );
         assert!(sleeper_alive && python_alive);
     }
 

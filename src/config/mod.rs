@@ -913,6 +913,23 @@ mod tests {
         );
     }
 
+    /// The blanks around a secret are no part of it (as in the file that may hold it): one
+    /// that is 31 blanks and a letter is too short.
+    #[test]
+    fn a_secret_is_measured_without_its_blanks() {
+        let padded = JobArgs {
+            job_secret: Some(format!("{}x", " ".repeat(31))),
+            ..base()
+        };
+        assert!(Control::from_args(&padded).is_err());
+        let newline = JobArgs {
+            job_secret: Some(format!("{}\n", "s".repeat(32))),
+            ..base()
+        };
+        let secret = Control::from_args(&newline).unwrap().secret.unwrap();
+        assert_eq!(secret.0, "s".repeat(32).into_bytes());
+    }
+
     /// A secret of blanks is no secret, as a blank value of any option is unset: the channel
     /// is off wherever that is asked (the topology, the restart budget, the channel itself).
     #[test]

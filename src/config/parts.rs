@@ -222,8 +222,14 @@ impl Control {
     }
 
     pub fn from_args(args: &JobArgs) -> Result<Control, ConfigError> {
-        // Blank is unset, as for every option (`channel_asked` says the same).
-        let secret = match args.job_secret.as_deref().filter(|s| !s.trim().is_empty()) {
+        // Blank is unset, as for every option (`channel_asked` says the same); the blanks
+        // around it are no part of it, as in the file that may hold it instead.
+        let secret = match args
+            .job_secret
+            .as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+        {
             // The value is not echoed: it is a secret.
             Some(text) if text.len() < MIN_SECRET_LEN => {
                 return Err(ConfigError::new(

@@ -83,6 +83,8 @@ pub(super) enum Effect {
     Checkpoint(String),
     /// This launcher learns that a member has served its part (`Message::Served`).
     Served(String),
+    /// This launcher, without a trainer, learns that every trainer of the job succeeded.
+    JobSucceeded,
     /// Nothing more to say: the channel ends.
     Stop,
 }
@@ -373,9 +375,19 @@ impl Core {
         let all_told = self.ending && self.others.iter().all(|pod| self.told.contains(pod));
         let all_reported =
             self.own_success && (self.lost.is_some() || self.waiting_for().is_empty());
-        if all_told || all_reported {
+        if all_told || all_reported || self.trainers_succeeded_without_me() {
             self.stop(effects);
         }
+    }
+
+    /// This launcher has no trainer (a pserver pod named by --coordinator), and every trainer
+    /// of the job has succeeded, with nothing lost: the job's success, which it tells.
+    fn trainers_succeeded_without_me(&self) -> bool {
+        self.serving.contains(&self.me)
+            && self.lost.is_none()
+            && matches!(self.stage, Stage::Running { .. })
+            && !self.done.is_empty()
+            && self.waiting_for().is_empty()
     }
 
     /// Last words: goodbye after a success nobody spoiled, else what is queued (a Lost).
@@ -385,6 +397,10 @@ impl Core {
         }
         if self.own_success && self.lost.is_none() {
             effects.push(Effect::Broadcast(Message::Bye));
+        } else if self.trainers_succeeded_without_me() {
+            effects.push(Effect::Broadcast(Message::Bye));
+            // It ends as the pservers it tells do.
+            effects.push(Effect::JobSucceeded);
         }
         self.stopped = true;
         effects.push(Effect::Stop);
@@ -707,6 +723,13 @@ impl Core {
                 (Some(_), None) => {
                     self.held.insert(pod, link);
                 }
+                // A pod that had served its part, back (its container restarted in place, or
+                // replaced under the same name): nothing for it in this attempt; it hears how
+                // the attempt ends.
+                (None, _) if self.served.contains(&pod) => {
+                    info!("control channel: {pod}, which had served its part, joined again: it waits for the attempt's end");
+                    self.held.insert(pod, link);
+                }
                 // Its earlier connection ended, which already counted as a loss.
                 (None, _) => self.lose(
                     format!("the launcher of peer pod {pod} joined again (it restarted)"),
@@ -775,10 +798,11 @@ impl Core {
                 info!("control channel: {pod} left before the start: {why}");
             }
             // A member whose trainer is done may still serve the others (a lingering
-            // pserver): its silence is a loss too (a final one), its close is not.
+            // pserver): its silence is a loss too (a final one), its close is not. A member
+            // that has served its part serves nothing: neither is.
             Stage::Running { .. }
                 if !(self.done.contains(&pod) || self.served.contains(&pod))
-                    || matches!(why, WireError::Silent(_)) =>
+                    || (matches!(why, WireError::Silent(_)) && !self.served.contains(&pod)) =>
             {
                 let reason = match why {
                     WireError::Silent(seconds) => format!(
@@ -980,14 +1004,14 @@ mod tests {
             rank,
         };
         // A pserver pod named by --coordinator.
-        let split = Setup {
+        let split = || Setup {
             membership: Some(Membership {
                 pservers: vec![member("me", 10), member("p1", 11)],
                 trainers: vec![member("t0", 0), member("t1", 1)],
             }),
             ..setup(&["p1", "t0", "t1"])
         };
-        let (mut core, _) = Core::start(split, t0);
+        let (mut core, _) = Core::start(split(), t0);
         for (link, pod) in [(1, "p1"), (2, "t0"), (3, "t1")] {
             core.step(joined(link, pod));
         }
@@ -1011,6 +1035,74 @@ mod tests {
                 .iter()
                 .any(|e| matches!(e, Effect::Broadcast(Message::Lost { restart: true, .. }))),
             "a trainer's failure after the coordinator's pserver ended is final: {effects:?}"
+        );
+
+        // Every trainer succeeds: it says goodbye and ends as the pservers it tells do, its
+        // pserver stopped by the trainers first or still serving.
+        for own_first in [true, false] {
+            let (mut core, _) = Core::start(split(), t0);
+            for (link, pod) in [(1, "p1"), (2, "t0"), (3, "t1")] {
+                core.step(joined(link, pod));
+            }
+            if own_first {
+                core.step(Input::Own(Request::Done));
+            }
+            assert_eq!(
+                core.step(said(2, "t0", Message::Done)),
+                [Effect::Broadcast(Message::Finished { pod: "t0".into() })]
+            );
+            assert_eq!(
+                core.step(said(3, "t1", Message::Done)),
+                [
+                    Effect::Broadcast(Message::Bye),
+                    Effect::JobSucceeded,
+                    Effect::Stop
+                ]
+            );
+        }
+    }
+
+    /// A pserver pod that has served its part serves nothing: neither its silence (its node
+    /// gone) nor its launcher joining again under the same name (its container restarted)
+    /// is a loss.
+    #[test]
+    fn a_served_pods_silence_or_return_is_no_loss() {
+        let member = |name: &str, rank| crate::membership::Member {
+            name: name.into(),
+            ip: format!("10.0.0.{}", rank + 1).parse().unwrap(),
+            rank,
+        };
+        let split = Setup {
+            membership: Some(Membership {
+                pservers: vec![member("p0", 10), member("p1", 11)],
+                trainers: vec![member("me", 0), member("t1", 1)],
+            }),
+            ..setup(&["p0", "p1", "t1"])
+        };
+        let (mut core, _) = Core::start(split, Instant::now());
+        for (link, pod) in [(1, "p0"), (2, "p1"), (3, "t1")] {
+            core.step(joined(link, pod));
+        }
+        core.step(said(1, "p0", Message::Done));
+        let silent = Input::Ended {
+            link: 1,
+            pod: "p0".into(),
+            why: WireError::Silent(10),
+        };
+        assert_eq!(core.step(silent), []);
+        assert_eq!(core.step(joined(9, "p0")), []);
+        // A pserver still serving is lost when silent.
+        let silent = Input::Ended {
+            link: 2,
+            pod: "p1".into(),
+            why: WireError::Silent(10),
+        };
+        let effects = core.step(silent);
+        assert!(
+            effects
+                .iter()
+                .any(|e| matches!(e, Effect::Broadcast(Message::Lost { .. }))),
+            "{effects:?}"
         );
     }
 

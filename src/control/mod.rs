@@ -283,7 +283,7 @@ impl Channel {
     }
 
     /// Resolves once the coordinator has said that every trainer of the job succeeded (a
-    /// follower's; never on the coordinator's own launcher, which decides it).
+    /// follower's, or a coordinator's without a trainer).
     pub fn job_succeeded(&self) -> BoxFuture<'static, Result<String, String>> {
         let mut succeeded = self.succeeded.clone();
         async move {
@@ -907,6 +907,9 @@ impl Coordinator {
                 Effect::KnowsVerdict { restart } => ends.knows_verdict(restart),
                 Effect::Checkpoint(reason) => ends.checkpoint(reason),
                 Effect::Served(pod) => ends.served(&pod),
+                Effect::JobSucceeded => {
+                    ends.succeeded.send_replace(true);
+                }
                 Effect::Stop => {}
             }
         }

@@ -523,6 +523,8 @@ impl Sim {
                 | Effect::KnowsVerdict { .. }
                 | Effect::Checkpoint(_)
                 | Effect::Served(_) => {}
+                // Only a coordinator without a trainer hears it; this one has a trainer.
+                Effect::JobSucceeded => prop_assert!(false, "the job's success told to a trainer"),
                 Effect::Stop => self.record.stopped = true,
             }
         }

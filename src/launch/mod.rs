@@ -423,7 +423,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                     );
                     if timeout(PREEMPTION_RECORD_WAIT, written).await.is_err() {
                         warn!(
-                            "the preemption is not recorded on Job {} (no answer within {} s): if every pod of the job is lost, its restart will spend a restart",
+                            "the preemption may not be recorded on Job {} (no answer within {} s): if every pod of the job is lost, its restart may spend a restart",
                             config.topology.job_name,
                             PREEMPTION_RECORD_WAIT.as_secs()
                         );
@@ -1402,6 +1402,9 @@ async fn join_channel(
             }
         }
     };
+    if matches!(role, ControlRole::Coordinator { .. }) && attempt.plan.trainer_id.is_none() {
+        warn!("control channel: this pserver pod coordinates (--coordinator names it): its own end, a deletion or an eviction, ends the attempt for every pod even once its pserver has ended; name a trainer pod instead");
+    }
     let count = match (&role, JobRecord::of(config, api)) {
         (ControlRole::Coordinator { .. }, Some(record)) => record.count_from(count).await,
         _ => count,
