@@ -185,6 +185,8 @@ struct Sim {
     record: Record,
     own: Terms,
     own_done: bool,
+    /// The coordinator's own pod has no trainer: its `Done` is its pserver's end.
+    own_serving: bool,
     /// What each member's hello said, for the hellos the coordinator holds.
     hellos: std::collections::HashMap<String, Terms>,
 }
@@ -218,10 +220,17 @@ impl Sim {
             ip: std::net::IpAddr::from([10, 0, 0, rank as u8 + 1]),
             rank,
         };
+        // The coordinator's own pod serves (a pserver pod named by --coordinator) only in a job
+        // that has trainers.
+        let own_serving = serving[0] && followers.iter().any(|f| !f.serving);
         let mut membership = crate::membership::Membership {
             pservers: Vec::new(),
-            trainers: vec![member("p-0", 0)],
+            trainers: Vec::new(),
         };
+        match own_serving {
+            true => membership.pservers.push(member("p-0", 0)),
+            false => membership.trainers.push(member("p-0", 0)),
+        }
         for (rank, f) in followers.iter().enumerate() {
             match f.serving {
                 true => membership.pservers.push(member(&f.name, rank + 1)),
@@ -257,6 +266,7 @@ impl Sim {
             record: Record::default(),
             own,
             own_done: false,
+            own_serving,
             hellos: std::collections::HashMap::new(),
         };
         (sim, effects)
@@ -298,6 +308,11 @@ impl Sim {
             }
             Input::Ended { link, pod, .. } if self.core.links.get(pod) == Some(link) => {
                 self.record.stopped_or_gone.push(pod.clone());
+            }
+            Input::Own(Request::Done | Request::Finish { succeeded: true })
+                if running && self.own_serving =>
+            {
+                self.record.served_done.push("p-0".into());
             }
             Input::Own(Request::Done | Request::Finish { succeeded: true }) if running => {
                 self.own_done = true;
@@ -523,8 +538,11 @@ impl Sim {
                 | Effect::KnowsVerdict { .. }
                 | Effect::Checkpoint(_)
                 | Effect::Served(_) => {}
-                // Only a coordinator without a trainer hears it; this one has a trainer.
-                Effect::JobSucceeded => prop_assert!(false, "the job's success told to a trainer"),
+                // Only a coordinator without a trainer hears it, with its goodbye.
+                Effect::JobSucceeded => {
+                    prop_assert!(self.own_serving, "the job's success told to a trainer");
+                    prop_assert!(self.record.bye, "the job's success without a goodbye");
+                }
                 Effect::Stop => self.record.stopped = true,
             }
         }
@@ -719,11 +737,13 @@ impl Sim {
                 // (unless this launcher left early, which ends the job's restarts too), and
                 // nothing was lost; the pservers are told, not waited for.
                 prop_assert!(
-                    self.own_done,
+                    self.own_done || self.own_serving,
                     "Bye before the coordinator's trainer was done"
                 );
                 prop_assert!(self.record.lost.is_empty(), "Bye after a loss");
-                let left = self.record.own_left;
+                // A coordinator without a trainer tells the trainers' success, its own launcher
+                // gone or not.
+                let left = self.record.own_left && !self.own_serving;
                 for f in self.followers.iter().filter(|f| !f.serving && !left) {
                     prop_assert!(
                         self.record.done.contains(&f.name),
