@@ -135,8 +135,9 @@ fn every_document_is_a_valid_kubernetes_object() {
         // DNS membership needs no API access, so no RBAC objects at all.
         let access: &[&str] = if args.contains(&"--dns") {
             &["Service", "NetworkPolicy"]
-        } else if args.contains(&"--max-restarts") {
-            // The headless Service that names the coordinator's pod, then the API access.
+        } else if args.contains(&"--max-restarts") && !args.contains(&"--split") {
+            // The headless Service that names the coordinator's pod, then the API access (the
+            // split layout's coordinator is its first trainer, named by no Service).
             &[
                 "Service",
                 "ServiceAccount",
