@@ -156,6 +156,13 @@ pub fn documents(request: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
             "--pservers of at least 1 and a protocol with pservers (v1, v2, fleet)",
         ));
     }
+    if request.split && request.max_restarts > 0 {
+        return Err(invalid(
+            "--max-restarts",
+            &request.max_restarts.to_string(),
+            "0 with --split (group restarts are generated for the one-Job layout)",
+        ));
+    }
     if request.runtime != ManifestRuntime::Job
         && (request.dns || request.max_restarts > 0 || request.indexed)
     {

@@ -86,8 +86,6 @@ const VARIANTS: &[&[&str]] = &[
         "fleet",
         "--volume-claim",
         "data",
-        "--max-restarts",
-        "2",
         "--max-preemptions",
         "3",
         "--entry",
@@ -135,9 +133,8 @@ fn every_document_is_a_valid_kubernetes_object() {
         // DNS membership needs no API access, so no RBAC objects at all.
         let access: &[&str] = if args.contains(&"--dns") {
             &["Service", "NetworkPolicy"]
-        } else if args.contains(&"--max-restarts") && !args.contains(&"--split") {
-            // The headless Service that names the coordinator's pod, then the API access (the
-            // split layout's coordinator is its first trainer, named by no Service).
+        } else if args.contains(&"--max-restarts") {
+            // The headless Service that names the coordinator's pod, then the API access.
             &[
                 "Service",
                 "ServiceAccount",

@@ -82,9 +82,9 @@ pub fn membership_from_coordinator(config: &Config) -> bool {
 pub const NAMED_COORDINATOR_FROM: u32 = 64;
 
 /// Whether a generated Job names its coordinator (pod 0 by its DNS name): for restarts (its
-/// replacement keeps the name), and for big jobs (only it uses the API). Not in the split
-/// layout, whose two Jobs have no one pod 0 (its coordinator is the first trainer, found by
-/// every launcher, replaced or not), nor for big jobs with --dns, which needs no API.
+/// replacement keeps the name), and for big jobs (only it uses the API). Not for big jobs of
+/// the split layout, whose pservers watch the trainers themselves, nor with --dns, which needs
+/// no API.
 pub fn named_in_manifest(max_restarts: u32, split: bool, dns: bool, pods: u32) -> bool {
-    !split && (max_restarts > 0 || (!dns && pods >= NAMED_COORDINATOR_FROM))
+    max_restarts > 0 || (!split && !dns && pods >= NAMED_COORDINATOR_FROM)
 }
