@@ -795,7 +795,14 @@ fn signal_if_handled(pid: i32, group: i32, sig: i32) -> bool {
             0,
         )
     };
-    sent == 0
+    match (sent, Errno::last()) {
+        (0, _) => true,
+        // Allowed to open a pidfd but not to signal through it (a seccomp profile): checked
+        // again just now, so the plain kill.
+        // SAFETY: kill(2) has no memory effects.
+        (_, Errno::ENOSYS | Errno::EPERM) => (unsafe { nix::libc::kill(pid, sig) }) == 0,
+        _ => false,
+    }
 }
 
 /// The process group of `pid`: the fifth field of /proc/<pid>/stat, counted after the command

@@ -899,6 +899,42 @@ fn a_preempted_pserver_pod_serves_the_jobs_checkpoint_and_the_job_restarts_free(
     }
 }
 
+/// A pserver pod whose pserver has served its part comes back under the same name (its
+/// container restarted in place): the coordinator holds it until the attempt ends, and the
+/// job's success ends it too.
+#[test]
+fn a_served_pserver_restarted_in_place_ends_with_the_job() {
+    let mut job = SplitJob::start_with("splitback", 0, 20, 0, true, false);
+    for i in [1, 2, 3] {
+        job.launchers[i]
+            .as_ref()
+            .unwrap()
+            .wait_for_output("splitback-ps-0 has served its part", LIMIT);
+    }
+    let old = job.launchers[0].take().unwrap();
+    old.signal(Signal::SIGKILL);
+    old.wait(LIMIT);
+    let (name, ip) = job.pods[0].clone();
+    let mut env = job.env.clone();
+    env.extend([
+        ("POD_IP", ip),
+        ("POD_NAME", name.clone()),
+        ("PADDLE_LAUNCHER_ROLE", "pserver".to_string()),
+    ]);
+    let args = ["run", "--", "sh", "-c", SPLIT_PROGRAM];
+    let again = Launcher::start(job.cluster.dir.path(), "splitback-ps-0-again", &args, &env);
+    job.launchers[2]
+        .as_ref()
+        .unwrap()
+        .wait_for_output("which had served its part, joined again", LIMIT);
+    for i in [2, 3, 1] {
+        job.ends(i, 0);
+    }
+    let done = again.wait(LIMIT);
+    assert_eq!(done.code(), 0, "{}", done.stderr);
+    assert_contains(&done.stderr, "nothing left for this pod to start");
+}
+
 /// A pserver pod named as the coordinator (--coordinator): once every trainer has succeeded it
 /// says goodbye to the other pservers and ends too, its pserver still serving or already
 /// stopped by the trainers; either way the job completes.
@@ -923,6 +959,18 @@ fn a_pserver_coordinator_ends_the_job_when_the_trainers_succeed() {
 /// train on and the job succeeds.
 #[test]
 fn a_served_pserver_pods_deletion_is_no_loss() {
+    served_pserver_pod_ends(false);
+}
+
+/// ... and when the Job controller replaces it (a new name the running attempt does not know),
+/// the replacement ends with the job's success instead of waiting for a gathering that cannot
+/// come.
+#[test]
+fn a_served_pserver_pods_replacement_ends_with_the_jobs_success() {
+    served_pserver_pod_ends(true);
+}
+
+fn served_pserver_pod_ends(replaced: bool) {
     let mut job = SplitJob::start_with("splitserved", 0, 25, 0, true, false);
     job.launchers[0].as_ref().unwrap().wait_for_output(
         "staying a member of the job until its trainers are done",
@@ -942,8 +990,15 @@ fn a_served_pserver_pods_deletion_is_no_loss() {
     let api = &job.cluster.api;
     api.set_terminated("default", &name, done.code(), "Error", "deleted");
     api.delete_pod("default", &name);
-    // The trainers succeed, then the other pserver hears the job's success.
-    for i in [2, 3, 1] {
+    let replacement = replaced.then(|| job.add_pod("ps", "splitserved-ps-9", &loopback_ip()));
+    if let Some(i) = replacement {
+        job.launchers[i]
+            .as_ref()
+            .unwrap()
+            .wait_for_output("control channel: following", LIMIT);
+    }
+    // The trainers succeed, then the other pservers hear the job's success.
+    for i in [2, 3, 1].into_iter().chain(replacement) {
         let done = job.ends(i, 0);
         assert!(
             !done.stderr.contains("restarting the job"),

@@ -166,7 +166,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
     // The job's Kubernetes events, once this launcher is the one that posts them.
     let mut events: Option<JobEvents> = None;
     loop {
-        let attempt = gather(
+        let gathered = gather(
             &mut config,
             &mut supervisor,
             secret.as_ref(),
@@ -176,6 +176,13 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             &members_before,
         )
         .await?;
+        let attempt = match gathered {
+            Gathered::Attempt(attempt) => *attempt,
+            Gathered::JobSucceeded(reason) => {
+                info!("{reason}: nothing left for this pod to start");
+                return Ok(Outcome::new(exit::SUCCESS, reason));
+            }
+        };
         let Attempt {
             plan,
             who,
@@ -701,7 +708,7 @@ async fn gather(
     inputs: &InputFiles,
     count: Count,
     members_before: &[PodAddress],
-) -> Result<Attempt, Error> {
+) -> Result<Gathered, Error> {
     let began = Instant::now();
     let mut rounds: u32 = 0;
     // Why the last round ended when it was the coordinator's name that had no address.
@@ -759,7 +766,7 @@ async fn gather(
                     )
                     .await?
                     {
-                        Some(attempt) => return Ok(attempt),
+                        Some(attempt) => return Ok(Gathered::Attempt(Box::new(attempt))),
                         None => continue,
                     }
                 }
@@ -808,7 +815,7 @@ async fn gather(
         };
         let Some(secret) = secret else {
             attempt.plan = attempt.plan.for_restart(count.next_epoch);
-            return Ok(attempt);
+            return Ok(Gathered::Attempt(Box::new(attempt)));
         };
         let mut channel = match join_channel(
             secret.clone(),
@@ -823,7 +830,7 @@ async fn gather(
         {
             Found::NoChannel | Found::ThisPod | Found::NotNamed => {
                 attempt.plan = attempt.plan.for_restart(count.next_epoch);
-                return Ok(attempt);
+                return Ok(Gathered::Attempt(Box::new(attempt)));
             }
             Found::At(channel) => channel,
             Found::NotYet(why) => {
@@ -836,15 +843,26 @@ async fn gather(
             Some(supervisor),
             "waiting for the job's launchers",
             true,
-            heard_or_lost(&mut channel, &mut attempt.peer_loss),
+            heard_or_lost(
+                &mut channel,
+                &mut attempt.peer_loss,
+                &mut attempt.trainers_done,
+            ),
         )
         .await?;
+        let heard = match heard {
+            Word::Heard(heard) => heard,
+            Word::JobSucceeded(reason) => {
+                channel.close().await;
+                return Ok(Gathered::JobSucceeded(reason));
+            }
+        };
         if let Some(start) = started(heard, &mut channel).await? {
             attempt.plan = attempt.plan.for_restart(start.epoch);
             attempt.max_restarts = start.max_restarts;
             attempt.preemptions = start.preemptions;
             attempt.channel = Some(channel);
-            return Ok(attempt);
+            return Ok(Gathered::Attempt(Box::new(attempt)));
         }
     }
 }
@@ -854,14 +872,31 @@ async fn gather(
 /// it in the same place as `Go` (before it: gather again, free; after it: the job's loss), so
 /// that a `Go` already on its way to the followers is never undone by one launcher alone. A
 /// follower that has said hello leaves it to the coordinator, which watches the same pods.
+/// The job's success told meanwhile (the coordinator's goodbye, or every trainer pod Succeeded
+/// for a pserver pod of the split layout) ends the gathering too: a pserver pod that came back
+/// after its part was served has nothing left to start.
 async fn heard_or_lost(
     channel: &mut Channel,
     peer_loss: &mut Option<BoxFuture<'static, String>>,
-) -> Heard {
+    trainers_done: &mut Option<BoxFuture<'static, Result<String, String>>>,
+) -> Word {
+    let mut job_succeeded = channel.job_succeeded();
     loop {
         let lost = tokio::select! {
             biased;
-            heard = channel.heard() => return heard,
+            heard = channel.heard() => return Word::Heard(heard),
+            Ok(reason) = &mut job_succeeded => return Word::JobSucceeded(reason),
+            done = or_never(trainers_done.as_mut()) => {
+                match done {
+                    Ok(reason) => return Word::JobSucceeded(reason),
+                    // Said again where the pserver serves, if it does: nothing to wait for here.
+                    Err(refusal) => {
+                        warn!("{refusal}");
+                        *trainers_done = None;
+                        continue;
+                    }
+                }
+            }
             lost = or_never(peer_loss.as_mut()) => lost,
         };
         // Spent: the channel reports the loss from now on.
@@ -871,9 +906,23 @@ async fn heard_or_lost(
         } else if channel.said_hello() {
             info!("{lost}: waiting for the coordinator's word");
         } else {
-            return Heard::Regather(lost);
+            return Word::Heard(Heard::Regather(lost));
         }
     }
+}
+
+/// What a gathering came to.
+enum Gathered {
+    /// An attempt to run.
+    Attempt(Box<Attempt>),
+    /// The job succeeded meanwhile (why): nothing left for this pod to start.
+    JobSucceeded(String),
+}
+
+/// What the channel said while a gathering waited, or the job's success.
+enum Word {
+    Heard(Heard),
+    JobSucceeded(String),
 }
 
 /// What one try to reach the coordinator found.
