@@ -798,9 +798,11 @@ fn signal_if_handled(pid: i32, group: i32, sig: i32) -> bool {
     match (sent, Errno::last()) {
         (0, _) => true,
         // Allowed to open a pidfd but not to signal through it (a seccomp profile): checked
-        // again just now, so the plain kill.
+        // once more, then the plain kill.
         // SAFETY: kill(2) has no memory effects.
-        (_, Errno::ENOSYS | Errno::EPERM) => (unsafe { nix::libc::kill(pid, sig) }) == 0,
+        (_, Errno::ENOSYS | Errno::EPERM) => {
+            still_handles() && (unsafe { nix::libc::kill(pid, sig) }) == 0
+        }
         _ => false,
     }
 }

@@ -2019,3 +2019,80 @@ fn followers_of_a_coordinator_name_follow_it_when_it_moves() {
         assert!(!log.contains("could not be reached for"), "{log}");
     }
 }
+
+/// A split pserver pod whose watch of the trainer pods is refused while it gathers (a Role
+/// being edited, a token rotating) watches them again when the attempt starts: it still ends
+/// with the job's success, not serving for ever.
+#[test]
+fn a_trainer_watch_refused_while_gathering_is_started_again_for_the_attempt() {
+    let job = "splitrefused";
+    let cluster = Cluster::new();
+    let ips: Vec<String> = (0..4).map(|_| loopback_ip()).collect();
+    let mut env = cluster.env(job, 2);
+    env.retain(|(k, _)| *k != "CONF_PADDLE_GRADIENT_NUM");
+    env.extend([
+        ("PADDLE_LAUNCHER_PROTOCOL", "fleet".to_string()),
+        ("PSERVERS", "2".to_string()),
+        ("TRAINERS", "2".to_string()),
+        ("PADDLE_LAUNCHER_PSERVER_SELECTOR", "role=ps".to_string()),
+        ("PADDLE_LAUNCHER_TRAINER_SELECTOR", "role=tr".to_string()),
+        ("CONF_PADDLE_PORT", free_ports(2).to_string()),
+        ("PADDLE_LAUNCHER_TRAINER_PORT", free_ports(1).to_string()),
+        ("PADDLE_LAUNCHER_JOB_SECRET", SECRET.to_string()),
+        ("PADDLE_LAUNCHER_CONTROL_PORT", free_ports(1).to_string()),
+        ("PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT", "2".to_string()),
+        ("PADDLE_LAUNCHER_GRACE_PERIOD", "3".to_string()),
+        ("TRAIN_S", "15".to_string()),
+        ("FAIL_EXIT", "0".to_string()),
+        ("PS_EXITS_IP", ips[0].clone()),
+    ]);
+    let names = ["ps-0", "ps-1", "tr-0", "tr-1"].map(|n| format!("{job}-{n}"));
+    for (i, name) in names.iter().enumerate() {
+        let mut pod = job_pod(job, name);
+        pod["metadata"]["labels"]["role"] = serde_json::json!(if i < 2 { "ps" } else { "tr" });
+        cluster.api.put_pod(pod);
+        cluster
+            .api
+            .set_status("default", name, "Running", Some(&ips[i]));
+    }
+    let start = |i: usize| {
+        let mut env = env.clone();
+        let role = if i < 2 { "pserver" } else { "trainer" };
+        env.extend([
+            ("POD_IP", ips[i].clone()),
+            ("POD_NAME", names[i].clone()),
+            ("PADDLE_LAUNCHER_ROLE", role.to_string()),
+        ]);
+        let args = ["run", "--", "sh", "-c", SPLIT_PROGRAM];
+        Launcher::start(cluster.dir.path(), &names[i], &args, &env)
+    };
+    // ps-1's launcher starts last: the others gather meanwhile, and the API refuses them.
+    let ps0 = start(0);
+    let tr0 = start(2);
+    let tr1 = start(3);
+    ps0.wait_for_output("control channel: following", LIMIT);
+    tr1.wait_for_output("control channel: following", LIMIT);
+    std::thread::sleep(Duration::from_secs(1));
+    cluster.api.set_forbidden(true);
+    cluster.api.end_watches();
+    ps0.wait_for_output(
+        "the trainer pods are watched again when the attempt starts",
+        LIMIT,
+    );
+    cluster.api.set_forbidden(false);
+    let ps1 = start(1);
+    ps0.wait_for_output(
+        "staying a member of the job until its trainers are done",
+        LIMIT,
+    );
+    for (i, launcher) in [(2, tr0), (3, tr1)] {
+        let done = launcher.wait(LIMIT);
+        assert_eq!(done.code(), 0, "{}", done.stderr);
+        cluster
+            .api
+            .set_status("default", &names[i], "Succeeded", None);
+    }
+    assert_eq!(ps1.wait(LIMIT).code(), 0);
+    let done = ps0.wait(LIMIT);
+    assert_eq!(done.code(), 0, "{}", done.stderr);
+}

@@ -253,7 +253,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
         if let Some(done) = trainers_done {
             let done = match &channel {
                 Some(channel) => {
-                    let said = channel.job_succeeded();
+                    let said = channel.job_succeeded().map(Ok);
                     futures::future::select(done, said)
                         .map(|either| either.factor_first().0)
                         .boxed()
@@ -839,6 +839,17 @@ async fn gather(
                 continue;
             }
         };
+        // The trainers' watch, started anew if the API refuses it while this pod gathers: the
+        // attempt judges a refusal at its start, as it always did.
+        let watched = attempt
+            .api
+            .clone()
+            .zip(config.topology.trainers_to_finish.clone());
+        let again = move || {
+            watched
+                .clone()
+                .map(|(api, group)| peers::kubernetes::all_succeeded(api, group).boxed())
+        };
         let heard = interruptible(
             Some(supervisor),
             "waiting for the job's launchers",
@@ -846,7 +857,10 @@ async fn gather(
             heard_or_lost(
                 &mut channel,
                 &mut attempt.peer_loss,
-                &mut attempt.trainers_done,
+                TrainersWatch {
+                    done: &mut attempt.trainers_done,
+                    again: &again,
+                },
             ),
         )
         .await?;
@@ -878,21 +892,22 @@ async fn gather(
 async fn heard_or_lost(
     channel: &mut Channel,
     peer_loss: &mut Option<BoxFuture<'static, String>>,
-    trainers_done: &mut Option<BoxFuture<'static, Result<String, String>>>,
+    trainers: TrainersWatch<'_>,
 ) -> Word {
     let mut job_succeeded = channel.job_succeeded();
+    let mut watching_trainers = true;
     loop {
         let lost = tokio::select! {
             biased;
             heard = channel.heard() => return Word::Heard(heard),
-            Ok(reason) = &mut job_succeeded => return Word::JobSucceeded(reason),
-            done = or_never(trainers_done.as_mut()) => {
+            reason = &mut job_succeeded => return Word::JobSucceeded(reason),
+            done = or_never(trainers.done.as_mut()), if watching_trainers => {
                 match done {
                     Ok(reason) => return Word::JobSucceeded(reason),
-                    // Said again where the pserver serves, if it does: nothing to wait for here.
                     Err(refusal) => {
-                        warn!("{refusal}");
-                        *trainers_done = None;
+                        info!("{refusal}: the trainer pods are watched again when the attempt starts");
+                        *trainers.done = (trainers.again)();
+                        watching_trainers = false;
                         continue;
                     }
                 }
@@ -909,6 +924,12 @@ async fn heard_or_lost(
             return Word::Heard(Heard::Regather(lost));
         }
     }
+}
+
+/// A split pserver pod's watch of the trainer pods (all Succeeded), and how to start it anew.
+struct TrainersWatch<'a> {
+    done: &'a mut Option<BoxFuture<'static, Result<String, String>>>,
+    again: &'a dyn Fn() -> Option<BoxFuture<'static, Result<String, String>>>,
 }
 
 /// What a gathering came to.
