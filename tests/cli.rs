@@ -243,12 +243,20 @@ fn a_bound_on_free_preemptions_that_cannot_work_is_refused() {
         ),
     ];
     for (extra, said) in refused {
-        let env: Vec<(&str, &str)> = base.iter().chain(extra).copied().collect();
-        let out = launcher(&["run", "--", "true"], &env);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{extra:?}: {stderr}");
-        assert!(stderr.contains(said), "{extra:?}: {stderr}");
+        refused_with(&base, extra, said);
     }
+}
+
+/// Runs the launcher with `base` and `extra`: it must refuse to start (status 2) in one error
+/// line saying `said`.
+fn refused_with(base: &[(&str, &str)], extra: &[(&str, &str)], said: &str) {
+    let env: Vec<(&str, &str)> = base.iter().chain(extra).copied().collect();
+    let out = launcher(&["run", "--", "true"], &env);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{extra:?}: {stderr}");
+    assert!(stderr.contains(said), "{extra:?}: {stderr}");
+    let errors = stderr.lines().filter(|line| line.contains("ERROR")).count();
+    assert_eq!(errors, 1, "{stderr}");
 }
 
 /// A checkpoint signal the trainer could not handle, or that would stop it, and a window the
@@ -291,13 +299,7 @@ fn a_checkpoint_signal_or_window_that_cannot_work_is_refused() {
         ),
     ];
     for (extra, said) in refused {
-        let env: Vec<(&str, &str)> = base.iter().chain(extra).copied().collect();
-        let out = launcher(&["run", "--", "true"], &env);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{extra:?}: {stderr}");
-        assert!(stderr.contains(said), "{extra:?}: {stderr}");
-        let errors = stderr.lines().filter(|line| line.contains("ERROR")).count();
-        assert_eq!(errors, 1, "{stderr}");
+        refused_with(&base, extra, said);
     }
     for accepted in ["none", "sigwinch", "USR2"] {
         let env: Vec<(&str, &str)> = base

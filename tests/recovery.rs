@@ -749,6 +749,29 @@ impl SplitJob {
         pserver_0_exits: bool,
         pserver_0_coordinates: bool,
     ) -> SplitJob {
+        let mut split = SplitJob::put(
+            job,
+            max_restarts,
+            train_s,
+            fail_exit,
+            pserver_0_exits,
+            pserver_0_coordinates,
+        );
+        for i in 0..split.pods.len() {
+            split.launch(i);
+        }
+        split
+    }
+
+    /// `start_with`, the four pods in the API but no launcher started yet (`launch`).
+    fn put(
+        job: &str,
+        max_restarts: u32,
+        train_s: u32,
+        fail_exit: u8,
+        pserver_0_exits: bool,
+        pserver_0_coordinates: bool,
+    ) -> SplitJob {
         let cluster = Cluster::new();
         let ips: Vec<String> = (0..4).map(|_| loopback_ip()).collect();
         let exits_ip = if pserver_0_exits {
@@ -790,7 +813,7 @@ impl SplitJob {
         };
         for (k, label) in ["ps", "tr"].iter().enumerate() {
             for i in 0..2 {
-                split.add_pod(label, &format!("{job}-{label}-{i}"), &ips[2 * k + i]);
+                split.put_pod(label, &format!("{job}-{label}-{i}"), &ips[2 * k + i]);
             }
         }
         split
@@ -798,24 +821,47 @@ impl SplitJob {
 
     /// The Job controller creates a pod of `label` (ps or tr), the kubelet runs it.
     fn add_pod(&mut self, label: &str, name: &str, ip: &str) -> usize {
+        let i = self.put_pod(label, name, ip);
+        self.launch(i);
+        i
+    }
+
+    /// A pod of `label` (ps or tr) Running in the API, its launcher not started yet.
+    fn put_pod(&mut self, label: &str, name: &str, ip: &str) -> usize {
         let mut pod = job_pod(&self.job, name);
         pod["metadata"]["labels"]["role"] = serde_json::json!(label);
         self.cluster.api.put_pod(pod);
         self.cluster
             .api
             .set_status("default", name, "Running", Some(ip));
-        let role = if label == "ps" { "pserver" } else { "trainer" };
+        self.launchers.push(None);
+        self.pods.push((name.to_string(), ip.to_string()));
+        self.pods.len() - 1
+    }
+
+    fn launcher(&self, i: usize) -> &Launcher {
+        self.launchers[i]
+            .as_ref()
+            .expect("that pod's launcher is not running")
+    }
+
+    /// Starts pod `i`'s launcher (its container's entrypoint).
+    fn launch(&mut self, i: usize) {
+        let (name, ip) = self.pods[i].clone();
+        let role = if name.contains("-ps-") {
+            "pserver"
+        } else {
+            "trainer"
+        };
         let mut env = self.env.clone();
         env.extend([
-            ("POD_IP", ip.to_string()),
-            ("POD_NAME", name.to_string()),
+            ("POD_IP", ip),
+            ("POD_NAME", name.clone()),
             ("PADDLE_LAUNCHER_ROLE", role.to_string()),
         ]);
         let args = ["run", "--", "sh", "-c", SPLIT_PROGRAM];
-        let launcher = Launcher::start(self.cluster.dir.path(), name, &args, &env);
-        self.launchers.push(Some(launcher));
-        self.pods.push((name.to_string(), ip.to_string()));
-        self.pods.len() - 1
+        let launcher = Launcher::start(self.cluster.dir.path(), &name, &args, &env);
+        self.launchers[i] = Some(launcher);
     }
 
     /// Waits for launcher `i`, which must exit `code`; as the kubelet, marks its pod ended.
@@ -872,10 +918,7 @@ fn the_split_layout_with_a_channel_restarts_pservers_and_trainers_as_one_job() {
 fn a_preempted_pserver_pod_serves_the_jobs_checkpoint_and_the_job_restarts_free() {
     let mut job = SplitJob::start("splitpre", 0, 120, 0);
     for i in [2, 3] {
-        job.launchers[i]
-            .as_ref()
-            .unwrap()
-            .wait_for_output("role=TRAINER", LIMIT);
+        job.launcher(i).wait_for_output("role=TRAINER", LIMIT);
     }
     let name = job.pods[0].0.clone();
     job.cluster.api.mark_deleting("default", &name, 30);
@@ -889,7 +932,7 @@ fn a_preempted_pserver_pod_serves_the_jobs_checkpoint_and_the_job_restarts_free(
     );
     assert_contains(&done.stderr, "its checkpoint window (3 s) is over");
     for i in [2, 3] {
-        let trainer = job.launchers[i].as_ref().unwrap();
+        let trainer = job.launcher(i);
         trainer.wait_for_output("checkpoint signal id=", LIMIT);
         trainer.wait_for_output("preempted (SIGTERM while serving)", LIMIT);
         trainer.wait_for_output(
@@ -906,9 +949,7 @@ fn a_preempted_pserver_pod_serves_the_jobs_checkpoint_and_the_job_restarts_free(
 fn a_served_pserver_restarted_in_place_ends_with_the_job() {
     let mut job = SplitJob::start_with("splitback", 0, 20, 0, true, false);
     for i in [1, 2, 3] {
-        job.launchers[i]
-            .as_ref()
-            .unwrap()
+        job.launcher(i)
             .wait_for_output("splitback-ps-0 has served its part", LIMIT);
     }
     let old = job.launchers[0].take().unwrap();
@@ -923,9 +964,7 @@ fn a_served_pserver_restarted_in_place_ends_with_the_job() {
     ]);
     let args = ["run", "--", "sh", "-c", SPLIT_PROGRAM];
     let again = Launcher::start(job.cluster.dir.path(), "splitback-ps-0-again", &args, &env);
-    job.launchers[2]
-        .as_ref()
-        .unwrap()
+    job.launcher(2)
         .wait_for_output("which had served its part, joined again", LIMIT);
     for i in [2, 3, 1] {
         job.ends(i, 0);
@@ -972,14 +1011,12 @@ fn a_served_pserver_pods_replacement_ends_with_the_jobs_success() {
 
 fn served_pserver_pod_ends(replaced: bool) {
     let mut job = SplitJob::start_with("splitserved", 0, 25, 0, true, false);
-    job.launchers[0].as_ref().unwrap().wait_for_output(
+    job.launcher(0).wait_for_output(
         "staying a member of the job until its trainers are done",
         LIMIT,
     );
     for i in [1, 2, 3] {
-        job.launchers[i]
-            .as_ref()
-            .unwrap()
+        job.launcher(i)
             .wait_for_output("splitserved-ps-0 has served its part", LIMIT);
     }
     let name = job.pods[0].0.clone();
@@ -992,9 +1029,7 @@ fn served_pserver_pod_ends(replaced: bool) {
     api.delete_pod("default", &name);
     let replacement = replaced.then(|| job.add_pod("ps", "splitserved-ps-9", &loopback_ip()));
     if let Some(i) = replacement {
-        job.launchers[i]
-            .as_ref()
-            .unwrap()
+        job.launcher(i)
             .wait_for_output("control channel: following", LIMIT);
     }
     // The trainers succeed, then the other pservers hear the job's success.
@@ -1015,7 +1050,7 @@ fn served_pserver_pod_ends(replaced: bool) {
 #[test]
 fn a_pserver_that_ended_early_rejoins_the_restart() {
     let mut job = SplitJob::start_with("splitearly", 1, 4, 3, true, false);
-    job.launchers[0].as_ref().unwrap().wait_for_output(
+    job.launcher(0).wait_for_output(
         "staying a member of the job until its trainers are done",
         LIMIT,
     );
@@ -1036,10 +1071,7 @@ fn a_pserver_that_ended_early_rejoins_the_restart() {
 fn the_split_layout_recovers_from_a_lost_trainer_pod() {
     let mut job = SplitJob::start("splitlost", 1, 120, 0);
     for i in [2, 3] {
-        job.launchers[i]
-            .as_ref()
-            .unwrap()
-            .wait_for_output("role=TRAINER", LIMIT);
+        job.launcher(i).wait_for_output("role=TRAINER", LIMIT);
     }
     let lost = job.launchers[3].take().unwrap();
     lost.signal(Signal::SIGKILL);
@@ -1047,9 +1079,7 @@ fn the_split_layout_recovers_from_a_lost_trainer_pod() {
     let name = job.pods[3].0.clone();
     job.cluster.api.set_status("default", &name, "Failed", None);
     for i in [0, 1, 2] {
-        job.launchers[i]
-            .as_ref()
-            .unwrap()
+        job.launcher(i)
             .wait_for_output("restarting the job (restart 1 of 1)", LIMIT);
     }
     let replacement = job.add_pod("tr", "splitlost-tr-9", &loopback_ip());
@@ -2025,74 +2055,29 @@ fn followers_of_a_coordinator_name_follow_it_when_it_moves() {
 /// with the job's success, not serving for ever.
 #[test]
 fn a_trainer_watch_refused_while_gathering_is_started_again_for_the_attempt() {
-    let job = "splitrefused";
-    let cluster = Cluster::new();
-    let ips: Vec<String> = (0..4).map(|_| loopback_ip()).collect();
-    let mut env = cluster.env(job, 2);
-    env.retain(|(k, _)| *k != "CONF_PADDLE_GRADIENT_NUM");
-    env.extend([
-        ("PADDLE_LAUNCHER_PROTOCOL", "fleet".to_string()),
-        ("PSERVERS", "2".to_string()),
-        ("TRAINERS", "2".to_string()),
-        ("PADDLE_LAUNCHER_PSERVER_SELECTOR", "role=ps".to_string()),
-        ("PADDLE_LAUNCHER_TRAINER_SELECTOR", "role=tr".to_string()),
-        ("CONF_PADDLE_PORT", free_ports(2).to_string()),
-        ("PADDLE_LAUNCHER_TRAINER_PORT", free_ports(1).to_string()),
-        ("PADDLE_LAUNCHER_JOB_SECRET", SECRET.to_string()),
-        ("PADDLE_LAUNCHER_CONTROL_PORT", free_ports(1).to_string()),
-        ("PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT", "2".to_string()),
-        ("PADDLE_LAUNCHER_GRACE_PERIOD", "3".to_string()),
-        ("TRAIN_S", "15".to_string()),
-        ("FAIL_EXIT", "0".to_string()),
-        ("PS_EXITS_IP", ips[0].clone()),
-    ]);
-    let names = ["ps-0", "ps-1", "tr-0", "tr-1"].map(|n| format!("{job}-{n}"));
-    for (i, name) in names.iter().enumerate() {
-        let mut pod = job_pod(job, name);
-        pod["metadata"]["labels"]["role"] = serde_json::json!(if i < 2 { "ps" } else { "tr" });
-        cluster.api.put_pod(pod);
-        cluster
-            .api
-            .set_status("default", name, "Running", Some(&ips[i]));
-    }
-    let start = |i: usize| {
-        let mut env = env.clone();
-        let role = if i < 2 { "pserver" } else { "trainer" };
-        env.extend([
-            ("POD_IP", ips[i].clone()),
-            ("POD_NAME", names[i].clone()),
-            ("PADDLE_LAUNCHER_ROLE", role.to_string()),
-        ]);
-        let args = ["run", "--", "sh", "-c", SPLIT_PROGRAM];
-        Launcher::start(cluster.dir.path(), &names[i], &args, &env)
-    };
+    let mut job = SplitJob::put("splitrefused", 0, 15, 0, true, false);
     // ps-1's launcher starts last: the others gather meanwhile, and the API refuses them.
-    let ps0 = start(0);
-    let tr0 = start(2);
-    let tr1 = start(3);
-    ps0.wait_for_output("control channel: following", LIMIT);
-    tr1.wait_for_output("control channel: following", LIMIT);
+    for i in [0, 2, 3] {
+        job.launch(i);
+    }
+    job.launcher(0)
+        .wait_for_output("control channel: following", LIMIT);
+    job.launcher(3)
+        .wait_for_output("control channel: following", LIMIT);
     std::thread::sleep(Duration::from_secs(1));
-    cluster.api.set_forbidden(true);
-    cluster.api.end_watches();
-    ps0.wait_for_output(
+    job.cluster.api.set_forbidden(true);
+    job.cluster.api.end_watches();
+    job.launcher(0).wait_for_output(
         "the trainer pods are watched again when the attempt starts",
         LIMIT,
     );
-    cluster.api.set_forbidden(false);
-    let ps1 = start(1);
-    ps0.wait_for_output(
+    job.cluster.api.set_forbidden(false);
+    job.launch(1);
+    job.launcher(0).wait_for_output(
         "staying a member of the job until its trainers are done",
         LIMIT,
     );
-    for (i, launcher) in [(2, tr0), (3, tr1)] {
-        let done = launcher.wait(LIMIT);
-        assert_eq!(done.code(), 0, "{}", done.stderr);
-        cluster
-            .api
-            .set_status("default", &names[i], "Succeeded", None);
+    for i in [2, 3, 1, 0] {
+        job.ends(i, 0);
     }
-    assert_eq!(ps1.wait(LIMIT).code(), 0);
-    let done = ps0.wait(LIMIT);
-    assert_eq!(done.code(), 0, "{}", done.stderr);
 }

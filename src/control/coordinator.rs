@@ -14,7 +14,7 @@ use super::wire::{cut, Message, WireError};
 use super::{Heard, Request};
 use crate::launch::progress::{suspect, Report};
 use crate::membership::Membership;
-use crate::verdict::{preemption_is_free, verdict, Standing};
+use crate::verdict::{verdict, Standing};
 
 /// What the coordinator is told.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -485,11 +485,8 @@ impl Core {
                     max_preemptions,
                     ..
                 },
-            ) if !preemption_is_free(*preemptions, *max_preemptions) => {
-                let words = super::beyond_free_preemptions(*max_preemptions);
-                (false, format!("{reason}; {words}"))
-            }
-            (preempted, _) => (preempted.is_some(), reason),
+            ) => super::judge_preemption(reason, *preemptions, *max_preemptions),
+            _ => (false, reason),
         };
         // What every pod's last line will say, the same on all: printable (it reaches logs,
         // termination messages and events), and cut to fit a frame here too.
@@ -960,6 +957,32 @@ impl Core {
 mod tests {
     use super::*;
 
+    /// The split layout's membership: pservers p0 and p1 (this launcher in p0's place when it
+    /// serves), trainers me and t1 (t0 in this launcher's place when it serves).
+    fn split_setup(me_serves: bool) -> Setup {
+        let member = |name: &str, rank| crate::membership::Member {
+            name: name.into(),
+            ip: format!("10.0.0.{}", rank + 1).parse().unwrap(),
+            rank,
+        };
+        let (p0, t0) = if me_serves {
+            ("me", "t0")
+        } else {
+            ("p0", "me")
+        };
+        let others: Vec<&str> = [p0, "p1", t0, "t1"]
+            .into_iter()
+            .filter(|pod| *pod != "me")
+            .collect();
+        Setup {
+            membership: Some(Membership {
+                pservers: vec![member(p0, 10), member("p1", 11)],
+                trainers: vec![member(t0, 0), member("t1", 1)],
+            }),
+            ..setup(&others)
+        }
+    }
+
     fn setup(others: &[&str]) -> Setup {
         Setup {
             me: "me".into(),
@@ -998,19 +1021,8 @@ mod tests {
     #[test]
     fn a_coordinator_without_a_trainer_tells_its_pservers_end_as_served() {
         let t0 = Instant::now();
-        let member = |name: &str, rank| crate::membership::Member {
-            name: name.into(),
-            ip: format!("10.0.0.{}", rank + 1).parse().unwrap(),
-            rank,
-        };
         // A pserver pod named by --coordinator.
-        let split = || Setup {
-            membership: Some(Membership {
-                pservers: vec![member("me", 10), member("p1", 11)],
-                trainers: vec![member("t0", 0), member("t1", 1)],
-            }),
-            ..setup(&["p1", "t0", "t1"])
-        };
+        let split = || split_setup(true);
         let (mut core, _) = Core::start(split(), t0);
         for (link, pod) in [(1, "p1"), (2, "t0"), (3, "t1")] {
             core.step(joined(link, pod));
@@ -1067,19 +1079,7 @@ mod tests {
     /// is a loss.
     #[test]
     fn a_served_pods_silence_or_return_is_no_loss() {
-        let member = |name: &str, rank| crate::membership::Member {
-            name: name.into(),
-            ip: format!("10.0.0.{}", rank + 1).parse().unwrap(),
-            rank,
-        };
-        let split = Setup {
-            membership: Some(Membership {
-                pservers: vec![member("p0", 10), member("p1", 11)],
-                trainers: vec![member("me", 0), member("t1", 1)],
-            }),
-            ..setup(&["p0", "p1", "t1"])
-        };
-        let (mut core, _) = Core::start(split, Instant::now());
+        let (mut core, _) = Core::start(split_setup(false), Instant::now());
         for (link, pod) in [(1, "p0"), (2, "p1"), (3, "t1")] {
             core.step(joined(link, pod));
         }
@@ -1109,18 +1109,7 @@ mod tests {
     #[test]
     fn a_success_waits_for_the_trainers_only() {
         let t0 = Instant::now();
-        let member = |name: &str, rank| crate::membership::Member {
-            name: name.into(),
-            ip: format!("10.0.0.{}", rank + 1).parse().unwrap(),
-            rank,
-        };
-        let split = || Setup {
-            membership: Some(Membership {
-                pservers: vec![member("p0", 10), member("p1", 11)],
-                trainers: vec![member("me", 0), member("t1", 1)],
-            }),
-            ..setup(&["p0", "p1", "t1"])
-        };
+        let split = || split_setup(false);
         // Every member joined: the attempt runs.
         let running = || {
             let (mut core, _) = Core::start(split(), t0);

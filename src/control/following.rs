@@ -68,11 +68,8 @@ pub(super) struct Following {
     /// ends it, is the preemption's, the coordinator's own end too (a preempted coordinator's
     /// pod may be killed before its window is over, with no word of it).
     preemption: Option<String>,
-    /// A preemption in this attempt would be free: the job's preemptions before it are
-    /// fewer than its free ones (told with `Go`).
-    preemption_free: bool,
-    /// The job's free preemptions (told with `Go`), for the words when none is left.
-    max_preemptions: u32,
+    /// The job's preemptions before this attempt and its free ones (told with `Go`).
+    preemptions: (u32, u32),
 }
 
 impl Following {
@@ -85,8 +82,7 @@ impl Following {
             listening: true,
             may_restart: true,
             preemption: None,
-            preemption_free: false,
-            max_preemptions: 0,
+            preemptions: (0, 0),
         }
     }
 
@@ -166,9 +162,7 @@ impl Following {
                 max_preemptions,
             } if !self.running => {
                 self.running = true;
-                self.preemption_free =
-                    crate::verdict::preemption_is_free(preemptions, max_preemptions);
-                self.max_preemptions = max_preemptions;
+                self.preemptions = (preemptions, max_preemptions);
                 vec![Effect::Hear(Heard::Go {
                     epoch,
                     membership,
@@ -275,19 +269,17 @@ impl Following {
                     preempted: false,
                 },
                 // As the coordinator would have said it: the preemption first.
-                (true, Some(said)) => Heard::Lost {
-                    reason: match self.preemption_free {
-                        true => super::after_preemption(said, &reason),
-                        false => format!(
-                            "{}; {}",
-                            super::after_preemption(said, &reason),
-                            super::beyond_free_preemptions(self.max_preemptions)
-                        ),
-                    },
-                    restart: self.may_restart,
-                    hang: false,
-                    preempted: self.preemption_free,
-                },
+                (true, Some(said)) => {
+                    let (before, free) = self.preemptions;
+                    let ended = super::after_preemption(said, &reason);
+                    let (preempted, reason) = super::judge_preemption(ended, before, free);
+                    Heard::Lost {
+                        reason,
+                        restart: self.may_restart,
+                        hang: false,
+                        preempted,
+                    }
+                }
                 (false, _) => Heard::Regather(reason),
             }));
         }

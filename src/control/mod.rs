@@ -180,14 +180,26 @@ pub struct Joining {
     pub served: Served,
 }
 
-/// What an attempt's end beyond the job's free preemptions adds to its reason, on every pod.
-pub(super) fn beyond_free_preemptions(max_preemptions: u32) -> String {
+/// Whether an attempt that a preemption ends, after `preemptions` free ones of the job's
+/// `max_preemptions`, restarts for free; and its reason as every pod says it (beyond the free
+/// ones, with why it counts as a failure). The coordinator's judgement, and a follower's when
+/// the coordinator is gone.
+pub(super) fn judge_preemption(
+    reason: String,
+    preemptions: u32,
+    max_preemptions: u32,
+) -> (bool, String) {
+    if crate::verdict::preemption_is_free(preemptions, max_preemptions) {
+        return (true, reason);
+    }
     let free = match max_preemptions {
         0 => "no preemption is free".to_string(),
         1 => "only the job's first preemption was free".to_string(),
         n => format!("only the job's first {n} preemptions were free"),
     };
-    format!("{free} (PADDLE_LAUNCHER_MAX_PREEMPTIONS): this one counts as a failure")
+    let reason =
+        format!("{reason}; {free} (PADDLE_LAUNCHER_MAX_PREEMPTIONS): this one counts as a failure");
+    (false, reason)
 }
 
 /// How the end of an attempt in which a member was preempted reads on every pod: the
