@@ -48,6 +48,9 @@ struct Job {
     reserved_ip: Option<String>,
     /// Every pod ever created: (pod name, IP, its launcher while it runs).
     created: Vec<(String, String, Option<Launcher>)>,
+    /// The next pod created is given no job secret (a hand-written manifest's optional
+    /// `secretKeyRef`, a second pod template).
+    next_without_secret: bool,
 }
 
 impl Job {
@@ -66,6 +69,7 @@ impl Job {
             coordinator: None,
             reserved_ip: None,
             created: Vec::new(),
+            next_without_secret: false,
         }
     }
 
@@ -122,6 +126,9 @@ impl Job {
             ),
         ]);
         env.extend(self.extra_env.iter().cloned());
+        if std::mem::take(&mut self.next_without_secret) {
+            env.retain(|(name, _)| *name != "PADDLE_LAUNCHER_JOB_SECRET");
+        }
         if let Some(coordinator) = &self.coordinator {
             env.push(("PADDLE_LAUNCHER_COORDINATOR", coordinator.clone()));
         } else if self.named_coordinator {
@@ -1150,6 +1157,79 @@ fn a_preempted_coordinator_killed_inside_its_window_is_still_a_preemption() {
     }
     job.create_pod();
     job.all_finish_in_epoch(1);
+}
+
+/// A preempted coordinator frozen inside its checkpoint window (its node gone: no FIN, no
+/// word) while a follower's trainer fails on the checkpoint signal: the follower does not judge
+/// the attempt on what it knows two seconds after its trainer's end (no restart budget at
+/// all: it would end 3), but waits for the coordinator's word or its silence, which is the
+/// preemption's end, and the job restarts in place for free.
+#[test]
+fn a_preempted_coordinator_frozen_while_a_trainer_fails_is_still_a_preemption() {
+    let program = r#"echo "rank=$PADDLE_TRAINER_ID count=$PADDLE_LAUNCHER_RESTART_COUNT endpoints=$PADDLE_TRAINER_ENDPOINTS"
+trap 'echo "checkpoint signal rank=$PADDLE_TRAINER_ID count=$PADDLE_LAUNCHER_RESTART_COUNT"; if [ "$PADDLE_TRAINER_ID" = 1 ]; then sleep 1; exit 3; fi' USR1
+if [ "$PADDLE_LAUNCHER_RESTART_COUNT" = 0 ]; then
+  end=$(( $(date +%s) + 120 ))
+  while [ "$(date +%s)" -lt "$end" ]; do sleep 1 & wait $!; done
+fi
+sleep 2"#;
+    let mut job = Job::new("prefrozen", 2, 0);
+    job.program = ["sh", "-c", program].map(String::from).to_vec();
+    // The coordinator's silence is judged only well after the trainer's end is told (a 2 s
+    // wait for the coordinator's word).
+    job.extra_env.extend([
+        ("PADDLE_LAUNCHER_CHECKPOINT_WINDOW", "20".to_string()),
+        ("PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT", "6".to_string()),
+    ]);
+    job.start_training(2);
+    let name = job.created[0].0.clone();
+    job.cluster.api.mark_deleting("default", &name, 30);
+    let frozen = job.created[0].2.take().unwrap();
+    frozen.signal(Signal::SIGTERM);
+    job.launcher(1)
+        .wait_for_output("checkpoint signal rank=1 count=0", LIMIT);
+    frozen.signal(Signal::SIGSTOP);
+    job.launcher(1).wait_for_output(
+        "restarting the job (restart 1 after a preemption, which spends none of the 0 restarts)",
+        LIMIT,
+    );
+    assert_contains(&job.stderr(1), "exited with status 3");
+    frozen.signal(Signal::SIGKILL);
+    let done = frozen.wait(LIMIT);
+    let api = &job.cluster.api;
+    api.set_terminated("default", &name, done.code(), "Error", "killed");
+    api.delete_pod("default", &name);
+    job.create_pod();
+    job.all_finish_in_epoch(1);
+}
+
+/// One pod without the job secret while the others have it: it finds at once that the
+/// coordinator serves a channel it cannot join and ends with status 2 naming the variable,
+/// instead of training alone; the coordinator names the pod that never says hello within a
+/// few heartbeats, instead of waiting silently for the join grace.
+#[test]
+fn a_pod_without_the_job_secret_ends_at_once_and_is_named_by_the_coordinator() {
+    let mut job = Job::new("nosecret", 2, 0);
+    job.create_pod();
+    job.next_without_secret = true;
+    job.create_pod();
+    let secretless = job.created[1].2.take().unwrap().wait(LIMIT);
+    assert_eq!(
+        secretless.code(),
+        2,
+        "{}\n{}",
+        secretless.stdout,
+        secretless.stderr
+    );
+    assert_contains(&secretless.stderr, "invalid PADDLE_LAUNCHER_JOB_SECRET");
+    assert_contains(&secretless.stderr, "serves the job's control channel");
+    let silent = format!(
+        "1 pod found Running has not said hello for 2 s: {}",
+        job.created[1].0
+    );
+    job.launcher(0).wait_for_output(&silent, LIMIT);
+    assert_contains(&job.stderr(0), "PADDLE_LAUNCHER_JOB_SECRET");
+    job.kill_pod(0);
 }
 
 /// A preemption spends nothing, and the job remembers it: after one, a failure spends the

@@ -108,6 +108,9 @@ pub(super) enum Stage {
     Closing,
 }
 
+/// The longest pause between two lines naming the members that have not said hello.
+const HELLO_NAMED_AGAIN_LAST: Duration = Duration::from_secs(30);
+
 /// Everything the coordinator decides from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Core {
@@ -153,6 +156,13 @@ pub(super) struct Core {
     /// How far apart two members' last progress must be for the older to stand out: what a
     /// report's staleness (its beat interval, twice) and a progress file's polling may blur.
     progress_margin: Duration,
+    /// How long a member found Running may be silent before the gathering names it: a
+    /// launcher without the job secret (or with another) never says hello, and nothing else
+    /// would say so before the join grace ends. Named again after twice as long each time,
+    /// up to `HELLO_NAMED_AGAIN_LAST`.
+    hello_overdue: Duration,
+    /// When the members that have not said hello are named next.
+    hello_named_at: Instant,
     /// After a loss: the members whose stop is still awaited (joined then, not gone since),
     /// and whether this launcher's own children are stopped. The verdict waits for all: each
     /// says `Done` before `Stopped` on its one connection, so by then every success is known.
@@ -224,6 +234,8 @@ pub(super) struct Setup {
     pub who: String,
     /// See `Core::progress_margin`.
     pub progress_margin: Duration,
+    /// See `Core::hello_overdue`.
+    pub hello_overdue: Duration,
 }
 
 /// One member's last progress report.
@@ -268,6 +280,8 @@ impl Core {
             progress: HashMap::new(),
             now,
             progress_margin: setup.progress_margin,
+            hello_overdue: setup.hello_overdue,
+            hello_named_at: now + setup.hello_overdue,
             awaiting: HashSet::new(),
             own_stopped: false,
             decided: None,
@@ -931,22 +945,61 @@ impl Core {
         }));
     }
 
+    /// While gathering, the members that have not said hello `hello_overdue` after the
+    /// gathering began, and again after twice as long each time: the line that names them.
+    pub(super) fn overdue_hellos(&mut self, now: Instant) -> Option<String> {
+        let Stage::Gathering { since, .. } = &self.stage else {
+            return None;
+        };
+        let since = *since;
+        if self.hello_overdue.is_zero() || now < self.hello_named_at {
+            return None;
+        }
+        let waited = now.saturating_duration_since(since);
+        self.hello_named_at = now + waited.clamp(self.hello_overdue, HELLO_NAMED_AGAIN_LAST);
+        let silent = self.not_joined();
+        if silent.is_empty() {
+            return None;
+        }
+        const NAMED: usize = 8;
+        let mut named = silent[..silent.len().min(NAMED)].join(", ");
+        if silent.len() > NAMED {
+            named.push_str(&format!(" and {} more", silent.len() - NAMED));
+        }
+        Some(format!(
+            "control channel: {} found Running {} not said hello for {} s: {named}; a launcher without the job secret (PADDLE_LAUNCHER_JOB_SECRET), or with another one, never does; the gathering ends after {} s",
+            crate::vocabulary::count(silent.len(), "pod"),
+            if silent.len() == 1 { "has" } else { "have" },
+            waited.as_secs(),
+            self.join_grace.as_secs()
+        ))
+    }
+
+    /// While gathering, the members that have not joined yet.
+    fn not_joined(&self) -> Vec<&str> {
+        let Stage::Gathering { ready, .. } = &self.stage else {
+            return Vec::new();
+        };
+        self.others
+            .iter()
+            .filter(|pod| !ready.contains_key(*pod))
+            .map(String::as_str)
+            .collect()
+    }
+
     fn tick(&mut self, now: Instant, effects: &mut Vec<Effect>) {
-        let Stage::Gathering { since, ready } = &self.stage else {
+        if let Some(line) = self.overdue_hellos(now) {
+            warn!("{line}");
+        }
+        let Stage::Gathering { since, .. } = &self.stage else {
             return;
         };
         if now.saturating_duration_since(*since) <= self.join_grace {
             return;
         }
-        let missing: Vec<&str> = self
-            .others
-            .iter()
-            .filter(|pod| !ready.contains_key(*pod))
-            .map(String::as_str)
-            .collect();
         let reason = format!(
             "{} did not join the control channel within {} s",
-            missing.join(", "),
+            self.not_joined().join(", "),
             self.join_grace.as_secs()
         );
         self.regather(reason, effects);
@@ -994,6 +1047,7 @@ mod tests {
             ended: None,
             who: "pod me (trainer id 0 of 3)".into(),
             progress_margin: Duration::from_secs(2),
+            hello_overdue: Duration::from_secs(2),
         }
     }
 
@@ -1304,6 +1358,61 @@ mod tests {
         }
     }
 
+    /// A coordinator whose own trainer succeeded waits for the followers' outcomes, but a
+    /// loss after its success is final and ends its wait at once: nobody is left to report
+    /// (M8: a coordinator that kept waiting would hold every follower until its own timeout).
+    #[test]
+    fn a_coordinator_that_succeeded_stops_at_the_first_loss() {
+        let (mut core, _) = Core::start(setup(&["a", "b"]), Instant::now());
+        core.step(joined(1, "a"));
+        core.step(joined(2, "b"));
+        core.step(Input::Own(Request::Finish { succeeded: true }));
+        assert!(!core.stopped(), "it stopped before the followers reported");
+        let effects = core.step(Input::Ended {
+            link: 1,
+            pod: "a".into(),
+            why: WireError::Closed,
+        });
+        assert!(
+            matches!(
+                effects[0],
+                Effect::Broadcast(Message::Lost { restart: false, .. })
+            ),
+            "{effects:?}"
+        );
+        assert!(core.stopped(), "it waits for b after the loss");
+        assert_eq!(effects.last(), Some(&Effect::Stop));
+    }
+
+    /// A member whose trainer succeeded closes its link as its normal end; its launcher
+    /// joining again under its name (its pod restarted or replaced) is a loss, and a final one:
+    /// the job cannot start again without it, and its return means its pod was lost, as the API
+    /// watch of the peers says too (M12: held, it would leave the others training beside a pod
+    /// that starts over).
+    #[test]
+    fn a_finished_member_joining_again_is_a_final_loss() {
+        let (mut core, _) = Core::start(setup(&["a", "b"]), Instant::now());
+        core.step(joined(1, "a"));
+        core.step(joined(2, "b"));
+        core.step(said(1, "a", Message::Done));
+        let closed = core.step(Input::Ended {
+            link: 1,
+            pod: "a".into(),
+            why: WireError::Closed,
+        });
+        assert!(closed.is_empty(), "{closed:?}");
+        let effects = core.step(joined(3, "a"));
+        assert!(
+            effects.iter().any(|e| matches!(
+                e,
+                Effect::Broadcast(Message::Lost { restart: false, reason, .. })
+                    if reason.contains("peer pod a joined again")
+            )),
+            "{effects:?}"
+        );
+        assert_eq!(core.decided, Some(false));
+    }
+
     /// Messages for a connection that is not the pod's live one, or from a pod that is no
     /// member, change nothing.
     #[test]
@@ -1490,5 +1599,38 @@ mod tests {
             ))
         );
         assert_eq!(core.stage, Stage::Closing);
+    }
+
+    /// A member found Running that never says hello (its launcher has no job secret, say) is
+    /// named every `hello_overdue` while the coordinator gathers, long before the join grace
+    /// ends; once everyone is there, nobody is.
+    #[test]
+    fn a_member_that_never_says_hello_is_named_every_few_heartbeats() {
+        let start = Instant::now();
+        let (mut core, _) = Core::start(setup(&["a", "b", "c"]), start);
+        core.step(joined(1, "a"));
+        let at = |s: u64| start + Duration::from_millis(s);
+        assert_eq!(core.overdue_hellos(at(1_900)), None, "before the first");
+        let line = core.overdue_hellos(at(2_000)).expect("b and c not named");
+        assert!(
+            line.contains("2 pods found Running have not said hello for 2 s: b, c;"),
+            "{line}"
+        );
+        assert!(line.contains("PADDLE_LAUNCHER_JOB_SECRET"), "{line}");
+        // Again after twice as long as it has waited.
+        assert_eq!(core.overdue_hellos(at(3_900)), None, "named again too soon");
+        core.step(joined(2, "b"));
+        let line = core.overdue_hellos(at(4_000)).expect("c not named again");
+        assert!(
+            line.contains("1 pod found Running has not said hello for 4 s: c;"),
+            "{line}"
+        );
+        assert_eq!(core.overdue_hellos(at(7_900)), None, "named again too soon");
+        core.step(joined(3, "c"));
+        assert_eq!(
+            core.overdue_hellos(at(60_000)),
+            None,
+            "named after the start"
+        );
     }
 }

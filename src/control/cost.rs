@@ -153,6 +153,7 @@ fn started(names: &[String], membership: Option<Membership>) -> (Core, Vec<Effec
         ended: None,
         who: String::new(),
         progress_margin: Duration::from_secs(20),
+        hello_overdue: Duration::from_secs(30),
     };
     Core::start(setup, tokio::time::Instant::now())
 }

@@ -2,7 +2,7 @@
 //! and listen until this launcher finishes.
 
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -185,6 +185,25 @@ async fn unless_finished<F: std::future::Future>(ends: &mut Ends, work: F) -> Op
             },
         }
     }
+}
+
+/// Whether a launcher serves a control channel at `at`, as a pod at `from` sees it: it accepts
+/// a connection from that address and sends its challenge at once. How a pod without the job
+/// secret finds that the others have one (it can say no hello, so it only reads).
+pub async fn serves_a_channel(from: IpAddr, at: SocketAddr, limit: Duration) -> bool {
+    let socket = match at {
+        SocketAddr::V4(_) => TcpSocket::new_v4(),
+        SocketAddr::V6(_) => TcpSocket::new_v6(),
+    };
+    let Ok(socket) = socket.and_then(|s| s.bind(SocketAddr::new(from, 0)).map(|()| s)) else {
+        return false;
+    };
+    let challenged = async {
+        let mut stream = socket.connect(at).await?;
+        let mut challenge = [0u8; NONCE_LEN];
+        stream.read_exact(&mut challenge).await
+    };
+    matches!(timeout(limit, challenged).await, Ok(Ok(_)))
 }
 
 /// Connects from this pod's own address (the coordinator admits member addresses only),

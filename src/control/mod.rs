@@ -72,6 +72,7 @@ use coordinator::{Core, Effect, Input, Setup, Terms};
 pub use cost::{measure_coordinator, measure_progress, CoordinatorCost, ProgressCost};
 
 use follower::follow;
+pub use follower::serves_a_channel;
 use wire::*;
 pub use wire::{Message, Session};
 
@@ -323,6 +324,13 @@ impl Channel {
             }
         }
         .boxed()
+    }
+
+    /// Whether the job's trainers were asked for a checkpoint in this attempt: a member is
+    /// preempted, so the attempt's end may be a preemption's, which only the coordinator's
+    /// word (or its silence, judged) tells.
+    pub fn checkpoint_was_asked(&self) -> bool {
+        self.checkpoint.borrow().is_some()
     }
 
     /// This launcher was told to stop while its trainer runs (its pod is preempted, drained
@@ -713,6 +721,7 @@ impl Coordinator {
                 who: joining.who,
                 // Two beat intervals of staleness, and the progress file's polling.
                 progress_margin: 2 * (joining.heartbeat_timeout / 3) + joining.progress_check,
+                hello_overdue: joining.heartbeat_timeout,
             },
             Instant::now(),
         );
@@ -1132,7 +1141,7 @@ async fn talk(
                     }
                     Ok(())
                 }
-                Some(Ok(message @ (Message::Done | Message::Failed { .. } | Message::Stopped | Message::Preempted { .. }))) => {
+                Some(Ok(message)) if is_report(&message) => {
                     idle_until = Instant::now() + limit;
                     let _ = to_coordinator.send(FromLink::Said { link, pod: pod.to_string(), message });
                     Ok(())
@@ -1147,22 +1156,37 @@ async fn talk(
         if let Err(why) = result {
             // A write that failed because the follower has just closed (after its last word)
             // must not hide what it said: whatever was already read is told first.
-            let said_last = async {
-                while let Some(Ok(message)) = incoming.recv().await {
-                    if matches!(
-                        message,
-                        Message::Done | Message::Failed { .. } | Message::Stopped
-                    ) {
-                        let _ = to_coordinator.send(FromLink::Said {
-                            link,
-                            pod: pod.to_string(),
-                            message,
-                        });
-                    }
-                }
-            };
+            let said_last = last_words(&mut incoming, link, pod, to_coordinator);
             let _ = timeout(LAST_WORDS, said_last).await;
             return why;
+        }
+    }
+}
+
+/// What a follower says that the coordinator decides on (besides its heartbeats): the same on
+/// a live link and in a failed link's last words.
+fn is_report(message: &Message) -> bool {
+    matches!(
+        message,
+        Message::Done | Message::Failed { .. } | Message::Stopped | Message::Preempted { .. }
+    )
+}
+
+/// A failed link's last words: every report its follower had already sent, told to the
+/// coordinator in order, until the frames end.
+async fn last_words(
+    incoming: &mut mpsc::Receiver<Result<Message, WireError>>,
+    link: u64,
+    pod: &str,
+    to_coordinator: &mpsc::UnboundedSender<FromLink>,
+) {
+    while let Some(Ok(message)) = incoming.recv().await {
+        if is_report(&message) {
+            let _ = to_coordinator.send(FromLink::Said {
+                link,
+                pod: pod.to_string(),
+                message,
+            });
         }
     }
 }
@@ -1215,6 +1239,38 @@ mod tests {
         assert!(coordinator.admit(a) && coordinator.admit(a));
         assert!(!coordinator.admit(a), "a third connection from one pod");
         assert_eq!(coordinator.refused, 3);
+    }
+
+    /// A link that failed tells every report its follower had sent before the end, the
+    /// preemption too: dropped, a preempted pod's end would count as a failure.
+    #[tokio::test]
+    async fn a_failed_links_last_words_keep_every_report() {
+        let said = [
+            Message::Beat,
+            Message::Preempted {
+                reason: "pod p-1: preempted (SIGTERM while training)".into(),
+            },
+            Message::Failed {
+                reason: "pod p-1: stopped".into(),
+                restartable: true,
+                hang: false,
+            },
+            Message::Stopped,
+            Message::Done,
+        ];
+        let (frames, mut incoming) = mpsc::channel(8);
+        for message in said.iter().cloned() {
+            frames.send(Ok(message)).await.unwrap();
+        }
+        drop(frames);
+        let (to_coordinator, mut told) = mpsc::unbounded_channel();
+        last_words(&mut incoming, 7, "p-1", &to_coordinator).await;
+        let mut reports = Vec::new();
+        while let Ok(FromLink::Said { link, pod, message }) = told.try_recv() {
+            assert_eq!((link, pod.as_str()), (7, "p-1"));
+            reports.push(message);
+        }
+        assert_eq!(reports, said[1..].to_vec());
     }
 
     #[test]

@@ -255,6 +255,7 @@ impl Sim {
                 ended: None,
                 who: "pod p-0 (trainer id 0)".into(),
                 progress_margin: Duration::from_secs(2),
+                hello_overdue: Duration::ZERO,
             },
             now,
         );

@@ -141,9 +141,12 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
     }
     // Files are on the pod's own or a shared filesystem, not in the membership: check them first.
     let for_inputs = config.clone();
-    let inputs = off_thread(supervisor.as_mut(), "expanding the file globs", move || {
-        input_files(&for_inputs)
-    })
+    let inputs = off_thread(
+        supervisor.as_mut(),
+        "expanding the file globs",
+        Breaks::StopOnly,
+        move || input_files(&for_inputs),
+    )
     .await??;
     let Some(mut supervisor) = supervisor else {
         let found = wait_for_peers(&config, None, &[]).await?;
@@ -192,6 +195,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             max_restarts,
             preemptions,
             api,
+            coordinator_unjoined,
             ..
         } = attempt;
         // One launcher tells the job's story: the coordinator, else rank 0.
@@ -229,19 +233,18 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             );
             events.post(Kind::Normal, "Started", &started);
         }
-        let for_workspace = plan.clone();
-        off_thread(
-            Some(&mut supervisor),
-            "preparing the workspace",
-            move || workspace::prepare(&for_workspace),
-        )
-        .await??;
+        // The attempt's losses are watched from here on: one during the steps before the start
+        // ends the attempt there.
         let mut losses = Vec::new();
         if let (true, Some(loss)) = (config.topology.watch_peers, peer_loss) {
             losses.push(loss.map(Loss::of_pod).boxed());
         }
         if let Some(channel) = &mut channel {
             losses.push(channel.losses());
+        }
+        let unjoined = Arc::new(std::sync::OnceLock::new());
+        if let Some(coordinator) = coordinator_unjoined {
+            losses.push(channel_without_secret(my_ip, coordinator, unjoined.clone()).boxed());
         }
         supervisor.forget_watches();
         if !losses.is_empty() {
@@ -262,9 +265,23 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             };
             supervisor.end_when(done);
         }
-        let checked = match peers_to_check(&plan, &config) {
-            peers if peers.is_empty() => Ok(Vec::new()),
-            peers => {
+        let for_workspace = plan.clone();
+        let prepared = off_thread(
+            Some(&mut supervisor),
+            "preparing the workspace",
+            Breaks::AlsoLoss,
+            move || workspace::prepare(&for_workspace),
+        )
+        .await;
+        // The workspace's own failure ends the pod; a stop or the attempt's loss, the attempt.
+        let prepared = match prepared {
+            Ok(prepared) => Ok(prepared?),
+            Err(ended) => Err(ended),
+        };
+        let checked = match (prepared, peers_to_check(&plan, &config)) {
+            (Err(ended), _) => Err(ended),
+            (Ok(()), peers) if peers.is_empty() => Ok(Vec::new()),
+            (Ok(()), peers) => {
                 let doing = format!(
                     "checking that every peer's trainer endpoint answers from {my_ip} ({}, at most {} s each)",
                     crate::vocabulary::count(peers.len(), "peer"),
@@ -274,7 +291,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                 interruptible(
                     Some(&mut supervisor),
                     &doing,
-                    false,
+                    Breaks::AlsoLoss,
                     silent_peers(my_ip, peers),
                 )
                 .await
@@ -301,6 +318,11 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                 Err(stopped)
             }
         };
+        // A pod that cannot join the job's channel ends as bad configuration, whatever its
+        // children did once stopped.
+        if let Some(error) = unjoined.get() {
+            result = Err(Error::Config(error.clone()));
+        }
         let hung = match &result {
             Ok(outcome) => outcome.code == exit::HANG,
             Err(e) => e.exit_code() == exit::HANG,
@@ -319,17 +341,26 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             channel.failed(&said, restartable, hang, VERDICT_WAIT).await;
         }
         // A preemption ended the attempt (the coordinator's word): it spends no restart.
-        let preempted = channel
-            .as_ref()
-            .and_then(Channel::cause)
-            .is_some_and(|cause| cause.preempted);
-        // A preemption may take every pod at once (a Kueue suspension): recorded now, the
-        // pods created again count it, and it spends nothing there either.
+        let preempted = |channel: &Option<Channel>| {
+            channel
+                .as_ref()
+                .and_then(Channel::cause)
+                .is_some_and(|cause| cause.preempted)
+        };
+        // The job's trainers were asked for a checkpoint: the attempt's end may still turn out
+        // a preemption's (a frozen coordinator's silence is judged only after the heartbeat
+        // timeout), so the budget alone must not end this pod before the verdict.
+        let preemption_possible = channel.as_ref().is_some_and(Channel::checkpoint_was_asked);
+        // A preemption may take every pod at once (a Kueue suspension): recorded as soon as it
+        // is known, the pods created again count it, and it spends nothing there either.
         // Written meanwhile: only a pod that ends waits for it (below), not the verdict.
-        let preemption_recorded = record
-            .as_ref()
-            .filter(|_| preempted)
-            .map(|record| record.write(plan.restart_count, preemptions.saturating_add(1)));
+        let record_preemption = |preempted: bool| {
+            record
+                .as_ref()
+                .filter(|_| preempted)
+                .map(|record| record.write(plan.restart_count, preemptions.saturating_add(1)))
+        };
+        let preemption_recorded = record_preemption(preempted(&channel));
         // Whether the budget alone would allow a restart: only then is the coordinator's word
         // worth waiting for.
         let budget_allows = verdict(&Standing {
@@ -337,7 +368,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             max_restarts,
             member_finished: false,
             restartable: true,
-            preempted,
+            preempted: preempted(&channel) || preemption_possible,
         })
         .is_ok();
         let recoverable = lifecycle::recoverable(&result);
@@ -360,7 +391,8 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                     Err(e) => e.to_string(),
                 };
                 let doing = format!("waiting for the job's verdict after: {failure}");
-                match interruptible(Some(&mut supervisor), &doing, false, waiting).await {
+                match interruptible(Some(&mut supervisor), &doing, Breaks::StopOnly, waiting).await
+                {
                     Ok(verdict) => verdict && recoverable,
                     // A stop signal ends the wait: this pod is being deleted, and says so.
                     Err(stopped) => {
@@ -378,6 +410,9 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             }
             None => false,
         };
+        // Read again once the verdict is in: the cause may have come with it.
+        let preempted = preempted(&channel);
+        let preemption_recorded = preemption_recorded.or_else(|| record_preemption(preempted));
         let budget = Budget {
             epoch: plan.restart_count,
             max_restarts,
@@ -442,7 +477,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                     let _ = interruptible(
                         Some(&mut supervisor),
                         "waiting for the other launchers to report",
-                        false,
+                        Breaks::StopOnly,
                         channel.finish(succeeded),
                     )
                     .await;
@@ -693,6 +728,10 @@ struct Attempt {
     /// The members the control channel says have served their part (`peer_loss` ignores
     /// their pods).
     served: Served,
+    /// Without a job secret: the pod that would coordinate the job's channel and where, if
+    /// another pod's (a pod the secret did not reach must not train alone while the others
+    /// wait for its hello).
+    coordinator_unjoined: Option<(String, SocketAddr)>,
 }
 
 /// Finds the job's pods and, with a control channel, waits until every launcher has found the
@@ -737,7 +776,7 @@ async fn gather(
             interruptible(
                 Some(&mut *supervisor),
                 "waiting to gather again",
-                true,
+                Breaks::AlsoHup,
                 sleep(pause),
             )
             .await?;
@@ -812,9 +851,11 @@ async fn gather(
             preemptions: count.preemptions,
             api,
             served,
+            coordinator_unjoined: None,
         };
         let Some(secret) = secret else {
             attempt.plan = attempt.plan.for_restart(count.next_epoch);
+            attempt.coordinator_unjoined = coordinator_without_secret(config, &membership, &me);
             return Ok(Gathered::Attempt(Box::new(attempt)));
         };
         let mut channel = match join_channel(
@@ -853,7 +894,7 @@ async fn gather(
         let heard = interruptible(
             Some(supervisor),
             "waiting for the job's launchers",
-            true,
+            Breaks::AlsoHup,
             heard_or_lost(
                 &mut channel,
                 &mut attempt.peer_loss,
@@ -1141,7 +1182,7 @@ async fn follow_coordinator(
     let heard = interruptible(
         Some(supervisor),
         "waiting for the coordinator's membership",
-        true,
+        Breaks::AlsoHup,
         channel.heard(),
     )
     .await?;
@@ -1183,7 +1224,62 @@ async fn follow_coordinator(
         api: None,
         // Nothing of the API is watched here.
         served: Served::default(),
+        coordinator_unjoined: None,
     }))
+}
+
+/// Without a job secret, the pod that would coordinate the job's channel, and its address, when
+/// that is another pod at an IP: the pod of rank 0, or --coordinator's.
+fn coordinator_without_secret(
+    config: &Config,
+    membership: &Membership,
+    me: &Me,
+) -> Option<(String, SocketAddr)> {
+    let (address, ours) = coordination::coordinator(&config.control, membership, me)?;
+    let address: SocketAddr = address.parse().ok()?;
+    if ours != Some(false) {
+        return None;
+    }
+    let pod = membership
+        .trainers
+        .iter()
+        .chain(&membership.pservers)
+        .find(|m| m.ip == address.ip())
+        .map_or_else(|| address.ip().to_string(), |m| format!("pod {}", m.name));
+    Some((pod, address))
+}
+
+/// How often a launcher without a job secret looks for a control channel that the job's
+/// coordinator serves, from the first to the last pause (a thousand such pods must not flood
+/// pod 0); for as long as that coordinator would wait for its hello, the join grace.
+const UNJOINED_LOOK_FIRST: Duration = Duration::from_millis(250);
+const UNJOINED_LOOK_LAST: Duration = Duration::from_secs(5);
+
+/// Resolves once `coordinator` is seen serving a control channel that this launcher, without
+/// the job secret, cannot join: the error it ends with (status 2), and a loss that stops its
+/// children meanwhile. Never, if none answers within the join grace.
+async fn channel_without_secret(
+    from: IpAddr,
+    (pod, at): (String, SocketAddr),
+    found: Arc<std::sync::OnceLock<ConfigError>>,
+) -> Loss {
+    let until = Instant::now() + JOIN_GRACE;
+    let mut pause = UNJOINED_LOOK_FIRST;
+    while Instant::now() < until {
+        if control::serves_a_channel(from, at, CONNECT_TIMEOUT).await {
+            let error = ConfigError::new(
+                crate::config::JOB_SECRET,
+                "",
+                format!("the job's secret: the launcher of {pod} serves the job's control channel at {at}, and waits for this pod to join it; give every pod of the job the same secret (the Secret `manifest` mounts)"),
+            );
+            let reason = error.to_string();
+            let _ = found.set(error);
+            return Loss::of_pod(reason);
+        }
+        sleep(pause).await;
+        pause = (pause * 2).min(UNJOINED_LOOK_LAST);
+    }
+    std::future::pending().await
 }
 
 /// The plan for what discovery found: this pod located among the members, ranked.
@@ -1374,7 +1470,7 @@ async fn wait_for_secret_file(
         interruptible(
             Some(&mut *supervisor),
             "waiting for the job secret",
-            true,
+            Breaks::AlsoHup,
             sleep(SECRET_LOOK_EVERY),
         )
         .await?;
@@ -1632,7 +1728,7 @@ async fn wait_for_peers(
     interruptible(
         supervisor,
         "waiting for the job's pods",
-        true,
+        Breaks::AlsoHup,
         peers::discover(config, members_before),
     )
     .await?
@@ -1643,18 +1739,33 @@ async fn wait_for_peers(
 async fn off_thread<T: Send + 'static>(
     supervisor: Option<&mut Supervisor>,
     doing: &str,
+    breaks: Breaks,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, Error> {
-    let joined = interruptible(supervisor, doing, false, tokio::task::spawn_blocking(work)).await?;
+    let joined =
+        interruptible(supervisor, doing, breaks, tokio::task::spawn_blocking(work)).await?;
     joined.map_err(|e| Error::io(format!("{doing} failed"), e.into()))
 }
 
-/// Waits for `work` while no child runs: a stop signal (and HUP when `hup_stops`) ends the wait
+/// What besides its work and a stop signal ends a wait in which no child runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Breaks {
+    /// Nothing else (waiting for the job's verdict, its end, a file's work).
+    StopOnly,
+    /// SIGHUP too: before the attempt, a reload asked of a pod that is still gathering stops
+    /// it, so it is not started with the old settings.
+    AlsoHup,
+    /// The attempt's loss too: once the attempt is lost nothing more is started in it (the
+    /// workspace prepared, the peers checked, then the trainer).
+    AlsoLoss,
+}
+
+/// Waits for `work` while no child runs: a stop signal (and what `breaks` says) ends the wait
 /// with an error; other signals have no child to go to, and are logged.
 async fn interruptible<T>(
     supervisor: Option<&mut Supervisor>,
     doing: &str,
-    hup_stops: bool,
+    breaks: Breaks,
     work: impl std::future::Future<Output = T>,
 ) -> Result<T, Error> {
     let Some(supervisor) = supervisor else {
@@ -1668,8 +1779,15 @@ async fn interruptible<T>(
         tokio::select! {
             done = &mut work => break Ok(done),
             event = supervisor.next_event() => match event {
-                Event::Signal(sig) if is_stop_signal(sig) || (hup_stops && sig == nix::libc::SIGHUP) => {
+                Event::Signal(sig) if is_stop_signal(sig) || (breaks == Breaks::AlsoHup && sig == nix::libc::SIGHUP) => {
                     break Err(Error::stopped(sig, &format!(" while {doing}")));
+                }
+                Event::PeerLost(loss) if breaks == Breaks::AlsoLoss => {
+                    info!("{}: stopped {doing}, nothing more is started", loss.reason);
+                    break Err(Error::PeerLost {
+                        reason: loss.reason,
+                        stopped: "nothing (its trainer had not started)".into(),
+                    });
                 }
                 Event::Signal(sig) => {
                     info!("ignoring {} while {doing}: no child to forward it to yet", signal_name(sig))
@@ -2220,5 +2338,53 @@ mod tests {
         assert!(under("/mnt/other/../job/progress", "/mnt/job/."));
         assert!(!under("/mnt/job/../jobs/progress", "/mnt/job"));
         assert!(!under("/mnt/jobpath/progress", "/mnt/job"));
+    }
+
+    /// A loss told while the attempt prepares (its workspace, the peer check) ends that step
+    /// at once with the loss, so the trainer is never started in a lost attempt; a wait that
+    /// is not the attempt's keeps the loss for the next one to see.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_loss_ends_the_steps_before_the_start_and_only_those() {
+        let mut sup = Supervisor::new(Signals::install().unwrap(), Duration::from_secs(1));
+        let lost = || {
+            futures::future::ready(Loss {
+                reason: "peer pod p-2 was deleted".into(),
+                hang: false,
+            })
+            .boxed()
+        };
+        sup.watch_peers(lost());
+        let never = std::future::pending::<()>();
+        let ended = timeout(
+            Duration::from_secs(5),
+            interruptible(
+                Some(&mut sup),
+                "checking the peers",
+                Breaks::AlsoLoss,
+                never,
+            ),
+        )
+        .await
+        .expect("the loss did not end the peer check");
+        match ended {
+            Err(Error::PeerLost { reason, .. }) => assert_eq!(reason, "peer pod p-2 was deleted"),
+            other => panic!("not the loss: {other:?}"),
+        }
+
+        sup.watch_peers(lost());
+        let waited = interruptible(
+            Some(&mut sup),
+            "waiting for the verdict",
+            Breaks::StopOnly,
+            sleep(Duration::from_millis(200)),
+        )
+        .await;
+        assert!(waited.is_ok(), "{waited:?}");
+        let kept = timeout(Duration::from_secs(1), sup.next_event()).await;
+        assert!(
+            matches!(kept, Ok(Event::PeerLost(_))),
+            "the loss was not kept"
+        );
+        sup.finish();
     }
 }
