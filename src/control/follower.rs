@@ -6,11 +6,11 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpSocket;
 use tokio::time::{sleep, timeout, Instant};
 use tracing::info;
 
 use super::following::{Effect, Following, Input};
+use super::net::{Net, Reader, Writer};
 use super::wire::*;
 use super::{Ends, Heard, Joining, Recheck, Request, RECHECK_FIRST, RECHECK_LAST};
 
@@ -190,18 +190,16 @@ async fn unless_finished<F: std::future::Future>(ends: &mut Ends, work: F) -> Op
 /// Whether a launcher serves a control channel at `at`, as a pod at `from` sees it: it accepts
 /// a connection from that address and sends its challenge at once. How a pod without the job
 /// secret finds that the others have one (it can say no hello, so it only reads).
-pub async fn serves_a_channel(from: IpAddr, at: SocketAddr, limit: Duration) -> bool {
-    let socket = match at {
-        SocketAddr::V4(_) => TcpSocket::new_v4(),
-        SocketAddr::V6(_) => TcpSocket::new_v6(),
-    };
-    let Ok(socket) = socket.and_then(|s| s.bind(SocketAddr::new(from, 0)).map(|()| s)) else {
-        return false;
-    };
+pub async fn serves_a_channel(
+    network: &Net,
+    from: IpAddr,
+    at: SocketAddr,
+    limit: Duration,
+) -> bool {
     let challenged = async {
-        let mut stream = socket.connect(at).await?;
+        let (mut reader, _writer) = network.0.connect(from, at).await?;
         let mut challenge = [0u8; NONCE_LEN];
-        stream.read_exact(&mut challenge).await
+        reader.read_exact(&mut challenge).await
     };
     matches!(timeout(limit, challenged).await, Ok(Ok(_)))
 }
@@ -211,27 +209,14 @@ pub async fn serves_a_channel(from: IpAddr, at: SocketAddr, limit: Duration) -> 
 pub(super) async fn handshake(
     joining: &Joining,
     coordinator: SocketAddr,
-) -> Result<
-    (
-        Challenge,
-        tokio::net::tcp::OwnedReadHalf,
-        tokio::net::tcp::OwnedWriteHalf,
-    ),
-    String,
-> {
-    let socket = match coordinator {
-        SocketAddr::V4(_) => TcpSocket::new_v4(),
-        SocketAddr::V6(_) => TcpSocket::new_v6(),
-    }
+) -> Result<(Challenge, Reader, Writer), String> {
+    let (mut reader, mut writer) = timeout(
+        HANDSHAKE,
+        joining.network.0.connect(joining.me.ip, coordinator),
+    )
+    .await
+    .map_err(|_| "no answer".to_string())?
     .map_err(|e| e.to_string())?;
-    socket
-        .bind(SocketAddr::new(joining.me.ip, 0))
-        .map_err(|e| format!("cannot use {}: {e}", joining.me.ip))?;
-    let stream = timeout(HANDSHAKE, socket.connect(coordinator))
-        .await
-        .map_err(|_| "no answer".to_string())?
-        .map_err(|e| e.to_string())?;
-    let (mut reader, mut writer) = stream.into_split();
     let mut server = [0u8; NONCE_LEN];
     timeout(HANDSHAKE, reader.read_exact(&mut server))
         .await

@@ -51,7 +51,6 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::{sleep, timeout, Instant};
@@ -64,6 +63,9 @@ mod coordinator;
 mod cost;
 mod follower;
 mod following;
+mod net;
+#[cfg(test)]
+pub(crate) mod sim_net;
 #[cfg(test)]
 mod simulation;
 mod wire;
@@ -73,6 +75,8 @@ pub use cost::{measure_coordinator, measure_progress, CoordinatorCost, ProgressC
 
 use follower::follow;
 pub use follower::serves_a_channel;
+pub use net::{tcp, Net};
+use net::{Listener, Reader, Writer};
 use wire::*;
 pub use wire::{Message, Session};
 
@@ -179,6 +183,8 @@ pub struct Joining {
     pub progress_check: Duration,
     /// Where the members that served their part are told (the API watch of the peers reads it).
     pub served: Served,
+    /// What the channel connects over (`tcp()`).
+    pub network: Net,
 }
 
 /// Whether an attempt that a preemption ends, after `preemptions` free ones of the job's
@@ -512,7 +518,7 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
     let coordinates = matches!(joining.role, Role::Coordinator { .. });
     let task = match joining.role {
         Role::Coordinator { listen } => {
-            let listener = TcpListener::bind(listen).await?;
+            let listener = joining.network.0.listen(listen).await?;
             info!(
                 "control channel: coordinating {} on {listen} (heartbeat timeout {limit} s)",
                 crate::vocabulary::count(joining.members.len(), "launcher")
@@ -764,7 +770,7 @@ impl Coordinator {
         true
     }
 
-    async fn run(mut self, listener: TcpListener, mut ends: Ends) {
+    async fn run(mut self, mut listener: Box<dyn Listener>, mut ends: Ends) {
         let (from_links_tx, mut from_links) = mpsc::unbounded_channel::<FromLink>();
         let mut connections = JoinSet::new();
         let mut ticks = tokio::time::interval(Duration::from_millis(250));
@@ -775,7 +781,7 @@ impl Coordinator {
         while !self.core.stopped() {
             let effects = tokio::select! {
                 accepted = listener.accept() => {
-                    let (stream, peer) = match accepted {
+                    let (reader, writer, peer) = match accepted {
                         Ok(accepted) => accepted,
                         // Out of file descriptors, say: do not spin on it.
                         Err(e) => {
@@ -787,14 +793,14 @@ impl Coordinator {
                     if !self.admit(peer.ip()) {
                         // Closed at once; counted, not logged one by one (a flood would
                         // bury the trainers' output).
-                        drop(stream);
+                        drop((reader, writer));
                         continue;
                     }
                     next_link += 1;
                     let link = next_link;
                     let (shared, to_me) = (self.shared.clone(), from_links_tx.clone());
                     connections.spawn(async move {
-                        let why = serve(&shared, link, stream, peer, &to_me).await;
+                        let why = serve(&shared, link, (reader, writer), peer, &to_me).await;
                         let _ = to_me.send(FromLink::Ended { link, ip: peer.ip(), pod: why.0, why: why.1 });
                     });
                     continue;
@@ -981,7 +987,7 @@ impl LinkTimeouts {
 async fn serve(
     shared: &Shared,
     link: u64,
-    stream: TcpStream,
+    (mut reader, mut writer): (Reader, Writer),
     peer: SocketAddr,
     to_coordinator: &mpsc::UnboundedSender<FromLink>,
 ) -> (Option<String>, WireError) {
@@ -989,7 +995,6 @@ async fn serve(
         Ok(server) => server,
         Err(e) => return (None, e),
     };
-    let (mut reader, mut writer) = stream.into_split();
     let greeted = async {
         timeout(HANDSHAKE, writer.write_all(&server))
             .await
@@ -1098,8 +1103,8 @@ async fn talk(
     pod: &str,
     challenge: Challenge,
     reading: Session,
-    reader: tokio::net::tcp::OwnedReadHalf,
-    writer: &mut tokio::net::tcp::OwnedWriteHalf,
+    reader: Reader,
+    writer: &mut Writer,
     rx: &mut mpsc::UnboundedReceiver<Arc<Encoded>>,
     to_coordinator: &mpsc::UnboundedSender<FromLink>,
 ) -> WireError {
@@ -1311,6 +1316,7 @@ mod tests {
             who: format!("pod {}", members[index].name),
             progress_check: Duration::ZERO,
             served: Served::default(),
+            network: tcp(),
         }
     }
 

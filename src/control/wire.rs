@@ -328,7 +328,7 @@ const CLOSE_LINGER: Duration = Duration::from_millis(500);
 /// reset makes the peer drop what it has not read yet: this side's last frames (a `Done`, a
 /// verdict), which would turn a success into a loss.
 pub(super) async fn close_gracefully(
-    writer: &mut tokio::net::tcp::OwnedWriteHalf,
+    writer: &mut super::net::Writer,
     incoming: &mut mpsc::Receiver<Result<Message, WireError>>,
 ) {
     let _ = writer.shutdown().await;
@@ -343,7 +343,7 @@ pub(super) async fn close_gracefully(
 /// its framing. The task ends at the first error, or when the returned guard is dropped.
 pub(super) fn frames(
     mut session: Session,
-    mut reader: tokio::net::tcp::OwnedReadHalf,
+    mut reader: super::net::Reader,
 ) -> (mpsc::Receiver<Result<Message, WireError>>, AbortOnDrop) {
     let (tx, rx) = mpsc::channel(8);
     let task = tokio::spawn(async move {

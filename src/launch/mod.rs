@@ -2,6 +2,9 @@
 //! trainer once every pserver endpoint of the job accepts TCP, then supervision until it is done.
 
 pub mod coordination;
+#[cfg(test)]
+mod driven;
+mod ending;
 pub mod lifecycle;
 pub mod progress;
 
@@ -34,7 +37,6 @@ use crate::plan::{Plan, PodEntry, ProcessSpec, Role};
 use crate::protocol::InputFiles;
 use crate::supervise::Signals;
 use crate::supervise::{or_never, Event, Output, OutputClock, SpawnSpec, Supervisor};
-use crate::verdict::{verdict, Standing};
 use crate::vocabulary::JOB_STOPPED;
 use crate::{peers, protocol, workspace};
 use lifecycle::{AfterRun, Budget, Command, Input, Lifecycle, Setup};
@@ -56,8 +58,6 @@ const JOIN_GRACE: Duration = Duration::from_secs(60);
 const TELL_THE_END: Duration = Duration::from_secs(5);
 /// How long a launcher about to exit lets its last events go out.
 const EVENTS_FLUSH: Duration = Duration::from_secs(3);
-/// How long a failed launcher waits for the coordinator's word on whether the job may restart.
-const VERDICT_WAIT: Duration = Duration::from_secs(2);
 /// How long a launcher whose children are stopped waits for the coordinator's verdict, besides
 /// the others' grace period and the heartbeat timeout (a silent member counts as stopped once
 /// its link is judged): a bound for a coordinator that says nothing, not part of the decision.
@@ -335,22 +335,8 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
         };
         let succeeded = matches!(&result, Ok(o) if o.code == exit::SUCCESS);
         if let (Some(channel), false) = (&channel, succeeded) {
-            // Told before deciding: whether the job may restart depends on the others.
-            let restartable = lifecycle::others_may_restart(&result);
-            let hang = matches!(result, Err(Error::Hung { .. }));
-            channel.failed(&said, restartable, hang, VERDICT_WAIT).await;
+            ending::tell_failure(channel, &result, &said).await;
         }
-        // A preemption ended the attempt (the coordinator's word): it spends no restart.
-        let preempted = |channel: &Option<Channel>| {
-            channel
-                .as_ref()
-                .and_then(Channel::cause)
-                .is_some_and(|cause| cause.preempted)
-        };
-        // The job's trainers were asked for a checkpoint: the attempt's end may still turn out
-        // a preemption's (a frozen coordinator's silence is judged only after the heartbeat
-        // timeout), so the budget alone must not end this pod before the verdict.
-        let preemption_possible = channel.as_ref().is_some_and(Channel::checkpoint_was_asked);
         // A preemption may take every pod at once (a Kueue suspension): recorded as soon as it
         // is known, the pods created again count it, and it spends nothing there either.
         // Written meanwhile: only a pod that ends waits for it (below), not the verdict.
@@ -360,31 +346,21 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                 .filter(|_| preempted)
                 .map(|record| record.write(plan.restart_count, preemptions.saturating_add(1)))
         };
-        let preemption_recorded = record_preemption(preempted(&channel));
-        // Whether the budget alone would allow a restart: only then is the coordinator's word
-        // worth waiting for.
-        let budget_allows = verdict(&Standing {
-            spent: plan.restart_count.saturating_sub(preemptions),
-            max_restarts,
-            member_finished: false,
-            restartable: true,
-            preempted: preempted(&channel) || preemption_possible,
-        })
-        .is_ok();
+        let preemption_recorded = record_preemption(ending::preempted(channel.as_ref()));
         let recoverable = lifecycle::recoverable(&result);
-        let may_restart = match &channel {
-            // A failure a restart could mend waits for the verdict. One that ends this pod
-            // whatever it says (a stop signal, a command that cannot start, bad configuration)
-            // does not, unless this launcher coordinates: only it can decide the others'
-            // verdict, within its grace period (the pod may be being deleted).
-            Some(channel)
-                if !succeeded && budget_allows && (recoverable || channel.coordinates()) =>
-            {
-                // The others stop their children within their grace period, then say so.
-                let limit = match recoverable {
-                    true => verdict_limit(&config),
-                    false => config.timing.grace_period + VERDICT_STOP_MARGIN,
-                };
+        let spent = ending::Spent {
+            epoch: plan.restart_count,
+            preemptions,
+            max_restarts,
+        };
+        let wait = match (&channel, succeeded) {
+            (Some(channel), false) => {
+                ending::verdict_wait(channel, &result, spent, verdict_limits(&config))
+            }
+            _ => None,
+        };
+        let may_restart = match (&channel, wait) {
+            (Some(channel), Some(limit)) => {
                 let waiting = channel.verdict(limit);
                 let failure = match &result {
                     Ok(outcome) => outcome.reason.clone(),
@@ -402,16 +378,16 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                 }
             }
             // Every failed launcher says its children are stopped, for the others' verdict.
-            Some(channel) => {
+            (Some(channel), None) => {
                 if !succeeded {
                     channel.stopped();
                 }
                 channel.may_restart()
             }
-            None => false,
+            (None, _) => false,
         };
         // Read again once the verdict is in: the cause may have come with it.
-        let preempted = preempted(&channel);
+        let preempted = ending::preempted(channel.as_ref());
         let preemption_recorded = preemption_recorded.or_else(|| record_preemption(preempted));
         let budget = Budget {
             epoch: plan.restart_count,
@@ -707,8 +683,13 @@ fn after_restarts(mut outcome: Outcome, restart_count: u32) -> Outcome {
 }
 
 /// How long to wait for the coordinator's verdict after a loss.
-fn verdict_limit(config: &Config) -> Duration {
-    config.timing.grace_period + config.control.heartbeat_timeout + VERDICT_MARGIN
+fn verdict_limits(config: &Config) -> ending::VerdictLimits {
+    ending::VerdictLimits {
+        // The others stop their children within their grace period, then say so; a silent
+        // one counts as stopped once its link is judged.
+        recoverable: config.timing.grace_period + config.control.heartbeat_timeout + VERDICT_MARGIN,
+        ending: config.timing.grace_period + VERDICT_STOP_MARGIN,
+    }
 }
 
 /// One attempt, ready to start: the plan in its restart epoch and the watches that may end it.
@@ -1100,6 +1081,7 @@ async fn tell_followers_the_end(
         who: String::new(),
         progress_check: Duration::ZERO,
         served: Served::default(),
+        network: control::tcp(),
     };
     match control::join(joining).await {
         Ok(mut channel) => {
@@ -1176,6 +1158,7 @@ async fn follow_coordinator(
         progress_check: progress_check(config),
         // It watches no pod through the API.
         served: Served::default(),
+        network: control::tcp(),
     })
     .await
     .map_err(|e| Error::io("cannot join the control channel", e))?;
@@ -1266,7 +1249,7 @@ async fn channel_without_secret(
     let until = Instant::now() + JOIN_GRACE;
     let mut pause = UNJOINED_LOOK_FIRST;
     while Instant::now() < until {
-        if control::serves_a_channel(from, at, CONNECT_TIMEOUT).await {
+        if control::serves_a_channel(&control::tcp(), from, at, CONNECT_TIMEOUT).await {
             let error = ConfigError::new(
                 crate::config::JOB_SECRET,
                 "",
@@ -1593,6 +1576,7 @@ async fn join_channel(
         who,
         progress_check: progress_check(config),
         served: attempt.served.clone(),
+        network: control::tcp(),
     })
     .await
     .map_err(|e| Error::io("cannot serve the control channel", e))?;

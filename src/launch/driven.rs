@@ -1,0 +1,772 @@
+//! The drivers' simulation: the control channel's real tasks — the coordinator's `run`,
+//! `serve` and `talk`, the followers' `follow`, the `Channel` API with its timeouts — and the
+//! attempt loop's own judgement of an attempt's end (`ending`, `lifecycle::after_run`), driven
+//! over many attempts on tokio's paused clock and the in-memory network of `control::sim_net`.
+//! A seed (proptest) scripts the cluster and the trainers: how long each trains, which fail and
+//! when, which launcher is killed (its connections close), frozen (its node gone: nothing in or
+//! out, no FIN; the API marks its pod Failed later), cut off (its connections reset) or
+//! preempted (SIGTERM: the job checkpoints, it leaves after its window), and when a replacement
+//! pod (a new name and address) comes. What stands in for the rest of a launcher is the
+//! gathering (wait for exactly N Running pods, rank them by address, join) and the trainer.
+//!
+//! Checked as the events happen: every launcher that starts an epoch found the same members;
+//! no two epochs train at once; no epoch is started beyond the budget (less the free
+//! preemptions); a preemption-only job never spends or ends for want of a restart. Checked at
+//! the end: every launcher ended, within a bound of the first end; the launchers that ended in
+//! one epoch name one first cause. A failure prints the scenario; proptest keeps its seed in
+//! `proptest-regressions/` to replay it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tokio::time::{sleep, Instant};
+
+use crate::config::Secret;
+use crate::control::sim_net::SimNet;
+use crate::control::{self, Channel, Heard, Joining, Role};
+use crate::error::Error;
+use crate::exit::{self, Outcome};
+use crate::membership::{Member, Membership, PodAddress, Served};
+
+use super::ending::{self, Spent, VerdictLimits};
+use super::lifecycle::{self, AfterRun, Budget};
+
+const PORT: u16 = 6171;
+const GRACE: Duration = Duration::from_secs(3);
+const JOIN_GRACE: Duration = Duration::from_secs(10);
+const WINDOW: Duration = Duration::from_secs(3);
+/// How long a launcher waits for the job's pods before it gives up (--wait-timeout).
+const WAIT_TIMEOUT: Duration = Duration::from_secs(120);
+/// When the API marks a frozen pod's pod Failed (the node controller).
+const NODE_LOST: Duration = Duration::from_secs(40);
+/// Every launcher ends within this of the first that ends for good, or of its own start if
+/// later (a pod created after the job's end waits for its peers until its wait timeout).
+const END_BOUND: Duration = Duration::from_secs(WAIT_TIMEOUT.as_secs() + 60);
+/// No run may last longer (a hang).
+const RUN_LIMIT: Duration = Duration::from_secs(3600);
+
+/// What happens to a pod's launcher at a time of the scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// Killed: its connections close.
+    Kill,
+    /// Its node is gone: nothing in or out, and nothing says so.
+    Freeze,
+    /// Its connections are reset; it lives on.
+    Cut,
+    /// SIGTERM while training: the job checkpoints; it leaves after its window.
+    Preempt,
+    /// Preempted, then its node goes half a second into its window (a node shutdown
+    /// shorter than the pod's grace): frozen.
+    PreemptThenFreeze,
+    /// Preempted, then killed half a second into its window (`--grace-period=1`).
+    PreemptThenKill,
+}
+
+impl Fault {
+    fn preempts(self) -> bool {
+        matches!(
+            self,
+            Fault::Preempt | Fault::PreemptThenFreeze | Fault::PreemptThenKill
+        )
+    }
+}
+
+/// One trainer's run in one epoch.
+#[derive(Debug, Clone, Copy)]
+struct Training {
+    /// How long it trains before it ends by itself.
+    seconds: u64,
+    /// It ends with status 3 (instead of 0).
+    fails: bool,
+    /// Asked for a checkpoint, it fails a second later (a collective whose peer left).
+    fails_on_checkpoint: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Scenario {
+    pods: usize,
+    max_restarts: u32,
+    /// By pod slot (replacements take the next), then epoch; the last repeats.
+    trainings: Vec<Vec<Training>>,
+    /// (seconds into the run, pod slot, what).
+    faults: Vec<(u64, usize, Fault)>,
+    /// How long after a pod is lost its replacement is created.
+    replace_after: u64,
+    /// The launchers' heartbeat timeout, in seconds.
+    heartbeat_s: u64,
+}
+
+impl Scenario {
+    fn heartbeat(&self) -> Duration {
+        Duration::from_secs(self.heartbeat_s)
+    }
+
+    fn training(&self, slot: usize, epoch: u32) -> Training {
+        let plan = &self.trainings[slot % self.trainings.len()];
+        plan[(epoch as usize).min(plan.len() - 1)]
+    }
+
+    /// Only preemptions (a preempted pod's node may go in its window), and failures that
+    /// follow a checkpoint request: a job that no budget may end.
+    fn preemptions_only(&self) -> bool {
+        let preempted_before = |at: u64, slot: usize| {
+            self.faults
+                .iter()
+                .any(|(t, s, f)| f.preempts() && *s == slot && *t < at)
+        };
+        self.faults.iter().all(|(at, slot, f)| {
+            f.preempts() || (*f == Fault::Freeze && preempted_before(*at, *slot))
+        }) && self
+            .trainings
+            .iter()
+            .flatten()
+            .all(|t| !t.fails && t.seconds > 0)
+    }
+}
+
+fn scenario() -> impl Strategy<Value = Scenario> {
+    let training = (1u64..60, prop::bool::weighted(0.2), any::<bool>()).prop_map(
+        |(seconds, fails, fails_on_checkpoint)| Training {
+            seconds,
+            fails,
+            fails_on_checkpoint,
+        },
+    );
+    let fault = prop_oneof![
+        Just(Fault::Kill),
+        Just(Fault::Freeze),
+        Just(Fault::Cut),
+        Just(Fault::Preempt),
+        Just(Fault::PreemptThenFreeze),
+        Just(Fault::PreemptThenKill),
+    ];
+    (2usize..=4, 0u32..=2).prop_flat_map(move |(pods, max_restarts)| {
+        (
+            Just(pods),
+            Just(max_restarts),
+            prop::collection::vec(
+                prop::collection::vec(training.clone(), 1..4),
+                pods..pods + 4,
+            ),
+            prop::collection::vec((0u64..90, 0..pods + 2, fault.clone()), 0..4),
+            1u64..30,
+            prop_oneof![Just(2u64), Just(6), Just(10)],
+        )
+            .prop_map(
+                |(pods, max_restarts, trainings, faults, replace_after, heartbeat_s)| Scenario {
+                    pods,
+                    max_restarts,
+                    trainings,
+                    faults,
+                    replace_after,
+                    heartbeat_s,
+                },
+            )
+    })
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PodState {
+    Running,
+    /// Its launcher ended (its status), or it was deleted or lost.
+    Ended(i32),
+}
+
+/// The cluster as the API shows it, and what the launchers did, as they did it.
+struct World {
+    started: Instant,
+    pods: Vec<(String, IpAddr, PodState)>,
+    /// When each pod was created.
+    created: Vec<Duration>,
+    /// Pods whose node is gone (their trainers are gone with it).
+    frozen: BTreeSet<usize>,
+    /// Trainers running now: pod slot -> epoch.
+    training: BTreeMap<usize, u32>,
+    /// Each epoch started: the memberships its starts found.
+    epochs: BTreeMap<u32, Vec<Vec<String>>>,
+    /// Each launcher's end, by pod slot.
+    ended: BTreeMap<usize, End>,
+    /// Whether a launcher ended in a failure of the job's (not its own stop) before any pod
+    /// of the job had succeeded.
+    failed_unfinished: bool,
+    /// A trainer of the job has succeeded: the job cannot start again as a whole.
+    trainer_succeeded: bool,
+    violations: Vec<String>,
+}
+
+type Shared = Arc<Mutex<World>>;
+
+/// A launcher's end: when, its status, the attempt it last ran, the job's first cause.
+type End = (Duration, i32, String, Option<String>);
+
+fn ip_of(slot: usize) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(
+        10,
+        0,
+        (slot / 200) as u8,
+        (slot % 200 + 2) as u8,
+    ))
+}
+
+fn secret() -> Secret {
+    Secret(b"simulated-job-secret-0123456789abcdef".to_vec())
+}
+
+impl World {
+    fn violation(&mut self, what: String) {
+        let at = self.started.elapsed();
+        self.violations.push(format!("at {at:?}: {what}"));
+    }
+
+    fn running(&self) -> Vec<(String, IpAddr)> {
+        let mut running: Vec<(String, IpAddr)> = self
+            .pods
+            .iter()
+            .filter(|(_, _, state)| *state == PodState::Running)
+            .map(|(name, ip, _)| (name.clone(), *ip))
+            .collect();
+        running.sort_by_key(|(_, ip)| *ip);
+        running
+    }
+
+    /// A trainer starts in `epoch`: no other epoch may still train (frozen pods excepted).
+    fn trainer_starts(&mut self, slot: usize, epoch: u32, members: Vec<String>) {
+        let others: Vec<(usize, u32)> = self
+            .training
+            .iter()
+            .filter(|(s, e)| **e != epoch && !self.frozen.contains(s))
+            .map(|(s, e)| (*s, *e))
+            .collect();
+        if !others.is_empty() {
+            self.violation(format!(
+                "pod slot {slot} starts epoch {epoch} while {others:?} (slot, epoch) still train"
+            ));
+        }
+        // A pod starts an epoch with one membership, the one every other member of it found
+        // (a job whose every pod was replaced counts from 0 again: the Job's record of the
+        // count is not simulated).
+        let starts = self.epochs.entry(epoch).or_default();
+        let clash = starts
+            .iter()
+            .find(|found| **found != members && found.iter().any(|m| members.contains(m)))
+            .cloned();
+        if !starts.contains(&members) {
+            starts.push(members.clone());
+        }
+        if let Some(found) = clash {
+            let what = format!("epoch {epoch} started with {members:?} and with {found:?}");
+            self.violation(what)
+        }
+        self.training.insert(slot, epoch);
+    }
+}
+
+/// One pod's launcher: gathers, joins, trains, judges each attempt's end as the attempt loop
+/// does, until it ends.
+async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimNet) {
+    let (name, ip) = {
+        let w = world.lock().unwrap();
+        (w.pods[slot].0.clone(), w.pods[slot].1)
+    };
+    let mut next_epoch = 0u32;
+    let mut preemptions = 0u32;
+    // The attempt this launcher last ran: its epoch and members.
+    let mut epoch_ran = String::new();
+    let end = |code: i32, epoch: String, cause: Option<String>| {
+        let mut w = world.lock().unwrap();
+        let at = w.started.elapsed();
+        w.ended.insert(slot, (at, code, epoch, cause));
+        w.pods[slot].2 = PodState::Ended(code);
+        w.training.remove(&slot);
+    };
+    loop {
+        // Gathering: exactly `pods` Running pods, this one among them; a pod of the job that
+        // ended with success ends every launcher that gathers.
+        let gathering = Instant::now();
+        let members = loop {
+            let (running, succeeded) = {
+                let w = world.lock().unwrap();
+                let succeeded = w.pods.iter().any(|p| p.2 == PodState::Ended(0));
+                (w.running(), succeeded)
+            };
+            if succeeded {
+                return end(78, epoch_ran.clone(), None);
+            }
+            if !running.iter().any(|(n, _)| *n == name) {
+                return end(143, epoch_ran.clone(), None);
+            }
+            if running.len() == scenario.pods {
+                break running;
+            }
+            if gathering.elapsed() > WAIT_TIMEOUT {
+                return end(71, epoch_ran.clone(), None);
+            }
+            sleep(Duration::from_millis(100)).await;
+        };
+        let addresses: Vec<PodAddress> = members
+            .iter()
+            .map(|(name, ip)| PodAddress {
+                name: name.clone(),
+                ip: *ip,
+            })
+            .collect();
+        let coordinator = std::net::SocketAddr::new(members[0].1, PORT);
+        let coordinates = members[0].0 == name;
+        let membership = Membership {
+            pservers: Vec::new(),
+            trainers: members
+                .iter()
+                .enumerate()
+                .map(|(rank, (name, ip))| Member {
+                    name: name.clone(),
+                    ip: *ip,
+                    rank,
+                })
+                .collect(),
+        };
+        let joined = control::join(Joining {
+            role: match coordinates {
+                true => Role::Coordinator {
+                    listen: coordinator,
+                },
+                false => Role::Follower {
+                    coordinator,
+                    recheck: None,
+                },
+            },
+            secret: secret(),
+            me: PodAddress {
+                name: name.clone(),
+                ip,
+            },
+            view: control::fingerprint(&addresses),
+            members: addresses,
+            next_epoch,
+            max_restarts: scenario.max_restarts,
+            preemptions,
+            max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
+            heartbeat_timeout: scenario.heartbeat(),
+            join_grace: JOIN_GRACE + GRACE,
+            membership: Some(membership),
+            ended: None,
+            who: format!("pod {name}"),
+            progress_check: Duration::ZERO,
+            served: Served::default(),
+            network: net.net(),
+        })
+        .await;
+        let mut channel = match joined {
+            Ok(channel) => channel,
+            // The address is taken by a coordinator of an attempt that is still closing.
+            Err(_) => {
+                sleep(Duration::from_millis(250)).await;
+                continue;
+            }
+        };
+        let (epoch, agreed_restarts, agreed_preemptions) = match channel.heard().await {
+            Heard::Go {
+                epoch,
+                max_restarts,
+                preemptions,
+                ..
+            } => (epoch, max_restarts, preemptions),
+            Heard::Regather(_) | Heard::Lost { restart: true, .. } => {
+                channel.close().await;
+                sleep(Duration::from_millis(250)).await;
+                continue;
+            }
+            Heard::Lost { .. } => {
+                channel.close().await;
+                return end(exit::PEER_LOST, epoch_ran.clone(), None);
+            }
+        };
+        epoch_ran = format!(
+            "epoch {epoch} of {:?}",
+            members.iter().map(|m| &m.0).collect::<Vec<_>>()
+        );
+        if epoch.saturating_sub(agreed_preemptions) > agreed_restarts {
+            let what = format!(
+                "epoch {epoch} started with {agreed_preemptions} free preemptions and a budget of {agreed_restarts}"
+            );
+            world.lock().unwrap().violation(what);
+        }
+        let names: Vec<String> = members.iter().map(|(n, _)| n.clone()).collect();
+        world.lock().unwrap().trainer_starts(slot, epoch, names);
+        let result = train(slot, epoch, &scenario, &world, &mut channel, &name).await;
+        world.lock().unwrap().training.remove(&slot);
+        // The attempt's end, judged as the attempt loop judges it.
+        let succeeded = matches!(&result, Ok(o) if o.code == exit::SUCCESS);
+        let said = match &result {
+            Ok(outcome) => format!("pod {name}: {}", outcome.reason),
+            Err(e) => format!("pod {name}: {e}"),
+        };
+        if succeeded {
+            world.lock().unwrap().trainer_succeeded = true;
+            channel.done();
+        } else {
+            ending::tell_failure(&channel, &result, &said).await;
+        }
+        let spent = Spent {
+            epoch,
+            preemptions: agreed_preemptions,
+            max_restarts: agreed_restarts,
+        };
+        let limits = VerdictLimits {
+            recoverable: GRACE + scenario.heartbeat() + Duration::from_secs(5),
+            ending: GRACE + Duration::from_secs(3),
+        };
+        let recoverable = lifecycle::recoverable(&result);
+        let wait = match succeeded {
+            false => ending::verdict_wait(&channel, &result, spent, limits),
+            true => None,
+        };
+        let may_restart = match wait {
+            Some(limit) => channel.verdict(limit).await && recoverable,
+            None => {
+                if !succeeded {
+                    channel.stopped();
+                }
+                channel.may_restart()
+            }
+        };
+        let preempted = ending::preempted(Some(&channel));
+        let budget = Budget {
+            epoch,
+            max_restarts: agreed_restarts,
+            may_restart,
+            preemptions: agreed_preemptions,
+            preempted,
+        };
+        match lifecycle::after_run(result, &budget) {
+            AfterRun::Restart(_) => {
+                channel.finish(false).await;
+                next_epoch = epoch.saturating_add(1);
+                preemptions = agreed_preemptions.saturating_add(u32::from(preempted));
+            }
+            AfterRun::Finish(result) => {
+                // A failed end while no pod of the job had succeeded: only a failure (or the
+                // budget) may end a job so.
+                let failed = !matches!(&result, Ok(o) if o.code == exit::SUCCESS)
+                    && !matches!(&result, Err(Error::Stopped { .. }));
+                {
+                    let mut w = world.lock().unwrap();
+                    if failed && !w.trainer_succeeded {
+                        w.failed_unfinished = true;
+                    }
+                }
+                channel.finish(succeeded).await;
+                let code = result.map_or_else(|e| e.exit_code(), |o| o.code);
+                let cause = channel.cause().map(|c| c.reason);
+                return end(code, epoch_ran.clone(), cause);
+            }
+        }
+    }
+}
+
+/// The trainer's run in `epoch`, supervised as the lifecycle does: its own end, the job's
+/// loss (stop it), a checkpoint request, this pod's preemption.
+async fn train(
+    slot: usize,
+    epoch: u32,
+    scenario: &Scenario,
+    world: &Shared,
+    channel: &mut Channel,
+    name: &str,
+) -> Result<Outcome, Error> {
+    let plan = scenario.training(slot, epoch);
+    let ends = sleep(Duration::from_secs(plan.seconds));
+    tokio::pin!(ends);
+    let mut losses = channel.losses();
+    let mut checkpoint = channel.checkpoint_asked();
+    let mut fails_at: Option<Instant> = None;
+    let preempted = preempted_signal(world, slot);
+    tokio::pin!(preempted);
+    loop {
+        let failing = async {
+            match fails_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = &mut ends => {
+                return Ok(match plan.fails {
+                    true => Outcome::new(3, "trainer exited with status 3"),
+                    false => Outcome::new(exit::SUCCESS, "trainer succeeded"),
+                });
+            }
+            _ = failing => return Ok(Outcome::new(3, "trainer exited with status 3")),
+            loss = &mut losses => {
+                // The children take a moment to stop.
+                sleep(Duration::from_millis(200)).await;
+                return Err(Error::PeerLost { reason: loss.reason, stopped: "trainer".into() });
+            }
+            _ = &mut checkpoint, if fails_at.is_none() => {
+                checkpoint = futures::FutureExt::boxed(std::future::pending());
+                if plan.fails_on_checkpoint {
+                    fails_at = Some(Instant::now() + Duration::from_secs(1));
+                }
+            }
+            _ = &mut preempted => {
+                channel.preempted(&format!("pod {name}: preempted (SIGTERM while training)"));
+                let window = sleep(WINDOW);
+                tokio::pin!(window);
+                tokio::select! {
+                    _ = &mut window => {}
+                    _ = &mut ends => {}
+                }
+                channel.leaving(&format!("pod {name}: preempted: its checkpoint window is over"));
+                sleep(Duration::from_millis(200)).await;
+                return Err(Error::stopped(nix::libc::SIGTERM, " while training"));
+            }
+        }
+    }
+}
+
+/// Resolves when the harness preempts this pod.
+async fn preempted_signal(world: &Shared, slot: usize) {
+    loop {
+        if world.lock().unwrap().pods[slot].2 == PodState::Ended(-15) {
+            return;
+        }
+        sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A launcher whose pod's node is gone: once `frozen`, it is never polled again (its
+/// channel's tasks run on, but the network says nothing of them).
+async fn freezable(launcher: impl std::future::Future<Output = ()>, frozen: Arc<AtomicBool>) {
+    let mut launcher = std::pin::pin!(launcher);
+    std::future::poll_fn(|cx| match frozen.load(Ordering::SeqCst) {
+        true => std::task::Poll::Pending,
+        false => launcher.as_mut().poll(cx),
+    })
+    .await
+}
+
+/// Runs one scenario to its end; the violations found.
+async fn run(scenario: Scenario) -> Vec<String> {
+    let scenario = Arc::new(scenario);
+    let net = SimNet::default();
+    let world: Shared = Arc::new(Mutex::new(World {
+        started: Instant::now(),
+        pods: Vec::new(),
+        created: Vec::new(),
+        frozen: BTreeSet::new(),
+        training: BTreeMap::new(),
+        epochs: BTreeMap::new(),
+        ended: BTreeMap::new(),
+        failed_unfinished: false,
+        trainer_succeeded: false,
+        violations: Vec::new(),
+    }));
+    let mut launchers: BTreeMap<usize, tokio::task::JoinHandle<()>> = BTreeMap::new();
+    let frozen: Vec<Arc<AtomicBool>> = (0..16).map(|_| Arc::default()).collect();
+    let create = |launchers: &mut BTreeMap<usize, tokio::task::JoinHandle<()>>| {
+        let slot = {
+            let mut w = world.lock().unwrap();
+            let slot = w.pods.len();
+            w.pods
+                .push((format!("p-{slot}"), ip_of(slot), PodState::Running));
+            let at = w.started.elapsed();
+            w.created.push(at);
+            slot
+        };
+        let task = launcher(slot, scenario.clone(), world.clone(), net.clone());
+        launchers.insert(slot, tokio::spawn(freezable(task, frozen[slot].clone())));
+    };
+    for _ in 0..scenario.pods {
+        create(&mut launchers);
+    }
+    let mut faults = scenario.faults.clone();
+    faults.sort_by_key(|f| f.0);
+    // Replacements owed: when each is created.
+    let mut owed: Vec<Instant> = Vec::new();
+    let start = Instant::now();
+    // Due faults, soonest last.
+    let mut faults: Vec<(Instant, usize, Fault)> = faults
+        .into_iter()
+        .rev()
+        .map(|(at, slot, fault)| (start + Duration::from_secs(at), slot, fault))
+        .collect();
+    loop {
+        let now = Instant::now();
+        while let Some(&(at, slot, fault)) = faults.last() {
+            if at > now {
+                break;
+            }
+            faults.pop();
+            // A pod still there: Running, or in its preemption's window.
+            let there = {
+                let w = world.lock().unwrap();
+                slot < w.pods.len() && !w.ended.contains_key(&slot) && !w.frozen.contains(&slot)
+            };
+            if !there {
+                continue;
+            }
+            let ip = ip_of(slot);
+            // A pod deleted for its preemption has its replacement owed already.
+            let replaced = world.lock().unwrap().pods[slot].2 == PodState::Ended(-15);
+            match fault {
+                Fault::Kill => {
+                    if let Some(task) = launchers.remove(&slot) {
+                        task.abort();
+                    }
+                    let mut w = world.lock().unwrap();
+                    w.pods[slot].2 = PodState::Ended(137);
+                    w.training.remove(&slot);
+                    let at = w.started.elapsed();
+                    w.ended.insert(slot, (at, 137, String::new(), None));
+                    if !replaced {
+                        owed.push(now + Duration::from_secs(scenario.replace_after));
+                    }
+                }
+                Fault::Freeze => {
+                    frozen[slot].store(true, Ordering::SeqCst);
+                    net.set_dark(ip, true);
+                    world.lock().unwrap().frozen.insert(slot);
+                    if !replaced {
+                        owed.push(now + NODE_LOST + Duration::from_secs(scenario.replace_after));
+                    }
+                }
+                Fault::Cut => net.cut(ip),
+                Fault::Preempt | Fault::PreemptThenFreeze | Fault::PreemptThenKill => {
+                    // Deleted with a grace period: its launcher gets SIGTERM (the pod's end
+                    // is what it then exits with).
+                    world.lock().unwrap().pods[slot].2 = PodState::Ended(-15);
+                    owed.push(now + Duration::from_secs(scenario.replace_after));
+                    let then = match fault {
+                        Fault::PreemptThenFreeze => Some(Fault::Freeze),
+                        Fault::PreemptThenKill => Some(Fault::Kill),
+                        _ => None,
+                    };
+                    if let Some(then) = then {
+                        faults.push((now + Duration::from_millis(500), slot, then));
+                        faults.sort_by_key(|f| std::cmp::Reverse(f.0));
+                    }
+                }
+            }
+        }
+        // A frozen pod's node is found lost: the API marks it Failed.
+        {
+            let mut w = world.lock().unwrap();
+            let lost: Vec<usize> = w.frozen.iter().copied().collect();
+            for slot in lost {
+                if w.pods[slot].2 == PodState::Running && now >= start + NODE_LOST {
+                    w.pods[slot].2 = PodState::Ended(137);
+                }
+            }
+        }
+        let due: Vec<Instant> = owed.iter().copied().filter(|at| *at <= now).collect();
+        owed.retain(|at| *at > now);
+        let job_over = world
+            .lock()
+            .unwrap()
+            .pods
+            .iter()
+            .any(|p| p.2 == PodState::Ended(0));
+        for _ in due {
+            if !job_over && world.lock().unwrap().pods.len() < 16 {
+                create(&mut launchers);
+            }
+        }
+        launchers.retain(|slot, task| {
+            !task.is_finished() && !world.lock().unwrap().frozen.contains(slot)
+        });
+        if launchers.is_empty() && owed.is_empty() {
+            break;
+        }
+        if start.elapsed() > RUN_LIMIT {
+            let left: Vec<&usize> = launchers.keys().collect();
+            world.lock().unwrap().violation(format!(
+                "launchers of slots {left:?} still run after {RUN_LIMIT:?}"
+            ));
+            break;
+        }
+        sleep(Duration::from_millis(100)).await;
+    }
+    for (_, task) in launchers {
+        task.abort();
+    }
+    let mut w = world.lock().unwrap();
+    check_the_end(&mut w, &scenario);
+    std::mem::take(&mut w.violations)
+}
+
+/// What must hold once every launcher has ended.
+fn check_the_end(w: &mut World, scenario: &Scenario) {
+    let ends: Vec<(usize, End)> = w.ended.iter().map(|(s, e)| (*s, e.clone())).collect();
+    // Every launcher ended within the bound of the first end for good (a success, or a
+    // failure that was final).
+    let first_final = ends
+        .iter()
+        .filter(|(_, (_, code, _, _))| *code != 137 && *code != 143)
+        .map(|(_, (at, ..))| *at)
+        .min();
+    if let Some(first) = first_final {
+        for (slot, (at, code, ..)) in &ends {
+            let from = first.max(w.created[*slot]);
+            if *at > from + END_BOUND {
+                let what = format!(
+                    "slot {slot} ended ({code}) {:?} after the first end",
+                    *at - from
+                );
+                w.violation(what);
+            }
+        }
+    }
+    // One first cause among the launchers that ended an epoch on the coordinator's word (a
+    // follower cut off from its coordinator judges the end by itself, and says so).
+    let mut causes: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (_, (_, _, epoch, cause)) in &ends {
+        let own_judgement = |c: &&String| c.contains("the coordinating launcher at");
+        if let Some(cause) = cause.as_ref().filter(|c| !own_judgement(c)) {
+            causes
+                .entry(epoch.clone())
+                .or_default()
+                .insert(cause.clone());
+        }
+    }
+    for (epoch, said) in causes {
+        if said.len() > 1 {
+            w.violation(format!("{epoch} ended with several first causes: {said:?}"));
+        }
+    }
+    if scenario.preemptions_only() && w.failed_unfinished {
+        w.violation(
+            "a job with only preemptions ended in a failure before any pod finished".into(),
+        );
+    }
+}
+
+fn simulate(scenario: Scenario) -> Vec<String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    runtime.block_on(run(scenario))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(256),
+        failure_persistence: Some(Box::new(
+            proptest::test_runner::FileFailurePersistence::SourceParallel("proptest-regressions"),
+        )),
+        ..ProptestConfig::default()
+    })]
+
+    /// The real channel tasks and the attempt loop's judgement keep the invariants above under
+    /// any scenario of the cluster.
+    #[test]
+    fn the_drivers_keep_their_invariants_over_many_attempts(scenario in scenario()) {
+        let violations = simulate(scenario.clone());
+        prop_assert!(violations.is_empty(), "{violations:#?}\n{scenario:#?}");
+    }
+}

@@ -1,0 +1,88 @@
+//! How an attempt that ended without success is told to the job and waits for its verdict:
+//! the steps the attempt loop takes, shared with the drivers' simulation (`driven`), so that
+//! what is simulated is what runs.
+
+use std::time::Duration;
+
+use crate::control::Channel;
+use crate::error::Error;
+use crate::exit::Outcome;
+use crate::verdict::{verdict, Standing};
+
+use super::lifecycle;
+
+/// How long a failed launcher waits for the coordinator's word on whether the job may restart.
+pub(crate) const FAILED_ANSWER_WAIT: Duration = Duration::from_secs(2);
+
+/// Tells the job that this launcher's attempt ended without success (`said`: the reason as
+/// every pod names it), and waits a moment for the job's first answer.
+pub(crate) async fn tell_failure(channel: &Channel, result: &Result<Outcome, Error>, said: &str) {
+    // Told before deciding: whether the job may restart depends on the others.
+    let restartable = lifecycle::others_may_restart(result);
+    let hang = matches!(result, Err(Error::Hung { .. }));
+    channel
+        .failed(said, restartable, hang, FAILED_ANSWER_WAIT)
+        .await;
+}
+
+/// Whether the attempt ended with a preemption, as the coordinator told it (or a follower's
+/// own judgement once its coordinator is gone): it spends no restart.
+pub(crate) fn preempted(channel: Option<&Channel>) -> bool {
+    channel
+        .and_then(Channel::cause)
+        .is_some_and(|cause| cause.preempted)
+}
+
+/// What the job has spent of its restarts when the attempt ends.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Spent {
+    /// The restart epoch that ended.
+    pub epoch: u32,
+    /// The job's free preemptions before it.
+    pub preemptions: u32,
+    pub max_restarts: u32,
+}
+
+/// How long a launcher waits for the verdict: after a failure a restart could mend (the others'
+/// grace period and the heartbeat timeout, and a margin), and after one that ends this pod
+/// whatever it says (a coordinator's: its pod's grace period runs).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct VerdictLimits {
+    pub recoverable: Duration,
+    pub ending: Duration,
+}
+
+/// After an end that is no success, told to the job: how long to wait for the coordinator's
+/// verdict, or None when its word cannot change this pod's end (the launcher then only says
+/// its children are stopped).
+pub(crate) fn verdict_wait(
+    channel: &Channel,
+    result: &Result<Outcome, Error>,
+    spent: Spent,
+    limits: VerdictLimits,
+) -> Option<Duration> {
+    // The job's trainers were asked for a checkpoint: the attempt's end may still turn out a
+    // preemption's (a frozen coordinator's silence is judged only after the heartbeat timeout),
+    // so the budget alone must not end this pod before the verdict.
+    let preemption_possible = preempted(Some(channel)) || channel.checkpoint_was_asked();
+    let budget_allows = verdict(&Standing {
+        spent: spent.epoch.saturating_sub(spent.preemptions),
+        max_restarts: spent.max_restarts,
+        member_finished: false,
+        restartable: true,
+        preempted: preemption_possible,
+    })
+    .is_ok();
+    let recoverable = lifecycle::recoverable(result);
+    // A failure a restart could mend waits for the verdict. One that ends this pod whatever it
+    // says (a stop signal, a command that cannot start, bad configuration) does not, unless
+    // this launcher coordinates: only it can decide the others' verdict, within its grace
+    // period (the pod may be being deleted).
+    if !budget_allows || !(recoverable || channel.coordinates()) {
+        return None;
+    }
+    Some(match recoverable {
+        true => limits.recoverable,
+        false => limits.ending,
+    })
+}
