@@ -1224,7 +1224,7 @@ fn a_pod_without_the_job_secret_ends_at_once_and_is_named_by_the_coordinator() {
     assert_contains(&secretless.stderr, "invalid PADDLE_LAUNCHER_JOB_SECRET");
     assert_contains(&secretless.stderr, "serves the job's control channel");
     let silent = format!(
-        "1 pod found Running has not said hello for 2 s: {}",
+        "1 pod found Running has not said hello yet after 2 s: {}",
         job.created[1].0
     );
     job.launcher(0).wait_for_output(&silent, LIMIT);

@@ -956,7 +956,10 @@ impl Core {
             return None;
         }
         let waited = now.saturating_duration_since(since);
-        self.hello_named_at = now + waited.clamp(self.hello_overdue, HELLO_NAMED_AGAIN_LAST);
+        // Never more often than `hello_overdue`, which may itself be longer than the longest
+        // pause (a heartbeat timeout of minutes).
+        let again = waited.min(HELLO_NAMED_AGAIN_LAST).max(self.hello_overdue);
+        self.hello_named_at = now + again;
         let silent = self.not_joined();
         if silent.is_empty() {
             return None;
@@ -967,7 +970,7 @@ impl Core {
             named.push_str(&format!(" and {} more", silent.len() - NAMED));
         }
         Some(format!(
-            "control channel: {} found Running {} not said hello for {} s: {named}; a launcher without the job secret (PADDLE_LAUNCHER_JOB_SECRET), or with another one, never does; the gathering ends after {} s",
+            "control channel: {} found Running {} not said hello yet after {} s: {named}; its launcher may still be starting, or run without the job secret (PADDLE_LAUNCHER_JOB_SECRET) or with another one, and then never does; the gathering ends after {} s",
             crate::vocabulary::count(silent.len(), "pod"),
             if silent.len() == 1 { "has" } else { "have" },
             waited.as_secs(),
@@ -1613,7 +1616,7 @@ mod tests {
         assert_eq!(core.overdue_hellos(at(1_900)), None, "before the first");
         let line = core.overdue_hellos(at(2_000)).expect("b and c not named");
         assert!(
-            line.contains("2 pods found Running have not said hello for 2 s: b, c;"),
+            line.contains("2 pods found Running have not said hello yet after 2 s: b, c;"),
             "{line}"
         );
         assert!(line.contains("PADDLE_LAUNCHER_JOB_SECRET"), "{line}");
@@ -1622,7 +1625,7 @@ mod tests {
         core.step(joined(2, "b"));
         let line = core.overdue_hellos(at(4_000)).expect("c not named again");
         assert!(
-            line.contains("1 pod found Running has not said hello for 4 s: c;"),
+            line.contains("1 pod found Running has not said hello yet after 4 s: c;"),
             "{line}"
         );
         assert_eq!(core.overdue_hellos(at(7_900)), None, "named again too soon");
@@ -1632,5 +1635,18 @@ mod tests {
             None,
             "named after the start"
         );
+
+        // A heartbeat timeout longer than the longest pause between two lines.
+        let mut setup = setup(&["a"]);
+        setup.hello_overdue = Duration::from_secs(60);
+        let (mut core, _) = Core::start(setup, start);
+        assert_eq!(core.overdue_hellos(at(59_000)), None);
+        assert!(core.overdue_hellos(at(60_000)).is_some());
+        assert_eq!(
+            core.overdue_hellos(at(119_000)),
+            None,
+            "named again too soon"
+        );
+        assert!(core.overdue_hellos(at(120_000)).is_some());
     }
 }

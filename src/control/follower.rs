@@ -187,9 +187,15 @@ async fn unless_finished<F: std::future::Future>(ends: &mut Ends, work: F) -> Op
     }
 }
 
+/// How long a launcher that sent its challenge is silent, waiting for the hello, before a
+/// prober takes it for one (it waits `HANDSHAKE`).
+const SILENT_AFTER_CHALLENGE: Duration = Duration::from_millis(500);
+
 /// Whether a launcher serves a control channel at `at`, as a pod at `from` sees it: it accepts
-/// a connection from that address and sends its challenge at once. How a pod without the job
-/// secret finds that the others have one (it can say no hello, so it only reads).
+/// a connection from that address, sends a challenge's bytes at once and then nothing (it waits
+/// for the hello); a server that says more (an SSH banner) or closes is no launcher. How a pod
+/// without the job secret finds that the others have one (it can say no hello, so it only
+/// reads).
 pub async fn serves_a_channel(
     network: &Net,
     from: IpAddr,
@@ -197,11 +203,18 @@ pub async fn serves_a_channel(
     limit: Duration,
 ) -> bool {
     let challenged = async {
-        let (mut reader, _writer) = network.0.connect(from, at).await?;
+        let (mut reader, writer) = network.0.connect(from, at).await?;
         let mut challenge = [0u8; NONCE_LEN];
-        reader.read_exact(&mut challenge).await
+        reader.read_exact(&mut challenge).await?;
+        Ok::<_, std::io::Error>((reader, writer))
     };
-    matches!(timeout(limit, challenged).await, Ok(Ok(_)))
+    let Ok(Ok((mut reader, _writer))) = timeout(limit, challenged).await else {
+        return false;
+    };
+    let mut more = [0u8; 1];
+    timeout(SILENT_AFTER_CHALLENGE, reader.read(&mut more))
+        .await
+        .is_err()
 }
 
 /// Connects from this pod's own address (the coordinator admits member addresses only),

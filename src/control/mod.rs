@@ -1587,6 +1587,33 @@ mod tests {
         assert_eq!(heard(&mut channels[1]).await, lost);
     }
 
+    /// A pod without the job secret takes a coordinator's port for a channel only when it
+    /// sends a challenge and then waits: another server's banner, a refusal or a close is none.
+    #[tokio::test]
+    async fn a_channel_is_told_from_other_servers_by_its_challenge_and_silence() {
+        let members: Vec<PodAddress> = (0..2)
+            .map(|i| member(&format!("p-{i}"), &format!("127.0.6.{}", 160 + i)))
+            .collect();
+        let (from, host) = (members[1].ip, members[0].ip);
+        let network = tcp();
+        let probe = |at: SocketAddr| serves_a_channel(&network, from, at, WAIT);
+        let port = free_port("127.0.6.160");
+        let at = SocketAddr::new(host, port);
+        assert!(!probe(at).await, "nothing listens");
+        let _coordinator = join(joining(&members, 0, port, 0)).await.unwrap();
+        assert!(probe(at).await, "a launcher's channel");
+
+        let banner = tokio::net::TcpListener::bind((host, 0)).await.unwrap();
+        let at = banner.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = banner.accept().await {
+                let _ = stream.write_all(b"SSH-2.0-OpenSSH_9.6\r\n").await;
+                sleep(Duration::from_secs(2)).await;
+            }
+        });
+        assert!(!probe(at).await, "an SSH server");
+    }
+
     /// A follower that found other pods than the coordinator did: everyone discovers again.
     #[tokio::test]
     async fn different_views_make_everyone_discover_again() {

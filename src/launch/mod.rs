@@ -20,7 +20,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use tokio::net::TcpStream;
 use tokio::time::{sleep, sleep_until, timeout, Instant};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::address::own_ip;
 use crate::cli::JobArgs;
@@ -712,7 +712,7 @@ struct Attempt {
     /// Without a job secret: the pod that would coordinate the job's channel and where, if
     /// another pod's (a pod the secret did not reach must not train alone while the others
     /// wait for its hello).
-    coordinator_unjoined: Option<(String, SocketAddr)>,
+    coordinator_unjoined: Option<UnjoinedCoordinator>,
 }
 
 /// Finds the job's pods and, with a control channel, waits until every launcher has found the
@@ -1211,58 +1211,89 @@ async fn follow_coordinator(
     }))
 }
 
-/// Without a job secret, the pod that would coordinate the job's channel, and its address, when
-/// that is another pod at an IP: the pod of rank 0, or --coordinator's.
+/// Without a job secret: where the job's channel would be served, when that may be another
+/// pod's (the pod of rank 0, or --coordinator's address or DNS name).
+#[derive(Debug, Clone)]
+struct UnjoinedCoordinator {
+    /// How the log names it ("pod j-0", or the name given).
+    who: String,
+    host: String,
+    port: u16,
+    dns_server: Option<SocketAddr>,
+}
+
 fn coordinator_without_secret(
     config: &Config,
     membership: &Membership,
     me: &Me,
-) -> Option<(String, SocketAddr)> {
+) -> Option<UnjoinedCoordinator> {
     let (address, ours) = coordination::coordinator(&config.control, membership, me)?;
-    let address: SocketAddr = address.parse().ok()?;
-    if ours != Some(false) {
+    if ours == Some(true) {
         return None;
     }
-    let pod = membership
+    let (host, port) = match address.parse::<SocketAddr>() {
+        Ok(at) => (at.ip().to_string(), at.port()),
+        Err(_) => config.control.coordinator.clone()?,
+    };
+    let who = membership
         .trainers
         .iter()
         .chain(&membership.pservers)
-        .find(|m| m.ip == address.ip())
-        .map_or_else(|| address.ip().to_string(), |m| format!("pod {}", m.name));
-    Some((pod, address))
+        .find(|m| m.ip.to_string() == host)
+        .map_or_else(|| host.clone(), |m| format!("pod {}", m.name));
+    Some(UnjoinedCoordinator {
+        who,
+        host,
+        port,
+        dns_server: config.control.dns_server,
+    })
 }
 
 /// How often a launcher without a job secret looks for a control channel that the job's
-/// coordinator serves, from the first to the last pause (a thousand such pods must not flood
-/// pod 0); for as long as that coordinator would wait for its hello, the join grace.
+/// coordinator serves: from the first to the last pause, for as long as its trainer runs (a
+/// coordinator may start late), each pod a little apart from the others (a thousand such pods
+/// must not knock at pod 0 at the same instants).
 const UNJOINED_LOOK_FIRST: Duration = Duration::from_millis(250);
-const UNJOINED_LOOK_LAST: Duration = Duration::from_secs(5);
+const UNJOINED_LOOK_LAST: Duration = Duration::from_secs(30);
 
-/// Resolves once `coordinator` is seen serving a control channel that this launcher, without
+/// Resolves once the coordinator is seen serving a control channel that this launcher, without
 /// the job secret, cannot join: the error it ends with (status 2), and a loss that stops its
-/// children meanwhile. Never, if none answers within the join grace.
+/// children meanwhile. Never, while none answers.
 async fn channel_without_secret(
     from: IpAddr,
-    (pod, at): (String, SocketAddr),
+    coordinator: UnjoinedCoordinator,
     found: Arc<std::sync::OnceLock<ConfigError>>,
 ) -> Loss {
-    let until = Instant::now() + JOIN_GRACE;
+    let UnjoinedCoordinator {
+        who,
+        host,
+        port,
+        dns_server,
+    } = coordinator;
+    debug!("no job secret: looking for a control channel at {host}:{port}, which this pod could not join");
+    let apart =
+        Duration::from_millis(u64::from(from.to_string().bytes().fold(0u8, u8::wrapping_add)) * 4);
     let mut pause = UNJOINED_LOOK_FIRST;
-    while Instant::now() < until {
-        if control::serves_a_channel(&control::tcp(), from, at, CONNECT_TIMEOUT).await {
-            let error = ConfigError::new(
-                crate::config::JOB_SECRET,
-                "",
-                format!("the job's secret: the launcher of {pod} serves the job's control channel at {at}, and waits for this pod to join it; give every pod of the job the same secret (the Secret `manifest` mounts)"),
-            );
-            let reason = error.to_string();
-            let _ = found.set(error);
-            return Loss::of_pod(reason);
+    loop {
+        let at = match resolve(&host, port, dns_server).await {
+            Ok(Ok(at)) if at.ip() != from => Some(at),
+            _ => None,
+        };
+        if let Some(at) = at {
+            if control::serves_a_channel(&control::tcp(), from, at, CONNECT_TIMEOUT).await {
+                let error = ConfigError::new(
+                    crate::config::JOB_SECRET,
+                    "",
+                    format!("the job's secret: the launcher of {who} serves the job's control channel at {at}, and waits for this pod to join it; give every pod of the job the same secret (the Secret `manifest` mounts)"),
+                );
+                let reason = error.to_string();
+                let _ = found.set(error);
+                return Loss::of_pod(reason);
+            }
         }
         sleep(pause).await;
-        pause = (pause * 2).min(UNJOINED_LOOK_LAST);
+        pause = (pause * 2).min(UNJOINED_LOOK_LAST + apart);
     }
-    std::future::pending().await
 }
 
 /// The plan for what discovery found: this pod located among the members, ranked.
@@ -1721,13 +1752,23 @@ async fn wait_for_peers(
 /// Runs file work (globs over shared filesystems, copies of data) on the blocking pool, so that
 /// the only runtime thread keeps handling signals: a TERM during a long copy ends it at once.
 async fn off_thread<T: Send + 'static>(
-    supervisor: Option<&mut Supervisor>,
+    mut supervisor: Option<&mut Supervisor>,
     doing: &str,
     breaks: Breaks,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, Error> {
-    let joined =
-        interruptible(supervisor, doing, breaks, tokio::task::spawn_blocking(work)).await?;
+    let mut work = tokio::task::spawn_blocking(work);
+    let joined = match interruptible(supervisor.as_deref_mut(), doing, breaks, &mut work).await {
+        Ok(joined) => joined,
+        // The attempt is lost, the pod lives on: the work goes on in its thread, and the next
+        // attempt's must not run beside it (copies into the same files).
+        Err(lost @ Error::PeerLost { .. }) => {
+            info!("{doing}: waiting for what was started to end before the attempt ends");
+            let _ = interruptible(supervisor, doing, Breaks::StopOnly, work).await?;
+            return Err(lost);
+        }
+        Err(ended) => return Err(ended),
+    };
     joined.map_err(|e| Error::io(format!("{doing} failed"), e.into()))
 }
 
@@ -1766,7 +1807,12 @@ async fn interruptible<T>(
                 Event::Signal(sig) if is_stop_signal(sig) || (breaks == Breaks::AlsoHup && sig == nix::libc::SIGHUP) => {
                     break Err(Error::stopped(sig, &format!(" while {doing}")));
                 }
-                Event::PeerLost(loss) if breaks == Breaks::AlsoLoss => {
+                // After the job's end (a split pserver pod's trainers all done), as the attempt
+                // would have taken them: the end first.
+                Event::PeerLost(loss)
+                    if breaks == Breaks::AlsoLoss
+                        && !held.iter().any(|e| matches!(e, Event::JobDone(_))) =>
+                {
                     info!("{}: stopped {doing}, nothing more is started", loss.reason);
                     break Err(Error::PeerLost {
                         reason: loss.reason,
