@@ -30,6 +30,8 @@ struct World {
     connections: Vec<(IpAddr, IpAddr, Arc<AtomicBool>)>,
     /// Whoever waits on a connection, woken when the network changes.
     waiting: Vec<Waker>,
+    /// The ends dark pods let go of: open, as nothing closes them.
+    kept: Vec<Box<dyn std::any::Any + Send>>,
     next_port: u16,
 }
 
@@ -151,21 +153,46 @@ impl Listener for SimListener {
 const WAITING_KEPT: usize = 4096;
 
 /// One side's half of a connection; `own` is its pod.
-struct End<T> {
-    io: T,
+struct End<T: Send + 'static> {
+    /// Taken only when the end is dropped.
+    io: Option<T>,
     own: IpAddr,
     cut: Arc<AtomicBool>,
     world: Arc<Mutex<World>>,
 }
 
-impl<T> End<T> {
+impl<T: Send + 'static> Drop for End<T> {
+    /// A dark pod's end that its tasks let go of (a timeout of its own) closes nothing: its
+    /// node is gone, no FIN leaves it, so the pipe is kept open.
+    fn drop(&mut self) {
+        let mut world = self.world.lock().unwrap();
+        if world.dark.contains(&self.own) {
+            if let Some(io) = self.io.take() {
+                world.kept.push(Box::new(io));
+            }
+        }
+    }
+}
+
+impl<T: Send + 'static> End<T> {
     fn new(io: T, own: IpAddr, cut: &Arc<AtomicBool>, world: &Arc<Mutex<World>>) -> Self {
         End {
-            io,
+            io: Some(io),
             own,
             cut: cut.clone(),
             world: world.clone(),
         }
+    }
+
+    fn io(&mut self) -> Pin<&mut T>
+    where
+        T: Unpin,
+    {
+        Pin::new(
+            self.io
+                .as_mut()
+                .expect("an end is used only until it is dropped"),
+        )
     }
 
     /// Whether this side may move now: an error once cut; not at all while its pod is dark
@@ -194,7 +221,7 @@ impl AsyncRead for End<ReadHalf<DuplexStream>> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         match self.may_move(cx) {
-            Poll::Ready(Ok(())) => Pin::new(&mut self.io).poll_read(cx, buf),
+            Poll::Ready(Ok(())) => self.io().poll_read(cx, buf),
             other => other,
         }
     }
@@ -207,7 +234,7 @@ impl AsyncWrite for End<WriteHalf<DuplexStream>> {
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
         match self.may_move(cx) {
-            Poll::Ready(Ok(())) => Pin::new(&mut self.io).poll_write(cx, data),
+            Poll::Ready(Ok(())) => self.io().poll_write(cx, data),
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Pending => Poll::Pending,
         }
@@ -215,14 +242,14 @@ impl AsyncWrite for End<WriteHalf<DuplexStream>> {
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.may_move(cx) {
-            Poll::Ready(Ok(())) => Pin::new(&mut self.io).poll_flush(cx),
+            Poll::Ready(Ok(())) => self.io().poll_flush(cx),
             other => other,
         }
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.may_move(cx) {
-            Poll::Ready(Ok(())) => Pin::new(&mut self.io).poll_shutdown(cx),
+            Poll::Ready(Ok(())) => self.io().poll_shutdown(cx),
             other => other,
         }
     }

@@ -194,6 +194,8 @@ struct World {
     /// Whether a launcher ended in a failure of the job's (not its own stop) before any pod
     /// of the job had succeeded.
     failed_unfinished: bool,
+    /// Preemptions the harness made (each may restart the job once for free).
+    preemptions_made: u32,
     /// A trainer of the job has succeeded: the job cannot start again as a whole.
     trainer_succeeded: bool,
     violations: Vec<String>,
@@ -389,11 +391,21 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
             "epoch {epoch} of {:?}",
             members.iter().map(|m| &m.0).collect::<Vec<_>>()
         );
-        if epoch.saturating_sub(agreed_preemptions) > agreed_restarts {
-            let what = format!(
-                "epoch {epoch} started with {agreed_preemptions} free preemptions and a budget of {agreed_restarts}"
-            );
-            world.lock().unwrap().violation(what);
+        {
+            // Judged by what the harness did, not by what the coordinator says it counted.
+            let mut w = world.lock().unwrap();
+            let allowed = scenario.max_restarts + w.preemptions_made;
+            if epoch > allowed {
+                let what = format!(
+                    "epoch {epoch} started after {} preemptions with a budget of {}",
+                    w.preemptions_made, scenario.max_restarts
+                );
+                w.violation(what);
+            }
+            if agreed_restarts != scenario.max_restarts {
+                let what = format!("the job agreed on a budget of {agreed_restarts}");
+                w.violation(what);
+            }
         }
         let names: Vec<String> = members.iter().map(|(n, _)| n.clone()).collect();
         world.lock().unwrap().trainer_starts(slot, epoch, names);
@@ -562,6 +574,7 @@ async fn run(scenario: Scenario) -> Vec<String> {
         epochs: BTreeMap::new(),
         ended: BTreeMap::new(),
         failed_unfinished: false,
+        preemptions_made: 0,
         trainer_succeeded: false,
         violations: Vec::new(),
     }));
@@ -638,7 +651,11 @@ async fn run(scenario: Scenario) -> Vec<String> {
                 Fault::Preempt | Fault::PreemptThenFreeze | Fault::PreemptThenKill => {
                     // Deleted with a grace period: its launcher gets SIGTERM (the pod's end
                     // is what it then exits with).
-                    world.lock().unwrap().pods[slot].2 = PodState::Ended(-15);
+                    {
+                        let mut w = world.lock().unwrap();
+                        w.pods[slot].2 = PodState::Ended(-15);
+                        w.preemptions_made += 1;
+                    }
                     owed.push(now + Duration::from_secs(scenario.replace_after));
                     let then = match fault {
                         Fault::PreemptThenFreeze => Some(Fault::Freeze),

@@ -141,12 +141,9 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
     }
     // Files are on the pod's own or a shared filesystem, not in the membership: check them first.
     let for_inputs = config.clone();
-    let inputs = off_thread(
-        supervisor.as_mut(),
-        "expanding the file globs",
-        Breaks::StopOnly,
-        move || input_files(&for_inputs),
-    )
+    let inputs = off_thread(supervisor.as_mut(), "expanding the file globs", move || {
+        input_files(&for_inputs)
+    })
     .await??;
     let Some(mut supervisor) = supervisor else {
         let found = wait_for_peers(&config, None, &[]).await?;
@@ -166,6 +163,8 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
     }
     // The pods of the attempt that ended, when restarting.
     let mut members_before: Vec<PodAddress> = Vec::new();
+    // The workspace preparation of an attempt that was lost while it ran, if it may still run.
+    let mut preparing_before: Option<tokio::task::JoinHandle<Result<(), Error>>> = None;
     // The job's Kubernetes events, once this launcher is the one that posts them.
     let mut events: Option<JobEvents> = None;
     loop {
@@ -244,7 +243,13 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
         }
         let unjoined = Arc::new(std::sync::OnceLock::new());
         if let Some(coordinator) = coordinator_unjoined {
-            losses.push(channel_without_secret(my_ip, coordinator, unjoined.clone()).boxed());
+            // As long as a coordinator would go on gathering, waiting for this pod's hello.
+            let looking = config
+                .timing
+                .wait_timeout
+                .unwrap_or(UNJOINED_LOOK_UNBOUNDED);
+            let found = unjoined.clone();
+            losses.push(channel_without_secret(my_ip, coordinator, looking, found).boxed());
         }
         supervisor.forget_watches();
         if !losses.is_empty() {
@@ -265,17 +270,29 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             };
             supervisor.end_when(done);
         }
+        // A preparation that a loss cut short went on in its thread: this attempt's must not
+        // run beside it (copies into the same files).
+        if let Some(earlier) = preparing_before.take() {
+            let doing = "waiting for the workspace preparation of the attempt that was lost to end";
+            info!("{doing}");
+            let _ = interruptible(Some(&mut supervisor), doing, Breaks::StopOnly, earlier).await?;
+        }
         let for_workspace = plan.clone();
-        let prepared = off_thread(
+        let mut preparing = tokio::task::spawn_blocking(move || workspace::prepare(&for_workspace));
+        let doing = "preparing the workspace";
+        let prepared = interruptible(
             Some(&mut supervisor),
-            "preparing the workspace",
+            doing,
             Breaks::AlsoLoss,
-            move || workspace::prepare(&for_workspace),
-        )
-        .await;
+            &mut preparing,
+        );
         // The workspace's own failure ends the pod; a stop or the attempt's loss, the attempt.
-        let prepared = match prepared {
-            Ok(prepared) => Ok(prepared?),
+        let prepared = match prepared.await {
+            Ok(joined) => Ok(joined.map_err(|e| Error::io(format!("{doing} failed"), e.into()))??),
+            Err(lost @ Error::PeerLost { .. }) => {
+                preparing_before = Some(preparing);
+                Err(lost)
+            }
             Err(ended) => Err(ended),
         };
         let checked = match (prepared, peers_to_check(&plan, &config)) {
@@ -1250,11 +1267,12 @@ fn coordinator_without_secret(
 }
 
 /// How often a launcher without a job secret looks for a control channel that the job's
-/// coordinator serves: from the first to the last pause, for as long as its trainer runs (a
-/// coordinator may start late), each pod a little apart from the others (a thousand such pods
-/// must not knock at pod 0 at the same instants).
+/// coordinator serves: from the first to the last pause, each a random part longer (a thousand
+/// such pods must not knock at pod 0 at the same instants), for as long as that coordinator
+/// would gather (--wait-timeout; an hour without one).
 const UNJOINED_LOOK_FIRST: Duration = Duration::from_millis(250);
 const UNJOINED_LOOK_LAST: Duration = Duration::from_secs(30);
+const UNJOINED_LOOK_UNBOUNDED: Duration = Duration::from_secs(3600);
 
 /// Resolves once the coordinator is seen serving a control channel that this launcher, without
 /// the job secret, cannot join: the error it ends with (status 2), and a loss that stops its
@@ -1262,6 +1280,7 @@ const UNJOINED_LOOK_LAST: Duration = Duration::from_secs(30);
 async fn channel_without_secret(
     from: IpAddr,
     coordinator: UnjoinedCoordinator,
+    looking: Duration,
     found: Arc<std::sync::OnceLock<ConfigError>>,
 ) -> Loss {
     let UnjoinedCoordinator {
@@ -1270,11 +1289,13 @@ async fn channel_without_secret(
         port,
         dns_server,
     } = coordinator;
-    debug!("no job secret: looking for a control channel at {host}:{port}, which this pod could not join");
-    let apart =
-        Duration::from_millis(u64::from(from.to_string().bytes().fold(0u8, u8::wrapping_add)) * 4);
+    info!(
+        "no job secret: for {} s, checking that {who} serves no control channel at {host}:{port} (one this pod could not join)",
+        looking.as_secs()
+    );
+    let until = Instant::now() + looking;
     let mut pause = UNJOINED_LOOK_FIRST;
-    loop {
+    while Instant::now() < until {
         let at = match resolve(&host, port, dns_server).await {
             Ok(Ok(at)) if at.ip() != from => Some(at),
             _ => None,
@@ -1291,9 +1312,18 @@ async fn channel_without_secret(
                 return Loss::of_pod(reason);
             }
         }
-        sleep(pause).await;
-        pause = (pause * 2).min(UNJOINED_LOOK_LAST + apart);
+        sleep(pause + jitter(pause / 2)).await;
+        pause = (pause * 2).min(UNJOINED_LOOK_LAST);
     }
+    debug!("no job secret: stopped checking for a control channel at {host}:{port}");
+    std::future::pending().await
+}
+
+/// A random part of `up_to`.
+fn jitter(up_to: Duration) -> Duration {
+    let mut bytes = [0u8; 4];
+    let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes);
+    up_to.mul_f64(f64::from(u32::from_le_bytes(bytes)) / f64::from(u32::MAX))
 }
 
 /// The plan for what discovery found: this pod located among the members, ranked.
@@ -1752,23 +1782,12 @@ async fn wait_for_peers(
 /// Runs file work (globs over shared filesystems, copies of data) on the blocking pool, so that
 /// the only runtime thread keeps handling signals: a TERM during a long copy ends it at once.
 async fn off_thread<T: Send + 'static>(
-    mut supervisor: Option<&mut Supervisor>,
+    supervisor: Option<&mut Supervisor>,
     doing: &str,
-    breaks: Breaks,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, Error> {
-    let mut work = tokio::task::spawn_blocking(work);
-    let joined = match interruptible(supervisor.as_deref_mut(), doing, breaks, &mut work).await {
-        Ok(joined) => joined,
-        // The attempt is lost, the pod lives on: the work goes on in its thread, and the next
-        // attempt's must not run beside it (copies into the same files).
-        Err(lost @ Error::PeerLost { .. }) => {
-            info!("{doing}: waiting for what was started to end before the attempt ends");
-            let _ = interruptible(supervisor, doing, Breaks::StopOnly, work).await?;
-            return Err(lost);
-        }
-        Err(ended) => return Err(ended),
-    };
+    let work = tokio::task::spawn_blocking(work);
+    let joined = interruptible(supervisor, doing, Breaks::StopOnly, work).await?;
     joined.map_err(|e| Error::io(format!("{doing} failed"), e.into()))
 }
 
