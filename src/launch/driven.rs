@@ -428,6 +428,7 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
             epoch,
             preemptions: agreed_preemptions,
             max_restarts: agreed_restarts,
+            max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
         };
         let limits = VerdictLimits {
             recoverable: GRACE + scenario.heartbeat() + Duration::from_secs(5),

@@ -41,6 +41,8 @@ pub(crate) struct Spent {
     /// The job's free preemptions before it.
     pub preemptions: u32,
     pub max_restarts: u32,
+    /// The job's free preemptions.
+    pub max_preemptions: u32,
 }
 
 /// How long a launcher waits for the verdict: after a failure a restart could mend (the others'
@@ -62,9 +64,10 @@ pub(crate) fn verdict_wait(
     limits: VerdictLimits,
 ) -> Option<Duration> {
     // The job's trainers were asked for a checkpoint: the attempt's end may still turn out a
-    // preemption's (a frozen coordinator's silence is judged only after the heartbeat timeout),
-    // so the budget alone must not end this pod before the verdict.
-    let preemption_possible = preempted(Some(channel)) || channel.checkpoint_was_asked();
+    // free preemption's (a frozen coordinator's silence is judged only after the heartbeat
+    // timeout), so the budget alone must not end this pod before the verdict.
+    let free = crate::verdict::preemption_is_free(spent.preemptions, spent.max_preemptions);
+    let preemption_possible = preempted(Some(channel)) || (channel.checkpoint_was_asked() && free);
     let budget_allows = verdict(&Standing {
         spent: spent.epoch.saturating_sub(spent.preemptions),
         max_restarts: spent.max_restarts,

@@ -193,6 +193,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             trainers_done,
             max_restarts,
             preemptions,
+            max_preemptions,
             api,
             coordinator_unjoined,
             ..
@@ -369,6 +370,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             epoch: plan.restart_count,
             preemptions,
             max_restarts,
+            max_preemptions,
         };
         let wait = match (&channel, succeeded) {
             (Some(channel), false) => {
@@ -721,6 +723,8 @@ struct Attempt {
     max_restarts: u32,
     /// How many of the restarts before were preemptions: agreed over the channel.
     preemptions: u32,
+    /// The job's free preemptions: agreed over the channel.
+    max_preemptions: u32,
     /// The API server the pods were found through, if they were (for the job's events).
     api: Option<ApiServer>,
     /// The members the control channel says have served their part (`peer_loss` ignores
@@ -847,6 +851,7 @@ async fn gather(
             trainers_done,
             max_restarts: config.control.max_restarts,
             preemptions: count.preemptions,
+            max_preemptions: config.control.max_preemptions,
             api,
             served,
             coordinator_unjoined: None,
@@ -914,6 +919,7 @@ async fn gather(
             attempt.plan = attempt.plan.for_restart(start.epoch);
             attempt.max_restarts = start.max_restarts;
             attempt.preemptions = start.preemptions;
+            attempt.max_preemptions = start.max_preemptions;
             attempt.channel = Some(channel);
             return Ok(Gathered::Attempt(Box::new(attempt)));
         }
@@ -1005,6 +1011,7 @@ struct Start {
     membership: Option<Membership>,
     max_restarts: u32,
     preemptions: u32,
+    max_preemptions: u32,
 }
 
 /// Where the job's count of restarts stands before an attempt, as this launcher knows it.
@@ -1025,7 +1032,7 @@ async fn started(heard: Heard, channel: &mut Channel) -> Result<Option<Start>, E
             membership,
             max_restarts,
             preemptions,
-            ..
+            max_preemptions,
         } => {
             if epoch > 0 {
                 info!("restart epoch {epoch}: starting again");
@@ -1035,6 +1042,7 @@ async fn started(heard: Heard, channel: &mut Channel) -> Result<Option<Start>, E
                 membership,
                 max_restarts,
                 preemptions,
+                max_preemptions,
             }))
         }
         Heard::Regather(reason)
@@ -1191,6 +1199,7 @@ async fn follow_coordinator(
         membership,
         max_restarts,
         preemptions,
+        max_preemptions,
     }) = started(heard, &mut channel).await?
     else {
         return Ok(None);
@@ -1221,6 +1230,7 @@ async fn follow_coordinator(
         trainers_done: None,
         max_restarts,
         preemptions,
+        max_preemptions,
         api: None,
         // Nothing of the API is watched here.
         served: Served::default(),
