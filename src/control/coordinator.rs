@@ -1072,6 +1072,14 @@ mod tests {
         }
     }
 
+    fn ended(link: u64, pod: &str, why: WireError) -> Input {
+        Input::Ended {
+            link,
+            pod: pod.into(),
+            why,
+        }
+    }
+
     /// The split layout: the pserver pods have no trainer and never say `Done` while the job
     /// trains; the job's success waits for the trainers only, and tells the pservers (`Bye`).
     /// A pserver that fails still ends the attempt, pservers and trainers alike.
@@ -1141,19 +1149,11 @@ mod tests {
             core.step(joined(link, pod));
         }
         core.step(said(1, "p0", Message::Done));
-        let silent = Input::Ended {
-            link: 1,
-            pod: "p0".into(),
-            why: WireError::Silent(10),
-        };
+        let silent = ended(1, "p0", WireError::Silent(10));
         assert_eq!(core.step(silent), []);
         assert_eq!(core.step(joined(9, "p0")), []);
         // A pserver still serving is lost when silent.
-        let silent = Input::Ended {
-            link: 2,
-            pod: "p1".into(),
-            why: WireError::Silent(10),
-        };
+        let silent = ended(2, "p1", WireError::Silent(10));
         let effects = core.step(silent);
         assert!(
             effects
@@ -1212,11 +1212,7 @@ mod tests {
         ];
         assert_eq!(core.step(said(1, "p0", Message::Done)), served);
         assert_eq!(core.step(said(1, "p0", Message::Done)), []);
-        let closed = Input::Ended {
-            link: 1,
-            pod: "p0".into(),
-            why: WireError::Closed,
-        };
+        let closed = ended(1, "p0", WireError::Closed);
         assert_eq!(core.step(closed), []);
         let failed = Message::Failed {
             reason: "pod t1: trainer exited with status 3".into(),
@@ -1352,11 +1348,7 @@ mod tests {
             let (mut core, _) = Core::start(setup(&["a"]), Instant::now());
             core.step(joined(7, "a"));
             core.step(said(7, "a", Message::Done));
-            core.step(Input::Ended {
-                link: 7,
-                pod: "a".into(),
-                why,
-            });
+            core.step(ended(7, "a", why));
             assert_eq!(core.lost.map(|(_, restart)| restart), lost);
         }
     }
@@ -1371,11 +1363,7 @@ mod tests {
         core.step(joined(2, "b"));
         core.step(Input::Own(Request::Finish { succeeded: true }));
         assert!(!core.stopped(), "it stopped before the followers reported");
-        let effects = core.step(Input::Ended {
-            link: 1,
-            pod: "a".into(),
-            why: WireError::Closed,
-        });
+        let effects = core.step(ended(1, "a", WireError::Closed));
         assert!(
             matches!(
                 effects[0],
@@ -1398,11 +1386,7 @@ mod tests {
         core.step(joined(1, "a"));
         core.step(joined(2, "b"));
         core.step(said(1, "a", Message::Done));
-        let closed = core.step(Input::Ended {
-            link: 1,
-            pod: "a".into(),
-            why: WireError::Closed,
-        });
+        let closed = core.step(ended(1, "a", WireError::Closed));
         assert!(closed.is_empty(), "{closed:?}");
         let effects = core.step(joined(3, "a"));
         assert!(
@@ -1432,13 +1416,7 @@ mod tests {
         assert!(core.step(said(1, "stranger", failed.clone())).is_empty());
         // A second connection of `a`, refused: what it said before the refusal took effect.
         assert!(core.step(said(4, "a", failed)).is_empty());
-        assert!(core
-            .step(Input::Ended {
-                link: 9,
-                pod: "a".into(),
-                why: WireError::Closed
-            })
-            .is_empty());
+        assert!(core.step(ended(9, "a", WireError::Closed)).is_empty());
         assert_eq!(core.step(joined(3, "stranger")), [Effect::Close(3)]);
         assert_eq!(core.step(joined(4, "a")), [Effect::Close(4)]);
         for (link, pod) in [(9, "a"), (1, "stranger")] {
@@ -1533,11 +1511,7 @@ mod tests {
         let (mut core, _) = Core::start(setup(&["a", "b"]), Instant::now());
         core.step(joined(1, "a"));
         core.step(joined(2, "b"));
-        core.step(Input::Ended {
-            link: 2,
-            pod: "b".into(),
-            why: WireError::Closed,
-        });
+        core.step(ended(2, "b", WireError::Closed));
         assert_eq!(core.lost.as_ref().map(|l| l.1), Some(true));
         assert!(
             core.step(joined(3, "b")).is_empty(),

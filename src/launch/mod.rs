@@ -1266,7 +1266,7 @@ fn coordinator_without_secret(
         .trainers
         .iter()
         .chain(&membership.pservers)
-        .find(|m| m.ip.to_string() == host)
+        .find(|m| host.parse() == Ok(m.ip))
         .map_or_else(|| host.clone(), |m| format!("pod {}", m.name));
     Some(UnjoinedCoordinator {
         who,
