@@ -271,13 +271,6 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             };
             supervisor.end_when(done);
         }
-        // A preparation that a loss cut short went on in its thread: this attempt's must not
-        // run beside it (copies into the same files).
-        if let Some(earlier) = preparing_before.take() {
-            let doing = "waiting for the workspace preparation of the attempt that was lost to end";
-            info!("{doing}");
-            let _ = interruptible(Some(&mut supervisor), doing, Breaks::StopOnly, earlier).await?;
-        }
         let for_workspace = plan.clone();
         let mut preparing = tokio::task::spawn_blocking(move || workspace::prepare(&for_workspace));
         let doing = "preparing the workspace";
@@ -444,6 +437,22 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                 }
                 if let Some(mut channel) = channel {
                     channel.finish(false).await;
+                }
+                // A preparation that the loss cut short goes on in its thread: the next
+                // attempt's must not run beside it (copies into the same files). Waited for
+                // before gathering, so that the job's wait for this pod is bounded as any
+                // gathering is, and a stop signal ends this pod as it would while gathering.
+                if let Some(earlier) = preparing_before.take() {
+                    let doing =
+                        "waiting for the workspace preparation of the attempt that was lost to end";
+                    info!("{doing}");
+                    let ended =
+                        interruptible(Some(&mut supervisor), doing, Breaks::StopOnly, earlier);
+                    match ended.await? {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => debug!("the lost attempt's workspace preparation: {e}"),
+                        Err(e) => debug!("the lost attempt's workspace preparation: {e}"),
+                    }
                 }
                 count = Count {
                     next_epoch: next,
@@ -1305,6 +1314,8 @@ async fn channel_without_secret(
     );
     let until = Instant::now() + looking;
     let mut pause = UNJOINED_LOOK_FIRST;
+    // Each pod apart from the first look on: a thousand must not knock at pod 0 together.
+    sleep(jitter(UNJOINED_LOOK_FIRST)).await;
     while Instant::now() < until {
         let at = match resolve(&host, port, dns_server).await {
             Ok(Ok(at)) if at.ip() != from => Some(at),
@@ -1325,7 +1336,10 @@ async fn channel_without_secret(
         sleep(pause + jitter(pause / 2)).await;
         pause = (pause * 2).min(UNJOINED_LOOK_LAST);
     }
-    debug!("no job secret: stopped checking for a control channel at {host}:{port}");
+    warn!(
+        "no job secret: stopped checking for a control channel at {host}:{port} after {} s; if {who} starts one later, this pod cannot join it (give every pod the same job secret)",
+        looking.as_secs()
+    );
     std::future::pending().await
 }
 
