@@ -184,7 +184,15 @@ pub async fn doctor(
         server.url, server.namespace
     ));
     // The same rule as the wait of `run`, so that doctor's verdict is the launcher's.
-    let verdict = judge(groups, &lists, config.topology.max_failed_trainers, &[]);
+    let now = kubernetes::seconds_since_epoch();
+    let verdict = judge(
+        groups,
+        &lists,
+        config.topology.max_failed_trainers,
+        &[],
+        now,
+    );
+    lines.extend(verdict.held_by(now));
     for (group, readiness) in groups.iter().zip(&verdict.groups) {
         let name = kubernetes::describe_group(group.kind);
         match readiness {

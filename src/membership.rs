@@ -79,6 +79,9 @@ pub struct PodView {
     pub ended: Option<String>,
     /// Its spec's terminationGracePeriodSeconds.
     pub grace_period: Option<u64>,
+    /// metadata.deletionTimestamp, in seconds since the epoch: by then the kubelet has killed
+    /// what still runs in the deleted pod (a trainer in its preemption window, say).
+    pub stops_by: Option<i64>,
 }
 
 impl PodView {
@@ -90,7 +93,19 @@ impl PodView {
     pub fn is_ready(&self) -> bool {
         self.is_live() && self.phase == PodPhase::Running && self.ip.is_some()
     }
+
+    /// Until when a deleted pod whose containers have not ended may still run them (`now` and
+    /// the answer in seconds since the epoch), if it may now.
+    pub fn may_still_run(&self, now: i64) -> Option<i64> {
+        let until = self.stops_by?.saturating_add(KILL_SLACK_S);
+        (self.terminating && !self.phase.is_finished() && now < until).then_some(until)
+    }
 }
+
+/// How long past its deletionTimestamp a deleted pod is still taken to run: the kubelet counts
+/// the grace period from when it saw the deletion, a moment after the API server stamped it,
+/// and the two clocks may differ by a little.
+pub const KILL_SLACK_S: i64 = 5;
 
 /// The pods a watch has shown so far, by name. Mirrors list + watch semantics: a relist
 /// (`Init` .. `InitDone`) replaces the whole set at once, so a pod deleted while the watch
@@ -328,12 +343,19 @@ pub struct Verdict {
     /// Gathering for a restart: a member of the attempt that ended has Succeeded. Its trainer
     /// finished, it will never rejoin, and the job cannot start again as a whole.
     pub finished: Option<String>,
+    /// Deleted pods of the job that may still run their trainer, and until when (seconds since
+    /// the epoch): the job does not start before they are gone, so that no trainer runs in two
+    /// attempts at once (a preempted pod's checkpoint window while a Job already replaced it).
+    pub still_running: Vec<(String, i64)>,
 }
 
 impl Verdict {
     /// Every group's ready pods, when the job may start.
     pub fn ready(&self) -> Option<Vec<Vec<PodView>>> {
-        if self.too_many_failed.is_some() || self.finished.is_some() {
+        if self.too_many_failed.is_some()
+            || self.finished.is_some()
+            || !self.still_running.is_empty()
+        {
             return None;
         }
         self.groups
@@ -344,16 +366,38 @@ impl Verdict {
             })
             .collect()
     }
+
+    /// When the job may be judged again for a deleted pod that may no longer run by then.
+    pub fn judge_again_at(&self) -> Option<i64> {
+        self.still_running.iter().map(|(_, until)| *until).min()
+    }
+
+    /// What the job waits for beyond its groups' readiness, if anything.
+    pub fn held_by(&self, now: i64) -> Option<String> {
+        let held: Vec<String> = self
+            .still_running
+            .iter()
+            .map(|(name, until)| format!("{name} (at most {} s more)", until - now))
+            .collect();
+        (!held.is_empty()).then(|| {
+            format!(
+                "deleted pods that may still run a trainer until their grace period ends, waited for so that no trainer runs in two attempts at once: {}",
+                held.join(", ")
+            )
+        })
+    }
 }
 
-/// Judges the groups' pods (`pods[i]` are the pods of `groups[i]`). `members_before`: for a
-/// restart, the members of the attempt that ended, of which one that finished rules it out
-/// (other finished pods a selector may match are ignored, as at the first start).
+/// Judges the groups' pods (`pods[i]` are the pods of `groups[i]`) at `now` (seconds since the
+/// epoch). `members_before`: for a restart, the members of the attempt that ended, of which one
+/// that finished rules it out (other finished pods a selector may match are ignored, as at the
+/// first start).
 pub fn judge(
     groups: &[Group],
     pods: &[Vec<PodView>],
     max_failed_trainers: Option<u32>,
     members_before: &[String],
+    now: i64,
 ) -> Verdict {
     let trainers = groups.iter().position(|g| g.kind != GroupKind::Pservers);
     let failed = trainers.map_or(0, |i| failed(&pods[i]));
@@ -371,6 +415,11 @@ pub fn judge(
             .flatten()
             .find(|p| p.phase == PodPhase::Succeeded && members_before.contains(&p.name))
             .map(|p| p.name.clone()),
+        still_running: pods
+            .iter()
+            .flatten()
+            .filter_map(|p| Some((p.name.clone(), p.may_still_run(now)?)))
+            .collect(),
     }
 }
 
@@ -609,6 +658,7 @@ pub(crate) mod tests {
             gates: Vec::new(),
             ended: None,
             grace_period: None,
+            stops_by: None,
         }
     }
 
@@ -658,15 +708,15 @@ pub(crate) mod tests {
             pod("done", None, "Succeeded"),
         ]];
         let groups = std::slice::from_ref(&group);
-        let starting = judge(groups, &pods, None, &[]);
+        let starting = judge(groups, &pods, None, &[], 0);
         assert!(starting.ready().is_some() && starting.finished.is_none());
         let members = ["a", "done"].map(String::from);
-        let restarting = judge(groups, &pods, None, &members);
+        let restarting = judge(groups, &pods, None, &members, 0);
         assert!(restarting.ready().is_none());
         assert_eq!(restarting.finished.as_deref(), Some("done"));
         // A finished pod that was no member (another Job's, under a wide selector): ignored.
         let others = ["a", "b"].map(String::from);
-        assert!(judge(groups, &pods, None, &others).ready().is_some());
+        assert!(judge(groups, &pods, None, &others, 0).ready().is_some());
     }
 
     #[test]
@@ -678,6 +728,55 @@ pub(crate) mod tests {
             panic!("a terminating pod made the job ready")
         };
         assert_eq!((w.live, w.ready, w.ignored), (1, 1, 1));
+    }
+
+    /// A Job replaces a deleted pod at once (its default replacement policy): the replacement
+    /// is Running while the old pod's trainer may still checkpoint in its grace period. The job
+    /// waits for the old pod until the kubelet must have killed it, and no longer.
+    #[test]
+    fn a_deleted_pod_that_may_still_run_holds_the_job_until_its_grace_ends() {
+        let group = Group {
+            kind: GroupKind::Job,
+            selector: crate::selector::LabelSelector::parse("job-name=j").unwrap(),
+            expected: 2,
+            ranking: crate::config::Ranking::default(),
+        };
+        let mut going = pod("b", Some("10.0.0.2"), "Running");
+        going.terminating = true;
+        going.stops_by = Some(1_000);
+        let with = |old: PodView| {
+            vec![vec![
+                pod("a", Some("10.0.0.1"), "Running"),
+                pod("b-new", Some("10.0.0.3"), "Running"),
+                old,
+            ]]
+        };
+        let groups = std::slice::from_ref(&group);
+        let held = judge(groups, &with(going.clone()), None, &[], 990);
+        assert!(held.ready().is_none());
+        assert_eq!(held.judge_again_at(), Some(1_000 + KILL_SLACK_S));
+        let said = held.held_by(990).unwrap();
+        assert!(said.contains("b (at most 15 s more)"), "{said}");
+        let later = judge(
+            groups,
+            &with(going.clone()),
+            None,
+            &[],
+            1_000 + KILL_SLACK_S,
+        );
+        assert!(later.ready().is_some() && later.held_by(0).is_none());
+        // Its containers ended: nothing runs there any more.
+        let mut ended = going.clone();
+        ended.phase = PodPhase::Failed;
+        assert!(judge(groups, &with(ended), None, &[], 990)
+            .ready()
+            .is_some());
+        // Not deleted: an extra live pod, judged as such.
+        let mut live = going;
+        live.terminating = false;
+        assert!(judge(groups, &with(live), None, &[], 990)
+            .still_running
+            .is_empty());
     }
 
     #[test]

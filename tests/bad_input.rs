@@ -195,6 +195,7 @@ fn a_hundred_thousand_pods_are_judged_and_ranked() {
             gates: Vec::new(),
             ended: None,
             grace_period: None,
+            stops_by: None,
         })
         .collect();
     let Readiness::Ready(ready) = readiness(&pods, 100_000) else {

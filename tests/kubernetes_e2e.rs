@@ -509,6 +509,70 @@ fn a_job_held_by_kueue_waits_for_admission_without_timing_out() {
     }
 }
 
+/// A Job replaces a deleted pod at once (its default `podReplacementPolicy`): the replacement is
+/// Running while the old pod's trainer may still checkpoint in its grace period. The launcher
+/// does not start the job before that grace period is over (no trainer in two attempts at
+/// once), says why while it waits, and `doctor` says so too.
+#[test]
+fn a_deleted_pod_that_may_still_run_is_waited_for_until_its_grace_period_ends() {
+    let cluster = Cluster::new();
+    let job = "rep";
+    for (name, ip) in [("rep-old", "127.0.0.62"), ("rep-new", "127.0.0.63")] {
+        let mut pod = job_pod(job, name);
+        pod["status"] = json!({"phase": "Running", "podIP": ip});
+        cluster.api.put_pod(pod);
+    }
+    cluster.api.mark_deleting("default", "rep-old", 3);
+    let deadline = cluster.api.pod("default", "rep-old").unwrap()["metadata"]["deletionTimestamp"]
+        .as_str()
+        .unwrap()
+        .parse::<k8s_openapi::jiff::Timestamp>()
+        .unwrap()
+        .as_second();
+    let mut env = cluster.env(job, 1);
+    env.extend([
+        ("POD_IP", "127.0.0.63".to_string()),
+        ("POD_NAME", "rep-new".to_string()),
+        ("PADDLE_LAUNCHER_PROTOCOL", "collective".to_string()),
+        ("PADDLE_LAUNCHER_TRAINER_PORT", free_ports(1).to_string()),
+    ]);
+    let doctor = Launcher::start(
+        cluster.dir.path(),
+        "doctor",
+        &["doctor", "--", "true"],
+        &env,
+    )
+    .wait(LIMIT);
+    assert_eq!(doctor.code(), 71, "{}\n{}", doctor.stdout, doctor.stderr);
+    assert_contains(
+        &doctor.stdout,
+        "deleted pods that may still run a trainer until their grace period ends",
+    );
+    assert_contains(&doctor.stdout, "rep-old (at most ");
+    let done = Launcher::start(
+        cluster.dir.path(),
+        "rep-new",
+        &["run", "--", "date", "+started at %s"],
+        &env,
+    )
+    .wait(LIMIT);
+    assert_eq!(done.code(), 0, "{}", done.stderr);
+    assert_contains(
+        &done.stderr,
+        "so that no trainer runs in two attempts at once: rep-old",
+    );
+    let started: i64 = done
+        .stdout
+        .lines()
+        .find_map(|line| line.split("started at ").nth(1))
+        .and_then(|at| at.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no start time in:\n{}", done.stdout));
+    assert!(
+        started >= deadline,
+        "the trainer started at {started}, before the old pod's grace period ended at {deadline}"
+    );
+}
+
 /// The children's grace period follows the pod's: read from the pod's spec with the pods
 /// (terminationGracePeriodSeconds 11: 11 - 5 s for the launcher's own exit), so that a stop
 /// neither cuts the trainer short of what the pod allows nor outlasts it.

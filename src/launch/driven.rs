@@ -6,8 +6,10 @@
 //! when, which launcher is killed (its connections close), frozen (its node gone: nothing in or
 //! out, no FIN; the API marks its pod Failed later), cut off (its connections reset) or
 //! preempted (SIGTERM: the job checkpoints, it leaves after its window), and when a replacement
-//! pod (a new name and address) comes. What stands in for the rest of a launcher is the
-//! gathering (wait for exactly N Running pods, rank them by address, join) and the trainer.
+//! pod (a new name and address) comes. The gathering judges and ranks with the launcher's own
+//! `membership::judge` and `rank` over the pods as the API would show them (a preempted pod
+//! deleted at once, its containers running until the kubelet kills them at its grace period's
+//! end); what stands in for the rest of a launcher is the API's watch and the trainer.
 //!
 //! Checked as the events happen: every launcher that starts an epoch found the same members;
 //! no two epochs train at once; no epoch is started beyond the budget (less the free
@@ -26,11 +28,12 @@ use proptest::prelude::*;
 use tokio::time::{sleep, Instant};
 
 use crate::config::Secret;
+use crate::config::{Group, GroupKind};
 use crate::control::sim_net::SimNet;
 use crate::control::{self, Channel, Heard, Joining, Role};
 use crate::error::Error;
 use crate::exit::{self, Outcome};
-use crate::membership::{Member, Membership, PodAddress, Served};
+use crate::membership::{self, Member, Membership, PodAddress, PodView, Served};
 
 use super::ending::{self, Spent, VerdictLimits};
 use super::lifecycle::{self, AfterRun, Budget};
@@ -39,6 +42,8 @@ const PORT: u16 = 6171;
 const GRACE: Duration = Duration::from_secs(3);
 const JOIN_GRACE: Duration = Duration::from_secs(10);
 const WINDOW: Duration = Duration::from_secs(3);
+/// A preempted pod's terminationGracePeriodSeconds: the kubelet kills what still runs then.
+const POD_GRACE_S: u64 = 5;
 /// How long a launcher waits for the job's pods before it gives up (--wait-timeout).
 const WAIT_TIMEOUT: Duration = Duration::from_secs(120);
 /// When the API marks a frozen pod's pod Failed (the node controller).
@@ -184,6 +189,8 @@ struct World {
     pods: Vec<(String, IpAddr, PodState)>,
     /// When each pod was created.
     created: Vec<Duration>,
+    /// When each pod was deleted with a grace period (preempted), if it was.
+    deleted: Vec<Option<Duration>>,
     /// Pods whose node is gone (their trainers are gone with it).
     frozen: BTreeSet<usize>,
     /// Trainers running now: pod slot -> epoch.
@@ -226,27 +233,35 @@ impl World {
         self.violations.push(format!("at {at:?}: {what}"));
     }
 
-    fn running(&self) -> Vec<(String, IpAddr)> {
-        let mut running: Vec<(String, IpAddr)> = self
-            .pods
+    /// The pods as the API shows them: a preempted pod is deleted, its containers running
+    /// until its launcher ends or the kubelet kills them at its grace period's end.
+    fn pod_views(&self) -> Vec<PodView> {
+        self.pods
             .iter()
-            .filter(|(_, _, state)| *state == PodState::Running)
-            .map(|(name, ip, _)| (name.clone(), *ip))
-            .collect();
-        running.sort_by_key(|(_, ip)| *ip);
-        running
+            .zip(&self.deleted)
+            .map(|((name, ip, state), deleted)| {
+                let mut view = membership::tests::pod(name, None, "Running");
+                view.ip = Some(*ip);
+                match state {
+                    PodState::Running => {}
+                    PodState::Ended(-15) => {
+                        view.terminating = true;
+                        view.stops_by = deleted.map(|at| seconds(at) + POD_GRACE_S as i64);
+                    }
+                    PodState::Ended(0) => view.phase = membership::PodPhase::Succeeded,
+                    PodState::Ended(_) => view.phase = membership::PodPhase::Failed,
+                }
+                view
+            })
+            .collect()
     }
 
     /// A trainer starts in `epoch`: no other epoch may still train (frozen pods excepted).
     fn trainer_starts(&mut self, slot: usize, epoch: u32, members: Vec<String>) {
-        // Known, open (docs/development.md): a preempted pod's trainer in its checkpoint window
-        // may still run when a follower whose link was reset at the same moment restarts with
-        // the preempted pod's replacement (the Job creates it once the pod is terminating).
-        let in_window = |s: &usize| self.pods[*s].2 == PodState::Ended(-15);
         let others: Vec<(usize, u32)> = self
             .training
             .iter()
-            .filter(|(s, e)| **e != epoch && !self.frozen.contains(s) && !in_window(s))
+            .filter(|(s, e)| **e != epoch && !self.frozen.contains(s))
             .map(|(s, e)| (*s, *e))
             .collect();
         if !others.is_empty() {
@@ -273,6 +288,12 @@ impl World {
     }
 }
 
+/// A time of the run in the API's whole seconds, rounded up (a deletion stamped at 2.1 s gives
+/// the kubelet until 3 s + the grace at least).
+fn seconds(at: Duration) -> i64 {
+    at.as_secs_f64().ceil() as i64
+}
+
 /// One pod's launcher: gathers, joins, trains, judges each attempt's end as the attempt loop
 /// does, until it ends.
 async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimNet) {
@@ -284,6 +305,13 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
     let mut preemptions = 0u32;
     // The attempt this launcher last ran: its epoch and members.
     let mut epoch_ran = String::new();
+    let mut members_before: Vec<String> = Vec::new();
+    let group = Group {
+        kind: GroupKind::Job,
+        selector: crate::selector::LabelSelector::parse("job-name=sim").unwrap(),
+        expected: scenario.pods as u32,
+        ranking: crate::config::Ranking::default(),
+    };
     let end = |code: i32, epoch: String, cause: Option<String>| {
         let mut w = world.lock().unwrap();
         let at = w.started.elapsed();
@@ -292,23 +320,36 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
         w.training.remove(&slot);
     };
     loop {
-        // Gathering: exactly `pods` Running pods, this one among them; a pod of the job that
-        // ended with success ends every launcher that gathers.
+        // Gathering by the launcher's own rule (`membership::judge`: exactly `pods` Running
+        // pods, and no deleted pod that may still run), ranked by its own `rank`; a pod of the
+        // job that ended with success ends every launcher that gathers.
         let gathering = Instant::now();
         let members = loop {
-            let (running, succeeded) = {
+            let (verdict, succeeded, me_running) = {
                 let w = world.lock().unwrap();
                 let succeeded = w.pods.iter().any(|p| p.2 == PodState::Ended(0));
-                (w.running(), succeeded)
+                let now = w.started.elapsed().as_secs() as i64;
+                let verdict = membership::judge(
+                    std::slice::from_ref(&group),
+                    &[w.pod_views()],
+                    None,
+                    &members_before,
+                    now,
+                );
+                (verdict, succeeded, w.pods[slot].2 == PodState::Running)
             };
             if succeeded {
                 return end(78, epoch_ran.clone(), None);
             }
-            if !running.iter().any(|(n, _)| *n == name) {
+            if !me_running {
                 return end(143, epoch_ran.clone(), None);
             }
-            if running.len() == scenario.pods {
-                break running;
+            if let Some(ready) = verdict.ready() {
+                let ranked = membership::rank(&ready[0]);
+                break ranked
+                    .into_iter()
+                    .map(|m| (m.name, m.ip))
+                    .collect::<Vec<(String, IpAddr)>>();
             }
             if gathering.elapsed() > WAIT_TIMEOUT {
                 return end(71, epoch_ran.clone(), None);
@@ -413,6 +454,7 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
             }
         }
         let names: Vec<String> = members.iter().map(|(n, _)| n.clone()).collect();
+        members_before = names.clone();
         world.lock().unwrap().trainer_starts(slot, epoch, names);
         let result = train(slot, epoch, &scenario, &world, &mut channel, &name).await;
         world.lock().unwrap().training.remove(&slot);
@@ -575,6 +617,7 @@ async fn run(scenario: Scenario) -> Vec<String> {
         started: Instant::now(),
         pods: Vec::new(),
         created: Vec::new(),
+        deleted: Vec::new(),
         frozen: BTreeSet::new(),
         training: BTreeMap::new(),
         epochs: BTreeMap::new(),
@@ -594,6 +637,7 @@ async fn run(scenario: Scenario) -> Vec<String> {
                 .push((format!("p-{slot}"), ip_of(slot), PodState::Running));
             let at = w.started.elapsed();
             w.created.push(at);
+            w.deleted.push(None);
             slot
         };
         let task = launcher(slot, scenario.clone(), world.clone(), net.clone());
@@ -660,6 +704,7 @@ async fn run(scenario: Scenario) -> Vec<String> {
                     {
                         let mut w = world.lock().unwrap();
                         w.pods[slot].2 = PodState::Ended(-15);
+                        w.deleted[slot] = Some(w.started.elapsed());
                         w.preemptions_made += 1;
                     }
                     owed.push(now + Duration::from_secs(scenario.replace_after));
@@ -674,6 +719,29 @@ async fn run(scenario: Scenario) -> Vec<String> {
                     }
                 }
             }
+        }
+        // A deleted pod's grace period is over: the kubelet kills what still runs there.
+        let overdue: Vec<usize> = {
+            let w = world.lock().unwrap();
+            (0..w.pods.len())
+                .filter(|&slot| {
+                    w.pods[slot].2 == PodState::Ended(-15)
+                        && !w.frozen.contains(&slot)
+                        && w.deleted[slot].is_some_and(|at| {
+                            at + Duration::from_secs(POD_GRACE_S) <= w.started.elapsed()
+                        })
+                })
+                .collect()
+        };
+        for slot in overdue {
+            if let Some(task) = launchers.remove(&slot) {
+                task.abort();
+            }
+            let mut w = world.lock().unwrap();
+            w.pods[slot].2 = PodState::Ended(137);
+            w.training.remove(&slot);
+            let at = w.started.elapsed();
+            w.ended.insert(slot, (at, 137, String::new(), None));
         }
         // A frozen pod's node is found lost: the API marks it Failed.
         {

@@ -299,6 +299,8 @@ pub async fn wait_until_ready(
     let mut errors = Repeats::default();
     let mut last_error = String::from("no answer yet");
     let mut progress = interval_at(started + PROGRESS_EVERY, PROGRESS_EVERY);
+    // When a deleted pod the job waits for may no longer run: judged again then, with no event.
+    let mut judge_again: Option<Instant> = None;
     loop {
         tokio::select! {
             change = watch.next_change() => {
@@ -316,43 +318,11 @@ pub async fn wait_until_ready(
                     }
                     Change::Refused(e) => return Err(e),
                 }
-                let pods: Vec<Vec<PodView>> =
-                    (0..groups.len()).map(|i| watch.views.group(i).pods()).collect();
-                let verdict = judge(groups, &pods, max_failed_trainers, members_before);
-                if let Some((failed, max)) = verdict.too_many_failed {
-                    return Err(Error::TooManyFailures { failed, max });
-                }
-                // A restart decided as another pod finished (a crossing the channel could not
-                // undo in time): it can never gather, so it ends now rather than at the timeout.
-                if let Some(pod) = verdict.finished {
-                    return Err(Error::PeerLost {
-                        reason: format!("pod {pod} of the attempt that ended has Succeeded: the job cannot start again as a whole"),
-                        stopped: "nothing (no process had started)".into(),
-                    });
-                }
-                if let Some(ready) = verdict.ready() {
-                    info!("all pods are Running after {:.1} s", started.elapsed().as_secs_f64());
-                    return Ok((ready, watch));
-                }
-                match (all_gated(&pods), gated_since) {
-                    (true, None) => {
-                        info!("every pod of the job is held by a scheduling gate: waiting for its admission, without a timeout");
-                        gated_since = Some(Instant::now());
-                    }
-                    (false, Some(since)) => {
-                        deadline = deadline.map(|d| d + since.elapsed());
-                        gated_since = None;
-                    }
-                    _ => {}
-                }
-                let now = waiting_line(groups, &verdict);
-                if now != status {
-                    info!("waiting: {now}");
-                    status = now;
-                }
             }
+            _ = async { sleep_until(judge_again.unwrap_or(started)).await }, if judge_again.is_some() => {}
             _ = progress.tick() => {
                 info!("still waiting after {} s: {status}", started.elapsed().as_secs());
+                continue;
             }
             _ = async { sleep_until(deadline.unwrap_or(started)).await }, if deadline.is_some() && gated_since.is_none() => {
                 let waited_s = started.elapsed().as_secs();
@@ -362,7 +332,56 @@ pub async fn wait_until_ready(
                 return Err(Error::PeersTimeout { waited_s, status });
             }
         }
+        let pods: Vec<Vec<PodView>> = (0..groups.len())
+            .map(|i| watch.views.group(i).pods())
+            .collect();
+        let now = seconds_since_epoch();
+        let verdict = judge(groups, &pods, max_failed_trainers, members_before, now);
+        if let Some((failed, max)) = verdict.too_many_failed {
+            return Err(Error::TooManyFailures { failed, max });
+        }
+        // A restart decided as another pod finished (a crossing the channel could not undo in
+        // time): it can never gather, so it ends now rather than at the timeout.
+        if let Some(pod) = verdict.finished {
+            return Err(Error::PeerLost {
+                reason: format!("pod {pod} of the attempt that ended has Succeeded: the job cannot start again as a whole"),
+                stopped: "nothing (no process had started)".into(),
+            });
+        }
+        if let Some(ready) = verdict.ready() {
+            info!(
+                "all pods are Running after {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
+            return Ok((ready, watch));
+        }
+        judge_again = verdict
+            .judge_again_at()
+            .map(|at| Instant::now() + Duration::from_secs(u64::try_from(at - now).unwrap_or(0)));
+        match (all_gated(&pods), gated_since) {
+            (true, None) => {
+                info!("every pod of the job is held by a scheduling gate: waiting for its admission, without a timeout");
+                gated_since = Some(Instant::now());
+            }
+            (false, Some(since)) => {
+                deadline = deadline.map(|d| d + since.elapsed());
+                gated_since = None;
+            }
+            _ => {}
+        }
+        let line = waiting_line(groups, &verdict, now);
+        if line != status {
+            info!("waiting: {line}");
+            status = line;
+        }
     }
+}
+
+/// The wall clock in seconds since the epoch, as the API's timestamps count.
+pub fn seconds_since_epoch() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 /// Whether the job is queued: it has pods, and each live one is held by a scheduling gate.
@@ -372,8 +391,8 @@ fn all_gated(groups: &[Vec<PodView>]) -> bool {
 }
 
 /// What the groups that are not ready wait for, in one line.
-fn waiting_line(groups: &[Group], verdict: &Verdict) -> String {
-    let waiting: Vec<String> = groups
+fn waiting_line(groups: &[Group], verdict: &Verdict, now: i64) -> String {
+    let mut waiting: Vec<String> = groups
         .iter()
         .zip(&verdict.groups)
         .filter_map(|(group, readiness)| match readiness {
@@ -382,6 +401,7 @@ fn waiting_line(groups: &[Group], verdict: &Verdict) -> String {
             Readiness::Waiting(wait) => Some(format!("{}: {wait}", group_name(group.kind))),
         })
         .collect();
+    waiting.extend(verdict.held_by(now));
     waiting.join(" | ")
 }
 
@@ -732,6 +752,7 @@ pub fn ranked_view(pod: &Pod, ranking: &Ranking) -> PodView {
             .and_then(|seconds| u64::try_from(seconds).ok())
             // As --pod-grace-period allows: a week.
             .map(|seconds| seconds.min(7 * 24 * 3600)),
+        stops_by: meta.deletion_timestamp.as_ref().map(|t| t.0.as_second()),
     }
 }
 

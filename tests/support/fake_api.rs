@@ -144,10 +144,19 @@ impl FakeApi {
     }
 
     /// A pod deleted with a grace period (preemption, a drain, `kubectl delete`): marked
-    /// terminating, as the API shows it until the kubelet has stopped its containers.
+    /// terminating, as the API shows it until the kubelet has stopped its containers; its
+    /// deletionTimestamp is when the grace period ends, in whole seconds, as the API server
+    /// stamps it.
     pub fn mark_deleting(&self, namespace: &str, name: &str, grace_seconds: u32) {
         let mut pod = self.pod(namespace, name).unwrap();
-        pod["metadata"]["deletionTimestamp"] = json!("2026-11-24T00:00:00Z");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let stamp =
+            k8s_openapi::jiff::Timestamp::from_second((now + u64::from(grace_seconds)) as i64)
+                .unwrap();
+        pod["metadata"]["deletionTimestamp"] = json!(stamp.to_string());
         pod["metadata"]["deletionGracePeriodSeconds"] = json!(grace_seconds);
         self.put_pod(pod);
     }
