@@ -1,8 +1,9 @@
 //! The in-memory network of the drivers' simulation (`driven`): connections are tokio duplex
 //! pipes between the simulated pods' addresses, on the test's paused clock. A pod's network can
-//! be cut (every connection of it fails on both sides, as after a reset) or go dark (nothing in
-//! or out and no FIN: a frozen launcher, a node that died), and a connection to a dark pod is
-//! never answered.
+//! be cut (every connection of it fails on both sides, as after a reset), cut on its side only
+//! (its connections fail there while their peers hear nothing: a reset that never reached them,
+//! a NAT entry gone), or go dark (nothing in or out and no FIN: a frozen launcher, a node that
+//! died), and a connection to a dark pod is never answered.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -26,8 +27,8 @@ const PIPE: usize = 64 * 1024;
 struct World {
     listeners: HashMap<SocketAddr, mpsc::UnboundedSender<Accepted>>,
     dark: HashSet<IpAddr>,
-    /// Every connection: its two addresses and whether it was cut.
-    connections: Vec<(IpAddr, IpAddr, Arc<AtomicBool>)>,
+    /// Every connection: each side's address and state.
+    connections: Vec<[(IpAddr, Arc<Side>); 2]>,
     /// Whoever waits on a connection, woken when the network changes.
     waiting: Vec<Waker>,
     /// The ends dark pods let go of: open, as nothing closes them.
@@ -43,6 +44,15 @@ impl World {
     }
 }
 
+/// One side of a connection.
+#[derive(Default)]
+struct Side {
+    /// Its reads and writes fail (a reset reached it).
+    cut: AtomicBool,
+    /// Its end closes nothing when dropped: the peer never hears of it.
+    silent: AtomicBool,
+}
+
 /// The network every simulated pod shares.
 #[derive(Clone, Default)]
 pub(crate) struct SimNet(Arc<Mutex<World>>);
@@ -55,9 +65,24 @@ impl SimNet {
     /// Every connection of `ip` fails on both sides (its pod's network was reset).
     pub(crate) fn cut(&self, ip: IpAddr) {
         let mut world = self.0.lock().unwrap();
-        for (a, b, cut) in &world.connections {
-            if *a == ip || *b == ip {
-                cut.store(true, Ordering::SeqCst);
+        for sides in &world.connections {
+            if sides.iter().any(|(own, _)| *own == ip) {
+                for (_, side) in sides {
+                    side.cut.store(true, Ordering::SeqCst);
+                }
+            }
+        }
+        world.wake_all();
+    }
+
+    /// Every connection of `ip` fails on its side; their peers hear nothing, ever (a reset
+    /// lost on the way): they must find out by the silence.
+    pub(crate) fn cut_one_side(&self, ip: IpAddr) {
+        let mut world = self.0.lock().unwrap();
+        for (own, side) in world.connections.iter().flatten() {
+            if *own == ip {
+                side.silent.store(true, Ordering::SeqCst);
+                side.cut.store(true, Ordering::SeqCst);
             }
         }
         world.wake_all();
@@ -101,33 +126,35 @@ impl Network for SimNet {
                 // Nobody answers, nobody says so.
                 return std::future::pending().await;
             }
-            let (ours, cut) = {
+            let (ours, side) = {
                 let mut locked = world.lock().unwrap();
                 let Some(listener) = locked.listeners.get(&to).filter(|l| !l.is_closed()) else {
                     return Err(io::Error::from(io::ErrorKind::ConnectionRefused));
                 };
                 let listener = listener.clone();
                 let (ours, theirs) = tokio::io::duplex(PIPE);
-                let cut = Arc::new(AtomicBool::new(false));
-                locked.connections.push((from, to.ip(), cut.clone()));
+                let (side, their_side) = (Arc::<Side>::default(), Arc::<Side>::default());
+                locked
+                    .connections
+                    .push([(from, side.clone()), (to.ip(), their_side.clone())]);
                 locked.next_port = locked.next_port.wrapping_add(1).max(1024);
                 let port = locked.next_port;
                 drop(locked);
                 let (reader, writer) = tokio::io::split(theirs);
                 let accepted: Accepted = (
-                    Box::new(End::new(reader, to.ip(), &cut, &world)),
-                    Box::new(End::new(writer, to.ip(), &cut, &world)),
+                    Box::new(End::new(reader, to.ip(), &their_side, &world)),
+                    Box::new(End::new(writer, to.ip(), &their_side, &world)),
                     SocketAddr::new(from, port),
                 );
                 if listener.send(accepted).is_err() {
                     return Err(io::Error::from(io::ErrorKind::ConnectionRefused));
                 }
-                (ours, cut)
+                (ours, side)
             };
             let (reader, writer) = tokio::io::split(ours);
             Ok((
-                Box::new(End::new(reader, from, &cut, &world)) as Reader,
-                Box::new(End::new(writer, from, &cut, &world)) as Writer,
+                Box::new(End::new(reader, from, &side, &world)) as Reader,
+                Box::new(End::new(writer, from, &side, &world)) as Writer,
             ))
         }
         .boxed()
@@ -157,16 +184,16 @@ struct End<T: Send + 'static> {
     /// Taken only when the end is dropped.
     io: Option<T>,
     own: IpAddr,
-    cut: Arc<AtomicBool>,
+    side: Arc<Side>,
     world: Arc<Mutex<World>>,
 }
 
 impl<T: Send + 'static> Drop for End<T> {
     /// A dark pod's end that its tasks let go of (a timeout of its own) closes nothing: its
-    /// node is gone, no FIN leaves it, so the pipe is kept open.
+    /// node is gone, no FIN leaves it, so the pipe is kept open. So is a silently cut end's.
     fn drop(&mut self) {
         let mut world = self.world.lock().unwrap();
-        if world.dark.contains(&self.own) {
+        if world.dark.contains(&self.own) || self.side.silent.load(Ordering::SeqCst) {
             if let Some(io) = self.io.take() {
                 world.kept.push(Box::new(io));
             }
@@ -175,11 +202,11 @@ impl<T: Send + 'static> Drop for End<T> {
 }
 
 impl<T: Send + 'static> End<T> {
-    fn new(io: T, own: IpAddr, cut: &Arc<AtomicBool>, world: &Arc<Mutex<World>>) -> Self {
+    fn new(io: T, own: IpAddr, side: &Arc<Side>, world: &Arc<Mutex<World>>) -> Self {
         End {
             io: Some(io),
             own,
-            cut: cut.clone(),
+            side: side.clone(),
             world: world.clone(),
         }
     }
@@ -198,7 +225,7 @@ impl<T: Send + 'static> End<T> {
     /// Whether this side may move now: an error once cut; not at all while its pod is dark
     /// (what a live peer writes to it fills the pipe, then waits, as a socket's buffers do).
     fn may_move(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if self.cut.load(Ordering::SeqCst) {
+        if self.side.cut.load(Ordering::SeqCst) {
             return Poll::Ready(Err(io::Error::from(io::ErrorKind::ConnectionReset)));
         }
         let mut world = self.world.lock().unwrap();

@@ -63,6 +63,9 @@ enum Fault {
     Freeze,
     /// Its connections are reset; it lives on.
     Cut,
+    /// Its connections fail on its side only; the other sides hear nothing (it connects
+    /// again while its old link looks alive to the coordinator: a second connection).
+    CutOneSide,
     /// SIGTERM while training: the job checkpoints; it leaves after its window.
     Preempt,
     /// Preempted, then its node goes half a second into its window (a node shutdown
@@ -147,6 +150,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
         1 => Just(Fault::Kill),
         1 => Just(Fault::Freeze),
         1 => Just(Fault::Cut),
+        1 => Just(Fault::CutOneSide),
         2 => Just(Fault::Preempt),
         3 => Just(Fault::PreemptThenFreeze),
         2 => Just(Fault::PreemptThenKill),
@@ -698,6 +702,7 @@ async fn run(scenario: Scenario) -> Vec<String> {
                     }
                 }
                 Fault::Cut => net.cut(ip),
+                Fault::CutOneSide => net.cut_one_side(ip),
                 Fault::Preempt | Fault::PreemptThenFreeze | Fault::PreemptThenKill => {
                     // Deleted with a grace period: its launcher gets SIGTERM (the pod's end
                     // is what it then exits with).
