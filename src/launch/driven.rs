@@ -132,14 +132,15 @@ impl Scenario {
     }
 
     /// Only preemptions (a preempted pod's node may go in its window), and failures that
-    /// follow a checkpoint request: a job that no budget may end.
-    fn preemptions_only(&self) -> bool {
-        let preempted_before = |at: u64, slot: usize| {
-            self.faults
+    /// follow a checkpoint request, among the faults `applied` (a fault is skipped when its
+    /// pod is gone, or not there yet): a job that no budget may end.
+    fn preemptions_only(&self, applied: &[(Duration, usize, Fault)]) -> bool {
+        let preempted_before = |at: Duration, slot: usize| {
+            applied
                 .iter()
                 .any(|(t, s, f)| f.preempts() && *s == slot && *t < at)
         };
-        self.faults.iter().all(|(at, slot, f)| {
+        applied.iter().all(|(at, slot, f)| {
             f.preempts() || (*f == Fault::Freeze && preempted_before(*at, *slot))
         }) && self
             .trainings
@@ -238,6 +239,8 @@ struct World {
     preemptions_made: u32,
     /// A trainer of the job has succeeded: the job cannot start again as a whole.
     trainer_succeeded: bool,
+    /// The faults that happened: when, to which pod slot.
+    applied: Vec<(Duration, usize, Fault)>,
     violations: Vec<String>,
 }
 
@@ -659,6 +662,7 @@ async fn run(scenario: Scenario) -> Vec<String> {
         failed_unfinished: false,
         preemptions_made: 0,
         trainer_succeeded: false,
+        applied: Vec::new(),
         violations: Vec::new(),
     }));
     let mut launchers: BTreeMap<usize, tokio::task::JoinHandle<()>> = BTreeMap::new();
@@ -710,6 +714,11 @@ async fn run(scenario: Scenario) -> Vec<String> {
             };
             if !there {
                 continue;
+            }
+            {
+                let mut w = world.lock().unwrap();
+                let at = w.started.elapsed();
+                w.applied.push((at, slot, fault));
             }
             let ip = ip_of(slot, &scenario);
             // A pod deleted for its preemption has its replacement owed already.
@@ -877,7 +886,7 @@ fn check_the_end(w: &mut World, scenario: &Scenario) {
             w.violation(format!("{epoch} ended with several first causes: {said:?}"));
         }
     }
-    if scenario.preemptions_only() && w.failed_unfinished {
+    if scenario.preemptions_only(&w.applied) && w.failed_unfinished {
         w.violation(
             "a job with only preemptions ended in a failure before any pod finished".into(),
         );
