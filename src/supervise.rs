@@ -827,6 +827,11 @@ fn catches(pid: i32, sig: i32) -> bool {
     matches!(mask, Some(mask) if (1..=64).contains(&sig) && mask & (1 << (sig - 1)) != 0)
 }
 
+/// The tests whose supervisor reaps (`waitpid(-1)`) or that spawn children run one at a time:
+/// one test's supervisor would reap another test's child, which then never ends for it.
+#[cfg(test)]
+pub(crate) static REAPING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -835,6 +840,7 @@ mod tests {
     /// with a handler, not the process it started (which the signal would kill).
     #[test]
     fn handlers_are_found_by_their_signal_mask_in_the_group() {
+        let _reaping = REAPING.blocking_lock();
         let mut python = Command::new("python3")
             .args([
                 "-c",
@@ -919,6 +925,7 @@ mod tests {
     /// never signalled again (in local mode, pids are reused quickly).
     #[tokio::test(flavor = "current_thread")]
     async fn a_group_that_has_ended_is_never_signalled_again() {
+        let _reaping = REAPING.lock().await;
         let mut sup = Supervisor::new(Signals::install().unwrap(), Duration::from_secs(1));
         let env = BTreeMap::new();
         let argv = ["true".to_string()];
@@ -930,7 +937,10 @@ mod tests {
             output: Output::Inherit,
         };
         let child = sup.spawn(spec).unwrap();
-        while !matches!(sup.next_event().await, Event::Exited { .. }) {}
+        let exited = async { while !matches!(sup.next_event().await, Event::Exited { .. }) {} };
+        tokio::time::timeout(Duration::from_secs(30), exited)
+            .await
+            .expect("`true` exits at once");
         assert!(!sup.group_alive(child));
         assert!(sup.children[child].group_gone);
         // Nothing is sent, whatever process now has that number.

@@ -63,6 +63,9 @@ enum Fault {
     Freeze,
     /// Killed with data unread: its connections are reset, not closed.
     Crash,
+    /// Its container restarts in place (OOM-killed, say): the launcher is killed and starts
+    /// again 2 s later in the same pod, under the same name and address.
+    Restart,
     /// Its connections are reset; it lives on.
     Cut,
     /// Its connections fail on its side only; the other sides hear nothing (it connects
@@ -162,6 +165,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
     let fault = prop_oneof![
         1 => Just(Fault::Kill),
         1 => Just(Fault::Crash),
+        1 => Just(Fault::Restart),
         1 => Just(Fault::Freeze),
         1 => Just(Fault::Cut),
         1 => Just(Fault::CutOneSide),
@@ -241,6 +245,10 @@ struct World {
     trainer_succeeded: bool,
     /// The faults that happened: when, to which pod slot.
     applied: Vec<(Duration, usize, Fault)>,
+    /// What the Job records (the epoch last started, the preemptions): written by the
+    /// coordinator at every start and at a preemption's end, read by a coordinator at its
+    /// launcher's first attempt (a launcher restarted in place, a replacement).
+    recorded: Option<(u32, u32)>,
     violations: Vec<String>,
 }
 
@@ -339,6 +347,7 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
     };
     let mut next_epoch = 0u32;
     let mut preemptions = 0u32;
+    let mut first_attempt = true;
     // The attempt this launcher last ran: its epoch and members.
     let mut epoch_ran = String::new();
     let mut members_before: Vec<String> = Vec::new();
@@ -402,6 +411,18 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
             .collect();
         let coordinator = std::net::SocketAddr::new(members[0].1, PORT);
         let coordinates = members[0].0 == name;
+        let recorded = world.lock().unwrap().recorded;
+        if let Some((epoch, recorded_preemptions)) =
+            recorded.filter(|_| coordinates && first_attempt)
+        {
+            let count = super::Count {
+                next_epoch,
+                preemptions,
+            }
+            .after_record(epoch, recorded_preemptions);
+            (next_epoch, preemptions) = (count.next_epoch, count.preemptions);
+        }
+        first_attempt = false;
         let membership = Membership {
             pservers: Vec::new(),
             trainers: members
@@ -470,15 +491,19 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                 return end(exit::PEER_LOST, epoch_ran.clone(), None);
             }
         };
+        let ran_before = !epoch_ran.is_empty();
         epoch_ran = format!(
             "epoch {epoch} of {:?}",
             members.iter().map(|m| &m.0).collect::<Vec<_>>()
         );
         {
-            // Judged by what the harness did, not by what the coordinator says it counted.
+            // Judged by what the harness did, not by what the coordinator says it counted; a
+            // launcher that ran an earlier epoch restarts in place, within the budget. (Fresh
+            // launchers only, each at its first attempt: the job restarted whole by its Job,
+            // which goes on from the epoch the Job records, whatever the budget.)
             let mut w = world.lock().unwrap();
             let allowed = scenario.max_restarts + w.preemptions_made;
-            if epoch > allowed {
+            if ran_before && epoch > allowed {
                 let what = format!(
                     "epoch {epoch} started after {} preemptions with a budget of {}",
                     w.preemptions_made, scenario.max_restarts
@@ -492,6 +517,9 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
         }
         let names: Vec<String> = members.iter().map(|(n, _)| n.clone()).collect();
         members_before = names.clone();
+        if coordinates {
+            world.lock().unwrap().recorded = Some((epoch, agreed_preemptions));
+        }
         world.lock().unwrap().trainer_starts(slot, epoch, names);
         let result = train(slot, epoch, &scenario, &world, &mut channel, &name).await;
         world.lock().unwrap().training.remove(&slot);
@@ -541,6 +569,9 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
         };
         match lifecycle::after_run(result, &budget) {
             AfterRun::Restart(_) => {
+                if coordinates && preempted {
+                    world.lock().unwrap().recorded = Some((epoch, agreed_preemptions + 1));
+                }
                 channel.finish(false).await;
                 next_epoch = epoch.saturating_add(1);
                 preemptions = agreed_preemptions.saturating_add(u32::from(preempted));
@@ -663,6 +694,7 @@ async fn run(scenario: Scenario) -> Vec<String> {
         preemptions_made: 0,
         trainer_succeeded: false,
         applied: Vec::new(),
+        recorded: None,
         violations: Vec::new(),
     }));
     let mut launchers: BTreeMap<usize, tokio::task::JoinHandle<()>> = BTreeMap::new();
@@ -693,6 +725,10 @@ async fn run(scenario: Scenario) -> Vec<String> {
     let mut owed: Vec<Instant> = Vec::new();
     // Addresses of killed pods, and when a connect to them goes unanswered.
     let mut gone: Vec<(Instant, IpAddr)> = Vec::new();
+    // When each frozen pod's node went.
+    let mut frozen_at: BTreeMap<usize, Instant> = BTreeMap::new();
+    // Launchers restarting in place: when each starts again, in which pod slot.
+    let mut restarting: Vec<(Instant, usize)> = Vec::new();
     let start = Instant::now();
     // Due faults, soonest last.
     let mut faults: Vec<(Instant, usize, Fault)> = faults
@@ -746,9 +782,17 @@ async fn run(scenario: Scenario) -> Vec<String> {
                     frozen[slot].store(true, Ordering::SeqCst);
                     net.set_dark(ip, true);
                     world.lock().unwrap().frozen.insert(slot);
+                    frozen_at.insert(slot, now);
                     if !replaced {
                         owed.push(now + NODE_LOST + Duration::from_secs(scenario.replace_after));
                     }
+                }
+                Fault::Restart => {
+                    if let Some(task) = launchers.remove(&slot) {
+                        task.abort();
+                    }
+                    world.lock().unwrap().training.remove(&slot);
+                    restarting.push((now + Duration::from_secs(2), slot));
                 }
                 Fault::Cut => net.cut(ip),
                 Fault::CutOneSide => net.cut_one_side(ip),
@@ -774,6 +818,19 @@ async fn run(scenario: Scenario) -> Vec<String> {
                 }
             }
         }
+        for (_, slot) in restarting.iter().filter(|(at, _)| *at <= now) {
+            // Only into a pod still there (not deleted, not on a node that is gone).
+            let there = {
+                let w = world.lock().unwrap();
+                w.pods[*slot].2 == PodState::Running && !w.frozen.contains(slot)
+            };
+            if there {
+                let task = launcher(*slot, scenario.clone(), world.clone(), net.clone());
+                let task = tokio::spawn(freezable(task, frozen[*slot].clone()));
+                launchers.insert(*slot, task);
+            }
+        }
+        restarting.retain(|(at, _)| *at > now);
         for (_, ip) in gone.iter().filter(|(at, _)| *at <= now) {
             net.set_dark(*ip, true);
         }
@@ -804,9 +861,8 @@ async fn run(scenario: Scenario) -> Vec<String> {
         // A frozen pod's node is found lost: the API marks it Failed.
         {
             let mut w = world.lock().unwrap();
-            let lost: Vec<usize> = w.frozen.iter().copied().collect();
-            for slot in lost {
-                if w.pods[slot].2 == PodState::Running && now >= start + NODE_LOST {
+            for (&slot, &at) in &frozen_at {
+                if w.pods[slot].2 == PodState::Running && now >= at + NODE_LOST {
                     w.pods[slot].2 = PodState::Ended(137);
                 }
             }
@@ -827,7 +883,7 @@ async fn run(scenario: Scenario) -> Vec<String> {
         launchers.retain(|slot, task| {
             !task.is_finished() && !world.lock().unwrap().frozen.contains(slot)
         });
-        if launchers.is_empty() && owed.is_empty() {
+        if launchers.is_empty() && owed.is_empty() && restarting.is_empty() {
             break;
         }
         if start.elapsed() > RUN_LIMIT {

@@ -1025,11 +1025,24 @@ struct Start {
 
 /// Where the job's count of restarts stands before an attempt, as this launcher knows it.
 #[derive(Debug, Clone, Copy)]
-struct Count {
+pub(crate) struct Count {
     /// The restart epoch the attempt would start (PADDLE_LAUNCHER_RESTART_COUNT).
-    next_epoch: u32,
+    pub next_epoch: u32,
     /// How many of the restarts before were preemptions, which spend no budget.
-    preemptions: u32,
+    pub preemptions: u32,
+}
+
+impl Count {
+    /// The count with what the Job records (the epoch it last started, its preemptions): the
+    /// next epoch is one more (the job was restarted whole since, or is being restarted in
+    /// place now), and no more preemptions than restarts.
+    pub(crate) fn after_record(self, epoch: u32, preemptions: u32) -> Count {
+        let next_epoch = self.next_epoch.max(epoch.saturating_add(1));
+        Count {
+            next_epoch,
+            preemptions: self.preemptions.max(preemptions).min(next_epoch),
+        }
+    }
 }
 
 /// What the channel's answer to a gathering means: start (the epoch, and the membership when
@@ -1704,16 +1717,14 @@ impl JobRecord {
         let read = peers::kubernetes::recorded_restarts(&self.api, job);
         let why = match timeout(JOB_RECORD_TIMEOUT, read).await {
             Ok(Ok(Some((epoch, preemptions)))) => {
-                let next_epoch = count.next_epoch.max(epoch.saturating_add(1));
-                if next_epoch > count.next_epoch {
+                let recorded = count.after_record(epoch, preemptions);
+                if recorded.next_epoch > count.next_epoch {
                     info!(
-                        "Job {job} records restart epoch {epoch} as started: the job was restarted whole since, so the restart count goes on at {next_epoch}"
+                        "Job {job} records restart epoch {epoch} as started: the job was restarted whole since, so the restart count goes on at {}",
+                        recorded.next_epoch
                     );
                 }
-                return Count {
-                    next_epoch,
-                    preemptions: count.preemptions.max(preemptions).min(next_epoch),
-                };
+                return recorded;
             }
             Ok(Ok(None)) => return count,
             Ok(Err(why)) => {
@@ -2418,6 +2429,7 @@ mod tests {
     /// is not the attempt's keeps the loss for the next one to see.
     #[tokio::test(flavor = "current_thread")]
     async fn a_loss_ends_the_steps_before_the_start_and_only_those() {
+        let _reaping = crate::supervise::REAPING.lock().await;
         let mut sup = Supervisor::new(Signals::install().unwrap(), Duration::from_secs(1));
         let lost = || {
             futures::future::ready(Loss {
