@@ -1375,6 +1375,81 @@ mod tests {
         assert_eq!(effects.last(), Some(&Effect::Stop));
     }
 
+    /// A success this launcher reports only once the attempt is lost (no `Done` before): the
+    /// attempt's end is the loss's, so it closes and tells no success to anyone (a `Finished`
+    /// would take the restart back from every follower).
+    #[test]
+    fn a_success_finished_after_a_loss_closes_without_telling_it() {
+        let (mut core, _) = Core::start(setup(&["a", "b"]), Instant::now());
+        core.step(joined(1, "a"));
+        core.step(joined(2, "b"));
+        let lost = core.step(ended(1, "a", WireError::Closed));
+        assert!(
+            lost.contains(&Effect::Broadcast(Message::Lost {
+                reason: "the launcher of peer pod a closed the control connection (its pod is gone, or it was killed)".into(),
+                restart: true,
+                hang: false,
+                preempted: false,
+            })),
+            "{lost:?}"
+        );
+        let effects = core.step(Input::Own(Request::Finish { succeeded: true }));
+        assert_eq!(effects, [Effect::Stop]);
+        assert!(!core.own_success);
+    }
+
+    /// The preempted pod's own end is the attempt's end as it said it; another pod's end after
+    /// a preemption is told as following it.
+    #[test]
+    fn a_preempted_pods_own_end_says_what_it_said() {
+        let preempted = Message::Preempted {
+            reason: "pod a: preempted (SIGTERM while training)".into(),
+        };
+        let reason_of = |effects: &[Effect]| {
+            effects.iter().find_map(|e| match e {
+                Effect::Broadcast(Message::Lost { reason, .. }) => Some(reason.clone()),
+                _ => None,
+            })
+        };
+        let (mut core, _) = Core::start(setup(&["a", "b"]), Instant::now());
+        core.step(joined(1, "a"));
+        core.step(joined(2, "b"));
+        core.step(said(1, "a", preempted.clone()));
+        let own = reason_of(&core.step(ended(1, "a", WireError::Closed))).unwrap();
+        assert!(!own.contains("; then: "), "{own}");
+        let (mut core, _) = Core::start(setup(&["a", "b"]), Instant::now());
+        core.step(joined(1, "a"));
+        core.step(joined(2, "b"));
+        core.step(said(1, "a", preempted));
+        let other = reason_of(&core.step(ended(2, "b", WireError::Closed))).unwrap();
+        assert!(
+            other.starts_with("pod a: preempted (SIGTERM while training); then: "),
+            "{other}"
+        );
+    }
+
+    /// This launcher's own failure before the start: the followers gather again when a restart
+    /// could mend it, and end when it would recur (a configuration error, say).
+    #[test]
+    fn an_own_failure_while_gathering_says_whether_gathering_again_helps() {
+        for restartable in [true, false] {
+            let (mut core, _) = Core::start(setup(&["a", "b"]), Instant::now());
+            core.step(joined(1, "a"));
+            let effects = core.step(Input::Own(Request::Failed {
+                reason: "pod me: cannot prepare the workspace".into(),
+                restartable,
+                hang: false,
+            }));
+            assert!(
+                effects.iter().any(|e| matches!(
+                    e,
+                    Effect::Broadcast(Message::Lost { restart, .. }) if *restart == restartable
+                )),
+                "{restartable}: {effects:?}"
+            );
+        }
+    }
+
     /// A member whose trainer succeeded closes its link as its normal end; its launcher
     /// joining again under its name (its pod restarted or replaced) is a loss, and a final one:
     /// the job cannot start again without it, and its return means its pod was lost, as the API
