@@ -185,14 +185,17 @@ pub async fn doctor(
     ));
     // The same rule as the wait of `run`, so that doctor's verdict is the launcher's.
     let now = kubernetes::seconds_since_epoch();
+    let mut seen = lists.concat();
+    crate::membership::bound_deletions(&mut seen, &mut Default::default(), now);
     let verdict = judge(
         groups,
         &lists,
         config.topology.max_failed_trainers,
         &[],
+        &seen,
         now,
     );
-    lines.extend(verdict.held_by(now));
+    lines.extend(verdict.held_by());
     for (group, readiness) in groups.iter().zip(&verdict.groups) {
         let name = kubernetes::describe_group(group.kind);
         match readiness {

@@ -79,9 +79,12 @@ pub struct PodView {
     pub ended: Option<String>,
     /// Its spec's terminationGracePeriodSeconds.
     pub grace_period: Option<u64>,
-    /// metadata.deletionTimestamp, in seconds since the epoch: by then the kubelet has killed
-    /// what still runs in the deleted pod (a trainer in its preemption window, say).
+    /// metadata.deletionTimestamp, in seconds since the epoch by the API server's clock: by
+    /// then the kubelet has killed what still runs in the deleted pod (a trainer in its
+    /// preemption window, say). See `bound_deletions` for this node's own bound.
     pub stops_by: Option<i64>,
+    /// metadata.deletionGracePeriodSeconds: the grace the deletion gave it.
+    pub deletion_grace: Option<u64>,
 }
 
 impl PodView {
@@ -103,9 +106,35 @@ impl PodView {
 }
 
 /// How long past its deletionTimestamp a deleted pod is still taken to run: the kubelet counts
-/// the grace period from when it saw the deletion, a moment after the API server stamped it,
-/// and the two clocks may differ by a little.
+/// the grace period from when it saw the deletion, a moment after the API server stamped it
+/// (which truncates it to the second).
 pub const KILL_SLACK_S: i64 = 5;
+
+/// The longest grace a deletion is taken to give (as `--pod-grace-period` allows: a week).
+const LONGEST_GRACE_S: i64 = 7 * 24 * 3600;
+
+/// Each deleted pod's end by this node's clock too: the deletionTimestamp is the API server's,
+/// and a node clock ahead of it would end the wait early. The deletion's grace counted from
+/// when this launcher first saw it (`seen`: by pod name, `now` then) is a bound no clock skew
+/// shortens; the later of the two stands, and never more than a week after it was seen.
+pub fn bound_deletions(pods: &mut [PodView], seen: &mut BTreeMap<String, i64>, now: i64) {
+    seen.retain(|name, _| pods.iter().any(|p| p.terminating && p.name == *name));
+    for pod in pods.iter_mut().filter(|p| p.terminating) {
+        let first = *seen.entry(pod.name.clone()).or_insert(now);
+        let grace = pod.deletion_grace.map_or(0, |g| {
+            i64::try_from(g)
+                .unwrap_or(LONGEST_GRACE_S)
+                .min(LONGEST_GRACE_S)
+        });
+        let by_this_node = first.saturating_add(grace);
+        let latest = first.saturating_add(LONGEST_GRACE_S);
+        pod.stops_by = Some(
+            pod.stops_by
+                .map_or(by_this_node, |s| s.max(by_this_node))
+                .min(latest),
+        );
+    }
+}
 
 /// The pods a watch has shown so far, by name. Mirrors list + watch semantics: a relist
 /// (`Init` .. `InitDone`) replaces the whole set at once, so a pod deleted while the watch
@@ -157,6 +186,11 @@ impl PodSet {
     /// The pods of the job's current attempt (see `current`).
     pub fn pods(&self) -> Vec<PodView> {
         current(self.pods.values().cloned().collect(), &self.ranking)
+    }
+
+    /// Every pod seen, of any attempt, replaced or not.
+    pub fn all(&self) -> Vec<PodView> {
+        self.pods.values().cloned().collect()
     }
 
     pub fn get(&self, name: &str) -> Option<&PodView> {
@@ -373,11 +407,16 @@ impl Verdict {
     }
 
     /// What the job waits for beyond its groups' readiness, if anything.
-    pub fn held_by(&self, now: i64) -> Option<String> {
+    pub fn held_by(&self) -> Option<String> {
         let held: Vec<String> = self
             .still_running
             .iter()
-            .map(|(name, until)| format!("{name} (at most {} s more)", until - now))
+            .map(
+                |(name, until)| match k8s_openapi::jiff::Timestamp::from_second(*until) {
+                    Ok(at) => format!("{name} (until {at} at most)"),
+                    Err(_) => name.clone(),
+                },
+            )
             .collect();
         (!held.is_empty()).then(|| {
             format!(
@@ -388,15 +427,17 @@ impl Verdict {
     }
 }
 
-/// Judges the groups' pods (`pods[i]` are the pods of `groups[i]`) at `now` (seconds since the
-/// epoch). `members_before`: for a restart, the members of the attempt that ended, of which one
-/// that finished rules it out (other finished pods a selector may match are ignored, as at the
-/// first start).
+/// Judges the groups' pods (`pods[i]` are the pods of `groups[i]`, of the job's current
+/// attempt) at `now` (seconds since the epoch). `members_before`: for a restart, the members of
+/// the attempt that ended, of which one that finished rules it out (other finished pods a
+/// selector may match are ignored, as at the first start). `seen`: every pod the selectors
+/// match, of any attempt, replaced or not: a deleted one that may still run holds the start.
 pub fn judge(
     groups: &[Group],
     pods: &[Vec<PodView>],
     max_failed_trainers: Option<u32>,
     members_before: &[String],
+    seen: &[PodView],
     now: i64,
 ) -> Verdict {
     let trainers = groups.iter().position(|g| g.kind != GroupKind::Pservers);
@@ -415,9 +456,8 @@ pub fn judge(
             .flatten()
             .find(|p| p.phase == PodPhase::Succeeded && members_before.contains(&p.name))
             .map(|p| p.name.clone()),
-        still_running: pods
+        still_running: seen
             .iter()
-            .flatten()
             .filter_map(|p| Some((p.name.clone(), p.may_still_run(now)?)))
             .collect(),
     }
@@ -659,6 +699,7 @@ pub(crate) mod tests {
             ended: None,
             grace_period: None,
             stops_by: None,
+            deletion_grace: None,
         }
     }
 
@@ -708,15 +749,17 @@ pub(crate) mod tests {
             pod("done", None, "Succeeded"),
         ]];
         let groups = std::slice::from_ref(&group);
-        let starting = judge(groups, &pods, None, &[], 0);
+        let starting = judge(groups, &pods, None, &[], &[], 0);
         assert!(starting.ready().is_some() && starting.finished.is_none());
         let members = ["a", "done"].map(String::from);
-        let restarting = judge(groups, &pods, None, &members, 0);
+        let restarting = judge(groups, &pods, None, &members, &[], 0);
         assert!(restarting.ready().is_none());
         assert_eq!(restarting.finished.as_deref(), Some("done"));
         // A finished pod that was no member (another Job's, under a wide selector): ignored.
         let others = ["a", "b"].map(String::from);
-        assert!(judge(groups, &pods, None, &others, 0).ready().is_some());
+        assert!(judge(groups, &pods, None, &others, &[], 0)
+            .ready()
+            .is_some());
     }
 
     #[test]
@@ -752,31 +795,66 @@ pub(crate) mod tests {
             ]]
         };
         let groups = std::slice::from_ref(&group);
-        let held = judge(groups, &with(going.clone()), None, &[], 990);
+        let at = |old: PodView, now| {
+            let pods = with(old);
+            judge(groups, &pods, None, &[], &pods[0], now)
+        };
+        let held = at(going.clone(), 990);
         assert!(held.ready().is_none());
         assert_eq!(held.judge_again_at(), Some(1_000 + KILL_SLACK_S));
-        let said = held.held_by(990).unwrap();
-        assert!(said.contains("b (at most 15 s more)"), "{said}");
-        let later = judge(
-            groups,
-            &with(going.clone()),
-            None,
-            &[],
-            1_000 + KILL_SLACK_S,
+        let said = held.held_by().unwrap();
+        assert!(
+            said.contains("b (until 1970-01-01T00:16:45Z at most)"),
+            "{said}"
         );
-        assert!(later.ready().is_some() && later.held_by(0).is_none());
+        let later = at(going.clone(), 1_000 + KILL_SLACK_S);
+        assert!(later.ready().is_some() && later.held_by().is_none());
         // Its containers ended: nothing runs there any more.
         let mut ended = going.clone();
         ended.phase = PodPhase::Failed;
-        assert!(judge(groups, &with(ended), None, &[], 990)
-            .ready()
-            .is_some());
+        assert!(at(ended, 990).ready().is_some());
         // Not deleted: an extra live pod, judged as such.
-        let mut live = going;
+        let mut live = going.clone();
         live.terminating = false;
-        assert!(judge(groups, &with(live), None, &[], 990)
-            .still_running
-            .is_empty());
+        assert!(at(live, 990).still_running.is_empty());
+        // Left out of the current attempt's pods (a batch system's replaced pod at its index):
+        // it holds the start all the same.
+        let current = with(going.clone())[0][..2].to_vec();
+        let held = judge(groups, &[current], None, &[], &with(going)[0], 990);
+        assert!(
+            held.ready().is_none(),
+            "a replaced pod left out released the hold"
+        );
+    }
+
+    /// A node clock ahead of the API server's would end the wait before the kubelet kills:
+    /// the deletion's grace counted from when this launcher first saw it bounds it too, and
+    /// nothing is held more than a week.
+    #[test]
+    fn a_deletion_is_bounded_by_this_nodes_clock_too() {
+        let mut going = pod("b", Some("10.0.0.2"), "Running");
+        going.terminating = true;
+        going.deletion_grace = Some(30);
+        // Stamped 1,000 by the API server, first seen at 1,100 by a clock 100 s ahead.
+        going.stops_by = Some(1_000);
+        let mut seen = BTreeMap::new();
+        let mut pods = vec![going.clone(), pod("a", Some("10.0.0.1"), "Running")];
+        bound_deletions(&mut pods, &mut seen, 1_100);
+        assert_eq!(pods[0].stops_by, Some(1_130));
+        assert_eq!(pods[1].stops_by, None);
+        // Seen again later: still counted from the first sight.
+        let mut again = vec![going.clone()];
+        bound_deletions(&mut again, &mut seen, 1_120);
+        assert_eq!(again[0].stops_by, Some(1_130));
+        // A clock behind: the API server's stamp is the later end.
+        let mut behind = vec![going.clone()];
+        bound_deletions(&mut behind, &mut BTreeMap::new(), 900);
+        assert_eq!(behind[0].stops_by, Some(1_000));
+        // A stamp years ahead: a week at most.
+        going.stops_by = Some(i64::MAX / 2);
+        let mut far = vec![going];
+        bound_deletions(&mut far, &mut BTreeMap::new(), 0);
+        assert_eq!(far[0].stops_by, Some(LONGEST_GRACE_S));
     }
 
     #[test]

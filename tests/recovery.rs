@@ -932,6 +932,10 @@ fn a_preempted_pserver_pod_serves_the_jobs_checkpoint_and_the_job_restarts_free(
     let preempted = job.launchers[0].take().unwrap();
     preempted.signal(Signal::SIGTERM);
     let done = preempted.wait(LIMIT);
+    // As the kubelet reports it: its container ended, the pod goes.
+    let api = &job.cluster.api;
+    api.set_terminated("default", &name, done.code(), "Error", "preempted");
+    api.delete_pod("default", &name);
     assert_eq!(done.code(), 143, "{}", done.stderr);
     assert_contains(
         &done.stderr,

@@ -118,6 +118,8 @@ struct Scenario {
     /// Replacements get addresses below the first pods' (the first of them then ranks first
     /// and coordinates), else above.
     low_replacements: bool,
+    /// How long after a deleted pod's grace period the kubelet kills what still runs there.
+    kubelet_lag_ms: u64,
 }
 
 impl Scenario {
@@ -186,6 +188,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
             prop_oneof![Just(2u64), Just(6), Just(10)],
             prop::collection::vec(prop_oneof![6 => Just(0u64), 1 => 1u64..40], 1..4),
             any::<bool>(),
+            0u64..3000,
         )
             .prop_map(
                 |(
@@ -197,6 +200,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                     heartbeat_s,
                     late_s,
                     low_replacements,
+                    kubelet_lag_ms,
                 )| {
                     Scenario {
                         pods,
@@ -207,6 +211,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                         heartbeat_s,
                         late_s,
                         low_replacements,
+                        kubelet_lag_ms,
                     }
                 },
             )
@@ -289,8 +294,10 @@ impl World {
                 match state {
                     PodState::Running => {}
                     PodState::Ended(-15) => {
+                        // As the API server stamps it: truncated to the second.
                         view.terminating = true;
-                        view.stops_by = deleted.map(|at| seconds(at) + POD_GRACE_S as i64);
+                        view.stops_by = deleted.map(|at| (at.as_secs() + POD_GRACE_S) as i64);
+                        view.deletion_grace = Some(POD_GRACE_S);
                     }
                     PodState::Ended(0) => view.phase = membership::PodPhase::Succeeded,
                     PodState::Ended(_) => view.phase = membership::PodPhase::Failed,
@@ -332,12 +339,6 @@ impl World {
     }
 }
 
-/// A time of the run in the API's whole seconds, rounded up (a deletion stamped at 2.1 s gives
-/// the kubelet until 3 s + the grace at least).
-fn seconds(at: Duration) -> i64 {
-    at.as_secs_f64().ceil() as i64
-}
-
 /// One pod's launcher: gathers, joins, trains, judges each attempt's end as the attempt loop
 /// does, until it ends.
 async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimNet) {
@@ -351,6 +352,7 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
     // The attempt this launcher last ran: its epoch and members.
     let mut epoch_ran = String::new();
     let mut members_before: Vec<String> = Vec::new();
+    let mut deletions = BTreeMap::new();
     sleep(scenario.late(slot)).await;
     let group = Group {
         kind: GroupKind::Job,
@@ -375,11 +377,14 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                 let w = world.lock().unwrap();
                 let succeeded = w.pods.iter().any(|p| p.2 == PodState::Ended(0));
                 let now = w.started.elapsed().as_secs() as i64;
+                let mut views = w.pod_views();
+                membership::bound_deletions(&mut views, &mut deletions, now);
                 let verdict = membership::judge(
                     std::slice::from_ref(&group),
-                    &[w.pod_views()],
+                    &[views.clone()],
                     None,
                     &members_before,
+                    &views,
                     now,
                 );
                 (verdict, succeeded, w.pods[slot].2 == PodState::Running)
@@ -412,6 +417,8 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
         let coordinator = std::net::SocketAddr::new(members[0].1, PORT);
         let coordinates = members[0].0 == name;
         let recorded = world.lock().unwrap().recorded;
+        // A fresh launcher's epoch (a job restarted whole) goes on from what the Job records.
+        let fresh_bound = recorded.map_or(0, |(epoch, _)| epoch + 1);
         if let Some((epoch, recorded_preemptions)) =
             recorded.filter(|_| coordinates && first_attempt)
         {
@@ -503,6 +510,12 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
             // which goes on from the epoch the Job records, whatever the budget.)
             let mut w = world.lock().unwrap();
             let allowed = scenario.max_restarts + w.preemptions_made;
+            if !ran_before && epoch > fresh_bound.max(allowed) {
+                let what = format!(
+                    "a fresh launcher started epoch {epoch}, the Job recording {recorded:?}"
+                );
+                w.violation(what);
+            }
             if ran_before && epoch > allowed {
                 let what = format!(
                     "epoch {epoch} started after {} preemptions with a budget of {}",
@@ -843,7 +856,8 @@ async fn run(scenario: Scenario) -> Vec<String> {
                     w.pods[slot].2 == PodState::Ended(-15)
                         && !w.frozen.contains(&slot)
                         && w.deleted[slot].is_some_and(|at| {
-                            at + Duration::from_secs(POD_GRACE_S) <= w.started.elapsed()
+                            let lag = Duration::from_millis(scenario.kubelet_lag_ms);
+                            at + Duration::from_secs(POD_GRACE_S) + lag <= w.started.elapsed()
                         })
                 })
                 .collect()
@@ -996,6 +1010,7 @@ fn a_frozen_preempted_coordinator_and_a_trainer_failing_on_the_checkpoint_is_a_f
         heartbeat_s: 6,
         late_s: vec![0],
         low_replacements: false,
+        kubelet_lag_ms: 0,
     };
     // select! picks at random among branches ready at once: a few runs.
     for _ in 0..5 {

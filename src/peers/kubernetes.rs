@@ -17,7 +17,7 @@ use tracing::{info, warn};
 use crate::config::{Group, GroupKind, Ranking};
 use crate::error::Error;
 use crate::membership::{
-    judge, lost, Member, PodPhase, PodSet, PodView, Readiness, Served, Verdict,
+    bound_deletions, judge, lost, Member, PodPhase, PodSet, PodView, Readiness, Served, Verdict,
 };
 
 /// Interval of the "still waiting" line, so a stuck job always says why.
@@ -299,11 +299,19 @@ pub async fn wait_until_ready(
     let mut errors = Repeats::default();
     let mut last_error = String::from("no answer yet");
     let mut progress = interval_at(started + PROGRESS_EVERY, PROGRESS_EVERY);
-    // When a deleted pod the job waits for may no longer run: judged again then, with no event.
+    // When a deleted pod the job waits for may no longer run: judged again then, with no event
+    // (on a settled view only: not on a half-relisted one, nor while the API fails).
     let mut judge_again: Option<Instant> = None;
+    let mut settled = false;
+    // When this launcher first saw each deleted pod (`bound_deletions`).
+    let mut deletions: BTreeMap<String, i64> = BTreeMap::new();
+    // Since when the job has been held by deleted pods alone: the wait timeout does not run
+    // meanwhile (their grace periods bound it).
+    let mut held_since: Option<Instant> = None;
     loop {
         tokio::select! {
             change = watch.next_change() => {
+                settled = matches!(change, Change::Settled);
                 match change {
                     Change::Settled => {}
                     Change::Unsettled => continue,
@@ -319,12 +327,12 @@ pub async fn wait_until_ready(
                     Change::Refused(e) => return Err(e),
                 }
             }
-            _ = async { sleep_until(judge_again.unwrap_or(started)).await }, if judge_again.is_some() => {}
+            _ = async { sleep_until(judge_again.unwrap_or(started)).await }, if judge_again.is_some() && settled => {}
             _ = progress.tick() => {
                 info!("still waiting after {} s: {status}", started.elapsed().as_secs());
                 continue;
             }
-            _ = async { sleep_until(deadline.unwrap_or(started)).await }, if deadline.is_some() && gated_since.is_none() => {
+            _ = async { sleep_until(deadline.unwrap_or(started)).await }, if deadline.is_some() && gated_since.is_none() && held_since.is_none() => {
                 let waited_s = started.elapsed().as_secs();
                 if !watch.answered {
                     return Err(Error::Unreachable { url: server.url.clone(), waited_s, last_error: last_error.clone() });
@@ -336,7 +344,18 @@ pub async fn wait_until_ready(
             .map(|i| watch.views.group(i).pods())
             .collect();
         let now = seconds_since_epoch();
-        let verdict = judge(groups, &pods, max_failed_trainers, members_before, now);
+        let mut seen: Vec<PodView> = (0..groups.len())
+            .flat_map(|i| watch.views.group(i).all())
+            .collect();
+        bound_deletions(&mut seen, &mut deletions, now);
+        let verdict = judge(
+            groups,
+            &pods,
+            max_failed_trainers,
+            members_before,
+            &seen,
+            now,
+        );
         if let Some((failed, max)) = verdict.too_many_failed {
             return Err(Error::TooManyFailures { failed, max });
         }
@@ -358,6 +377,19 @@ pub async fn wait_until_ready(
         judge_again = verdict
             .judge_again_at()
             .map(|at| Instant::now() + Duration::from_secs(u64::try_from(at - now).unwrap_or(0)));
+        let held = !verdict.still_running.is_empty()
+            && verdict
+                .groups
+                .iter()
+                .all(|r| matches!(r, Readiness::Ready(_)));
+        match (held, held_since) {
+            (true, None) => held_since = Some(Instant::now()),
+            (false, Some(since)) => {
+                deadline = deadline.map(|d| d + since.elapsed());
+                held_since = None;
+            }
+            _ => {}
+        }
         match (all_gated(&pods), gated_since) {
             (true, None) => {
                 info!("every pod of the job is held by a scheduling gate: waiting for its admission, without a timeout");
@@ -369,7 +401,7 @@ pub async fn wait_until_ready(
             }
             _ => {}
         }
-        let line = waiting_line(groups, &verdict, now);
+        let line = waiting_line(groups, &verdict);
         if line != status {
             info!("waiting: {line}");
             status = line;
@@ -391,7 +423,7 @@ fn all_gated(groups: &[Vec<PodView>]) -> bool {
 }
 
 /// What the groups that are not ready wait for, in one line.
-fn waiting_line(groups: &[Group], verdict: &Verdict, now: i64) -> String {
+fn waiting_line(groups: &[Group], verdict: &Verdict) -> String {
     let mut waiting: Vec<String> = groups
         .iter()
         .zip(&verdict.groups)
@@ -401,7 +433,7 @@ fn waiting_line(groups: &[Group], verdict: &Verdict, now: i64) -> String {
             Readiness::Waiting(wait) => Some(format!("{}: {wait}", group_name(group.kind))),
         })
         .collect();
-    waiting.extend(verdict.held_by(now));
+    waiting.extend(verdict.held_by());
     waiting.join(" | ")
 }
 
@@ -753,6 +785,9 @@ pub fn ranked_view(pod: &Pod, ranking: &Ranking) -> PodView {
             // As --pod-grace-period allows: a week.
             .map(|seconds| seconds.min(7 * 24 * 3600)),
         stops_by: meta.deletion_timestamp.as_ref().map(|t| t.0.as_second()),
+        deletion_grace: meta
+            .deletion_grace_period_seconds
+            .and_then(|g| u64::try_from(g).ok()),
     }
 }
 
