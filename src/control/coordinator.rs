@@ -1506,6 +1506,77 @@ mod tests {
         assert_eq!(core, before);
     }
 
+    /// A finished trainer stopped progressing for good: the coordinator's own, once it
+    /// succeeded, is no suspect of a hang either.
+    #[test]
+    fn a_hang_never_names_the_coordinators_own_finished_trainer() {
+        let t0 = Instant::now();
+        let (mut core, _) = Core::start(setup(&["a", "b"]), t0);
+        core.step(joined(1, "a"));
+        core.step(joined(2, "b"));
+        let s = Duration::from_secs;
+        // Its own trainer ended at step 1 and succeeded; a and b are ahead of it.
+        core.step(Input::OwnProgress {
+            step: Some(1),
+            last: t0 + s(5),
+        });
+        core.step(Input::Own(Request::Done));
+        for (link, pod, step) in [(1, "a", 10), (2, "b", 9)] {
+            core.step(Input::Progress {
+                link,
+                pod: pod.into(),
+                step: Some(step),
+                quiet: Duration::ZERO,
+                at: t0 + s(5),
+            });
+        }
+        core.step(Input::Tick(t0 + s(35)));
+        let failed = Message::Failed {
+            reason: "pod a: trainer-1 made no progress for 30 s".into(),
+            restartable: true,
+            hang: true,
+        };
+        let effects = core.step(said(1, "a", failed));
+        let reason = effects
+            .iter()
+            .find_map(|e| match e {
+                Effect::Broadcast(Message::Lost { reason, .. }) => Some(reason.clone()),
+                _ => None,
+            })
+            .unwrap();
+        assert!(reason.contains("suspect pod b on node n7"), "{reason}");
+    }
+
+    /// A preemption asks every trainer for a checkpoint: the followers' by a broadcast, the
+    /// coordinator's own by an effect, unless the preempted pod is its own (its launcher asks
+    /// its trainer itself, as it leaves).
+    #[test]
+    fn a_preemption_asks_the_coordinators_own_trainer_unless_it_is_the_preempted_one() {
+        let checkpoints = |effects: &[Effect]| {
+            (
+                effects
+                    .iter()
+                    .any(|e| matches!(e, Effect::Broadcast(Message::Checkpoint { .. }))),
+                effects.iter().any(|e| matches!(e, Effect::Checkpoint(_))),
+            )
+        };
+        let running = || {
+            let (mut core, _) = Core::start(setup(&["a", "b"]), Instant::now());
+            core.step(joined(1, "a"));
+            core.step(joined(2, "b"));
+            core
+        };
+        let follower = Message::Preempted {
+            reason: "pod a: preempted (SIGTERM while training)".into(),
+        };
+        assert_eq!(
+            checkpoints(&running().step(said(1, "a", follower))),
+            (true, true)
+        );
+        let own = Request::Preempted("pod me: preempted (SIGTERM while training)".into());
+        assert_eq!(checkpoints(&running().step(Input::Own(own))), (true, false));
+    }
+
     /// A hang reported by one launcher: the coordinator names the rank its reports point at
     /// (furthest behind), not the reporter, and every launcher hears that the job hangs, so
     /// that each asks its trainer for its stacks.
