@@ -1724,6 +1724,29 @@ mod tests {
         assert_eq!(core.stage, Stage::Closing);
     }
 
+    /// Many pods without a hello: eight are named, and how many more there are.
+    #[test]
+    fn at_most_eight_silent_pods_are_named_and_the_rest_counted() {
+        let names = |count: usize| (0..count).map(|i| format!("p{i}")).collect::<Vec<_>>();
+        let line = |count: usize| {
+            let others = names(count);
+            let others: Vec<&str> = others.iter().map(String::as_str).collect();
+            let start = Instant::now();
+            let (mut core, _) = Core::start(setup(&others), start);
+            core.overdue_hellos(start + Duration::from_secs(2)).unwrap()
+        };
+        let eight = line(8);
+        assert!(
+            eight.contains(": p0, p1, p2, p3, p4, p5, p6, p7;"),
+            "{eight}"
+        );
+        let nine = line(9);
+        assert!(
+            nine.contains(": p0, p1, p2, p3, p4, p5, p6, p7 and 1 more;"),
+            "{nine}"
+        );
+    }
+
     /// A member found Running that never says hello (its launcher has no job secret, say) is
     /// named every `hello_overdue` while the coordinator gathers, long before the join grace
     /// ends; once everyone is there, nobody is.
