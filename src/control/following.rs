@@ -566,7 +566,7 @@ mod tests {
                 "a verdict without a loss still ends the attempt",
                 vec![go(), frame(Message::Verdict { restart: true })],
                 vec![
-                    heard_go,
+                    heard_go.clone(),
                     Hear(Heard::Lost {
                         reason: "the coordinator decided the job's loss".into(),
                         restart: true,
@@ -574,6 +574,50 @@ mod tests {
                         preempted: false,
                     }),
                     KnowsVerdict(true),
+                ],
+            ),
+            (
+                "a loss told without a restart, then the coordinator's silence: no restart is known",
+                vec![
+                    go(),
+                    frame(Message::Lost {
+                        reason: "pod p-2: trainer exited with status 3".into(),
+                        restart: false,
+                        hang: false,
+                        preempted: false,
+                    }),
+                    Input::Silent(10),
+                ],
+                vec![
+                    heard_go.clone(),
+                    Hear(Heard::Lost {
+                        reason: "pod p-2: trainer exited with status 3".into(),
+                        restart: false,
+                        hang: false,
+                        preempted: false,
+                    }),
+                    StopListening,
+                    KnowsVerdict(false),
+                ],
+            ),
+            (
+                "a verdict of no restart, then the coordinator's silence: no restart is known",
+                vec![
+                    go(),
+                    frame(Message::Verdict { restart: false }),
+                    Input::Silent(10),
+                ],
+                vec![
+                    heard_go,
+                    Hear(Heard::Lost {
+                        reason: "the coordinator decided the job's loss".into(),
+                        restart: false,
+                        hang: false,
+                        preempted: false,
+                    }),
+                    KnowsVerdict(false),
+                    StopListening,
+                    KnowsVerdict(false),
                 ],
             ),
         ];
