@@ -12,7 +12,7 @@ use crate::cli::JobArgs;
 use crate::config::{Config, Discovery, GroupKind};
 use crate::error::Error;
 use crate::exit::{self, Outcome};
-use crate::membership::{judge, rank, Membership, Readiness};
+use crate::membership::{bound_deletions, current, judge, rank, Membership, PodView, Readiness};
 use crate::peers::{kubernetes, static_list};
 use crate::vocabulary::count;
 
@@ -186,7 +186,12 @@ pub async fn doctor(
     // The same rule as the wait of `run`, so that doctor's verdict is the launcher's.
     let now = kubernetes::seconds_since_epoch();
     let mut seen = lists.concat();
-    crate::membership::bound_deletions(&mut seen, &mut Default::default(), now);
+    bound_deletions(&mut seen, &mut Default::default(), now);
+    let lists: Vec<Vec<PodView>> = groups
+        .iter()
+        .zip(lists)
+        .map(|(group, pods)| current(pods, &group.ranking))
+        .collect();
     let verdict = judge(
         groups,
         &lists,

@@ -678,20 +678,20 @@ pub async fn record_restarts(
     ))
 }
 
-/// One plain list of each group's pods, no watch: for `doctor`.
+/// One plain list of each group's pods, no watch, every pod the selector matches (of any
+/// attempt, replaced or not: `membership::current` picks the attempt's): for `doctor`.
 pub async fn list_once(server: &ApiServer, groups: &[Group]) -> Result<Vec<Vec<PodView>>, Error> {
     let api: Api<Pod> = Api::namespaced(server.client.clone(), &server.namespace);
     let mut lists = Vec::new();
     for group in groups {
         let params = kube::api::ListParams::default().labels(&group.selector.to_string());
         match api.list(&params).await {
-            Ok(list) => lists.push(crate::membership::current(
+            Ok(list) => lists.push(
                 list.items
                     .iter()
                     .map(|pod| ranked_view(pod, &group.ranking))
                     .collect(),
-                &group.ranking,
-            )),
+            ),
             Err(kube::Error::Api(status)) if matches!(status.code, 401 | 403) => {
                 return Err(Error::Forbidden {
                     namespace: server.namespace.clone(),
