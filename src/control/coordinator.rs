@@ -1054,6 +1054,14 @@ mod tests {
         }
     }
 
+    /// A coordinator of `me`, `a` and `b`, both joined (links 1 and 2): the job runs.
+    fn both_joined(at: Instant) -> Core {
+        let (mut core, _) = Core::start(setup(&["a", "b"]), at);
+        core.step(joined(1, "a"));
+        core.step(joined(2, "b"));
+        core
+    }
+
     fn joined(link: u64, pod: &str) -> Input {
         Input::Joined {
             link,
@@ -1358,9 +1366,7 @@ mod tests {
     /// (M8: a coordinator that kept waiting would hold every follower until its own timeout).
     #[test]
     fn a_coordinator_that_succeeded_stops_at_the_first_loss() {
-        let (mut core, _) = Core::start(setup(&["a", "b"]), Instant::now());
-        core.step(joined(1, "a"));
-        core.step(joined(2, "b"));
+        let mut core = both_joined(Instant::now());
         core.step(Input::Own(Request::Finish { succeeded: true }));
         assert!(!core.stopped(), "it stopped before the followers reported");
         let effects = core.step(ended(1, "a", WireError::Closed));
@@ -1380,9 +1386,7 @@ mod tests {
     /// would take the restart back from every follower).
     #[test]
     fn a_success_finished_after_a_loss_closes_without_telling_it() {
-        let (mut core, _) = Core::start(setup(&["a", "b"]), Instant::now());
-        core.step(joined(1, "a"));
-        core.step(joined(2, "b"));
+        let mut core = both_joined(Instant::now());
         let lost = core.step(ended(1, "a", WireError::Closed));
         assert!(
             lost.contains(&Effect::Broadcast(Message::Lost {
@@ -1411,15 +1415,11 @@ mod tests {
                 _ => None,
             })
         };
-        let (mut core, _) = Core::start(setup(&["a", "b"]), Instant::now());
-        core.step(joined(1, "a"));
-        core.step(joined(2, "b"));
+        let mut core = both_joined(Instant::now());
         core.step(said(1, "a", preempted.clone()));
         let own = reason_of(&core.step(ended(1, "a", WireError::Closed))).unwrap();
         assert!(!own.contains("; then: "), "{own}");
-        let (mut core, _) = Core::start(setup(&["a", "b"]), Instant::now());
-        core.step(joined(1, "a"));
-        core.step(joined(2, "b"));
+        let mut core = both_joined(Instant::now());
         core.step(said(1, "a", preempted));
         let other = reason_of(&core.step(ended(2, "b", WireError::Closed))).unwrap();
         assert!(
@@ -1457,9 +1457,7 @@ mod tests {
     /// that starts over).
     #[test]
     fn a_finished_member_joining_again_is_a_final_loss() {
-        let (mut core, _) = Core::start(setup(&["a", "b"]), Instant::now());
-        core.step(joined(1, "a"));
-        core.step(joined(2, "b"));
+        let mut core = both_joined(Instant::now());
         core.step(said(1, "a", Message::Done));
         let closed = core.step(ended(1, "a", WireError::Closed));
         assert!(closed.is_empty(), "{closed:?}");
@@ -1479,9 +1477,7 @@ mod tests {
     /// member, change nothing.
     #[test]
     fn what_a_stale_or_foreign_connection_says_changes_nothing() {
-        let (mut core, _) = Core::start(setup(&["a", "b"]), Instant::now());
-        core.step(joined(1, "a"));
-        core.step(joined(2, "b"));
+        let mut core = both_joined(Instant::now());
         let before = core.clone();
         let failed = Message::Failed {
             reason: "x".into(),
@@ -1511,9 +1507,7 @@ mod tests {
     #[test]
     fn a_hang_never_names_the_coordinators_own_finished_trainer() {
         let t0 = Instant::now();
-        let (mut core, _) = Core::start(setup(&["a", "b"]), t0);
-        core.step(joined(1, "a"));
-        core.step(joined(2, "b"));
+        let mut core = both_joined(t0);
         let s = Duration::from_secs;
         // Its own trainer ended at step 1 and succeeded; a and b are ahead of it.
         core.step(Input::OwnProgress {
@@ -1560,12 +1554,7 @@ mod tests {
                 effects.iter().any(|e| matches!(e, Effect::Checkpoint(_))),
             )
         };
-        let running = || {
-            let (mut core, _) = Core::start(setup(&["a", "b"]), Instant::now());
-            core.step(joined(1, "a"));
-            core.step(joined(2, "b"));
-            core
-        };
+        let running = || both_joined(Instant::now());
         let follower = Message::Preempted {
             reason: "pod a: preempted (SIGTERM while training)".into(),
         };
@@ -1583,9 +1572,7 @@ mod tests {
     #[test]
     fn a_hang_names_the_rank_furthest_behind_for_everyone() {
         let t0 = Instant::now();
-        let (mut core, _) = Core::start(setup(&["a", "b"]), t0);
-        core.step(joined(1, "a"));
-        core.step(joined(2, "b"));
+        let mut core = both_joined(t0);
         let s = Duration::from_secs;
         core.step(Input::OwnProgress {
             step: Some(10),
@@ -1634,9 +1621,7 @@ mod tests {
     /// restart, and that is final at once, not once the lingering member leaves.
     #[test]
     fn a_final_loss_is_decided_at_once() {
-        let (mut core, _) = Core::start(setup(&["a", "b"]), Instant::now());
-        core.step(joined(1, "a"));
-        core.step(joined(2, "b"));
+        let mut core = both_joined(Instant::now());
         core.step(said(1, "a", Message::Done));
         let effects = core.step(said(
             2,
@@ -1654,9 +1639,7 @@ mod tests {
     /// Two members running; b's pod is lost (a loss the job may restart from) and its
     /// replacement joins on link 3 before the verdict: held, told nothing yet.
     fn b_replaced_after_a_restartable_loss() -> Core {
-        let (mut core, _) = Core::start(setup(&["a", "b"]), Instant::now());
-        core.step(joined(1, "a"));
-        core.step(joined(2, "b"));
+        let mut core = both_joined(Instant::now());
         core.step(ended(2, "b", WireError::Closed));
         assert_eq!(core.lost.as_ref().map(|l| l.1), Some(true));
         assert!(

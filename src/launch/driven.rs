@@ -690,6 +690,19 @@ async fn freezable(launcher: impl std::future::Future<Output = ()>, frozen: Arc<
     .await
 }
 
+/// A pod's launcher killed (SIGKILL: by hand, or by the kubelet at its grace period's end):
+/// its task and trainer gone, its pod ended with 137.
+fn kill(launchers: &mut BTreeMap<usize, tokio::task::JoinHandle<()>>, world: &Shared, slot: usize) {
+    if let Some(task) = launchers.remove(&slot) {
+        task.abort();
+    }
+    let mut w = world.lock().unwrap();
+    w.pods[slot].2 = PodState::Ended(137);
+    w.training.remove(&slot);
+    let at = w.started.elapsed();
+    w.ended.insert(slot, (at, 137, String::new(), None));
+}
+
 /// Runs one scenario to its end; the violations found.
 async fn run(scenario: Scenario) -> Vec<String> {
     let scenario = Arc::new(scenario);
@@ -779,14 +792,7 @@ async fn run(scenario: Scenario) -> Vec<String> {
                     }
                     // Its address answers nobody once its pod is gone (after the close).
                     gone.push((now + Duration::from_millis(100), ip));
-                    if let Some(task) = launchers.remove(&slot) {
-                        task.abort();
-                    }
-                    let mut w = world.lock().unwrap();
-                    w.pods[slot].2 = PodState::Ended(137);
-                    w.training.remove(&slot);
-                    let at = w.started.elapsed();
-                    w.ended.insert(slot, (at, 137, String::new(), None));
+                    kill(&mut launchers, &world, slot);
                     if !replaced {
                         owed.push(now + Duration::from_secs(scenario.replace_after));
                     }
@@ -863,14 +869,7 @@ async fn run(scenario: Scenario) -> Vec<String> {
                 .collect()
         };
         for slot in overdue {
-            if let Some(task) = launchers.remove(&slot) {
-                task.abort();
-            }
-            let mut w = world.lock().unwrap();
-            w.pods[slot].2 = PodState::Ended(137);
-            w.training.remove(&slot);
-            let at = w.started.elapsed();
-            w.ended.insert(slot, (at, 137, String::new(), None));
+            kill(&mut launchers, &world, slot);
         }
         // A frozen pod's node is found lost: the API marks it Failed.
         {
