@@ -512,7 +512,8 @@ fn a_job_held_by_kueue_waits_for_admission_without_timing_out() {
 /// A Job replaces a deleted pod at once (its default `podReplacementPolicy`): the replacement is
 /// Running while the old pod's trainer may still checkpoint in its grace period. The launcher
 /// does not start the job before that grace period is over (no trainer in two attempts at
-/// once), says why while it waits, and `doctor` says so too.
+/// once), says why while it waits, and `doctor` says so too; `--wait-timeout` does not run
+/// meanwhile.
 #[test]
 fn a_deleted_pod_that_may_still_run_is_waited_for_until_its_grace_period_ends() {
     let cluster = Cluster::new();
@@ -535,6 +536,8 @@ fn a_deleted_pod_that_may_still_run_is_waited_for_until_its_grace_period_ends() 
         ("POD_NAME", "rep-new".to_string()),
         ("PADDLE_LAUNCHER_PROTOCOL", "collective".to_string()),
         ("PADDLE_LAUNCHER_TRAINER_PORT", free_ports(1).to_string()),
+        // Shorter than the hold: the wait timeout does not run while only the deleted pod holds.
+        ("PADDLE_LAUNCHER_WAIT_TIMEOUT", "2".to_string()),
     ]);
     let doctor = Launcher::start(
         cluster.dir.path(),
