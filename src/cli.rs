@@ -331,6 +331,13 @@ pub struct JobArgs {
     /// Port of each trainer's own endpoint (fleet, collective) [default: 6170].
     #[arg(long, env = "PADDLE_LAUNCHER_TRAINER_PORT")]
     pub trainer_port: Option<String>,
+    /// Trainer processes each pod runs (collective), each supervised: N, or `auto` (the
+    /// devices listed in CUDA_VISIBLE_DEVICES, else NVIDIA_VISIBLE_DEVICES, else the
+    /// /dev/nvidiaN files, else 1). The process of local rank l on the pod ranked r is trainer
+    /// id r x N + l, on the l-th port from --trainer-port up (the control port skipped)
+    /// [default: 1].
+    #[arg(long, env = "PADDLE_LAUNCHER_NPROC_PER_POD")]
+    pub nproc_per_pod: Option<String>,
     /// Directory that receives the files `trainer_id` and `trainer_count`; empty disables
     /// [default: /].
     #[arg(long, env = "PADDLE_LAUNCHER_ID_DIR")]

@@ -100,6 +100,16 @@ pub async fn doctor(
         count(config.topology.pservers as usize, "pserver"),
         config.topology.protocol
     ));
+    let seen = crate::devices::seen();
+    if let Err(e) = crate::devices::resolve(&mut config, &seen, crate::devices::cpus()) {
+        return (
+            lines,
+            Outcome::new(exit::INVALID_CONFIG, format!("configuration: {e}")),
+        );
+    }
+    if !config.topology.processes.found.is_empty() {
+        lines.push(format!("processes: {}", config.topology.processes.found));
+    }
     let my_ip = match own_ip(&config, interfaces, hostname_ip) {
         Ok(ip) => ip,
         Err(e) => {
@@ -241,6 +251,22 @@ pub async fn doctor(
     would_start(&config, &membership, my_ip, lines)
 }
 
+/// "trainer id 5 of 8, local rank 1: endpoint 10.0.0.2:6172, GPU 1, progress file /w/progress.1".
+fn place_line(place: &crate::plan::TrainerPlace) -> String {
+    let device = match &place.device {
+        Some(index) => format!("GPU {index} of CUDA_VISIBLE_DEVICES"),
+        None => "no GPU".to_string(),
+    };
+    format!(
+        "trainer id {} of {}, local rank {}: endpoint {}, {device}, progress file {}",
+        place.trainer_id,
+        place.of,
+        place.local_rank,
+        place.endpoint.as_deref().unwrap_or("-"),
+        place.progress_file.display()
+    )
+}
+
 /// With every pod found: what `plan` and `run` would say next, by the same rules — this pod's
 /// place among them (each listener on its own address, this pod among the members), its ranks,
 /// the channel, and whether the commands it would start exist.
@@ -266,6 +292,13 @@ fn would_start(
         test: None,
     };
     let plan = crate::protocol::plan(config, membership, &me, &no_files);
+    if config.topology.processes.several() {
+        lines.extend(
+            plan.trainers()
+                .filter_map(|p| p.place.as_ref())
+                .map(place_line),
+        );
+    }
     for process in &plan.processes {
         let Some(command) = process.argv.first() else {
             continue;

@@ -19,6 +19,7 @@ pub(crate) mod batch;
 pub mod cli;
 pub(crate) mod config;
 pub(crate) mod control;
+pub(crate) mod devices;
 pub(crate) mod doctor;
 pub(crate) mod error;
 pub(crate) mod events;

@@ -38,6 +38,24 @@ pub struct ProcessSpec {
     pub cwd: PathBuf,
     /// File that receives a copy of the process's output, besides the container's stdout.
     pub log: Option<PathBuf>,
+    /// A trainer's place in the job (one row of the plan's processes); None for a pserver.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub place: Option<TrainerPlace>,
+}
+
+/// A trainer process's place in the job: what `plan` and `doctor` show of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TrainerPlace {
+    /// Pod-major: the pod's rank x processes per pod + the local rank.
+    pub trainer_id: usize,
+    /// The job's trainer processes.
+    pub of: usize,
+    pub local_rank: usize,
+    /// Its own endpoint (collective, fleet).
+    pub endpoint: Option<String>,
+    /// Its GPU, an index into CUDA_VISIBLE_DEVICES (`FLAGS_selected_gpus`).
+    pub device: Option<String>,
+    pub progress_file: PathBuf,
 }
 
 /// A directory whose contents are copied into the work directory before the launch.
@@ -152,8 +170,14 @@ impl Plan {
         self
     }
 
+    /// The first process of `role` (the pod's trainer, or its local rank 0).
     pub fn process(&self, role: Role) -> Option<&ProcessSpec> {
         self.processes.iter().find(|p| p.role == role)
+    }
+
+    /// The pod's trainer processes, local rank order.
+    pub fn trainers(&self) -> impl Iterator<Item = &ProcessSpec> {
+        self.processes.iter().filter(|p| p.role == Role::Trainer)
     }
 
     pub fn to_json(&self) -> String {

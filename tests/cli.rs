@@ -312,3 +312,102 @@ fn a_checkpoint_signal_or_window_that_cannot_work_is_refused() {
         assert_eq!(out.status.code(), Some(0), "{accepted}: {stderr}");
     }
 }
+
+/// --nproc-per-pod that is no count, too many, or more processes than the GPUs listed, a
+/// protocol with one trainer per pod, and a pod's own size that contradicts the launcher's:
+/// refused before anything starts, status 2, in one line naming the value.
+#[test]
+fn processes_per_pod_that_cannot_work_are_refused() {
+    let base = [
+        ("JOB_NAME", "n"),
+        ("PADDLE_LAUNCHER_PEERS", "127.0.0.2"),
+        ("POD_IP", "127.0.0.2"),
+        ("PADDLE_LAUNCHER_PROTOCOL", "collective"),
+    ];
+    let count = "expected trainer processes per pod, or auto, an integer from 1 to 1024";
+    let refused: [(&[(&str, &str)], &str); 7] = [
+        (&[("PADDLE_LAUNCHER_NPROC_PER_POD", "0")], count),
+        (&[("PADDLE_LAUNCHER_NPROC_PER_POD", "-1")], count),
+        (&[("PADDLE_LAUNCHER_NPROC_PER_POD", "abc")], count),
+        (&[("PADDLE_LAUNCHER_NPROC_PER_POD", "1025")], count),
+        (
+            &[
+                ("PADDLE_LAUNCHER_NPROC_PER_POD", "2"),
+                ("PADDLE_LAUNCHER_PROTOCOL", "v1"),
+            ],
+            "invalid PADDLE_LAUNCHER_NPROC_PER_POD (--nproc-per-pod): \"2\": expected 1 with --protocol v1: v1 trainers run their own --trainer_count threads",
+        ),
+        (
+            &[
+                ("PADDLE_LAUNCHER_NPROC_PER_POD", "8"),
+                ("CUDA_VISIBLE_DEVICES", "0,1,2,3"),
+            ],
+            "invalid PADDLE_LAUNCHER_NPROC_PER_POD (--nproc-per-pod): \"8\": expected at most one process per GPU: CUDA_VISIBLE_DEVICES=0,1,2,3 lists 4",
+        ),
+        (
+            &[
+                ("PADDLE_LAUNCHER_NPROC_PER_POD", "2"),
+                ("PADDLE_LOCAL_SIZE", "8"),
+            ],
+            "invalid PADDLE_LOCAL_SIZE: \"8\": expected unset or 2, the pod's trainer processes",
+        ),
+    ];
+    for (extra, said) in refused {
+        refused_with(&base, extra, said);
+    }
+}
+
+/// `auto` runs one process per GPU listed, each told its index into CUDA_VISIBLE_DEVICES
+/// (passed on unchanged), and says why; with nothing found, one process, said.
+#[test]
+fn auto_runs_one_process_per_listed_gpu_and_says_why() {
+    let plan = |extra: &[(&str, &str)]| {
+        let mut env = vec![
+            ("JOB_NAME", "a"),
+            ("PADDLE_LAUNCHER_PEERS", "127.0.0.2,127.0.0.3"),
+            ("POD_IP", "127.0.0.3"),
+            ("PADDLE_LAUNCHER_PROTOCOL", "collective"),
+            ("PADDLE_LAUNCHER_NPROC_PER_POD", "auto"),
+        ];
+        env.extend(extra);
+        let out = launcher(&["plan", "--", "python", "train.py"], &env);
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        (plan, stderr)
+    };
+    let (four, said) = plan(&[("CUDA_VISIBLE_DEVICES", "4,5,6,7")]);
+    assert!(
+        said.contains(
+            "auto: CUDA_VISIBLE_DEVICES=4,5,6,7 lists 4; one trainer process per device, 4"
+        ),
+        "{said}"
+    );
+    let processes = four["processes"].as_array().unwrap();
+    let row = |p: &serde_json::Value| {
+        (
+            p["place"]["trainer_id"].as_u64().unwrap(),
+            p["env"]["FLAGS_selected_gpus"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+            p["env"].get("CUDA_VISIBLE_DEVICES").is_none(),
+        )
+    };
+    let rows: Vec<_> = processes.iter().map(row).collect();
+    assert_eq!(
+        rows,
+        [
+            (4, "0".to_string(), true),
+            (5, "1".to_string(), true),
+            (6, "2".to_string(), true),
+            (7, "3".to_string(), true)
+        ]
+    );
+    let (one, said) = plan(&[]);
+    assert_eq!(one["processes"].as_array().unwrap().len(), 1);
+    assert!(
+        said.contains("no GPU") && said.contains("one trainer process"),
+        "{said}"
+    );
+}

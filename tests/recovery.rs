@@ -294,6 +294,41 @@ fn a_trainer_failing_once_restarts_every_trainer_and_the_job_succeeds() {
     }
 }
 
+/// Two trainer processes per pod: one process failing once stops its sibling and restarts
+/// all four in place, each told its pod-major id and every process's endpoint, its output
+/// marked with its trainer id; every pod names the failing process by trainer id and local
+/// rank.
+#[test]
+fn a_process_failing_once_restarts_every_process_of_every_pod() {
+    let mut job = Job::new("procs", 2, 1);
+    job.fail_once_rank = Some(3);
+    job.extra_env
+        .push(("PADDLE_LAUNCHER_NPROC_PER_POD", "2".to_string()));
+    job.create_pods(2);
+    let outputs = job.all_finish_in_epoch(1);
+    assert_eq!(epoch_lines(&outputs, 0).len(), 4, "{outputs:?}");
+    let lines = epoch_lines(&outputs, 1);
+    let ranks: Vec<&str> = lines.iter().map(|l| &l[..6]).collect();
+    assert_eq!(ranks, ["rank=0", "rank=1", "rank=2", "rank=3"], "{lines:?}");
+    let ips = endpoints(&job, &[0, 1]);
+    let told = lines[0].rsplit_once('=').unwrap().1;
+    let hosts: Vec<&str> = told
+        .split(',')
+        .map(|e| e.rsplit_once(':').unwrap().0)
+        .collect();
+    assert_eq!(hosts, [&ips[0], &ips[0], &ips[1], &ips[1]], "{told}");
+    let all = outputs.concat();
+    assert_contains(&all, "[trainer-3] rank=3 count=1 ");
+    for (pod, _, _) in &job.created {
+        let stderr =
+            std::fs::read_to_string(job.cluster.dir.path().join(format!("{pod}.stderr"))).unwrap();
+        assert_contains(
+            &stderr,
+            "trainer id 3 of 4 (local rank 1) exited with status 3: restarting the job (restart 1 of 1)",
+        );
+    }
+}
+
 /// A pod killed whole (launcher and children) and replaced by a pod with a new name and a new
 /// IP: the survivors' launchers never exit; every trainer restarts with the new membership, the
 /// replacement's in the survivors' epoch.

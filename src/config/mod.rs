@@ -176,6 +176,64 @@ pub struct Topology {
     pub pod_ip: Option<IpAddr>,
     pub pod_name: Option<String>,
     pub discovery: Discovery,
+    /// The trainer processes each pod runs.
+    pub processes: Processes,
+}
+
+/// Most trainer processes a pod may run: more than any node has devices, and a typo like
+/// 80000 is refused rather than forked.
+pub const MAX_NPROC_PER_POD: u32 = 1024;
+
+/// --nproc-per-pod as given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PerPod {
+    Count(u32),
+    /// As many as the pod has devices (`devices::resolve`).
+    Auto,
+}
+
+/// The trainer processes of each pod: how many, and on what. `per_pod` is final once
+/// `devices::resolve` has looked at the pod (for `auto`, 1 until then).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Processes {
+    pub asked: PerPod,
+    pub per_pod: u32,
+    /// The GPUs this pod sees (0: none, the processes use gloo on CPUs).
+    pub devices: u32,
+    /// The CPUs the container may use: each of N > 1 processes gets `cpus / N` OpenMP threads
+    /// unless OMP_NUM_THREADS is set.
+    pub cpus: u32,
+    /// What the launcher found and why it runs `per_pod` processes (a log line).
+    pub found: String,
+    /// The pod's own values of the variables the processes would otherwise be given
+    /// (PADDLE_DISTRI_BACKEND, OMP_NUM_THREADS: the user's win).
+    pub given: std::collections::BTreeMap<String, String>,
+}
+
+impl Processes {
+    pub fn one() -> Processes {
+        Processes {
+            asked: PerPod::Count(1),
+            per_pod: 1,
+            devices: 0,
+            cpus: 1,
+            found: String::new(),
+            given: Default::default(),
+        }
+    }
+
+    /// OpenMP threads per process when OMP_NUM_THREADS is unset: the container's CPUs shared
+    /// out, at least one. (torchrun's 1 starves a CPU job's kernels; none oversubscribes the
+    /// CPUs N times over.)
+    pub fn omp_threads(&self) -> u32 {
+        (self.cpus / self.per_pod.max(1)).max(1)
+    }
+
+    /// Several processes per pod: the per-node contract of `paddle.distributed.launch`; one is
+    /// the seed's contract, byte for byte.
+    pub fn several(&self) -> bool {
+        self.per_pod > 1
+    }
 }
 
 /// The network side: the NIC given to Paddle, the pservers' ports and the trainers' port.
@@ -280,7 +338,7 @@ impl Config {
         let timing = Timing::from_args(args)?;
         let workspace = Workspace::from_args(args)?;
         let control = Control::from_args(args)?;
-        Ok(Config {
+        let config = Config {
             runtime: None,
             topology,
             ports,
@@ -288,7 +346,38 @@ impl Config {
             timing,
             workspace,
             control,
-        })
+        };
+        config.trainer_ports()?;
+        Ok(config)
+    }
+
+    /// The trainer processes' ports, local rank order: --trainer-port for one; for several,
+    /// the ports from there up that the control channel does not use (its default 6171 is
+    /// next to the trainers' 6170), the same on every pod.
+    pub fn trainer_ports(&self) -> Result<Vec<u16>, ConfigError> {
+        let first = self.ports.trainer;
+        let per_pod = self.topology.processes.per_pod as usize;
+        if per_pod == 1 {
+            return Ok(vec![first]);
+        }
+        let control = [
+            Some(self.control.port),
+            self.control.coordinator.as_ref().map(|(_, port)| *port),
+        ];
+        let ports: Vec<u16> = (first..=u16::MAX)
+            .filter(|port| !control.contains(&Some(*port)))
+            .take(per_pod)
+            .collect();
+        if ports.len() < per_pod {
+            return Err(ConfigError::new(
+                TRAINER_PORT,
+                &first.to_string(),
+                format!(
+                    "a port with room for {per_pod} trainer ports above it, one per process ({NPROC_PER_POD})"
+                ),
+            ));
+        }
+        Ok(ports)
     }
 
     /// The restarts the job has had as a whole before this pod started: its batch system's

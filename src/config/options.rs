@@ -40,6 +40,7 @@ pub const ENTRY: Opt = Opt("entry");
 pub const PSERVER_CMD: Opt = Opt("pserver_cmd");
 pub const TRAINER_CMD: Opt = Opt("trainer_cmd");
 pub const TRAINER_PORT: Opt = Opt("trainer_port");
+pub const NPROC_PER_POD: Opt = Opt("nproc_per_pod");
 pub const TRAIN_FILES: Opt = Opt("train_files");
 pub const TEST_FILES: Opt = Opt("test_files");
 pub const DNS: Opt = Opt("dns");
@@ -95,6 +96,7 @@ pub(super) const NAMED_OPTIONS: &[Opt] = &[
     PSERVER_CMD,
     TRAINER_CMD,
     TRAINER_PORT,
+    NPROC_PER_POD,
     TRAIN_FILES,
     TEST_FILES,
     DNS,

@@ -95,6 +95,7 @@ impl Topology {
             .map(|text| parse_int(text, MAX_FAILED, 0, MAX_PODS as u64, "a number of pods"))
             .transpose()?
             .map(|n| n as u32);
+        let processes = processes(args, protocol)?;
         Ok(Topology {
             job_name,
             namespace,
@@ -108,8 +109,49 @@ impl Topology {
             pod_ip,
             pod_name,
             discovery: layout.discovery,
+            processes,
         })
     }
+}
+
+/// --nproc-per-pod: a count from 1 to `MAX_NPROC_PER_POD`, or `auto`; more than one only where
+/// a protocol has several trainers per pod (collective: v1 has its own `--trainer_count`
+/// threads, v2 and fleet one trainer per pod).
+fn processes(args: &JobArgs, protocol: Protocol) -> Result<Processes, ConfigError> {
+    let Some(text) = present(&args.nproc_per_pod) else {
+        return Ok(Processes::one());
+    };
+    let asked = match text {
+        "auto" => PerPod::Auto,
+        text => PerPod::Count(parse_int(
+            text,
+            NPROC_PER_POD,
+            1,
+            MAX_NPROC_PER_POD as u64,
+            "trainer processes per pod, or auto",
+        )? as u32),
+    };
+    if asked != PerPod::Count(1) && protocol != Protocol::Collective {
+        let why = match protocol {
+            Protocol::V1 => "v1 trainers run their own --trainer_count threads",
+            _ => "its trainers are one per pod",
+        };
+        return Err(ConfigError::new(
+            NPROC_PER_POD,
+            text,
+            format!(
+                "1 with --protocol {protocol}: {why}; several processes per pod need --protocol collective"
+            ),
+        ));
+    }
+    Ok(Processes {
+        asked,
+        per_pod: match asked {
+            PerPod::Count(n) => n,
+            PerPod::Auto => 1,
+        },
+        ..Processes::one()
+    })
 }
 
 fn parse_peers(text: &str) -> Result<Vec<IpAddr>, ConfigError> {

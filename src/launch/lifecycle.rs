@@ -20,13 +20,18 @@ use crate::vocabulary::Protocol;
 pub enum Input {
     /// A signal from outside (not consumed by a stop in progress).
     Signal(i32),
+    /// A process ended: the pserver, or the trainer process of local rank `local` (0 when the
+    /// pod runs one).
     Exited {
         role: Role,
+        local: usize,
         ended: Ended,
     },
-    /// A process could not be started.
+    /// A process could not be started: of the trainer's, the one of local rank `local` (those
+    /// before it run, those after it were not started).
     SpawnFailed {
         role: Role,
+        local: usize,
         error: Error,
     },
     /// Every pserver endpoint of the job accepts connections.
@@ -160,8 +165,12 @@ pub struct Setup {
     pub gate_on_pservers: bool,
     pub protocol: Protocol,
     pub linger: Duration,
-    /// The processes' names in messages ("trainer-0", "pserver-0").
+    /// The processes' names in messages ("trainer-0", "pserver-0"; "trainers 4-7").
     pub trainer_label: String,
+    /// The trainer processes the pod runs (1, or --nproc-per-pod), and how each one's end is
+    /// named ("trainer id 5 of 8 (local rank 1)"); none: "trainer".
+    pub trainers: usize,
+    pub trainer_names: Vec<String>,
     pub pserver_label: String,
     /// The checkpoint signal and window; None: a stop signal stops at once.
     pub checkpoint: Option<crate::config::Checkpoint>,
@@ -173,8 +182,13 @@ pub struct Setup {
 pub struct Lifecycle {
     setup: Setup,
     phase: Phase,
-    /// Started and not yet seen to exit.
+    /// Started and not yet seen to exit (the trainer: while any of its processes runs).
     running: Vec<Role>,
+    /// The pod's trainer processes as one: how many still run, whether their end is decided,
+    /// and the first that failed.
+    trainers_left: usize,
+    trainers_ended: bool,
+    first_failure: Option<(usize, Ended)>,
 }
 
 impl Lifecycle {
@@ -183,6 +197,9 @@ impl Lifecycle {
         let mut machine = Lifecycle {
             phase: Phase::Done,
             running: Vec::new(),
+            trainers_left: 0,
+            trainers_ended: false,
+            first_failure: None,
             setup,
         };
         let mut commands = Vec::new();
@@ -209,9 +226,24 @@ impl Lifecycle {
     }
 
     pub fn step(&mut self, input: Input) -> Vec<Command> {
-        if let Input::Exited { role, .. } = &input {
-            self.running.retain(|r| r != role);
-        }
+        let input = match input {
+            Input::Exited {
+                role: Role::Trainer,
+                local,
+                ended,
+            } => match self.trainer_exited(local, ended) {
+                Ok(input) => input,
+                Err(commands) => return commands,
+            },
+            Input::Exited {
+                role: Role::Pserver,
+                ..
+            } => {
+                self.running.retain(|r| *r != Role::Pserver);
+                input
+            }
+            input => input,
+        };
         let phase = std::mem::replace(&mut self.phase, Phase::Done);
         match (phase, input) {
             // The checkpoint signal sent to the launcher (`kill -USR1 1`) asks for a checkpoint
@@ -253,8 +285,14 @@ impl Lifecycle {
                 Vec::new()
             }
             (Phase::Checkpointing { signal }, input) => self.checkpointing(signal, input),
-            (_, Input::SpawnFailed { role, error }) => {
-                self.running.retain(|r| *r != role);
+            (_, Input::SpawnFailed { role, local, error }) => {
+                // The trainer processes started before the one that failed still run.
+                if role == Role::Trainer {
+                    self.trainers_left = local;
+                }
+                if role == Role::Pserver || local == 0 {
+                    self.running.retain(|r| *r != role);
+                }
                 self.stop_then(self.running.clone(), libc_term(), Err(error))
             }
             // The kubelet's stop (preemption, a drain, a deletion); an interactive ^C is not.
@@ -308,6 +346,53 @@ impl Lifecycle {
         }
     }
 
+    /// A trainer process ended: the pod's trainer ends with the first process that fails (its
+    /// siblings are then stopped, as with any end of the trainer), or with the last one when
+    /// all succeed. In a checkpoint window each process is left to save its own part: the
+    /// trainer ends with the last one, the first failure its status. Err: the trainer has not
+    /// ended (or had before), with what to say.
+    fn trainer_exited(&mut self, local: usize, ended: Ended) -> Result<Input, Vec<Command>> {
+        self.trainers_left = self.trainers_left.saturating_sub(1);
+        if self.trainers_left == 0 {
+            self.running.retain(|r| *r != Role::Trainer);
+        }
+        if self.trainers_ended {
+            return Err(Vec::new());
+        }
+        let failed = ended.exit_code() != 0;
+        if failed && self.first_failure.is_none() {
+            self.first_failure = Some((local, ended));
+        }
+        let each_saves = matches!(self.phase, Phase::Checkpointing { .. });
+        let (local, ended) = match (failed && !each_saves, self.trainers_left) {
+            (true, _) => (local, ended),
+            (false, 0) => self.first_failure.unwrap_or((local, ended)),
+            (false, left) => {
+                let line = format!(
+                    "{} {}; {} of the pod's trainer processes still run",
+                    self.trainer_name(local),
+                    ended.describe(),
+                    left
+                );
+                return Err(vec![Command::Log(line)]);
+            }
+        };
+        self.trainers_ended = true;
+        Ok(Input::Exited {
+            role: Role::Trainer,
+            local,
+            ended,
+        })
+    }
+
+    /// How the trainer process of local rank `local` is named where its end is told.
+    fn trainer_name(&self, local: usize) -> &str {
+        self.setup
+            .trainer_names
+            .get(local)
+            .map_or("trainer", String::as_str)
+    }
+
     /// What a stop signal stops in each phase (what runs there), and how the outcome says so.
     fn stopped_by_signal(&self, phase: &Phase) -> (Vec<Role>, String) {
         let pserver = || vec![Role::Pserver];
@@ -350,6 +435,7 @@ impl Lifecycle {
             Input::Exited {
                 role: Role::Trainer,
                 ended: Ended::Signal(crate::launch::progress::STACK_SIGNAL),
+                ..
             } => {
                 let line = "the trainer died of SIGUSR2 without a handler: no Python stacks (not a Python trainer under the launcher's sitecustomize; its last output is in the log)";
                 self.phase = Phase::DumpingStacks { reason, job };
@@ -401,6 +487,7 @@ impl Lifecycle {
             Input::Exited {
                 role: Role::Pserver,
                 ended,
+                ..
             } => self.finish(Err(Error::PserverDied {
                 ended: ended.describe(),
                 when: "before the trainer started",
@@ -436,9 +523,13 @@ impl Lifecycle {
         match input {
             Input::Exited {
                 role: Role::Trainer,
+                local,
                 ended,
             } => {
-                let trainer = Outcome::new(ended.exit_code(), trainer_ended(ended));
+                let trainer = Outcome::new(
+                    ended.exit_code(),
+                    trainer_ended(self.trainer_name(local), ended),
+                );
                 let succeeded = ended.exit_code() == 0;
                 let mut commands = Vec::new();
                 if succeeded {
@@ -456,7 +547,9 @@ impl Lifecycle {
                     ]);
                     return commands;
                 }
-                commands.extend(self.stop_then(vec![Role::Pserver], libc_term(), Ok(trainer)));
+                // A failed process's siblings too: they would wait for it in a collective.
+                let rest = vec![Role::Trainer, Role::Pserver];
+                commands.extend(self.stop_then(rest, libc_term(), Ok(trainer)));
                 commands
             }
             // Stopped by the job itself: Paddle's trainer 0 ends a parameter-server job with
@@ -466,6 +559,7 @@ impl Lifecycle {
             Input::Exited {
                 role: Role::Pserver,
                 ended,
+                ..
             } if ended.exit_code() == 0 && self.setup.protocol == Protocol::Fleet => {
                 let line = format!(
                     "pserver {} while the trainer runs (stopped by the job): the trainer's end decides, within {} s",
@@ -478,6 +572,7 @@ impl Lifecycle {
             Input::Exited {
                 role: Role::Pserver,
                 ended,
+                ..
             } => self.stop_then(
                 vec![Role::Trainer],
                 libc_term(),
@@ -575,6 +670,7 @@ impl Lifecycle {
             Input::Exited {
                 role: Role::Trainer,
                 ended,
+                ..
             } => format!(
                 "{trainer} {} within its checkpoint window",
                 ended.describe()
@@ -592,6 +688,7 @@ impl Lifecycle {
             Input::Exited {
                 role: Role::Pserver,
                 ended,
+                ..
             } => format!(
                 "the pserver {} during its checkpoint window",
                 ended.describe()
@@ -640,6 +737,7 @@ impl Lifecycle {
             Input::Exited {
                 role: Role::Pserver,
                 ended: ended @ Ended::Code(0),
+                ..
             } if self.setup.protocol != Protocol::Fleet => self.finish(Err(Error::PserverDied {
                 ended: ended.describe(),
                 when: "while serving the trainers",
@@ -648,6 +746,7 @@ impl Lifecycle {
             Input::Exited {
                 role: Role::Pserver,
                 ended: ended @ Ended::Code(0),
+                ..
             } if self.setup.waits_for_the_job => {
                 let line = format!(
                     "{} {}: staying a member of the job until its trainers are done",
@@ -661,6 +760,7 @@ impl Lifecycle {
             Input::Exited {
                 role: Role::Pserver,
                 ended,
+                ..
             } => self.finish(Ok(Outcome::new(
                 ended.exit_code(),
                 format!("pserver {}", ended.describe()),
@@ -751,14 +851,16 @@ impl Lifecycle {
             Input::JobHung(reason) => self.ask_for_stacks(reason, true),
             Input::Exited {
                 role: Role::Trainer,
+                local,
                 ended,
             } => {
                 let mut commands = Vec::new();
                 if ended.exit_code() == 0 {
                     commands.push(Command::TellDone);
                 }
-                commands
-                    .extend(self.finish(Ok(Outcome::new(ended.exit_code(), trainer_ended(ended)))));
+                let said = trainer_ended(self.trainer_name(local), ended);
+                let outcome = Ok(Outcome::new(ended.exit_code(), said));
+                commands.extend(self.stop_then(vec![Role::Trainer], libc_term(), outcome));
                 commands
             }
             // A trainer that outlives its stopped pserver this long is stuck on it.
@@ -793,6 +895,7 @@ impl Lifecycle {
             Input::Exited {
                 role: Role::Pserver,
                 ended,
+                ..
             } => {
                 let how = match ended.exit_code() {
                     0 => "the pserver ended by itself".to_string(),
@@ -822,6 +925,9 @@ impl Lifecycle {
 
     fn spawn(&mut self, role: Role) -> Command {
         self.running.push(role);
+        if role == Role::Trainer {
+            self.trainers_left = self.setup.trainers.max(1);
+        }
         Command::Spawn(role)
     }
 
@@ -892,16 +998,17 @@ pub fn restarts_read(line: &str) -> Option<u32> {
     after.split(' ').next()?.parse().ok()
 }
 
-/// "trainer exited with status 3": how a trainer's own end reads. A SIGKILL the launcher did
+/// "trainer exited with status 3" ("trainer id 5 of 8 (local rank 1) exited with status 3"):
+/// how a trainer's own end reads. A SIGKILL the launcher did
 /// not send (it would be stopping) came from outside the pod's processes, most often the
 /// kernel's OOM killer: the line says where to look.
-fn trainer_ended(ended: Ended) -> String {
+fn trainer_ended(name: &str, ended: Ended) -> String {
     match ended {
         Ended::Signal(nix::libc::SIGKILL) => format!(
-            "trainer {} (not by the launcher: most often the kernel's out-of-memory killer; check the container's memory limit, `kubectl describe pod` and the node's kernel log)",
+            "{name} {} (not by the launcher: most often the kernel's out-of-memory killer; check the container's memory limit, `kubectl describe pod` and the node's kernel log)",
             ended.describe()
         ),
-        ended => format!("trainer {}", ended.describe()),
+        ended => format!("{name} {}", ended.describe()),
     }
 }
 
@@ -1155,6 +1262,8 @@ mod tests {
             protocol: Protocol::V1,
             linger: Duration::from_secs(30),
             trainer_label: "trainer-0".into(),
+            trainers: 1,
+            trainer_names: Vec::new(),
             pserver_label: "pserver-0".into(),
             checkpoint: None,
             waits_for_the_job: false,
@@ -1195,6 +1304,7 @@ mod tests {
     fn exited(role: Role, code: i32) -> Input {
         Input::Exited {
             role,
+            local: 0,
             ended: Ended::Code(code),
         }
     }
@@ -1406,6 +1516,110 @@ mod tests {
             all.extend(show(&machine.step(input)));
         }
         all
+    }
+
+    /// A pod of several trainer processes (collective: no pserver) is one trainer: the first
+    /// process that fails ends it with its own status and name, its siblings stopped; all
+    /// succeeding is its success; in a checkpoint window each saves its part first.
+    #[test]
+    fn the_pods_trainer_processes_end_as_one() {
+        let three = || Setup {
+            trainers: 3,
+            trainer_names: (0..3)
+                .map(|l| format!("trainer id {} of 6 (local rank {l})", 3 + l))
+                .collect(),
+            trainer_label: "trainers 3-5".into(),
+            protocol: Protocol::Collective,
+            checkpoint: Some(crate::config::Checkpoint {
+                signal: nix::libc::SIGUSR1,
+                window: Duration::from_secs(12),
+            }),
+            ..setup(false, true)
+        };
+        let ended = |local, code| Input::Exited {
+            role: Role::Trainer,
+            local,
+            ended: Ended::Code(code),
+        };
+        let cases: Vec<(&str, Vec<Input>, Vec<&str>)> = vec![
+            (
+                "all succeed: the last one ends the trainer",
+                vec![ended(1, 0), ended(0, 0), ended(2, 0)],
+                vec![
+                    "spawn trainer",
+                    "log trainer id 4 of 6 (local rank 1) exited with status 0; 2 of the pod's trainer processes still run",
+                    "log trainer id 3 of 6 (local rank 0) exited with status 0; 1 of the pod's trainer processes still run",
+                    "tell done",
+                    "finish 0 trainer id 5 of 6 (local rank 2) exited with status 0",
+                ],
+            ),
+            (
+                "one fails: its siblings are stopped, its status and name are the pod's",
+                vec![ended(0, 0), ended(2, 3), ended(1, 143), Input::Stopped],
+                vec![
+                    "spawn trainer",
+                    "log trainer id 3 of 6 (local rank 0) exited with status 0; 2 of the pod's trainer processes still run",
+                    "stop trainer 15",
+                    "finish 3 trainer id 5 of 6 (local rank 2) exited with status 3",
+                ],
+            ),
+            (
+                "the last one to fail finds no sibling to stop",
+                vec![ended(0, 0), ended(1, 0), ended(2, 7)],
+                vec![
+                    "spawn trainer",
+                    "log trainer id 3 of 6 (local rank 0) exited with status 0; 2 of the pod's trainer processes still run",
+                    "log trainer id 4 of 6 (local rank 1) exited with status 0; 1 of the pod's trainer processes still run",
+                    "finish 7 trainer id 5 of 6 (local rank 2) exited with status 7",
+                ],
+            ),
+            (
+                "preempted: a failure in the window stops no sibling; the last one ends it",
+                vec![
+                    Input::Signal(SIGTERM),
+                    ended(1, 2),
+                    ended(0, 0),
+                    ended(2, 0),
+                ],
+                vec![
+                    "spawn trainer",
+                    "log SIGTERM: this pod is being stopped (preempted, drained or deleted): asking trainers 3-5 and the job's other trainers for a checkpoint (SIGUSR1); stopping in at most 12 s (PADDLE_LAUNCHER_CHECKPOINT_WINDOW (--checkpoint-window))",
+                    "tell preempted preempted (SIGTERM while training)",
+                    "ask checkpoint",
+                    "window 12",
+                    "log trainer id 4 of 6 (local rank 1) exited with status 2; 2 of the pod's trainer processes still run",
+                    "log trainer id 3 of 6 (local rank 0) exited with status 0; 1 of the pod's trainer processes still run",
+                    "log preempted: trainers 3-5 exited with status 2 within its checkpoint window: stopping",
+                    "tell leaving preempted (SIGTERM while training): trainers 3-5 exited with status 2 within its checkpoint window",
+                    "fail 143 received SIGTERM; trainers 3-5 exited with status 2 within its checkpoint window",
+                ],
+            ),
+            (
+                "a peer lost: every process is stopped by group",
+                vec![Input::PeerLost("pod p-0 lost".into()), ended(0, 143)],
+                vec![
+                    "spawn trainer",
+                    "stop trainer 15",
+                ],
+            ),
+        ];
+        for (name, inputs, expected) in cases {
+            assert_eq!(run(three(), inputs), expected, "{name}");
+        }
+        // A spawn that fails for local rank 1: local rank 0 runs and is stopped.
+        let spawn_failed = Input::SpawnFailed {
+            role: Role::Trainer,
+            local: 1,
+            error: Error::Spawn {
+                label: "trainer-4".into(),
+                command: "nope".into(),
+                why: "not found".into(),
+                source: std::io::Error::from(std::io::ErrorKind::NotFound),
+            },
+        };
+        let shown = run(three(), vec![spawn_failed, ended(0, 143), Input::Stopped]);
+        assert_eq!(shown[1], "stop trainer 15", "{shown:?}");
+        assert!(shown[2].starts_with("fail 127"), "{shown:?}");
     }
 
     #[test]
@@ -1679,6 +1893,7 @@ mod tests {
                     Input::Exited {
                         role: Role::Trainer,
                         ended: Ended::Signal(nix::libc::SIGKILL),
+                        local: 0,
                     },
                     Input::Stopped,
                 ],
@@ -1767,6 +1982,7 @@ mod tests {
                     Input::Exited {
                         role: Role::Trainer,
                         ended: Ended::Signal(nix::libc::SIGUSR2),
+                        local: 0,
                     },
                     Input::DumpOver,
                     Input::Stopped,
@@ -1808,6 +2024,7 @@ mod tests {
                     Input::PserversUp,
                     Input::SpawnFailed {
                         role: Role::Trainer,
+                        local: 0,
                         error: Error::Spawn {
                             label: "trainer-0".into(),
                             command: "nope".into(),

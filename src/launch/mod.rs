@@ -86,6 +86,10 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
     let interfaces = crate::address::host_interfaces();
     let mut config =
         crate::batch::discover::configure(args, &interfaces, crate::address::hostname_ip).await?;
+    crate::devices::resolve(&mut config, &crate::devices::seen(), crate::devices::cpus())?;
+    if !config.topology.processes.found.is_empty() {
+        info!("{}", config.topology.processes.found);
+    }
     let my_ip = own_ip(&config, &interfaces, crate::address::hostname_ip)?;
     config.ports.sockets = crate::address::sockets(&config, my_ip, &interfaces);
     if !plan_only {
@@ -1789,8 +1793,17 @@ pub const NODE_NAME: &str = "NODE_NAME";
 /// "trainer id 1 of 3, pserver id 1 of 3": the roles this pod has, nothing for the others.
 fn ranks_line(plan: &Plan, config: &Config) -> String {
     let mut parts = Vec::new();
-    if let Some(id) = plan.trainer_id {
-        parts.push(format!("trainer id {id} of {}", config.topology.trainers));
+    let ids: Vec<usize> = plan
+        .trainers()
+        .filter_map(|p| p.place.as_ref().map(|place| place.trainer_id))
+        .collect();
+    match (plan.trainer_id, ids.first(), ids.last()) {
+        (Some(_), Some(first), Some(last)) if ids.len() > 1 => {
+            let world = crate::protocol::world_size(config);
+            parts.push(format!("trainer ids {first}-{last} of {world}"));
+        }
+        (Some(id), _, _) => parts.push(format!("trainer id {id} of {}", config.topology.trainers)),
+        (None, _, _) => {}
     }
     if let Some(id) = plan.pserver_id {
         parts.push(format!("pserver id {id} of {}", config.topology.pservers));
@@ -2012,22 +2025,44 @@ async fn drive(
             .map(|p| p.name.clone())
             .unwrap_or_default()
     };
-    let trainer = plan.process(Role::Trainer).is_some();
+    let trainers: Vec<&ProcessSpec> = plan.trainers().collect();
+    let several = trainers.len() > 1;
+    // Each of several processes is named by its place in the job, where its end or hang is told.
+    let process_name = |spec: &ProcessSpec| match (&spec.place, several) {
+        (Some(place), true) => format!(
+            "trainer id {} of {} (local rank {})",
+            place.trainer_id, place.of, place.local_rank
+        ),
+        _ => label(Role::Trainer),
+    };
+    let trainer_label = match (trainers.first(), trainers.last()) {
+        (Some(first), Some(last)) if several => {
+            let id = |spec: &ProcessSpec| spec.place.as_ref().map_or(0, |p| p.trainer_id);
+            format!("trainers {}-{}", id(first), id(last))
+        }
+        _ => label(Role::Trainer),
+    };
+    let trainer = !trainers.is_empty();
     let (mut machine, first) = Lifecycle::start(Setup {
         pserver: plan.process(Role::Pserver).is_some(),
         trainer,
         gate_on_pservers: trainer && !plan.pserver_endpoints.is_empty(),
         protocol: config.topology.protocol,
         linger: config.timing.linger,
-        trainer_label: label(Role::Trainer),
+        trainer_label,
+        trainers: trainers.len(),
+        trainer_names: match several {
+            true => trainers.iter().map(|spec| process_name(spec)).collect(),
+            false => Vec::new(),
+        },
         pserver_label: label(Role::Pserver),
         // A pserver-only pod too: preempted, it serves the job's checkpoint through its window.
         checkpoint: config.timing.checkpoint(),
         waits_for_the_job: !trainer && channel.is_some(),
     });
     let mut commands: VecDeque<Command> = first.into();
-    // The supervisor's child index of each started role.
-    let mut children: Vec<(Role, usize)> = Vec::new();
+    // The supervisor's child index of each started process: its role and local rank.
+    let mut children: Vec<(Role, usize, usize)> = Vec::new();
     let mut probe: Option<BoxFuture<'static, Input>> = None;
     let mut linger: Option<Pin<Box<tokio::time::Sleep>>> = None;
     let mut stack_dump: Option<Pin<Box<tokio::time::Sleep>>> = None;
@@ -2036,35 +2071,56 @@ async fn drive(
     let mut checkpoint_asked = channel
         .filter(|_| config.timing.checkpoint().is_some())
         .map(Channel::checkpoint_asked);
-    // While the trainer runs and a hang timeout is set: its start, its child, the next look.
+    // While the trainer runs and a hang timeout is set: its processes' clocks, the next look.
     let mut watch: Option<HangWatch> = None;
     loop {
         while let Some(command) = commands.pop_front() {
             let input = match command {
                 Command::Spawn(role) => {
-                    // The progress file's watch starts before the trainer: its first look is
+                    // The progress files' watch starts before the trainer: its first look is
                     // the time an earlier attempt left.
                     let limits = config.timing.hang_timeout.map(|timeout| progress::Limits {
                         timeout,
                         first_window: config.timing.hang_first_window,
                     });
-                    let file = limits.filter(|_| role == Role::Trainer).map(|limits| {
-                        let every = progress::check_every(limits);
-                        ProgressFileClock::start(config.workspace.progress_file.clone(), every)
-                    });
-                    match plan.process(role).map(|spec| spawn(sup, spec, config)) {
-                        Some(Ok(child)) => {
-                            children.push((role, child));
-                            if let (Some(file), Some(limits)) = (file, limits) {
-                                let output = sup.output_clock(child);
-                                let label = label(Role::Trainer);
-                                watch = Some(HangWatch::new(output, file, label, limits));
+                    let specs: Vec<&ProcessSpec> = match role {
+                        Role::Trainer => trainers.clone(),
+                        Role::Pserver => plan.process(role).into_iter().collect(),
+                    };
+                    let mut failed = None;
+                    let mut watched = Vec::new();
+                    for (local, spec) in specs.into_iter().enumerate() {
+                        let file = limits.filter(|_| role == Role::Trainer).map(|limits| {
+                            let every = progress::check_every(limits);
+                            let path = spec.place.as_ref().map_or_else(
+                                || config.workspace.progress_file.clone(),
+                                |place| place.progress_file.clone(),
+                            );
+                            ProgressFileClock::start(path, every)
+                        });
+                        match spawn(sup, spec, config) {
+                            Ok(child) => {
+                                children.push((role, local, child));
+                                if let Some(file) = file {
+                                    let output = sup.output_clock(child);
+                                    watched.push(Watched {
+                                        local,
+                                        output,
+                                        file,
+                                        label: process_name(spec),
+                                    });
+                                }
                             }
-                            None
+                            Err(error) => {
+                                failed = Some(Input::SpawnFailed { role, local, error });
+                                break;
+                            }
                         }
-                        Some(Err(error)) => Some(Input::SpawnFailed { role, error }),
-                        None => None,
                     }
+                    if let (Some(limits), false) = (limits, watched.is_empty()) {
+                        watch = Some(HangWatch::new(watched, limits));
+                    }
+                    failed
                 }
                 Command::Forward(sig) => {
                     sup.forward(sig);
@@ -2100,8 +2156,8 @@ async fn drive(
                 Command::AskCheckpoint => {
                     let trainer: Vec<usize> = children
                         .iter()
-                        .filter(|(role, _)| *role == Role::Trainer)
-                        .map(|(_, child)| *child)
+                        .filter(|(role, _, _)| *role == Role::Trainer)
+                        .map(|(_, _, child)| *child)
                         .collect();
                     let signal = config.timing.checkpoint_signal.unwrap_or(0);
                     match sup.signal_handlers(&trainer, signal) {
@@ -2117,8 +2173,8 @@ async fn drive(
                     watch = None;
                     let trainer: Vec<usize> = children
                         .iter()
-                        .filter(|(role, _)| *role == Role::Trainer)
-                        .map(|(_, child)| *child)
+                        .filter(|(role, _, _)| *role == Role::Trainer)
+                        .map(|(_, _, child)| *child)
                         .collect();
                     sup.signal(&trainer, progress::STACK_SIGNAL);
                     stack_dump = Some(Box::pin(sleep(lifecycle::STACK_DUMP_WAIT)));
@@ -2132,8 +2188,8 @@ async fn drive(
                     watch = None;
                     let stopping: Vec<usize> = children
                         .iter()
-                        .filter(|(role, _)| roles.contains(role))
-                        .map(|(_, child)| *child)
+                        .filter(|(role, _, _)| roles.contains(role))
+                        .map(|(_, _, child)| *child)
                         .collect();
                     sup.stop(&stopping, signal).await;
                     Some(Input::Stopped)
@@ -2161,13 +2217,19 @@ async fn drive(
             event = sup.next_event() => match event {
                 Event::Signal(sig) => Input::Signal(sig),
                 Event::Exited { child, ended } => {
-                    match children.iter().find(|(_, c)| *c == child) {
-                        Some((role, _)) => {
-                            // A trainer that ended is judged no more (its pserver may linger).
-                            if *role == Role::Trainer {
-                                watch = None;
+                    match children.iter().find(|(_, _, c)| *c == child) {
+                        Some(&(role, local, _)) => {
+                            // A trainer process that ended is judged no more (its siblings
+                            // are, and the pserver may linger).
+                            if role == Role::Trainer {
+                                if let Some(w) = watch.as_mut() {
+                                    w.processes.retain(|p| p.local != local);
+                                    if w.processes.is_empty() {
+                                        watch = None;
+                                    }
+                                }
                             }
-                            Input::Exited { role: *role, ended }
+                            Input::Exited { role, local, ended }
                         }
                         None => continue,
                     }
@@ -2205,15 +2267,22 @@ async fn drive(
     }
 }
 
-/// The shell's side of hang detection for one trainer: looks at its last output and its
-/// progress file's time every `check_every`, and asks the rule (`progress::judge`).
+/// The shell's side of hang detection for the pod's trainer processes: looks at each one's
+/// last output and progress file's time every `check_every`, and asks the rule
+/// (`progress::judge`).
 struct HangWatch {
-    output: OutputClock,
-    file: ProgressFileClock,
-    label: String,
+    processes: Vec<Watched>,
     started: std::time::Instant,
     limits: progress::Limits,
     every: tokio::time::Interval,
+}
+
+/// One trainer process under watch.
+struct Watched {
+    local: usize,
+    output: OutputClock,
+    file: ProgressFileClock,
+    label: String,
 }
 
 /// When the progress file last changed, noted by a thread of its own: a stat that hangs on a
@@ -2294,25 +2363,18 @@ impl Drop for ProgressFileClock {
 }
 
 impl HangWatch {
-    fn new(
-        output: OutputClock,
-        file: ProgressFileClock,
-        label: String,
-        limits: progress::Limits,
-    ) -> HangWatch {
+    fn new(processes: Vec<Watched>, limits: progress::Limits) -> HangWatch {
         let mut every = tokio::time::interval(progress::check_every(limits));
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         HangWatch {
-            output,
-            file,
-            label,
+            processes,
             started: std::time::Instant::now(),
             limits,
             every,
         }
     }
 
-    /// The reason once the trainer of `watch` is judged hung; never without one.
+    /// The reason once a trainer process of `watch` is judged hung; never without one.
     async fn next_hang_of(watch: Option<&mut HangWatch>, channel: Option<&Channel>) -> String {
         match watch {
             Some(watch) => watch.next_hang(channel).await,
@@ -2320,23 +2382,41 @@ impl HangWatch {
         }
     }
 
-    /// Resolves with the reason once the trainer is judged hung. Each look is also reported
-    /// to the job's channel, whose coordinator names the rank a hang points at.
+    /// Resolves with the reason once a trainer process is judged hung: the one whose progress
+    /// is oldest is judged first. Each look is also reported to the job's channel (the pod's
+    /// process furthest behind: its step and its last progress), whose coordinator names the
+    /// rank a hang points at.
     async fn next_hang(&mut self, channel: Option<&Channel>) -> String {
         loop {
             self.every.tick().await;
-            let seen = progress::Observed {
-                started: self.started,
-                now: std::time::Instant::now(),
-                last_output: self.output.last(),
-                file_written: self.file.changed.last(),
-            };
-            if let Some(channel) = channel {
-                let last = progress::last_progress(&seen).0.unwrap_or(self.started);
-                channel.report_progress(self.file.step(), Instant::from_std(last));
+            let now = std::time::Instant::now();
+            let looks: Vec<(progress::Observed, &Watched)> = self
+                .processes
+                .iter()
+                .map(|process| {
+                    let seen = progress::Observed {
+                        started: self.started,
+                        now,
+                        last_output: process.output.last(),
+                        file_written: process.file.changed.last(),
+                    };
+                    (seen, process)
+                })
+                .collect();
+            let last =
+                |seen: &progress::Observed| progress::last_progress(seen).0.unwrap_or(self.started);
+            if let (Some(channel), Some(behind)) =
+                (channel, looks.iter().min_by_key(|(seen, _)| last(seen)))
+            {
+                let step = looks.iter().filter_map(|(_, p)| p.file.step()).min();
+                channel.report_progress(step, Instant::from_std(last(&behind.0)));
             }
-            if let Some(hung) = progress::judge(self.limits, seen) {
-                return hung_reason(&self.label, &hung);
+            let hung = looks
+                .iter()
+                .filter_map(|(seen, process)| Some((progress::judge(self.limits, *seen)?, process)))
+                .max_by_key(|(hung, _)| hung.silent);
+            if let Some((hung, process)) = hung {
+                return hung_reason(&process.label, &hung);
             }
         }
     }

@@ -1,47 +1,176 @@
-//! Data parallel without pservers (`paddle.distributed`, gloo on CPU, NCCL on GPU): one trainer
-//! per pod, told its rank and every peer's endpoint. `PADDLE_MASTER`, `PADDLE_NNODES` and
-//! `PADDLE_JOB_ID` serve users of `python -m paddle.distributed.launch`.
+//! Data parallel without pservers (`paddle.distributed`, gloo on CPU, NCCL on GPU): each of a
+//! pod's trainer processes is told its rank and every process's endpoint. One per pod gets the
+//! seed's contract; several get the per-node contract of `paddle.distributed.launch` 3.3.1
+//! (`../shared/reference/paddle-launch-multiprocess.md`, every variable with the Paddle line
+//! that reads it). `PADDLE_MASTER`, `PADDLE_NNODES` and `PADDLE_JOB_ID` serve users of
+//! `python -m paddle.distributed.launch`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
-use super::{endpoints, env};
+use super::{env, world_size, Slot};
 use crate::config::Config;
 use crate::membership::{Me, Membership};
 
-/// The complete contract of a trainer.
+/// Every trainer process's endpoint, in trainer-id order: each pod's ports, pod by pod.
+fn endpoints(membership: &Membership, ports: &[u16]) -> String {
+    membership
+        .trainers
+        .iter()
+        .flat_map(|m| {
+            ports
+                .iter()
+                .map(|&port| SocketAddr::new(m.ip, port).to_string())
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The complete contract of a trainer process.
 pub fn trainer_env(
     config: &Config,
     membership: &Membership,
     me: &Me,
-    trainer_id: usize,
+    slot: Slot,
 ) -> BTreeMap<String, String> {
+    let ports = config
+        .trainer_ports()
+        .unwrap_or_else(|_| vec![config.ports.trainer]);
+    let own_port = ports
+        .get(slot.local)
+        .copied()
+        .unwrap_or(config.ports.trainer);
     let master = membership
         .trainers
         .first()
-        .map(|rank0| SocketAddr::new(rank0.ip, config.ports.trainer).to_string())
+        .map(|rank0| SocketAddr::new(rank0.ip, ports[0]).to_string())
         .unwrap_or_default();
-    env(vec![
-        ("PADDLE_TRAINER_ID", trainer_id.to_string()),
-        ("PADDLE_TRAINERS_NUM", config.topology.trainers.to_string()),
-        (
-            "PADDLE_TRAINER_ENDPOINTS",
-            endpoints(&membership.trainers, config.ports.trainer),
-        ),
+    let id = slot.trainer_id(config).to_string();
+    let world = world_size(config).to_string();
+    let mut vars = vec![
+        ("PADDLE_TRAINER_ID", id.clone()),
+        ("PADDLE_TRAINERS_NUM", world.clone()),
+        ("PADDLE_TRAINER_ENDPOINTS", endpoints(membership, &ports)),
         (
             "PADDLE_CURRENT_ENDPOINT",
-            SocketAddr::new(me.ip, config.ports.trainer).to_string(),
+            SocketAddr::new(me.ip, own_port).to_string(),
         ),
         ("PADDLE_MASTER", master),
         ("PADDLE_NNODES", config.topology.trainers.to_string()),
         ("PADDLE_JOB_ID", config.topology.job_name.clone()),
-    ])
+    ];
+    let processes = &config.topology.processes;
+    if processes.several() {
+        let local = slot.local.to_string();
+        vars.extend([
+            ("PADDLE_GLOBAL_RANK", id),
+            ("PADDLE_GLOBAL_SIZE", world),
+            ("PADDLE_LOCAL_RANK", local.clone()),
+            ("PADDLE_LOCAL_SIZE", processes.per_pod.to_string()),
+            ("PADDLE_RANK_IN_NODE", local.clone()),
+        ]);
+        // Paddle's own rule: a GPU's index into CUDA_VISIBLE_DEVICES (passed on unchanged),
+        // else gloo on CPUs.
+        if processes.devices > 0 {
+            vars.push(("FLAGS_selected_gpus", local));
+        } else if !processes.given.contains_key("PADDLE_DISTRI_BACKEND") {
+            vars.push(("PADDLE_DISTRI_BACKEND", "gloo".to_string()));
+        }
+        if !processes.given.contains_key("OMP_NUM_THREADS") {
+            vars.push(("OMP_NUM_THREADS", processes.omp_threads().to_string()));
+        }
+    }
+    env(vars)
 }
 
 #[cfg(test)]
 mod tests {
     use crate::protocol::tests::{config, membership};
     use crate::protocol::{plan, InputFiles};
+
+    /// Several processes per pod get what `paddle.distributed.launch` 3.3.1 gives each process
+    /// (measured: ../shared/reference/paddle-launch-multiprocess.md section 2), pod-major ids,
+    /// each its own port (the control port skipped), its own progress file and log.
+    #[test]
+    fn several_processes_get_paddles_per_node_contract() {
+        let cfg = |edit: fn(&mut crate::config::Processes)| {
+            let mut cfg = config(|a| {
+                a.protocol = Some("collective".into());
+                a.nproc_per_pod = Some("2".into());
+                a.job_path = Some("/jobs".into());
+                a.trainer_args = vec!["python".into(), "train.py".into()];
+            });
+            cfg.topology.processes.cpus = 8;
+            edit(&mut cfg.topology.processes);
+            cfg
+        };
+        let cpu = cfg(|_| {});
+        let m = membership(&cpu);
+        let me = m.locate(&cpu, None, "10.0.1.2".parse().unwrap()).unwrap();
+        let p = plan(&cpu, &m, &me, &InputFiles::default());
+        assert_eq!(p.processes.len(), 2);
+        let second = &p.processes[1];
+        let contract: Vec<(&str, &str)> = second
+            .env
+            .iter()
+            .filter(|(k, _)| !k.starts_with("PADDLE_LAUNCHER_"))
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            contract,
+            [
+                ("OMP_NUM_THREADS", "4"),
+                ("PADDLE_CURRENT_ENDPOINT", "10.0.1.2:6172"),
+                ("PADDLE_DISTRI_BACKEND", "gloo"),
+                ("PADDLE_GLOBAL_RANK", "3"),
+                ("PADDLE_GLOBAL_SIZE", "6"),
+                ("PADDLE_JOB_ID", "paddle-cluster-job"),
+                ("PADDLE_LOCAL_RANK", "1"),
+                ("PADDLE_LOCAL_SIZE", "2"),
+                ("PADDLE_MASTER", "10.0.1.1:6170"),
+                ("PADDLE_NNODES", "3"),
+                ("PADDLE_RANK_IN_NODE", "1"),
+                ("PADDLE_TRAINERS_NUM", "6"),
+                (
+                    "PADDLE_TRAINER_ENDPOINTS",
+                    "10.0.1.1:6170,10.0.1.1:6172,10.0.1.2:6170,10.0.1.2:6172,10.0.1.3:6170,10.0.1.3:6172"
+                ),
+                ("PADDLE_TRAINER_ID", "3"),
+            ]
+        );
+        assert_eq!(second.name, "trainer-3");
+        let place = second.place.as_ref().unwrap();
+        assert_eq!((place.trainer_id, place.of, place.local_rank), (3, 6, 1));
+        assert!(place.progress_file.ends_with("progress.1"), "{place:?}");
+        assert_eq!(
+            second.env["PADDLE_LAUNCHER_PROGRESS_FILE"],
+            place.progress_file.display().to_string()
+        );
+        assert_eq!(
+            second.log.as_deref(),
+            Some(std::path::Path::new(
+                "/jobs/paddle-cluster-job/output/node_1/train.1.log"
+            ))
+        );
+        // With GPUs: the device's index into CUDA_VISIBLE_DEVICES, and no gloo; the user's own
+        // backend and thread count win.
+        let gpu = cfg(|p| p.devices = 2);
+        let p = plan(&gpu, &m, &me, &InputFiles::default());
+        let env = &p.processes[1].env;
+        assert_eq!(
+            env.get("FLAGS_selected_gpus").map(String::as_str),
+            Some("1")
+        );
+        assert!(!env.contains_key("PADDLE_DISTRI_BACKEND"));
+        let given = cfg(|p| {
+            p.given
+                .insert("PADDLE_DISTRI_BACKEND".into(), "nccl".into());
+            p.given.insert("OMP_NUM_THREADS".into(), "2".into());
+        });
+        let p = plan(&given, &m, &me, &InputFiles::default());
+        let env = &p.processes[0].env;
+        assert!(!env.contains_key("PADDLE_DISTRI_BACKEND") && !env.contains_key("OMP_NUM_THREADS"));
+    }
 
     #[test]
     fn every_pod_is_a_trainer_with_the_full_endpoint_list() {

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use crate::config::Config;
 
 use crate::membership::{Me, Member, Membership};
-use crate::plan::{ControlPlan, Copy, FileSpec, Plan, PodEntry, ProcessSpec, Role};
+use crate::plan::{ControlPlan, Copy, FileSpec, Plan, PodEntry, ProcessSpec, Role, TrainerPlace};
 use crate::vocabulary::Protocol;
 
 /// Directory layout of PaddlePaddle's original Kubernetes tutorial: `$JOB_PATH/$JOB_NAME/{output/node_<rank>, <rank>/data, <config>}`.
@@ -38,22 +38,37 @@ impl JobDir {
 }
 
 /// Where a process's output is copied: `output/node_<rank>/{server,train}.log` as in PaddlePaddle's tutorial;
-/// pserver pods of the split layout use `output/pserver_<rank>/server.log`.
+/// pserver pods of the split layout use `output/pserver_<rank>/server.log`; a pod of several
+/// trainer processes `train.<local rank>.log`.
 pub fn log_file(
     config: &Config,
     job_dir: Option<&JobDir>,
     role: Role,
     rank: usize,
+    local: usize,
 ) -> Option<PathBuf> {
     let dir = match (role, config.topology.role) {
         (Role::Pserver, crate::vocabulary::PodRole::Pserver) => format!("pserver_{rank}"),
         _ => format!("node_{rank}"),
     };
     let file = match role {
-        Role::Pserver => "server.log",
-        Role::Trainer => "train.log",
+        Role::Pserver => "server.log".to_string(),
+        Role::Trainer if config.topology.processes.several() => format!("train.{local}.log"),
+        Role::Trainer => "train.log".to_string(),
     };
     job_dir.map(|d| d.output().join(dir).join(file))
+}
+
+/// The progress file of the pod's trainer process `local`: the one configured when the pod
+/// runs one, else one per process beside it (`progress.0`, `progress.1`, ...).
+pub fn progress_file(config: &Config, local: usize) -> PathBuf {
+    let file = &config.workspace.progress_file;
+    if !config.topology.processes.several() {
+        return file.clone();
+    }
+    let mut name = file.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".{local}"));
+    file.with_file_name(name)
 }
 
 /// The list of `ip:port` endpoints.
@@ -93,12 +108,57 @@ pub fn process(
     role: Role,
     rank: usize,
     argv: Vec<String>,
+    env: BTreeMap<String, String>,
+) -> ProcessSpec {
+    let slot = Slot {
+        pod_rank: rank,
+        local: 0,
+    };
+    process_in(config, job_dir, role, slot, argv, env)
+}
+
+/// Where a trainer process sits: its pod's rank among the trainer pods, its rank in the pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    pub pod_rank: usize,
+    pub local: usize,
+}
+
+impl Slot {
+    /// Pod-major: one pod's processes are neighbours (NCCL rings, NVLink).
+    pub fn trainer_id(self, config: &Config) -> usize {
+        self.pod_rank * config.topology.processes.per_pod as usize + self.local
+    }
+}
+
+/// The job's trainer processes: every trainer pod's, `per_pod` each.
+pub fn world_size(config: &Config) -> usize {
+    config.topology.trainers as usize * config.topology.processes.per_pod as usize
+}
+
+fn process_in(
+    config: &Config,
+    job_dir: Option<&JobDir>,
+    role: Role,
+    slot: Slot,
+    argv: Vec<String>,
     mut env: BTreeMap<String, String>,
 ) -> ProcessSpec {
+    let rank = slot.pod_rank;
+    let mut place = None;
     if role == Role::Trainer {
         // Where the trainer shows progress (hang detection; the launcher made its directory).
-        let file = config.workspace.progress_file.display().to_string();
+        let progress = progress_file(config, slot.local);
+        let file = progress.display().to_string();
         env.insert(crate::config::PROGRESS_FILE.env().to_string(), file);
+        place = Some(TrainerPlace {
+            trainer_id: slot.trainer_id(config),
+            of: world_size(config),
+            local_rank: slot.local,
+            endpoint: env.get("PADDLE_CURRENT_ENDPOINT").cloned(),
+            device: env.get("FLAGS_selected_gpus").cloned(),
+            progress_file: progress,
+        });
         // Which signal asks it for a checkpoint, so that it handles that one; none when no
         // checkpoint will be asked (no window: no channel, or none given).
         if let Some(checkpoint) = config.timing.checkpoint() {
@@ -112,13 +172,19 @@ pub fn process(
             env.insert(socket.variable.to_string(), value.clone());
         }
     }
+    // Named by trainer id: the prefix of its lines says which of the job's ranks wrote them.
+    let name = match &place {
+        Some(place) => format!("trainer-{}", place.trainer_id),
+        None => format!("{}-{rank}", role.as_str()),
+    };
     ProcessSpec {
-        name: format!("{}-{rank}", role.as_str()),
+        name,
         role,
         argv,
         env,
         cwd: config.workspace.workdir.clone(),
-        log: log_file(config, job_dir, role, rank),
+        log: log_file(config, job_dir, role, rank, slot.local),
+        place,
     }
 }
 
@@ -144,21 +210,40 @@ fn pserver(
     })
 }
 
-/// This pod's trainer under the job's protocol: v1 flags, or the program with its contract.
-fn trainer(
+/// This pod's trainer processes under the job's protocol: v1 flags, or the program with its
+/// contract; several only in collective mode (the configuration refuses the others).
+fn trainers(
     config: &Config,
     membership: &Membership,
     me: &Me,
     jd: Option<&JobDir>,
     rank: usize,
-) -> ProcessSpec {
+) -> Vec<ProcessSpec> {
     let env = match config.topology.protocol {
-        Protocol::V1 => return v1::trainer(config, membership, rank, jd),
+        Protocol::V1 => return vec![v1::trainer(config, membership, rank, jd)],
         Protocol::V2 => v2::trainer_env(config, membership, rank),
         Protocol::Fleet => fleet::trainer_env(config, membership, me, rank),
-        Protocol::Collective => collective::trainer_env(config, membership, me, rank),
+        Protocol::Collective => {
+            return (0..config.topology.processes.per_pod as usize)
+                .map(|local| {
+                    let slot = Slot {
+                        pod_rank: rank,
+                        local,
+                    };
+                    let env = collective::trainer_env(config, membership, me, slot);
+                    process_in(config, jd, Role::Trainer, slot, program(config), env)
+                })
+                .collect()
+        }
     };
-    process(config, jd, Role::Trainer, rank, program(config), env)
+    vec![process(
+        config,
+        jd,
+        Role::Trainer,
+        rank,
+        program(config),
+        env,
+    )]
 }
 
 /// Every pserver endpoint the trainer needs up before it starts (empty: no gate).
@@ -252,11 +337,12 @@ pub fn plan(config: &Config, membership: &Membership, me: &Me, inputs: &InputFil
     let pserver = me
         .pserver_rank
         .and_then(|rank| pserver(config, membership, me, jd, rank));
-    let trainer = me
+    let trainers = me
         .trainer_rank
-        .map(|rank| trainer(config, membership, me, jd, rank));
+        .map(|rank| trainers(config, membership, me, jd, rank))
+        .unwrap_or_default();
     // The pserver first: it is started first.
-    let processes = pserver.into_iter().chain(trainer).collect();
+    let processes = pserver.into_iter().chain(trainers).collect();
     let gate = if me.trainer_rank.is_some() {
         pserver_endpoints(config, membership)
     } else {

@@ -1,0 +1,309 @@
+//! The GPUs a pod sees, and so how many trainer processes `--nproc-per-pod auto` runs: read
+//! from what the container is given (the user's CUDA_VISIBLE_DEVICES, the NVIDIA device
+//! plugin's NVIDIA_VISIBLE_DEVICES, the device files it mounts), never from a driver, so that
+//! a CPU-only image decides the same way. `detect` is the rule; `resolve` reads the pod.
+
+use std::collections::BTreeMap;
+
+use crate::config::{Config, PerPod, NPROC_PER_POD};
+use crate::error::ConfigError;
+
+/// What the container shows of its GPUs.
+#[derive(Debug, Clone, Default)]
+pub struct Seen {
+    pub cuda_visible_devices: Option<String>,
+    pub nvidia_visible_devices: Option<String>,
+    /// `/dev/nvidia0`, `/dev/nvidia1`, ...: the names of /dev that are a GPU's device file.
+    pub device_files: Vec<String>,
+    /// The pod's own values of the variables in `GIVEN`.
+    pub given: BTreeMap<String, String>,
+}
+
+/// Variables of the processes' contract a pod may set itself: the user's backend and thread
+/// count win; a size or a per-process value that contradicts the launcher's is refused.
+pub const GIVEN: &[&str] = &[
+    "PADDLE_DISTRI_BACKEND",
+    "OMP_NUM_THREADS",
+    "PADDLE_TRAINERS_NUM",
+    "PADDLE_GLOBAL_SIZE",
+    "PADDLE_LOCAL_SIZE",
+    "PADDLE_NNODES",
+    "PADDLE_LOCAL_RANK",
+    "PADDLE_RANK_IN_NODE",
+    "FLAGS_selected_gpus",
+];
+
+/// The GPUs found, and where from (a log line's words).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    pub devices: u32,
+    pub from: String,
+}
+
+/// The entries of a comma-separated device list, as Paddle's launcher counts them.
+fn entries(list: &str) -> u32 {
+    list.split(',').filter(|e| !e.trim().is_empty()).count() as u32
+}
+
+/// A GPU's device file in /dev: `nvidia` and a number (not nvidiactl, nvidia-uvm, ...).
+pub fn is_gpu_device_file(name: &str) -> bool {
+    name.strip_prefix("nvidia")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// CUDA_VISIBLE_DEVICES when set and not empty (what Paddle's launcher reads), else
+/// NVIDIA_VISIBLE_DEVICES (`all`: the device files; `none`, `void`, empty: none), else the
+/// device files.
+pub fn detect(seen: &Seen) -> Found {
+    let files = seen.device_files.len() as u32;
+    let set = |value: &Option<String>| value.as_deref().map(str::trim).map(str::to_string);
+    if let Some(list) = set(&seen.cuda_visible_devices).filter(|l| !l.is_empty()) {
+        let devices = entries(&list);
+        return Found {
+            devices,
+            from: format!("CUDA_VISIBLE_DEVICES={list} lists {devices}"),
+        };
+    }
+    if let Some(value) = set(&seen.nvidia_visible_devices) {
+        return match value.as_str() {
+            "all" => Found {
+                devices: files,
+                from: format!("NVIDIA_VISIBLE_DEVICES=all, and /dev has {files} GPU device files"),
+            },
+            "none" | "void" | "" => Found {
+                devices: 0,
+                from: format!("NVIDIA_VISIBLE_DEVICES={value:?} gives the container no GPU"),
+            },
+            list => {
+                let devices = entries(list);
+                Found {
+                    devices,
+                    from: format!("NVIDIA_VISIBLE_DEVICES={list} lists {devices}"),
+                }
+            }
+        };
+    }
+    match files {
+        0 => Found {
+            devices: 0,
+            from: "no GPU: CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES are unset and /dev has no nvidiaN file".into(),
+        },
+        n => Found {
+            devices: n,
+            from: format!("/dev has {n} GPU device files"),
+        },
+    }
+}
+
+/// The processes per pod from what was asked and what was found: `auto` runs one per device
+/// (one when none), a count runs that many, never more than the devices listed when there are
+/// any. The line says what was found and why.
+pub fn decide(asked: PerPod, found: &Found) -> Result<(u32, String), ConfigError> {
+    let from = &found.from;
+    match asked {
+        PerPod::Auto if found.devices == 0 => Ok((
+            1,
+            format!("{NPROC_PER_POD} auto: {from}; one trainer process"),
+        )),
+        PerPod::Auto => Ok((
+            found.devices,
+            format!(
+                "{NPROC_PER_POD} auto: {from}; one trainer process per device, {}",
+                found.devices
+            ),
+        )),
+        PerPod::Count(n) if found.devices > 0 && n > found.devices => Err(ConfigError::new(
+            NPROC_PER_POD,
+            &n.to_string(),
+            format!(
+                "at most one process per GPU: {from}; give {} or fewer, or auto",
+                found.devices
+            ),
+        )),
+        PerPod::Count(n) => Ok((n, format!("{n} trainer processes per pod; {from}"))),
+    }
+}
+
+/// What this container shows.
+pub fn seen() -> Seen {
+    let device_files = std::fs::read_dir("/dev")
+        .map(|dir| {
+            let mut names: Vec<String> = dir
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| is_gpu_device_file(n))
+                .collect();
+            names.sort();
+            names
+        })
+        .unwrap_or_default();
+    let given = GIVEN
+        .iter()
+        .filter_map(|name| Some((name.to_string(), std::env::var(name).ok()?)))
+        .collect();
+    Seen {
+        cuda_visible_devices: std::env::var("CUDA_VISIBLE_DEVICES").ok(),
+        nvidia_visible_devices: std::env::var("NVIDIA_VISIBLE_DEVICES").ok(),
+        device_files,
+        given,
+    }
+}
+
+/// Settles the pod's processes from what it shows (`seen`) and the CPUs it may use. One
+/// process asked (the default) looks at nothing: the seed's contract, byte for byte.
+pub fn resolve(config: &mut Config, seen: &Seen, cpus: u32) -> Result<(), ConfigError> {
+    let processes = &mut config.topology.processes;
+    if processes.asked == PerPod::Count(1) {
+        return Ok(());
+    }
+    let found = detect(seen);
+    let (per_pod, line) = decide(processes.asked, &found)?;
+    processes.per_pod = per_pod;
+    processes.devices = found.devices;
+    processes.cpus = cpus.max(1);
+    processes.found = line;
+    processes.given = seen.given.clone();
+    config.trainer_ports()?;
+    contradictions(config)
+}
+
+/// A pod's own value of a variable the launcher gives each of several processes, where it
+/// would contradict the launcher's: a size other than the job's, or a per-process value (the
+/// pod's environment cannot give each process its own). Identities and addresses
+/// (PADDLE_TRAINER_ID, PADDLE_MASTER, the endpoints) are replaced, as with one process.
+pub fn contradictions(config: &Config) -> Result<(), ConfigError> {
+    let processes = &config.topology.processes;
+    if !processes.several() {
+        return Ok(());
+    }
+    let n = processes.per_pod;
+    let pods = config.topology.trainers;
+    let world = crate::protocol::world_size(config).to_string();
+    let sizes = [
+        (
+            "PADDLE_TRAINERS_NUM",
+            world.clone(),
+            "the job's trainer processes",
+        ),
+        ("PADDLE_GLOBAL_SIZE", world, "the job's trainer processes"),
+        (
+            "PADDLE_LOCAL_SIZE",
+            n.to_string(),
+            "the pod's trainer processes",
+        ),
+        ("PADDLE_NNODES", pods.to_string(), "the job's trainer pods"),
+    ];
+    for (name, ours, what) in sizes {
+        if let Some(value) = processes.given.get(name).filter(|v| v.trim() != ours) {
+            return Err(ConfigError::new(
+                name,
+                value,
+                format!("unset or {ours}, {what} ({pods} pods x {n} processes, {NPROC_PER_POD})"),
+            ));
+        }
+    }
+    for name in [
+        "PADDLE_LOCAL_RANK",
+        "PADDLE_RANK_IN_NODE",
+        "FLAGS_selected_gpus",
+    ] {
+        if let Some(value) = processes.given.get(name) {
+            return Err(ConfigError::new(
+                name,
+                value,
+                format!("unset: the launcher gives each of the pod's {n} processes its own ({NPROC_PER_POD})"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The CPUs this container may use (its cgroup's quota and affinity count).
+pub fn cpus() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(cuda: Option<&str>, nvidia: Option<&str>, files: &[&str]) -> Seen {
+        Seen {
+            cuda_visible_devices: cuda.map(str::to_string),
+            nvidia_visible_devices: nvidia.map(str::to_string),
+            device_files: files.iter().map(|f| f.to_string()).collect(),
+            given: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn devices_come_from_cuda_then_nvidia_then_the_device_files() {
+        let four = ["nvidia0", "nvidia1", "nvidia2", "nvidia3"];
+        // CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES, the device files: the devices.
+        type Case<'a> = (Option<&'a str>, Option<&'a str>, &'a [&'a str], u32);
+        let cases: &[Case] = &[
+            (Some("4,5,6,7"), None, &[], 4),
+            // Listed is what Paddle's launcher counts: the files are not checked.
+            (Some("0,1"), Some("all"), &four, 2),
+            (Some(" "), Some("0,1,2"), &four, 3),
+            (None, Some("GPU-a1,GPU-b2"), &[], 2),
+            (None, Some("all"), &four, 4),
+            (None, Some("none"), &four, 0),
+            (None, Some("void"), &four, 0),
+            (None, Some(""), &four, 0),
+            (None, None, &four[..2], 2),
+            (None, None, &[], 0),
+        ];
+        for (cuda, nvidia, files, devices) in cases {
+            let found = detect(&seen(*cuda, *nvidia, files));
+            assert_eq!(
+                found.devices, *devices,
+                "{cuda:?} {nvidia:?} {files:?}: {found:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_numbered_nvidia_files_are_gpus() {
+        let names = [
+            "nvidia0",
+            "nvidia12",
+            "nvidiactl",
+            "nvidia-uvm",
+            "nvidia",
+            "nvme0",
+        ];
+        let gpus: Vec<_> = names
+            .into_iter()
+            .filter(|n| is_gpu_device_file(n))
+            .collect();
+        assert_eq!(gpus, ["nvidia0", "nvidia12"]);
+    }
+
+    #[test]
+    fn auto_runs_one_process_per_device_and_a_count_never_more_than_listed() {
+        let four = detect(&seen(Some("4,5,6,7"), None, &[]));
+        let none = detect(&seen(None, None, &[]));
+        let (n, line) = decide(PerPod::Auto, &four).unwrap();
+        assert_eq!(n, 4);
+        assert!(line.contains("CUDA_VISIBLE_DEVICES=4,5,6,7"), "{line}");
+        let (n, line) = decide(PerPod::Auto, &none).unwrap();
+        assert_eq!(n, 1);
+        assert!(
+            line.contains("no GPU") && line.contains("one trainer process"),
+            "{line}"
+        );
+        assert_eq!(decide(PerPod::Count(2), &four).unwrap().0, 2);
+        assert_eq!(
+            decide(PerPod::Count(8), &none).unwrap().0,
+            8,
+            "CPU processes"
+        );
+        let err = decide(PerPod::Count(8), &four).unwrap_err().to_string();
+        assert!(
+            err.contains("PADDLE_LAUNCHER_NPROC_PER_POD")
+                && err.contains("\"8\"")
+                && err.contains("lists 4"),
+            "{err}"
+        );
+    }
+}
