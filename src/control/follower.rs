@@ -255,3 +255,31 @@ pub(super) async fn handshake(
         .map_err(|e| e.to_string())?;
     Ok((challenge, reader, writer))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A coordinator's name that still gives its one address is no move; none, another or
+    /// several are, each said.
+    #[test]
+    fn a_coordinators_name_moves_when_it_gives_anything_but_its_address() {
+        let at: SocketAddr = "10.0.0.5:6171".parse().unwrap();
+        let ips = |list: &[&str]| -> BTreeSet<IpAddr> {
+            list.iter().map(|ip| ip.parse().unwrap()).collect()
+        };
+        assert_eq!(moved_to(at, &ips(&["10.0.0.5"])), None);
+        assert_eq!(
+            moved_to(at, &ips(&[])).as_deref(),
+            Some("the coordinator's name has no address now")
+        );
+        assert_eq!(
+            moved_to(at, &ips(&["10.0.0.9"])).as_deref(),
+            Some("the coordinator's name now points at 10.0.0.9")
+        );
+        assert_eq!(
+            moved_to(at, &ips(&["10.0.0.5", "10.0.0.9"])).as_deref(),
+            Some("the coordinator's name now has 2 addresses")
+        );
+    }
+}

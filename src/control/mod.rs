@@ -1377,6 +1377,27 @@ mod tests {
         channels
     }
 
+    /// Followers that start before the coordinator listens keep knocking within their join
+    /// grace (refused connections, one line in ten seconds), then start with it: a coordinator
+    /// slower to start is no reason to gather again.
+    #[tokio::test]
+    async fn followers_started_first_wait_for_the_coordinator() {
+        let members: Vec<PodAddress> = (0..3)
+            .map(|i| member(&format!("p-{i}"), &format!("127.0.6.{}", 180 + i)))
+            .collect();
+        let port = free_port("127.0.6.180");
+        let mut followers = Vec::new();
+        for i in 1..3 {
+            followers.push(join(joining(&members, i, port, 0)).await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let mut coordinator = join(joining(&members, 0, port, 0)).await.unwrap();
+        assert_eq!(started(&mut coordinator).await, 0);
+        for follower in &mut followers {
+            assert_eq!(started(follower).await, 0);
+        }
+    }
+
     /// Nobody starts before everyone is there, and all start the largest epoch anyone would:
     /// a replacement pod (next 0) joins survivors (next 2) in epoch 2.
     #[tokio::test]
