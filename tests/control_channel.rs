@@ -217,6 +217,7 @@ fn hostile_clients_are_dropped_and_the_job_ends_cleanly() {
         who: String::new(),
         preemptions: 0,
         max_preemptions: u32::MAX,
+        nproc_per_pod: 1,
     };
     let (mut forged, challenge) = connect_from(&member, &address);
     let wrong = paddle_launcher::config_secret(b"not-the-job-secret-at-all-0123456789");
@@ -248,6 +249,7 @@ fn hostile_clients_are_dropped_and_the_job_ends_cleanly() {
         who: String::new(),
         preemptions: 0,
         max_preemptions: u32::MAX,
+        nproc_per_pod: 1,
     };
     stranger
         .write_all(&ControlSession::new(&right, challenge, false).seal(&intruder))
@@ -271,6 +273,7 @@ fn hostile_clients_are_dropped_and_the_job_ends_cleanly() {
             who: String::new(),
             preemptions: 0,
             max_preemptions: u32::MAX,
+            nproc_per_pod: 1,
         };
         hasty
             .write_all(&ControlSession::new(&right, challenge, false).seal(&hello))

@@ -206,6 +206,8 @@ pub(super) struct Terms {
     pub preemptions: u32,
     /// The free preemptions it was given (--max-preemptions; `UNBOUNDED_PREEMPTIONS`: all).
     pub max_preemptions: u32,
+    /// The trainer processes its pod runs: the same on every pod, or nothing starts.
+    pub nproc_per_pod: u32,
 }
 
 impl Terms {
@@ -216,6 +218,7 @@ impl Terms {
             max_restarts,
             preemptions: 0,
             max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
+            nproc_per_pod: 1,
         }
     }
 }
@@ -891,6 +894,27 @@ impl Core {
             return;
         }
         let own = self.own;
+        // Ranks, world size and endpoints follow from it: a job whose pods disagree cannot start
+        // (status 2 everywhere), nor could gathering again change it.
+        let other = ready
+            .iter()
+            .find(|(_, terms)| terms.nproc_per_pod != own.nproc_per_pod);
+        if let Some((pod, terms)) = other {
+            let reason = cut(&format!(
+                "pod {pod} runs {} trainer processes and {} {} ({}): every pod of the job must run as many",
+                terms.nproc_per_pod,
+                self.who.get(&self.me).unwrap_or(&self.me),
+                own.nproc_per_pod,
+                crate::config::NPROC_PER_POD
+            ));
+            warn!("control channel: {reason}");
+            effects.push(Effect::Broadcast(Message::Refused {
+                reason: reason.clone(),
+            }));
+            effects.push(Effect::Hear(Heard::Refused(reason)));
+            self.stage = Stage::Closing;
+            return;
+        }
         let epoch = ready
             .values()
             .map(|r| r.next_epoch)
@@ -1070,6 +1094,34 @@ mod tests {
             who: format!("pod {pod} on node n7"),
             terms: Terms::first(3),
         }
+    }
+
+    /// Pods that run different numbers of trainer processes cannot start together: once all
+    /// have joined, everyone hears one refusal naming both numbers (status 2 everywhere), and
+    /// nothing starts; pods that agree start.
+    #[test]
+    fn pods_with_other_processes_per_pod_are_refused_together() {
+        let at = Instant::now();
+        let (mut core, _) = Core::start(setup(&["a", "b"]), at);
+        let mut b = joined(2, "b");
+        if let Input::Joined { terms, .. } = &mut b {
+            terms.nproc_per_pod = 2;
+        }
+        assert!(core.step(joined(1, "a")).is_empty(), "b is not there yet");
+        let effects = core.step(b);
+        let reason = "pod b runs 2 trainer processes and pod me (trainer id 0 of 3) 1 (PADDLE_LAUNCHER_NPROC_PER_POD (--nproc-per-pod)): every pod of the job must run as many";
+        assert_eq!(
+            effects,
+            vec![
+                Effect::Broadcast(Message::Refused {
+                    reason: reason.into()
+                }),
+                Effect::Hear(Heard::Refused(reason.into())),
+            ]
+        );
+        assert!(matches!(core.stage, Stage::Closing));
+        let agreeing = both_joined(at);
+        assert!(matches!(agreeing.stage, Stage::Running { .. }));
     }
 
     fn said(link: u64, pod: &str, message: Message) -> Input {

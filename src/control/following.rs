@@ -181,6 +181,10 @@ impl Following {
                 self.told = true;
                 vec![Effect::Hear(Heard::Regather(reason))]
             }
+            Message::Refused { reason } if !self.running => {
+                self.told = true;
+                vec![Effect::Hear(Heard::Refused(reason))]
+            }
             Message::Lost {
                 reason,
                 restart,

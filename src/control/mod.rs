@@ -109,6 +109,8 @@ pub enum Heard {
     },
     /// Not everyone found the same members, or not all joined: discover the job again.
     Regather(String),
+    /// The members' configurations cannot start together (why): end with status 2.
+    Refused(String),
     /// The job lost a member or one failed: stop. `restart`: whether the job may start again;
     /// `hang`: the job hangs (every launcher asks its trainer for its stacks first);
     /// `preempted`: the attempt ended with a preemption, which spends no restart.
@@ -166,6 +168,8 @@ pub struct Joining {
     pub preemptions: u32,
     /// The free preemptions this launcher was given (`UNBOUNDED_PREEMPTIONS`: all).
     pub max_preemptions: u32,
+    /// The trainer processes this launcher's pod runs.
+    pub nproc_per_pod: u32,
     pub heartbeat_timeout: Duration,
     /// How long members may take to join: they may still be stopping their children.
     pub join_grace: Duration,
@@ -720,6 +724,7 @@ impl Coordinator {
                     max_restarts: joining.max_restarts,
                     preemptions: joining.preemptions,
                     max_preemptions: joining.max_preemptions,
+                    nproc_per_pod: joining.nproc_per_pod,
                 },
                 join_grace: joining.join_grace,
                 membership: joining.membership,
@@ -1020,6 +1025,7 @@ async fn serve(
             who,
             preemptions,
             max_preemptions,
+            nproc_per_pod,
         } = hello
         else {
             return Err(WireError::Malformed(
@@ -1052,6 +1058,7 @@ async fn serve(
             max_restarts,
             preemptions,
             max_preemptions,
+            nproc_per_pod,
         };
         let name = member.name.clone();
         Ok((challenge, session, name, view, heartbeat_ms, who, terms))
@@ -1306,6 +1313,7 @@ mod tests {
             members: members.to_vec(),
             preemptions: 0,
             max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
+            nproc_per_pod: 1,
             view: fingerprint(members),
             next_epoch,
             max_restarts: 3,

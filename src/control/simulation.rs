@@ -243,6 +243,7 @@ impl Sim {
             max_restarts: budgets[0],
             preemptions: preemptions[0],
             max_preemptions: free[0],
+            nproc_per_pod: 1,
         };
         let (core, effects) = Core::start(
             Setup {
@@ -499,6 +500,10 @@ impl Sim {
                         "{} heard {pod} served, which the coordinator never said",
                         f.name
                     );
+                }
+                // Every member here runs one process per pod.
+                following::Effect::Hear(Heard::Refused(reason)) => {
+                    prop_assert!(false, "{} refused: {reason}", f.name);
                 }
                 following::Effect::Hear(Heard::Regather(_))
                 | following::Effect::CannotRestart
@@ -836,6 +841,7 @@ impl Sim {
                         max_restarts: f.max_restarts,
                         preemptions: f.preemptions,
                         max_preemptions: f.max_preemptions,
+                        nproc_per_pod: 1,
                     },
                 };
                 f.outbox.push_back(hello);

@@ -58,6 +58,9 @@ pub enum Message {
         /// bound).
         #[serde(default = "unbounded")]
         max_preemptions: u32,
+        /// The trainer processes its pod runs (--nproc-per-pod): every pod must run as many.
+        #[serde(default = "one", rename = "nproc")]
+        nproc_per_pod: u32,
     },
     Beat,
     /// A follower's heartbeat while hang detection is on: its trainer's progress, the step it
@@ -123,6 +126,11 @@ pub enum Message {
     Regather {
         reason: String,
     },
+    /// Coordinator: the members were configured so that no start can work (the trainer
+    /// processes per pod differ): every launcher ends with status 2.
+    Refused {
+        reason: String,
+    },
     /// The coordinator ends normally, after every follower is done.
     Bye,
     /// Coordinator: this member without a trainer (a split layout's pserver pod) has served
@@ -149,6 +157,11 @@ pub enum Message {
 
 fn unbounded() -> u32 {
     crate::verdict::UNBOUNDED_PREEMPTIONS
+}
+
+/// A launcher that does not say runs one trainer process per pod.
+fn one() -> u32 {
+    1
 }
 
 /// A reason that fits in a frame: at most `MAX_REASON` bytes once encoded (quotes, control
@@ -399,6 +412,7 @@ mod tests {
             who: format!("pod {pod}"),
             preemptions: 0,
             max_preemptions: 1,
+            nproc_per_pod: 1,
         }
     }
 
@@ -443,7 +457,7 @@ mod tests {
         .unwrap();
         assert!(matches!(
             hello,
-            Message::Hello { who, heartbeat_ms: 0, preemptions: 0, max_preemptions: u32::MAX, .. } if who.is_empty()
+            Message::Hello { who, heartbeat_ms: 0, preemptions: 0, max_preemptions: u32::MAX, nproc_per_pod: 1, .. } if who.is_empty()
         ));
         let go: Message =
             serde_json::from_str(r#"{"kind":"go","epoch":2,"membership":null,"max_restarts":1}"#)

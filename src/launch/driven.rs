@@ -120,11 +120,18 @@ struct Scenario {
     low_replacements: bool,
     /// How long after a deleted pod's grace period the kubelet kills what still runs there.
     kubelet_lag_ms: u64,
+    /// By pod slot (the last repeats): the trainer processes its launcher was given
+    /// (--nproc-per-pod); pods that disagree must never start together.
+    nproc: Vec<u32>,
 }
 
 impl Scenario {
     fn heartbeat(&self) -> Duration {
         Duration::from_secs(self.heartbeat_s)
+    }
+
+    fn nproc(&self, slot: usize) -> u32 {
+        self.nproc[slot.min(self.nproc.len() - 1)]
     }
 
     fn late(&self, slot: usize) -> Duration {
@@ -189,6 +196,10 @@ fn scenario() -> impl Strategy<Value = Scenario> {
             prop::collection::vec(prop_oneof![6 => Just(0u64), 1 => 1u64..40], 1..4),
             any::<bool>(),
             0u64..3000,
+            prop_oneof![
+                9 => Just(vec![1u32]),
+                1 => prop::collection::vec(1u32..=2, 1..4),
+            ],
         )
             .prop_map(
                 |(
@@ -201,6 +212,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                     late_s,
                     low_replacements,
                     kubelet_lag_ms,
+                    nproc,
                 )| {
                     Scenario {
                         pods,
@@ -212,6 +224,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                         late_s,
                         low_replacements,
                         kubelet_lag_ms,
+                        nproc,
                     }
                 },
             )
@@ -360,6 +373,15 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
         expected: scenario.pods as u32,
         ranking: crate::config::Ranking::default(),
     };
+    // The processes per pod the members were given (their pod slots' numbers).
+    let nprocs = |members: &[(String, IpAddr)]| -> BTreeSet<u32> {
+        let w = world.lock().unwrap();
+        members
+            .iter()
+            .filter_map(|(n, _)| w.pods.iter().position(|p| &p.0 == n))
+            .map(|slot| scenario.nproc(slot))
+            .collect()
+    };
     let end = |code: i32, epoch: String, cause: Option<String>| {
         let mut w = world.lock().unwrap();
         let at = w.started.elapsed();
@@ -463,6 +485,7 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
             max_restarts: scenario.max_restarts,
             preemptions,
             max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
+            nproc_per_pod: scenario.nproc(slot),
             heartbeat_timeout: scenario.heartbeat(),
             join_grace: JOIN_GRACE + GRACE,
             membership: Some(membership),
@@ -497,7 +520,20 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                 channel.close().await;
                 return end(exit::PEER_LOST, epoch_ran.clone(), None);
             }
+            // Refused only where the members' processes per pod differ.
+            Heard::Refused(reason) => {
+                channel.close().await;
+                if nprocs(&members).len() < 2 {
+                    let what = format!("{name} refused with every member agreeing: {reason}");
+                    world.lock().unwrap().violation(what);
+                }
+                return end(exit::INVALID_CONFIG, epoch_ran.clone(), None);
+            }
         };
+        if nprocs(&members).len() > 1 {
+            let what = format!("{name} started with members whose processes per pod differ");
+            world.lock().unwrap().violation(what);
+        }
         let ran_before = !epoch_ran.is_empty();
         epoch_ran = format!(
             "epoch {epoch} of {:?}",
@@ -1010,6 +1046,7 @@ fn a_frozen_preempted_coordinator_and_a_trainer_failing_on_the_checkpoint_is_a_f
         late_s: vec![0],
         low_replacements: false,
         kubelet_lag_ms: 0,
+        nproc: vec![1],
     };
     // select! picks at random among branches ready at once: a few runs.
     for _ in 0..5 {

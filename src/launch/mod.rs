@@ -928,7 +928,8 @@ async fn gather(
                 return Ok(Gathered::JobSucceeded(reason));
             }
         };
-        if let Some(start) = started(heard, &mut channel).await? {
+        if let Some(start) = started(heard, &mut channel, config.topology.processes.per_pod).await?
+        {
             attempt.plan = attempt.plan.for_restart(start.epoch);
             attempt.max_restarts = start.max_restarts;
             attempt.preemptions = start.preemptions;
@@ -1051,7 +1052,11 @@ impl Count {
 
 /// What the channel's answer to a gathering means: start (the epoch, and the membership when
 /// the coordinator sent it), or gather again (None, the channel closed), or the job's end.
-async fn started(heard: Heard, channel: &mut Channel) -> Result<Option<Start>, Error> {
+async fn started(
+    heard: Heard,
+    channel: &mut Channel,
+    nproc_per_pod: u32,
+) -> Result<Option<Start>, Error> {
     match heard {
         Heard::Go {
             epoch,
@@ -1092,6 +1097,12 @@ async fn started(heard: Heard, channel: &mut Channel) -> Result<Option<Start>, E
                 stopped: "nothing (no process had started)".into(),
             })
         }
+        Heard::Refused(reason) => {
+            channel.close().await;
+            let own = nproc_per_pod.to_string();
+            let expected = format!("the same on every pod: {reason}");
+            Err(ConfigError::new(crate::config::NPROC_PER_POD, &own, expected).into())
+        }
     }
 }
 
@@ -1125,6 +1136,7 @@ async fn tell_followers_the_end(
         preemptions: 0,
         max_restarts: 0,
         max_preemptions: 0,
+        nproc_per_pod: config.topology.processes.per_pod,
         heartbeat_timeout: config.control.heartbeat_timeout,
         join_grace: grace,
         membership: None,
@@ -1192,6 +1204,7 @@ async fn follow_coordinator(
         preemptions: count.preemptions,
         max_restarts: config.control.max_restarts,
         max_preemptions: config.control.max_preemptions,
+        nproc_per_pod: config.topology.processes.per_pod,
         heartbeat_timeout: config.control.heartbeat_timeout,
         join_grace: JOIN_GRACE + config.timing.grace_period,
         membership: None,
@@ -1226,7 +1239,7 @@ async fn follow_coordinator(
         max_restarts,
         preemptions,
         max_preemptions,
-    }) = started(heard, &mut channel).await?
+    }) = started(heard, &mut channel, config.topology.processes.per_pod).await?
     else {
         return Ok(None);
     };
@@ -1670,6 +1683,7 @@ async fn join_channel(
         preemptions: count.preemptions,
         max_restarts: control.max_restarts,
         max_preemptions: control.max_preemptions,
+        nproc_per_pod: config.topology.processes.per_pod,
         heartbeat_timeout: control.heartbeat_timeout,
         // The others may still be stopping their children (a grace period) before they join.
         join_grace: JOIN_GRACE + config.timing.grace_period,
