@@ -82,6 +82,13 @@ pub use wire::{Message, Session};
 
 /// The longest heartbeat timeout a launcher may be given (PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT).
 const MAX_HEARTBEAT_MS: u64 = 7 * 24 * 3600 * 1000;
+/// Whether a heartbeat timeout a hello says (ms; 0: not said) is within what any launcher may
+/// be given: a link beaten every microsecond, or judged never, would be a member's way to
+/// stall the coordinator or to hide a freeze.
+fn heartbeat_said_fits(heartbeat_ms: u64) -> bool {
+    heartbeat_ms == 0 || (1000..=MAX_HEARTBEAT_MS).contains(&heartbeat_ms)
+}
+
 /// How many addresses that are no member's are named in the log, each at its first connection
 /// (a flood from many is counted instead).
 const STRANGERS_NAMED: usize = 8;
@@ -1032,9 +1039,7 @@ async fn serve(
                 "the first frame is not a hello".into(),
             ));
         };
-        // Within what any launcher may be given: a link beaten every microsecond, or judged
-        // never, would be a member's way to stall the coordinator or to hide a freeze.
-        if heartbeat_ms != 0 && !(1000..=MAX_HEARTBEAT_MS).contains(&heartbeat_ms) {
+        if !heartbeat_said_fits(heartbeat_ms) {
             return Err(WireError::Malformed(format!(
                 "a heartbeat timeout of {heartbeat_ms} ms, outside 1 s to 7 days"
             )));
@@ -1213,6 +1218,24 @@ mod tests {
 
     /// Two launchers given different heartbeat timeouts: the link beats often enough for the
     /// stricter and is judged by the more patient, so neither takes the other for silent.
+    /// A hello's heartbeat timeout: unsaid, or from 1 s to 7 days (what the option allows).
+    #[test]
+    fn a_hellos_heartbeat_timeout_is_within_what_the_option_allows() {
+        let week = 7 * 24 * 3600 * 1000;
+        let cases = [
+            (0, true),
+            (1, false),
+            (999, false),
+            (1000, true),
+            (week, true),
+            (week + 1, false),
+            (u64::MAX, false),
+        ];
+        for (ms, fits) in cases {
+            assert_eq!(heartbeat_said_fits(ms), fits, "{ms} ms");
+        }
+    }
+
     #[test]
     fn a_link_beats_for_the_shorter_timeout_and_is_judged_by_the_longer() {
         let s = Duration::from_secs;
