@@ -95,6 +95,11 @@ pub struct ManifestArgs {
     /// GPUs of each trainer pod (nvidia.com/gpu).
     #[arg(long, default_value_t = 0)]
     pub gpu: u32,
+    /// Trainer processes each trainer pod runs (PADDLE_LAUNCHER_NPROC_PER_POD): N, or `auto`,
+    /// one per GPU the pod is given [default: auto with --gpu and the collective protocol,
+    /// else 1].
+    #[arg(long)]
+    pub nproc_per_pod: Option<String>,
     /// CPU of each pserver pod (split layout).
     #[arg(long, default_value = "1")]
     pub pscpu: String,

@@ -149,6 +149,19 @@ pub fn documents(request: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
             "the one-kind layout with --runtime trainer (Trainer v2 runs one `node` replicated job; use --runtime jobset or volcano for the split layout)",
         ));
     }
+    if let (Some(asked), true) = (&request.nproc_per_pod, request.gpu > 0) {
+        let n: u32 = asked.trim().parse().unwrap_or(0);
+        if n > request.gpu {
+            return Err(invalid(
+                "--nproc-per-pod",
+                asked,
+                &format!(
+                    "at most --gpu {}: one trainer process per GPU, or auto",
+                    request.gpu
+                ),
+            ));
+        }
+    }
     if request.split && (request.pservers == 0 || !request.protocol.has_pservers()) {
         return Err(invalid(
             "--split",
@@ -526,7 +539,45 @@ fn options_from_flags(request: &ManifestArgs, kind: &PodKind) -> Vec<(Opt, &'sta
         let timeout = request.hang_timeout.to_string();
         set.push((options::HANG_TIMEOUT, "--hang-timeout", timeout));
     }
+    if let (Some(nproc), true) = (nproc_asked(request), kind.role != PodRole::Pserver) {
+        set.push((options::NPROC_PER_POD, "--nproc-per-pod", nproc));
+    }
     set
+}
+
+/// --nproc-per-pod as the trainer pods get it: as given, else `auto` on GPU pods of the
+/// collective protocol (one process per GPU the device plugin gives), else unset (one).
+fn nproc_asked(request: &ManifestArgs) -> Option<String> {
+    let given = request.nproc_per_pod.as_deref().map(str::trim);
+    match given.filter(|n| !n.is_empty()) {
+        Some(n) => Some(n.to_string()),
+        None if request.gpu > 0 && request.protocol == Protocol::Collective => {
+            Some("auto".to_string())
+        }
+        None => None,
+    }
+}
+
+/// The trainer processes each trainer pod will run: `auto` is one per GPU asked for.
+fn nproc_expected(request: &ManifestArgs) -> u32 {
+    match nproc_asked(request).as_deref() {
+        Some("auto") => request.gpu.max(1),
+        Some(n) => n.parse().unwrap_or(1),
+        None => 1,
+    }
+}
+
+/// The trainer processes' ports, as the launcher picks them: from --trainer-port up, the
+/// control port skipped when there are several.
+fn trainer_ports(request: &ManifestArgs) -> Vec<u16> {
+    let n = nproc_expected(request) as usize;
+    if n <= 1 {
+        return vec![request.trainer_port];
+    }
+    (request.trainer_port..=u16::MAX)
+        .filter(|port| *port != DEFAULT_CONTROL_PORT)
+        .take(n)
+        .collect()
 }
 
 /// The options the pods get from the downward API, with the flag whose value stands for them
@@ -768,7 +819,14 @@ fn job(request: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Val
         );
     }
     if kind.role != PodRole::Pserver && request.protocol.trainers_listen() {
-        ports.push(json!({"name": "trainer", "containerPort": request.trainer_port}));
+        let trainers = trainer_ports(request);
+        for (local, port) in trainers.iter().enumerate() {
+            let name = match trainers.len() {
+                1 => "trainer".to_string(),
+                _ => format!("trainer-{local}"),
+            };
+            ports.push(json!({"name": name, "containerPort": port}));
+        }
     }
     ports.push(json!({"name": "control", "containerPort": DEFAULT_CONTROL_PORT}));
     let mut labels = kind.labels.clone();

@@ -108,6 +108,21 @@ const VARIANTS: &[&[&str]] = &[
         "python",
         "/workspace/train.py",
     ],
+    &[
+        "--job-name",
+        "gp",
+        "--image",
+        "example.com/t/p:v1",
+        "--trainers",
+        "2",
+        "--gpu",
+        "4",
+        "--protocol",
+        "collective",
+        "--",
+        "python",
+        "/workspace/train.py",
+    ],
 ];
 
 fn manifest(args: &[&str]) -> String {
@@ -859,4 +874,69 @@ fn the_bound_on_free_preemptions_reaches_every_pod() {
         &String::from_utf8_lossy(&out.stderr),
         "invalid --max-preemptions: \"10001\": expected a number of preemptions, an integer from 0 to 10000",
     );
+}
+
+/// GPU pods of the collective protocol run one trainer process per GPU (`auto`), each with
+/// its own port declared; a count above the GPUs is refused in one line; CPU pods run what is
+/// asked.
+#[test]
+fn gpu_pods_run_one_trainer_process_per_gpu() {
+    let container = |extra: &[&str]| -> Value {
+        let mut args = vec!["--job-name", "g", "--image", "example.com/t/p:v1"];
+        args.extend(extra);
+        args.extend(["--protocol", "collective", "--", "python", "/t.py"]);
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&manifest(&args)).unwrap();
+        let job = docs.iter().find(|d| d["kind"] == "Job").unwrap();
+        job["spec"]["template"]["spec"]["containers"][0].clone()
+    };
+    let nproc = |c: &Value| {
+        each(&c["env"], &[])
+            .into_iter()
+            .find(|v| v["name"] == "PADDLE_LAUNCHER_NPROC_PER_POD")
+            .map(|v| v["value"].as_str().unwrap().to_string())
+    };
+    let ports = |c: &Value| -> Vec<(String, u64)> {
+        each(&c["ports"], &[])
+            .into_iter()
+            .filter(|p| p["name"].as_str().unwrap().starts_with("trainer"))
+            .map(|p| {
+                (
+                    p["name"].as_str().unwrap().to_string(),
+                    p["containerPort"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let gpu = container(&["--gpu", "3"]);
+    assert_eq!(nproc(&gpu).as_deref(), Some("auto"));
+    assert_eq!(
+        ports(&gpu),
+        [
+            ("trainer-0".to_string(), 6170),
+            ("trainer-1".to_string(), 6172),
+            ("trainer-2".to_string(), 6173)
+        ],
+        "the control port 6171 is skipped"
+    );
+    let cpu = container(&["--nproc-per-pod", "2"]);
+    assert_eq!(nproc(&cpu).as_deref(), Some("2"));
+    assert_eq!(nproc(&container(&[])), None, "one process: nothing set");
+    let (code, stdout, stderr) = manifest_output(&[
+        "--gpu",
+        "2",
+        "--nproc-per-pod",
+        "4",
+        "--protocol",
+        "collective",
+        "--",
+        "python",
+        "/t.py",
+    ]);
+    assert_eq!((code, stdout.as_str()), (Some(2), ""), "{stderr}");
+    assert!(
+        stderr.contains("invalid --nproc-per-pod: \"4\": expected at most --gpu 2"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = manifest_output(&["--nproc-per-pod", "2", "--", "python", "/t.py"]);
+    assert_eq!(code, Some(2), "v1 runs one trainer per pod: {stderr}");
 }
