@@ -77,7 +77,7 @@ pub enum Error {
     },
     /// The job hangs, as the control channel told (`reason` names the suspect); this pod's
     /// processes were stopped after its trainer was asked for its stacks.
-    #[error("job stopped: {reason}; stopped {stopped} after asking the trainer for its stacks")]
+    #[error("job stopped: {reason}; stopped {stopped} after asking for the stacks")]
     JobHung { reason: String, stopped: String },
     /// A split-layout pserver pod can no longer tell when the trainers are done.
     #[error(

@@ -37,9 +37,15 @@ pub(super) enum Input {
         step: Option<u64>,
         quiet: Duration,
         at: Instant,
+        /// Of several trainer processes, the one furthest behind (its trainer id).
+        behind: Option<u32>,
     },
     /// This launcher's own trainer's progress.
-    OwnProgress { step: Option<u64>, last: Instant },
+    OwnProgress {
+        step: Option<u64>,
+        last: Instant,
+        behind: Option<u32>,
+    },
     /// What a joined member said after its hello (`Done`, `Failed`, `Stopped`) on `link`.
     Said {
         link: u64,
@@ -248,6 +254,7 @@ pub(super) struct Progress {
     step: Option<u64>,
     quiet: Duration,
     at: Instant,
+    behind: Option<u32>,
 }
 
 impl Core {
@@ -339,6 +346,7 @@ impl Core {
                 step,
                 quiet,
                 at,
+                behind,
             } => {
                 if self.links.get(&pod) == Some(&link) {
                     let link = Some(link);
@@ -347,17 +355,19 @@ impl Core {
                         step,
                         quiet,
                         at,
+                        behind,
                     };
                     self.progress.insert(pod, report);
                 }
                 return effects;
             }
-            Input::OwnProgress { step, last } => {
+            Input::OwnProgress { step, last, behind } => {
                 let report = Progress {
                     link: None,
                     step,
                     quiet: Duration::ZERO,
                     at: last,
+                    behind,
                 };
                 self.progress.insert(self.me.clone(), report);
                 return effects;
@@ -873,11 +883,15 @@ impl Core {
             .iter()
             .filter(|(pod, report)| live(pod, report))
             .map(|(pod, report)| Report {
-                who: self
-                    .who
-                    .get(pod)
-                    .cloned()
-                    .unwrap_or_else(|| format!("pod {pod}")),
+                who: {
+                    let who = self.who.get(pod).cloned();
+                    let who = who.unwrap_or_else(|| format!("pod {pod}"));
+                    // A pod of several processes: the one its launcher saw furthest behind.
+                    match report.behind {
+                        Some(id) => format!("trainer id {id} on {who}"),
+                        None => who,
+                    }
+                },
                 step: report.step,
                 quiet: report.quiet + self.now.saturating_duration_since(report.at),
             })
@@ -1350,6 +1364,7 @@ mod tests {
                 step: None,
                 quiet: s(quiet),
                 at: t0,
+                behind: None,
             });
         }
         core.step(said(1, "a", Message::Done));
@@ -1549,6 +1564,7 @@ mod tests {
                 step: Some(1),
                 quiet: Duration::ZERO,
                 at: Instant::now(),
+                behind: None,
             });
         }
         assert_eq!(core, before);
@@ -1565,6 +1581,7 @@ mod tests {
         core.step(Input::OwnProgress {
             step: Some(1),
             last: t0 + s(5),
+            behind: None,
         });
         core.step(Input::Own(Request::Done));
         for (link, pod, step) in [(1, "a", 10), (2, "b", 9)] {
@@ -1574,6 +1591,7 @@ mod tests {
                 step: Some(step),
                 quiet: Duration::ZERO,
                 at: t0 + s(5),
+                behind: None,
             });
         }
         core.step(Input::Tick(t0 + s(35)));
@@ -1629,16 +1647,19 @@ mod tests {
         core.step(Input::OwnProgress {
             step: Some(10),
             last: t0 + s(5),
+            behind: None,
         });
-        let report = |link, pod: &str, step| Input::Progress {
+        // b runs several trainer processes: its launcher names the one furthest behind.
+        let report = |link, pod: &str, step, behind| Input::Progress {
             link,
             pod: pod.into(),
             step: Some(step),
             quiet: Duration::ZERO,
             at: t0 + s(5),
+            behind,
         };
-        core.step(report(1, "a", 10));
-        core.step(report(2, "b", 9));
+        core.step(report(1, "a", 10, None));
+        core.step(report(2, "b", 9, Some(5)));
         core.step(Input::Tick(t0 + s(35)));
         let effects = core.step(said(
             1,
@@ -1651,7 +1672,7 @@ mod tests {
                 hang: true,
             },
         ));
-        let reason = "the job hangs: suspect pod b on node n7: furthest behind, at step 9 (2 ranks at later steps), last progress 30.0 s ago; found by pod a on node n7 at 2026-11-23T10:00:00Z: trainer-1 made no progress for 30 s";
+        let reason = "the job hangs: suspect trainer id 5 on pod b on node n7: furthest behind, at step 9 (2 ranks at later steps), last progress 30.0 s ago; found by pod a on node n7 at 2026-11-23T10:00:00Z: trainer-1 made no progress for 30 s";
         assert!(
             effects.contains(&Effect::Broadcast(Message::Lost {
                 reason: reason.into(),

@@ -96,6 +96,7 @@ pub fn measure_progress(members: usize) -> ProgressCost {
         let message = Message::Progress {
             step: Some(120_000 + i as u64 % 7),
             quiet_ms: 4_000 + i as u64,
+            behind: None,
         };
         frames.push(follower.seal(&message));
         beat_frame = Session::new(secret, [3; 32], false)
@@ -108,13 +109,19 @@ pub fn measure_progress(members: usize) -> ProgressCost {
         let mut link = Session::new(secret, [3; 32], true);
         let length = u32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]) as usize;
         let (payload, mac) = frame[4..].split_at(length);
-        if let Ok(Message::Progress { step, quiet_ms }) = link.open(payload, mac) {
+        if let Ok(Message::Progress {
+            step,
+            quiet_ms,
+            behind,
+        }) = link.open(payload, mac)
+        {
             core.step(Input::Progress {
                 link: i as u64 + 1,
                 pod: names[i + 1].clone(),
                 step,
                 quiet: Duration::from_millis(quiet_ms),
                 at: now,
+                behind,
             });
         }
     }

@@ -145,9 +145,10 @@ pub(super) async fn follow(
 /// so that the coordinator can name the rank a hang points at.
 fn beat_of(ends: &Ends) -> Message {
     match *ends.progress.borrow() {
-        Some((step, last)) => Message::Progress {
+        Some((step, last, behind)) => Message::Progress {
             step,
             quiet_ms: last.elapsed().as_millis().min(u64::MAX as u128) as u64,
+            behind,
         },
         None => Message::Beat,
     }

@@ -131,7 +131,7 @@ pub enum Heard {
 
 /// A trainer's progress as its launcher reports it: the step it last wrote, if a number, and
 /// when it last progressed.
-pub type Progress = Option<(Option<u64>, Instant)>;
+pub type Progress = Option<(Option<u64>, Instant, Option<u32>)>;
 
 /// Looks the coordinator's DNS name up again: the addresses it has now (none, or several while a
 /// replaced pod's old address is still listed), or None when the lookup itself failed, which
@@ -473,8 +473,9 @@ impl Channel {
 
     /// This launcher's trainer's progress, for the coordinator's judgement of a hang: sent
     /// with the follower's heartbeats, read by the coordinator's task on its ticks.
-    pub fn report_progress(&self, step: Option<u64>, last: Instant) {
-        self.progress.send_replace(Some((step, last)));
+    /// `behind`: of several trainer processes, the trainer id of the one these are of.
+    pub fn report_progress(&self, step: Option<u64>, last: Instant, behind: Option<u32>) {
+        self.progress.send_replace(Some((step, last, behind)));
     }
 
     /// A coordinator serving the job's end: waits until every member has been told, or
@@ -674,6 +675,7 @@ enum FromLink {
         step: Option<u64>,
         quiet: Duration,
         at: Instant,
+        behind: Option<u32>,
     },
     Said {
         link: u64,
@@ -830,8 +832,8 @@ impl Coordinator {
                 _ = ticks.tick() => {
                     let mut effects = self.core.step(Input::Tick(Instant::now()));
                     if ends.progress.has_changed().unwrap_or(false) {
-                        if let Some((step, last)) = *ends.progress.borrow_and_update() {
-                            effects.extend(self.core.step(Input::OwnProgress { step, last }));
+                        if let Some((step, last, behind)) = *ends.progress.borrow_and_update() {
+                            effects.extend(self.core.step(Input::OwnProgress { step, last, behind }));
                         }
                     }
                     effects
@@ -887,12 +889,14 @@ impl Coordinator {
                 step,
                 quiet,
                 at,
+                behind,
             } => Some(Input::Progress {
                 link,
                 pod,
                 step,
                 quiet,
                 at,
+                behind,
             }),
             FromLink::Said { link, pod, message } => Some(Input::Said { link, pod, message }),
             FromLink::Ended { link, ip, pod, why } => {
@@ -1148,13 +1152,13 @@ async fn talk(
                     idle_until = Instant::now() + limit;
                     Ok(())
                 }
-                Some(Ok(Message::Progress { step, quiet_ms })) => {
+                Some(Ok(Message::Progress { step, quiet_ms, behind })) => {
                     let at = Instant::now();
                     idle_until = at + limit;
                     if reported.is_none_or(|last| at.duration_since(last) >= report_every) {
                         reported = Some(at);
                         let quiet = Duration::from_millis(quiet_ms);
-                        let _ = to_coordinator.send(FromLink::Progress { link, pod: pod.to_string(), step, quiet, at });
+                        let _ = to_coordinator.send(FromLink::Progress { link, pod: pod.to_string(), step, quiet, at, behind });
                     }
                     Ok(())
                 }

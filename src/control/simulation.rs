@@ -897,6 +897,7 @@ impl Sim {
                             step: Some(u64::from(step)),
                             quiet: Duration::ZERO,
                             at: now,
+                            behind: None,
                         });
                     }
                 }
@@ -971,6 +972,7 @@ impl Sim {
                         step: Some(0),
                         quiet: Duration::ZERO,
                         at: self.now,
+                        behind: None,
                     },
                     Input::Said {
                         link: u64::MAX,

@@ -68,6 +68,10 @@ pub enum Message {
     Progress {
         step: Option<u64>,
         quiet_ms: u64,
+        /// Of a pod's several trainer processes, the trainer id of the one furthest behind
+        /// (whose step and progress these are); none when the pod runs one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        behind: Option<u32>,
     },
     /// Coordinator: every member is here with the same view: start restart epoch `epoch`, with
     /// this membership (which a follower that did not discover the pods itself needs).

@@ -825,9 +825,13 @@ impl Lifecycle {
     /// The trainer is hung (`job`: the job's verdict; else this pod's own judgement): ask it
     /// for its stacks, then stop every process (`DumpOver`).
     fn ask_for_stacks(&mut self, reason: String, job: bool) -> Vec<Command> {
+        let whose = match self.setup.trainers > 1 {
+            true => "their",
+            false => "its",
+        };
         let line = match job {
             true => format!(
-                "{reason}: asking {} for its threads' stacks (SIGUSR2)",
+                "{reason}: asking {} for {whose} threads' stacks (SIGUSR2)",
                 self.setup.trainer_label
             ),
             false => format!("{reason}: asking it for its threads' stacks (SIGUSR2)"),
@@ -1948,7 +1952,7 @@ mod tests {
                     "log the job hangs: suspect pod p-1: asking trainer-0 for its threads' stacks (SIGUSR2)",
                     "dump stacks",
                     "stop trainer+pserver 15",
-                    "fail 80 job stopped: the job hangs: suspect pod p-1; stopped trainer-0 and pserver-0 after asking the trainer for its stacks",
+                    "fail 80 job stopped: the job hangs: suspect pod p-1; stopped trainer-0 and pserver-0 after asking for the stacks",
                 ],
             ),
             (
@@ -2149,7 +2153,7 @@ mod tests {
         // judged as while training (its stacks asked for, status 80).
         for (hang, last) in [
             (Input::Hung("trainer-0 made no progress for 30 s".into()), "fail 80 trainer-0 made no progress for 30 s"),
-            (Input::JobHung("the job hangs: suspect pod p-1".into()), "fail 80 job stopped: the job hangs: suspect pod p-1; stopped trainer-0 and pserver-0 after asking the trainer for its stacks"),
+            (Input::JobHung("the job hangs: suspect pod p-1".into()), "fail 80 job stopped: the job hangs: suspect pod p-1; stopped trainer-0 and pserver-0 after asking for the stacks"),
         ] {
             let shown = run(
                 fleet(),

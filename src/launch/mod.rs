@@ -2119,6 +2119,11 @@ async fn drive(
                                     let output = sup.output_clock(child);
                                     watched.push(Watched {
                                         local,
+                                        trainer_id: spec
+                                            .place
+                                            .as_ref()
+                                            .filter(|_| several)
+                                            .map(|p| p.trainer_id as u32),
                                         output,
                                         file,
                                         label: process_name(spec),
@@ -2294,6 +2299,8 @@ struct HangWatch {
 /// One trainer process under watch.
 struct Watched {
     local: usize,
+    /// Its trainer id, when the pod runs several.
+    trainer_id: Option<u32>,
     output: OutputClock,
     file: ProgressFileClock,
     label: String,
@@ -2419,11 +2426,12 @@ impl HangWatch {
                 .collect();
             let last =
                 |seen: &progress::Observed| progress::last_progress(seen).0.unwrap_or(self.started);
-            if let (Some(channel), Some(behind)) =
+            if let (Some(channel), Some((seen, process))) =
                 (channel, looks.iter().min_by_key(|(seen, _)| last(seen)))
             {
                 let step = looks.iter().filter_map(|(_, p)| p.file.step()).min();
-                channel.report_progress(step, Instant::from_std(last(&behind.0)));
+                let id = process.trainer_id.filter(|_| looks.len() > 1);
+                channel.report_progress(step, Instant::from_std(last(seen)), id);
             }
             let hung = looks
                 .iter()

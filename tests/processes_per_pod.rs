@@ -1,0 +1,318 @@
+//! Several trainer processes per pod (`--nproc-per-pod`): real PaddlePaddle trains over them,
+//! each process is given what Paddle's own launcher gives it, and each one is supervised as a
+//! pod's one trainer is: checkpoint signals and hangs reach every process.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use serde_json::Value;
+use support::{assert_contains, free_ports, paddle_python, Launcher};
+
+const LIMIT: Duration = Duration::from_secs(180);
+
+fn manifest_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Two simulated pods on `ips`, each running `args` with two trainer processes, static peers.
+fn two_pods(dir: &Path, ips: [&str; 2], args: &[&str], extra: &[(&str, String)]) -> Vec<Launcher> {
+    let port = free_ports(1).to_string();
+    (0..2)
+        .map(|i| {
+            let name = format!("pod-{i}");
+            let mut env = vec![
+                ("JOB_NAME", "np".to_string()),
+                ("PADDLE_LAUNCHER_PEERS", ips.join(",")),
+                ("POD_IP", ips[i].to_string()),
+                ("POD_NAME", name.clone()),
+                ("CONF_PADDLE_NIC", "lo".to_string()),
+                ("PADDLE_LAUNCHER_PROTOCOL", "collective".to_string()),
+                ("PADDLE_LAUNCHER_NPROC_PER_POD", "2".to_string()),
+                ("PADDLE_LAUNCHER_TRAINER_PORT", port.clone()),
+                (
+                    "PADDLE_LAUNCHER_WORKDIR",
+                    dir.join(&name).display().to_string(),
+                ),
+                ("HOME", dir.display().to_string()),
+            ];
+            env.extend(extra.iter().cloned());
+            Launcher::start(dir, &name, args, &env)
+        })
+        .collect()
+}
+
+/// 2 pods x 2 processes of real PaddlePaddle 3.3.1 train one data-parallel model over gloo:
+/// ranks 0-3, pod-major, every rank's own data, identical parameters on all four.
+#[test]
+fn real_paddle_trains_data_parallel_with_two_processes_in_each_of_two_pods() {
+    let python = paddle_python();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let train = manifest_dir().join("examples/collective/train.py");
+    let (train, out_s) = (train.display().to_string(), out.display().to_string());
+    let launchers = two_pods(
+        dir.path(),
+        ["127.0.0.32", "127.0.0.33"],
+        &["run", "--", &python, &train, &out_s],
+        &[],
+    );
+    for (i, launcher) in launchers.into_iter().enumerate() {
+        let done = launcher.wait(LIMIT);
+        assert_eq!(done.code(), 0, "pod {i}:\n{}\n{}", done.stdout, done.stderr);
+        for local in 0..2 {
+            let rank = i * 2 + local;
+            assert_contains(
+                &done.stdout,
+                &format!("[trainer-{rank}] rank {rank} of world 4"),
+            );
+        }
+    }
+    let results: Vec<Value> = (0..4)
+        .map(|r| {
+            let text = std::fs::read_to_string(out.join(format!("result-{r}.json"))).unwrap();
+            serde_json::from_str(&text).unwrap()
+        })
+        .collect();
+    for (r, result) in results.iter().enumerate() {
+        assert_eq!(
+            (result["world"].as_u64(), result["rank"].as_u64()),
+            (Some(4), Some(r as u64))
+        );
+        let (first, last) = (
+            result["first_loss"].as_f64().unwrap(),
+            result["last_loss"].as_f64().unwrap(),
+        );
+        assert!(last < first / 100.0, "rank {r}: loss {first} -> {last}");
+        assert_eq!(results[0]["params"], result["params"], "rank {r}");
+    }
+}
+
+/// What each of 2 x 2 processes is given, under Paddle 3.3.1's own launcher (two nodes on
+/// loopback, its HTTP master) and under paddle-launcher, on the same program: the same names,
+/// ranks and sizes (ports differ). Paddle's own bookkeeping is left out: its log directory and
+/// environment backup, and PADDLE_AUTO_CLUSTER (its auto-parallel engine's, `0` there).
+#[test]
+fn each_process_is_given_what_paddles_own_launcher_gives_it() {
+    let python = paddle_python();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let dump = manifest_dir().join("tests/fixtures/env_dump.py");
+    let (dump, out_s) = (dump.display().to_string(), out.display().to_string());
+    let master = format!("127.0.0.1:{}", free_ports(1));
+    let paddles: Vec<_> = (0..2)
+        .map(|rank| {
+            Command::new(&python)
+                .args(["-m", "paddle.distributed.launch", "--master", &master])
+                .args(["--nnodes", "2", "--rank", &rank.to_string()])
+                .args(["--nproc_per_node", "2", "--log_dir"])
+                .arg(dir.path().join(format!("paddle-log-{rank}")))
+                .args([&dump, &out_s, "paddle"])
+                .env_clear()
+                .env("PATH", std::env::var("PATH").unwrap_or_default())
+                .env("HOME", dir.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let ours = two_pods(
+        dir.path(),
+        ["127.0.0.34", "127.0.0.35"],
+        &["run", "--", &python, &dump, &out_s, "ours"],
+        &[],
+    );
+    for launcher in ours {
+        let done = launcher.wait(LIMIT);
+        assert_eq!(done.code(), 0, "{}\n{}", done.stdout, done.stderr);
+    }
+    for mut paddle in paddles {
+        assert!(
+            paddle.wait().unwrap().success(),
+            "Paddle's own launcher failed"
+        );
+    }
+    let read = |tag: &str, rank: usize| -> BTreeMap<String, String> {
+        let text = std::fs::read_to_string(out.join(format!("{tag}-{rank}.json"))).unwrap();
+        serde_json::from_str(&text).unwrap()
+    };
+    let bookkeeping = [
+        "PADDLE_LOG_DIR",
+        "PADDLE_BACKUP_ENV_PATH",
+        "PADDLE_AUTO_CLUSTER",
+    ];
+    let same_values = [
+        "PADDLE_TRAINER_ID",
+        "PADDLE_TRAINERS_NUM",
+        "PADDLE_GLOBAL_RANK",
+        "PADDLE_GLOBAL_SIZE",
+        "PADDLE_LOCAL_RANK",
+        "PADDLE_LOCAL_SIZE",
+        "PADDLE_RANK_IN_NODE",
+        "PADDLE_NNODES",
+        "PADDLE_DISTRI_BACKEND",
+    ];
+    for rank in 0..4 {
+        let (theirs, ours) = (read("paddle", rank), read("ours", rank));
+        for name in theirs.keys().filter(|k| !bookkeeping.contains(&k.as_str())) {
+            assert!(
+                ours.contains_key(name),
+                "rank {rank}: no {name} ({theirs:?} vs {ours:?})"
+            );
+        }
+        for name in same_values {
+            assert_eq!(theirs.get(name), ours.get(name), "rank {rank}: {name}");
+        }
+        // Endpoints: one per process, in trainer-id order, this one's at its rank.
+        let list = |env: &BTreeMap<String, String>| -> Vec<String> {
+            env["PADDLE_TRAINER_ENDPOINTS"]
+                .split(',')
+                .map(str::to_string)
+                .collect()
+        };
+        for env in [&theirs, &ours] {
+            let endpoints = list(env);
+            assert_eq!(endpoints.len(), 4, "{env:?}");
+            assert_eq!(endpoints[rank], env["PADDLE_CURRENT_ENDPOINT"], "{env:?}");
+            assert!(env.contains_key("PADDLE_MASTER"));
+        }
+        // Both put a pod's (node's) processes next to each other.
+        let hosts = |env: &BTreeMap<String, String>| -> Vec<String> {
+            list(env)
+                .iter()
+                .map(|e| e.rsplit_once(':').unwrap().0.to_string())
+                .collect()
+        };
+        let ours_hosts = hosts(&ours);
+        assert_eq!(ours_hosts[0], ours_hosts[1]);
+        assert_eq!(ours_hosts[2], ours_hosts[3]);
+        assert_ne!(ours_hosts[1], ours_hosts[2]);
+    }
+}
+
+/// A program that says what it was given, notes the checkpoint signal with the time it came,
+/// and trains on until stopped (or, as trainer HANG_ID, hangs without output at once).
+const PROGRAM: &str = r#"
+import os, signal, sys, time
+me = os.environ["PADDLE_TRAINER_ID"]
+print(f"id={me} local={os.environ['PADDLE_LOCAL_RANK']} progress={os.environ['PADDLE_LAUNCHER_PROGRESS_FILE']}", flush=True)
+def asked(*_):
+    print(f"id={me} checkpoint asked at {time.time():.3f}", flush=True)
+signal.signal(signal.SIGUSR1, asked)
+hang = os.environ.get("HANG_ID") == me
+while True:
+    if not hang:
+        with open(os.environ["PADDLE_LAUNCHER_PROGRESS_FILE"], "a") as f:
+            f.write("1\n")
+        print(f"id={me} step", flush=True)
+    time.sleep(0.5)
+"#;
+
+fn python3() -> String {
+    "python3".to_string()
+}
+
+/// A pod told to stop (preempted) while 2 x 2 processes train: every process of every pod gets
+/// the checkpoint signal, within a second of the stop.
+#[test]
+fn a_preempted_pod_asks_every_process_of_every_pod_for_a_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = (
+        "PADDLE_LAUNCHER_JOB_SECRET",
+        "processes-per-pod-secret-0123456789ab".to_string(),
+    );
+    let extra = [
+        secret,
+        ("PADDLE_LAUNCHER_CHECKPOINT_WINDOW", "4".to_string()),
+        ("PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT", "3".to_string()),
+        ("PADDLE_LAUNCHER_CONTROL_PORT", free_ports(1).to_string()),
+    ];
+    let python = python3();
+    let launchers = two_pods(
+        dir.path(),
+        ["127.0.0.36", "127.0.0.37"],
+        &["run", "--", &python, "-c", PROGRAM],
+        &extra,
+    );
+    for (i, launcher) in launchers.iter().enumerate() {
+        for local in 0..2 {
+            launcher.wait_for_output(&format!("id={} step", i * 2 + local), LIMIT);
+        }
+    }
+    let sent = now();
+    launchers[1].signal(Signal::SIGTERM);
+    let mut launchers = launchers.into_iter();
+    let (first, preempted) = (launchers.next().unwrap(), launchers.next().unwrap());
+    let preempted = preempted.wait(LIMIT);
+    // The job restarts in place for free, waiting for the preempted pod's return: stopped.
+    for id in 0..2 {
+        first.wait_for_output(&format!("id={id} checkpoint asked at "), LIMIT);
+    }
+    first.signal(Signal::SIGTERM);
+    let first = first.wait(LIMIT);
+    let all = [first.stdout, preempted.stdout].concat();
+    for id in 0..4 {
+        let line = all
+            .lines()
+            .find(|l| l.contains(&format!("id={id} checkpoint asked at ")))
+            .unwrap_or_else(|| panic!("trainer {id} was never asked:\n{all}"));
+        let at: f64 = line.rsplit_once(" at ").unwrap().1.trim().parse().unwrap();
+        assert!(
+            at - sent < 1.0,
+            "trainer {id} asked {:.3} s after the stop",
+            at - sent
+        );
+    }
+}
+
+/// One process of 2 x 2 hangs (no output, no progress): every pod names it by trainer id in
+/// its end, and the stacks of every process of every pod are asked for.
+#[test]
+fn a_hung_process_is_named_by_its_trainer_id_on_every_pod() {
+    let dir = tempfile::tempdir().unwrap();
+    let extra = [
+        (
+            "PADDLE_LAUNCHER_JOB_SECRET",
+            "processes-per-pod-secret-0123456789ab".to_string(),
+        ),
+        ("PADDLE_LAUNCHER_HANG_TIMEOUT", "6".to_string()),
+        ("PADDLE_LAUNCHER_HANG_FIRST_WINDOW", "6".to_string()),
+        ("PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT", "3".to_string()),
+        ("PADDLE_LAUNCHER_CONTROL_PORT", free_ports(1).to_string()),
+        ("HANG_ID", "2".to_string()),
+    ];
+    let python = python3();
+    let launchers = two_pods(
+        dir.path(),
+        ["127.0.0.38", "127.0.0.39"],
+        &["run", "--", &python, "-c", PROGRAM],
+        &extra,
+    );
+    for (i, launcher) in launchers.into_iter().enumerate() {
+        let done = launcher.wait(LIMIT);
+        assert_ne!(done.code(), 0, "pod {i}");
+        let last = done.stderr.lines().last().unwrap_or_default().to_string();
+        // The job's one decision, on every pod: the process behind, by trainer id.
+        assert_contains(&last, "the job hangs: suspect trainer id 2 on pod np-1");
+        assert_contains(&last, "trainer id 2 of 4 (local rank 0) made no progress");
+        let asked = [
+            "asking trainers 0-1 for their threads' stacks",
+            "asking it for its threads' stacks",
+        ];
+        assert_contains(&done.stderr, asked[i]);
+    }
+}
+
+fn now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
