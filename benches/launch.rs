@@ -62,6 +62,98 @@ fn main() {
     if wants("coordinator") {
         coordinator();
     }
+    if wants("processes") {
+        processes();
+    }
+}
+
+/// Issue 28: 32 pods of 8 trainer processes each (collective, `--nproc-per-pod 8`) against 32
+/// of one: from the event that makes the last pod Running to every process started (the
+/// launchers' own "started trainer-G" lines), and what each extra process costs a launcher.
+fn processes() {
+    println!("## 10. Several processes per pod\n");
+    println!("| pods x processes | processes | last process started after the last pod Running: median of 3 (max) | launcher RSS per pod, processes running |");
+    println!("|---|---|---|---|");
+    let mut rows = Vec::new();
+    for per_pod in [1usize, 8] {
+        let pods = 32;
+        let mut times = Vec::new();
+        let mut rss = Vec::new();
+        for run in 0..3 {
+            let api = FakeApi::start();
+            let dir = tempfile::tempdir().unwrap();
+            api.write_kubeconfig(&dir.path().join("kubeconfig"));
+            let job = format!("np{per_pod}r{run}");
+            let names: Vec<String> = (0..pods).map(|i| format!("{job}-{i}")).collect();
+            for name in &names {
+                api.put_pod(job_pod(&job, name));
+            }
+            let port = free_port().to_string();
+            let mut launchers: Vec<Child> = (0..pods)
+                .map(|i| {
+                    let log = dir.path().join(format!("{i}.log"));
+                    pod_launcher(dir.path(), &job, pods, i, &names[i], &log)
+                        .env("PADDLE_LAUNCHER_PROTOCOL", "collective")
+                        .env("PADDLE_LAUNCHER_NPROC_PER_POD", per_pod.to_string())
+                        .env("PADDLE_LAUNCHER_TRAINER_PORT", &port)
+                        .args(["run", "--", "sleep", "600"])
+                        .spawn()
+                        .unwrap()
+                })
+                .collect();
+            let log = |i: usize| {
+                fs::read_to_string(dir.path().join(format!("{i}.log"))).unwrap_or_default()
+            };
+            let deadline = Instant::now() + Duration::from_secs(300);
+            while api.pod_requests().1 < pods {
+                assert!(Instant::now() < deadline, "launchers not watching");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            for (i, name) in names.iter().enumerate() {
+                api.set_status("default", name, "Running", Some(&pod_ip(i)));
+            }
+            let last_running = time_of_day(SystemTime::now());
+            let started = |text: &str| text.matches("started trainer-").count();
+            while (0..pods).any(|i| started(&log(i)) < per_pod) {
+                assert!(Instant::now() < deadline, "processes not started");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let last = (0..pods)
+                .flat_map(|i| {
+                    log(i)
+                        .lines()
+                        .filter(|l| l.contains("started trainer-"))
+                        .filter_map(log_time)
+                        .collect::<Vec<_>>()
+                })
+                .fold(0.0, f64::max);
+            times.push((last - last_running) * 1000.0);
+            let total: u64 = launchers.iter().map(|l| rss_kib(l.id(), "VmRSS:")).sum();
+            rss.push(total as f64 / pods as f64);
+            for l in &launchers {
+                let _ = Command::new("kill").arg(l.id().to_string()).status();
+            }
+            for l in &mut launchers {
+                let _ = l.wait();
+            }
+        }
+        let max = times.iter().cloned().fold(0.0, f64::max);
+        let (time, kib) = (median(times), median(rss));
+        println!(
+            "| {pods} x {per_pod} | {} | {time:.1} ms ({max:.1} ms) | {kib:.0} KiB |",
+            pods * per_pod
+        );
+        rows.push((per_pod, time, kib));
+    }
+    if let [(_, t1, r1), (n, t8, r8)] = rows.as_slice() {
+        let extra = (*n - 1) as f64;
+        println!(
+            "\nPer extra process: {:.2} ms more until the last process started (over the job's {} extra processes), {:.0} KiB more launcher RSS.\n",
+            (t8 - t1) / (extra * 32.0),
+            extra as usize * 32,
+            (r8 - r1) / extra
+        );
+    }
 }
 
 /// Counts the heap in use and its peak, for what the coordinator's state costs.
