@@ -89,3 +89,75 @@ pub(crate) fn verdict_wait(
         false => limits.ending,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::{self, Heard, Joining, Role};
+    use crate::membership::{PodAddress, Served};
+
+    /// A job of one pod: its launcher coordinates and starts at once.
+    async fn alone() -> Channel {
+        let ip: std::net::IpAddr = "127.0.7.2".parse().unwrap();
+        let port = std::net::TcpListener::bind((ip, 0))
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let me = PodAddress {
+            name: "p-0".into(),
+            ip,
+        };
+        let mut channel = control::join(Joining {
+            role: Role::Coordinator {
+                listen: std::net::SocketAddr::new(ip, port),
+            },
+            secret: crate::config::Secret(b"ending-test-secret-0123456789abcdef".to_vec()),
+            view: control::fingerprint(std::slice::from_ref(&me)),
+            members: vec![me.clone()],
+            me,
+            next_epoch: 1,
+            max_restarts: 1,
+            preemptions: 0,
+            max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
+            nproc_per_pod: 1,
+            heartbeat_timeout: Duration::from_secs(2),
+            join_grace: Duration::from_secs(5),
+            membership: None,
+            ended: None,
+            who: "pod p-0".into(),
+            progress_check: Duration::ZERO,
+            served: Served::default(),
+            network: control::tcp(),
+        })
+        .await
+        .unwrap();
+        assert!(matches!(channel.heard().await, Heard::Go { epoch: 1, .. }));
+        channel
+    }
+
+    /// A trainer failure with the budget spent and no checkpoint asked of the job: the pod ends
+    /// at once, whatever the channel could still say; with restarts left it waits for the
+    /// verdict, as long as a recoverable failure may take.
+    #[tokio::test]
+    async fn a_spent_budget_waits_for_no_verdict_when_no_checkpoint_was_asked() {
+        let channel = alone().await;
+        let failed: Result<Outcome, Error> = Ok(Outcome::new(3, "trainer exited with status 3"));
+        let limits = VerdictLimits {
+            recoverable: Duration::from_secs(17),
+            ending: Duration::from_secs(4),
+        };
+        let spent = |epoch| Spent {
+            epoch,
+            preemptions: 0,
+            max_restarts: 1,
+            max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
+        };
+        assert!(!channel.checkpoint_was_asked());
+        assert_eq!(verdict_wait(&channel, &failed, spent(1), limits), None);
+        assert_eq!(
+            verdict_wait(&channel, &failed, spent(0), limits),
+            Some(Duration::from_secs(17))
+        );
+    }
+}
