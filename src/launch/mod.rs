@@ -82,7 +82,10 @@ pub async fn launch(args: &JobArgs, plan_only: bool) -> Outcome {
         .unwrap_or_else(Outcome::from)
 }
 
-async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error> {
+/// The first stage: the configuration as this pod runs it — the batch system's names read,
+/// the pod's devices and processes settled, its address and network settings chosen, the
+/// progress file made — all checked before any wait for the peers.
+async fn configure(args: &JobArgs, plan_only: bool) -> Result<(Config, IpAddr), Error> {
     let interfaces = crate::address::host_interfaces();
     let mut config =
         crate::batch::discover::configure(args, &interfaces, crate::address::hostname_ip).await?;
@@ -111,6 +114,11 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             );
         }
     }
+    Ok((config, my_ip))
+}
+
+async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error> {
+    let (mut config, my_ip) = configure(args, plan_only).await?;
     let secret = job_secret(&config.control)?;
     let pod = config
         .topology
