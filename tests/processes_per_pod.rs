@@ -21,6 +21,17 @@ fn manifest_dir() -> PathBuf {
 
 /// Two simulated pods on `ips`, each running `args` with two trainer processes, static peers.
 fn two_pods(dir: &Path, ips: [&str; 2], args: &[&str], extra: &[(&str, String)]) -> Vec<Launcher> {
+    two_pods_of(dir, ips, [2, 2], args, extra)
+}
+
+/// `two_pods`, each pod with its own number of processes.
+fn two_pods_of(
+    dir: &Path,
+    ips: [&str; 2],
+    nproc: [u32; 2],
+    args: &[&str],
+    extra: &[(&str, String)],
+) -> Vec<Launcher> {
     let port = free_ports(1).to_string();
     (0..2)
         .map(|i| {
@@ -32,7 +43,7 @@ fn two_pods(dir: &Path, ips: [&str; 2], args: &[&str], extra: &[(&str, String)])
                 ("POD_NAME", name.clone()),
                 ("CONF_PADDLE_NIC", "lo".to_string()),
                 ("PADDLE_LAUNCHER_PROTOCOL", "collective".to_string()),
-                ("PADDLE_LAUNCHER_NPROC_PER_POD", "2".to_string()),
+                ("PADDLE_LAUNCHER_NPROC_PER_POD", nproc[i].to_string()),
                 ("PADDLE_LAUNCHER_TRAINER_PORT", port.clone()),
                 (
                     "PADDLE_LAUNCHER_WORKDIR",
@@ -315,4 +326,40 @@ fn now() -> f64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs_f64()
+}
+
+/// Pods given different numbers of processes, with the control channel: the start is refused
+/// for both, status 2, each naming both numbers; nothing starts.
+#[test]
+fn pods_that_run_different_numbers_of_processes_are_refused_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let extra = [
+        (
+            "PADDLE_LAUNCHER_JOB_SECRET",
+            "processes-per-pod-secret-0123456789ab".to_string(),
+        ),
+        ("PADDLE_LAUNCHER_CONTROL_PORT", free_ports(1).to_string()),
+    ];
+    let launchers = two_pods_of(
+        dir.path(),
+        ["127.0.0.40", "127.0.0.41"],
+        [2, 1],
+        &["run", "--", "sh", "-c", "echo started; sleep 60"],
+        &extra,
+    );
+    for (i, launcher) in launchers.into_iter().enumerate() {
+        let done = launcher.wait(LIMIT);
+        assert_eq!(done.code(), 2, "pod {i}:\n{}", done.stderr);
+        assert!(
+            !done.stdout.contains("started"),
+            "pod {i} started: {}",
+            done.stdout
+        );
+        assert_contains(&done.stderr, "pod np-1 runs 1 trainer process and pod np-0");
+        assert_contains(
+            &done.stderr,
+            "2 trainer processes (PADDLE_LAUNCHER_NPROC_PER_POD",
+        );
+        assert_contains(&done.stderr, "every pod of the job must run as many");
+    }
 }

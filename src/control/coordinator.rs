@@ -914,11 +914,15 @@ impl Core {
             .iter()
             .find(|(_, terms)| terms.nproc_per_pod != own.nproc_per_pod);
         if let Some((pod, terms)) = other {
+            let processes = |n: u32| match n {
+                1 => "1 trainer process".to_string(),
+                n => format!("{n} trainer processes"),
+            };
             let reason = cut(&format!(
-                "pod {pod} runs {} trainer processes and {} {} ({}): every pod of the job must run as many",
-                terms.nproc_per_pod,
+                "pod {pod} runs {} and {} {} ({}): every pod of the job must run as many",
+                processes(terms.nproc_per_pod),
                 self.who.get(&self.me).unwrap_or(&self.me),
-                own.nproc_per_pod,
+                processes(own.nproc_per_pod),
                 crate::config::NPROC_PER_POD
             ));
             warn!("control channel: {reason}");
@@ -1123,7 +1127,7 @@ mod tests {
         }
         assert!(core.step(joined(1, "a")).is_empty(), "b is not there yet");
         let effects = core.step(b);
-        let reason = "pod b runs 2 trainer processes and pod me (trainer id 0 of 3) 1 (PADDLE_LAUNCHER_NPROC_PER_POD (--nproc-per-pod)): every pod of the job must run as many";
+        let reason = "pod b runs 2 trainer processes and pod me (trainer id 0 of 3) 1 trainer process (PADDLE_LAUNCHER_NPROC_PER_POD (--nproc-per-pod)): every pod of the job must run as many";
         assert_eq!(
             effects,
             vec![
