@@ -52,8 +52,9 @@ pub fn is_gpu_device_file(name: &str) -> bool {
 }
 
 /// CUDA_VISIBLE_DEVICES when set and not empty (what Paddle's launcher reads), else
-/// NVIDIA_VISIBLE_DEVICES (`all`: the device files; `none`, `void`, empty: none), else the
-/// device files.
+/// NVIDIA_VISIBLE_DEVICES when it lists devices (indices or UUIDs), else the device files: with
+/// `all`; with `void` or `none` too, which the device plugin's CDI mode sets while it injects
+/// the GPUs' device files itself; with a path (its volume-mounts mode); without it.
 pub fn detect(seen: &Seen) -> Found {
     let files = seen.device_files.len() as u32;
     let set = |value: &Option<String>| value.as_deref().map(str::trim).map(str::to_string);
@@ -65,22 +66,18 @@ pub fn detect(seen: &Seen) -> Found {
         };
     }
     if let Some(value) = set(&seen.nvidia_visible_devices) {
-        return match value.as_str() {
-            "all" => Found {
-                devices: files,
-                from: format!("NVIDIA_VISIBLE_DEVICES=all, and /dev has {files} GPU device files"),
-            },
-            "none" | "void" | "" => Found {
-                devices: 0,
-                from: format!("NVIDIA_VISIBLE_DEVICES={value:?} gives the container no GPU"),
-            },
-            list => {
-                let devices = entries(list);
-                Found {
-                    devices,
-                    from: format!("NVIDIA_VISIBLE_DEVICES={list} lists {devices}"),
-                }
-            }
+        let lists =
+            !matches!(value.as_str(), "all" | "none" | "void" | "") && !value.starts_with('/');
+        if lists {
+            let devices = entries(&value);
+            return Found {
+                devices,
+                from: format!("NVIDIA_VISIBLE_DEVICES={value} lists {devices}"),
+            };
+        }
+        return Found {
+            devices: files,
+            from: format!("NVIDIA_VISIBLE_DEVICES={value:?} lists no device, and /dev has {files} GPU device files"),
         };
     }
     match files {
@@ -118,6 +115,13 @@ pub fn decide(asked: PerPod, found: &Found) -> Result<(u32, String), ConfigError
             format!(
                 "at most one process per GPU: {from}; give {} or fewer, or auto",
                 found.devices
+            ),
+        )),
+        PerPod::Count(n) if found.devices > n => Ok((
+            n,
+            format!(
+                "{n} trainer processes per pod; {from}: one each, as Paddle's launcher gives them; {} left unused",
+                found.devices - n
             ),
         )),
         PerPod::Count(n) => Ok((n, format!("{n} trainer processes per pod; {from}"))),
@@ -163,6 +167,7 @@ pub fn resolve(config: &mut Config, seen: &Seen, cpus: u32) -> Result<(), Config
     processes.found = line;
     processes.given = seen.given.clone();
     config.trainer_ports()?;
+    config.one_list_per_pod()?;
     contradictions(config)
 }
 
@@ -247,9 +252,17 @@ mod tests {
             (Some(" "), Some("0,1,2"), &four, 3),
             (None, Some("GPU-a1,GPU-b2"), &[], 2),
             (None, Some("all"), &four, 4),
-            (None, Some("none"), &four, 0),
-            (None, Some("void"), &four, 0),
-            (None, Some(""), &four, 0),
+            // CDI: `void` while the device files are there; `none` without them.
+            (None, Some("void"), &four, 4),
+            (None, Some("none"), &[], 0),
+            (None, Some(""), &four[..1], 1),
+            // The volume-mounts mode: a path.
+            (
+                None,
+                Some("/var/run/nvidia-container-devices"),
+                &four[..2],
+                2,
+            ),
             (None, None, &four[..2], 2),
             (None, None, &[], 0),
         ];

@@ -325,7 +325,14 @@ fn processes_per_pod_that_cannot_work_are_refused() {
         ("PADDLE_LAUNCHER_PROTOCOL", "collective"),
     ];
     let count = "expected trainer processes per pod, or auto, an integer from 1 to 1024";
-    let refused: [(&[(&str, &str)], &str); 7] = [
+    let refused: [(&[(&str, &str)], &str); 8] = [
+        (
+            &[
+                ("PADDLE_LAUNCHER_NPROC_PER_POD", "2"),
+                ("PADDLE_LAUNCHER_TRAIN_FILES", "/data/part-*"),
+            ],
+            "invalid PADDLE_LAUNCHER_TRAIN_FILES (--train-files): \"/data/part-*\": expected unset with 2 trainer processes per pod",
+        ),
         (&[("PADDLE_LAUNCHER_NPROC_PER_POD", "0")], count),
         (&[("PADDLE_LAUNCHER_NPROC_PER_POD", "-1")], count),
         (&[("PADDLE_LAUNCHER_NPROC_PER_POD", "abc")], count),

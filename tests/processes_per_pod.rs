@@ -363,3 +363,40 @@ fn pods_that_run_different_numbers_of_processes_are_refused_together() {
         assert_contains(&done.stderr, "every pod of the job must run as many");
     }
 }
+
+/// A process fails while its sibling takes its whole grace period to stop, and the other pod's
+/// processes fail a moment later (as collectives whose peer left do): the job's cause on every
+/// pod is the first failure, told before the siblings were stopped.
+#[test]
+fn the_first_failing_process_is_the_jobs_cause_on_every_pod() {
+    let dir = tempfile::tempdir().unwrap();
+    let extra = [
+        (
+            "PADDLE_LAUNCHER_JOB_SECRET",
+            "processes-per-pod-secret-0123456789ab".to_string(),
+        ),
+        ("PADDLE_LAUNCHER_CONTROL_PORT", free_ports(1).to_string()),
+        ("PADDLE_LAUNCHER_GRACE_PERIOD", "3".to_string()),
+    ];
+    let program = r#"case $PADDLE_TRAINER_ID in
+  1) sleep 1; exit 3;;
+  0) trap '' TERM; sleep 30;;
+  *) sleep 2; exit 1;;
+esac"#;
+    let launchers = two_pods(
+        dir.path(),
+        ["127.0.0.42", "127.0.0.43"],
+        &["run", "--", "sh", "-c", program],
+        &extra,
+    );
+    for (i, launcher) in launchers.into_iter().enumerate() {
+        let done = launcher.wait(LIMIT);
+        assert_ne!(done.code(), 0, "pod {i}");
+        let last = done.stderr.lines().last().unwrap_or_default().to_string();
+        assert_contains(
+            &last,
+            "trainer id 1 of 4 (local rank 1) exited with status 3",
+        );
+        assert!(!last.contains("trainer id 2 of 4"), "pod {i}: {last}");
+    }
+}

@@ -348,7 +348,28 @@ impl Config {
             control,
         };
         config.trainer_ports()?;
+        config.one_list_per_pod()?;
         Ok(config)
+    }
+
+    /// --train-files and --test-files share the files out by pod (one list each): with
+    /// several processes per pod every process would read its pod's whole share.
+    pub fn one_list_per_pod(&self) -> Result<(), ConfigError> {
+        let n = self.topology.processes.per_pod;
+        let lists = [
+            (&self.workspace.train_files, TRAIN_FILES),
+            (&self.workspace.test_files, TEST_FILES),
+        ];
+        match lists.into_iter().find(|(files, _)| files.is_some()) {
+            Some((Some(files), opt)) if n > 1 => Err(ConfigError::new(
+                opt,
+                files,
+                format!(
+                    "unset with {n} trainer processes per pod ({NPROC_PER_POD}): the lists are one per pod; share the files out in the program by PADDLE_TRAINER_ID of PADDLE_TRAINERS_NUM"
+                ),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// The trainer processes' ports, local rank order: --trainer-port for one; for several,

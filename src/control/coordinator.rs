@@ -182,6 +182,8 @@ pub(super) struct Core {
     own_success: bool,
     /// Serving only to tell every joining member that the job has ended.
     ending: bool,
+    /// The start was refused (why): every member that joins again hears it too.
+    refused: Option<String>,
     /// Members told the job's end as they joined.
     told: HashSet<String>,
     membership: Option<Membership>,
@@ -298,6 +300,7 @@ impl Core {
             held: HashMap::new(),
             own_success: false,
             ending: setup.ended.is_some(),
+            refused: None,
             told: HashSet::new(),
             membership: setup.membership,
             stopped: false,
@@ -713,6 +716,15 @@ impl Core {
             effects.push(Effect::Close(link));
             return;
         }
+        if let Some(reason) = &self.refused {
+            let message = Message::Refused {
+                reason: reason.clone(),
+            };
+            effects.push(Effect::Send { link, message });
+            self.told.insert(pod);
+            self.stop_when_done(effects);
+            return;
+        }
         if self.links.contains_key(&pod) {
             warn!("control channel: closed a second connection of {pod}: it is already connected");
             effects.push(Effect::Close(link));
@@ -814,6 +826,11 @@ impl Core {
             return;
         }
         self.links.remove(&pod);
+        if self.refused.is_some() && matches!(why, WireError::Closed) {
+            self.told.insert(pod);
+            self.stop_when_done(effects);
+            return;
+        }
         // Gone: nothing more to wait for from it (its `Done`, if any, came first).
         let was_awaited = self.awaiting.remove(&pod);
         match &mut self.stage {
@@ -929,7 +946,12 @@ impl Core {
             effects.push(Effect::Broadcast(Message::Refused {
                 reason: reason.clone(),
             }));
-            effects.push(Effect::Hear(Heard::Refused(reason)));
+            effects.push(Effect::Hear(Heard::Refused(reason.clone())));
+            // Served on to whoever joins again (a link that broke before the word reached
+            // it), until every member has heard it: closed its link once told, or been told
+            // as it joined again.
+            self.refused = Some(reason);
+            self.ending = true;
             self.stage = Stage::Closing;
             return;
         }
@@ -1138,6 +1160,24 @@ mod tests {
             ]
         );
         assert!(matches!(core.stage, Stage::Closing));
+        // Served on: a member whose link broke before it heard joins again and is told; once
+        // every member has closed its link after hearing it, the coordinator stops.
+        assert!(core
+            .step(ended(1, "a", WireError::Io("reset".into())))
+            .is_empty());
+        let again = core.step(joined(3, "a"));
+        assert_eq!(
+            again,
+            [Effect::Send {
+                link: 3,
+                message: Message::Refused {
+                    reason: reason.into()
+                }
+            }]
+        );
+        assert!(!core.stopped());
+        let effects = core.step(ended(2, "b", WireError::Closed));
+        assert!(core.stopped(), "{effects:?}");
         let agreeing = both_joined(at);
         assert!(matches!(agreeing.stage, Stage::Running { .. }));
     }

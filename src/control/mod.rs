@@ -442,6 +442,17 @@ impl Channel {
         });
     }
 
+    /// Tells the job at once that one of this pod's trainer processes failed (a failure a
+    /// restart may mend), without waiting for an answer, before its siblings are stopped. The
+    /// failure said again once they are stopped changes nothing (the first stands).
+    pub fn tell_failed(&self, reason: &str) {
+        let _ = self.requests.send(Request::Failed {
+            reason: cut(reason),
+            restartable: true,
+            hang: false,
+        });
+    }
+
     /// A preempted launcher's checkpoint window is over (the reason): the job stops as this
     /// pod's processes do, without waiting for them, and the restart spends no budget. The
     /// failure said again once they are stopped changes nothing (the first stands).
@@ -482,7 +493,10 @@ impl Channel {
     /// `limit` has passed.
     pub async fn told_everyone(&mut self, limit: Duration) {
         if let Some(task) = self.task.as_mut() {
-            let _ = timeout(limit, task).await;
+            // A task that ended is gone: a later `finish` must not wait for it again.
+            if timeout(limit, task).await.is_ok() {
+                self.task = None;
+            }
         }
     }
 

@@ -97,6 +97,10 @@ pub enum Command {
     /// Tell the job at once that this pod's trainer is judged hung (the reason), before asking
     /// it for its stacks: the coordinator names the suspect and has every pod dump its stacks.
     TellHang(String),
+    /// Tell the job at once that a trainer process failed (the reason, restartable), before
+    /// its siblings are stopped: their stop ends the other pods' collectives, whose failures
+    /// must not become the job's cause.
+    TellFailed(String),
     /// Ask the trainer for every thread's stack in its log (`progress::STACK_SIGNAL`, which
     /// Python's faulthandler answers), then `DumpOver` after `STACK_DUMP_WAIT`.
     DumpStacks,
@@ -547,7 +551,11 @@ impl Lifecycle {
                     ]);
                     return commands;
                 }
-                // A failed process's siblings too: they would wait for it in a collective.
+                // A failed process's siblings too: they would wait for it in a collective. The
+                // job hears of the failure first.
+                if !succeeded && self.running.contains(&Role::Trainer) {
+                    commands.push(Command::TellFailed(trainer.reason.clone()));
+                }
                 let rest = vec![Role::Trainer, Role::Pserver];
                 commands.extend(self.stop_then(rest, libc_term(), Ok(trainer)));
                 commands
@@ -1295,6 +1303,7 @@ mod tests {
                 Command::TellDone => "tell done".into(),
                 Command::DumpStacks => "dump stacks".into(),
                 Command::TellHang(reason) => format!("tell hang {reason}"),
+                Command::TellFailed(reason) => format!("tell failed {reason}"),
                 Command::TellPreempted(reason) => format!("tell preempted {reason}"),
                 Command::TellLeaving(reason) => format!("tell leaving {reason}"),
                 Command::AskCheckpoint => "ask checkpoint".into(),
@@ -1558,11 +1567,12 @@ mod tests {
                 ],
             ),
             (
-                "one fails: its siblings are stopped, its status and name are the pod's",
+                "one fails: the job is told, its siblings are stopped, its status and name are the pod's",
                 vec![ended(0, 0), ended(2, 3), ended(1, 143), Input::Stopped],
                 vec![
                     "spawn trainer",
                     "log trainer id 3 of 6 (local rank 0) exited with status 0; 2 of the pod's trainer processes still run",
+                    "tell failed trainer id 5 of 6 (local rank 2) exited with status 3",
                     "stop trainer 15",
                     "finish 3 trainer id 5 of 6 (local rank 2) exited with status 3",
                 ],

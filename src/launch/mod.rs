@@ -65,6 +65,9 @@ const VERDICT_MARGIN: Duration = Duration::from_secs(5);
 /// How long after the others' grace period a coordinating launcher whose own pod is ending
 /// still waits for their word: a round trip, kept short (its pod's own grace runs out).
 const VERDICT_STOP_MARGIN: Duration = Duration::from_secs(3);
+/// How long after a heartbeat timeout a coordinator that refused the start still tells members
+/// that join again (their link broke before they heard it): time to gather again.
+const REFUSAL_SERVED: Duration = Duration::from_secs(15);
 
 /// `run` and `plan`: everything up to the launch; then print the plan (`plan_only`) or carry
 /// it out. The outcome is the trainer's (or the pserver's) own end, or the launcher's failure.
@@ -936,7 +939,13 @@ async fn gather(
                 return Ok(Gathered::JobSucceeded(reason));
             }
         };
-        if let Some(start) = started(heard, &mut channel, config.topology.processes.per_pod).await?
+        if let Some(start) = started(
+            heard,
+            &mut channel,
+            config.topology.processes.per_pod,
+            config.control.heartbeat_timeout,
+        )
+        .await?
         {
             attempt.plan = attempt.plan.for_restart(start.epoch);
             attempt.max_restarts = start.max_restarts;
@@ -1064,6 +1073,7 @@ async fn started(
     heard: Heard,
     channel: &mut Channel,
     nproc_per_pod: u32,
+    heartbeat_timeout: Duration,
 ) -> Result<Option<Start>, Error> {
     match heard {
         Heard::Go {
@@ -1106,6 +1116,13 @@ async fn started(
             })
         }
         Heard::Refused(reason) => {
+            // A coordinator tells whoever joins again, until all have heard it: a link that
+            // broke is noticed within a heartbeat timeout, and its launcher gathers again.
+            if channel.coordinates() {
+                let limit = heartbeat_timeout + REFUSAL_SERVED;
+                info!("control channel: telling every launcher that the start is refused (at most {} s)", limit.as_secs());
+                channel.told_everyone(limit).await;
+            }
             channel.close().await;
             let own = nproc_per_pod.to_string();
             let expected = format!("the same on every pod: {reason}");
@@ -1247,7 +1264,13 @@ async fn follow_coordinator(
         max_restarts,
         preemptions,
         max_preemptions,
-    }) = started(heard, &mut channel, config.topology.processes.per_pod).await?
+    }) = started(
+        heard,
+        &mut channel,
+        config.topology.processes.per_pod,
+        config.control.heartbeat_timeout,
+    )
+    .await?
     else {
         return Ok(None);
     };
@@ -2168,6 +2191,12 @@ async fn drive(
                     }
                     None
                 }
+                Command::TellFailed(reason) => {
+                    if let Some(channel) = channel {
+                        channel.tell_failed(&format!("{who} at {}: {reason}", now_utc()));
+                    }
+                    None
+                }
                 Command::TellPreempted(reason) => {
                     if let Some(channel) = channel {
                         channel.preempted(&format!("{who} at {}: {reason}", now_utc()));
@@ -2434,12 +2463,16 @@ impl HangWatch {
                 .collect();
             let last =
                 |seen: &progress::Observed| progress::last_progress(seen).0.unwrap_or(self.started);
-            if let (Some(channel), Some((seen, process))) =
-                (channel, looks.iter().min_by_key(|(seen, _)| last(seen)))
-            {
-                let step = looks.iter().filter_map(|(_, p)| p.file.step()).min();
-                let id = process.trainer_id.filter(|_| looks.len() > 1);
-                channel.report_progress(step, Instant::from_std(last(seen)), id);
+            // The process furthest behind, reported whole (its own step, time and id): the
+            // lowest step (none written counts lowest), then the oldest progress.
+            let marks: Vec<(Option<u64>, std::time::Instant)> = looks
+                .iter()
+                .map(|(seen, p)| (p.file.step(), last(seen)))
+                .collect();
+            let behind = progress::furthest_behind(&marks).map(|i| &looks[i]);
+            if let (Some(channel), Some((seen, process))) = (channel, behind) {
+                let step = process.file.step();
+                channel.report_progress(step, Instant::from_std(last(seen)), process.trainer_id);
             }
             let hung = looks
                 .iter()

@@ -103,6 +103,13 @@ pub struct Report {
     pub quiet: Duration,
 }
 
+/// Of a pod's trainer processes, each with the step it last wrote (if a number) and the time
+/// of its last progress, the one furthest behind: the lowest step (none written counts lowest:
+/// it has not begun), then the oldest progress. Its index.
+pub fn furthest_behind<T: Ord + Copy>(marks: &[(Option<u64>, T)]) -> Option<usize> {
+    (0..marks.len()).min_by_key(|&i| (marks[i].0.map_or(-1, i128::from), marks[i].1))
+}
+
 /// Which rank a job-wide hang points at, said for the job's line. A rank blocked in a
 /// collective waits for the one that never reached it: with step numbers written as a step
 /// begins, that one is furthest behind. At equal steps (or none), the rank whose progress is
@@ -203,6 +210,21 @@ if not getattr(sys, "_paddle_launcher_site", False):
 
 #[cfg(test)]
 mod tests {
+    use super::furthest_behind as behind;
+
+    /// The process reported for the pod is one process, whole: the lowest step, one that wrote
+    /// none first, then the oldest progress (its time is its own, not another's).
+    #[test]
+    fn the_process_furthest_behind_is_the_lowest_step_then_the_oldest() {
+        assert_eq!(behind::<u32>(&[]), None);
+        assert_eq!(behind(&[(Some(19), 5), (None, 9), (Some(3), 1)]), Some(1));
+        assert_eq!(
+            behind(&[(Some(19), 5), (Some(3), 9), (Some(3), 1)]),
+            Some(2)
+        );
+        assert_eq!(behind(&[(None, 5), (None, 2)]), Some(1));
+    }
+
     use super::*;
 
     #[test]

@@ -98,6 +98,7 @@ mod tests {
                 a.protocol = Some("collective".into());
                 a.nproc_per_pod = Some("2".into());
                 a.job_path = Some("/jobs".into());
+                a.id_dir = Some("/ids".into());
                 a.trainer_args = vec!["python".into(), "train.py".into()];
             });
             cfg.topology.processes.cpus = 8;
@@ -109,6 +110,11 @@ mod tests {
         let me = m.locate(&cpu, None, "10.0.1.2".parse().unwrap()).unwrap();
         let p = plan(&cpu, &m, &me, &InputFiles::default());
         assert_eq!(p.processes.len(), 2);
+        assert!(
+            p.files.is_empty(),
+            "no id files naming one trainer: {:?}",
+            p.files
+        );
         let second = &p.processes[1];
         let contract: Vec<(&str, &str)> = second
             .env

@@ -308,7 +308,14 @@ pub fn plan(config: &Config, membership: &Membership, me: &Me, inputs: &InputFil
     }
     let mut files = Vec::new();
     if let Some(id) = me.trainer_rank {
-        if let Some(dir) = &config.workspace.id_dir {
+        // The seed's files say one trainer's id: none when the pod runs several (each is told
+        // its own in PADDLE_TRAINER_ID).
+        let id_dir = config
+            .workspace
+            .id_dir
+            .as_ref()
+            .filter(|_| !config.topology.processes.several());
+        if let Some(dir) = id_dir {
             for (name, value) in [
                 ("trainer_id", id as u32),
                 ("trainer_count", config.topology.trainers),
