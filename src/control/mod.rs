@@ -1292,6 +1292,29 @@ mod tests {
         assert!(coordinator.admit(a) && coordinator.admit(a));
         assert!(!coordinator.admit(a), "a third connection from one pod");
         assert_eq!(coordinator.refused, 3);
+        // Two pods on one address (hostNetwork): a few connections each.
+        let shared = vec![
+            member("me", "10.0.0.1"),
+            member("b", "10.0.0.3"),
+            member("c", "10.0.0.3"),
+        ];
+        let mut coordinator = Coordinator::new(joining(&shared, 0, 0, 0));
+        let both: IpAddr = "10.0.0.3".parse().unwrap();
+        let admitted = (0..6).filter(|_| coordinator.admit(both)).count();
+        assert_eq!(admitted, 4);
+        // A flood of strangers: each refused, the first eight named once each (the log line),
+        // the rest only counted; a stranger seen again is not named again.
+        let mut coordinator = Coordinator::new(joining(&members, 0, 0, 0));
+        for i in 0..20u8 {
+            let ip = IpAddr::from([10, 9, 9, i]);
+            assert!(!coordinator.admit(ip) && !coordinator.admit(ip));
+        }
+        assert_eq!(coordinator.refused, 40);
+        let named: Vec<IpAddr> = (0..8u8).map(|i| IpAddr::from([10, 9, 9, i])).collect();
+        assert_eq!(
+            coordinator.strangers_named,
+            named.into_iter().collect::<std::collections::HashSet<_>>()
+        );
     }
 
     /// A link that failed tells every report its follower had sent before the end, the
