@@ -17,6 +17,9 @@ pub struct Seen {
     pub device_files: Vec<String>,
     /// The pod's own values of the variables in `GIVEN`.
     pub given: BTreeMap<String, String>,
+    /// When NVIDIA_VISIBLE_DEVICES is a path (the device plugin's volume-mounts mode): the
+    /// entries of that directory, one per device given.
+    pub mounted: Option<u32>,
 }
 
 /// Variables of the processes' contract a pod may set itself: the user's backend and thread
@@ -52,9 +55,10 @@ pub fn is_gpu_device_file(name: &str) -> bool {
 }
 
 /// CUDA_VISIBLE_DEVICES when set and not empty (what Paddle's launcher reads), else
-/// NVIDIA_VISIBLE_DEVICES when it lists devices (indices or UUIDs), else the device files: with
-/// `all`; with `void` or `none` too, which the device plugin's CDI mode sets while it injects
-/// the GPUs' device files itself; with a path (its volume-mounts mode); without it.
+/// NVIDIA_VISIBLE_DEVICES: a list (indices or UUIDs) counts its entries, `none` is no GPU, a
+/// path (the device plugin's volume-mounts mode) counts the devices mounted there, `all` and
+/// `void` (what CDI sets while it injects the device files itself) count the device files;
+/// else the device files.
 pub fn detect(seen: &Seen) -> Found {
     let files = seen.device_files.len() as u32;
     let set = |value: &Option<String>| value.as_deref().map(str::trim).map(str::to_string);
@@ -66,20 +70,34 @@ pub fn detect(seen: &Seen) -> Found {
         };
     }
     if let Some(value) = set(&seen.nvidia_visible_devices) {
-        let lists =
-            !matches!(value.as_str(), "all" | "none" | "void" | "") && !value.starts_with('/');
-        if lists {
-            let devices = entries(&value);
-            return Found {
-                devices,
-                from: format!("NVIDIA_VISIBLE_DEVICES={value} lists {devices}"),
-            };
-        }
-        return Found {
-            devices: files,
-            from: format!("NVIDIA_VISIBLE_DEVICES={value:?} lists no device, and /dev has {files} GPU device files"),
+        return match value.as_str() {
+            "none" | "" => Found {
+                devices: 0,
+                from: format!("NVIDIA_VISIBLE_DEVICES={value:?} gives the container no GPU"),
+            },
+            path if path.starts_with('/') => {
+                let devices = seen.mounted.unwrap_or(0);
+                Found {
+                    devices,
+                    from: format!("NVIDIA_VISIBLE_DEVICES={path} mounts {devices}"),
+                }
+            }
+            "all" | "void" => Found {
+                devices: files,
+                from: format!(
+                    "NVIDIA_VISIBLE_DEVICES={value} and /dev has {files} GPU device files (a privileged container sees the node's)"
+                ),
+            },
+            list => {
+                let devices = entries(list);
+                Found {
+                    devices,
+                    from: format!("NVIDIA_VISIBLE_DEVICES={list} lists {devices}"),
+                }
+            }
         };
     }
+
     match files {
         0 => Found {
             devices: 0,
@@ -144,11 +162,19 @@ pub fn seen() -> Seen {
         .iter()
         .filter_map(|name| Some((name.to_string(), std::env::var(name).ok()?)))
         .collect();
+    let nvidia = std::env::var("NVIDIA_VISIBLE_DEVICES").ok();
+    let mounted = nvidia
+        .as_deref()
+        .map(str::trim)
+        .filter(|v| v.starts_with('/'))
+        .and_then(|dir| std::fs::read_dir(dir).ok())
+        .map(|dir| dir.count() as u32);
     Seen {
         cuda_visible_devices: std::env::var("CUDA_VISIBLE_DEVICES").ok(),
-        nvidia_visible_devices: std::env::var("NVIDIA_VISIBLE_DEVICES").ok(),
+        nvidia_visible_devices: nvidia,
         device_files,
         given,
+        mounted,
     }
 }
 
@@ -237,6 +263,7 @@ mod tests {
             nvidia_visible_devices: nvidia.map(str::to_string),
             device_files: files.iter().map(|f| f.to_string()).collect(),
             given: BTreeMap::new(),
+            mounted: None,
         }
     }
 
@@ -252,17 +279,13 @@ mod tests {
             (Some(" "), Some("0,1,2"), &four, 3),
             (None, Some("GPU-a1,GPU-b2"), &[], 2),
             (None, Some("all"), &four, 4),
-            // CDI: `void` while the device files are there; `none` without them.
+            // CDI: `void` while it injects the device files; `none` is no GPU, whatever /dev
+            // shows (a privileged container sees the node's).
             (None, Some("void"), &four, 4),
-            (None, Some("none"), &[], 0),
-            (None, Some(""), &four[..1], 1),
-            // The volume-mounts mode: a path.
-            (
-                None,
-                Some("/var/run/nvidia-container-devices"),
-                &four[..2],
-                2,
-            ),
+            (None, Some("none"), &four, 0),
+            (None, Some(""), &four, 0),
+            // The volume-mounts mode: a path, whose entries are the devices (none read here).
+            (None, Some("/var/run/nvidia-container-devices"), &four, 0),
             (None, None, &four[..2], 2),
             (None, None, &[], 0),
         ];
@@ -273,6 +296,18 @@ mod tests {
                 "{cuda:?} {nvidia:?} {files:?}: {found:?}"
             );
         }
+    }
+
+    /// The volume-mounts mode: one entry per device given in the directory it names.
+    #[test]
+    fn a_mounted_device_list_counts_its_entries() {
+        let mut mounts = seen(
+            None,
+            Some("/var/run/nvidia-container-devices"),
+            &["nvidia0"],
+        );
+        mounts.mounted = Some(3);
+        assert_eq!(detect(&mounts).devices, 3);
     }
 
     #[test]

@@ -90,7 +90,10 @@ pub(super) async fn follow(
     loop {
         // The heartbeat deadline counts only until the attempt's end is known.
         let judged = following.listening() && !following.told();
+        // What came in first: a launcher frozen past its heartbeat timeout reads the frames
+        // already there (a refusal, a verdict) before it judges the silence.
         let input = tokio::select! {
+            biased;
             frame = incoming.recv(), if following.listening() => match frame {
                 Some(Ok(message)) => {
                     heard_until = Instant::now() + limit;

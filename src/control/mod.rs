@@ -442,13 +442,13 @@ impl Channel {
         });
     }
 
-    /// Tells the job at once that one of this pod's trainer processes failed (a failure a
-    /// restart may mend), without waiting for an answer, before its siblings are stopped. The
+    /// Tells the job at once that one of this pod's trainer processes failed (whether a restart
+    /// may mend it), without waiting for an answer, before its siblings are stopped. The
     /// failure said again once they are stopped changes nothing (the first stands).
-    pub fn tell_failed(&self, reason: &str) {
+    pub fn tell_failed(&self, reason: &str, restartable: bool) {
         let _ = self.requests.send(Request::Failed {
             reason: cut(reason),
-            restartable: true,
+            restartable,
             hang: false,
         });
     }

@@ -100,7 +100,10 @@ pub enum Command {
     /// Tell the job at once that a trainer process failed (the reason, restartable), before
     /// its siblings are stopped: their stop ends the other pods' collectives, whose failures
     /// must not become the job's cause.
-    TellFailed(String),
+    TellFailed {
+        reason: String,
+        restartable: bool,
+    },
     /// Ask the trainer for every thread's stack in its log (`progress::STACK_SIGNAL`, which
     /// Python's faulthandler answers), then `DumpOver` after `STACK_DUMP_WAIT`.
     DumpStacks,
@@ -290,14 +293,24 @@ impl Lifecycle {
             }
             (Phase::Checkpointing { signal }, input) => self.checkpointing(signal, input),
             (_, Input::SpawnFailed { role, local, error }) => {
-                // The trainer processes started before the one that failed still run.
+                // The trainer processes started before the one that failed still run: the job
+                // hears of the failure before they are stopped.
+                let mut commands = Vec::new();
+                let failed = Err(error);
                 if role == Role::Trainer {
                     self.trainers_left = local;
+                    if let (Err(error), true) = (&failed, local > 0) {
+                        commands.push(Command::TellFailed {
+                            reason: error.to_string(),
+                            restartable: others_may_restart(&failed),
+                        });
+                    }
                 }
                 if role == Role::Pserver || local == 0 {
                     self.running.retain(|r| *r != role);
                 }
-                self.stop_then(self.running.clone(), libc_term(), Err(error))
+                commands.extend(self.stop_then(self.running.clone(), libc_term(), failed));
+                commands
             }
             // The kubelet's stop (preemption, a drain, a deletion); an interactive ^C is not.
             (Phase::Training | Phase::Serving, Input::Signal(sig))
@@ -554,7 +567,10 @@ impl Lifecycle {
                 // A failed process's siblings too: they would wait for it in a collective. The
                 // job hears of the failure first.
                 if !succeeded && self.running.contains(&Role::Trainer) {
-                    commands.push(Command::TellFailed(trainer.reason.clone()));
+                    commands.push(Command::TellFailed {
+                        reason: trainer.reason.clone(),
+                        restartable: true,
+                    });
                 }
                 let rest = vec![Role::Trainer, Role::Pserver];
                 commands.extend(self.stop_then(rest, libc_term(), Ok(trainer)));
@@ -1303,7 +1319,10 @@ mod tests {
                 Command::TellDone => "tell done".into(),
                 Command::DumpStacks => "dump stacks".into(),
                 Command::TellHang(reason) => format!("tell hang {reason}"),
-                Command::TellFailed(reason) => format!("tell failed {reason}"),
+                Command::TellFailed {
+                    reason,
+                    restartable,
+                } => format!("tell failed {reason} (restartable {restartable})"),
                 Command::TellPreempted(reason) => format!("tell preempted {reason}"),
                 Command::TellLeaving(reason) => format!("tell leaving {reason}"),
                 Command::AskCheckpoint => "ask checkpoint".into(),
@@ -1572,7 +1591,7 @@ mod tests {
                 vec![
                     "spawn trainer",
                     "log trainer id 3 of 6 (local rank 0) exited with status 0; 2 of the pod's trainer processes still run",
-                    "tell failed trainer id 5 of 6 (local rank 2) exited with status 3",
+                    "tell failed trainer id 5 of 6 (local rank 2) exited with status 3 (restartable true)",
                     "stop trainer 15",
                     "finish 3 trainer id 5 of 6 (local rank 2) exited with status 3",
                 ],
@@ -1632,8 +1651,12 @@ mod tests {
             },
         };
         let shown = run(three(), vec![spawn_failed, ended(0, 143), Input::Stopped]);
-        assert_eq!(shown[1], "stop trainer 15", "{shown:?}");
-        assert!(shown[2].starts_with("fail 127"), "{shown:?}");
+        assert!(
+            shown[1].starts_with("tell failed ") && shown[1].ends_with("(restartable false)"),
+            "a command not found is so on every pod: {shown:?}"
+        );
+        assert_eq!(shown[2], "stop trainer 15", "{shown:?}");
+        assert!(shown[3].starts_with("fail 127"), "{shown:?}");
     }
 
     #[test]

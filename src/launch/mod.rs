@@ -68,6 +68,7 @@ const VERDICT_STOP_MARGIN: Duration = Duration::from_secs(3);
 /// How long after a heartbeat timeout a coordinator that refused the start still tells members
 /// that join again (their link broke before they heard it): time to gather again.
 const REFUSAL_SERVED: Duration = Duration::from_secs(15);
+const REFUSAL_SERVED_AT_MOST: Duration = Duration::from_secs(25);
 
 /// `run` and `plan`: everything up to the launch; then print the plan (`plan_only`) or carry
 /// it out. The outcome is the trainer's (or the pserver's) own end, or the launcher's failure.
@@ -1119,7 +1120,8 @@ async fn started(
             // A coordinator tells whoever joins again, until all have heard it: a link that
             // broke is noticed within a heartbeat timeout, and its launcher gathers again.
             if channel.coordinates() {
-                let limit = heartbeat_timeout + REFUSAL_SERVED;
+                // Within the kubelet's default grace period: a stop meanwhile is no longer heard.
+                let limit = (heartbeat_timeout + REFUSAL_SERVED).min(REFUSAL_SERVED_AT_MOST);
                 info!("control channel: telling every launcher that the start is refused (at most {} s)", limit.as_secs());
                 channel.told_everyone(limit).await;
             }
@@ -2191,9 +2193,13 @@ async fn drive(
                     }
                     None
                 }
-                Command::TellFailed(reason) => {
+                Command::TellFailed {
+                    reason,
+                    restartable,
+                } => {
                     if let Some(channel) = channel {
-                        channel.tell_failed(&format!("{who} at {}: {reason}", now_utc()));
+                        let said = format!("{who} at {}: {reason}", now_utc());
+                        channel.tell_failed(&said, restartable);
                     }
                     None
                 }
@@ -2471,7 +2477,10 @@ impl HangWatch {
                 .collect();
             let behind = progress::furthest_behind(&marks).map(|i| &looks[i]);
             if let (Some(channel), Some((seen, process))) = (channel, behind) {
-                let step = process.file.step();
+                // One that wrote no step is at most at the lowest any sibling wrote: the job
+                // compares pods by the steps they report.
+                let lowest = marks.iter().filter_map(|(step, _)| *step).min();
+                let step = process.file.step().or(lowest);
                 channel.report_progress(step, Instant::from_std(last(seen)), process.trainer_id);
             }
             let hung = looks
