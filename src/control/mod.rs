@@ -1724,6 +1724,30 @@ mod tests {
         assert!(matches!(heard(&mut follower).await, Heard::Regather(_)));
     }
 
+    /// A hello without a pod name from an address two members share cannot be told for
+    /// either: it is refused, and the job gathers again after the join grace.
+    #[tokio::test]
+    async fn a_nameless_hello_from_an_address_two_pods_share_is_refused() {
+        // b and c on one address (hostNetwork); b says hello without its name.
+        let members = vec![
+            member("me", "127.0.6.200"),
+            member("b", "127.0.6.201"),
+            member("c", "127.0.6.201"),
+        ];
+        let port = free_port("127.0.6.200");
+        let mut coordinator = join(joining(&members, 0, port, 0)).await.unwrap();
+        let mut nameless = joining(&members, 1, port, 0);
+        nameless.me.name = String::new();
+        let mut b = join(nameless).await.unwrap();
+        let mut c = join(joining(&members, 2, port, 0)).await.unwrap();
+        // Which of the two it is cannot be told: it is never taken for either, so the job
+        // cannot start and gathers again once the join grace is over.
+        for channel in [&mut coordinator, &mut b, &mut c] {
+            let heard = heard(channel).await;
+            assert!(matches!(heard, Heard::Regather(_)), "{heard:?}");
+        }
+    }
+
     /// A follower that did not discover the pods (no view) and has no pod name: the coordinator
     /// knows it by its address and sends it the membership it found.
     #[tokio::test]
