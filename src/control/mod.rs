@@ -1582,6 +1582,23 @@ mod tests {
     /// The job restarts only while every member may: the smallest budget is the job's, sent
     /// with `Go`, and the coordinator's verdict says no restart once it is spent, or when the
     /// failure would recur.
+    /// After a loss the job may restart from, each launcher that has stopped its children gets
+    /// the coordinator's verdict once all have, not at its wait's bound.
+    #[tokio::test]
+    async fn the_verdict_comes_once_every_launcher_has_stopped() {
+        let mut channels = three_started(220, 0).await;
+        channels[1]
+            .failed("pod p-1: trainer exited with status 3", true, false, WAIT)
+            .await;
+        let bound = Duration::from_secs(600);
+        let waits = channels
+            .iter()
+            .map(|channel| timeout(Duration::from_secs(30), channel.verdict(bound)));
+        for verdict in futures::future::join_all(waits).await {
+            assert!(verdict.expect("no verdict before the wait's bound"));
+        }
+    }
+
     #[tokio::test]
     async fn one_budget_for_the_job_and_one_verdict_on_each_loss() {
         let (_, mut channels) = three_with_budgets(110, [1, 1, 1], [3, 1, 2]).await;
