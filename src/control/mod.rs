@@ -1586,7 +1586,7 @@ mod tests {
     /// the coordinator's verdict once all have, not at its wait's bound.
     #[tokio::test]
     async fn the_verdict_comes_once_every_launcher_has_stopped() {
-        let mut channels = three_started(220, 0).await;
+        let channels = three_started(220, 0).await;
         channels[1]
             .failed("pod p-1: trainer exited with status 3", true, false, WAIT)
             .await;
