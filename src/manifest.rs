@@ -570,14 +570,8 @@ fn nproc_expected(request: &ManifestArgs) -> u32 {
 /// The trainer processes' ports, as the launcher picks them: from --trainer-port up, the
 /// control port skipped when there are several.
 fn trainer_ports(request: &ManifestArgs) -> Vec<u16> {
-    let n = nproc_expected(request) as usize;
-    if n <= 1 {
-        return vec![request.trainer_port];
-    }
-    (request.trainer_port..=u16::MAX)
-        .filter(|port| *port != DEFAULT_CONTROL_PORT)
-        .take(n)
-        .collect()
+    let n = nproc_expected(request).max(1) as usize;
+    crate::config::trainer_ports(request.trainer_port, n, &[DEFAULT_CONTROL_PORT])
 }
 
 /// The options the pods get from the downward API, with the flag whose value stands for them

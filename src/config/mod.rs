@@ -180,6 +180,19 @@ pub struct Topology {
     pub processes: Processes,
 }
 
+/// The ports of `per_pod` trainer processes from `first` up: `first` alone for one; for
+/// several, the ports that are not the control channel's (`control`). Fewer when the range
+/// runs out.
+pub fn trainer_ports(first: u16, per_pod: usize, control: &[u16]) -> Vec<u16> {
+    if per_pod == 1 {
+        return vec![first];
+    }
+    (first..=u16::MAX)
+        .filter(|port| !control.contains(port))
+        .take(per_pod)
+        .collect()
+}
+
 /// Most trainer processes a pod may run: more than any node has devices, and a typo like
 /// 80000 is refused rather than forked.
 pub const MAX_NPROC_PER_POD: u32 = 1024;
@@ -378,17 +391,11 @@ impl Config {
     pub fn trainer_ports(&self) -> Result<Vec<u16>, ConfigError> {
         let first = self.ports.trainer;
         let per_pod = self.topology.processes.per_pod as usize;
-        if per_pod == 1 {
-            return Ok(vec![first]);
-        }
-        let control = [
-            Some(self.control.port),
-            self.control.coordinator.as_ref().map(|(_, port)| *port),
-        ];
-        let ports: Vec<u16> = (first..=u16::MAX)
-            .filter(|port| !control.contains(&Some(*port)))
-            .take(per_pod)
+        let coordinator = self.control.coordinator.as_ref().map(|(_, port)| *port);
+        let control: Vec<u16> = std::iter::once(self.control.port)
+            .chain(coordinator)
             .collect();
+        let ports = trainer_ports(first, per_pod, &control);
         if ports.len() < per_pod {
             return Err(ConfigError::new(
                 TRAINER_PORT,
