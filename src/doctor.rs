@@ -251,17 +251,16 @@ pub async fn doctor(
     would_start(&config, &membership, my_ip, lines)
 }
 
-/// "trainer id 5 of 8, local rank 1: endpoint 10.0.0.2:6172, GPU 1, progress file /w/progress.1".
+/// "trainer id 5 of 8 (local rank 1): endpoint 10.0.0.2:6172, GPU 1 of CUDA_VISIBLE_DEVICES,
+/// progress file /w/progress.1".
 fn place_line(place: &crate::plan::TrainerPlace) -> String {
     let device = match &place.device {
         Some(index) => format!("GPU {index} of CUDA_VISIBLE_DEVICES"),
         None => "no GPU".to_string(),
     };
     format!(
-        "trainer id {} of {}, local rank {}: endpoint {}, {device}, progress file {}",
-        place.trainer_id,
-        place.of,
-        place.local_rank,
+        "{}: endpoint {}, {device}, progress file {}",
+        place.named(),
         place.endpoint.as_deref().unwrap_or("-"),
         place.progress_file.display()
     )

@@ -58,6 +58,17 @@ pub struct TrainerPlace {
     pub progress_file: PathBuf,
 }
 
+impl TrainerPlace {
+    /// "trainer id 5 of 8 (local rank 1)": how the process is named where its end or hang is
+    /// told.
+    pub fn named(&self) -> String {
+        format!(
+            "trainer id {} of {} (local rank {})",
+            self.trainer_id, self.of, self.local_rank
+        )
+    }
+}
+
 /// A directory whose contents are copied into the work directory before the launch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Copy {

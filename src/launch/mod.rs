@@ -2076,10 +2076,7 @@ async fn drive(
     let several = trainers.len() > 1;
     // Each of several processes is named by its place in the job, where its end or hang is told.
     let process_name = |spec: &ProcessSpec| match (&spec.place, several) {
-        (Some(place), true) => format!(
-            "trainer id {} of {} (local rank {})",
-            place.trainer_id, place.of, place.local_rank
-        ),
+        (Some(place), true) => place.named(),
         _ => label(Role::Trainer),
     };
     let trainer_label = match (trainers.first(), trainers.last()) {

@@ -85,7 +85,7 @@ pub fn trainer_env(
 
 #[cfg(test)]
 mod tests {
-    use crate::protocol::tests::{config, membership};
+    use crate::protocol::tests::{config, contract, membership};
     use crate::protocol::{plan, InputFiles};
 
     /// Several processes per pod get what `paddle.distributed.launch` 3.3.1 gives each process
@@ -116,14 +116,9 @@ mod tests {
             p.files
         );
         let second = &p.processes[1];
-        let contract: Vec<(&str, &str)> = second
-            .env
-            .iter()
-            .filter(|(k, _)| !k.starts_with("PADDLE_LAUNCHER_"))
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
+        let given = contract(&second.env);
         assert_eq!(
-            contract,
+            given,
             [
                 ("OMP_NUM_THREADS", "4"),
                 ("PADDLE_CURRENT_ENDPOINT", "10.0.1.2:6172"),
@@ -192,11 +187,7 @@ mod tests {
         assert!(p.pserver_endpoints.is_empty());
         let env = &p.processes[0].env;
         // The protocol's contract; the launcher's own variables (its progress file) aside.
-        let pairs: Vec<(&str, &str)> = env
-            .iter()
-            .filter(|(k, _)| !k.starts_with("PADDLE_LAUNCHER_"))
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
+        let pairs = contract(env);
         assert_eq!(
             pairs,
             [

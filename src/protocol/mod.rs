@@ -414,6 +414,15 @@ pub(crate) mod tests {
         Config::from_args(&args).unwrap()
     }
 
+    /// A process's environment without the launcher's own variables (its progress file,
+    /// checkpoint signal): the protocol's contract, sorted by name.
+    pub fn contract(env: &BTreeMap<String, String>) -> Vec<(&str, &str)> {
+        env.iter()
+            .filter(|(k, _)| !k.starts_with("PADDLE_LAUNCHER_"))
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect()
+    }
+
     pub fn members(prefix: &str, ips: &[&str]) -> Vec<Member> {
         let pods: Vec<_> = ips
             .iter()

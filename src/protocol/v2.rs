@@ -33,7 +33,7 @@ pub fn trainer_env(
 
 #[cfg(test)]
 mod tests {
-    use crate::protocol::tests::{config, membership};
+    use crate::protocol::tests::{config, contract, membership};
     use crate::protocol::{plan, InputFiles};
 
     /// The v2 flags that `paddle.init()` understands (reference: original-launchers.md).
@@ -67,12 +67,7 @@ mod tests {
         let trainer = &p.processes[0];
         assert_eq!(trainer.argv, ["sh", "-c", "python train.py --num_passes 2"]);
         // The protocol's contract; the launcher's own variables (its progress file) aside.
-        let pairs: Vec<(&str, &str)> = trainer
-            .env
-            .iter()
-            .filter(|(k, _)| !k.starts_with("PADDLE_LAUNCHER_"))
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
+        let pairs = contract(&trainer.env);
         assert_eq!(
             pairs,
             [
