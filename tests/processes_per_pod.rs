@@ -226,8 +226,18 @@ while True:
     time.sleep(0.5)
 "#;
 
-fn python3() -> String {
-    "python3".to_string()
+/// The control channel's settings for a test job (a job secret, a free control port), and
+/// `more`.
+fn with_channel(more: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
+    let mut env = vec![
+        (
+            "PADDLE_LAUNCHER_JOB_SECRET",
+            "processes-per-pod-secret-0123456789ab".to_string(),
+        ),
+        ("PADDLE_LAUNCHER_CONTROL_PORT", free_ports(1).to_string()),
+    ];
+    env.extend(more.iter().map(|(k, v)| (*k, v.to_string())));
+    env
 }
 
 /// A pod told to stop (preempted) while 2 x 2 processes train: every process of every pod gets
@@ -235,21 +245,14 @@ fn python3() -> String {
 #[test]
 fn a_preempted_pod_asks_every_process_of_every_pod_for_a_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
-    let secret = (
-        "PADDLE_LAUNCHER_JOB_SECRET",
-        "processes-per-pod-secret-0123456789ab".to_string(),
-    );
-    let extra = [
-        secret,
-        ("PADDLE_LAUNCHER_CHECKPOINT_WINDOW", "4".to_string()),
-        ("PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT", "3".to_string()),
-        ("PADDLE_LAUNCHER_CONTROL_PORT", free_ports(1).to_string()),
-    ];
-    let python = python3();
+    let extra = with_channel(&[
+        ("PADDLE_LAUNCHER_CHECKPOINT_WINDOW", "4"),
+        ("PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT", "3"),
+    ]);
     let launchers = two_pods(
         dir.path(),
         ["127.0.0.36", "127.0.0.37"],
-        &["run", "--", &python, "-c", PROGRAM],
+        &["run", "--", "python3", "-c", PROGRAM],
         &extra,
     );
     for (i, launcher) in launchers.iter().enumerate() {
@@ -288,22 +291,16 @@ fn a_preempted_pod_asks_every_process_of_every_pod_for_a_checkpoint() {
 #[test]
 fn a_hung_process_is_named_by_its_trainer_id_on_every_pod() {
     let dir = tempfile::tempdir().unwrap();
-    let extra = [
-        (
-            "PADDLE_LAUNCHER_JOB_SECRET",
-            "processes-per-pod-secret-0123456789ab".to_string(),
-        ),
-        ("PADDLE_LAUNCHER_HANG_TIMEOUT", "6".to_string()),
-        ("PADDLE_LAUNCHER_HANG_FIRST_WINDOW", "6".to_string()),
-        ("PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT", "3".to_string()),
-        ("PADDLE_LAUNCHER_CONTROL_PORT", free_ports(1).to_string()),
-        ("HANG_ID", "2".to_string()),
-    ];
-    let python = python3();
+    let extra = with_channel(&[
+        ("PADDLE_LAUNCHER_HANG_TIMEOUT", "6"),
+        ("PADDLE_LAUNCHER_HANG_FIRST_WINDOW", "6"),
+        ("PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT", "3"),
+        ("HANG_ID", "2"),
+    ]);
     let launchers = two_pods(
         dir.path(),
         ["127.0.0.38", "127.0.0.39"],
-        &["run", "--", &python, "-c", PROGRAM],
+        &["run", "--", "python3", "-c", PROGRAM],
         &extra,
     );
     for (i, launcher) in launchers.into_iter().enumerate() {
@@ -333,13 +330,7 @@ fn now() -> f64 {
 #[test]
 fn pods_that_run_different_numbers_of_processes_are_refused_together() {
     let dir = tempfile::tempdir().unwrap();
-    let extra = [
-        (
-            "PADDLE_LAUNCHER_JOB_SECRET",
-            "processes-per-pod-secret-0123456789ab".to_string(),
-        ),
-        ("PADDLE_LAUNCHER_CONTROL_PORT", free_ports(1).to_string()),
-    ];
+    let extra = with_channel(&[]);
     let launchers = two_pods_of(
         dir.path(),
         ["127.0.0.40", "127.0.0.41"],
@@ -370,14 +361,7 @@ fn pods_that_run_different_numbers_of_processes_are_refused_together() {
 #[test]
 fn the_first_failing_process_is_the_jobs_cause_on_every_pod() {
     let dir = tempfile::tempdir().unwrap();
-    let extra = [
-        (
-            "PADDLE_LAUNCHER_JOB_SECRET",
-            "processes-per-pod-secret-0123456789ab".to_string(),
-        ),
-        ("PADDLE_LAUNCHER_CONTROL_PORT", free_ports(1).to_string()),
-        ("PADDLE_LAUNCHER_GRACE_PERIOD", "3".to_string()),
-    ];
+    let extra = with_channel(&[("PADDLE_LAUNCHER_GRACE_PERIOD", "3")]);
     let program = r#"case $PADDLE_TRAINER_ID in
   1) sleep 1; exit 3;;
   0) trap '' TERM; sleep 30;;
