@@ -1463,10 +1463,14 @@ mod tests {
             followers.push(join(joining(&members, i, port, 0)).await.unwrap());
         }
         tokio::time::sleep(Duration::from_millis(600)).await;
+        // Nothing reached yet: a loss seen meanwhile is the follower's own to regather on.
+        assert!(followers.iter().all(|f| !f.said_hello()));
         let mut coordinator = join(joining(&members, 0, port, 0)).await.unwrap();
         assert_eq!(started(&mut coordinator).await, 0);
         for follower in &mut followers {
             assert_eq!(started(follower).await, 0);
+            // From its hello on, only the coordinator may call the attempt off.
+            assert!(follower.said_hello());
         }
     }
 
@@ -1529,6 +1533,49 @@ mod tests {
         };
         assert!(!restart, "a restart after a member finished");
         assert!(!channels[0].may_restart());
+    }
+
+    /// The words a launcher says without waiting for an answer reach every launcher before it
+    /// stops anything: a hang judged (every pod dumps its stacks), a process that failed for
+    /// good (no restart), a preempted pod's window over (a free restart).
+    #[tokio::test]
+    async fn words_said_without_waiting_reach_everyone_at_once() {
+        let channels = three_started(190, 0).await;
+        channels[1].tell_hang("pod p-1: trainer made no progress for 60 s");
+        for (i, mut channel) in channels.into_iter().enumerate().filter(|(i, _)| *i != 1) {
+            let lost = heard(&mut channel).await;
+            assert!(
+                matches!(&lost, Heard::Lost { hang: true, restart: true, reason, .. } if reason.contains("p-1")),
+                "launcher {i} heard {lost:?}"
+            );
+        }
+
+        let channels = three_started(150, 0).await;
+        channels[2].tell_failed("pod p-2: trainer id 5 exited with status 2", false);
+        for mut channel in channels.into_iter().take(2) {
+            let lost = heard(&mut channel).await;
+            assert!(
+                matches!(&lost, Heard::Lost { restart: false, hang: false, reason, .. } if reason.contains("trainer id 5")),
+                "{lost:?}"
+            );
+        }
+
+        let channels = three_started(230, 0).await;
+        channels[1].preempted("pod p-1: preempted (SIGTERM while training)");
+        channels[1].leaving("pod p-1: preempted: its checkpoint window is over");
+        for mut channel in channels.into_iter().step_by(2) {
+            assert!(
+                matches!(
+                    heard(&mut channel).await,
+                    Heard::Lost {
+                        preempted: true,
+                        restart: true,
+                        ..
+                    }
+                ),
+                "not a preemption's end"
+            );
+        }
     }
 
     /// A member whose trainer succeeds just as another's failure goes out as a loss the job
