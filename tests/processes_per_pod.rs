@@ -384,3 +384,73 @@ esac"#;
         assert!(!last.contains("trainer id 2 of 4"), "pod {i}: {last}");
     }
 }
+
+/// Four processes of one pod print lines as fast as they can, of lengths from a byte to 60 KiB
+/// (Python's block buffering hands them to the pipes cut anywhere): every line reaches the
+/// container's output whole, after its own process's mark, in order; each process's log file
+/// has its own lines only.
+#[test]
+fn every_line_of_every_process_reaches_the_output_whole_and_marked() {
+    const LINES: usize = 400;
+    let program = format!(
+        r#"
+import os, sys
+me = int(os.environ["PADDLE_TRAINER_ID"])
+mark = "abcd"[me]
+for i in range({LINES}):
+    sys.stdout.write(f"{{me}}:{{i}}:" + mark * ((i * 7919 + me * 104729) % 61440 + 1) + "\n")
+"#
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = dir.path().join("jobs");
+    let env = [
+        ("JOB_NAME", "lines".to_string()),
+        ("JOB_PATH", jobs.display().to_string()),
+        ("PADDLE_LAUNCHER_PEERS", "127.0.0.44".to_string()),
+        ("POD_IP", "127.0.0.44".to_string()),
+        ("POD_NAME", "pod-0".to_string()),
+        ("CONF_PADDLE_NIC", "lo".to_string()),
+        ("PADDLE_LAUNCHER_PROTOCOL", "collective".to_string()),
+        ("PADDLE_LAUNCHER_NPROC_PER_POD", "4".to_string()),
+        ("PADDLE_LAUNCHER_TRAINER_PORT", free_ports(1).to_string()),
+        (
+            "PADDLE_LAUNCHER_WORKDIR",
+            dir.path().join("work").display().to_string(),
+        ),
+        ("HOME", dir.path().display().to_string()),
+    ];
+    let done = Launcher::start(
+        dir.path(),
+        "pod-0",
+        &["run", "--", "python3", "-c", &program],
+        &env,
+    )
+    .wait(LIMIT);
+    assert_eq!(done.code(), 0, "{}", done.stderr);
+    let expected = |me: usize, line: &str| -> Option<usize> {
+        let (id, rest) = line.split_once(':')?;
+        let (i, marks) = rest.split_once(':')?;
+        let i: usize = i.parse().ok()?;
+        let length = (i * 7919 + me * 104729) % 61440 + 1;
+        let mark = b"abcd"[me];
+        (id == me.to_string() && marks.len() == length && marks.bytes().all(|b| b == mark))
+            .then_some(i)
+    };
+    let mut next = [0usize; 4];
+    for line in done.stdout.lines().filter(|l| l.starts_with("[trainer-")) {
+        let (label, text) = line.split_once("] ").expect("a marked line");
+        let me: usize = label["[trainer-".len()..].parse().expect("a trainer id");
+        let i = expected(me, text)
+            .unwrap_or_else(|| panic!("a line cut or mixed: {}", &line[..line.len().min(120)]));
+        assert_eq!(i, next[me], "trainer {me}'s lines out of order");
+        next[me] += 1;
+    }
+    assert_eq!(next, [LINES; 4], "lines missing from the output");
+    for local in 0..4 {
+        let log = jobs.join(format!("lines/output/node_0/train.{local}.log"));
+        let text = std::fs::read_to_string(&log).unwrap_or_else(|e| panic!("{log:?}: {e}"));
+        let lines: Vec<usize> = text.lines().filter_map(|l| expected(local, l)).collect();
+        assert_eq!(lines, (0..LINES).collect::<Vec<_>>(), "{log:?}");
+        assert_eq!(text.lines().count(), LINES, "{log:?} has lines of others");
+    }
+}
