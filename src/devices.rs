@@ -192,7 +192,7 @@ pub fn resolve(config: &mut Config, seen: &Seen, cpus: u32) -> Result<(), Config
     processes.cpus = cpus.max(1);
     processes.found = line;
     processes.given = seen.given.clone();
-    config.trainer_ports()?;
+    config.settle_trainer_ports()?;
     config.one_list_per_pod()?;
     contradictions(config)
 }

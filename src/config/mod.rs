@@ -256,6 +256,9 @@ pub struct Ports {
     pub pserver: PortLayout,
     /// Port of each trainer's own endpoint (fleet, collective).
     pub trainer: u16,
+    /// Each trainer process's own port, local rank order: `trainer` for one process; settled
+    /// with the number of processes per pod (`Config::settle_trainer_ports`).
+    pub trainers: Vec<u16>,
     /// Before a collective trainer starts, check that every peer's address answers.
     pub check_peers: bool,
     /// The socket interfaces chosen for NCCL and gloo, and why (filled in once the pod's own
@@ -351,7 +354,7 @@ impl Config {
         let timing = Timing::from_args(args)?;
         let workspace = Workspace::from_args(args)?;
         let control = Control::from_args(args)?;
-        let config = Config {
+        let mut config = Config {
             runtime: None,
             topology,
             ports,
@@ -360,7 +363,7 @@ impl Config {
             workspace,
             control,
         };
-        config.trainer_ports()?;
+        config.settle_trainer_ports()?;
         config.one_list_per_pod()?;
         Ok(config)
     }
@@ -385,10 +388,11 @@ impl Config {
         }
     }
 
-    /// The trainer processes' ports, local rank order: --trainer-port for one; for several,
-    /// the ports from there up that the control channel does not use (its default 6171 is
-    /// next to the trainers' 6170), the same on every pod.
-    pub fn trainer_ports(&self) -> Result<Vec<u16>, ConfigError> {
+    /// Settles the trainer processes' ports (`ports.trainers`), local rank order, once the
+    /// number of processes is known: --trainer-port for one; for several, the ports from there
+    /// up that the control channel does not use (its default 6171 is next to the trainers'
+    /// 6170), the same on every pod.
+    pub fn settle_trainer_ports(&mut self) -> Result<(), ConfigError> {
         let first = self.ports.trainer;
         let per_pod = self.topology.processes.per_pod as usize;
         let coordinator = self.control.coordinator.as_ref().map(|(_, port)| *port);
@@ -405,7 +409,8 @@ impl Config {
                 ),
             ));
         }
-        Ok(ports)
+        self.ports.trainers = ports;
+        Ok(())
     }
 
     /// The restarts the job has had as a whole before this pod started: its batch system's

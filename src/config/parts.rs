@@ -25,6 +25,7 @@ impl Ports {
             nic,
             pserver: ports,
             trainer: trainer_port,
+            trainers: vec![trainer_port],
             check_peers: parse_bool(&args.check_peers, CHECK_PEERS, true)?,
             sockets: Vec::new(),
         })

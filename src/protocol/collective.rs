@@ -33,13 +33,8 @@ pub fn trainer_env(
     me: &Me,
     slot: Slot,
 ) -> BTreeMap<String, String> {
-    let ports = config
-        .trainer_ports()
-        .unwrap_or_else(|_| vec![config.ports.trainer]);
-    let own_port = ports
-        .get(slot.local)
-        .copied()
-        .unwrap_or(config.ports.trainer);
+    let ports = &config.ports.trainers;
+    let own_port = ports[slot.local];
     let master = membership
         .trainers
         .first()
@@ -50,7 +45,7 @@ pub fn trainer_env(
     let mut vars = vec![
         ("PADDLE_TRAINER_ID", id.clone()),
         ("PADDLE_TRAINERS_NUM", world.clone()),
-        ("PADDLE_TRAINER_ENDPOINTS", endpoints(membership, &ports)),
+        ("PADDLE_TRAINER_ENDPOINTS", endpoints(membership, ports)),
         (
             "PADDLE_CURRENT_ENDPOINT",
             SocketAddr::new(me.ip, own_port).to_string(),
