@@ -1,6 +1,7 @@
 //! `run` and `plan`: configuration -> peers -> plan, then the launch: the pserver first, the
 //! trainer once every pserver endpoint of the job accepts TCP, then supervision until it is done.
 
+mod attempt;
 pub mod coordination;
 #[cfg(test)]
 mod driven;
@@ -20,7 +21,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use tokio::net::TcpStream;
 use tokio::time::{sleep, sleep_until, timeout, Instant};
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::address::own_ip;
 use crate::cli::JobArgs;
@@ -33,13 +34,14 @@ use crate::exit::{self, Outcome};
 use crate::exit::{is_stop_signal, signal_name};
 use crate::membership::{Loss, Me, Membership, PodAddress, Served};
 use crate::peers::kubernetes::ApiServer;
-use crate::plan::{Plan, PodEntry, ProcessSpec, Role};
+use crate::plan::{Plan, ProcessSpec, Role};
 use crate::protocol::InputFiles;
 use crate::supervise::Signals;
 use crate::supervise::{or_never, Event, Output, OutputClock, SpawnSpec, Supervisor};
 use crate::vocabulary::JOB_STOPPED;
-use crate::{peers, protocol, workspace};
-use lifecycle::{AfterRun, Budget, Command, Input, Lifecycle, Setup};
+use crate::{peers, protocol};
+use attempt::Attempts;
+use lifecycle::{AfterRun, Command, Input, Lifecycle, Setup};
 
 /// Between probe rounds, doubling from the first to the last: pservers that start in a few
 /// milliseconds are seen at once, slow ones cost a round of connects every 100 ms.
@@ -121,77 +123,31 @@ async fn configure(args: &JobArgs, plan_only: bool) -> Result<(Config, IpAddr), 
     Ok((config, my_ip))
 }
 
+/// The route from the first line: configure, this pod's own parts, then attempts until the
+/// job ends — each gathered (discover, plan, join), begun, run and judged, then restarted in
+/// place or finished.
 async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error> {
     let (mut config, my_ip) = configure(args, plan_only).await?;
-    let secret = job_secret(&config.control)?;
     let pod = config
         .topology
         .pod_name
         .clone()
         .unwrap_or_else(|| my_ip.to_string());
     tracing::Span::current().record("pod", tracing::field::display(&pod));
-    // Installed before anything that takes time, so a TERM ends it at once, and zombies are
-    // reaped from the start when we are PID 1.
-    let mut supervisor = if plan_only {
-        None
-    } else {
-        let signals =
-            Signals::install().map_err(|e| Error::io("cannot install signal handlers", e))?;
-        Some(Supervisor::new(signals, config.timing.grace_period))
+    let own = own_parts(&mut config, plan_only).await?;
+    let Some(mut supervisor) = own.supervisor else {
+        return print_plan(&mut config, my_ip, &own.inputs).await;
     };
-    let secret = match (secret, supervisor.as_mut()) {
-        (JobSecret::Missing(path), Some(supervisor)) => {
-            let create = create_secret_command(&config);
-            let limit = config.timing.wait_timeout;
-            Some(wait_for_secret_file(&path, limit, &create, supervisor).await?)
-        }
-        (JobSecret::Missing(path), None) => {
-            let create = create_secret_command(&config);
-            return Err(missing_secret(&path, "", &create).into());
-        }
-        (JobSecret::Read(secret), _) => Some(secret),
-        (JobSecret::None, _) => None,
-    };
-    if secret.is_some() {
-        derive_coordinator(&mut config);
-    }
-    // Files are on the pod's own or a shared filesystem, not in the membership: check them first.
-    let for_inputs = config.clone();
-    let inputs = off_thread(supervisor.as_mut(), "expanding the file globs", move || {
-        input_files(&for_inputs)
-    })
-    .await??;
-    let Some(mut supervisor) = supervisor else {
-        let found = wait_for_peers(&config, None, &[]).await?;
-        let (plan, _, _) = plan_for(&mut config, &found, my_ip, &inputs)?;
-        let plan = plan.for_restart(config.restarts_before());
-        println!("{}", plan.to_json());
-        return Ok(Outcome::new(exit::SUCCESS, "plan printed"));
-    };
-    // Each pass is one attempt: the job's pods found, ranked and started in one restart epoch.
-    let mut count = Count {
-        next_epoch: config.restarts_before(),
-        preemptions: 0,
-    };
-    if count.next_epoch > 0 {
-        let n = count.next_epoch;
-        info!("the batch system has restarted the job {n} times: the restart count starts at {n}");
-    }
-    // The pods of the attempt that ended, when restarting.
-    let mut members_before: Vec<PodAddress> = Vec::new();
-    // The workspace preparation of an attempt that was lost while it ran, if it may still run.
-    let mut preparing_before: Option<tokio::task::JoinHandle<Result<(), Error>>> = None;
-    // The job's Kubernetes events, once this launcher is the one that posts them.
-    let mut events: Option<JobEvents> = None;
+    let mut attempts = Attempts::new(&config);
     loop {
         let gathered = gather(
             &mut config,
             &mut supervisor,
-            secret.as_ref(),
+            own.secret.as_ref(),
             my_ip,
-            &inputs,
-            count,
-            &members_before,
+            &own.inputs,
+            attempts.count,
+            &attempts.members_before,
         )
         .await?;
         let attempt = match gathered {
@@ -201,336 +157,95 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                 return Ok(Outcome::new(exit::SUCCESS, reason));
             }
         };
-        let Attempt {
-            plan,
-            who,
-            mut channel,
-            peer_loss,
-            trainers_done,
-            max_restarts,
-            preemptions,
-            max_preemptions,
-            api,
-            coordinator_unjoined,
-            ..
-        } = attempt;
-        // One launcher tells the job's story: the coordinator, else rank 0.
-        let posts = match &channel {
-            Some(channel) => channel.coordinates(),
-            None => plan.trainer_id == Some(0),
-        };
-        // Where the coordinator keeps the job's count, if it does: on the Job object.
-        let coordinates = channel.as_ref().is_some_and(Channel::coordinates);
-        let record = JobRecord::of(&config, api.as_ref()).filter(|_| coordinates);
-        if let Some(record) = &record {
-            // In the background: the start is not held back by it.
-            drop(record.write(plan.restart_count, preemptions));
-        }
-        if let (true, None, Some(api)) = (posts, &events, api) {
-            // POD_NAME, else the pod's name as found by its address (under hostNetwork pods
-            // share one, so the name given wins).
-            let own = plan.pods.iter().find(|entry| entry.ip == plan.pod_ip);
-            let name = match (&config.topology.pod_name, own) {
-                (Some(name), _) => name.clone(),
-                (None, Some(entry)) => entry.name.clone(),
-                (None, None) => pod.clone(),
-            };
-            events = Some(JobEvents::start(api, name, node_name()));
-        }
-        let mut events = events.as_mut().filter(|_| posts);
-        if let Some(events) = events.as_mut() {
-            let restarted = match plan.restart_count {
-                0 => String::new(),
-                n => format!(" ({})", lifecycle::restarts_said(n)),
-            };
-            let started = format!(
-                "all {} pods of the job found: training started{restarted}",
-                plan.pods.len()
-            );
-            events.post(Kind::Normal, "Started", &started);
-        }
-        // The attempt's losses are watched from here on: one during the steps before the start
-        // ends the attempt there.
-        let mut losses = Vec::new();
-        if let (true, Some(loss)) = (config.topology.watch_peers, peer_loss) {
-            losses.push(loss.map(Loss::of_pod).boxed());
-        }
-        if let Some(channel) = &mut channel {
-            losses.push(channel.losses());
-        }
-        let unjoined = Arc::new(std::sync::OnceLock::new());
-        if let Some(coordinator) = coordinator_unjoined {
-            // As long as a coordinator would go on gathering, waiting for this pod's hello.
-            let looking = config
-                .timing
-                .wait_timeout
-                .unwrap_or(UNJOINED_LOOK_UNBOUNDED);
-            let found = unjoined.clone();
-            losses.push(channel_without_secret(my_ip, coordinator, looking, found).boxed());
-        }
-        supervisor.forget_watches();
-        if !losses.is_empty() {
-            let first = futures::future::select_all(losses).map(|(reason, _, _)| reason);
-            supervisor.watch_peers(first.boxed());
-        }
-        // A pserver pod ends with the trainers: the API shows them all Succeeded, or the
-        // coordinator says so first (a Succeeded pod the API no longer lists is never counted).
-        if let Some(done) = trainers_done {
-            let done = match &channel {
-                Some(channel) => {
-                    let said = channel.job_succeeded().map(Ok);
-                    futures::future::select(done, said)
-                        .map(|either| either.factor_first().0)
-                        .boxed()
-                }
-                None => done,
-            };
-            supervisor.end_when(done);
-        }
-        let for_workspace = plan.clone();
-        let mut preparing = tokio::task::spawn_blocking(move || workspace::prepare(&for_workspace));
-        let doing = "preparing the workspace";
-        let prepared = interruptible(
-            Some(&mut supervisor),
-            doing,
-            Breaks::AlsoLoss,
-            &mut preparing,
+        let running = attempt::begin(
+            attempt,
+            &mut attempts,
+            &config,
+            &mut supervisor,
+            my_ip,
+            &pod,
         );
-        // The workspace's own failure ends the pod; a stop or the attempt's loss, the attempt.
-        let prepared = match prepared.await {
-            Ok(joined) => Ok(joined.map_err(|e| Error::io(format!("{doing} failed"), e.into()))??),
-            Err(lost @ Error::PeerLost { .. }) => {
-                preparing_before = Some(preparing);
-                Err(lost)
-            }
-            Err(ended) => Err(ended),
-        };
-        let checked = match (prepared, peers_to_check(&plan, &config)) {
-            (Err(ended), _) => Err(ended),
-            (Ok(()), peers) if peers.is_empty() => Ok(Vec::new()),
-            (Ok(()), peers) => {
-                let doing = format!(
-                    "checking that every peer's trainer endpoint answers from {my_ip} ({}, at most {} s each)",
-                    crate::vocabulary::count(peers.len(), "peer"),
-                    PEER_CHECK_TIMEOUT.as_secs()
-                );
-                info!("{doing}");
-                interruptible(
-                    Some(&mut supervisor),
-                    &doing,
-                    Breaks::AlsoLoss,
-                    silent_peers(my_ip, peers),
-                )
-                .await
-            }
-        };
-        let mut result = match checked {
-            Ok(silent) if silent.is_empty() => {
-                drive(&mut supervisor, &plan, &config, channel.as_ref(), &who).await
-            }
-            Ok(silent) => Err(Error::PeersUnreachable {
-                peers: named_peers(&silent),
-                from: my_ip,
-                limit_s: PEER_CHECK_TIMEOUT.as_secs(),
-            }),
-            // Stopped before the trainer started: told to the job like any end (a preemption
-            // as such: the restart around the replacement spends nothing).
-            Err(stopped) => {
-                if let (Some(channel), Error::Stopped { signal, .. }) = (&channel, &stopped) {
-                    if *signal == nix::libc::SIGTERM && config.timing.checkpoint().is_some() {
-                        let reason = "preempted (SIGTERM before its trainer started)";
-                        channel.preempted(&format!("{who} at {}: {reason}", now_utc()));
-                    }
-                }
-                Err(stopped)
-            }
-        };
-        // A pod that cannot join the job's channel ends as bad configuration, whatever its
-        // children did once stopped.
-        if let Some(error) = unjoined.get() {
-            result = Err(Error::Config(error.clone()));
-        }
-        let hung = match &result {
-            Ok(outcome) => outcome.code == exit::HANG,
-            Err(e) => e.exit_code() == exit::HANG,
-        };
-        // How this pod's failure, if it is one, is told to the job (and names it on every pod).
-        let who_at = format!("{who} at {}", now_utc());
-        let said = match &result {
-            Ok(outcome) => format!("{who_at}: {}", outcome.reason),
-            Err(e) => format!("{who_at}: {e}"),
-        };
-        let succeeded = matches!(&result, Ok(o) if o.code == exit::SUCCESS);
-        if let (Some(channel), false) = (&channel, succeeded) {
-            ending::tell_failure(channel, &result, &said).await;
-        }
-        // A preemption may take every pod at once (a Kueue suspension): recorded as soon as it
-        // is known, the pods created again count it, and it spends nothing there either.
-        // Written meanwhile: only a pod that ends waits for it (below), not the verdict.
-        let record_preemption = |preempted: bool| {
-            record
-                .as_ref()
-                .filter(|_| preempted)
-                .map(|record| record.write(plan.restart_count, preemptions.saturating_add(1)))
-        };
-        let preemption_recorded = record_preemption(ending::preempted(channel.as_ref()));
-        let recoverable = lifecycle::recoverable(&result);
-        let spent = ending::Spent {
-            epoch: plan.restart_count,
-            preemptions,
-            max_restarts,
-            max_preemptions,
-        };
-        let wait = match (&channel, succeeded) {
-            (Some(channel), false) => {
-                ending::verdict_wait(channel, &result, spent, verdict_limits(&config))
-            }
-            _ => None,
-        };
-        let may_restart = match (&channel, wait) {
-            (Some(channel), Some(limit)) => {
-                let waiting = channel.verdict(limit);
-                let failure = match &result {
-                    Ok(outcome) => outcome.reason.clone(),
-                    Err(e) => e.to_string(),
-                };
-                let doing = format!("waiting for the job's verdict after: {failure}");
-                match interruptible(Some(&mut supervisor), &doing, Breaks::StopOnly, waiting).await
-                {
-                    Ok(verdict) => verdict && recoverable,
-                    // A stop signal ends the wait: this pod is being deleted, and says so.
-                    Err(stopped) => {
-                        result = Err(stopped);
-                        false
-                    }
-                }
-            }
-            // Every failed launcher says its children are stopped, for the others' verdict.
-            (Some(channel), None) => {
-                if !succeeded {
-                    channel.stopped();
-                }
-                channel.may_restart()
-            }
-            (None, _) => false,
-        };
-        // Read again once the verdict is in: the cause may have come with it.
-        let preempted = ending::preempted(channel.as_ref());
-        let preemption_recorded = preemption_recorded.or_else(|| record_preemption(preempted));
-        let budget = Budget {
-            epoch: plan.restart_count,
-            max_restarts,
-            may_restart,
-            preemptions,
-            preempted,
-        };
-        match lifecycle::after_run(result, &budget) {
+        let result = attempt::run(&running, &mut attempts, &config, &mut supervisor, my_ip).await;
+        let (result, judged) = attempt::judge(&running, result, &config, &mut supervisor).await;
+        match lifecycle::after_run(result, &judged.budget) {
             AfterRun::Restart(reason) => {
-                // The job's first cause, the same line on every pod, when the channel told it.
-                let cause = channel.as_ref().and_then(Channel::cause);
-                let hang = cause.as_ref().map_or(hung, |cause| cause.hang);
-                let reason = cause.map_or(reason, |cause| cause.reason);
-                let next = budget.epoch.saturating_add(1);
-                let restart = match preempted {
-                    true => format!(
-                        "restart {next} after a preemption, which spends none of the {} restarts",
-                        budget.max_restarts
-                    ),
-                    false if preemptions == 0 => {
-                        format!("restart {next} of {}", budget.max_restarts)
-                    }
-                    false => format!(
-                        "restart {} of {}, after {} that spent none",
-                        next - preemptions.min(budget.epoch),
-                        budget.max_restarts,
-                        crate::vocabulary::count(preemptions as usize, "preemption")
-                    ),
-                };
-                warn!("{reason}: restarting the job ({restart})");
-                if let Some(events) = events {
-                    post_hang(events, hang, &reason);
-                    events.post(Kind::Warning, "Restarting", &format!("{restart}: {reason}"));
-                }
-                if let Some(mut channel) = channel {
-                    channel.finish(false).await;
-                }
-                // A preparation that the loss cut short goes on in its thread: the next
-                // attempt's must not run beside it (copies into the same files). Waited for
-                // before gathering, so that the job's wait for this pod is bounded as any
-                // gathering is, and a stop signal ends this pod as it would while gathering.
-                if let Some(earlier) = preparing_before.take() {
-                    let doing =
-                        "waiting for the workspace preparation of the attempt that was lost to end";
-                    info!("{doing}");
-                    let ended =
-                        interruptible(Some(&mut supervisor), doing, Breaks::StopOnly, earlier);
-                    match ended.await? {
-                        Ok(Ok(())) => {}
-                        Ok(Err(e)) => debug!("the lost attempt's workspace preparation: {e}"),
-                        Err(e) => debug!("the lost attempt's workspace preparation: {e}"),
-                    }
-                }
-                count = Count {
-                    next_epoch: next,
-                    preemptions: preemptions.saturating_add(u32::from(preempted)),
-                };
-                members_before = plan.pods.iter().map(PodEntry::address).collect();
+                attempt::restart(running, judged, reason, &mut attempts, &mut supervisor).await?
             }
             AfterRun::Finish(result) => {
-                if let Some(written) = preemption_recorded {
-                    info!(
-                        "waiting for the preemption's record on Job {} (at most {} s)",
-                        config.topology.job_name,
-                        PREEMPTION_RECORD_WAIT.as_secs()
-                    );
-                    if timeout(PREEMPTION_RECORD_WAIT, written).await.is_err() {
-                        warn!(
-                            "the preemption may not be recorded on Job {} (no answer within {} s): if every pod of the job is lost, its restart may spend a restart",
-                            config.topology.job_name,
-                            PREEMPTION_RECORD_WAIT.as_secs()
-                        );
-                    }
-                }
-                let mut cause = None;
-                if let Some(mut channel) = channel {
-                    // A stop signal ends the wait for the others; the pod's outcome stands.
-                    let _ = interruptible(
-                        Some(&mut supervisor),
-                        "waiting for the other launchers to report",
-                        Breaks::StopOnly,
-                        channel.finish(succeeded),
-                    )
-                    .await;
-                    // Read last: a loss told while the others reported is the job's too.
-                    cause = channel.cause();
-                }
-                supervisor.finish();
-                let reason = cause.as_ref().map(|cause| cause.reason.clone());
-                let outcome = for_the_job(result, &who_at, &said, reason);
-                let outcome = after_restarts(outcome, plan.restart_count);
-                if let Some(events) = events {
-                    // The job's end, not this pod's: a coordinator that succeeded while another
-                    // pod failed tells the failure.
-                    match &cause {
-                        Some(cause) => {
-                            post_hang(events, cause.hang, &cause.reason);
-                            let line = format!("{JOB_STOPPED}{}", cause.reason);
-                            events.post_final(Kind::Warning, "Failed", &line);
-                        }
-                        None if outcome.code == exit::SUCCESS => {
-                            events.post_final(Kind::Normal, "Succeeded", &outcome.reason)
-                        }
-                        None => {
-                            post_hang(events, hung, &outcome.reason);
-                            events.post_final(Kind::Warning, "Failed", &outcome.reason);
-                        }
-                    }
-                    events.flush(EVENTS_FLUSH).await;
-                }
-                return Ok(outcome);
+                let finished = attempt::finish(
+                    running,
+                    judged,
+                    result,
+                    &mut attempts,
+                    &config,
+                    &mut supervisor,
+                );
+                return Ok(finished.await);
             }
         }
     }
+}
+
+/// What this pod has of its own before it looks for the others.
+struct Own {
+    /// None for `plan`, which starts nothing.
+    supervisor: Option<Supervisor>,
+    secret: Option<Secret>,
+    inputs: InputFiles,
+}
+
+/// The second stage: the signal handlers first (a TERM then ends the pod at once, and zombies
+/// are reaped from the start when it is PID 1), the job's secret (waited for while its file is
+/// not yet mounted), the coordinator derived where the Job names it, and the input files,
+/// which are on the pod's own or a shared filesystem, not in the membership: checked first.
+async fn own_parts(config: &mut Config, plan_only: bool) -> Result<Own, Error> {
+    let secret = job_secret(&config.control)?;
+    let mut supervisor = if plan_only {
+        None
+    } else {
+        let signals =
+            Signals::install().map_err(|e| Error::io("cannot install signal handlers", e))?;
+        Some(Supervisor::new(signals, config.timing.grace_period))
+    };
+    let secret = match (secret, supervisor.as_mut()) {
+        (JobSecret::Missing(path), Some(supervisor)) => {
+            let create = create_secret_command(config);
+            let limit = config.timing.wait_timeout;
+            Some(wait_for_secret_file(&path, limit, &create, supervisor).await?)
+        }
+        (JobSecret::Missing(path), None) => {
+            let create = create_secret_command(config);
+            return Err(missing_secret(&path, "", &create).into());
+        }
+        (JobSecret::Read(secret), _) => Some(secret),
+        (JobSecret::None, _) => None,
+    };
+    if secret.is_some() {
+        derive_coordinator(config);
+    }
+    let for_inputs = config.clone();
+    let inputs = off_thread(supervisor.as_mut(), "expanding the file globs", move || {
+        input_files(&for_inputs)
+    })
+    .await??;
+    Ok(Own {
+        supervisor,
+        secret,
+        inputs,
+    })
+}
+
+/// `plan`: the job's pods found once, ranked, and the plan printed; nothing started.
+async fn print_plan(
+    config: &mut Config,
+    my_ip: IpAddr,
+    inputs: &InputFiles,
+) -> Result<Outcome, Error> {
+    let found = wait_for_peers(config, None, &[]).await?;
+    let (plan, _, _) = plan_for(config, &found, my_ip, inputs)?;
+    let plan = plan.for_restart(config.restarts_before());
+    println!("{}", plan.to_json());
+    Ok(Outcome::new(exit::SUCCESS, "plan printed"))
 }
 
 /// The pod's last line, said for the job. A failure of this pod's own (its trainer's status,
