@@ -538,6 +538,21 @@ mod tests {
         assert!(serde_json::from_slice::<Message>(payload).is_ok());
     }
 
+    /// A reason that fits exactly is not cut; a frame takes the bytes the coordinator counts
+    /// as sent (the count its closing line reports).
+    #[test]
+    fn a_reason_that_fits_is_whole_and_a_frame_is_as_long_as_counted() {
+        let fits = "x".repeat(MAX_REASON - 2);
+        assert_eq!(cut(&fits), fits);
+        assert_eq!(cut(&format!("{fits}y")), fits);
+        let mut session = Session::new(&secret(), [0u8; 2 * NONCE_LEN], true);
+        for message in [Message::Beat, hello("j-1")] {
+            let encoded = Encoded::new(&message);
+            let frame = session.seal_encoded(&encoded);
+            assert_eq!(encoded.frame_len(), frame.len() as u64, "{message:?}");
+        }
+    }
+
     #[tokio::test]
     async fn an_oversized_length_is_refused_before_reading_it() {
         let mut session = Session::new(&secret(), [0u8; 2 * NONCE_LEN], true);
