@@ -480,7 +480,7 @@ fn unread_variables<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String> {
         .collect();
     known.extend(OTHERS.iter().map(|s| s.to_string()));
     names
-        .filter(|n| n.starts_with("CONF_PADDLE_") || n.starts_with("PADDLE_LAUNCHER_"))
+        .filter(|n| has_our_prefix(n))
         .filter(|n| !known.iter().any(|k| k == n))
         .map(|name| {
             let nearest = known
@@ -494,6 +494,34 @@ fn unread_variables<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String> {
             }
         })
         .collect()
+}
+
+/// The launcher's own prefixes, spelt right or within two letters of it
+/// (`PADDLE_LAUNCHR_PROTOCOL`): a misspelt prefix hides a setting as surely as a misspelt name.
+fn has_our_prefix(name: &str) -> bool {
+    const PREFIXES: [&str; 2] = ["CONF_PADDLE_", "PADDLE_LAUNCHER_"];
+    PREFIXES.iter().any(|prefix| {
+        (prefix.len().saturating_sub(2)..=prefix.len() + 2)
+            .filter_map(|cut| name.get(..cut))
+            .any(|head| head.ends_with('_') && edit_distance(head, prefix) <= 2)
+    })
+}
+
+/// The subcommand a mistyped first argument was meant to be (`docter`: `doctor`), if one is
+/// within two letters. The root command takes `run`'s options and no word of its own, so
+/// clap only says "unexpected argument".
+pub fn near_subcommand(first: &str) -> Option<String> {
+    if first.starts_with('-') {
+        return None;
+    }
+    let cli = <Cli as clap::CommandFactory>::command();
+    cli.get_subcommands()
+        .map(|s| s.get_name())
+        .filter(|name| *name != first)
+        .map(|name| (edit_distance(first, name), name))
+        .filter(|(d, _)| *d <= 2)
+        .min()
+        .map(|(_, name)| name.to_string())
 }
 
 /// Levenshtein distance, for "did you mean".
@@ -634,5 +662,39 @@ mod tests {
             ]
         );
         assert_eq!(super::edit_distance("kitten", "sitting"), 3);
+    }
+
+    /// A prefix misspelt is a setting lost too: named as a misspelt name is. Other programs'
+    /// variables are none of the launcher's business.
+    #[test]
+    fn a_misspelt_prefix_is_named_too() {
+        let names = [
+            "PADDLE_LAUNCHR_PROTOCOL",
+            "PADDLE_LAUNCHER_PROTOCOL",
+            "CONF_PADLE_PORT",
+            "PADDLE_TRAINER_ID",
+            "PADDLE_TRAINERS_NUM",
+            "PADDLE_LOCAL_RANK",
+            "PADDLE_CURRENT_ENDPOINT",
+            "PADDLE_LUANCHER_WAIT_TIMEOUT",
+            "CONFIG_PATH",
+        ];
+        assert_eq!(
+            super::unread_variables(names.into_iter()),
+            [
+                "PADDLE_LAUNCHR_PROTOCOL is set but no option reads it: did you mean PADDLE_LAUNCHER_PROTOCOL?",
+                "CONF_PADLE_PORT is set but no option reads it: did you mean CONF_PADDLE_PORT?",
+                "PADDLE_LUANCHER_WAIT_TIMEOUT is set but no option reads it: did you mean PADDLE_LAUNCHER_WAIT_TIMEOUT?",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_mistyped_subcommand_is_suggested() {
+        assert_eq!(near_subcommand("docter").as_deref(), Some("doctor"));
+        assert_eq!(near_subcommand("manifets").as_deref(), Some("manifest"));
+        assert_eq!(near_subcommand("pla").as_deref(), Some("plan"));
+        assert_eq!(near_subcommand("python3"), None);
+        assert_eq!(near_subcommand("--doctor"), None);
     }
 }

@@ -181,6 +181,40 @@ impl Plan {
         self
     }
 
+    /// What the launcher adds to each process's environment at its start, in the plan so that
+    /// `plan` shows exactly what runs. Python block-buffers a pipe (lines would reach `kubectl
+    /// logs` late, and be lost on SIGKILL) and prints no stacks on SIGABRT: PYTHONUNBUFFERED and
+    /// PYTHONFAULTHANDLER are 1 unless the pod (`inherited`) or the plan sets them. With hang
+    /// detection, a trainer's PYTHONPATH starts with `stack_handler`, whose sitecustomize lets
+    /// a hung Python be asked for its stacks.
+    pub fn with_launcher_env(
+        mut self,
+        inherited: impl Fn(&str) -> Option<String>,
+        stack_handler: Option<&std::path::Path>,
+    ) -> Plan {
+        for process in &mut self.processes {
+            for variable in ["PYTHONUNBUFFERED", "PYTHONFAULTHANDLER"] {
+                if !process.env.contains_key(variable) && inherited(variable).is_none() {
+                    process.env.insert(variable.into(), "1".into());
+                }
+            }
+            if let (Role::Trainer, Some(ours)) = (process.role, stack_handler) {
+                let theirs = process
+                    .env
+                    .get("PYTHONPATH")
+                    .cloned()
+                    .or_else(|| inherited("PYTHONPATH"))
+                    .filter(|p| !p.is_empty());
+                let path = match theirs {
+                    Some(theirs) => format!("{}:{theirs}", ours.display()),
+                    None => ours.display().to_string(),
+                };
+                process.env.insert("PYTHONPATH".into(), path);
+            }
+        }
+        self
+    }
+
     /// The first process of `role` (the pod's trainer, or its local rank 0).
     pub fn process(&self, role: Role) -> Option<&ProcessSpec> {
         self.processes.iter().find(|p| p.role == role)
@@ -194,5 +228,93 @@ impl Plan {
     pub fn to_json(&self) -> String {
         // Serialising plain strings, numbers and maps cannot fail.
         serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn process(role: Role, env: &[(&str, &str)]) -> ProcessSpec {
+        ProcessSpec {
+            name: role.as_str().into(),
+            role,
+            argv: vec!["python".into()],
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            cwd: PathBuf::from("/work"),
+            log: None,
+            place: None,
+        }
+    }
+
+    /// The pod's own values and the plan's stand; the stack handler comes first on a trainer's
+    /// PYTHONPATH, before the plan's or the pod's, and only with hang detection.
+    #[test]
+    fn the_variables_added_at_start_are_in_the_plan() {
+        let plan = Plan {
+            processes: vec![
+                process(Role::Pserver, &[]),
+                process(Role::Trainer, &[("PYTHONPATH", "/plan")]),
+                process(Role::Trainer, &[("PYTHONFAULTHANDLER", "0")]),
+            ],
+            job: "j".into(),
+            namespace: None,
+            protocol: Protocol::Collective,
+            trainer_id: Some(0),
+            pserver_id: None,
+            num_gradient_servers: 1,
+            pod_ip: IpAddr::from([127, 0, 0, 1]),
+            pods: Vec::new(),
+            pserver_endpoints: Vec::new(),
+            copies: Vec::new(),
+            files: Vec::new(),
+            control: None,
+            restart_count: 0,
+            runtime: None,
+            sockets: Vec::new(),
+        };
+        let pod = |name: &str| match name {
+            "PYTHONUNBUFFERED" => Some("0".to_string()),
+            "PYTHONPATH" => Some("/pod".to_string()),
+            _ => None,
+        };
+        let handler = std::path::Path::new("/tmp/paddle-launcher-python");
+        let added = plan.clone().with_launcher_env(pod, Some(handler));
+        let env = |i: usize, name: &str| added.processes[i].env.get(name).cloned();
+        assert_eq!(env(0, "PYTHONUNBUFFERED"), None, "the pod's 0 is passed on");
+        assert_eq!(env(0, "PYTHONFAULTHANDLER").as_deref(), Some("1"));
+        assert_eq!(
+            env(0, "PYTHONPATH"),
+            None,
+            "a pserver is not asked for stacks"
+        );
+        assert_eq!(
+            env(1, "PYTHONPATH").as_deref(),
+            Some("/tmp/paddle-launcher-python:/plan")
+        );
+        assert_eq!(
+            env(2, "PYTHONPATH").as_deref(),
+            Some("/tmp/paddle-launcher-python:/pod")
+        );
+        assert_eq!(env(2, "PYTHONFAULTHANDLER").as_deref(), Some("0"));
+        let without = plan.with_launcher_env(|_| None, None);
+        assert_eq!(
+            without.processes[1]
+                .env
+                .get("PYTHONPATH")
+                .map(String::as_str),
+            Some("/plan")
+        );
+        assert_eq!(without.processes[2].env.get("PYTHONPATH"), None);
+        assert_eq!(
+            without.processes[2]
+                .env
+                .get("PYTHONUNBUFFERED")
+                .map(String::as_str),
+            Some("1")
+        );
     }
 }

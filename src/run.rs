@@ -19,7 +19,21 @@ use crate::{doctor, launch, local, manifest};
 /// The whole program; `main.rs` only calls it, so every other module can stay crate-private.
 pub fn main() -> ! {
     let command = Cli::command();
-    let matches = command.clone().get_matches();
+    let matches = match command.clone().try_get_matches() {
+        Ok(matches) => matches,
+        Err(e) => {
+            // "unexpected argument 'docter'" says nothing of `doctor`: clap suggests
+            // subcommands only where the root takes no options of its own.
+            let first = std::env::args().nth(1).unwrap_or_default();
+            match (e.kind(), crate::cli::near_subcommand(&first)) {
+                (clap::error::ErrorKind::UnknownArgument, Some(near)) => {
+                    eprintln!("error: unrecognized subcommand '{first}': did you mean '{near}'? (--help lists them)");
+                    std::process::exit(exit::INVALID_CONFIG);
+                }
+                _ => e.exit(),
+            }
+        }
+    };
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),

@@ -26,10 +26,6 @@ use crate::error::Error;
 use crate::exit::{is_stop_signal, signal_name, Ended};
 use crate::membership::Loss;
 
-const PYTHON_UNBUFFERED: &str = "PYTHONUNBUFFERED";
-/// Python's faulthandler: on SIGABRT (how a hung trainer is asked for its stacks) and on a
-/// crash, every thread's stack goes to stderr, and so into the pod's log.
-const PYTHON_FAULT_HANDLER: &str = "PYTHONFAULTHANDLER";
 /// Never passed on to a child.
 const JOB_SECRET_VARIABLE: &str = "PADDLE_LAUNCHER_JOB_SECRET";
 /// How often `stop` looks whether a group is empty when no SIGCHLD tells.
@@ -289,14 +285,6 @@ impl Supervisor {
         let prefixed = matches!(spec.output, Output::Prefixed { .. });
         if prefixed {
             command.stdout(Stdio::piped()).stderr(Stdio::piped());
-            // Python block-buffers a pipe: lines would reach `kubectl logs` late and be lost
-            // on SIGKILL. A value the user set (in the pod or the plan) is left alone.
-            // A value the user set (in the pod or the plan) is left alone.
-            for variable in [PYTHON_UNBUFFERED, PYTHON_FAULT_HANDLER] {
-                if !spec.env.contains_key(variable) && std::env::var_os(variable).is_none() {
-                    command.env(variable, "1");
-                }
-            }
         }
         let mut child = command.spawn().map_err(|source| {
             let path = spec

@@ -82,6 +82,21 @@ fn an_unknown_log_format_is_a_usage_error() {
 
 /// Without JOB_NAME and without a cluster to ask, one line says what to set, naming the batch
 /// systems `--runtime auto` would read, and nothing about a kubeconfig comes before it.
+/// A mistyped subcommand gets the one it was near, on one line, status 2; a word near none is
+/// clap's own "unexpected argument".
+#[test]
+fn a_mistyped_subcommand_is_suggested() {
+    let out = launcher(&["docter"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(said.lines().count(), 1, "{said}");
+    assert!(said.contains("did you mean 'doctor'?"), "{said}");
+    let out = launcher(&["python3"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("unexpected argument 'python3'"), "{said}");
+}
+
 #[test]
 fn a_missing_job_name_is_one_line_naming_the_variable_and_the_runtime() {
     let dir = std::env::temp_dir().join(format!("pl-no-job-name-{}", std::process::id()));
@@ -168,6 +183,48 @@ fn doctor_with_static_peers_judges_as_plan_and_run_do() {
         out.contains("command `paddle`: not found on PATH (/usr/bin:/bin)"),
         "{out}"
     );
+}
+
+/// `plan` shows exactly what runs: the Python settings the launcher adds at the start (unless
+/// the pod sets them) and, with hang detection, the stack handler first on the trainer's path.
+#[test]
+fn plan_shows_the_variables_added_at_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let progress = dir.path().join("progress");
+    let progress_s = progress.display().to_string();
+    let plan = |extra: &[(&str, &str)]| {
+        let mut env = vec![
+            ("JOB_NAME", "p"),
+            ("PADDLE_LAUNCHER_PEERS", "127.0.0.2"),
+            ("POD_IP", "127.0.0.2"),
+            ("CONF_PADDLE_NIC", "lo"),
+            ("PADDLE_LAUNCHER_PROTOCOL", "collective"),
+            ("PADDLE_LAUNCHER_HANG_TIMEOUT", "600"),
+            ("PADDLE_LAUNCHER_PROGRESS_FILE", &progress_s),
+        ];
+        env.extend_from_slice(extra);
+        let out = launcher(&["plan", "--", "train.py"], &env);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        plan["processes"][0]["env"].clone()
+    };
+    let env = plan(&[]);
+    assert_eq!(env["PYTHONUNBUFFERED"], "1");
+    assert_eq!(env["PYTHONFAULTHANDLER"], "1");
+    let handler = dir
+        .path()
+        .join("paddle-launcher-python")
+        .display()
+        .to_string();
+    assert_eq!(env["PYTHONPATH"], handler.as_str());
+    let env = plan(&[("PYTHONUNBUFFERED", "0"), ("PYTHONPATH", "/opt/lib")]);
+    assert!(env.get("PYTHONUNBUFFERED").is_none(), "{env}");
+    assert_eq!(env["PYTHONPATH"], format!("{handler}:/opt/lib").as_str());
 }
 
 /// A misspelt variable would silently not apply: the launcher names it and the one it meant.

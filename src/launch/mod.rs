@@ -1140,7 +1140,13 @@ fn plan_for(
     }
     let membership = found.membership.clone();
     let me = locate_self(config, &membership, my_ip)?;
-    let plan = protocol::plan(config, &membership, &me, inputs).for_restart(0);
+    let stack_handler = config
+        .timing
+        .hang_timeout
+        .map(|_| progress::stack_dump_dir(&config.workspace.progress_file));
+    let plan = protocol::plan(config, &membership, &me, inputs)
+        .with_launcher_env(|name| std::env::var(name).ok(), stack_handler.as_deref())
+        .for_restart(0);
     info!("{} pod {}: {}", me.name, me.ip, ranks_line(&plan, config));
     Ok((plan, membership, me))
 }
@@ -1691,26 +1697,11 @@ fn input_files(config: &Config) -> Result<InputFiles, ConfigError> {
     })
 }
 
-fn spawn(sup: &mut Supervisor, spec: &ProcessSpec, config: &Config) -> Result<usize, Error> {
-    let mut env = spec.env.clone();
-    if spec.role == Role::Trainer && config.timing.hang_timeout.is_some() {
-        // Our sitecustomize first: a hung Python trainer can then be asked for its stacks.
-        let ours = progress::stack_dump_dir(&config.workspace.progress_file);
-        let theirs = env
-            .get("PYTHONPATH")
-            .cloned()
-            .or_else(|| std::env::var_os("PYTHONPATH").map(|p| p.to_string_lossy().into_owned()))
-            .filter(|p| !p.is_empty());
-        let path = match theirs {
-            Some(theirs) => format!("{}:{theirs}", ours.display()),
-            None => ours.display().to_string(),
-        };
-        env.insert("PYTHONPATH".to_string(), path);
-    }
+fn spawn(sup: &mut Supervisor, spec: &ProcessSpec) -> Result<usize, Error> {
     sup.spawn(SpawnSpec {
         label: spec.name.clone(),
         argv: &spec.argv,
-        env: &env,
+        env: &spec.env,
         cwd: &spec.cwd,
         output: Output::Prefixed {
             log: spec.log.clone(),
@@ -1857,7 +1848,7 @@ async fn drive(
                             );
                             ProgressFileClock::start(path, every)
                         });
-                        match spawn(sup, spec, config) {
+                        match spawn(sup, spec) {
                             Ok(child) => {
                                 children.push((role, local, child));
                                 if let Some(file) = file {
