@@ -18,8 +18,8 @@ pub struct Seen {
     /// The pod's own values of the variables in `GIVEN`.
     pub given: BTreeMap<String, String>,
     /// When NVIDIA_VISIBLE_DEVICES is a path (the device plugin's volume-mounts mode): the
-    /// entries of that directory, one per device given.
-    pub mounted: Option<u32>,
+    /// entries of that directory, one per device given, or why it could not be read.
+    pub mounted: Option<Result<u32, String>>,
 }
 
 /// Variables of the processes' contract a pod may set itself: the user's backend and thread
@@ -75,13 +75,25 @@ pub fn detect(seen: &Seen) -> Found {
                 devices: 0,
                 from: format!("NVIDIA_VISIBLE_DEVICES={value:?} gives the container no GPU"),
             },
-            path if path.starts_with('/') => {
-                let devices = seen.mounted.unwrap_or(0);
-                Found {
-                    devices,
+            path if path.starts_with('/') => match &seen.mounted {
+                Some(Ok(devices)) => Found {
+                    devices: *devices,
                     from: format!("NVIDIA_VISIBLE_DEVICES={path} mounts {devices}"),
+                },
+                // Not a silent 0: the device files are what the container was given.
+                Some(Err(_)) | None => {
+                    let why = match &seen.mounted {
+                        Some(Err(why)) => why.as_str(),
+                        _ => "not read",
+                    };
+                    Found {
+                        devices: files,
+                        from: format!(
+                            "NVIDIA_VISIBLE_DEVICES={path} cannot be read ({why}), and /dev has {files} GPU device files"
+                        ),
+                    }
                 }
-            }
+            },
             "all" | "void" => Found {
                 devices: files,
                 from: format!(
@@ -167,8 +179,11 @@ pub fn seen() -> Seen {
         .as_deref()
         .map(str::trim)
         .filter(|v| v.starts_with('/'))
-        .and_then(|dir| std::fs::read_dir(dir).ok())
-        .map(|dir| dir.count() as u32);
+        .map(|dir| {
+            std::fs::read_dir(dir)
+                .map(|entries| entries.count() as u32)
+                .map_err(|e| e.to_string())
+        });
     Seen {
         cuda_visible_devices: std::env::var("CUDA_VISIBLE_DEVICES").ok(),
         nvidia_visible_devices: nvidia,
@@ -284,8 +299,9 @@ mod tests {
             (None, Some("void"), &four, 4),
             (None, Some("none"), &four, 0),
             (None, Some(""), &four, 0),
-            // The volume-mounts mode: a path, whose entries are the devices (none read here).
-            (None, Some("/var/run/nvidia-container-devices"), &four, 0),
+            // The volume-mounts mode: a path, whose entries are the devices; not read here,
+            // so the device files tell.
+            (None, Some("/var/run/nvidia-container-devices"), &four, 4),
             (None, None, &four[..2], 2),
             (None, None, &[], 0),
         ];
@@ -306,8 +322,18 @@ mod tests {
             Some("/var/run/nvidia-container-devices"),
             &["nvidia0"],
         );
-        mounts.mounted = Some(3);
+        mounts.mounted = Some(Ok(3));
         assert_eq!(detect(&mounts).devices, 3);
+        // A directory that cannot be read is said, and the device files count: never a
+        // silent "no GPU" on a GPU pod.
+        mounts.mounted = Some(Err("No such file or directory (os error 2)".into()));
+        let found = detect(&mounts);
+        assert_eq!(found.devices, 1);
+        assert!(
+            found.from.contains("cannot be read (No such file"),
+            "{}",
+            found.from
+        );
     }
 
     #[test]

@@ -2172,18 +2172,14 @@ impl HangWatch {
                 .collect();
             let last =
                 |seen: &progress::Observed| progress::last_progress(seen).0.unwrap_or(self.started);
-            // The process furthest behind, reported whole (its own step, time and id): the
-            // lowest step (none written counts lowest), then the oldest progress.
+            // The process furthest behind, reported whole (its own step, time and id).
             let marks: Vec<(Option<u64>, std::time::Instant)> = looks
                 .iter()
                 .map(|(seen, p)| (p.file.step(), last(seen)))
                 .collect();
             let behind = progress::furthest_behind(&marks).map(|i| &looks[i]);
             if let (Some(channel), Some((seen, process))) = (channel, behind) {
-                // One that wrote no step is at most at the lowest any sibling wrote: the job
-                // compares pods by the steps they report.
-                let lowest = marks.iter().filter_map(|(step, _)| *step).min();
-                let step = process.file.step().or(lowest);
+                let step = process.file.step();
                 channel.report_progress(step, Instant::from_std(last(seen)), process.trainer_id);
             }
             let hung = looks

@@ -104,10 +104,16 @@ pub struct Report {
 }
 
 /// Of a pod's trainer processes, each with the step it last wrote (if a number) and the time
-/// of its last progress, the one furthest behind: the lowest step (none written counts lowest:
-/// it has not begun), then the oldest progress. Its index.
+/// of its last progress, the one the pod reports, whole (its own step, time and name): of
+/// those that write steps, the lowest step, then the oldest progress; when none writes any,
+/// the oldest progress. A process that writes no step while its siblings do (local rank 0
+/// alone numbering the steps) cannot be placed among the job's steps: its hang is still judged
+/// on this pod, and its stacks are in the log. Its index.
 pub fn furthest_behind<T: Ord + Copy>(marks: &[(Option<u64>, T)]) -> Option<usize> {
-    (0..marks.len()).min_by_key(|&i| (marks[i].0.map_or(-1, i128::from), marks[i].1))
+    let writers = (0..marks.len()).filter(|&i| marks[i].0.is_some());
+    writers
+        .min_by_key(|&i| (marks[i].0, marks[i].1))
+        .or_else(|| (0..marks.len()).min_by_key(|&i| marks[i].1))
 }
 
 /// Which rank a job-wide hang points at, said for the job's line. A rank blocked in a
@@ -217,7 +223,10 @@ mod tests {
     #[test]
     fn the_process_furthest_behind_is_the_lowest_step_then_the_oldest() {
         assert_eq!(behind::<u32>(&[]), None);
-        assert_eq!(behind(&[(Some(19), 5), (None, 9), (Some(3), 1)]), Some(1));
+        // One that writes no step is not placed among the steps of those that do: reported
+        // under its name, a sibling's step would go with its time.
+        assert_eq!(behind(&[(Some(19), 5), (None, 1), (Some(3), 9)]), Some(2));
+        assert_eq!(behind(&[(Some(10), 40), (None, 31)]), Some(0));
         assert_eq!(
             behind(&[(Some(19), 5), (Some(3), 9), (Some(3), 1)]),
             Some(2)
