@@ -442,17 +442,6 @@ impl Channel {
         });
     }
 
-    /// Tells the job at once that one of this pod's trainer processes failed (whether a restart
-    /// may mend it), without waiting for an answer, before its siblings are stopped. The
-    /// failure said again once they are stopped changes nothing (the first stands).
-    pub fn tell_failed(&self, reason: &str, restartable: bool) {
-        let _ = self.requests.send(Request::Failed {
-            reason: cut(reason),
-            restartable,
-            hang: false,
-        });
-    }
-
     /// A preempted launcher's checkpoint window is over (the reason): the job stops as this
     /// pod's processes do, without waiting for them, and the restart spends no budget. The
     /// failure said again once they are stopped changes nothing (the first stands).
@@ -1535,9 +1524,9 @@ mod tests {
         assert!(!channels[0].may_restart());
     }
 
-    /// The words a launcher says without waiting for an answer reach every launcher before it
-    /// stops anything: a hang judged (every pod dumps its stacks), a process that failed for
-    /// good (no restart), a preempted pod's window over (a free restart).
+    /// The words a launcher says before it stops anything reach every launcher: a hang judged
+    /// (every pod dumps its stacks), a process that failed for good (no restart), a preempted
+    /// pod's window over (a free restart).
     #[tokio::test]
     async fn words_said_without_waiting_reach_everyone_at_once() {
         let channels = three_started(190, 0).await;
@@ -1551,7 +1540,8 @@ mod tests {
         }
 
         let channels = three_started(150, 0).await;
-        channels[2].tell_failed("pod p-2: trainer id 5 exited with status 2", false);
+        let failure = "pod p-2: trainer id 5 exited with status 2";
+        channels[2].failed(failure, false, false, WAIT).await;
         for mut channel in channels.into_iter().take(2) {
             let lost = heard(&mut channel).await;
             assert!(

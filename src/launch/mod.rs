@@ -64,6 +64,9 @@ const EVENTS_FLUSH: Duration = Duration::from_secs(3);
 /// the others' grace period and the heartbeat timeout (a silent member counts as stopped once
 /// its link is judged): a bound for a coordinator that says nothing, not part of the decision.
 const VERDICT_MARGIN: Duration = Duration::from_secs(5);
+/// How long a pod whose trainer process failed waits for the job to have heard it before it
+/// stops the siblings: a round trip to the coordinator, kept short (the siblings still run).
+const TOLD_BEFORE_STOP: Duration = Duration::from_millis(500);
 /// How long after the others' grace period a coordinating launcher whose own pod is ending
 /// still waits for their word: a round trip, kept short (its pod's own grace runs out).
 const VERDICT_STOP_MARGIN: Duration = Duration::from_secs(3);
@@ -1902,7 +1905,11 @@ async fn drive(
                 } => {
                     if let Some(channel) = channel {
                         let said = format!("{who} at {}: {reason}", now_utc());
-                        channel.tell_failed(&said, restartable);
+                        // Heard by the job before the siblings' stop can fail another pod
+                        // first (the runtime has one thread: a frame queued is not yet sent).
+                        channel
+                            .failed(&said, restartable, false, TOLD_BEFORE_STOP)
+                            .await;
                     }
                     None
                 }
@@ -2177,9 +2184,8 @@ impl HangWatch {
                 .iter()
                 .map(|(seen, p)| (p.file.step(), last(seen)))
                 .collect();
-            let behind = progress::furthest_behind(&marks).map(|i| &looks[i]);
-            if let (Some(channel), Some((seen, process))) = (channel, behind) {
-                let step = process.file.step();
+            let behind = progress::furthest_behind(&marks).map(|(i, step)| (&looks[i], step));
+            if let (Some(channel), Some(((seen, process), step))) = (channel, behind) {
                 channel.report_progress(step, Instant::from_std(last(seen)), process.trainer_id);
             }
             let hung = looks

@@ -104,16 +104,25 @@ pub struct Report {
 }
 
 /// Of a pod's trainer processes, each with the step it last wrote (if a number) and the time
-/// of its last progress, the one the pod reports, whole (its own step, time and name): of
-/// those that write steps, the lowest step, then the oldest progress; when none writes any,
-/// the oldest progress. A process that writes no step while its siblings do (local rank 0
-/// alone numbering the steps) cannot be placed among the job's steps: its hang is still judged
-/// on this pod, and its stacks are in the log. Its index.
-pub fn furthest_behind<T: Ord + Copy>(marks: &[(Option<u64>, T)]) -> Option<usize> {
-    let writers = (0..marks.len()).filter(|&i| marks[i].0.is_some());
-    writers
-        .min_by_key(|&i| (marks[i].0, marks[i].1))
-        .or_else(|| (0..marks.len()).min_by_key(|&i| marks[i].1))
+/// of its last progress, the one the pod reports and the step it reports: of those that write
+/// steps, the lowest step, then the oldest progress, with its own step; but a process that
+/// wrote no step and whose progress is older still (hung before its first step, or local rank
+/// 0 alone numbering the steps) is reported instead, at its siblings' lowest step, which it
+/// has not passed. Its time is always its own: a sibling's step never goes with a younger
+/// process's name. When none writes steps, the oldest progress.
+pub fn furthest_behind<T: Ord + Copy>(marks: &[(Option<u64>, T)]) -> Option<(usize, Option<u64>)> {
+    let oldest_of = |steps: bool| {
+        (0..marks.len())
+            .filter(|&i| marks[i].0.is_some() == steps)
+            .min_by_key(|&i| (marks[i].0, marks[i].1))
+    };
+    match (oldest_of(true), oldest_of(false)) {
+        (Some(writer), Some(silent)) if marks[silent].1 < marks[writer].1 => {
+            Some((silent, marks[writer].0))
+        }
+        (Some(writer), _) => Some((writer, marks[writer].0)),
+        (None, silent) => silent.map(|i| (i, None)),
+    }
 }
 
 /// Which rank a job-wide hang points at, said for the job's line. A rank blocked in a
@@ -223,15 +232,19 @@ mod tests {
     #[test]
     fn the_process_furthest_behind_is_the_lowest_step_then_the_oldest() {
         assert_eq!(behind::<u32>(&[]), None);
-        // One that writes no step is not placed among the steps of those that do: reported
-        // under its name, a sibling's step would go with its time.
-        assert_eq!(behind(&[(Some(19), 5), (None, 1), (Some(3), 9)]), Some(2));
-        assert_eq!(behind(&[(Some(10), 40), (None, 31)]), Some(0));
         assert_eq!(
             behind(&[(Some(19), 5), (Some(3), 9), (Some(3), 1)]),
-            Some(2)
+            Some((2, Some(3)))
         );
-        assert_eq!(behind(&[(None, 5), (None, 2)]), Some(1));
+        // Hung before its first step (older than any writer): reported, at their lowest step.
+        assert_eq!(
+            behind(&[(Some(19), 5), (None, 1), (Some(3), 9)]),
+            Some((1, Some(3)))
+        );
+        // A writer stuck longer than a process that writes no steps: the writer, whole (a
+        // sibling's step never goes with another's name and time).
+        assert_eq!(behind(&[(Some(9), 60), (None, 69)]), Some((0, Some(9))));
+        assert_eq!(behind(&[(None, 5), (None, 2)]), Some((1, None)));
     }
 
     use super::*;
