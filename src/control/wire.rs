@@ -561,5 +561,12 @@ mod tests {
             session.read(&mut bytes).await,
             Err(WireError::Oversized(1025, MAX_PAYLOAD))
         );
+        // A frame of exactly the limit is read (and judged by its MAC).
+        let mut frame = (MAX_PAYLOAD as u32).to_be_bytes().to_vec();
+        frame.resize(4 + MAX_PAYLOAD + MAC_LEN, 0);
+        assert_eq!(
+            session.read(&mut frame.as_slice()).await,
+            Err(WireError::BadMac)
+        );
     }
 }
