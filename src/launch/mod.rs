@@ -662,7 +662,7 @@ async fn gather(
             heard,
             &mut channel,
             config.topology.processes.per_pod,
-            config.control.heartbeat_timeout,
+            refusal_served(config),
         )
         .await?
         {
@@ -786,13 +786,26 @@ impl Count {
     }
 }
 
+/// How long a coordinator that refused the start tells members that join again: a heartbeat
+/// timeout and time to gather again, within the pod's grace period (the kubelet's default
+/// when unknown) less a margin, since a stop meanwhile is no longer heard.
+fn refusal_served(config: &Config) -> Duration {
+    let grace = config
+        .timing
+        .pod_grace
+        .unwrap_or(REFUSAL_SERVED_AT_MOST + VERDICT_STOP_MARGIN);
+    (config.control.heartbeat_timeout + REFUSAL_SERVED)
+        .min(REFUSAL_SERVED_AT_MOST)
+        .min(grace.saturating_sub(VERDICT_STOP_MARGIN))
+}
+
 /// What the channel's answer to a gathering means: start (the epoch, and the membership when
 /// the coordinator sent it), or gather again (None, the channel closed), or the job's end.
 async fn started(
     heard: Heard,
     channel: &mut Channel,
     nproc_per_pod: u32,
-    heartbeat_timeout: Duration,
+    refusal_served: Duration,
 ) -> Result<Option<Start>, Error> {
     match heard {
         Heard::Go {
@@ -838,8 +851,7 @@ async fn started(
             // A coordinator tells whoever joins again, until all have heard it: a link that
             // broke is noticed within a heartbeat timeout, and its launcher gathers again.
             if channel.coordinates() {
-                // Within the kubelet's default grace period: a stop meanwhile is no longer heard.
-                let limit = (heartbeat_timeout + REFUSAL_SERVED).min(REFUSAL_SERVED_AT_MOST);
+                let limit = refusal_served;
                 info!("control channel: telling every launcher that the start is refused (at most {} s)", limit.as_secs());
                 channel.told_everyone(limit).await;
             }
@@ -2279,6 +2291,24 @@ mod tests {
         assert!(under("/mnt/other/../job/progress", "/mnt/job/."));
         assert!(!under("/mnt/job/../jobs/progress", "/mnt/job"));
         assert!(!under("/mnt/jobpath/progress", "/mnt/job"));
+    }
+
+    /// A refusal is served for a heartbeat timeout and time to gather again, never past the
+    /// pod's grace period less a margin (a stop meanwhile is not heard), 25 s at most.
+    #[test]
+    fn a_refusal_is_served_within_the_pods_grace_period() {
+        let s = Duration::from_secs;
+        let served = |heartbeat: &str, grace: Option<&str>| {
+            refusal_served(&crate::protocol::tests::config(|args| {
+                args.heartbeat_timeout = Some(heartbeat.into());
+                args.pod_grace_period = grace.map(String::from);
+            }))
+        };
+        assert_eq!(served("5", None), s(20));
+        assert_eq!(served("10", None), s(25));
+        assert_eq!(served("10", Some("10")), s(7));
+        assert_eq!(served("5", Some("60")), s(20));
+        assert_eq!(served("5", Some("2")), s(0));
     }
 
     /// A loss told while the attempt prepares (its workspace, the peer check) ends that step
