@@ -356,10 +356,7 @@ fn missing_command(command: &str, path: Option<&str>) -> Option<(i32, String)> {
     }
     Some(match command.contains('/') {
         true => (exit::NOT_FOUND, format!("{command} does not exist")),
-        false => (
-            exit::NOT_FOUND,
-            format!("not found on PATH ({})", path.unwrap_or("unset")),
-        ),
+        false => (exit::NOT_FOUND, crate::error::not_on_path(command, path)),
     })
 }
 

@@ -197,6 +197,9 @@ fn shown(value: &str) -> String {
     }
 }
 
+/// The command the v1 and v2 protocols run by default (`paddle pserver`, `paddle train`).
+const OLD_PADDLE_COMMAND: &str = "paddle";
+
 /// Why a command could not start, as a user fixes it: a command without a `/` is looked for on
 /// the PATH the child gets (named, since a pod's PATH is the image's), one with a `/` must
 /// exist, and the working directory must exist; anything else as the system says it.
@@ -206,11 +209,24 @@ pub fn spawn_failure(command: &str, cwd: &Path, path: Option<&str>, source: &io:
             return format!("its working directory {} does not exist", cwd.display());
         }
         if !command.contains('/') {
-            return format!("not found on PATH ({})", path.unwrap_or("unset"));
+            return not_on_path(command, path);
         }
         return format!("{command} does not exist");
     }
     format!("{source} (in {})", cwd.display())
+}
+
+/// A command without a `/` that is on no directory of the PATH the child gets.
+pub fn not_on_path(command: &str, path: Option<&str>) -> String {
+    let path = path.unwrap_or("unset");
+    if command == OLD_PADDLE_COMMAND {
+        // The default protocol's command: most often a current Paddle image that was not
+        // given its protocol.
+        return format!(
+            "not found on PATH ({path}): `paddle` is the command of PaddlePaddle 0.x/1.x, which the protocols v1 (the default) and v2 run; a PaddlePaddle 2.x or 3.x image needs PADDLE_LAUNCHER_PROTOCOL=collective (--protocol collective), or fleet for a parameter-server job"
+        );
+    }
+    format!("not found on PATH ({path})")
 }
 
 /// The refusal plus the Role and RoleBinding that grant what the launcher needs.

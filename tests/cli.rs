@@ -183,6 +183,11 @@ fn doctor_with_static_peers_judges_as_plan_and_run_do() {
         out.contains("command `paddle`: not found on PATH (/usr/bin:/bin)"),
         "{out}"
     );
+    // Most often a current Paddle image not given its protocol: said which it needs.
+    assert!(
+        out.contains("a PaddlePaddle 2.x or 3.x image needs PADDLE_LAUNCHER_PROTOCOL=collective"),
+        "{out}"
+    );
 }
 
 /// `plan` shows exactly what runs: the Python settings the launcher adds at the start (unless
