@@ -339,6 +339,37 @@ fn successful_trainer_leaves_the_pserver_serving_for_the_linger_time() {
     assert_nothing_left(&pod.pids());
 }
 
+/// The README's first command, as a new user runs it (only the trainers' port is a free one
+/// here): a whole 3-pod collective job on loopback, every trainer meeting its two peers.
+#[test]
+fn the_readmes_first_command_runs_a_whole_job() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let readme = std::fs::read_to_string(Path::new(root).join("README.md")).unwrap();
+    let line = readme
+        .lines()
+        .find(|l| l.starts_with("cargo run -- "))
+        .expect("the README's first command");
+    let mut args: Vec<String> = line["cargo run -- ".len()..]
+        .split_whitespace()
+        .map(|word| word.trim_matches('"').replace("$PWD", root))
+        .collect();
+    let end_of_options = args.iter().position(|a| a == "--").unwrap();
+    let port = free_ports(1).to_string();
+    args.splice(end_of_options..end_of_options, ["--trainer-port".to_string(), port]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let done = Launcher::start(dir.path(), "readme", &args, &[]).wait(LIMIT);
+    assert_eq!(done.code(), 0, "{}\n{}", done.stdout, done.stderr);
+    for rank in 0..3 {
+        assert_contains(
+            &done.stdout,
+            &format!("[trainer-{rank}] trainer {rank} of 3 at 127.0.0.{}", rank + 2),
+        );
+    }
+    assert_contains(&done.stdout, "met all 2 peers");
+    assert_contains(&done.stderr, "all 3 simulated pods succeeded");
+}
+
 #[test]
 fn local_mode_runs_a_whole_job_on_loopback() {
     let dir = tempfile::tempdir().unwrap();
