@@ -469,7 +469,7 @@ pub fn unread_in_environment() -> Vec<String> {
 }
 
 /// `unread_in_environment`'s rule, for the given names.
-fn unread_variables<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String> {
+pub(crate) fn unread_variables<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String> {
     // Read outside `run`'s options: the log filter, and what the launcher gives its children.
     const OTHERS: &[&str] = &["PADDLE_LAUNCHER_LOG", "PADDLE_LAUNCHER_RESTART_COUNT"];
     let cli = <Cli as clap::CommandFactory>::command();

@@ -38,6 +38,32 @@ fn invalid(flag: &str, value: &str, expected: &str) -> ConfigError {
     ConfigError::new(flag, value, expected)
 }
 
+/// What a resource option takes, as the API server parses it.
+const QUANTITY: &str = "a Kubernetes quantity above 0: a number and an optional suffix, e.g. 4, 500m or 1.5 CPUs, 8Gi, 512Mi or 8G bytes (Ki Mi Gi Ti Pi Ei are powers of 1024, k M G T P E of 1000)";
+
+/// A quantity as the API server parses it (`resource.Quantity`: a signed decimal number, then
+/// a binary suffix Ki..Ei, a decimal one m, k, M..E, or an exponent e/E and an integer), and
+/// above 0, as a request must be: "8GB" and "2cores" are not.
+fn is_positive_quantity(text: &str) -> bool {
+    let unsigned = text.strip_prefix('+').unwrap_or(text);
+    let number_end = unsigned
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(unsigned.len());
+    let (number, suffix) = unsigned.split_at(number_end);
+    let digits = number.chars().filter(char::is_ascii_digit).count();
+    let well_formed = digits > 0 && number.matches('.').count() <= 1;
+    let exponent = |rest: &str| {
+        let rest = rest.strip_prefix(['+', '-']).unwrap_or(rest);
+        !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit())
+    };
+    let suffix_ok = match suffix {
+        "" | "m" | "k" | "M" | "G" | "T" | "P" | "E" => true,
+        "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei" => true,
+        _ => suffix.strip_prefix(['e', 'E']).is_some_and(exponent),
+    };
+    well_formed && suffix_ok && number.chars().any(|c| ('1'..='9').contains(&c))
+}
+
 /// `--job-path` is mounted only with `--volume-claim`: it must be an absolute directory of its
 /// own, neither one of the pod's other mounts nor over the training program.
 fn check_job_path(request: &ManifestArgs) -> Result<(), ConfigError> {
@@ -224,6 +250,26 @@ pub fn documents(request: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
             }
             Some((name, _)) if !name.is_empty() && !name.contains(char::is_whitespace) => {}
             _ => return Err(invalid("--env", pair, "NAME=VALUE")),
+        }
+    }
+    for (flag, value) in [
+        ("--cpu", &request.cpu),
+        ("--memory", &request.memory),
+        ("--pscpu", &request.pscpu),
+        ("--psmemory", &request.psmemory),
+    ] {
+        if !is_positive_quantity(value) {
+            return Err(invalid(flag, value, QUANTITY));
+        }
+    }
+    for pair in &request.envs {
+        let name = pair.split_once('=').map_or("", |(name, _)| name);
+        if let Some(unread) = crate::cli::unread_variables(std::iter::once(name)).pop() {
+            return Err(invalid(
+                "--env",
+                pair,
+                &format!("a variable the launcher reads ({unread})"),
+            ));
         }
     }
     check_job_path(request)?;
@@ -1017,4 +1063,25 @@ pub fn to_yaml(request: &ManifestArgs, docs: &[Value], command_line: &str) -> St
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// As the API server parses them: "8GB" and "2cores" would be refused at creation, a
+    /// request of 0 or below schedules nothing.
+    #[test]
+    fn resources_are_quantities_the_api_server_accepts() {
+        for good in [
+            "4", "500m", "1.5", "+2", "8Gi", "512Mi", "8G", "1e3", "2E-1", ".5", "1.",
+        ] {
+            assert!(is_positive_quantity(good), "{good}");
+        }
+        for bad in [
+            "8GB", "2cores", "", "Gi", "0", "0.0", "-1", "1..5", "1e", "1eX", "8gi", "1 Gi", "1KiB",
+        ] {
+            assert!(!is_positive_quantity(bad), "{bad}");
+        }
+    }
 }

@@ -492,6 +492,51 @@ fn ports_the_launcher_refuses_are_refused_with_one_line() {
     }
 }
 
+/// Resources as the API server parses them, and the launcher's own variables by name: each
+/// mistake one line, status 2, with what is accepted (or the name that was meant).
+#[test]
+fn resources_and_launcher_variables_are_checked_by_name() {
+    let cases: &[(&[&str], &[&str])] = &[
+        (
+            &["--memory", "8GB"],
+            &["invalid --memory: \"8GB\"", "8Gi, 512Mi or 8G bytes"],
+        ),
+        (
+            &["--cpu", "2cores"],
+            &["invalid --cpu: \"2cores\"", "4, 500m or 1.5 CPUs"],
+        ),
+        (
+            &["--psmemory", "0"],
+            &["invalid --psmemory: \"0\"", "above 0"],
+        ),
+        (
+            &["--env", "PADDLE_LAUNCHER_HANG_TIMEOUTS=60"],
+            &[
+                "invalid --env",
+                "did you mean PADDLE_LAUNCHER_HANG_TIMEOUT?",
+            ],
+        ),
+        (
+            &["--env", "PADDLE_LAUNCHR_HANG_TIMEOUT=60"],
+            &[
+                "invalid --env",
+                "did you mean PADDLE_LAUNCHER_HANG_TIMEOUT?",
+            ],
+        ),
+    ];
+    for (extra, said) in cases {
+        let (code, stdout, stderr) = manifest_output(extra);
+        assert_eq!(code, Some(2), "{extra:?}: {stderr}");
+        assert!(stdout.is_empty(), "{extra:?} printed {stdout}");
+        assert_eq!(stderr.lines().count(), 1, "{extra:?}: {stderr}");
+        for word in *said {
+            assert!(stderr.contains(word), "{extra:?}: no {word} in {stderr}");
+        }
+    }
+    let (code, _, stderr) = manifest_output(&["--memory", "1.5Gi", "--cpu", "500m"]);
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
 /// The values `manifest` writes into the pods' environment are validated as a whole, as the
 /// launcher does: the user's `--env` and other combinations too.
 #[test]

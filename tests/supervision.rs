@@ -355,7 +355,10 @@ fn the_readmes_first_command_runs_a_whole_job() {
         .collect();
     let end_of_options = args.iter().position(|a| a == "--").unwrap();
     let port = free_ports(1).to_string();
-    args.splice(end_of_options..end_of_options, ["--trainer-port".to_string(), port]);
+    args.splice(
+        end_of_options..end_of_options,
+        ["--trainer-port".to_string(), port],
+    );
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let dir = tempfile::tempdir().unwrap();
     let done = Launcher::start(dir.path(), "readme", &args, &[]).wait(LIMIT);
@@ -363,7 +366,10 @@ fn the_readmes_first_command_runs_a_whole_job() {
     for rank in 0..3 {
         assert_contains(
             &done.stdout,
-            &format!("[trainer-{rank}] trainer {rank} of 3 at 127.0.0.{}", rank + 2),
+            &format!(
+                "[trainer-{rank}] trainer {rank} of 3 at 127.0.0.{}",
+                rank + 2
+            ),
         );
     }
     assert_contains(&done.stdout, "met all 2 peers");
