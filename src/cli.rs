@@ -109,6 +109,30 @@ pub struct ManifestArgs {
     /// Extra environment for the training program, NAME=VALUE; repeatable.
     #[arg(long = "env", value_name = "NAME=VALUE")]
     pub envs: Vec<String>,
+    /// Size of the memory-backed /dev/shm of each trainer pod (a quantity): NCCL and data
+    /// loaders need more than the container runtime's 64 MiB. Given to every pod with --gpu, as
+    /// large as --memory unless set (what it holds counts against the pod's memory limit).
+    #[arg(long)]
+    pub shm_size: Option<String>,
+    /// A node label the pods must match, KEY=VALUE (a GPU pool's, e.g.
+    /// cloud.google.com/gke-accelerator=nvidia-l4); repeatable.
+    #[arg(long = "node-selector", value_name = "KEY=VALUE")]
+    pub node_selectors: Vec<String>,
+    /// A taint the pods tolerate, KEY[=VALUE][:EFFECT] as `kubectl taint` writes it (GPU pools
+    /// are often tainted nvidia.com/gpu=present:NoSchedule); repeatable.
+    #[arg(long = "toleration", value_name = "KEY[=VALUE][:EFFECT]")]
+    pub tolerations: Vec<String>,
+    /// The pods' PriorityClass.
+    #[arg(long)]
+    pub priority_class: Option<String>,
+    /// The pods' terminationGracePeriodSeconds: the children's stop and, with a job secret, the
+    /// preemption checkpoint window follow from it (the launchers are told it).
+    #[arg(long, default_value_t = 30)]
+    pub termination_grace_period: u64,
+    /// Seconds after the job has finished before Kubernetes deletes it and its pods
+    /// (ttlSecondsAfterFinished); unset: kept until deleted.
+    #[arg(long)]
+    pub ttl_seconds_after_finished: Option<u32>,
     /// First pserver port (CONF_PADDLE_PORT); each pserver pod exposes this and the next
     /// ports, one per dense and sparse port.
     #[arg(long, default_value_t = 7164)]

@@ -272,6 +272,7 @@ pub fn documents(request: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
             ));
         }
     }
+    check_placement(request)?;
     check_job_path(request)?;
     for kind in &kinds {
         validate_pods(request, kind)?;
@@ -330,6 +331,9 @@ pub fn documents(request: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
                     role => format!("{}-{role}", request.job_name),
                 };
                 let mut job = job(request, &name, kind, &account);
+                if let Some(ttl) = request.ttl_seconds_after_finished {
+                    job["spec"]["ttlSecondsAfterFinished"] = json!(ttl);
+                }
                 if let Some(queue) = &request.queue {
                     // Kueue admits a Job by unsuspending it.
                     job["metadata"]["labels"] = json!({KUEUE_QUEUE: queue});
@@ -355,7 +359,7 @@ fn training_runtime(request: &ManifestArgs, kinds: &[PodKind], account: &str) ->
     let kind = &kinds[0];
     let mut job = job(request, TRAINER_NODE, kind, account);
     job["spec"]["template"]["spec"]["containers"][0]["name"] = json!(TRAINER_NODE);
-    let runtime = json!({
+    let mut runtime = json!({
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
         "kind": "ClusterTrainingRuntime",
         "metadata": {"name": request.job_name, "labels": {"trainer.kubeflow.org/framework": "paddle"}},
@@ -371,6 +375,10 @@ fn training_runtime(request: &ManifestArgs, kinds: &[PodKind], account: &str) ->
             }]}},
         },
     });
+    if let Some(ttl) = request.ttl_seconds_after_finished {
+        // The JobSet each TrainJob is rendered as.
+        runtime["spec"]["template"]["spec"]["ttlSecondsAfterFinished"] = json!(ttl);
+    }
     let mut train_job = json!({
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
         "kind": "TrainJob",
@@ -461,6 +469,9 @@ fn jobset(request: &ManifestArgs, kinds: &[PodKind], account: &str) -> Value {
         "metadata": {"name": request.job_name, "namespace": request.namespace},
         "spec": {"replicatedJobs": replicated},
     });
+    if let Some(ttl) = request.ttl_seconds_after_finished {
+        jobset["spec"]["ttlSecondsAfterFinished"] = json!(ttl);
+    }
     if let Some(queue) = &request.queue {
         jobset["metadata"]["labels"] = json!({KUEUE_QUEUE: queue});
         jobset["spec"]["suspend"] = json!(true);
@@ -488,6 +499,9 @@ fn volcano_job(request: &ManifestArgs, kinds: &[PodKind], account: &str) -> Valu
     });
     if let Some(queue) = &request.queue {
         spec["queue"] = json!(queue);
+    }
+    if let Some(ttl) = request.ttl_seconds_after_finished {
+        spec["ttlSecondsAfterFinished"] = json!(ttl);
     }
     json!({
         "apiVersion": "batch.volcano.sh/v1alpha1",
@@ -632,9 +646,9 @@ const FROM_DOWNWARD_API: &[(Opt, &str, Option<&str>)] = &[
     (options::POD_NAME, "metadata.name", None),
 ];
 
-/// The pods' terminationGracePeriodSeconds: room for the children's stop (12 s with a channel,
-/// 25 without) and the launcher's last words.
-const POD_GRACE_SECONDS: u64 = 30;
+/// A writable HOME for the non-root user under the read-only root filesystem (an emptyDir of
+/// its own: Paddle and pip keep their caches there); a path no image ships files in.
+const HOME: &str = "/home/paddle-launcher";
 
 fn container_env(request: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
     let mut env: Vec<Value> = FROM_DOWNWARD_API
@@ -653,8 +667,10 @@ fn container_env(request: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
     // read its own pod's spec).
     env.push(env_value(
         options::POD_GRACE_PERIOD.env(),
-        POD_GRACE_SECONDS,
+        request.termination_grace_period,
     ));
+    env.push(env_value("HOME", HOME));
+    env.push(env_value("XDG_CACHE_HOME", format!("{HOME}/.cache")));
     // The root filesystem is read-only: the id files go to the work directory.
     env.push(env_value(options::ID_DIR.env(), WORKDIR));
     // From the Secret `<job>-launcher`: a pod without it waits for it (--wait-timeout),
@@ -878,11 +894,18 @@ fn job(request: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Val
     let mut mounts = vec![
         json!({"name": "tmp", "mountPath": "/tmp"}),
         json!({"name": "scratch", "mountPath": WORKDIR}),
+        json!({"name": "home", "mountPath": HOME}),
     ];
     let mut volumes = vec![
         json!({"name": "tmp", "emptyDir": {}}),
         json!({"name": "scratch", "emptyDir": {}}),
+        json!({"name": "home", "emptyDir": {}}),
     ];
+    if kind.role != PodRole::Pserver && (kind.gpu > 0 || request.shm_size.is_some()) {
+        let size = request.shm_size.as_deref().unwrap_or(kind.memory);
+        mounts.push(json!({"name": "shm", "mountPath": "/dev/shm"}));
+        volumes.push(json!({"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": size}}));
+    }
     // A file, not an environment variable: it does not show in `ps` or `kubectl describe`.
     // Optional, so that a pod started before the Secret exists runs its launcher, which says
     // what it waits for, instead of waiting in ContainerCreating unexplained.
@@ -925,7 +948,7 @@ fn job(request: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Val
                 // The launchers are told it (POD_GRACE_PERIOD): the children get what it allows
                 // less the launcher's own exit, halved with a channel (the coordinating launcher
                 // stops its children, then waits as long for the others' stop).
-                "terminationGracePeriodSeconds": POD_GRACE_SECONDS,
+                "terminationGracePeriodSeconds": request.termination_grace_period,
                 "securityContext": {
                     "runAsNonRoot": true,
                     "runAsUser": USER,
@@ -960,6 +983,7 @@ fn job(request: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Val
         ]});
     }
     let pod = &mut spec["template"]["spec"];
+    place_pods(request, pod);
     if request.dns {
         // DNS membership needs no API access: no token in the pod.
         pod["automountServiceAccountToken"] = json!(false);
@@ -972,6 +996,108 @@ fn job(request: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Val
         "metadata": {"name": name, "namespace": request.namespace},
         "spec": spec,
     })
+}
+
+/// Where the pods may run, as a GPU pool asks: its node labels, its taints tolerated, a
+/// priority class (checked by `check_placement`).
+fn place_pods(request: &ManifestArgs, pod: &mut Value) {
+    let selector: serde_json::Map<String, Value> = request
+        .node_selectors
+        .iter()
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(key, value)| (key.to_string(), json!(value)))
+        .collect();
+    if !selector.is_empty() {
+        pod["nodeSelector"] = Value::Object(selector);
+    }
+    let tolerations: Vec<Value> = request
+        .tolerations
+        .iter()
+        .filter_map(|taint| toleration(taint))
+        .collect();
+    if !tolerations.is_empty() {
+        pod["tolerations"] = json!(tolerations);
+    }
+    if let Some(class) = &request.priority_class {
+        pod["priorityClassName"] = json!(class);
+    }
+}
+
+/// A toleration from `KEY[=VALUE][:EFFECT]`: Equal with a value, Exists without; every effect
+/// when none is given. None when it is not one.
+fn toleration(taint: &str) -> Option<Value> {
+    let (key_value, effect) = match taint.rsplit_once(':') {
+        Some((key_value, effect)) => (key_value, Some(effect)),
+        None => (taint, None),
+    };
+    if effect.is_some_and(|e| !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&e)) {
+        return None;
+    }
+    let (key, value) = match key_value.split_once('=') {
+        Some((key, value)) => (key, Some(value)),
+        None => (key_value, None),
+    };
+    if !is_qualified_name(key) || value.is_some_and(|v| !is_label_value(v)) {
+        return None;
+    }
+    let mut toleration = match value {
+        Some(value) => json!({"key": key, "operator": "Equal", "value": value}),
+        None => json!({"key": key, "operator": "Exists"}),
+    };
+    if let Some(effect) = effect {
+        toleration["effect"] = json!(effect);
+    }
+    Some(toleration)
+}
+
+fn is_qualified_name(key: &str) -> bool {
+    crate::selector::label_key(key).is_ok()
+}
+
+fn is_label_value(value: &str) -> bool {
+    crate::selector::label_value(value).is_ok()
+}
+
+/// The placement and size options, each refused with one line as the API server would refuse it.
+fn check_placement(request: &ManifestArgs) -> Result<(), ConfigError> {
+    if let Some(size) = request
+        .shm_size
+        .as_deref()
+        .filter(|s| !is_positive_quantity(s))
+    {
+        return Err(invalid("--shm-size", size, QUANTITY));
+    }
+    for pair in &request.node_selectors {
+        let fits = pair
+            .split_once('=')
+            .is_some_and(|(key, value)| is_qualified_name(key) && is_label_value(value));
+        if !fits {
+            return Err(invalid(
+                "--node-selector",
+                pair,
+                "KEY=VALUE with a label key (an optional DNS prefix and /, then up to 63 letters, digits, -, _ or .) and a label value",
+            ));
+        }
+    }
+    if let Some(taint) = request.tolerations.iter().find(|t| toleration(t).is_none()) {
+        return Err(invalid(
+            "--toleration",
+            taint,
+            "KEY[=VALUE][:EFFECT] with a label key and value, the effect NoSchedule, PreferNoSchedule or NoExecute",
+        ));
+    }
+    if let Some(class) = request
+        .priority_class
+        .as_deref()
+        .filter(|c| !is_dns_subdomain(c))
+    {
+        return Err(invalid(
+            "--priority-class",
+            class,
+            "a PriorityClass name: lowercase letters, digits, - and ., at most 253",
+        ));
+    }
+    Ok(())
 }
 
 /// Whether the pods get a named coordinator: for restarts (its replacement keeps the name), and

@@ -140,7 +140,7 @@ fn value_set(set: &str) -> Result<Vec<String>, String> {
 
 /// `[prefix/]name`: prefix a DNS subdomain, name 1-63 of [A-Za-z0-9._-] starting and ending
 /// alphanumeric — the rules the API server enforces.
-fn label_key(key: &str) -> Result<String, String> {
+pub(crate) fn label_key(key: &str) -> Result<String, String> {
     let (prefix, name) = match key.rsplit_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
@@ -158,7 +158,7 @@ fn label_key(key: &str) -> Result<String, String> {
     Ok(key.to_string())
 }
 
-fn label_value(value: &str) -> Result<String, String> {
+pub(crate) fn label_value(value: &str) -> Result<String, String> {
     if value.is_empty() || is_label_token(value) {
         Ok(value.to_string())
     } else {

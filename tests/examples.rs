@@ -10,6 +10,11 @@ use paddle_launcher::cli::Cli;
 use serde_json::Value;
 
 /// Every environment variable name the launcher reads, taken from its CLI definition.
+
+/// What `manifest` gives the training program itself, not the launcher: a writable home and
+/// cache under the read-only root filesystem.
+const FOR_THE_PROGRAM: &[&str] = &["HOME", "XDG_CACHE_HOME"];
+
 fn launcher_env_names() -> BTreeSet<String> {
     let cli = Cli::command();
     let mut names = BTreeSet::new();
@@ -73,7 +78,7 @@ fn colocated_example_is_valid_and_wired_to_the_launcher() {
     let known = launcher_env_names();
     for var in &env {
         assert!(
-            known.contains(&var.name),
+            known.contains(&var.name) || FOR_THE_PROGRAM.contains(&var.name.as_str()),
             "{} is not read by the launcher",
             var.name
         );
@@ -263,7 +268,8 @@ fn recovering_example_names_its_coordinator_and_fails_the_job_when_the_budget_is
             .unwrap_or_else(|| panic!("no {name}"))
     };
     for var in &env {
-        assert!(known.contains(&var.name) || var.name == "PADDLE_DISTRI_BACKEND");
+        let program = FOR_THE_PROGRAM.contains(&var.name.as_str());
+        assert!(known.contains(&var.name) || program || var.name == "PADDLE_DISTRI_BACKEND");
     }
     let job_name = job.metadata.name.unwrap();
     assert_eq!(

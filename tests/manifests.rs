@@ -117,6 +117,16 @@ const VARIANTS: &[&[&str]] = &[
         "2",
         "--gpu",
         "4",
+        "--node-selector",
+        "cloud.google.com/gke-accelerator=nvidia-l4",
+        "--toleration",
+        "nvidia.com/gpu=present:NoSchedule",
+        "--priority-class",
+        "gpu-high",
+        "--termination-grace-period",
+        "90",
+        "--ttl-seconds-after-finished",
+        "3600",
         "--protocol",
         "collective",
         "--",
@@ -535,6 +545,113 @@ fn resources_and_launcher_variables_are_checked_by_name() {
     }
     let (code, _, stderr) = manifest_output(&["--memory", "1.5Gi", "--cpu", "500m"]);
     assert_eq!(code, Some(0), "{stderr}");
+}
+
+/// What a GPU pool asks of a pod, given as options: a memory-backed /dev/shm (sized as the
+/// pod's memory unless given), its node labels and taints, a priority class, the grace period
+/// the launchers are told, a time to live; a writable HOME on every pod. Each bad value is one
+/// line, status 2.
+#[test]
+fn gpu_pool_options_reach_every_pod() {
+    let job_of = |extra: &[&str]| -> Value {
+        let mut args = vec!["--job-name", "g", "--image", "example.com/t/p:v1"];
+        args.extend(extra);
+        args.extend(["--protocol", "collective", "--", "python", "/t.py"]);
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&manifest(&args)).unwrap();
+        docs.into_iter().find(|d| d["kind"] == "Job").unwrap()
+    };
+    let job = job_of(&[
+        "--gpu",
+        "2",
+        "--memory",
+        "16Gi",
+        "--node-selector",
+        "cloud.google.com/gke-accelerator=nvidia-l4",
+        "--toleration",
+        "nvidia.com/gpu=present:NoSchedule",
+        "--toleration",
+        "dedicated:NoExecute",
+        "--priority-class",
+        "gpu-high",
+        "--termination-grace-period",
+        "120",
+        "--ttl-seconds-after-finished",
+        "3600",
+    ]);
+    assert_eq!(job["spec"]["ttlSecondsAfterFinished"], 3600);
+    let pod = &job["spec"]["template"]["spec"];
+    assert_eq!(pod["terminationGracePeriodSeconds"], 120);
+    assert_eq!(pod["priorityClassName"], "gpu-high");
+    assert_eq!(
+        pod["nodeSelector"]["cloud.google.com/gke-accelerator"],
+        "nvidia-l4"
+    );
+    let tolerations = each(&pod["tolerations"], &[]);
+    assert_eq!(tolerations[0]["key"], "nvidia.com/gpu");
+    assert_eq!(tolerations[0]["operator"], "Equal");
+    assert_eq!(tolerations[0]["value"], "present");
+    assert_eq!(tolerations[0]["effect"], "NoSchedule");
+    assert_eq!(tolerations[1]["operator"], "Exists");
+    assert_eq!(tolerations[1]["effect"], "NoExecute");
+    fn volume(pod: &Value, name: &str) -> Option<Value> {
+        each(&pod["volumes"], &[])
+            .into_iter()
+            .find(|v| v["name"] == name)
+            .cloned()
+    }
+    let shm = volume(pod, "shm").expect("a /dev/shm on a GPU pod");
+    assert_eq!(shm["emptyDir"]["medium"], "Memory");
+    assert_eq!(shm["emptyDir"]["sizeLimit"], "16Gi");
+    let container = &pod["containers"][0];
+    let mounted = |path: &str| {
+        each(&container["volumeMounts"], &[])
+            .into_iter()
+            .any(|m| m["mountPath"] == path)
+    };
+    assert!(mounted("/dev/shm") && mounted("/home/paddle-launcher"));
+    let env = |c: &Value, name: &str| {
+        each(&c["env"], &[])
+            .into_iter()
+            .find(|v| v["name"] == name)
+            .map(|v| v["value"].as_str().unwrap().to_string())
+    };
+    assert_eq!(
+        env(container, "PADDLE_LAUNCHER_POD_GRACE_PERIOD").as_deref(),
+        Some("120")
+    );
+    assert_eq!(
+        env(container, "HOME").as_deref(),
+        Some("/home/paddle-launcher")
+    );
+    // Without a GPU, no /dev/shm unless asked; HOME all the same.
+    let cpu = job_of(&[]);
+    let cpu_pod = &cpu["spec"]["template"]["spec"];
+    assert!(volume(cpu_pod, "shm").is_none());
+    assert!(volume(cpu_pod, "home").is_some());
+    let asked = job_of(&["--shm-size", "4Gi"]);
+    let shm = volume(&asked["spec"]["template"]["spec"], "shm").unwrap();
+    assert_eq!(shm["emptyDir"]["sizeLimit"], "4Gi");
+    for (extra, said) in [
+        (&["--shm-size", "4GB"][..], "invalid --shm-size: \"4GB\""),
+        (
+            &["--node-selector", "pool"][..],
+            "invalid --node-selector: \"pool\"",
+        ),
+        (
+            &["--toleration", "gpu:Sometimes"][..],
+            "invalid --toleration: \"gpu:Sometimes\"",
+        ),
+        (
+            &["--priority-class", "High"][..],
+            "invalid --priority-class: \"High\"",
+        ),
+    ] {
+        let (code, stdout, stderr) = manifest_output(extra);
+        assert_eq!(code, Some(2), "{extra:?}: {stderr}");
+        assert!(stdout.is_empty());
+        assert_eq!(stderr.lines().count(), 1, "{extra:?}: {stderr}");
+        assert!(stderr.contains(said), "{extra:?}: {stderr}");
+    }
 }
 
 /// The values `manifest` writes into the pods' environment are validated as a whole, as the
