@@ -553,6 +553,32 @@ mod tests {
         }
     }
 
+    /// Each connection's challenge is fresh: a constant one would let a frame recorded on one
+    /// connection be replayed on another.
+    #[test]
+    fn challenges_differ_from_connection_to_connection() {
+        let drawn: std::collections::HashSet<[u8; NONCE_LEN]> =
+            (0..8).map(|_| nonce().unwrap()).collect();
+        assert_eq!(drawn.len(), 8);
+    }
+
+    /// Dropping the guard ends the reading task, and with it the connection's read half: a
+    /// frozen peer's link leaves nothing behind.
+    #[tokio::test]
+    async fn the_reading_task_ends_with_its_guard() {
+        let (ours, mut theirs) = tokio::io::duplex(64);
+        let session = Session::new(&secret(), [0u8; 2 * NONCE_LEN], true);
+        let (_incoming, guard) = frames(session, Box::new(ours));
+        drop(guard);
+        // The read half is gone with the task: the peer reads the end of the stream.
+        let mut byte = [0u8; 1];
+        let read = timeout(Duration::from_secs(2), theirs.read(&mut byte)).await;
+        assert!(
+            matches!(read, Ok(Ok(0))),
+            "the reading task outlived its guard"
+        );
+    }
+
     #[tokio::test]
     async fn an_oversized_length_is_refused_before_reading_it() {
         let mut session = Session::new(&secret(), [0u8; 2 * NONCE_LEN], true);
