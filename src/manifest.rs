@@ -202,13 +202,18 @@ pub fn documents(request: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
             "0 with --split (group restarts are generated for the one-Job layout)",
         ));
     }
-    if request.runtime != ManifestRuntime::Job
-        && (request.dns || request.max_restarts > 0 || request.indexed)
-    {
+    if request.runtime != ManifestRuntime::Job && (request.dns || request.indexed) {
         return Err(invalid(
             "--runtime",
             runtime_name(request),
-            "job with --dns, --max-restarts or --indexed (under JobSet and Volcano the system's own indexes rank the pods)",
+            "job with --dns or --indexed (under JobSet, Trainer v2 and Volcano the system's own indexes rank the pods and its own DNS names them)",
+        ));
+    }
+    if request.runtime == ManifestRuntime::Volcano && request.max_restarts > 0 {
+        return Err(invalid(
+            "--max-restarts",
+            &request.max_restarts.to_string(),
+            "0 with --runtime volcano: Volcano's policies act on whole tasks or jobs, and no release of it this was checked against replaces one lost pod alone, which restarts in place need (use --runtime job or jobset)",
         ));
     }
     if let Some(queue) = &request.queue {
@@ -359,6 +364,15 @@ fn training_runtime(request: &ManifestArgs, kinds: &[PodKind], account: &str) ->
     let kind = &kinds[0];
     let mut job = job(request, TRAINER_NODE, kind, account);
     job["spec"]["template"]["spec"]["containers"][0]["name"] = json!(TRAINER_NODE);
+    let rules = job["spec"]
+        .get_mut("podFailurePolicy")
+        .and_then(|policy| policy.get_mut("rules"))
+        .and_then(Value::as_array_mut);
+    for rule in rules.into_iter().flatten() {
+        if rule.get("onExitCodes").is_some() {
+            rule["onExitCodes"]["containerName"] = json!(TRAINER_NODE);
+        }
+    }
     let mut runtime = json!({
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
         "kind": "ClusterTrainingRuntime",
@@ -379,6 +393,7 @@ fn training_runtime(request: &ManifestArgs, kinds: &[PodKind], account: &str) ->
         // The JobSet each TrainJob is rendered as.
         runtime["spec"]["template"]["spec"]["ttlSecondsAfterFinished"] = json!(ttl);
     }
+    recovering_jobset(request, &mut runtime["spec"]["template"]["spec"]);
     let mut train_job = json!({
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
         "kind": "TrainJob",
@@ -472,6 +487,7 @@ fn jobset(request: &ManifestArgs, kinds: &[PodKind], account: &str) -> Value {
     if let Some(ttl) = request.ttl_seconds_after_finished {
         jobset["spec"]["ttlSecondsAfterFinished"] = json!(ttl);
     }
+    recovering_jobset(request, &mut jobset["spec"]);
     if let Some(queue) = &request.queue {
         jobset["metadata"]["labels"] = json!({KUEUE_QUEUE: queue});
         jobset["spec"]["suspend"] = json!(true);
@@ -592,6 +608,9 @@ fn options_from_flags(request: &ManifestArgs, kind: &PodKind) -> Vec<(Opt, &'sta
         let coordinator = format!("{}:{DEFAULT_CONTROL_PORT}", coordinator_host(request));
         set.push((options::COORDINATOR, "--job-name", coordinator));
     }
+    if let Some(coordinator) = jobset_coordinator(request) {
+        set.push((options::COORDINATOR, "--max-restarts", coordinator));
+    }
     if let Some(entry) = &request.entry {
         set.push((options::ENTRY, "--entry", entry.clone()));
     }
@@ -657,6 +676,10 @@ fn container_env(request: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
         .collect();
     // Where the pod runs: a failure's line on every pod names its node.
     env.push(env_field(crate::launch::NODE_NAME, "spec.nodeName"));
+    if jobset_coordinator(request).is_some() {
+        // Before the coordinator's name, which is made of it (`$(JOBSET_NAME)`).
+        env.push(env_field(JOBSET_NAME_VARIABLE, &jobset_name_field()));
+    }
     env.extend(
         options_from_flags(request, kind)
             .into_iter()
@@ -702,20 +725,25 @@ fn validate_pods(request: &ManifestArgs, kind: &PodKind) -> Result<(), ConfigErr
     let placeholder = |path: &str| match path {
         "metadata.namespace" => request.namespace.clone(),
         "metadata.name" => format!("{}-0", request.job_name),
+        path if path == jobset_name_field() => request.job_name.clone(),
         // An address of the documentation range (RFC 5737): never a real pod's.
         _ => "192.0.2.1".to_string(),
     };
-    let pairs: Vec<(String, String)> = container_env(request, kind)
-        .iter()
-        .filter_map(|var| {
-            let name = var["name"].as_str()?.to_string();
-            let value = match var["value"].as_str() {
-                Some(value) => value.to_string(),
-                None => placeholder(var["valueFrom"]["fieldRef"]["fieldPath"].as_str()?),
-            };
-            Some((name, value))
-        })
-        .collect();
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    for var in container_env(request, kind) {
+        let Some(name) = var["name"].as_str() else {
+            continue;
+        };
+        let value = match var["value"].as_str() {
+            // As the kubelet expands it: `$(NAME)` of a variable defined before.
+            Some(value) => expand(value, &pairs),
+            None => match var["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
+                Some(path) => placeholder(path),
+                None => continue,
+            },
+        };
+        pairs.push((name.to_string(), value));
+    }
     let args = JobArgs::from_env_pairs(
         pairs.iter().map(|(n, v)| (n.as_str(), v.as_str())),
         &container_trainer_args(request, kind),
@@ -1098,6 +1126,59 @@ fn check_placement(request: &ManifestArgs) -> Result<(), ConfigError> {
         ));
     }
     Ok(())
+}
+
+/// A JobSet whose launchers restart in place: its pods reachable by their DNS names (the
+/// coordinator's is one) before they are ready, and no restart of the whole JobSet behind the
+/// launchers' back. A lost pod is replaced by its child Job (its `backoffLimit` is the budget,
+/// its `podFailurePolicy` fails it at once when a launcher exits non-zero, the budget spent);
+/// a child Job that fails fails the JobSet (`failurePolicy.maxRestarts: 0`), and with it
+/// every pod: the end the launchers already agreed on.
+fn recovering_jobset(request: &ManifestArgs, spec: &mut Value) {
+    if request.max_restarts == 0 {
+        return;
+    }
+    spec["network"] = json!({"enableDNSHostnames": true, "publishNotReadyAddresses": true});
+    spec["failurePolicy"] = json!({"maxRestarts": 0});
+    // A pod's DNS name holds its completion index.
+    for job in spec["replicatedJobs"].as_array_mut().into_iter().flatten() {
+        job["template"]["spec"]["completionMode"] = json!("Indexed");
+    }
+}
+
+/// `$(NAME)` replaced by the value of a variable defined before it, as the kubelet does with a
+/// container's environment; anything else left as it is.
+fn expand(value: &str, before: &[(String, String)]) -> String {
+    let mut out = value.to_string();
+    for (name, known) in before.iter().rev() {
+        out = out.replace(&format!("$({name})"), known);
+    }
+    out
+}
+
+/// Under JobSet and Trainer v2 with restarts: the coordinator is the first pod of the first
+/// replicated job by the DNS name JobSet gives it (`<jobset>-<replicated job>-0-0.<jobset>`
+/// with `network.enableDNSHostnames`, the subdomain defaulting to the JobSet's name), which its
+/// replacement keeps. The JobSet's name comes from the pod's own label: a Trainer v2 runtime
+/// serves every TrainJob, each a JobSet of its own name.
+fn jobset_coordinator(request: &ManifestArgs) -> Option<String> {
+    let jobset = matches!(
+        request.runtime,
+        ManifestRuntime::Jobset | ManifestRuntime::Trainer
+    );
+    let kind = pod_kinds(request).into_iter().next()?;
+    (jobset && request.max_restarts > 0).then(|| {
+        let name = format!("$({JOBSET_NAME_VARIABLE})");
+        let job = replicated_job_name(request, &kind);
+        format!("{name}-{job}-0-0.{name}:{DEFAULT_CONTROL_PORT}")
+    })
+}
+
+/// The variable the JobSet coordinator's name is made of, from the pod's label.
+const JOBSET_NAME_VARIABLE: &str = "JOBSET_NAME";
+
+fn jobset_name_field() -> String {
+    format!("metadata.labels['{}']", crate::batch::jobset::JOBSET_NAME)
 }
 
 /// Whether the pods get a named coordinator: for restarts (its replacement keeps the name), and

@@ -196,14 +196,31 @@ fn the_core_objects_pass_kubernetes_validate() {
 #[test]
 fn combinations_the_systems_do_their_own_way_are_refused() {
     let base = ["--job-name", "x", "--image", "i:1", "--runtime", "jobset"];
-    for extra in [&["--max-restarts", "2"][..], &["--dns"], &["--indexed"]] {
+    for extra in [&["--dns"][..], &["--indexed"]] {
         let args: Vec<&str> = base.iter().chain(extra).copied().collect();
         let e = manifest(&args).unwrap_err();
         assert_contains(
             &e,
-            "invalid --runtime: \"jobset\": expected job with --dns, --max-restarts or --indexed",
+            "invalid --runtime: \"jobset\": expected job with --dns or --indexed",
         );
     }
+    // Volcano: the conflict named, and where restarts in place are generated.
+    let e = manifest(&[
+        "--job-name",
+        "x",
+        "--image",
+        "i:1",
+        "--runtime",
+        "volcano",
+        "--max-restarts",
+        "2",
+    ])
+    .unwrap_err();
+    assert_contains(
+        &e,
+        "invalid --max-restarts: \"2\": expected 0 with --runtime volcano",
+    );
+    assert_contains(&e, "use --runtime job or jobset");
     let e = manifest(&["--job-name", "x", "--image", "i:1", "--queue", "Team A"]).unwrap_err();
     assert_contains(&e, "invalid --queue: \"Team A\"");
 }
@@ -224,14 +241,26 @@ fn container_env(
             Some("metadata.name") => name.to_string(),
             Some("metadata.namespace") => "team-a".to_string(),
             Some("spec.nodeName") => "node-a".to_string(),
+            Some("metadata.labels['jobset.sigs.k8s.io/jobset-name']") => jobset_of(name),
             Some(other) => panic!("unexpected field {other}"),
-            None => var["value"].as_str().unwrap().to_string(),
+            // As the kubelet expands `$(NAME)` of a variable defined before.
+            None => env.iter().fold(
+                var["value"].as_str().unwrap().to_string(),
+                |v, (k, known)| v.replace(&format!("$({k})"), known),
+            ),
         };
         env.push((key, value));
     }
     env.push(("CONF_PADDLE_NIC", "lo".into()));
     env.extend(extra.iter().cloned());
     env
+}
+
+/// The JobSet a pod named `<jobset>-<replicated job>-<job>-<pod>-<suffix>` is of, as its label
+/// says.
+fn jobset_of(pod: &str) -> String {
+    let parts: Vec<&str> = pod.split('-').collect();
+    parts[..parts.len().saturating_sub(4)].join("-")
 }
 
 /// A launcher of pod `name` at `ip` with exactly `template`'s environment (and the job's Secret,
@@ -298,6 +327,92 @@ fn launchers_of_the_jobset_manifest_plan_the_job() {
         assert_eq!(plan["job"], "js");
         assert_eq!(plan["num_gradient_servers"], 3);
     }
+}
+
+/// `--max-restarts` under JobSet and Trainer v2: a recovering job. Each object passes its CRD
+/// schema; the coordinator is the first pod by the DNS name JobSet gives it, in every pod's
+/// environment (made of the JobSet's name from the pod's label, for a runtime that serves
+/// every TrainJob); the child Job replaces a lost pod within the budget and fails at once on a
+/// launcher's own non-zero exit (its rule names the container as it is named); the JobSet
+/// is never restarted whole behind the launchers. A pod's launcher, with exactly that
+/// environment, plans with the coordinator by name.
+#[test]
+fn jobset_and_trainer_jobs_recover_in_place() {
+    let with_restarts = |args: &[&'static str]| -> Vec<&'static str> {
+        let end = args.iter().position(|a| *a == "--").unwrap();
+        let mut args = args.to_vec();
+        args.splice(end..end, ["--max-restarts", "2"]);
+        args
+    };
+    let jobsets = Crd::load("jobset.x-k8s.io_jobsets.yaml");
+    let runtimes = Crd::load("trainer.kubeflow.org_clustertrainingruntimes.yaml");
+    for (args, kind, crd, job) in [
+        (with_restarts(JOBSET), "JobSet", &jobsets, "worker"),
+        (
+            with_restarts(TRAINER),
+            "ClusterTrainingRuntime",
+            &runtimes,
+            "node",
+        ),
+    ] {
+        let docs = manifest(&args).unwrap();
+        let object = find(&docs, kind);
+        assert_eq!(crd.violations(object), Vec::<String>::new(), "{kind}");
+        let spec = match kind {
+            "JobSet" => &object["spec"],
+            _ => &object["spec"]["template"]["spec"],
+        };
+        assert_eq!(spec["failurePolicy"]["maxRestarts"], 0, "{kind}");
+        assert_eq!(spec["network"]["enableDNSHostnames"], true, "{kind}");
+        assert_eq!(spec["network"]["publishNotReadyAddresses"], true, "{kind}");
+        let child = &spec["replicatedJobs"][0]["template"]["spec"];
+        assert_eq!(child["backoffLimit"], 2, "{kind}");
+        assert_eq!(child["completionMode"], "Indexed", "{kind}");
+        let container = &child["template"]["spec"]["containers"][0];
+        let fail = &child["podFailurePolicy"]["rules"][1];
+        assert_eq!(fail["action"], "FailJob", "{kind}");
+        assert_eq!(
+            fail["onExitCodes"]["containerName"], container["name"],
+            "{kind}"
+        );
+        let env = container["env"].as_array().unwrap();
+        let value = |name: &str| env.iter().find(|v| v["name"] == name).cloned();
+        assert_eq!(
+            value("PADDLE_LAUNCHER_COORDINATOR").unwrap()["value"],
+            format!("$(JOBSET_NAME)-{job}-0-0.$(JOBSET_NAME):6171"),
+            "{kind}"
+        );
+        assert_eq!(
+            value("JOBSET_NAME").unwrap()["valueFrom"]["fieldRef"]["fieldPath"],
+            "metadata.labels['jobset.sigs.k8s.io/jobset-name']"
+        );
+        assert_eq!(value("PADDLE_LAUNCHER_MAX_RESTARTS").unwrap()["value"], "2");
+    }
+    // A pod of the recovering JobSet, as its controllers make it: its launcher plans with the
+    // coordinator named as JobSet names the first pod, and the budget.
+    let Cluster { api, dir } = Cluster::new();
+    let docs = manifest(&with_restarts(JOBSET)).unwrap();
+    let jobset = find(&docs, "JobSet");
+    api.record(
+        "/apis/jobset.x-k8s.io/v1alpha2/namespaces/team-a/jobsets/js",
+        200,
+        jobset.to_string(),
+    );
+    let rjob = &jobset["spec"]["replicatedJobs"][0];
+    let template = &rjob["template"]["spec"]["template"];
+    let ips = ["127.0.36.23", "127.0.36.22", "127.0.36.21"];
+    for (i, ip) in ips.iter().enumerate() {
+        let marks = json!({"jobset.sigs.k8s.io/jobset-name": "js",
+                           "jobset.sigs.k8s.io/replicatedjob-name": rjob["name"],
+                           "jobset.sigs.k8s.io/job-index": "0", "jobset.sigs.k8s.io/job-global-index": "0",
+                           "jobset.sigs.k8s.io/restart-attempt": "0",
+                           "batch.kubernetes.io/job-completion-index": i.to_string()});
+        api.put_pod(pod(&format!("js-worker-0-{i}-q"), ip, template, marks));
+    }
+    let (plan, _) = plan_as_the_pod(dir.path(), template, "js-worker-0-1-q", ips[1]);
+    assert_eq!(plan["trainer_id"], 1);
+    assert_eq!(plan["control"]["coordinator"], "js-worker-0-0.js:6171");
+    assert_eq!(plan["control"]["max_restarts"], 2);
 }
 
 /// The Volcano Job's pods as its controller and env/svc plugins would make them: a trainer
@@ -558,8 +673,8 @@ fn trainer_v2_manifests_match_their_crd_schemas() {
             "invalid --split: \"true\": expected the one-kind layout with --runtime trainer",
         ),
         (
-            &["--max-restarts", "2"][..],
-            "invalid --runtime: \"trainer\": expected job with --dns, --max-restarts or --indexed",
+            &["--dns"][..],
+            "invalid --runtime: \"trainer\": expected job with --dns or --indexed",
         ),
     ] {
         let args: Vec<&str> = base.iter().chain(extra).copied().collect();

@@ -9,12 +9,11 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use paddle_launcher::cli::Cli;
 use serde_json::Value;
 
-/// Every environment variable name the launcher reads, taken from its CLI definition.
-
 /// What `manifest` gives the training program itself, not the launcher: a writable home and
 /// cache under the read-only root filesystem.
 const FOR_THE_PROGRAM: &[&str] = &["HOME", "XDG_CACHE_HOME"];
 
+/// Every environment variable name the launcher reads, taken from its CLI definition.
 fn launcher_env_names() -> BTreeSet<String> {
     let cli = Cli::command();
     let mut names = BTreeSet::new();
