@@ -45,6 +45,55 @@ fn preemption_said(timing: &crate::config::Timing) -> String {
 }
 
 /// The report's lines and the outcome: 0 when the job would start now.
+/// `doctor` given no program (`kubectl exec <pod> -- paddle-launcher doctor`) judges the one
+/// the pod's own launcher runs: PID 1's, when PID 1 is the launcher (`pid1`: its command line).
+/// The arguments to judge, and the line that says where the program came from.
+pub fn with_the_pods_program(args: &JobArgs, pid1: &[String]) -> (JobArgs, Option<String>) {
+    use clap::Parser;
+    let own = !args.trainer_args.is_empty() || args.entry.is_some();
+    let is_launcher = pid1
+        .first()
+        .and_then(|argv0| std::path::Path::new(argv0).file_name())
+        .is_some_and(|name| name == "paddle-launcher");
+    if own || !is_launcher {
+        return (args.clone(), None);
+    }
+    let theirs = match crate::cli::Cli::try_parse_from(pid1) {
+        Ok(crate::cli::Cli {
+            command: Some(crate::cli::Command::Run(theirs)),
+            ..
+        }) => theirs,
+        Ok(crate::cli::Cli {
+            command: None, job, ..
+        }) => job,
+        _ => return (args.clone(), None),
+    };
+    if theirs.trainer_args.is_empty() && theirs.entry.is_none() {
+        return (args.clone(), None);
+    }
+    let mut judged = args.clone();
+    judged.trainer_args = theirs.trainer_args;
+    judged.entry = theirs.entry;
+    let said = format!(
+        "program: the pod's launcher's (PID 1's command line: {})",
+        crate::supervise::quoted(pid1)
+    );
+    (judged, Some(said))
+}
+
+/// PID 1's command line, when it can be read.
+pub fn pid1_command_line() -> Vec<String> {
+    std::fs::read("/proc/1/cmdline")
+        .map(|bytes| {
+            bytes
+                .split(|&b| b == 0)
+                .filter(|arg| !arg.is_empty())
+                .map(|arg| String::from_utf8_lossy(arg).into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 pub async fn doctor(
     args: &JobArgs,
     interfaces: &Interfaces,
@@ -441,5 +490,53 @@ async fn follower_check(
             exit::PEERS_TIMEOUT,
             format!("the coordinator at {address} did not answer within 2 s"),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(words: &[&str]) -> Vec<String> {
+        words.iter().map(|w| w.to_string()).collect()
+    }
+
+    /// Given no program, doctor judges the pod's launcher's own (PID 1's, when PID 1 is the
+    /// launcher, with `run` or without), and says so; a program given, or another PID 1,
+    /// leaves the arguments alone.
+    #[test]
+    fn doctor_without_a_program_takes_the_pods_own() {
+        let none = JobArgs::default();
+        for pid1 in [
+            argv(&[
+                "/usr/local/bin/paddle-launcher",
+                "run",
+                "--",
+                "python",
+                "/w/t.py",
+            ]),
+            argv(&["paddle-launcher", "--", "python", "/w/t.py"]),
+        ] {
+            let (judged, said) = with_the_pods_program(&none, &pid1);
+            assert_eq!(judged.trainer_args, ["python", "/w/t.py"]);
+            assert!(said.unwrap().contains("PID 1's command line"));
+        }
+        let entry = argv(&["paddle-launcher", "run", "--entry", "python /w/ps.py"]);
+        let (judged, _) = with_the_pods_program(&none, &entry);
+        assert_eq!(judged.entry.as_deref(), Some("python /w/ps.py"));
+        let (judged, said) = with_the_pods_program(&none, &argv(&["python", "/w/t.py"]));
+        assert!(
+            judged.trainer_args.is_empty() && said.is_none(),
+            "PID 1 is not the launcher"
+        );
+        let given = JobArgs {
+            trainer_args: argv(&["python", "/mine.py"]),
+            ..JobArgs::default()
+        };
+        let (judged, said) = with_the_pods_program(&given, &entry);
+        assert_eq!(judged.trainer_args, ["python", "/mine.py"]);
+        assert!(said.is_none());
+        let (_, said) = with_the_pods_program(&none, &argv(&["paddle-launcher", "manifest"]));
+        assert!(said.is_none(), "not a launcher that runs a job");
     }
 }

@@ -89,8 +89,13 @@ pub fn main() -> ! {
         Some(Command::Manifest(args)) => (print_manifest(args), None),
         Some(Command::Doctor(args)) => {
             let interfaces = crate::address::host_interfaces();
+            let pid1 = doctor::pid1_command_line();
+            let (args, from) = doctor::with_the_pods_program(args, &pid1);
+            if let Some(from) = from {
+                println!("{from}");
+            }
             let (lines, outcome) = runtime.block_on(doctor::doctor(
-                args,
+                &args,
                 &interfaces,
                 crate::address::hostname_ip,
             ));
