@@ -218,224 +218,349 @@ pub struct LocalArgs {
 pub struct JobArgs {
     /// Job name (required unless a batch system names the job, see --runtime); also the default
     /// label selector `job-name=<name>` set by the Job controller.
-    #[arg(long, env = "JOB_NAME")]
+    #[arg(long, env = "JOB_NAME", help_heading = "Job and membership")]
     pub job_name: Option<String>,
     /// Namespace of the job's pods [default: the kubeconfig's or service account's namespace].
-    #[arg(long, env = "JOB_NAMESPACE")]
+    #[arg(long, env = "JOB_NAMESPACE", help_heading = "Job and membership")]
     pub namespace: Option<String>,
-    /// Shared job directory root: logs go to $JOB_PATH/$JOB_NAME/output/node_<rank>/, data is
-    /// copied from $JOB_PATH/$JOB_NAME/<rank>/data/.
-    #[arg(long, env = "JOB_PATH")]
-    pub job_path: Option<String>,
-    /// Directory under $JOB_PATH/$JOB_NAME whose contents are copied into the work directory.
-    #[arg(long, env = "TRAIN_CONFIG_DIR")]
-    pub train_config_dir: Option<String>,
-    /// Network interface given to Paddle as --nics [default: eth0; lo in local mode].
-    #[arg(long, env = "CONF_PADDLE_NIC")]
-    pub nic: Option<String>,
-    /// First pserver port [default: 7164].
-    #[arg(long, env = "CONF_PADDLE_PORT")]
-    pub port: Option<String>,
-    /// Number of dense-parameter ports per pserver [default: 1].
-    #[arg(long, env = "CONF_PADDLE_PORTS_NUM")]
-    pub ports_num: Option<String>,
-    /// Number of sparse-parameter ports per pserver [default: 0].
-    #[arg(long, env = "CONF_PADDLE_PORTS_NUM_SPARSE")]
-    pub ports_num_sparse: Option<String>,
     /// Number of pods = trainers = pservers (--num_gradient_servers). Required, unless --peers
     /// gives the list or a batch system the number (--runtime).
-    #[arg(long, env = "CONF_PADDLE_GRADIENT_NUM")]
+    #[arg(
+        long,
+        env = "CONF_PADDLE_GRADIENT_NUM",
+        help_heading = "Job and membership"
+    )]
     pub gradient_num: Option<String>,
     /// This pod's IP (downward API status.podIP) [default: address of the NIC, then of the hostname].
-    #[arg(long, env = "POD_IP")]
+    #[arg(long, env = "POD_IP", help_heading = "Job and membership")]
     pub pod_ip: Option<String>,
     /// This pod's name (downward API metadata.name); when set, the own pod is found by name.
-    #[arg(long, env = "POD_NAME")]
+    #[arg(long, env = "POD_NAME", help_heading = "Job and membership")]
     pub pod_name: Option<String>,
     /// Label selector of the job's pods [default: job-name=<job name>].
-    #[arg(long, env = "PADDLE_LAUNCHER_SELECTOR")]
+    #[arg(
+        long,
+        env = "PADDLE_LAUNCHER_SELECTOR",
+        help_heading = "Job and membership"
+    )]
     pub selector: Option<String>,
     /// Static membership instead of Kubernetes: comma-separated pod IPs, rank = list order.
-    #[arg(long, env = "PADDLE_LAUNCHER_PEERS")]
+    #[arg(
+        long,
+        env = "PADDLE_LAUNCHER_PEERS",
+        help_heading = "Job and membership"
+    )]
     pub peers: Option<String>,
     /// DNS membership instead of the Kubernetes API: the name of a headless Service
     /// (`publishNotReadyAddresses: true`) whose A/AAAA records are the pods; needs no RBAC.
-    #[arg(long, env = "PADDLE_LAUNCHER_DNS")]
+    #[arg(long, env = "PADDLE_LAUNCHER_DNS", help_heading = "Job and membership")]
     pub dns: Option<String>,
     /// The DNS server for --dns and for a --coordinator named by DNS, `ip:port` [default: the
     /// nameservers of /etc/resolv.conf].
-    #[arg(long, env = "PADDLE_LAUNCHER_DNS_SERVER")]
+    #[arg(
+        long,
+        env = "PADDLE_LAUNCHER_DNS_SERVER",
+        help_heading = "Job and membership"
+    )]
     pub dns_server: Option<String>,
     /// Seconds to wait for all pods to be Running; 0 waits forever. Time while every pod of the
     /// job is held by a scheduling gate (queued by Kueue) does not count. With a job secret, also
     /// how long the launchers may keep gathering again without agreeing on a start, or wait for
     /// a coordinator's DNS name to get an address [default: 1800].
-    #[arg(long, env = "PADDLE_LAUNCHER_WAIT_TIMEOUT")]
+    #[arg(
+        long,
+        env = "PADDLE_LAUNCHER_WAIT_TIMEOUT",
+        help_heading = "Job and membership"
+    )]
     pub wait_timeout: Option<String>,
+    /// Split layout: number of pserver pods.
+    #[arg(long, env = "PSERVERS", help_heading = "Job and membership")]
+    pub pserver_count: Option<String>,
+    /// Split layout: number of trainer pods.
+    #[arg(long, env = "TRAINERS", help_heading = "Job and membership")]
+    pub trainer_count: Option<String>,
+    /// Split layout: selector of the pserver pods [default: paddle-job-pserver=<job name>].
+    #[arg(
+        long,
+        env = "PADDLE_LAUNCHER_PSERVER_SELECTOR",
+        help_heading = "Job and membership"
+    )]
+    pub pserver_selector: Option<String>,
+    /// Split layout: selector of the trainer pods [default: paddle-job=<job name>].
+    #[arg(
+        long,
+        env = "PADDLE_LAUNCHER_TRAINER_SELECTOR",
+        help_heading = "Job and membership"
+    )]
+    pub trainer_selector: Option<String>,
+    /// After the launch, keep watching the peer pods and stop (status 78) when one is deleted,
+    /// Failed, terminating or back with another IP: `true` or `false` [default: true].
+    #[arg(
+        long,
+        env = "PADDLE_LAUNCHER_WATCH_PEERS",
+        help_heading = "Job and membership"
+    )]
+    pub watch_peers: Option<String>,
+    /// The batch system whose names on this pod say who is in the job: `auto` (whichever this
+    /// pod shows: JobSet, Volcano, LeaderWorkerSet, Kubeflow, a Job), one of `job`, `jobset`,
+    /// `volcano`, `lws`, `kubeflow`, or `static` (read none). Settings given explicitly win
+    /// over what it says [default: auto].
+    #[arg(
+        long,
+        env = "PADDLE_LAUNCHER_RUNTIME",
+        help_heading = "Job and membership"
+    )]
+    pub runtime: Option<String>,
     /// Seconds to wait for every pserver endpoint to accept connections [default: 300].
-    #[arg(long, env = "PADDLE_LAUNCHER_PSERVER_TIMEOUT")]
+    #[arg(
+        long,
+        env = "PADDLE_LAUNCHER_PSERVER_TIMEOUT",
+        help_heading = "Roles and protocol"
+    )]
     pub pserver_timeout: Option<String>,
     /// Parameter server command, split on whitespace, no shell; e.g. `paddle_pserver_main`
     /// [default: `paddle pserver`]
-    #[arg(long, env = "PADDLE_LAUNCHER_PSERVER_CMD")]
+    #[arg(
+        long,
+        env = "PADDLE_LAUNCHER_PSERVER_CMD",
+        help_heading = "Roles and protocol"
+    )]
     pub pserver_cmd: Option<String>,
     /// Trainer command, split on whitespace, no shell; e.g. `paddle_trainer`
     /// [default: `paddle train`]
-    #[arg(long, env = "PADDLE_LAUNCHER_TRAINER_CMD")]
+    #[arg(
+        long,
+        env = "PADDLE_LAUNCHER_TRAINER_CMD",
+        help_heading = "Roles and protocol"
+    )]
     pub trainer_cmd: Option<String>,
     /// Seconds the pserver keeps serving after the trainer exited 0 (peers may still be
     /// finishing) [default: 30].
-    #[arg(long, env = "PADDLE_LAUNCHER_LINGER")]
+    #[arg(
+        long,
+        env = "PADDLE_LAUNCHER_LINGER",
+        help_heading = "Roles and protocol"
+    )]
     pub linger: Option<String>,
-    /// Seconds between forwarding SIGTERM and sending SIGKILL to the children [default: what
-    /// the pod allows (--pod-grace-period, or its spec read from the API) less 5 s for the
-    /// launcher's own exit, halved with a control channel (the coordinator may wait as long for
-    /// the others' stop); 10 when the pod's is unknown].
-    #[arg(long, env = "PADDLE_LAUNCHER_GRACE_PERIOD")]
-    pub grace_period: Option<String>,
-    /// The pod's terminationGracePeriodSeconds: the time between the kubelet's SIGTERM to the
-    /// launcher and its SIGKILL, which the children's grace period must fit in (`manifest` sets
-    /// it; read from the pod's spec when the launcher finds its pods through the API).
-    #[arg(long, env = "PADDLE_LAUNCHER_POD_GRACE_PERIOD")]
-    pub pod_grace_period: Option<String>,
-    /// Seconds a trainer may make no progress before it is judged hung: its threads' stacks are
-    /// dumped into its log, then it is stopped (status 80, or a group restart). Progress is
-    /// output, or, once the trainer has written it, a write to PADDLE_LAUNCHER_PROGRESS_FILE;
-    /// 0 = never judged [default: 0].
-    #[arg(long, env = "PADDLE_LAUNCHER_HANG_TIMEOUT")]
-    pub hang_timeout: Option<String>,
-    /// Seconds a trainer may take to its first progress (set-up: data, compilation, NCCL init)
-    /// [default: the hang timeout, at least 1800].
-    #[arg(long, env = "PADDLE_LAUNCHER_HANG_FIRST_WINDOW")]
-    pub hang_first_window: Option<String>,
-    /// The signal a trainer is sent to save a checkpoint at its next step boundary and go on,
-    /// when a pod of the job is told to stop while training (preemption, drain, deletion);
-    /// sent only to processes that handle it; `none` disables [default: SIGUSR1].
-    #[arg(long, env = "PADDLE_LAUNCHER_CHECKPOINT_SIGNAL")]
-    pub checkpoint_signal: Option<String>,
-    /// Seconds a preempted pod's trainer is given to checkpoint before it is stopped; it ends
-    /// early when the trainer exits [default: with a control channel, the children's grace
-    /// period, cut to fit the pod's; none without one].
-    #[arg(long, env = "PADDLE_LAUNCHER_CHECKPOINT_WINDOW")]
-    pub checkpoint_window: Option<String>,
-    /// File the trainer touches, or writes its step number to, to show progress; given to it
-    /// under the same name, its directory created [default: <workdir>/progress].
-    #[arg(long, env = "PADDLE_LAUNCHER_PROGRESS_FILE")]
-    pub progress_file: Option<String>,
-    /// Existing file that receives the one-line reason of the exit (the kubelet creates
-    /// /dev/termination-log; nothing is created); empty disables [default: /dev/termination-log].
-    #[arg(long, env = "PADDLE_LAUNCHER_TERMINATION_LOG")]
-    pub termination_log: Option<String>,
-    /// Working directory of the pserver and the trainer [default: the current directory].
-    #[arg(long, env = "PADDLE_LAUNCHER_WORKDIR")]
-    pub workdir: Option<String>,
     /// What this pod runs: `both` (a pserver and a trainer in every pod, the layout of
     /// PaddlePaddle's original Kubernetes tutorial), or only a `pserver` or a `trainer`
     /// (PaddleCloud's split layout) [default: both].
-    #[arg(long, env = "PADDLE_LAUNCHER_ROLE")]
+    #[arg(
+        long,
+        env = "PADDLE_LAUNCHER_ROLE",
+        help_heading = "Roles and protocol"
+    )]
     pub role: Option<String>,
     /// Contract with the training program: `v1` flags, `v2` PADDLE_INIT_* variables, `fleet`
     /// (parameter server, Paddle >= 2) or `collective` (data parallel, no pserver) [default: v1].
-    #[arg(long, env = "PADDLE_LAUNCHER_PROTOCOL")]
+    #[arg(
+        long,
+        env = "PADDLE_LAUNCHER_PROTOCOL",
+        help_heading = "Roles and protocol"
+    )]
     pub protocol: Option<String>,
-    /// Split layout: number of pserver pods.
-    #[arg(long, env = "PSERVERS")]
-    pub pserver_count: Option<String>,
-    /// Split layout: number of trainer pods.
-    #[arg(long, env = "TRAINERS")]
-    pub trainer_count: Option<String>,
-    /// Split layout: selector of the pserver pods [default: paddle-job-pserver=<job name>].
-    #[arg(long, env = "PADDLE_LAUNCHER_PSERVER_SELECTOR")]
-    pub pserver_selector: Option<String>,
-    /// Split layout: selector of the trainer pods [default: paddle-job=<job name>].
-    #[arg(long, env = "PADDLE_LAUNCHER_TRAINER_SELECTOR")]
-    pub trainer_selector: Option<String>,
     /// Do not start when more than this many trainer pods of the job have Failed [default: no limit].
-    #[arg(long, env = "PADDLE_LAUNCHER_MAX_FAILED_TRAINERS")]
+    #[arg(
+        long,
+        env = "PADDLE_LAUNCHER_MAX_FAILED_TRAINERS",
+        help_heading = "Roles and protocol"
+    )]
     pub max_failed_trainers: Option<String>,
     /// The training program as one shell command line, run with `sh -c` (v2, fleet,
     /// collective); otherwise the arguments after `--` are the program's argv.
-    #[arg(long, env = "ENTRY")]
+    #[arg(long, env = "ENTRY", help_heading = "Roles and protocol")]
     pub entry: Option<String>,
-    /// Port of each trainer's own endpoint (fleet, collective) [default: 6170].
-    #[arg(long, env = "PADDLE_LAUNCHER_TRAINER_PORT")]
-    pub trainer_port: Option<String>,
     /// Trainer processes each pod runs (collective), each supervised: N, or `auto` (the
     /// devices listed in CUDA_VISIBLE_DEVICES, else NVIDIA_VISIBLE_DEVICES, else the
     /// /dev/nvidiaN files, else 1). The process of local rank l on the pod ranked r is trainer
     /// id r x N + l, on the l-th port from --trainer-port up (the control port skipped)
     /// [default: 1].
-    #[arg(long, env = "PADDLE_LAUNCHER_NPROC_PER_POD")]
+    #[arg(
+        long,
+        env = "PADDLE_LAUNCHER_NPROC_PER_POD",
+        help_heading = "Roles and protocol"
+    )]
     pub nproc_per_pod: Option<String>,
-    /// Directory that receives the files `trainer_id` and `trainer_count`; empty disables
-    /// [default: /].
-    #[arg(long, env = "PADDLE_LAUNCHER_ID_DIR")]
-    pub id_dir: Option<String>,
-    /// Glob of the training files: this trainer's share (file i when i % trainers == id, of the
-    /// sorted list) is written to the train list.
-    #[arg(long, env = "PADDLE_LAUNCHER_TRAIN_FILES")]
-    pub train_files: Option<String>,
-    /// Glob of the test files, shared out like --train-files into the test list.
-    #[arg(long, env = "PADDLE_LAUNCHER_TEST_FILES")]
-    pub test_files: Option<String>,
-    /// Where this trainer's share of --train-files is written [default: <workdir>/train.list].
-    #[arg(long, env = "PADDLE_LAUNCHER_TRAIN_LIST")]
-    pub train_list: Option<String>,
-    /// Where this trainer's share of --test-files is written [default: <workdir>/test.list].
-    #[arg(long, env = "PADDLE_LAUNCHER_TEST_LIST")]
-    pub test_list: Option<String>,
-    /// After the launch, keep watching the peer pods and stop (status 78) when one is deleted,
-    /// Failed, terminating or back with another IP: `true` or `false` [default: true].
-    #[arg(long, env = "PADDLE_LAUNCHER_WATCH_PEERS")]
-    pub watch_peers: Option<String>,
-    /// Before a collective trainer starts, check that every peer pod's trainer endpoint answers
-    /// a TCP connection from this pod's address (accepted or refused, within 3 s): an
-    /// unreachable peer ends the pod at once (status 81), naming it, instead of a hang in
-    /// NCCL's or gloo's init: `true` or `false` [default: true].
-    #[arg(long, env = "PADDLE_LAUNCHER_CHECK_PEERS")]
-    pub check_peers: Option<String>,
     /// Shared secret of the job's launchers (from a Kubernetes Secret; at least 32 characters).
     /// Setting it turns on the control channel: every launcher sends heartbeats to the
     /// coordinating launcher, and a silent one stops the job (status 78), or costs it a restart
     /// (--max-restarts), within --heartbeat-timeout [default: unset, no control channel].
-    #[arg(long, env = "PADDLE_LAUNCHER_JOB_SECRET", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "PADDLE_LAUNCHER_JOB_SECRET",
+        hide_env_values = true,
+        help_heading = "Recovery"
+    )]
     pub job_secret: Option<String>,
     /// File holding the job secret instead (a mounted Secret, as `manifest` generates); a file
     /// that does not exist is waited for within --wait-timeout, then refused (status 2): create
     /// the Secret, or unset the variable to run without the channel [default: unset].
-    #[arg(long, env = "PADDLE_LAUNCHER_JOB_SECRET_FILE")]
+    #[arg(
+        long,
+        env = "PADDLE_LAUNCHER_JOB_SECRET_FILE",
+        help_heading = "Recovery"
+    )]
     pub job_secret_file: Option<String>,
     /// HOST:PORT of the coordinating launcher: the launcher whose pod IP is HOST's address
     /// serves there, every other one connects (HOST may be a DNS name that follows the pod)
     /// [default: the pod of rank 0 on --control-port].
-    #[arg(long, env = "PADDLE_LAUNCHER_COORDINATOR")]
+    #[arg(long, env = "PADDLE_LAUNCHER_COORDINATOR", help_heading = "Recovery")]
     pub coordinator: Option<String>,
     /// Port of the control channel when no --coordinator is given [default: 6171].
-    #[arg(long, env = "PADDLE_LAUNCHER_CONTROL_PORT")]
+    #[arg(long, env = "PADDLE_LAUNCHER_CONTROL_PORT", help_heading = "Recovery")]
     pub control_port: Option<String>,
     /// Seconds of silence after which a launcher counts as lost (frozen, or its node gone)
     /// [default: 10].
-    #[arg(long, env = "PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT")]
+    #[arg(
+        long,
+        env = "PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT",
+        help_heading = "Recovery"
+    )]
     pub heartbeat_timeout: Option<String>,
     /// Group restarts the job may make: on a failed trainer or pserver, a lost or silent pod,
     /// every launcher stops its children, waits for the job's pods again and starts them anew
     /// with PADDLE_LAUNCHER_RESTART_COUNT; needs the control channel (a job secret)
     /// [default: 0, the first failure ends every pod].
-    #[arg(long, env = "PADDLE_LAUNCHER_MAX_RESTARTS")]
+    #[arg(long, env = "PADDLE_LAUNCHER_MAX_RESTARTS", help_heading = "Recovery")]
     pub max_restarts: Option<String>,
     /// Preemptions of the job that restart it without spending a restart: a pod told to stop
     /// (preempted, drained, evicted, deleted) while its trainer runs checkpoints the job, which
     /// restarts in place for free; beyond this many, a preemption counts as a failure. Also
     /// stops a pod that is evicted for its own disk or memory use from restarting the job for
     /// ever; needs the control channel [default: no bound].
-    #[arg(long, env = "PADDLE_LAUNCHER_MAX_PREEMPTIONS")]
+    #[arg(
+        long,
+        env = "PADDLE_LAUNCHER_MAX_PREEMPTIONS",
+        help_heading = "Recovery"
+    )]
     pub max_preemptions: Option<String>,
-    /// The batch system whose names on this pod say who is in the job: `auto` (whichever this
-    /// pod shows: JobSet, Volcano, LeaderWorkerSet, Kubeflow, a Job), one of `job`, `jobset`,
-    /// `volcano`, `lws`, `kubeflow`, or `static` (read none). Settings given explicitly win
-    /// over what it says [default: auto].
-    #[arg(long, env = "PADDLE_LAUNCHER_RUNTIME")]
-    pub runtime: Option<String>,
+    /// Seconds a trainer may make no progress before it is judged hung: its threads' stacks are
+    /// dumped into its log, then it is stopped (status 80, or a group restart). Progress is
+    /// output, or, once the trainer has written it, a write to PADDLE_LAUNCHER_PROGRESS_FILE;
+    /// 0 = never judged [default: 0].
+    #[arg(long, env = "PADDLE_LAUNCHER_HANG_TIMEOUT", help_heading = "Hangs")]
+    pub hang_timeout: Option<String>,
+    /// Seconds a trainer may take to its first progress (set-up: data, compilation, NCCL init)
+    /// [default: the hang timeout, at least 1800].
+    #[arg(
+        long,
+        env = "PADDLE_LAUNCHER_HANG_FIRST_WINDOW",
+        help_heading = "Hangs"
+    )]
+    pub hang_first_window: Option<String>,
+    /// File the trainer touches, or writes its step number to, to show progress; given to it
+    /// under the same name, its directory created [default: <workdir>/progress].
+    #[arg(long, env = "PADDLE_LAUNCHER_PROGRESS_FILE", help_heading = "Hangs")]
+    pub progress_file: Option<String>,
+    /// Seconds between forwarding SIGTERM and sending SIGKILL to the children [default: what
+    /// the pod allows (--pod-grace-period, or its spec read from the API) less 5 s for the
+    /// launcher's own exit, halved with a control channel (the coordinator may wait as long for
+    /// the others' stop); 10 when the pod's is unknown].
+    #[arg(
+        long,
+        env = "PADDLE_LAUNCHER_GRACE_PERIOD",
+        help_heading = "Stopping and preemption"
+    )]
+    pub grace_period: Option<String>,
+    /// The pod's terminationGracePeriodSeconds: the time between the kubelet's SIGTERM to the
+    /// launcher and its SIGKILL, which the children's grace period must fit in (`manifest` sets
+    /// it; read from the pod's spec when the launcher finds its pods through the API).
+    #[arg(
+        long,
+        env = "PADDLE_LAUNCHER_POD_GRACE_PERIOD",
+        help_heading = "Stopping and preemption"
+    )]
+    pub pod_grace_period: Option<String>,
+    /// The signal a trainer is sent to save a checkpoint at its next step boundary and go on,
+    /// when a pod of the job is told to stop while training (preemption, drain, deletion);
+    /// sent only to processes that handle it; `none` disables [default: SIGUSR1].
+    #[arg(
+        long,
+        env = "PADDLE_LAUNCHER_CHECKPOINT_SIGNAL",
+        help_heading = "Stopping and preemption"
+    )]
+    pub checkpoint_signal: Option<String>,
+    /// Seconds a preempted pod's trainer is given to checkpoint before it is stopped; it ends
+    /// early when the trainer exits [default: with a control channel, the children's grace
+    /// period, cut to fit the pod's; none without one].
+    #[arg(
+        long,
+        env = "PADDLE_LAUNCHER_CHECKPOINT_WINDOW",
+        help_heading = "Stopping and preemption"
+    )]
+    pub checkpoint_window: Option<String>,
+    /// Network interface given to Paddle as --nics [default: eth0; lo in local mode].
+    #[arg(long, env = "CONF_PADDLE_NIC", help_heading = "Network")]
+    pub nic: Option<String>,
+    /// First pserver port [default: 7164].
+    #[arg(long, env = "CONF_PADDLE_PORT", help_heading = "Network")]
+    pub port: Option<String>,
+    /// Number of dense-parameter ports per pserver [default: 1].
+    #[arg(long, env = "CONF_PADDLE_PORTS_NUM", help_heading = "Network")]
+    pub ports_num: Option<String>,
+    /// Number of sparse-parameter ports per pserver [default: 0].
+    #[arg(long, env = "CONF_PADDLE_PORTS_NUM_SPARSE", help_heading = "Network")]
+    pub ports_num_sparse: Option<String>,
+    /// Port of each trainer's own endpoint (fleet, collective) [default: 6170].
+    #[arg(long, env = "PADDLE_LAUNCHER_TRAINER_PORT", help_heading = "Network")]
+    pub trainer_port: Option<String>,
+    /// Before a collective trainer starts, check that every peer pod's trainer endpoint answers
+    /// a TCP connection from this pod's address (accepted or refused, within 3 s): an
+    /// unreachable peer ends the pod at once (status 81), naming it, instead of a hang in
+    /// NCCL's or gloo's init: `true` or `false` [default: true].
+    #[arg(long, env = "PADDLE_LAUNCHER_CHECK_PEERS", help_heading = "Network")]
+    pub check_peers: Option<String>,
+    /// Shared job directory root: logs go to $JOB_PATH/$JOB_NAME/output/node_<rank>/, data is
+    /// copied from $JOB_PATH/$JOB_NAME/<rank>/data/.
+    #[arg(long, env = "JOB_PATH", help_heading = "Files and logs")]
+    pub job_path: Option<String>,
+    /// Directory under $JOB_PATH/$JOB_NAME whose contents are copied into the work directory.
+    #[arg(long, env = "TRAIN_CONFIG_DIR", help_heading = "Files and logs")]
+    pub train_config_dir: Option<String>,
+    /// Existing file that receives the one-line reason of the exit (the kubelet creates
+    /// /dev/termination-log; nothing is created); empty disables [default: /dev/termination-log].
+    #[arg(
+        long,
+        env = "PADDLE_LAUNCHER_TERMINATION_LOG",
+        help_heading = "Files and logs"
+    )]
+    pub termination_log: Option<String>,
+    /// Working directory of the pserver and the trainer [default: the current directory].
+    #[arg(long, env = "PADDLE_LAUNCHER_WORKDIR", help_heading = "Files and logs")]
+    pub workdir: Option<String>,
+    /// Directory that receives the files `trainer_id` and `trainer_count`; empty disables
+    /// [default: /].
+    #[arg(long, env = "PADDLE_LAUNCHER_ID_DIR", help_heading = "Files and logs")]
+    pub id_dir: Option<String>,
+    /// Glob of the training files: this trainer's share (file i when i % trainers == id, of the
+    /// sorted list) is written to the train list.
+    #[arg(
+        long,
+        env = "PADDLE_LAUNCHER_TRAIN_FILES",
+        help_heading = "Files and logs"
+    )]
+    pub train_files: Option<String>,
+    /// Glob of the test files, shared out like --train-files into the test list.
+    #[arg(
+        long,
+        env = "PADDLE_LAUNCHER_TEST_FILES",
+        help_heading = "Files and logs"
+    )]
+    pub test_files: Option<String>,
+    /// Where this trainer's share of --train-files is written [default: <workdir>/train.list].
+    #[arg(
+        long,
+        env = "PADDLE_LAUNCHER_TRAIN_LIST",
+        help_heading = "Files and logs"
+    )]
+    pub train_list: Option<String>,
+    /// Where this trainer's share of --test-files is written [default: <workdir>/test.list].
+    #[arg(
+        long,
+        env = "PADDLE_LAUNCHER_TEST_LIST",
+        help_heading = "Files and logs"
+    )]
+    pub test_list: Option<String>,
     /// Arguments after `--` go to the trainer; `--name=value` replaces a generated flag.
     #[arg(last = true, value_name = "TRAINER_ARGS")]
     pub trainer_args: Vec<String>,
@@ -617,8 +742,27 @@ impl std::fmt::Display for Opt {
 /// keeps the page equal to it): variable, flag, default (the help text's `[default: ...]`),
 /// meaning.
 pub fn options_table() -> String {
-    let mut out = String::from("| env | flag | default | meaning |\n|---|---|---|---|\n");
-    for (_, env, flag, help) in definitions() {
+    let run = <JobArgs as Args>::augment_args(clap::Command::new("run"));
+    let heading_of = |id: &str| {
+        run.get_arguments()
+            .find(|arg| arg.get_id() == id)
+            .and_then(|arg| arg.get_help_heading())
+            .unwrap_or("Other")
+            .to_string()
+    };
+    let mut out = String::new();
+    let mut heading = String::new();
+    for (id, env, flag, help) in definitions() {
+        // One table per task, in the order `--help` shows them.
+        if heading_of(id) != heading {
+            heading = heading_of(id);
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&format!(
+                "#### {heading}\n\n| env | flag | default | meaning |\n|---|---|---|---|\n"
+            ));
+        }
         let (meaning, default) = match help.rsplit_once(" [default: ") {
             Some((meaning, default)) => (meaning, default.trim_end_matches(']')),
             None => (help.as_str(), ""),

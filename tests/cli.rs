@@ -82,6 +82,43 @@ fn an_unknown_log_format_is_a_usage_error() {
 
 /// Without JOB_NAME and without a cluster to ask, one line says what to set, naming the batch
 /// systems `--runtime auto` would read, and nothing about a kubeconfig comes before it.
+/// `--help` groups the options by task, in the order a user sets up a job.
+#[test]
+fn help_groups_the_options_by_task() {
+    let out = launcher(&["run", "--help"], &[]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    let headings: Vec<&str> = help
+        .lines()
+        .filter(|l| l.ends_with(':') && !l.starts_with(' '))
+        .collect();
+    assert_eq!(
+        headings,
+        [
+            "Arguments:",
+            "Options:",
+            "Job and membership:",
+            "Roles and protocol:",
+            "Recovery:",
+            "Hangs:",
+            "Stopping and preemption:",
+            "Network:",
+            "Files and logs:"
+        ],
+        "{help}"
+    );
+    let section = |name: &str| {
+        help.split(name)
+            .nth(1)
+            .unwrap()
+            .split("\n\n")
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    assert!(section("Recovery:").contains("--max-restarts"), "{help}");
+    assert!(section("Hangs:").contains("--hang-timeout"), "{help}");
+}
+
 /// A mistyped subcommand gets the one it was near, on one line, status 2; a word near none is
 /// clap's own "unexpected argument".
 #[test]
