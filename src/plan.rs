@@ -232,8 +232,30 @@ impl Plan {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A collective plan of `processes` for the pod at `pod_ip` of `pods`, trainer 0.
+    pub fn plan_of(processes: Vec<ProcessSpec>, pods: Vec<PodEntry>, pod_ip: IpAddr) -> Plan {
+        Plan {
+            job: "j".into(),
+            namespace: None,
+            protocol: Protocol::Collective,
+            trainer_id: Some(0),
+            pserver_id: None,
+            num_gradient_servers: 1,
+            pod_ip,
+            pods,
+            pserver_endpoints: Vec::new(),
+            copies: Vec::new(),
+            files: Vec::new(),
+            processes,
+            control: None,
+            restart_count: 0,
+            runtime: None,
+            sockets: Vec::new(),
+        }
+    }
 
     fn process(role: Role, env: &[(&str, &str)]) -> ProcessSpec {
         ProcessSpec {
@@ -254,28 +276,12 @@ mod tests {
     /// PYTHONPATH, before the plan's or the pod's, and only with hang detection.
     #[test]
     fn the_variables_added_at_start_are_in_the_plan() {
-        let plan = Plan {
-            processes: vec![
-                process(Role::Pserver, &[]),
-                process(Role::Trainer, &[("PYTHONPATH", "/plan")]),
-                process(Role::Trainer, &[("PYTHONFAULTHANDLER", "0")]),
-            ],
-            job: "j".into(),
-            namespace: None,
-            protocol: Protocol::Collective,
-            trainer_id: Some(0),
-            pserver_id: None,
-            num_gradient_servers: 1,
-            pod_ip: IpAddr::from([127, 0, 0, 1]),
-            pods: Vec::new(),
-            pserver_endpoints: Vec::new(),
-            copies: Vec::new(),
-            files: Vec::new(),
-            control: None,
-            restart_count: 0,
-            runtime: None,
-            sockets: Vec::new(),
-        };
+        let processes = vec![
+            process(Role::Pserver, &[]),
+            process(Role::Trainer, &[("PYTHONPATH", "/plan")]),
+            process(Role::Trainer, &[("PYTHONFAULTHANDLER", "0")]),
+        ];
+        let plan = plan_of(processes, Vec::new(), IpAddr::from([127, 0, 0, 1]));
         let pod = |name: &str| match name {
             "PYTHONUNBUFFERED" => Some("0".to_string()),
             "PYTHONPATH" => Some("/pod".to_string()),

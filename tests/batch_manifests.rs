@@ -415,6 +415,107 @@ fn jobset_and_trainer_jobs_recover_in_place() {
     assert_eq!(plan["control"]["max_restarts"], 2);
 }
 
+/// A recovering JobSet end to end: two pods as the JobSet and Job controllers make them from
+/// the manifest, their launchers run with exactly its environment (the writable paths moved
+/// into the test's directory, and the coordinator, a DNS name no test resolver serves, given
+/// as pod 0's address), a real collective trainer on each. Trainer 1 fails in the first
+/// attempt: both pods restart in place, within the budget the manifest gives, and the job
+/// completes.
+#[test]
+fn a_recovering_jobset_restarts_in_place_and_completes() {
+    let Cluster { api, dir } = Cluster::new();
+    let end = JOBSET.iter().position(|a| *a == "--").unwrap();
+    let mut args: Vec<&str> = JOBSET[..end].to_vec();
+    let trainers = args.iter().position(|a| *a == "--trainers").unwrap();
+    args[trainers + 1] = "2";
+    args.extend([
+        "--max-restarts",
+        "2",
+        "--",
+        "python3",
+        "-c",
+        TRAINER_FAILING_ONCE,
+    ]);
+    let docs = manifest(&args).unwrap();
+    let jobset = find(&docs, "JobSet");
+    api.record(
+        "/apis/jobset.x-k8s.io/v1alpha2/namespaces/team-a/jobsets/js",
+        200,
+        jobset.to_string(),
+    );
+    let rjob = &jobset["spec"]["replicatedJobs"][0];
+    let template = &rjob["template"]["spec"]["template"];
+    let ips = ["127.0.36.31", "127.0.36.32"];
+    let names: Vec<String> = (0..2).map(|i| format!("js-worker-0-{i}-q")).collect();
+    for (i, ip) in ips.iter().enumerate() {
+        let marks = json!({"jobset.sigs.k8s.io/jobset-name": "js",
+                           "jobset.sigs.k8s.io/replicatedjob-name": rjob["name"],
+                           "jobset.sigs.k8s.io/job-index": "0", "jobset.sigs.k8s.io/job-global-index": "0",
+                           "jobset.sigs.k8s.io/restart-attempt": "0",
+                           "batch.kubernetes.io/job-completion-index": i.to_string()});
+        api.put_pod(pod(&names[i], ip, template, marks));
+    }
+    let control = support::free_ports(1).to_string();
+    let trainer = support::free_ports(1).to_string();
+    let launchers: Vec<Launcher> = ips
+        .iter()
+        .enumerate()
+        .map(|(i, ip)| {
+            let own = dir.path().join(&names[i]);
+            let path = |sub: &str| own.join(sub).display().to_string();
+            let moved = [
+                ("PADDLE_LAUNCHER_WORKDIR", path("work")),
+                ("PADDLE_LAUNCHER_ID_DIR", path("work")),
+                ("PADDLE_LAUNCHER_PROGRESS_FILE", path("progress")),
+                ("HOME", path("home")),
+                ("XDG_CACHE_HOME", path("home/.cache")),
+                (
+                    "PADDLE_LAUNCHER_COORDINATOR",
+                    format!("{}:{control}", ips[0]),
+                ),
+                ("PADDLE_LAUNCHER_CONTROL_PORT", control.clone()),
+                ("PADDLE_LAUNCHER_TRAINER_PORT", trainer.clone()),
+                ("PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT", "3".to_string()),
+            ];
+            let mut env = container_env(template, &names[i], ip, &moved);
+            support::mount_job_secret(dir.path(), &mut env);
+            env.push((
+                "KUBECONFIG",
+                dir.path().join("kubeconfig").display().to_string(),
+            ));
+            let args: Vec<&str> = template["spec"]["containers"][0]["args"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap())
+                .collect();
+            Launcher::start(dir.path(), &names[i], &args, &env)
+        })
+        .collect();
+    for (i, launcher) in launchers.into_iter().enumerate() {
+        let done = launcher.wait(std::time::Duration::from_secs(120));
+        assert_eq!(done.code(), 0, "pod {i}:\n{}\n{}", done.stdout, done.stderr);
+        assert_contains(&done.stderr, "restarting the job (restart 1 of 2)");
+        assert_contains(
+            &done.stdout,
+            &format!("trainer {i} done in restart epoch 1"),
+        );
+        assert_contains(&done.stderr, "(after 1 restart of the job)");
+    }
+}
+
+/// A collective trainer of the test: trainer 1 fails in the first attempt; every trainer of a
+/// later one says so and succeeds.
+const TRAINER_FAILING_ONCE: &str = r#"
+import os, sys
+me, epoch = os.environ["PADDLE_TRAINER_ID"], os.environ["PADDLE_LAUNCHER_RESTART_COUNT"]
+if me == "1" and epoch == "0":
+    sys.exit(3)
+if epoch == "0":
+    import time; time.sleep(30)
+print(f"trainer {me} done in restart epoch {epoch}", flush=True)
+"#;
+
 /// The Volcano Job's pods as its controller and env/svc plugins would make them: a trainer
 /// plans the split layout, with the pservers of the pserver task.
 #[test]

@@ -2293,6 +2293,112 @@ mod tests {
         assert!(!under("/mnt/jobpath/progress", "/mnt/job"));
     }
 
+    /// The pod's last line: its own failure names the pod and when, after "job stopped: ";
+    /// after the job's first cause when another pod's (the coordinator's word may be this
+    /// pod's own, cut to fit a frame: then it is this pod's); a success, a loss told by
+    /// another, and a stop signal are left as they are.
+    #[test]
+    fn the_pods_last_line_names_the_jobs_first_cause_first() {
+        let failed = || Ok(Outcome::new(3, "trainer-0 exited with status 3"));
+        let who = "pod p-1 at 2026-11-26T10:00:00Z";
+        let said = format!("{who}: trainer-0 exited with status 3");
+        let line = |result, cause: Option<&str>| {
+            for_the_job(result, who, &said, cause.map(String::from)).reason
+        };
+        assert_eq!(
+            line(failed(), None),
+            format!("{JOB_STOPPED}{who}: trainer-0 exited with status 3")
+        );
+        assert_eq!(
+            line(failed(), Some("pod p-2 at t: trainer-0 exited with status 1")),
+            format!("{JOB_STOPPED}pod p-2 at t: trainer-0 exited with status 1; on this pod: trainer-0 exited with status 3")
+        );
+        assert_eq!(
+            line(failed(), Some(&said[..20])),
+            format!("{JOB_STOPPED}{who}: trainer-0 exited with status 3"),
+            "this pod's own cause, cut"
+        );
+        let success = Ok(Outcome::new(exit::SUCCESS, "trainer exited with status 0"));
+        assert_eq!(line(success, Some("x")), "trainer exited with status 0");
+        let told = Ok(Outcome::new(78, format!("{JOB_STOPPED}pod p-2: lost")));
+        assert_eq!(line(told, None), format!("{JOB_STOPPED}pod p-2: lost"));
+        let stopped = Err(Error::Stopped {
+            signal: nix::libc::SIGTERM,
+            doing: "training".into(),
+        });
+        assert!(!line(stopped, Some("pod p-2: x")).starts_with(JOB_STOPPED));
+    }
+
+    /// After restarts the outcome says how many; a first run's says nothing of them.
+    #[test]
+    fn an_outcome_after_restarts_says_how_many() {
+        let outcome = || Outcome::new(0, "trainer exited with status 0");
+        assert_eq!(
+            after_restarts(outcome(), 0).reason,
+            "trainer exited with status 0"
+        );
+        assert_eq!(
+            after_restarts(outcome(), 1).reason,
+            "trainer exited with status 0 (after 1 restart of the job)"
+        );
+    }
+
+    /// A failed launcher waits for the verdict as long as the others may take to stop their
+    /// children and say so, a silent one's link judged, and a margin; an ending one, its grace
+    /// and a round trip.
+    #[test]
+    fn the_verdict_is_waited_for_as_long_as_the_others_may_take() {
+        let config = crate::protocol::tests::config(|args| {
+            args.grace_period = Some("7".into());
+            args.heartbeat_timeout = Some("11".into());
+        });
+        let limits = verdict_limits(&config);
+        assert_eq!(limits.recoverable, Duration::from_secs(7 + 11 + 5));
+        assert_eq!(limits.ending, Duration::from_secs(7 + 3));
+    }
+
+    /// Before a collective trainer starts, every other pod's trainer endpoint is checked: not
+    /// this pod's own address (host network), not an IPv6 link-local one, and nothing for
+    /// other protocols, without --check-peers, or on a pod without a trainer.
+    #[test]
+    fn the_peers_checked_are_the_other_pods_trainer_endpoints() {
+        let entry = |name: &str, ip: &str| crate::plan::PodEntry {
+            name: name.into(),
+            ip: ip.parse().unwrap(),
+            rank: 0,
+            role: "both",
+        };
+        let pods = vec![
+            entry("p-0", "10.0.0.1"),
+            entry("p-1", "10.0.0.2"),
+            entry("p-2", "10.0.0.1"),
+            entry("p-3", "fe80::1"),
+            entry("p-4", "10.0.0.3"),
+        ];
+        let plan = crate::plan::tests::plan_of(Vec::new(), pods, "10.0.0.1".parse().unwrap());
+        let collective = |edit: fn(&mut JobArgs)| {
+            crate::protocol::tests::config(|args| {
+                args.protocol = Some("collective".into());
+                args.entry = Some("python train.py".into());
+                args.trainer_port = Some("6200".into());
+                edit(args);
+            })
+        };
+        let checked = peers_to_check(&plan, &collective(|_| {}));
+        let expected: Vec<SocketAddr> = ["10.0.0.2:6200", "10.0.0.3:6200"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        assert_eq!(checked, expected);
+        let off = collective(|args| args.check_peers = Some("false".into()));
+        assert!(peers_to_check(&plan, &off).is_empty());
+        let v1 = crate::protocol::tests::config(|_| {});
+        assert!(peers_to_check(&plan, &v1).is_empty());
+        let mut pserver_only = plan.clone();
+        pserver_only.trainer_id = None;
+        assert!(peers_to_check(&pserver_only, &collective(|_| {})).is_empty());
+    }
+
     /// A refusal is served for a heartbeat timeout and time to gather again, never past the
     /// pod's grace period less a margin (a stop meanwhile is not heard), 25 s at most.
     #[test]
