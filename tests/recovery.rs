@@ -329,6 +329,23 @@ fn a_process_failing_once_restarts_every_process_of_every_pod() {
     }
 }
 
+/// One pod's workspace cannot be prepared (its work directory cannot be made): that pod ends
+/// at once, as a pod that died, and the others restart in place around its replacement within
+/// the budget, instead of taking a local fault for the job's end.
+#[test]
+fn a_pods_workspace_failure_is_a_loss_the_job_restarts_from() {
+    let mut job = Job::new("wsfail", 2, 2);
+    job.create_pod();
+    job.extra_env
+        .push(("PADDLE_LAUNCHER_WORKDIR", "/dev/null/w".to_string()));
+    job.create_pod();
+    let failed = job.created[1].2.take().unwrap().wait(LIMIT);
+    assert_ne!(failed.code(), 0, "{}", failed.stderr);
+    assert_contains(&failed.stderr, "cannot create the work directory /dev/null/w");
+    job.launcher(0)
+        .wait_for_output("restarting the job (restart 1 of 2)", LIMIT);
+}
+
 /// A pod killed whole (launcher and children) and replaced by a pod with a new name and a new
 /// IP: the survivors' launchers never exit; every trainer restarts with the new membership, the
 /// replacement's in the survivors' epoch.

@@ -188,14 +188,16 @@ pub(super) fn begin(
 
 /// Runs the attempt: the workspace prepared and the peers checked — the attempt's loss or a
 /// stop meanwhile ends it there, before anything more is started — then the pod's processes,
-/// supervised until they end.
+/// supervised until they end. The attempt's end; or (the outer error) the workspace's own
+/// failure, which ends this pod at once: its channel dropped, the others see a loss they may
+/// restart from, as from a pod that died.
 pub(super) async fn run(
     running: &Running,
     attempts: &mut Attempts,
     config: &Config,
     supervisor: &mut Supervisor,
     my_ip: IpAddr,
-) -> Result<Outcome, Error> {
+) -> Result<Result<Outcome, Error>, Error> {
     let plan = &running.plan;
     let for_workspace = plan.clone();
     let mut preparing = tokio::task::spawn_blocking(move || workspace::prepare(&for_workspace));
@@ -203,7 +205,10 @@ pub(super) async fn run(
     let prepared = interruptible(Some(supervisor), doing, Breaks::AlsoLoss, &mut preparing);
     // The workspace's own failure ends the pod; a stop or the attempt's loss, the attempt.
     let prepared = match prepared.await {
-        Ok(joined) => Ok(joined.map_err(|e| Error::io(format!("{doing} failed"), e.into()))??),
+        Ok(joined) => {
+            joined.map_err(|e| Error::io(format!("{doing} failed"), e.into()))??;
+            Ok(())
+        }
         Err(lost @ Error::PeerLost { .. }) => {
             attempts.preparing_before = Some(preparing);
             Err(lost)
@@ -253,10 +258,10 @@ pub(super) async fn run(
     };
     // A pod that cannot join the job's channel ends as bad configuration, whatever its
     // children did once stopped.
-    match running.unjoined.get() {
+    Ok(match running.unjoined.get() {
         Some(error) => Err(Error::Config(error.clone())),
         None => result,
-    }
+    })
 }
 
 /// An attempt's end as judged for the job (its result apart, which decides what follows).

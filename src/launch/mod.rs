@@ -168,7 +168,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             my_ip,
             &pod,
         );
-        let result = attempt::run(&running, &mut attempts, &config, &mut supervisor, my_ip).await;
+        let result = attempt::run(&running, &mut attempts, &config, &mut supervisor, my_ip).await?;
         let (result, judged) = attempt::judge(&running, result, &config, &mut supervisor).await;
         match lifecycle::after_run(result, &judged.budget) {
             AfterRun::Restart(reason) => {
