@@ -71,14 +71,15 @@ pub fn with_the_pods_program(args: &JobArgs, pid1: &[String]) -> (JobArgs, Optio
     if theirs.trainer_args.is_empty() && theirs.entry.is_none() {
         return (args.clone(), None);
     }
-    let mut judged = args.clone();
-    judged.trainer_args = theirs.trainer_args;
-    judged.entry = theirs.entry;
-    let said = format!(
-        "program: the pod's launcher's (PID 1's command line: {})",
-        crate::supervise::quoted(pid1)
-    );
-    (judged, Some(said))
+    // Its options too (a hand-written container's `--protocol collective`, say): judged as it
+    // runs. Only the program is said, not the command line, which may hold --job-secret.
+    let program = match &theirs.entry {
+        Some(entry) => format!("--entry {entry:?}"),
+        None => crate::supervise::quoted(&theirs.trainer_args),
+    };
+    let said =
+        format!("program and options: the pod's launcher's, from PID 1's command line ({program})");
+    (theirs, Some(said))
 }
 
 /// PID 1's command line, when it can be read.
@@ -524,6 +525,28 @@ mod tests {
         let entry = argv(&["paddle-launcher", "run", "--entry", "python /w/ps.py"]);
         let (judged, _) = with_the_pods_program(&none, &entry);
         assert_eq!(judged.entry.as_deref(), Some("python /w/ps.py"));
+        // Its options too; and the line says the program, never a secret of the command line.
+        let options = argv(&[
+            "paddle-launcher",
+            "run",
+            "--protocol",
+            "collective",
+            "--nproc-per-pod",
+            "8",
+            "--job-secret",
+            "s3cret-0123456789abcdef0123456789",
+            "--",
+            "python",
+            "/w/t.py",
+        ]);
+        let (judged, said) = with_the_pods_program(&none, &options);
+        assert_eq!(judged.protocol.as_deref(), Some("collective"));
+        assert_eq!(judged.nproc_per_pod.as_deref(), Some("8"));
+        let said = said.unwrap();
+        assert!(
+            said.contains("python /w/t.py") && !said.contains("s3cret"),
+            "{said}"
+        );
         let (judged, said) = with_the_pods_program(&none, &argv(&["python", "/w/t.py"]));
         assert!(
             judged.trainer_args.is_empty() && said.is_none(),

@@ -341,7 +341,10 @@ fn a_pods_workspace_failure_is_a_loss_the_job_restarts_from() {
     job.create_pod();
     let failed = job.created[1].2.take().unwrap().wait(LIMIT);
     assert_ne!(failed.code(), 0, "{}", failed.stderr);
-    assert_contains(&failed.stderr, "cannot create the work directory /dev/null/w");
+    assert_contains(
+        &failed.stderr,
+        "cannot create the work directory /dev/null/w",
+    );
     job.launcher(0)
         .wait_for_output("restarting the job (restart 1 of 2)", LIMIT);
 }
