@@ -503,6 +503,12 @@ impl Drop for Channel {
     }
 }
 
+/// How much older one trainer's progress must be than the others' to stand out: two beat
+/// intervals of a report's staleness, and the progress file's polling.
+pub fn progress_margin(heartbeat_timeout: Duration, progress_check: Duration) -> Duration {
+    2 * (heartbeat_timeout / 3) + progress_check
+}
+
 /// Joins one attempt's channel: serves it (the coordinator) or connects to it. What follows
 /// is heard through the returned channel: `Go`, `Regather` or `Lost`.
 pub async fn join(joining: Joining) -> std::io::Result<Channel> {
@@ -742,8 +748,7 @@ impl Coordinator {
                 membership: joining.membership,
                 ended: joining.ended,
                 who: joining.who,
-                // Two beat intervals of staleness, and the progress file's polling.
-                progress_margin: 2 * (joining.heartbeat_timeout / 3) + joining.progress_check,
+                progress_margin: progress_margin(joining.heartbeat_timeout, joining.progress_check),
                 hello_overdue: joining.heartbeat_timeout,
             },
             Instant::now(),

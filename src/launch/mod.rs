@@ -1888,7 +1888,11 @@ async fn drive(
                         }
                     }
                     if let (Some(limits), false) = (limits, watched.is_empty()) {
-                        watch = Some(HangWatch::new(watched, limits));
+                        let margin = control::progress_margin(
+                            config.control.heartbeat_timeout,
+                            progress_check(config),
+                        );
+                        watch = Some(HangWatch::new(watched, limits, margin));
                     }
                     failed
                 }
@@ -2059,6 +2063,8 @@ struct HangWatch {
     started: std::time::Instant,
     limits: progress::Limits,
     every: tokio::time::Interval,
+    /// How much older a process that writes no step must be to be the one reported.
+    margin: Duration,
 }
 
 /// One trainer process under watch.
@@ -2149,7 +2155,7 @@ impl Drop for ProgressFileClock {
 }
 
 impl HangWatch {
-    fn new(processes: Vec<Watched>, limits: progress::Limits) -> HangWatch {
+    fn new(processes: Vec<Watched>, limits: progress::Limits, margin: Duration) -> HangWatch {
         let mut every = tokio::time::interval(progress::check_every(limits));
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         HangWatch {
@@ -2157,6 +2163,7 @@ impl HangWatch {
             started: std::time::Instant::now(),
             limits,
             every,
+            margin,
         }
     }
 
@@ -2196,7 +2203,8 @@ impl HangWatch {
                 .iter()
                 .map(|(seen, p)| (p.file.step(), last(seen)))
                 .collect();
-            let behind = progress::furthest_behind(&marks).map(|(i, step)| (&looks[i], step));
+            let behind =
+                progress::furthest_behind(&marks, self.margin).map(|(i, step)| (&looks[i], step));
             if let (Some(channel), Some(((seen, process), step))) = (channel, behind) {
                 channel.report_progress(step, Instant::from_std(last(seen)), process.trainer_id);
             }

@@ -105,23 +105,28 @@ pub struct Report {
 
 /// Of a pod's trainer processes, each with the step it last wrote (if a number) and the time
 /// of its last progress, the one the pod reports and the step it reports: of those that write
-/// steps, the lowest step, then the oldest progress, with its own step; but a process that
-/// wrote no step and whose progress is older still (hung before its first step, or local rank
-/// 0 alone numbering the steps) is reported instead, at its siblings' lowest step, which it
-/// has not passed. Its time is always its own: a sibling's step never goes with a younger
-/// process's name. When none writes steps, the oldest progress.
-pub fn furthest_behind<T: Ord + Copy>(marks: &[(Option<u64>, T)]) -> Option<(usize, Option<u64>)> {
+/// steps, the lowest step, then the oldest progress, with its own step. A process that writes
+/// no step (hung before its first, or local rank 0 alone numbering the steps) cannot be placed
+/// among the steps: it is reported instead only when its progress is older than every writer's
+/// by more than `margin` (as the coordinator's own age rule judges ranks), at the writers'
+/// lowest step, which it has not passed. Its time is always its own. When none writes steps,
+/// the oldest progress.
+pub fn furthest_behind(
+    marks: &[(Option<u64>, std::time::Instant)],
+    margin: Duration,
+) -> Option<(usize, Option<u64>)> {
     let oldest_of = |steps: bool| {
         (0..marks.len())
             .filter(|&i| marks[i].0.is_some() == steps)
             .min_by_key(|&i| (marks[i].0, marks[i].1))
     };
-    match (oldest_of(true), oldest_of(false)) {
-        (Some(writer), Some(silent)) if marks[silent].1 < marks[writer].1 => {
+    let oldest_writer = marks.iter().filter(|m| m.0.is_some()).map(|m| m.1).min();
+    match (oldest_of(true), oldest_of(false), oldest_writer) {
+        (Some(writer), Some(silent), Some(oldest)) if marks[silent].1 + margin < oldest => {
             Some((silent, marks[writer].0))
         }
-        (Some(writer), _) => Some((writer, marks[writer].0)),
-        (None, silent) => silent.map(|i| (i, None)),
+        (Some(writer), _, _) => Some((writer, marks[writer].0)),
+        (None, silent, _) => silent.map(|i| (i, None)),
     }
 }
 
@@ -225,24 +230,36 @@ if not getattr(sys, "_paddle_launcher_site", False):
 
 #[cfg(test)]
 mod tests {
-    use super::furthest_behind as behind;
 
     /// The process reported for the pod is one process, whole: the lowest step, one that wrote
     /// none first, then the oldest progress (its time is its own, not another's).
     #[test]
     fn the_process_furthest_behind_is_the_lowest_step_then_the_oldest() {
-        assert_eq!(behind::<u32>(&[]), None);
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let margin = Duration::from_secs(5);
+        let behind = |marks: &[(Option<u64>, u64)]| {
+            let marks: Vec<_> = marks.iter().map(|(step, s)| (*step, at(*s))).collect();
+            furthest_behind(&marks, margin)
+        };
+        assert_eq!(behind(&[]), None);
         assert_eq!(
             behind(&[(Some(19), 5), (Some(3), 9), (Some(3), 1)]),
             Some((2, Some(3)))
         );
-        // Hung before its first step (older than any writer): reported, at their lowest step.
+        // Hung before its first step, older than every writer by more than the margin:
+        // reported, at their lowest step.
         assert_eq!(
-            behind(&[(Some(19), 5), (None, 1), (Some(3), 9)]),
+            behind(&[(Some(19), 20), (None, 1), (Some(3), 30)]),
             Some((1, Some(3)))
         );
-        // A writer stuck longer than a process that writes no steps: the writer, whole (a
-        // sibling's step never goes with another's name and time).
+        // Not by more than the margin (a rank that prints now and then while rank 0 numbers
+        // the steps): the writer, whole.
+        assert_eq!(
+            behind(&[(Some(19), 20), (None, 16), (Some(3), 30)]),
+            Some((2, Some(3)))
+        );
+        // A writer stuck longer than a process that writes no steps: the writer, whole.
         assert_eq!(behind(&[(Some(9), 60), (None, 69)]), Some((0, Some(9))));
         assert_eq!(behind(&[(None, 5), (None, 2)]), Some((1, None)));
     }
