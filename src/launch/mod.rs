@@ -1919,15 +1919,21 @@ async fn drive(
                     reason,
                     restartable,
                 } => {
-                    if let Some(channel) = channel {
-                        let said = format!("{who} at {}: {reason}", now_utc());
-                        // Heard by the job before the siblings' stop can fail another pod
-                        // first (the runtime has one thread: a frame queued is not yet sent).
-                        channel
-                            .failed(&said, restartable, false, TOLD_BEFORE_STOP)
-                            .await;
+                    match channel {
+                        Some(channel) => {
+                            let said = format!("{who} at {}: {reason}", now_utc());
+                            // Heard by the job before the siblings' stop can fail another pod
+                            // first (the runtime has one thread: a frame queued is not yet
+                            // sent). What happens meanwhile, a stop signal above all, goes to
+                            // the lifecycle as it comes, not left for the stop to misread.
+                            let told = channel.failed(&said, restartable, false, TOLD_BEFORE_STOP);
+                            tokio::select! {
+                                _ = told => None,
+                                event = sup.next_event() => input_of(event, &children, &mut watch),
+                            }
+                        }
+                        None => None,
                     }
-                    None
                 }
                 Command::TellPreempted(reason) => {
                     if let Some(channel) = channel {
@@ -2002,29 +2008,9 @@ async fn drive(
             // What happened to the processes first: a trainer's exit already queued is seen
             // before a timer or a hang check says anything of it.
             biased;
-            event = sup.next_event() => match event {
-                Event::Signal(sig) => Input::Signal(sig),
-                Event::Exited { child, ended } => {
-                    match children.iter().find(|(_, _, c)| *c == child) {
-                        Some(&(role, local, _)) => {
-                            // A trainer process that ended is judged no more (its siblings
-                            // are, and the pserver may linger).
-                            if role == Role::Trainer {
-                                if let Some(w) = watch.as_mut() {
-                                    w.processes.retain(|p| p.local != local);
-                                    if w.processes.is_empty() {
-                                        watch = None;
-                                    }
-                                }
-                            }
-                            Input::Exited { role, local, ended }
-                        }
-                        None => continue,
-                    }
-                }
-                Event::PeerLost(Loss { reason, hang: true }) => Input::JobHung(reason),
-                Event::PeerLost(Loss { reason, .. }) => Input::PeerLost(reason),
-                Event::JobDone(done) => Input::JobDone(done),
+            event = sup.next_event() => match input_of(event, &children, &mut watch) {
+                Some(input) => input,
+                None => continue,
             },
             input = or_never(probe.as_mut()), if probe.is_some() => {
                 probe = None;
@@ -2053,6 +2039,33 @@ async fn drive(
         };
         commands.extend(machine.step(input));
     }
+}
+
+/// What a supervisor's event means to the lifecycle; None for a child it did not start. A
+/// trainer process that ended is judged no more (its siblings are, and the pserver may linger).
+fn input_of(
+    event: Event,
+    children: &[(Role, usize, usize)],
+    watch: &mut Option<HangWatch>,
+) -> Option<Input> {
+    Some(match event {
+        Event::Signal(sig) => Input::Signal(sig),
+        Event::Exited { child, ended } => {
+            let &(role, local, _) = children.iter().find(|(_, _, c)| *c == child)?;
+            if role == Role::Trainer {
+                if let Some(w) = watch.as_mut() {
+                    w.processes.retain(|p| p.local != local);
+                    if w.processes.is_empty() {
+                        *watch = None;
+                    }
+                }
+            }
+            Input::Exited { role, local, ended }
+        }
+        Event::PeerLost(Loss { reason, hang: true }) => Input::JobHung(reason),
+        Event::PeerLost(Loss { reason, .. }) => Input::PeerLost(reason),
+        Event::JobDone(done) => Input::JobDone(done),
+    })
 }
 
 /// The shell's side of hang detection for the pod's trainer processes: looks at each one's
