@@ -366,7 +366,13 @@ mod tests {
             line.contains("no GPU") && line.contains("one trainer process"),
             "{line}"
         );
-        assert_eq!(decide(PerPod::Count(2), &four).unwrap().0, 2);
+        let (n, line) = decide(PerPod::Count(2), &four).unwrap();
+        assert_eq!(n, 2);
+        assert!(line.contains("2 left unused"), "{line}");
+        // As many as listed: one each, nothing left unused, nothing refused.
+        let (n, line) = decide(PerPod::Count(4), &four).unwrap();
+        assert_eq!(n, 4);
+        assert!(!line.contains("unused"), "{line}");
         assert_eq!(
             decide(PerPod::Count(8), &none).unwrap().0,
             8,
@@ -379,5 +385,45 @@ mod tests {
                 && err.contains("lists 4"),
             "{err}"
         );
+    }
+
+    /// The pod's own values: a size that agrees, the backend and threads are the pod's to
+    /// set; a size that differs, or any per-process value, is refused naming it. One process
+    /// asked looks at nothing.
+    #[test]
+    fn a_pods_own_values_are_refused_only_where_they_contradict() {
+        let resolved = |nproc: &str, given: &[(&str, &str)]| {
+            let mut config = crate::protocol::tests::config(|args| {
+                args.protocol = Some("collective".into());
+                args.entry = Some("python train.py".into());
+                args.nproc_per_pod = Some(nproc.into());
+            });
+            let mut pod = seen(None, None, &[]);
+            pod.given = given
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            resolve(&mut config, &pod, 8).map(|()| config.topology.processes.per_pod)
+        };
+        // 3 pods (the tutorial job) x 2 processes.
+        assert_eq!(resolved("2", &[("PADDLE_TRAINERS_NUM", "6")]), Ok(2));
+        assert_eq!(
+            resolved(
+                "2",
+                &[("OMP_NUM_THREADS", "3"), ("PADDLE_DISTRI_BACKEND", "nccl")]
+            ),
+            Ok(2)
+        );
+        for (name, value) in [
+            ("PADDLE_TRAINERS_NUM", "3"),
+            ("PADDLE_LOCAL_SIZE", "1"),
+            ("PADDLE_NNODES", "6"),
+            ("PADDLE_LOCAL_RANK", "0"),
+            ("FLAGS_selected_gpus", "0"),
+        ] {
+            let err = resolved("2", &[(name, value)]).unwrap_err().to_string();
+            assert!(err.contains(name) && err.contains(value), "{err}");
+        }
+        assert_eq!(resolved("1", &[("PADDLE_LOCAL_RANK", "0")]), Ok(1));
     }
 }
