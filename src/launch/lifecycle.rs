@@ -1397,6 +1397,17 @@ mod tests {
                 ]),
             ),
             (
+                "a pserver that ends in the window ends it: its trainer has nothing to save to",
+                checkpointing(),
+                with(vec![exited(Role::Pserver, 1), Input::Stopped]),
+                then(vec![
+                    "log preempted: the pserver exited with status 1 during its checkpoint window: stopping",
+                    "tell leaving preempted (SIGTERM while training): the pserver exited with status 1 during its checkpoint window",
+                    "stop trainer 15",
+                    "fail 143 received SIGTERM; the pserver exited with status 1 during its checkpoint window; stopped trainer-0",
+                ]),
+            ),
+            (
                 "a trainer without a handler is not waited for",
                 checkpointing(),
                 with(vec![Input::CheckpointUnheeded, Input::Stopped]),
