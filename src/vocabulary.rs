@@ -109,6 +109,21 @@ pub const JOB_STOPPED: &str = "job stopped: ";
 pub fn count(n: usize, noun: &str) -> String {
     match n {
         1 => format!("1 {noun}"),
+        // "addresses", "processes": not "addresss".
+        n if noun.ends_with('s') => format!("{n} {noun}es"),
         n => format!("{n} {noun}s"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_read_as_english() {
+        assert_eq!(count(1, "address"), "1 address");
+        assert_eq!(count(2, "address"), "2 addresses");
+        assert_eq!(count(3, "process"), "3 processes");
+        assert_eq!(count(0, "pod"), "0 pods");
     }
 }
