@@ -78,6 +78,12 @@ pub fn sockets(config: &Config, ip: IpAddr, interfaces: &Interfaces) -> Vec<Sock
 /// How `plan`'s and `doctor`'s readers see a choice: "NCCL_SOCKET_IFNAME==eth0 (eth0 holds ...)".
 pub fn said(setting: &SocketSetting) -> String {
     match &setting.value {
+        // NCCL reads a leading `=` as "exactly this interface", not a prefix: said, since
+        // `NCCL_SOCKET_IFNAME==lo` looks like a typo.
+        Some(value) if value.starts_with('=') => format!(
+            "{}={value} (the leading = asks NCCL for exactly this interface; {})",
+            setting.variable, setting.why
+        ),
         Some(value) => format!("{}={value} ({})", setting.variable, setting.why),
         None => format!(
             "{}: not set by the launcher ({})",

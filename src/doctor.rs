@@ -167,15 +167,21 @@ pub async fn doctor(
             return (lines, Outcome::new(e.exit_code(), reason));
         }
     };
+    // The NIC is what v1 and v2 give Paddle (--nics); the other protocols' interfaces are
+    // NCCL's and gloo's, said below.
+    let nic = match config.topology.protocol {
+        crate::vocabulary::Protocol::V1 | crate::vocabulary::Protocol::V2 => {
+            format!(" (Paddle's --nics {})", config.ports.nic)
+        }
+        _ => String::new(),
+    };
     lines.push(format!(
-        "this pod: {} on {} (NIC {})",
+        "this pod: {} on {my_ip}{nic}",
         config
             .topology
             .pod_name
             .as_deref()
             .unwrap_or("(no POD_NAME)"),
-        my_ip,
-        config.ports.nic
     ));
     config.ports.sockets = crate::address::sockets(&config, my_ip, interfaces);
     for setting in &config.ports.sockets {

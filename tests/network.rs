@@ -53,7 +53,7 @@ fn nccl_and_gloo_are_given_the_pod_ips_interface_and_a_users_value_is_kept() {
     assert_contains(&done.stdout, "nccl=[=lo] gloo=[lo]");
     assert_contains(
         &done.stderr,
-        "NCCL_SOCKET_IFNAME==lo (lo holds this pod's IP 127.0.0.2)",
+        "NCCL_SOCKET_IFNAME==lo (the leading = asks NCCL for exactly this interface; lo holds this pod's IP 127.0.0.2)",
     );
     let own = [("NCCL_SOCKET_IFNAME", "ib0".to_string())];
     let done = Launcher::start(
