@@ -1102,7 +1102,7 @@ async fn channel_without_secret(
         dns_server,
     } = coordinator;
     info!(
-        "no job secret: for {} s, checking that {who} serves no control channel at {host}:{port} (one this pod could not join)",
+        "no job secret here, so no control channel: a safeguard checks now and then, for up to {} s, that {who} serves none at {host}:{port} either (if it did, the other pods have a secret this pod lacks, and it ends with status 2 saying so)",
         looking.as_secs()
     );
     let until = Instant::now() + looking;
