@@ -298,13 +298,11 @@ fn pod(name: &str, ip: &str, template: &Value, marks: Value) -> Value {
            "status": {"phase": "Running", "podIP": ip}})
 }
 
-/// The JobSet's pods, as the JobSet and Job controllers would make them from the manifest, and
-/// their launchers with exactly its environment: each plans its rank of three.
-#[test]
-fn launchers_of_the_jobset_manifest_plan_the_job() {
-    let Cluster { api, dir } = Cluster::new();
-    let docs = manifest(JOBSET).unwrap();
-    let jobset = find(&docs, "JobSet");
+/// The JobSet of `docs` (named `js`) as the API serves it, and its first replicated job's pods
+/// as its controllers make them, `js-worker-0-<i>-q` at `ips[i]` (completion index i): their
+/// pod template.
+fn jobset_in_the_api(api: &support::fake_api::FakeApi, docs: &[Value], ips: &[&str]) -> Value {
+    let jobset = find(docs, "JobSet");
     api.record(
         "/apis/jobset.x-k8s.io/v1alpha2/namespaces/team-a/jobsets/js",
         200,
@@ -312,7 +310,6 @@ fn launchers_of_the_jobset_manifest_plan_the_job() {
     );
     let rjob = &jobset["spec"]["replicatedJobs"][0];
     let template = &rjob["template"]["spec"]["template"];
-    let ips = ["127.0.36.13", "127.0.36.12", "127.0.36.11"];
     for (i, ip) in ips.iter().enumerate() {
         let marks = json!({"jobset.sigs.k8s.io/jobset-name": "js",
                            "jobset.sigs.k8s.io/replicatedjob-name": rjob["name"],
@@ -321,6 +318,17 @@ fn launchers_of_the_jobset_manifest_plan_the_job() {
                            "batch.kubernetes.io/job-completion-index": i.to_string()});
         api.put_pod(pod(&format!("js-worker-0-{i}-q"), ip, template, marks));
     }
+    template.clone()
+}
+
+/// The JobSet's pods, as the JobSet and Job controllers would make them from the manifest, and
+/// their launchers with exactly its environment: each plans its rank of three.
+#[test]
+fn launchers_of_the_jobset_manifest_plan_the_job() {
+    let Cluster { api, dir } = Cluster::new();
+    let docs = manifest(JOBSET).unwrap();
+    let ips = ["127.0.36.13", "127.0.36.12", "127.0.36.11"];
+    let template = &jobset_in_the_api(&api, &docs, &ips);
     for (i, ip) in ips.iter().enumerate() {
         let (plan, _) = plan_as_the_pod(dir.path(), template, &format!("js-worker-0-{i}-q"), ip);
         assert_eq!(plan["trainer_id"], i);
@@ -392,23 +400,8 @@ fn jobset_and_trainer_jobs_recover_in_place() {
     // coordinator named as JobSet names the first pod, and the budget.
     let Cluster { api, dir } = Cluster::new();
     let docs = manifest(&with_restarts(JOBSET)).unwrap();
-    let jobset = find(&docs, "JobSet");
-    api.record(
-        "/apis/jobset.x-k8s.io/v1alpha2/namespaces/team-a/jobsets/js",
-        200,
-        jobset.to_string(),
-    );
-    let rjob = &jobset["spec"]["replicatedJobs"][0];
-    let template = &rjob["template"]["spec"]["template"];
     let ips = ["127.0.36.23", "127.0.36.22", "127.0.36.21"];
-    for (i, ip) in ips.iter().enumerate() {
-        let marks = json!({"jobset.sigs.k8s.io/jobset-name": "js",
-                           "jobset.sigs.k8s.io/replicatedjob-name": rjob["name"],
-                           "jobset.sigs.k8s.io/job-index": "0", "jobset.sigs.k8s.io/job-global-index": "0",
-                           "jobset.sigs.k8s.io/restart-attempt": "0",
-                           "batch.kubernetes.io/job-completion-index": i.to_string()});
-        api.put_pod(pod(&format!("js-worker-0-{i}-q"), ip, template, marks));
-    }
+    let template = &jobset_in_the_api(&api, &docs, &ips);
     let (plan, _) = plan_as_the_pod(dir.path(), template, "js-worker-0-1-q", ips[1]);
     assert_eq!(plan["trainer_id"], 1);
     assert_eq!(plan["control"]["coordinator"], "js-worker-0-0.js:6171");
@@ -437,24 +430,9 @@ fn a_recovering_jobset_restarts_in_place_and_completes() {
         TRAINER_FAILING_ONCE,
     ]);
     let docs = manifest(&args).unwrap();
-    let jobset = find(&docs, "JobSet");
-    api.record(
-        "/apis/jobset.x-k8s.io/v1alpha2/namespaces/team-a/jobsets/js",
-        200,
-        jobset.to_string(),
-    );
-    let rjob = &jobset["spec"]["replicatedJobs"][0];
-    let template = &rjob["template"]["spec"]["template"];
     let ips = ["127.0.36.31", "127.0.36.32"];
+    let template = &jobset_in_the_api(&api, &docs, &ips);
     let names: Vec<String> = (0..2).map(|i| format!("js-worker-0-{i}-q")).collect();
-    for (i, ip) in ips.iter().enumerate() {
-        let marks = json!({"jobset.sigs.k8s.io/jobset-name": "js",
-                           "jobset.sigs.k8s.io/replicatedjob-name": rjob["name"],
-                           "jobset.sigs.k8s.io/job-index": "0", "jobset.sigs.k8s.io/job-global-index": "0",
-                           "jobset.sigs.k8s.io/restart-attempt": "0",
-                           "batch.kubernetes.io/job-completion-index": i.to_string()});
-        api.put_pod(pod(&names[i], ip, template, marks));
-    }
     let control = support::free_ports(1).to_string();
     let trainer = support::free_ports(1).to_string();
     let launchers: Vec<Launcher> = ips
