@@ -618,8 +618,39 @@ pub fn unread_in_environment() -> Vec<String> {
 }
 
 /// `unread_in_environment`'s rule, for the given names.
-pub(crate) fn unread_variables<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String> {
-    // Read outside `run`'s options: the log filter, and what the launcher gives its children.
+fn unread_variables<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let known = known_variables();
+    names
+        .filter_map(|name| {
+            Some(match unread_in(name, &known)? {
+                Some(k) => format!("{name} is set but no option reads it: did you mean {k}?"),
+                None => format!("{name} is set but no option reads it"),
+            })
+        })
+        .collect()
+}
+
+/// A name of the launcher's prefixes (or near them) that no option reads: Some, with the
+/// nearest name that is read when one is close. None for a name read, or not the launcher's.
+pub(crate) fn unread(name: &str) -> Option<Option<String>> {
+    unread_in(name, &known_variables())
+}
+
+fn unread_in(name: &str, known: &[String]) -> Option<Option<String>> {
+    if !has_our_prefix(name) || known.iter().any(|k| k == name) {
+        return None;
+    }
+    let nearest = known
+        .iter()
+        .map(|k| (edit_distance(name, k), k))
+        .filter(|(d, _)| *d <= 3)
+        .min();
+    Some(nearest.map(|(_, k)| k.clone()))
+}
+
+/// Every variable the launcher reads: its options', the log filter, and what it gives its
+/// children.
+fn known_variables() -> Vec<String> {
     const OTHERS: &[&str] = &["PADDLE_LAUNCHER_LOG", "PADDLE_LAUNCHER_RESTART_COUNT"];
     let cli = <Cli as clap::CommandFactory>::command();
     let mut known: Vec<String> = cli
@@ -628,21 +659,7 @@ pub(crate) fn unread_variables<'a>(names: impl Iterator<Item = &'a str>) -> Vec<
         .filter_map(|a| Some(a.get_env()?.to_string_lossy().into_owned()))
         .collect();
     known.extend(OTHERS.iter().map(|s| s.to_string()));
-    names
-        .filter(|n| has_our_prefix(n))
-        .filter(|n| !known.iter().any(|k| k == n))
-        .map(|name| {
-            let nearest = known
-                .iter()
-                .map(|k| (edit_distance(name, k), k))
-                .filter(|(d, _)| *d <= 3)
-                .min();
-            match nearest {
-                Some((_, k)) => format!("{name} is set but no option reads it: did you mean {k}?"),
-                None => format!("{name} is set but no option reads it"),
-            }
-        })
-        .collect()
+    known
 }
 
 /// The launcher's own prefixes, spelt right or within two letters of it

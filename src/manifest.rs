@@ -269,12 +269,16 @@ pub fn documents(request: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
     }
     for pair in &request.envs {
         let name = pair.split_once('=').map_or("", |(name, _)| name);
-        if let Some(unread) = crate::cli::unread_variables(std::iter::once(name)).pop() {
-            return Err(invalid(
-                "--env",
-                pair,
-                &format!("a variable the launcher reads ({unread})"),
-            ));
+        if let Some(near) = crate::cli::unread(name) {
+            let expected = match near {
+                Some(known) => {
+                    format!("a variable the launcher reads: {name} is none; did you mean {known}?")
+                }
+                None => format!(
+                    "a variable the launcher reads: {name} is none (docs/configuration.md lists them)"
+                ),
+            };
+            return Err(invalid("--env", pair, &expected));
         }
     }
     check_placement(request)?;

@@ -527,6 +527,13 @@ fn resources_and_launcher_variables_are_checked_by_name() {
             ],
         ),
         (
+            &["--env", "PADDLE_LAUNCHER_SOMETHING_ELSE_ENTIRELY=1"],
+            &[
+                "invalid --env",
+                "is none (docs/configuration.md lists them)",
+            ],
+        ),
+        (
             &["--env", "PADDLE_LAUNCHR_HANG_TIMEOUT=60"],
             &[
                 "invalid --env",
