@@ -153,7 +153,8 @@ pub struct ManifestArgs {
     /// headless Service names each pod (`<job>-0.<job>-pods` coordinates), the Secret
     /// `<job>-launcher` is waited for (manifest prints the command), and a podFailurePolicy
     /// makes a lost pod cost the Job one failure, preemption none, and an exhausted budget fail
-    /// it at once.
+    /// it at once. Under --runtime jobset, trainer and volcano the system's own DNS name of the
+    /// first pod coordinates and its own policies are set (docs/manifests-and-rbac.md).
     #[arg(long, default_value_t = 0)]
     pub max_restarts: u32,
     /// Preemptions that restart the job without spending a restart

@@ -209,13 +209,6 @@ pub fn documents(request: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
             "job with --dns or --indexed (under JobSet, Trainer v2 and Volcano the system's own indexes rank the pods and its own DNS names them)",
         ));
     }
-    if request.runtime == ManifestRuntime::Volcano && request.max_restarts > 0 {
-        return Err(invalid(
-            "--max-restarts",
-            &request.max_restarts.to_string(),
-            "0 with --runtime volcano: Volcano's policies act on whole tasks or jobs, and no release of it this was checked against replaces one lost pod alone, which restarts in place need (use --runtime job or jobset)",
-        ));
-    }
     if let Some(queue) = &request.queue {
         if !(queue.len() <= 63 && is_dns_subdomain(queue)) {
             return Err(invalid(
@@ -517,6 +510,7 @@ fn volcano_job(request: &ManifestArgs, kinds: &[PodKind], account: &str) -> Valu
         "plugins": {"env": [], "svc": []},
         "tasks": tasks,
     });
+    recovering_volcano_job(request, &mut spec);
     if let Some(queue) = &request.queue {
         spec["queue"] = json!(queue);
     }
@@ -612,7 +606,7 @@ fn options_from_flags(request: &ManifestArgs, kind: &PodKind) -> Vec<(Opt, &'sta
         let coordinator = format!("{}:{DEFAULT_CONTROL_PORT}", coordinator_host(request));
         set.push((options::COORDINATOR, "--job-name", coordinator));
     }
-    if let Some(coordinator) = jobset_coordinator(request) {
+    if let Some(coordinator) = system_coordinator(request) {
         set.push((options::COORDINATOR, "--max-restarts", coordinator));
     }
     if let Some(entry) = &request.entry {
@@ -680,7 +674,7 @@ fn container_env(request: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
         .collect();
     // Where the pod runs: a failure's line on every pod names its node.
     env.push(env_field(crate::launch::NODE_NAME, "spec.nodeName"));
-    if jobset_coordinator(request).is_some() {
+    if system_coordinator(request).is_some() && request.runtime != ManifestRuntime::Volcano {
         // Before the coordinator's name, which is made of it (`$(JOBSET_NAME)`).
         env.push(env_field(JOBSET_NAME_VARIABLE, &jobset_name_field()));
     }
@@ -1150,6 +1144,38 @@ fn recovering_jobset(request: &ManifestArgs, spec: &mut Value) {
     }
 }
 
+/// A Volcano Job whose launchers restart in place (Volcano v1.11 and later; read in its
+/// job controller, docs/manifests-and-rbac.md). A pod deleted (preempted, evicted, drained, its
+/// node gone) is recreated alone under its own name by the controller's default sync, so the
+/// job has no policy for `PodEvicted`, and never `RestartJob` or `RestartPod` (which also
+/// deletes the svc plugin's Service). A pod that fails is not recreated: unless a pod of its
+/// name runs again within the launchers' own wait for a replacement (a preempted pod is
+/// marked Failed before it is deleted), the job is terminated. The agreed end, every launcher
+/// exiting non-zero with the budget spent, fails the job at once: all its pods have ended.
+/// The coordinator's name needs the headless Service to publish pods before they are ready.
+fn recovering_volcano_job(request: &ManifestArgs, spec: &mut Value) {
+    if request.max_restarts == 0 {
+        return;
+    }
+    spec["plugins"]["svc"] = json!(["--publish-not-ready-addresses"]);
+    let wait = pods_wait_timeout(request);
+    spec["policies"] =
+        json!([{"event": "PodFailed", "action": "TerminateJob", "timeout": format!("{wait}s")}]);
+}
+
+/// The seconds the pods' launchers wait for their peers: an `--env` of the pods', or the
+/// launcher's default (0, waiting forever, is the default's too: a policy needs a time).
+fn pods_wait_timeout(request: &ManifestArgs) -> u64 {
+    let variable = format!("{}=", options::WAIT_TIMEOUT.env());
+    let given = request.envs.iter().rev().find_map(|env| {
+        let value = env.strip_prefix(&variable)?;
+        value.trim().parse::<u64>().ok()
+    });
+    given
+        .filter(|seconds| *seconds > 0)
+        .unwrap_or(options::DEFAULT_WAIT_TIMEOUT_SECONDS)
+}
+
 /// `$(NAME)` replaced by the value of a variable defined before it, as the kubelet does with a
 /// container's environment; anything else left as it is.
 fn expand(value: &str, before: &[(String, String)]) -> String {
@@ -1160,22 +1186,29 @@ fn expand(value: &str, before: &[(String, String)]) -> String {
     out
 }
 
-/// Under JobSet and Trainer v2 with restarts: the coordinator is the first pod of the first
-/// replicated job by the DNS name JobSet gives it (`<jobset>-<replicated job>-0-0.<jobset>`
-/// with `network.enableDNSHostnames`, the subdomain defaulting to the JobSet's name), which its
-/// replacement keeps. The JobSet's name comes from the pod's own label: a Trainer v2 runtime
-/// serves every TrainJob, each a JobSet of its own name.
-fn jobset_coordinator(request: &ManifestArgs) -> Option<String> {
-    let jobset = matches!(
-        request.runtime,
-        ManifestRuntime::Jobset | ManifestRuntime::Trainer
-    );
+/// Under a batch system with restarts: the coordinator is the first pod by the DNS name the
+/// system gives it, which its replacement keeps. JobSet and Trainer v2:
+/// `<jobset>-<replicated job>-0-0.<jobset>` (`network.enableDNSHostnames`, the subdomain
+/// defaulting to the JobSet's name), the JobSet's name from the pod's own label: a Trainer v2
+/// runtime serves every TrainJob, each a JobSet of its own name. Volcano: `<job>-<task>-0.<job>`
+/// (its svc plugin's hostname and subdomain).
+fn system_coordinator(request: &ManifestArgs) -> Option<String> {
+    if request.max_restarts == 0 {
+        return None;
+    }
     let kind = pod_kinds(request).into_iter().next()?;
-    (jobset && request.max_restarts > 0).then(|| {
-        let name = format!("$({JOBSET_NAME_VARIABLE})");
-        let job = replicated_job_name(request, &kind);
-        format!("{name}-{job}-0-0.{name}:{DEFAULT_CONTROL_PORT}")
-    })
+    match request.runtime {
+        ManifestRuntime::Jobset | ManifestRuntime::Trainer => {
+            let name = format!("$({JOBSET_NAME_VARIABLE})");
+            let job = replicated_job_name(request, &kind);
+            Some(format!("{name}-{job}-0-0.{name}:{DEFAULT_CONTROL_PORT}"))
+        }
+        ManifestRuntime::Volcano => {
+            let (job, task) = (&request.job_name, task_name(&kind));
+            Some(format!("{job}-{task}-0.{job}:{DEFAULT_CONTROL_PORT}"))
+        }
+        ManifestRuntime::Job => None,
+    }
 }
 
 /// The variable the JobSet coordinator's name is made of, from the pod's label.

@@ -44,6 +44,25 @@ const JOBSET: &[&str] = &[
     "python",
     "/workspace/train.py",
 ];
+/// One Volcano task of 3 data-parallel pods.
+const COLOCATED_VOLCANO: &[&str] = &[
+    "--job-name",
+    "vc",
+    "--namespace",
+    "team-a",
+    "--image",
+    "example.com/t/p:v1",
+    "--trainers",
+    "3",
+    "--protocol",
+    "collective",
+    "--runtime",
+    "volcano",
+    "--",
+    "python3",
+    "train.py",
+];
+
 const VOLCANO: &[&str] = &[
     "--job-name",
     "vc",
@@ -204,23 +223,6 @@ fn combinations_the_systems_do_their_own_way_are_refused() {
             "invalid --runtime: \"jobset\": expected job with --dns or --indexed",
         );
     }
-    // Volcano: the conflict named, and where restarts in place are generated.
-    let e = manifest(&[
-        "--job-name",
-        "x",
-        "--image",
-        "i:1",
-        "--runtime",
-        "volcano",
-        "--max-restarts",
-        "2",
-    ])
-    .unwrap_err();
-    assert_contains(
-        &e,
-        "invalid --max-restarts: \"2\": expected 0 with --runtime volcano",
-    );
-    assert_contains(&e, "use --runtime job or jobset");
     let e = manifest(&["--job-name", "x", "--image", "i:1", "--queue", "Team A"]).unwrap_err();
     assert_contains(&e, "invalid --queue: \"Team A\"");
 }
@@ -409,16 +411,100 @@ fn jobset_and_trainer_jobs_recover_in_place() {
 }
 
 /// A recovering JobSet end to end: two pods as the JobSet and Job controllers make them from
-/// the manifest, their launchers run with exactly its environment (the writable paths moved
-/// into the test's directory, and the coordinator, a DNS name no test resolver serves, given
-/// as pod 0's address), a real collective trainer on each. Trainer 1 fails in the first
-/// attempt: both pods restart in place, within the budget the manifest gives, and the job
-/// completes.
+/// the manifest, their launchers run with exactly its environment, a real collective trainer
+/// on each; trainer 1 fails in the first attempt (`recovering_pods_complete`).
 #[test]
 fn a_recovering_jobset_restarts_in_place_and_completes() {
     let Cluster { api, dir } = Cluster::new();
-    let end = JOBSET.iter().position(|a| *a == "--").unwrap();
-    let mut args: Vec<&str> = JOBSET[..end].to_vec();
+    let docs = manifest(&recovering(JOBSET)).unwrap();
+    let ips = ["127.0.36.31", "127.0.36.32"];
+    let template = &jobset_in_the_api(&api, &docs, &ips);
+    let names: Vec<String> = (0..2).map(|i| format!("js-worker-0-{i}-q")).collect();
+    let logs = recovering_pods_complete(dir.path(), template, &names, &ips, |_| Vec::new());
+    for log in logs {
+        assert_contains(&log, "JobSet js");
+    }
+}
+
+/// `--max-restarts` under Volcano: the Job passes its CRD schema; a deleted pod is left to the
+/// controller's default sync, which recreates it alone under its own name (no policy for
+/// `PodEvicted`, no `RestartJob`/`RestartPod`); a failed pod terminates the job unless a pod of
+/// its name runs again within the pods' wait for a replacement (their default, or the one
+/// `--env` gives them); the svc plugin publishes pods before they are ready, and every pod
+/// names the coordinator by the hostname the plugin gives the first.
+#[test]
+fn a_volcano_job_recovers_in_place_as_generated() {
+    let crd = Crd::load("batch.volcano.sh_jobs.yaml");
+    for (env, timeout) in [
+        (None, "1800s"),
+        (Some("PADDLE_LAUNCHER_WAIT_TIMEOUT=600"), "600s"),
+    ] {
+        let mut args = recovering(COLOCATED_VOLCANO);
+        let end = args.iter().position(|a| *a == "--").unwrap();
+        if let Some(env) = env {
+            args.splice(end..end, ["--env", env]);
+        }
+        let docs = manifest(&args).unwrap();
+        let job = find(&docs, "Job");
+        assert_eq!(crd.violations(job), Vec::<String>::new());
+        assert_eq!(
+            job["spec"]["policies"],
+            json!([{"event": "PodFailed", "action": "TerminateJob", "timeout": timeout}])
+        );
+        assert_eq!(
+            job["spec"]["plugins"]["svc"],
+            json!(["--publish-not-ready-addresses"])
+        );
+        let task = &job["spec"]["tasks"][0];
+        assert!(task.get("policies").is_none(), "{task}");
+        let pod = &task["template"]["spec"];
+        assert_eq!(pod["restartPolicy"], "Never");
+        // The svc plugin gives hostname and subdomain only to a template without them.
+        assert!(pod.get("subdomain").is_none() && pod.get("hostname").is_none());
+        let env = pod["containers"][0]["env"].as_array().unwrap();
+        let value = |name: &str| env.iter().find(|v| v["name"] == name).cloned();
+        assert_eq!(
+            value("PADDLE_LAUNCHER_COORDINATOR").unwrap()["value"],
+            "vc-worker-0.vc:6171"
+        );
+        assert_eq!(value("PADDLE_LAUNCHER_MAX_RESTARTS").unwrap()["value"], "2");
+    }
+}
+
+/// A recovering Volcano Job end to end: two pods as its controller and env/svc plugins make
+/// them from the manifest, as in `a_recovering_jobset_restarts_in_place_and_completes`.
+#[test]
+fn a_recovering_volcano_job_restarts_in_place_and_completes() {
+    let Cluster { api, dir } = Cluster::new();
+    let docs = manifest(&recovering(COLOCATED_VOLCANO)).unwrap();
+    let task = &find(&docs, "Job")["spec"]["tasks"][0];
+    let template = &task["template"];
+    let ips = ["127.0.36.41", "127.0.36.42"];
+    let names: Vec<String> = (0..2).map(|i| format!("vc-worker-{i}")).collect();
+    for (i, ip) in ips.iter().enumerate() {
+        let marks = json!({"volcano.sh/job-name": "vc", "volcano.sh/task-spec": "worker",
+                           "volcano.sh/task-index": i.to_string(), "volcano.sh/job-version": "0"});
+        api.put_pod(pod(&names[i], ip, template, marks));
+    }
+    let hosts = names.iter().map(|n| format!("{n}.vc")).collect::<Vec<_>>();
+    let logs = recovering_pods_complete(dir.path(), template, &names, &ips, |i| {
+        vec![
+            ("VC_WORKER_HOSTS", hosts.join(",")),
+            ("VC_WORKER_NUM", "2".to_string()),
+            ("VC_TASK_INDEX", i.to_string()),
+            ("HOSTNAME", names[i].clone()),
+        ]
+    });
+    for log in logs {
+        assert_contains(&log, "Volcano job vc (VC_<TASK>_HOSTS");
+    }
+}
+
+/// `args` (a job of 3 pods) as a job of 2 pods with `--max-restarts 2` and a collective trainer
+/// that fails once (`TRAINER_FAILING_ONCE`).
+fn recovering(args: &[&'static str]) -> Vec<&'static str> {
+    let end = args.iter().position(|a| *a == "--").unwrap();
+    let mut args: Vec<&str> = args[..end].to_vec();
     let trainers = args.iter().position(|a| *a == "--trainers").unwrap();
     args[trainers + 1] = "2";
     args.extend([
@@ -429,19 +515,30 @@ fn a_recovering_jobset_restarts_in_place_and_completes() {
         "-c",
         TRAINER_FAILING_ONCE,
     ]);
-    let docs = manifest(&args).unwrap();
-    let ips = ["127.0.36.31", "127.0.36.32"];
-    let template = &jobset_in_the_api(&api, &docs, &ips);
-    let names: Vec<String> = (0..2).map(|i| format!("js-worker-0-{i}-q")).collect();
+    args
+}
+
+/// The pods `names` at `ips`, made from `template` (with `system_env(i)` added by their batch
+/// system), run their launchers with exactly its environment (the writable paths moved into
+/// the test's directory, and the coordinator, a DNS name no test resolver serves, given as pod
+/// 0's address). Trainer 1 fails in the first attempt: both pods restart in place, within the
+/// budget the manifest gives, and the job completes.
+fn recovering_pods_complete(
+    dir: &std::path::Path,
+    template: &Value,
+    names: &[String],
+    ips: &[&str],
+    system_env: impl Fn(usize) -> Vec<(&'static str, String)>,
+) -> Vec<String> {
     let control = support::free_ports(1).to_string();
     let trainer = support::free_ports(1).to_string();
     let launchers: Vec<Launcher> = ips
         .iter()
         .enumerate()
         .map(|(i, ip)| {
-            let own = dir.path().join(&names[i]);
+            let own = dir.join(&names[i]);
             let path = |sub: &str| own.join(sub).display().to_string();
-            let moved = [
+            let mut moved = vec![
                 ("PADDLE_LAUNCHER_WORKDIR", path("work")),
                 ("PADDLE_LAUNCHER_ID_DIR", path("work")),
                 ("PADDLE_LAUNCHER_PROGRESS_FILE", path("progress")),
@@ -455,21 +552,20 @@ fn a_recovering_jobset_restarts_in_place_and_completes() {
                 ("PADDLE_LAUNCHER_TRAINER_PORT", trainer.clone()),
                 ("PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT", "3".to_string()),
             ];
+            moved.extend(system_env(i));
             let mut env = container_env(template, &names[i], ip, &moved);
-            support::mount_job_secret(dir.path(), &mut env);
-            env.push((
-                "KUBECONFIG",
-                dir.path().join("kubeconfig").display().to_string(),
-            ));
+            support::mount_job_secret(dir, &mut env);
+            env.push(("KUBECONFIG", dir.join("kubeconfig").display().to_string()));
             let args: Vec<&str> = template["spec"]["containers"][0]["args"]
                 .as_array()
                 .unwrap()
                 .iter()
                 .map(|a| a.as_str().unwrap())
                 .collect();
-            Launcher::start(dir.path(), &names[i], &args, &env)
+            Launcher::start(dir, &names[i], &args, &env)
         })
         .collect();
+    let mut logs = Vec::new();
     for (i, launcher) in launchers.into_iter().enumerate() {
         let done = launcher.wait(std::time::Duration::from_secs(120));
         assert_eq!(done.code(), 0, "pod {i}:\n{}\n{}", done.stdout, done.stderr);
@@ -479,7 +575,9 @@ fn a_recovering_jobset_restarts_in_place_and_completes() {
             &format!("trainer {i} done in restart epoch 1"),
         );
         assert_contains(&done.stderr, "(after 1 restart of the job)");
+        logs.push(done.stderr);
     }
+    logs
 }
 
 /// A collective trainer of the test: trainer 1 fails in the first attempt; every trainer of a

@@ -124,9 +124,11 @@ pub const DEFAULT_NIC: &str = "eth0";
 /// Next to paddle.distributed.launch's 6170.
 pub const DEFAULT_CONTROL_PORT: u16 = 6171;
 pub const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
-/// Far above any real job; keeps a typo like 1000000 from meaning "a million pods".
 /// The first window of hang detection when none is given: set-up may take long.
 pub const DEFAULT_HANG_FIRST_WINDOW: Duration = Duration::from_secs(1800);
+/// How long the pods may take to be Running when --wait-timeout is not given.
+pub const DEFAULT_WAIT_TIMEOUT_SECONDS: u64 = 1800;
+/// Far above any real job; keeps a typo like 1000000 from meaning "a million pods".
 pub const MAX_PODS: u32 = 100_000;
 
 /// Empty environment variables count as unset, as Kubernetes manifests often carry `value: ""`.

@@ -160,7 +160,11 @@ fn checkpoint_signal(
 
 impl Timing {
     pub fn from_args(args: &JobArgs) -> Result<Timing, ConfigError> {
-        let wait_timeout = seconds(&args.wait_timeout, WAIT_TIMEOUT, 1800)?;
+        let wait_timeout = seconds(
+            &args.wait_timeout,
+            WAIT_TIMEOUT,
+            DEFAULT_WAIT_TIMEOUT_SECONDS,
+        )?;
         let pserver_timeout = seconds(&args.pserver_timeout, PSERVER_TIMEOUT, 300)?;
         let hang_timeout = seconds(&args.hang_timeout, HANG_TIMEOUT, 0)?;
         let grace_given = present(&args.grace_period)
