@@ -1151,29 +1151,42 @@ fn recovering_jobset(request: &ManifestArgs, spec: &mut Value) {
 /// deletes the svc plugin's Service). A pod that fails is not recreated: unless a pod of its
 /// name runs again within the launchers' own wait for a replacement (a preempted pod is
 /// marked Failed before it is deleted), the job is terminated. The agreed end, every launcher
-/// exiting non-zero with the budget spent, fails the job at once: all its pods have ended.
+/// exiting non-zero with the budget spent, fails the job: all its pods have ended.
 /// The coordinator's name needs the headless Service to publish pods before they are ready.
 fn recovering_volcano_job(request: &ManifestArgs, spec: &mut Value) {
     if request.max_restarts == 0 {
         return;
     }
     spec["plugins"]["svc"] = json!(["--publish-not-ready-addresses"]);
-    let wait = pods_wait_timeout(request);
-    spec["policies"] =
-        json!([{"event": "PodFailed", "action": "TerminateJob", "timeout": format!("{wait}s")}]);
+    // Pods that wait for their peers for ever: a failed pod ends nothing either.
+    if let Some(delay) = failed_pod_delay(request) {
+        spec["policies"] = json!([{"event": "PodFailed", "action": "TerminateJob", "timeout": format!("{delay}s")}]);
+    }
 }
 
-/// The seconds the pods' launchers wait for their peers: an `--env` of the pods', or the
-/// launcher's default (0, waiting forever, is the default's too: a policy needs a time).
-fn pods_wait_timeout(request: &ManifestArgs) -> u64 {
+/// How long after a pod fails Volcano may terminate the job unless a pod of its name runs
+/// again: the pods' own wait for their peers (the last `--env` of it, blank meaning the
+/// default, as the kubelet gives the pods the last), from when they have noticed the loss (a
+/// heartbeat timeout, 10 s) and stopped their children (the pod's grace period). None: the
+/// pods wait for ever (0).
+fn failed_pod_delay(request: &ManifestArgs) -> Option<u64> {
     let variable = format!("{}=", options::WAIT_TIMEOUT.env());
-    let given = request.envs.iter().rev().find_map(|env| {
-        let value = env.strip_prefix(&variable)?;
-        value.trim().parse::<u64>().ok()
-    });
-    given
-        .filter(|seconds| *seconds > 0)
-        .unwrap_or(options::DEFAULT_WAIT_TIMEOUT_SECONDS)
+    let given = request
+        .envs
+        .iter()
+        .rev()
+        .find_map(|env| env.strip_prefix(&variable))
+        .map(str::trim)
+        .filter(|value| !value.is_empty());
+    let wait = match given {
+        None => options::DEFAULT_WAIT_TIMEOUT_SECONDS,
+        // Anything else is refused with the pods' own variables (`validate_pods`).
+        Some(value) => value
+            .parse()
+            .unwrap_or(options::DEFAULT_WAIT_TIMEOUT_SECONDS),
+    };
+    const HEARTBEAT_TIMEOUT: u64 = 10;
+    (wait > 0).then(|| wait + HEARTBEAT_TIMEOUT + request.termination_grace_period)
 }
 
 /// `$(NAME)` replaced by the value of a variable defined before it, as the kubelet does with a

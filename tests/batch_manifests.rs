@@ -9,6 +9,7 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 use support::crd::Crd;
+use support::dnsmasq::Dnsmasq;
 use support::{assert_contains, Cluster, Launcher, LAUNCHER};
 
 fn manifest(args: &[&str]) -> Result<Vec<Value>, String> {
@@ -420,7 +421,13 @@ fn a_recovering_jobset_restarts_in_place_and_completes() {
     let ips = ["127.0.36.31", "127.0.36.32"];
     let template = &jobset_in_the_api(&api, &docs, &ips);
     let names: Vec<String> = (0..2).map(|i| format!("js-worker-0-{i}-q")).collect();
-    let logs = recovering_pods_complete(dir.path(), template, &names, &ips, |_| Vec::new());
+    let pods = Pods {
+        template,
+        names: &names,
+        ips: &ips,
+        coordinator: "js-worker-0-0.js",
+    };
+    let logs = recovering_pods_complete(dir.path(), pods, |_| Vec::new());
     for log in logs {
         assert_contains(&log, "JobSet js");
     }
@@ -435,22 +442,35 @@ fn a_recovering_jobset_restarts_in_place_and_completes() {
 #[test]
 fn a_volcano_job_recovers_in_place_as_generated() {
     let crd = Crd::load("batch.volcano.sh_jobs.yaml");
-    for (env, timeout) in [
-        (None, "1800s"),
-        (Some("PADDLE_LAUNCHER_WAIT_TIMEOUT=600"), "600s"),
+    // The pods' wait for their peers (the last one given, blank the default), from when they
+    // have noticed the loss (10 s) and stopped their children (the pod's grace period, 30 s).
+    for (envs, policies) in [
+        (
+            &[][..],
+            json!([{"event": "PodFailed", "action": "TerminateJob", "timeout": "1840s"}]),
+        ),
+        (
+            &["PADDLE_LAUNCHER_WAIT_TIMEOUT=600"],
+            json!([{"event": "PodFailed", "action": "TerminateJob", "timeout": "640s"}]),
+        ),
+        (
+            &[
+                "PADDLE_LAUNCHER_WAIT_TIMEOUT=600",
+                "PADDLE_LAUNCHER_WAIT_TIMEOUT=",
+            ],
+            json!([{"event": "PodFailed", "action": "TerminateJob", "timeout": "1840s"}]),
+        ),
+        // Pods that wait for ever: no failed pod ends the job either.
+        (&["PADDLE_LAUNCHER_WAIT_TIMEOUT=0"], Value::Null),
     ] {
         let mut args = recovering(COLOCATED_VOLCANO);
         let end = args.iter().position(|a| *a == "--").unwrap();
-        if let Some(env) = env {
-            args.splice(end..end, ["--env", env]);
-        }
+        let given: Vec<&str> = envs.iter().flat_map(|env| ["--env", env]).collect();
+        args.splice(end..end, given);
         let docs = manifest(&args).unwrap();
         let job = find(&docs, "Job");
         assert_eq!(crd.violations(job), Vec::<String>::new());
-        assert_eq!(
-            job["spec"]["policies"],
-            json!([{"event": "PodFailed", "action": "TerminateJob", "timeout": timeout}])
-        );
+        assert_eq!(job["spec"]["policies"], policies, "{envs:?}");
         assert_eq!(
             job["spec"]["plugins"]["svc"],
             json!(["--publish-not-ready-addresses"])
@@ -487,7 +507,13 @@ fn a_recovering_volcano_job_restarts_in_place_and_completes() {
         api.put_pod(pod(&names[i], ip, template, marks));
     }
     let hosts = names.iter().map(|n| format!("{n}.vc")).collect::<Vec<_>>();
-    let logs = recovering_pods_complete(dir.path(), template, &names, &ips, |i| {
+    let pods = Pods {
+        template,
+        names: &names,
+        ips: &ips,
+        coordinator: "vc-worker-0.vc",
+    };
+    let logs = recovering_pods_complete(dir.path(), pods, |i| {
         vec![
             ("VC_WORKER_HOSTS", hosts.join(",")),
             ("VC_WORKER_NUM", "2".to_string()),
@@ -518,19 +544,34 @@ fn recovering(args: &[&'static str]) -> Vec<&'static str> {
     args
 }
 
-/// The pods `names` at `ips`, made from `template` (with `system_env(i)` added by their batch
-/// system), run their launchers with exactly its environment (the writable paths moved into
-/// the test's directory, and the coordinator, a DNS name no test resolver serves, given as pod
-/// 0's address). Trainer 1 fails in the first attempt: both pods restart in place, within the
-/// budget the manifest gives, and the job completes.
+/// Two pods of a recovering job as its batch system makes them.
+struct Pods<'a> {
+    template: &'a Value,
+    names: &'a [String],
+    ips: &'a [&'a str],
+    /// The DNS name the system gives pod 0, which the generated environment names the
+    /// coordinator by (a test DNS server gives it pod 0's address).
+    coordinator: &'a str,
+}
+
+/// The pods, made from their template (with `system_env(i)` added by their batch system), run
+/// their launchers with exactly its environment (the writable paths moved into the test's
+/// directory) and a DNS server that has the coordinator's name. Trainer 1 fails in the first
+/// attempt: both pods restart in place, within the budget the manifest gives, and the job
+/// completes.
 fn recovering_pods_complete(
     dir: &std::path::Path,
-    template: &Value,
-    names: &[String],
-    ips: &[&str],
+    pods: Pods,
     system_env: impl Fn(usize) -> Vec<(&'static str, String)>,
 ) -> Vec<String> {
-    let control = support::free_ports(1).to_string();
+    let Pods {
+        template,
+        names,
+        ips,
+        coordinator,
+    } = pods;
+    let dns = Dnsmasq::start(dir);
+    dns.set_records(&[(ips[0], coordinator)]);
     let trainer = support::free_ports(1).to_string();
     let launchers: Vec<Launcher> = ips
         .iter()
@@ -545,10 +586,9 @@ fn recovering_pods_complete(
                 ("HOME", path("home")),
                 ("XDG_CACHE_HOME", path("home/.cache")),
                 (
-                    "PADDLE_LAUNCHER_COORDINATOR",
-                    format!("{}:{control}", ips[0]),
+                    "PADDLE_LAUNCHER_DNS_SERVER",
+                    format!("127.0.0.1:{}", dns.port),
                 ),
-                ("PADDLE_LAUNCHER_CONTROL_PORT", control.clone()),
                 ("PADDLE_LAUNCHER_TRAINER_PORT", trainer.clone()),
                 ("PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT", "3".to_string()),
             ];

@@ -19,9 +19,10 @@ fn the_paths_kubeconfigs_use_select_what_jsonpath_says() {
         "credential": {"access_token": "t0k", "token_expiry": "2026-11-26T18:00:00Z"},
         "items": [{"name": "a"}, {"name": "b"}, {"name": "c"}],
         "dotted.key": 7,
+        "naïve": 9,
         "bracket]key": 8,
     });
-    let table: [(&str, Vec<Value>); 12] = [
+    let table: [(&str, Vec<Value>); 13] = [
         ("$", vec![output.clone()]),
         ("$.credential.access_token", vec![json!("t0k")]),
         (
@@ -37,11 +38,13 @@ fn the_paths_kubeconfigs_use_select_what_jsonpath_says() {
         ("$.items[*].name", vec![json!("a"), json!("b"), json!("c")]),
         ("$.items.*.name", vec![json!("a"), json!("b"), json!("c")]),
         ("$.missing.access_token", vec![]),
+        ("$.items[0].name", vec![json!("a")]),
     ];
     for (path, expected) in table {
         let got: Vec<Value> = answers(&output, path).into_iter().cloned().collect();
         assert_eq!(got, expected, "{path}");
     }
+    assert_eq!(answers(&output, "$.naïve"), vec![&json!(9)]);
     // Out of range, or a step of the wrong kind: nothing, as JSONPath says, not an error.
     assert!(answers(&output, "$.items[3]").is_empty());
     assert!(answers(&output, "$.items.name").is_empty());
@@ -59,6 +62,11 @@ fn a_path_outside_the_subset_is_an_error_naming_it() {
         "$.credential[0:2]",
         "$['credential'",
         "$.credential access_token",
+        "$.items[01]",
+        "$.items[+1]",
+        "$.items[-0]",
+        "$.items[1.0]",
+        "$.items[]",
     ] {
         let error = output.query(path).expect_err(path).to_string();
         assert!(error.contains(&format!("{path:?}")), "{path}: {error}");
@@ -126,4 +134,26 @@ users:
         head.contains("authorization: bearer from-the-helper\r\n"),
         "{head}"
     );
+}
+
+/// The subset is what the launcher builds with: Cargo.lock has jsonpath-rust from this
+/// repository (no registry source), and no regex engine came back with it. A kube upgrade that
+/// asks for a jsonpath-rust the patch does not satisfy would quietly bring the full engine back.
+#[test]
+fn the_lock_file_takes_the_subset_and_no_regex_engine() {
+    let lock = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.lock")).unwrap();
+    let packages: Vec<&str> = lock.split("[[package]]").collect();
+    let named = |name: &str| {
+        packages
+            .iter()
+            .filter(move |p| p.contains(&format!("\nname = \"{name}\"\n")))
+            .copied()
+            .collect::<Vec<&str>>()
+    };
+    let jsonpath = named("jsonpath-rust");
+    assert_eq!(jsonpath.len(), 1, "{jsonpath:?}");
+    assert!(!jsonpath[0].contains("source ="), "{}", jsonpath[0]);
+    for engine in ["regex", "regex-automata", "pest"] {
+        assert!(named(engine).is_empty(), "{engine} is back in Cargo.lock");
+    }
 }

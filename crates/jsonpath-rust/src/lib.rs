@@ -96,15 +96,10 @@ fn parse(path: &str) -> Queried<Vec<Step>> {
             steps.push(match name {
                 "" => return Err(fail("a dot without a name")),
                 "*" => Step::Every,
-                _ if name
-                    .chars()
-                    .all(|c| c.is_alphanumeric() || c == '_' || c == '-') =>
-                {
-                    Step::Member(name.to_string())
-                }
+                _ if name.chars().all(is_name_char) => Step::Member(name.to_string()),
                 _ => {
                     return Err(fail(
-                        "a name after a dot that is not letters, digits, _ or -",
+                        "a name after a dot that is not letters, digits, _, - or non-ASCII",
                     ))
                 }
             });
@@ -153,5 +148,22 @@ fn bracket(inside: &str) -> Option<Step> {
             return None;
         }
     }
-    inside.parse().ok().map(Step::Index)
+    index(inside).map(Step::Index)
+}
+
+/// A name after a dot: RFC 9535's shorthand (letters, digits, `_`, anything not ASCII) and
+/// `-`, which kubectl's JSONPath allows in field names.
+fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || c == '-' || !c.is_ascii()
+}
+
+/// An index as RFC 9535 writes it: `0`, or digits without a leading zero, maybe after `-`.
+fn index(text: &str) -> Option<i64> {
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    let canonical =
+        digits == "0" && !text.starts_with('-') || (!digits.starts_with('0') && !digits.is_empty());
+    let all_digits = digits.chars().all(|c| c.is_ascii_digit());
+    (canonical && all_digits)
+        .then(|| text.parse().ok())
+        .flatten()
 }
