@@ -435,6 +435,19 @@ pub struct JobArgs {
         help_heading = "Recovery"
     )]
     pub max_preemptions: Option<String>,
+    /// An elastic job: it may train on with this many pods up to the job's pod count, when a
+    /// lost pod's replacement is not Running within --elastic-wait, and grows back when pods
+    /// return. Data-parallel jobs found through the Kubernetes API (--protocol collective,
+    /// one kind of pod); needs the control channel (a job secret)
+    /// [default: unset, not elastic: every pod or none].
+    #[arg(long, env = "PADDLE_LAUNCHER_MIN_PODS", help_heading = "Recovery")]
+    pub min_pods: Option<String>,
+    /// Seconds a lost pod's replacement has to be Running before an elastic job goes on
+    /// without it, and the window in which pods that arrive join in one restart: a replacement
+    /// on a node that has the image is Running well within 180, a new node rarely is
+    /// [default: 180].
+    #[arg(long, env = "PADDLE_LAUNCHER_ELASTIC_WAIT", help_heading = "Recovery")]
+    pub elastic_wait: Option<String>,
     /// Seconds a trainer may make no progress before it is judged hung: its threads' stacks are
     /// dumped into its log, then it is stopped (status 80, or a group restart). Progress is
     /// output, or, once the trainer has written it, a write to PADDLE_LAUNCHER_PROGRESS_FILE;
@@ -652,7 +665,11 @@ fn unread_in(name: &str, known: &[String]) -> Option<Option<String>> {
 /// Every variable the launcher reads: its options', the log filter, and what it gives its
 /// children.
 fn known_variables() -> Vec<String> {
-    const OTHERS: &[&str] = &["PADDLE_LAUNCHER_LOG", "PADDLE_LAUNCHER_RESTART_COUNT"];
+    const OTHERS: &[&str] = &[
+        "PADDLE_LAUNCHER_LOG",
+        "PADDLE_LAUNCHER_RESTART_COUNT",
+        "PADDLE_LAUNCHER_FULL_WORLD_SIZE",
+    ];
     let cli = <Cli as clap::CommandFactory>::command();
     let mut known: Vec<String> = cli
         .get_arguments()

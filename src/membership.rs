@@ -463,6 +463,41 @@ pub fn judge(
     }
 }
 
+/// An elastic job's start with fewer pods than it has (one group, the job's pods): the pods
+/// Running with an IP, when nothing else holds the start (the failed-trainer guard, a finished
+/// member, a deleted pod that may still run), no group has more live pods than expected (one
+/// index twice), at least `min` are ready and not all, and either the elastic wait is over
+/// (`waited`) or every member of the attempt that ended is among them with a pod more (the job
+/// grows: nobody else is awaited).
+pub fn elastic_start(
+    verdict: &Verdict,
+    pods: &[Vec<PodView>],
+    expected: usize,
+    min: usize,
+    waited: bool,
+    members_before: &[String],
+) -> Option<Vec<PodView>> {
+    let [pods] = pods else {
+        return None;
+    };
+    let held = verdict.too_many_failed.is_some()
+        || verdict.finished.is_some()
+        || !verdict.still_running.is_empty();
+    let live = pods.iter().filter(|p| p.is_live()).count();
+    let ready: Vec<PodView> = pods
+        .iter()
+        .filter(|p| p.is_live() && p.is_ready())
+        .cloned()
+        .collect();
+    let grows = !members_before.is_empty()
+        && ready.len() > members_before.len()
+        && members_before
+            .iter()
+            .all(|name| ready.iter().any(|p| p.name == *name));
+    let enough = ready.len() >= min && ready.len() < expected;
+    (!held && live <= expected && enough && (waited || grows)).then_some(ready)
+}
+
 /// The job's members by role, each list in rank order. In the colocated layout both lists are the
 /// same pods.
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]

@@ -116,6 +116,17 @@ pub struct ControlPlan {
     pub max_restarts: u32,
     /// Preemptions that restart the job without spending a restart; null: every one.
     pub max_preemptions: Option<u32>,
+    /// An elastic job's range of pods; null: every pod or none.
+    pub elastic: Option<ElasticPlan>,
+}
+
+/// An elastic job as `plan` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ElasticPlan {
+    pub min_pods: u32,
+    pub max_pods: u32,
+    /// How long the pods that are not Running are waited for before the job goes on without.
+    pub elastic_wait_s: u64,
 }
 
 impl ControlPlan {
@@ -135,6 +146,11 @@ impl ControlPlan {
             max_restarts: control.max_restarts,
             max_preemptions: Some(control.max_preemptions)
                 .filter(|&n| n != crate::verdict::UNBOUNDED_PREEMPTIONS),
+            elastic: control.elastic.map(|e| ElasticPlan {
+                min_pods: e.min_pods,
+                max_pods: e.max_pods,
+                elastic_wait_s: e.wait.as_secs(),
+            }),
         })
     }
 }

@@ -80,12 +80,29 @@ impl Job {
     /// The Job controller creates a pod, the kubelet starts it: Running with a new IP, and the
     /// container's entrypoint (the launcher) starts.
     fn create_pod(&mut self) -> usize {
+        let index = self.create_pending_pod();
+        self.run_pod(index);
+        index
+    }
+
+    /// The Job controller creates a pod that the scheduler cannot place yet: Pending.
+    fn create_pending_pod(&mut self) -> usize {
         let index = self.created.len();
         let pod = format!("{}-{index}", self.name);
         let ip = self.reserved_ip.take().unwrap_or_else(loopback_ip);
         let api = &self.cluster.api;
         api.put_pod(job_pod(self.name, &pod));
-        api.set_status("default", &pod, "Running", Some(&ip));
+        api.set_status("default", &pod, "Pending", None);
+        self.created.push((pod, ip, None));
+        index
+    }
+
+    /// The pod is placed and started: Running with its IP, and its launcher starts.
+    fn run_pod(&mut self, index: usize) {
+        let (pod, ip) = (self.created[index].0.clone(), self.created[index].1.clone());
+        self.cluster
+            .api
+            .set_status("default", &pod, "Running", Some(&ip));
         let log = self.termination_log(&pod);
         std::fs::write(&log, "").unwrap();
         let mut env = self.cluster.env(self.name, self.pods);
@@ -141,8 +158,7 @@ impl Job {
         let mut args = vec!["run", "--"];
         args.extend(self.program.iter().map(String::as_str));
         let launcher = Launcher::start(self.cluster.dir.path(), &pod, &args, &env);
-        self.created.push((pod, ip, Some(launcher)));
-        index
+        self.created[index].2 = Some(launcher);
     }
 
     fn create_pods(&mut self, pods: usize) {
@@ -2219,4 +2235,96 @@ fn a_trainer_watch_refused_while_gathering_is_started_again_for_the_attempt() {
     for i in [2, 3, 1, 0] {
         job.ends(i, 0);
     }
+}
+
+/// An elastic job's trainer: what it was told, with its world now and at full size; trains
+/// (sleeps) until the job has restarted twice, then ends.
+const ELASTIC_PROGRAM: &str = r#"echo "rank=$PADDLE_TRAINER_ID count=$PADDLE_LAUNCHER_RESTART_COUNT endpoints=$PADDLE_TRAINER_ENDPOINTS world=$PADDLE_TRAINERS_NUM of=$PADDLE_LAUNCHER_FULL_WORLD_SIZE"
+if [ "$PADDLE_LAUNCHER_RESTART_COUNT" -lt 2 ]; then exec sleep 120; fi
+exec sleep 2"#;
+
+/// A job of 3 pods that may train with 2 (`--min-pods 2`), waiting 3 s for a replacement.
+fn elastic_job(name: &'static str) -> Job {
+    let mut job = Job::new(name, 3, 2);
+    job.program = ["sh", "-c", ELASTIC_PROGRAM].map(String::from).to_vec();
+    job.extra_env.extend([
+        ("PADDLE_LAUNCHER_MIN_PODS", "2".to_string()),
+        ("PADDLE_LAUNCHER_ELASTIC_WAIT", "3".to_string()),
+    ]);
+    job
+}
+
+/// 3 pods, at least 2: a pod lost whose replacement stays Pending (Unschedulable) -> the 2
+/// live pods train on as a 2-pod job (dense ranks, their endpoints, world 2 of 3, the restart
+/// spent); the replacement scheduled -> it arrives, and the job grows back to 3 pods (a free
+/// restart: two restarts in all, the budget of 2 not exceeded by the grow) and completes.
+#[test]
+fn an_elastic_job_trains_on_without_a_lost_pod_and_grows_back() {
+    let mut job = elastic_job("elastic");
+    job.start_training(3);
+    job.kill_pod(1);
+    let replacement = job.create_pending_pod();
+    for i in [0, 2] {
+        job.launcher(i).wait_for_output("count=1 ", LIMIT);
+    }
+    let told = |i: usize| job.launcher(i).stdout_so_far();
+    let two = endpoints(&job, &[0, 2]);
+    for (rank, i) in [0, 2].into_iter().enumerate() {
+        let line = epoch_lines(&[told(i)], 1).pop().unwrap();
+        assert!(line.starts_with(&format!("rank={rank} count=1 ")), "{line}");
+        assert!(line.ends_with(" world=2 of=3"), "{line}");
+        let ips: Vec<&str> = line
+            .split(" endpoints=")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .split(',')
+            .map(|e| e.rsplit_once(':').unwrap().0)
+            .collect();
+        assert_eq!(ips, two, "{line}");
+    }
+    assert_contains(&job.stderr(0), "elastic job: starting with 2 of 3 pods");
+    job.run_pod(replacement);
+    let outputs = job.all_finish_in_epoch(2);
+    assert_restarted_with_world(&outputs, 2, &endpoints(&job, &[0, 2, replacement]));
+    let coordinator = job.stderr(0);
+    assert_contains(
+        &coordinator,
+        &format!("the job grows: elastic-{replacement} joined"),
+    );
+}
+
+/// Two of 3 pods lost with a minimum of 2: the survivor trains alone in no epoch; it says
+/// what it waits for (the minimum, the Running count, the missing pods) while it waits, and
+/// ends at the wait timeout.
+#[test]
+fn an_elastic_job_below_its_minimum_trains_nowhere() {
+    let mut job = elastic_job("alone");
+    job.extra_env
+        .push(("PADDLE_LAUNCHER_WAIT_TIMEOUT", "8".to_string()));
+    job.start_training(3);
+    job.kill_pod(1);
+    job.kill_pod(2);
+    let done = job.created[0].2.take().unwrap().wait(LIMIT);
+    assert_eq!(done.code(), 71, "{}", done.stderr);
+    assert!(!done.stdout.contains("count=1 "), "{}", done.stdout);
+    assert_contains(
+        &done.stderr,
+        "elastic (--min-pods 2): 1 Running, fewer than 2: no pod trains until 2 are",
+    );
+}
+
+/// `assert_restarted_with`, each line also telling the world at full size.
+fn assert_restarted_with_world(outputs: &[String], epoch: u32, members: &[String]) {
+    let lines: Vec<String> = epoch_lines(outputs, epoch)
+        .into_iter()
+        .map(|l| {
+            let (line, world) = l.rsplit_once(" world=").unwrap();
+            assert_eq!(world, format!("{} of=3", members.len()), "{l}");
+            line.to_string()
+        })
+        .collect();
+    assert_restarted_with(&lines, epoch, members);
 }

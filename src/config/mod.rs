@@ -142,6 +142,19 @@ pub struct Control {
     pub max_preemptions: u32,
     /// Where a coordinator named by DNS is resolved (--dns-server); None: resolv.conf.
     pub dns_server: Option<SocketAddr>,
+    /// The job may train on with fewer pods (--min-pods below the pod count).
+    pub elastic: Option<Elastic>,
+}
+
+/// An elastic job: it trains with `min_pods` up to the job's pod count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Elastic {
+    pub min_pods: u32,
+    /// The job's pod count: its size when every pod trains.
+    pub max_pods: u32,
+    /// How long the pods that are not Running are waited for before the job goes on without
+    /// them, and how long arrivals are gathered into one restart.
+    pub wait: Duration,
 }
 
 /// The job's shared secret; never printed.
@@ -365,6 +378,7 @@ impl Config {
         };
         config.settle_trainer_ports()?;
         config.one_list_per_pod()?;
+        config.control.elastic = parts::elastic(args, &config)?;
         Ok(config)
     }
 
@@ -426,6 +440,19 @@ impl Config {
             .filter_map(|g| g.ranking.own_attempt)
             .max()
             .map_or(0, |attempt| u32::try_from(attempt).unwrap_or(u32::MAX))
+    }
+
+    /// The configuration of an attempt of `trainer_pods` pods: an elastic job's world is the
+    /// epoch's members (ranks, world size and endpoints follow), not the pod count it may grow
+    /// back to. Any other job's members are its pod count.
+    pub fn for_epoch(&self, trainer_pods: usize) -> Config {
+        let mut epoch = self.clone();
+        if self.control.elastic.is_some() {
+            let pods = u32::try_from(trainer_pods).unwrap_or(u32::MAX);
+            epoch.topology.trainers = pods;
+            epoch.topology.pservers = pods;
+        }
+        epoch
     }
 
     /// The pods' group this pod belongs to, by its role.
@@ -1032,6 +1059,103 @@ mod tests {
         assert_eq!(
             c.program.trainer_args.rest,
             ["--dot_period=10", "--config=trainer_config.lr.py"]
+        );
+    }
+
+    /// --min-pods and --elastic-wait: an elastic data-parallel job through the API with a
+    /// channel; each other combination refused in one line naming the option, the value and
+    /// what to use.
+    #[test]
+    fn an_elastic_job_is_data_parallel_found_through_the_api_with_a_channel() {
+        let elastic = |f: &dyn Fn(&mut JobArgs)| {
+            with(|a| {
+                a.job_secret = Some("s".repeat(32));
+                a.protocol = Some("collective".into());
+                a.entry = Some("python train.py".into());
+                a.min_pods = Some("2".into());
+                f(a);
+            })
+        };
+        let fine = elastic(&|_| {}).unwrap().control.elastic.unwrap();
+        assert_eq!(fine.min_pods, 2);
+        assert_eq!(fine.wait, DEFAULT_ELASTIC_WAIT);
+        let given = elastic(&|a| a.elastic_wait = Some("0".into())).unwrap();
+        assert_eq!(given.control.elastic.unwrap().wait, Duration::ZERO);
+        // As many as the job has: not elastic.
+        let all = elastic(&|a| a.min_pods = Some("3".into())).unwrap();
+        assert_eq!(all.control.elastic, None);
+        assert_eq!(with(|_| {}).unwrap().control.elastic, None);
+        let refused =
+            |f: &dyn Fn(&mut JobArgs), opt: crate::cli::Opt, value: &str, expected: &str| {
+                let e = elastic(f).unwrap_err().to_string();
+                let head = format!("invalid {} (--", opt.env());
+                let value = format!(": \"{value}\": expected");
+                assert!(
+                    e.starts_with(&head) && e.contains(&value) && e.contains(expected),
+                    "{e}"
+                );
+            };
+        refused(
+            &|a| a.min_pods = Some("0".into()),
+            MIN_PODS,
+            "0",
+            "at most the job's pod count, an integer from 1 to 3",
+        );
+        refused(
+            &|a| a.min_pods = Some("4".into()),
+            MIN_PODS,
+            "4",
+            "from 1 to 3",
+        );
+        refused(
+            &|a| a.job_secret = None,
+            MIN_PODS,
+            "2",
+            "without a job secret",
+        );
+        refused(
+            &|a| a.protocol = Some("v2".into()),
+            MIN_PODS,
+            "2",
+            "--protocol collective",
+        );
+        refused(
+            &|a| {
+                a.role = Some("trainer".into());
+                a.protocol = Some("v2".into());
+                a.trainer_count = Some("3".into());
+                a.pserver_count = Some("2".into());
+            },
+            MIN_PODS,
+            "2",
+            "split layout",
+        );
+        refused(
+            &|a| a.peers = Some("10.0.0.1,10.0.0.2,10.0.0.3".into()),
+            MIN_PODS,
+            "2",
+            "Kubernetes API",
+        );
+        refused(
+            &|a| a.elastic_wait = Some("-1".into()),
+            ELASTIC_WAIT,
+            "-1",
+            "whole seconds",
+        );
+        refused(
+            &|a| a.elastic_wait = Some("1800".into()),
+            ELASTIC_WAIT,
+            "1800",
+            "fewer seconds than --wait-timeout (1800 s)",
+        );
+        refused(
+            &|a| {
+                a.min_pods = None;
+                a.elastic_wait = Some("60".into());
+            },
+            ELASTIC_WAIT,
+            "60",
+            "unset without --min-pods",
         );
     }
 

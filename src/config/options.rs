@@ -58,6 +58,8 @@ pub const CONTROL_PORT: Opt = Opt("control_port");
 pub const HEARTBEAT_TIMEOUT: Opt = Opt("heartbeat_timeout");
 pub const MAX_RESTARTS: Opt = Opt("max_restarts");
 pub const MAX_PREEMPTIONS: Opt = Opt("max_preemptions");
+pub const MIN_PODS: Opt = Opt("min_pods");
+pub const ELASTIC_WAIT: Opt = Opt("elastic_wait");
 pub const RUNTIME: Opt = Opt("runtime");
 
 /// Every option named in this module's messages (a test checks each one has a definition).
@@ -114,6 +116,8 @@ pub(super) const NAMED_OPTIONS: &[Opt] = &[
     HEARTBEAT_TIMEOUT,
     MAX_RESTARTS,
     MAX_PREEMPTIONS,
+    MIN_PODS,
+    ELASTIC_WAIT,
     RUNTIME,
 ];
 
@@ -128,6 +132,11 @@ pub const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
 pub const DEFAULT_HANG_FIRST_WINDOW: Duration = Duration::from_secs(1800);
 /// How long the pods may take to be Running when --wait-timeout is not given.
 pub const DEFAULT_WAIT_TIMEOUT_SECONDS: u64 = 1800;
+/// How long a lost pod's replacement has to be Running before an elastic job goes on without
+/// it, when --elastic-wait is not given: a pod recreated on a node that has the image (behind
+/// the Job controller's first backoffs of 10 and 20 s) is Running well within it; a new node
+/// (an autoscaler's, pulling a GPU image of gigabytes) seldom is, and the job trains meanwhile.
+pub const DEFAULT_ELASTIC_WAIT: Duration = Duration::from_secs(180);
 /// Far above any real job; keeps a typo like 1000000 from meaning "a million pods".
 pub const MAX_PODS: u32 = 100_000;
 

@@ -300,6 +300,7 @@ impl Control {
             ));
         }
         Ok(Control {
+            elastic: None,
             max_restarts,
             max_preemptions: max_preemptions.unwrap_or(UNBOUNDED_PREEMPTIONS),
             dns_server: topology::dns_server(args)?,
@@ -471,4 +472,73 @@ fn parse_pass_through(
         out.overrides.push((name, value));
     }
     Ok(out)
+}
+
+/// --min-pods and --elastic-wait, judged against the rest of the configuration: an elastic job
+/// is data-parallel (every pod alike, no pserver whose count shards the parameters), found
+/// through the Kubernetes API (which tells a pod that is gone from one that is late), with a
+/// control channel (whose coordinator decides each epoch's members). --min-pods equal to the
+/// pod count is no elastic job.
+pub(super) fn elastic(args: &JobArgs, config: &Config) -> Result<Option<Elastic>, ConfigError> {
+    let pods = config.topology.trainers;
+    let Some(text) = present(&args.min_pods) else {
+        if let Some(wait) = present(&args.elastic_wait) {
+            return Err(ConfigError::new(
+                ELASTIC_WAIT,
+                wait,
+                "unset without --min-pods (PADDLE_LAUNCHER_MIN_PODS), which makes a job elastic",
+            ));
+        }
+        return Ok(None);
+    };
+    let range = "a number of pods, at most the job's pod count";
+    let min_pods = parse_int(text, MIN_PODS, 1, u64::from(pods.max(1)), range)? as u32;
+    let refuse = |why: String| Err(ConfigError::new(MIN_PODS, text, why));
+    if !channel_asked(args) {
+        return refuse(
+            "unset without a job secret: the launchers agree on each epoch's pods over the \
+             control channel (set PADDLE_LAUNCHER_JOB_SECRET or PADDLE_LAUNCHER_JOB_SECRET_FILE)"
+                .into(),
+        );
+    }
+    if config.topology.role != PodRole::Both {
+        return refuse(
+            "unset in the split layout: its pserver pods hold the parameters by their count \
+             (an elastic job is data-parallel, every pod alike: --protocol collective)"
+                .into(),
+        );
+    }
+    if config.topology.protocol.has_pservers() {
+        return refuse(format!(
+            "unset with --protocol {}: every pod's pserver holds a share of the parameters by \
+             their count (an elastic job is data-parallel: --protocol collective)",
+            config.topology.protocol
+        ));
+    }
+    if !matches!(config.topology.discovery, Discovery::Kubernetes { .. }) {
+        return refuse(
+            "unset with --peers or --dns: only pods found through the Kubernetes API tell a pod \
+             that is gone from one that is late"
+                .into(),
+        );
+    }
+    let wait = match present(&args.elastic_wait) {
+        None => DEFAULT_ELASTIC_WAIT,
+        Some(_) => seconds(&args.elastic_wait, ELASTIC_WAIT, 0)?,
+    };
+    if let Some(limit) = config.timing.wait_timeout.filter(|limit| wait >= *limit) {
+        return Err(ConfigError::new(
+            ELASTIC_WAIT,
+            &wait.as_secs().to_string(),
+            format!(
+                "fewer seconds than --wait-timeout ({} s), which would end the job before it went on without a pod",
+                limit.as_secs()
+            ),
+        ));
+    }
+    Ok((min_pods < pods).then_some(Elastic {
+        min_pods,
+        max_pods: pods,
+        wait,
+    }))
 }

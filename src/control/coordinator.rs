@@ -188,6 +188,14 @@ pub(super) struct Core {
     told: HashSet<String>,
     membership: Option<Membership>,
     stopped: bool,
+    growth: Option<Growth>,
+    /// Pods that are no member and said hello while the job trained, each on its link: held
+    /// (they hear nothing of the attempt) until it ends, then told how.
+    arrivals: HashMap<String, u64>,
+    /// When the first of them arrived.
+    arrived_at: Option<Instant>,
+    /// The job grows: its attempt ends then (the trainers' checkpoint given its time), why.
+    growing: Option<(Instant, String)>,
 }
 
 /// How a member is named in the job's lines: what it says of itself ("pod p-1 on node n7
@@ -247,6 +255,18 @@ pub(super) struct Setup {
     pub progress_margin: Duration,
     /// See `Core::hello_overdue`.
     pub hello_overdue: Duration,
+    /// An elastic job: pods that join while it trains make it grow.
+    pub growth: Option<Growth>,
+}
+
+/// How an elastic job's coordinator grows the job: a pod that is no member says hello while
+/// the job trains (its pod is Running, its launcher has the job's secret); more may follow
+/// within `window` of the first, then every trainer is asked for a checkpoint, given
+/// `checkpoint_window`, and the job restarts with them, spending no restart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Growth {
+    pub window: Duration,
+    pub checkpoint_window: Duration,
 }
 
 /// One member's last progress report.
@@ -304,6 +324,10 @@ impl Core {
             told: HashSet::new(),
             membership: setup.membership,
             stopped: false,
+            growth: setup.growth,
+            arrivals: HashMap::new(),
+            arrived_at: None,
+            growing: None,
         };
         let mut effects = Vec::new();
         if let Some(reason) = setup.ended {
@@ -427,6 +451,14 @@ impl Core {
         }
         if self.own_success && self.lost.is_none() {
             effects.push(Effect::Broadcast(Message::Bye));
+            // A pod that arrived too late to train: the job it came for has succeeded.
+            for link in self.arrivals.values() {
+                let link = *link;
+                effects.push(Effect::Send {
+                    link,
+                    message: Message::Bye,
+                });
+            }
         } else if self.trainers_succeeded_without_me() {
             effects.push(Effect::Broadcast(Message::Bye));
             // It ends as the pservers it tells do.
@@ -505,9 +537,12 @@ impl Core {
             (None, true) => format!("the job hangs: {}; found by {reason}", self.suspect()),
             (None, false) => reason,
         };
-        let hang = hang && self.preempted.is_none();
-        // Beyond the free preemptions, a preemption is a failure like any other.
+        let hang = hang && self.preempted.is_none() && self.growing.is_none();
+        // Beyond the free preemptions, a preemption is a failure like any other; the job's
+        // growth spends nothing, whatever the allowance (it is told as a preemption: the
+        // launchers count it among the free restarts).
         let (preempted, reason) = match (&self.preempted, &self.stage) {
+            _ if self.growing.is_some() => (true, reason),
             (
                 Some(_),
                 Stage::Running {
@@ -632,6 +667,17 @@ impl Core {
                 self.told.insert(pod);
             }
         }
+        for (_, link) in std::mem::take(&mut self.arrivals) {
+            effects.push(Effect::Send {
+                link,
+                message: Message::Lost {
+                    reason: cut(&reason),
+                    restart,
+                    hang: self.lost_hang,
+                    preempted: self.lost_preempted,
+                },
+            });
+        }
         effects.push(Effect::Broadcast(Message::Verdict { restart }));
         effects.push(Effect::KnowsVerdict { restart });
     }
@@ -713,7 +759,14 @@ impl Core {
         effects: &mut Vec<Effect>,
     ) {
         if !self.is_other.contains(&pod) {
-            effects.push(Effect::Close(link));
+            if pod != self.me
+                && self.growth.is_some()
+                && matches!(self.stage, Stage::Running { .. })
+            {
+                self.arrive(link, pod, effects);
+            } else {
+                effects.push(Effect::Close(link));
+            }
             return;
         }
         if let Some(reason) = &self.refused {
@@ -822,6 +875,14 @@ impl Core {
     }
 
     fn ended_link(&mut self, link: u64, pod: String, why: WireError, effects: &mut Vec<Effect>) {
+        if self.arrivals.get(&pod) == Some(&link) {
+            info!("control channel: {pod}, which had arrived to join the job, left: {why}");
+            self.arrivals.remove(&pod);
+            if self.arrivals.is_empty() && self.growing.is_none() {
+                self.arrived_at = None;
+            }
+            return;
+        }
         if self.links.get(&pod) != Some(&link) {
             return;
         }
@@ -1009,6 +1070,79 @@ impl Core {
         }));
     }
 
+    /// A pod that is no member said hello while the elastic job trains. After the verdict on a
+    /// loss it hears it at once (it gathers with the others); else it is held until the
+    /// attempt ends, and the first arrival opens the window in which others may follow.
+    fn arrive(&mut self, link: u64, pod: String, effects: &mut Vec<Effect>) {
+        if let (Some((reason, _)), Some(restart)) = (&self.lost, self.decided) {
+            let message = Message::Lost {
+                reason: cut(reason),
+                restart,
+                hang: self.lost_hang,
+                preempted: self.lost_preempted,
+            };
+            effects.push(Effect::Send { link, message });
+            return;
+        }
+        if let Some(earlier) = self.arrivals.insert(pod.clone(), link) {
+            effects.push(Effect::Close(earlier));
+        }
+        let training = self.lost.is_none() && self.growing.is_none();
+        match (self.growth, self.arrived_at) {
+            (Some(growth), None) if training => {
+                self.arrived_at = Some(self.now);
+                info!(
+                    "control channel: {pod} arrived to join the job: it grows in {} s, with any pod that arrives meanwhile",
+                    growth.window.as_secs()
+                );
+            }
+            _ => {
+                info!("control channel: {pod} arrived to join the job: it joins at the next start")
+            }
+        }
+    }
+
+    /// The window after the first arrival is over: every trainer is asked for a checkpoint
+    /// and given its time, then the attempt ends as a free restart with the arrivals. Not
+    /// once a member has finished: the job is ending, and a restart could not include it.
+    fn grow_when_due(&mut self, now: Instant, effects: &mut Vec<Effect>) {
+        let Some(growth) = self.growth else {
+            return;
+        };
+        let training = matches!(self.stage, Stage::Running { .. })
+            && self.lost.is_none()
+            && self.done.is_empty()
+            && !self.own_success;
+        if !training {
+            return;
+        }
+        if let (Some(first), None) = (self.arrived_at, &self.growing) {
+            if now.saturating_duration_since(first) < growth.window || self.arrivals.is_empty() {
+                return;
+            }
+            let mut pods: Vec<&str> = self.arrivals.keys().map(String::as_str).collect();
+            pods.sort_unstable();
+            let reason = cut(&format!(
+                "the job grows: {} joined ({})",
+                pods.join(", "),
+                crate::vocabulary::count(pods.len(), "pod")
+            ));
+            if !growth.checkpoint_window.is_zero() {
+                warn!("control channel: {reason}: asking every trainer for a checkpoint, {} s before the restart", growth.checkpoint_window.as_secs());
+                effects.push(Effect::Broadcast(Message::Checkpoint {
+                    reason: reason.clone(),
+                }));
+                effects.push(Effect::Checkpoint(reason.clone()));
+            }
+            self.growing = Some((now + growth.checkpoint_window, reason));
+        }
+        if let Some((at, reason)) = self.growing.clone() {
+            if now >= at {
+                self.lose(reason, "", true, true, false, effects);
+            }
+        }
+    }
+
     /// While gathering, the members that have not said hello `hello_overdue` after the
     /// gathering began, and again after twice as long each time: the line that names them.
     pub(super) fn overdue_hellos(&mut self, now: Instant) -> Option<String> {
@@ -1058,6 +1192,7 @@ impl Core {
         if let Some(line) = self.overdue_hellos(now) {
             warn!("{line}");
         }
+        self.grow_when_due(now, effects);
         let Stage::Gathering { since, .. } = &self.stage else {
             return;
         };
@@ -1115,6 +1250,7 @@ mod tests {
             who: "pod me (trainer id 0 of 3)".into(),
             progress_margin: Duration::from_secs(2),
             hello_overdue: Duration::from_secs(2),
+            growth: None,
         }
     }
 
@@ -1751,6 +1887,145 @@ mod tests {
         ));
         assert!(effects.contains(&Effect::Broadcast(Message::Verdict { restart: false })));
         assert_eq!(core.decided, Some(false));
+    }
+
+    /// An elastic job's coordinator of `me`, `a` and `b`, both joined: arrivals are gathered for
+    /// 60 s, then the trainers get 5 s for their checkpoint.
+    fn elastic_both_joined(at: Instant, checkpoint: u64) -> Core {
+        let growth = Some(Growth {
+            window: Duration::from_secs(60),
+            checkpoint_window: Duration::from_secs(checkpoint),
+        });
+        let (mut core, _) = Core::start(
+            Setup {
+                growth,
+                ..setup(&["a", "b"])
+            },
+            at,
+        );
+        core.step(joined(1, "a"));
+        core.step(joined(2, "b"));
+        core
+    }
+
+    fn lost_of(effects: &[Effect]) -> Option<(bool, bool)> {
+        effects.iter().find_map(|e| match e {
+            Effect::Broadcast(Message::Lost {
+                restart, preempted, ..
+            }) => Some((*restart, *preempted)),
+            _ => None,
+        })
+    }
+
+    /// Pods that are no member say hello while an elastic job trains: held, told nothing;
+    /// the window after the first gathers the others; then every trainer is asked for a
+    /// checkpoint (this launcher's too), and after its window the attempt ends as a free
+    /// restart (told as a preemption: no restart spent), for which the arrivals are told to
+    /// gather once every member has stopped.
+    #[test]
+    fn arrivals_make_an_elastic_job_grow_after_a_checkpoint() {
+        let at = Instant::now();
+        let mut core = elastic_both_joined(at, 5);
+        core.step(Input::Tick(at + Duration::from_secs(10)));
+        assert!(core.step(joined(3, "c")).is_empty(), "c is held");
+        core.step(Input::Tick(at + Duration::from_secs(40)));
+        assert!(core.step(joined(4, "d")).is_empty(), "d is held");
+        let early = core.step(Input::Tick(at + Duration::from_secs(69)));
+        assert!(early.is_empty(), "{early:?}");
+        let asked = core.step(Input::Tick(at + Duration::from_secs(70)));
+        let reason = "the job grows: c, d joined (2 pods)".to_string();
+        assert_eq!(
+            asked,
+            vec![
+                Effect::Broadcast(Message::Checkpoint {
+                    reason: reason.clone()
+                }),
+                Effect::Checkpoint(reason.clone())
+            ]
+        );
+        assert!(core
+            .step(Input::Tick(at + Duration::from_secs(74)))
+            .is_empty());
+        let ended = core.step(Input::Tick(at + Duration::from_secs(75)));
+        assert_eq!(lost_of(&ended), Some((true, true)), "{ended:?}");
+        core.step(said(1, "a", Message::Stopped));
+        core.step(said(2, "b", Message::Stopped));
+        let decided = core.step(Input::Own(Request::Stopped));
+        for link in [3, 4] {
+            let told = decided.iter().any(|e| {
+                matches!(e, Effect::Send { link: l, message: Message::Lost { restart: true, preempted: true, .. } } if *l == link)
+            });
+            assert!(told, "link {link}: {decided:?}");
+        }
+        assert!(decided.contains(&Effect::Broadcast(Message::Verdict { restart: true })));
+    }
+
+    /// Without a checkpoint signal the restart follows the window at once; a grow spends no
+    /// restart even when the free preemptions are used up.
+    #[test]
+    fn a_grow_is_free_whatever_the_preemptions_left() {
+        let at = Instant::now();
+        let growth = Some(Growth {
+            window: Duration::from_secs(60),
+            checkpoint_window: Duration::ZERO,
+        });
+        let mut terms = Terms::first(0);
+        terms.max_preemptions = 0;
+        let (mut core, _) = Core::start(
+            Setup {
+                growth,
+                terms,
+                ..setup(&["a"])
+            },
+            at,
+        );
+        let mut a = joined(1, "a");
+        if let Input::Joined { terms: t, .. } = &mut a {
+            *t = terms;
+        }
+        core.step(a);
+        core.step(joined(2, "c"));
+        let effects = core.step(Input::Tick(at + Duration::from_secs(60)));
+        assert!(!effects.iter().any(|e| matches!(e, Effect::Checkpoint(_))));
+        assert_eq!(lost_of(&effects), Some((true, true)), "{effects:?}");
+    }
+
+    /// What does not grow the job: a pod that is no member without growth (closed); an
+    /// arrival that leaves before the window ends; arrivals once a member has finished (the
+    /// job is ending: they hear its success instead).
+    #[test]
+    fn what_does_not_grow_the_job() {
+        let at = Instant::now();
+        let mut core = both_joined(at);
+        assert_eq!(core.step(joined(3, "c")), vec![Effect::Close(3)]);
+
+        let mut core = elastic_both_joined(at, 0);
+        core.step(joined(3, "c"));
+        core.step(ended(3, "c", WireError::Closed));
+        let later = core.step(Input::Tick(at + Duration::from_secs(120)));
+        assert_eq!(lost_of(&later), None, "{later:?}");
+        // One that comes later opens a window of its own.
+        core.step(Input::Tick(at + Duration::from_secs(200)));
+        core.step(joined(4, "d"));
+        let early = core.step(Input::Tick(at + Duration::from_secs(250)));
+        assert_eq!(lost_of(&early), None, "{early:?}");
+        assert!(lost_of(&core.step(Input::Tick(at + Duration::from_secs(260)))).is_some());
+
+        let mut core = elastic_both_joined(at, 0);
+        core.step(joined(3, "c"));
+        core.step(said(1, "a", Message::Done));
+        let none = core.step(Input::Tick(at + Duration::from_secs(120)));
+        assert_eq!(lost_of(&none), None, "{none:?}");
+        core.step(said(2, "b", Message::Done));
+        let end = core.step(Input::Own(Request::Finish { succeeded: true }));
+        assert!(
+            end.contains(&Effect::Send {
+                link: 3,
+                message: Message::Bye
+            }),
+            "{end:?}"
+        );
+        assert!(core.stopped());
     }
 
     /// Two members running; b's pod is lost (a loss the job may restart from) and its

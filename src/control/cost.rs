@@ -161,6 +161,7 @@ fn started(names: &[String], membership: Option<Membership>) -> (Core, Vec<Effec
         who: String::new(),
         progress_margin: Duration::from_secs(20),
         hello_overdue: Duration::from_secs(30),
+        growth: None,
     };
     Core::start(setup, tokio::time::Instant::now())
 }

@@ -70,6 +70,7 @@ pub(crate) mod sim_net;
 mod simulation;
 mod wire;
 
+pub use coordinator::Growth;
 use coordinator::{Core, Effect, Input, Setup, Terms};
 pub use cost::{measure_coordinator, measure_progress, CoordinatorCost, ProgressCost};
 
@@ -87,6 +88,12 @@ const MAX_HEARTBEAT_MS: u64 = 7 * 24 * 3600 * 1000;
 /// stall the coordinator or to hide a freeze.
 fn heartbeat_said_fits(heartbeat_ms: u64) -> bool {
     heartbeat_ms == 0 || (1000..=MAX_HEARTBEAT_MS).contains(&heartbeat_ms)
+}
+
+/// Whether no member is at `ip`: a pod arriving to join comes from an address of its own (a
+/// name said from a member's address is that member's, or none).
+fn at_address_is_none(others: &[PodAddress], ip: IpAddr) -> bool {
+    !others.iter().any(|m| m.ip == ip)
 }
 
 /// How many addresses that are no member's are named in the log, each at its first connection
@@ -196,6 +203,17 @@ pub struct Joining {
     pub served: Served,
     /// What the channel connects over (`tcp()`).
     pub network: Net,
+    /// The coordinator's, in an elastic job: pods that are no member may join while it trains.
+    pub growth: Option<Growing>,
+}
+
+/// An elastic job's coordinator: how it grows the job, and the pods it may grow by (the job's
+/// pod count less the members): connections from addresses that are no member's are served,
+/// at most `PER_ADDRESS` for each pod it may grow by, all of them authenticated like any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Growing {
+    pub core: coordinator::Growth,
+    pub room: usize,
 }
 
 /// Whether an attempt that a preemption ends, after `preemptions` free ones of the job's
@@ -711,6 +729,10 @@ struct Coordinator {
     refused: u64,
     /// Addresses that are no member's, already named in the log.
     strangers_named: HashSet<IpAddr>,
+    /// In an elastic job: connections from addresses that are no member's may be open at once,
+    /// how many, and how many are.
+    stranger_slots: usize,
+    strangers_open: usize,
     /// What the core said at its start, carried out once the task runs.
     first: Vec<Effect>,
 }
@@ -722,6 +744,9 @@ struct Shared {
     heartbeat_timeout: Duration,
     /// Bytes written to followers, for the record (a big job's fan-out cost).
     sent: std::sync::atomic::AtomicU64,
+    /// An elastic job's coordinator: a hello from a pod that is no member, by its name, is a
+    /// pod arriving to join.
+    admits_arrivals: bool,
 }
 
 impl Coordinator {
@@ -750,6 +775,7 @@ impl Coordinator {
                 who: joining.who,
                 progress_margin: progress_margin(joining.heartbeat_timeout, joining.progress_check),
                 hello_overdue: joining.heartbeat_timeout,
+                growth: joining.growth.map(|g| g.core),
             },
             Instant::now(),
         );
@@ -759,12 +785,15 @@ impl Coordinator {
                 secret: joining.secret,
                 heartbeat_timeout: joining.heartbeat_timeout,
                 sent: std::sync::atomic::AtomicU64::new(0),
+                admits_arrivals: joining.growth.is_some(),
             }),
             core,
             senders: HashMap::new(),
             open: HashMap::new(),
             refused: 0,
             strangers_named: HashSet::new(),
+            stranger_slots: joining.growth.map_or(0, |g| g.room * PER_ADDRESS),
+            strangers_open: 0,
             first,
         }
     }
@@ -775,6 +804,13 @@ impl Coordinator {
     /// nothing but a count a minute.
     fn admit(&mut self, ip: IpAddr) -> bool {
         let pods_there = self.shared.others.iter().filter(|m| m.ip == ip).count();
+        if pods_there == 0 && self.strangers_open < self.stranger_slots {
+            // A pod that may arrive to join an elastic job: served within the slots its room
+            // allows, authenticated like any.
+            self.strangers_open += 1;
+            *self.open.entry(ip).or_insert(0) += 1;
+            return true;
+        }
         if pods_there == 0 {
             if self.strangers_named.len() < STRANGERS_NAMED && self.strangers_named.insert(ip) {
                 warn!("{}", stranger_refused(ip));
@@ -910,6 +946,12 @@ impl Coordinator {
             FromLink::Ended { link, ip, pod, why } => {
                 if let Some(open) = self.open.get_mut(&ip) {
                     *open = open.saturating_sub(1);
+                }
+                if !self.shared.others.iter().any(|m| m.ip == ip) {
+                    self.strangers_open = self.strangers_open.saturating_sub(1);
+                    if self.open.get(&ip) == Some(&0) {
+                        self.open.remove(&ip);
+                    }
                 }
                 self.senders.remove(&link);
                 let Some(pod) = pod else {
@@ -1064,11 +1106,23 @@ async fn serve(
             "" => None,
             name => at_address.into_iter().find(|m| m.name == name),
         };
-        let Some(member) = member else {
-            return Err(WireError::Malformed(format!(
-                "{pod} is not a member of this job at {}",
-                peer.ip()
-            )));
+        let name = match member {
+            Some(member) => member.name.clone(),
+            // An elastic job's arrival: the name it says (the job's secret vouches for it;
+            // the API decides whether it trains, at the next start).
+            None if shared.admits_arrivals
+                && at_address_is_none(&shared.others, peer.ip())
+                && pod.len() <= 253
+                && crate::selector::is_dns_subdomain(&pod) =>
+            {
+                pod.clone()
+            }
+            None => {
+                return Err(WireError::Malformed(format!(
+                    "{pod} is not a member of this job at {}",
+                    peer.ip()
+                )))
+            }
         };
         let terms = Terms {
             next_epoch,
@@ -1077,7 +1131,6 @@ async fn serve(
             max_preemptions,
             nproc_per_pod,
         };
-        let name = member.name.clone();
         Ok((challenge, session, name, view, heartbeat_ms, who, terms))
     };
     let (challenge, session, pod, view, heartbeat_ms, who, terms) = match greeted.await {
@@ -1383,6 +1436,7 @@ mod tests {
             progress_check: Duration::ZERO,
             served: Served::default(),
             network: tcp(),
+            growth: None,
         }
     }
 

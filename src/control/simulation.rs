@@ -257,6 +257,7 @@ impl Sim {
                 who: "pod p-0 (trainer id 0)".into(),
                 progress_margin: Duration::from_secs(2),
                 hello_overdue: Duration::ZERO,
+                growth: None,
             },
             now,
         );

@@ -494,6 +494,7 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
             progress_check: Duration::ZERO,
             served: Served::default(),
             network: net.net(),
+            growth: None,
         })
         .await;
         let mut channel = match joined {

@@ -129,6 +129,7 @@ mod tests {
             progress_check: Duration::ZERO,
             served: Served::default(),
             network: control::tcp(),
+            growth: None,
         })
         .await
         .unwrap();

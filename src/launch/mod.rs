@@ -550,7 +550,7 @@ async fn gather(
                     )
                     .await?
                     {
-                        Some(attempt) => return Ok(Gathered::Attempt(Box::new(attempt))),
+                        Some(gathered) => return Ok(gathered),
                         None => continue,
                     }
                 }
@@ -898,6 +898,7 @@ async fn tell_followers_the_end(
         join_grace: grace,
         membership: None,
         ended: Some(reason),
+        growth: None,
         who: String::new(),
         progress_check: Duration::ZERO,
         served: Served::default(),
@@ -942,7 +943,7 @@ async fn follow_coordinator(
     my_ip: IpAddr,
     inputs: &InputFiles,
     count: Count,
-) -> Result<Option<Attempt>, Error> {
+) -> Result<Option<Gathered>, Error> {
     let mut channel = control::join(Joining {
         role: ControlRole::Follower {
             coordinator,
@@ -980,16 +981,33 @@ async fn follow_coordinator(
         // It watches no pod through the API.
         served: Served::default(),
         network: control::tcp(),
+        growth: None,
     })
     .await
     .map_err(|e| Error::io("cannot join the control channel", e))?;
-    let heard = interruptible(
+    // A pod that arrives once the job has trained to its end (an elastic job's late pod) hears
+    // its success instead of a membership.
+    let word = interruptible(
         Some(supervisor),
         "waiting for the coordinator's membership",
         Breaks::AlsoHup,
-        channel.heard(),
+        heard_or_lost(
+            &mut channel,
+            &mut None,
+            TrainersWatch {
+                done: &mut None,
+                again: &|| None,
+            },
+        ),
     )
     .await?;
+    let heard = match word {
+        Word::Heard(heard) => heard,
+        Word::JobSucceeded(reason) => {
+            channel.close().await;
+            return Ok(Some(Gathered::JobSucceeded(reason)));
+        }
+    };
     let Some(Start {
         epoch,
         membership,
@@ -1024,7 +1042,7 @@ async fn follow_coordinator(
     };
     let (plan, _, me) = plan_for(config, &found, my_ip, inputs)?;
     let who = who(&me.name, &plan, config);
-    Ok(Some(Attempt {
+    Ok(Some(Gathered::Attempt(Box::new(Attempt {
         plan: plan.for_restart(epoch),
         who,
         channel: Some(channel),
@@ -1037,7 +1055,7 @@ async fn follow_coordinator(
         // Nothing of the API is watched here.
         served: Served::default(),
         coordinator_unjoined: None,
-    }))
+    }))))
 }
 
 /// Without a job secret: where the job's channel would be served, when that may be another
@@ -1154,12 +1172,13 @@ fn plan_for(
         config.topology.namespace = found.namespace.clone();
     }
     let membership = found.membership.clone();
-    let me = locate_self(config, &membership, my_ip)?;
+    let epoch = config.for_epoch(membership.trainers.len());
+    let me = locate_self(&epoch, &membership, my_ip)?;
     let stack_handler = config
         .timing
         .hang_timeout
         .map(|_| progress::stack_dump_dir(&config.workspace.progress_file));
-    let plan = protocol::plan(config, &membership, &me, inputs)
+    let plan = protocol::plan(&epoch, &membership, &me, inputs)
         .with_launcher_env(|name| std::env::var(name).ok(), stack_handler.as_deref())
         .for_restart(0);
     info!("{} pod {}: {}", me.name, me.ip, ranks_line(&plan, config));
@@ -1442,7 +1461,9 @@ async fn join_channel(
         (ControlRole::Coordinator { .. }, Some(record)) => record.count_from(count).await,
         _ => count,
     };
+    let growth = growing(config, &role, members.len());
     let channel = control::join(Joining {
+        growth,
         role,
         secret,
         me: me.address(),
@@ -1466,6 +1487,27 @@ async fn join_channel(
     .await
     .map_err(|e| Error::io("cannot serve the control channel", e))?;
     Ok(Found::At(channel))
+}
+
+/// An elastic job's coordinator grows it by the pods it lacks: arrivals are gathered for the
+/// elastic wait, and the trainers given their checkpoint window (none without a checkpoint
+/// signal) before the restart.
+fn growing(config: &Config, role: &ControlRole, members: usize) -> Option<control::Growing> {
+    let elastic = config.control.elastic?;
+    if !matches!(role, ControlRole::Coordinator { .. }) {
+        return None;
+    }
+    let checkpoint_window = config
+        .timing
+        .checkpoint()
+        .map_or(Duration::ZERO, |checkpoint| checkpoint.window);
+    Some(control::Growing {
+        core: control::Growth {
+            window: elastic.wait,
+            checkpoint_window,
+        },
+        room: (elastic.max_pods as usize).saturating_sub(members),
+    })
 }
 
 /// How long the Job's record of the restart count is waited for, read or written.
@@ -1574,6 +1616,7 @@ fn node_name() -> Option<String> {
 pub const NODE_NAME: &str = "NODE_NAME";
 
 /// "trainer id 1 of 3, pserver id 1 of 3": the roles this pod has, nothing for the others.
+/// The trainers are the plan's (an elastic job's epoch may have fewer than the pod count).
 fn ranks_line(plan: &Plan, config: &Config) -> String {
     let mut parts = Vec::new();
     let ids: Vec<usize> = plan
@@ -1582,10 +1625,10 @@ fn ranks_line(plan: &Plan, config: &Config) -> String {
         .collect();
     match (plan.trainer_id, ids.first(), ids.last()) {
         (Some(_), Some(first), Some(last)) if ids.len() > 1 => {
-            let world = crate::protocol::world_size(config);
+            let world = plan.num_gradient_servers * config.topology.processes.per_pod;
             parts.push(format!("trainer ids {first}-{last} of {world}"));
         }
-        (Some(id), _, _) => parts.push(format!("trainer id {id} of {}", config.topology.trainers)),
+        (Some(id), _, _) => parts.push(format!("trainer id {id} of {}", plan.num_gradient_servers)),
         (None, _, _) => {}
     }
     if let Some(id) = plan.pserver_id {

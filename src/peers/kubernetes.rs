@@ -14,10 +14,11 @@ use kube::{Api, Client};
 use tokio::time::{interval_at, sleep, sleep_until, Instant};
 use tracing::{info, warn};
 
-use crate::config::{Group, GroupKind, Ranking};
+use crate::config::{Elastic, Group, GroupKind, Ranking};
 use crate::error::Error;
 use crate::membership::{
-    bound_deletions, judge, lost, Member, PodPhase, PodSet, PodView, Readiness, Served, Verdict,
+    bound_deletions, elastic_start, judge, lost, Member, PodPhase, PodSet, PodView, Readiness,
+    Served, Verdict,
 };
 
 /// Interval of the "still waiting" line, so a stuck job always says why.
@@ -267,9 +268,12 @@ pub async fn wait_until_ready(
     timeout: Option<Duration>,
     max_failed_trainers: Option<u32>,
     members_before: &[String],
+    elastic: Option<Elastic>,
 ) -> Result<(Vec<Vec<PodView>>, PodWatch), Error> {
     let mut watch = PodWatch::start(server, groups);
     let started = Instant::now();
+    // When an elastic job may go on without the pods that are not Running.
+    let elastic_at = elastic.map(|e| started + e.wait);
     let mut deadline = timeout.map(|t| started + t);
     // Since when every pod of the job has been held by a scheduling gate: the job is queued
     // (Kueue), and the wait timeout does not run meanwhile.
@@ -292,6 +296,14 @@ pub async fn wait_until_ready(
         server.url,
         timeout.map_or("none".to_string(), |t| format!("{} s", t.as_secs()))
     );
+    if let Some(e) = elastic {
+        info!(
+            "elastic job (--min-pods {}): after {} s (--elastic-wait) it starts with the pods that are Running then, if at least {} are",
+            e.min_pods,
+            e.wait.as_secs(),
+            e.min_pods
+        );
+    }
     let mut status = format!(
         "no answer from the Kubernetes API server at {} yet",
         server.url
@@ -328,6 +340,7 @@ pub async fn wait_until_ready(
                 }
             }
             _ = async { sleep_until(judge_again.unwrap_or(started)).await }, if judge_again.is_some() && settled => {}
+            _ = async { sleep_until(elastic_at.unwrap_or(started)).await }, if elastic_at.is_some_and(|at| Instant::now() < at) => {}
             _ = progress.tick() => {
                 info!("still waiting after {} s: {status}", started.elapsed().as_secs());
                 continue;
@@ -374,6 +387,31 @@ pub async fn wait_until_ready(
             );
             return Ok((ready, watch));
         }
+        if let Some(e) = elastic {
+            let expected = groups[0].expected as usize;
+            let waited = elastic_at.is_some_and(|at| Instant::now() >= at);
+            let min = e.min_pods as usize;
+            if let Some(ready) =
+                elastic_start(&verdict, &pods, expected, min, waited, members_before)
+            {
+                let names: Vec<&str> = ready.iter().map(|p| p.name.as_str()).collect();
+                let why = if waited {
+                    format!(
+                        "the others are not Running after the elastic wait of {} s",
+                        e.wait.as_secs()
+                    )
+                } else {
+                    "every pod of the last attempt is back, with more".to_string()
+                };
+                info!(
+                    "elastic job: starting with {} of {expected} pods ({}) after {:.1} s: {why}",
+                    ready.len(),
+                    names.join(", "),
+                    started.elapsed().as_secs_f64()
+                );
+                return Ok((vec![ready], watch));
+            }
+        }
         judge_again = verdict
             .judge_again_at()
             .map(|at| Instant::now() + Duration::from_secs(u64::try_from(at - now).unwrap_or(0)));
@@ -401,7 +439,25 @@ pub async fn wait_until_ready(
             }
             _ => {}
         }
-        let line = waiting_line(groups, &verdict);
+        let mut line = waiting_line(groups, &verdict);
+        if let (Some(e), Readiness::Waiting(wait)) = (elastic, &verdict.groups[0]) {
+            line.push_str(&format!(
+                " | elastic (--min-pods {}): {} Running, {}",
+                e.min_pods,
+                wait.ready,
+                if wait.ready < e.min_pods as usize {
+                    format!(
+                        "fewer than {}: no pod trains until {} are",
+                        e.min_pods, e.min_pods
+                    )
+                } else {
+                    format!(
+                        "it starts without the others {} s after the wait began",
+                        e.wait.as_secs()
+                    )
+                }
+            ));
+        }
         if line != status {
             info!("waiting: {line}");
             status = line;

@@ -60,6 +60,7 @@ pub async fn discover(config: &Config, members_before: &[String]) -> Result<Foun
                 config.timing.wait_timeout,
                 config.topology.max_failed_trainers,
                 members_before,
+                config.control.elastic,
             )
             .await?;
             let topology = &config.topology;

@@ -349,7 +349,15 @@ pub fn plan(config: &Config, membership: &Membership, me: &Me, inputs: &InputFil
         .map(|rank| trainers(config, membership, me, jd, rank))
         .unwrap_or_default();
     // The pserver first: it is started first.
-    let processes = pserver.into_iter().chain(trainers).collect();
+    let mut processes: Vec<ProcessSpec> = pserver.into_iter().chain(trainers).collect();
+    if let Some(elastic) = config.control.elastic {
+        // The world at full size, beside this epoch's (PADDLE_TRAINERS_NUM): what a program
+        // rescales its learning rate or data shards by when the job trains with fewer pods.
+        let full = elastic.max_pods * config.topology.processes.per_pod;
+        for process in processes.iter_mut().filter(|p| p.role == Role::Trainer) {
+            process.env.insert(FULL_WORLD_SIZE.into(), full.to_string());
+        }
+    }
     let gate = if me.trainer_rank.is_some() {
         pserver_endpoints(config, membership)
     } else {
@@ -374,6 +382,9 @@ pub fn plan(config: &Config, membership: &Membership, me: &Me, inputs: &InputFil
         sockets: config.ports.sockets.clone(),
     }
 }
+
+/// An elastic job's world size when every pod trains (each trainer's environment).
+pub const FULL_WORLD_SIZE: &str = "PADDLE_LAUNCHER_FULL_WORLD_SIZE";
 
 /// Every pod with its rank and what it runs; a pod in both lists is listed once as "both".
 fn pod_entries(membership: &Membership) -> Vec<PodEntry> {
