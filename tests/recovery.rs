@@ -2240,7 +2240,7 @@ fn a_trainer_watch_refused_while_gathering_is_started_again_for_the_attempt() {
 /// An elastic job's trainer: what it was told, with its world now and at full size; trains
 /// (sleeps) until the job has restarted twice, then ends.
 const ELASTIC_PROGRAM: &str = r#"echo "rank=$PADDLE_TRAINER_ID count=$PADDLE_LAUNCHER_RESTART_COUNT endpoints=$PADDLE_TRAINER_ENDPOINTS world=$PADDLE_TRAINERS_NUM of=$PADDLE_LAUNCHER_FULL_WORLD_SIZE"
-if [ "$PADDLE_LAUNCHER_RESTART_COUNT" -lt 2 ]; then exec sleep 120; fi
+if [ "$PADDLE_LAUNCHER_RESTART_COUNT" -lt "${DONE_FROM:-2}" ]; then exec sleep 120; fi
 exec sleep 2"#;
 
 /// A job of 3 pods that may train with 2 (`--min-pods 2`), waiting 3 s for a replacement.
@@ -2327,4 +2327,75 @@ fn assert_restarted_with_world(outputs: &[String], epoch: u32, members: &[String
         })
         .collect();
     assert_restarted_with(&lines, epoch, members);
+}
+
+/// The coordinator's pod lost (rank 0, the coordinator when none is named), its replacement
+/// Pending: the survivors re-rank (the first of them coordinates) and train on as a 2-pod
+/// job; the replacement, once Running, arrives at the new coordinator and the job grows back.
+#[test]
+fn an_elastic_job_survives_its_coordinators_loss() {
+    let mut job = elastic_job("elcoord");
+    job.start_training(3);
+    job.kill_pod(0);
+    let replacement = job.create_pending_pod();
+    for i in [1, 2] {
+        job.launcher(i).wait_for_output("count=1 ", LIMIT);
+    }
+    assert_contains(&job.stderr(1), "elastic job: starting with 2 of 3 pods");
+    job.run_pod(replacement);
+    let outputs = job.all_finish_in_epoch(2);
+    let all = endpoints(&job, &[1, 2, replacement]);
+    assert_restarted_with_world(&outputs, 2, &all);
+}
+
+/// With a named coordinator (only it finds the pods): a follower lost, its replacement
+/// Pending -> the coordinator starts the 2 Running pods; the replacement, Running, arrives
+/// straight at the coordinator and the job grows back; only the coordinator used the API.
+#[test]
+fn an_elastic_job_with_a_named_coordinator_shrinks_and_grows() {
+    let mut job = elastic_job("elnamed");
+    job.named_coordinator = true;
+    job.start_training(3);
+    job.kill_pod(2);
+    let replacement = job.create_pending_pod();
+    for i in [0, 1] {
+        job.launcher(i).wait_for_output("count=1 ", LIMIT);
+    }
+    job.run_pod(replacement);
+    let outputs = job.all_finish_in_epoch(2);
+    assert_restarted_with_world(&outputs, 2, &endpoints(&job, &[0, 1, replacement]));
+    assert_only_coordinators_used_the_api(&job, &[0]);
+}
+
+/// The coordinator named by DNS (as `manifest` names pod 0) and its pod lost: no survivor can
+/// take its place (the name is the coordinator), so none trains while the name has no
+/// address, past the elastic wait; its replacement, once Running at the name, coordinates and
+/// the job goes on with every pod.
+#[test]
+fn an_elastic_job_waits_for_its_named_coordinators_replacement() {
+    const NAME: &str = "eldns-0.pods.paddle.test";
+    let mut job = elastic_job("eldns");
+    job.extra_env.push(("DONE_FROM", "1".to_string()));
+    let dns = job.coordinator_named(NAME);
+    let first = job.reserve_ip();
+    dns.set_records(&[(&first, NAME)]);
+    job.start_training(3);
+    dns.set_records(&[]);
+    job.kill_pod(0);
+    let next = job.reserve_ip();
+    let replacement = job.create_pending_pod();
+    job.launcher(1)
+        .wait_for_output("waiting for the coordinator's address", LIMIT);
+    std::thread::sleep(Duration::from_secs(5));
+    for i in [1, 2] {
+        let told = job.launcher(i).stdout_so_far();
+        assert!(
+            !told.contains("count=1 "),
+            "pod {i} trained without its coordinator: {told}"
+        );
+    }
+    dns.set_records(&[(&next, NAME)]);
+    job.run_pod(replacement);
+    let outputs = job.all_finish_in_epoch(1);
+    assert_restarted_with_world(&outputs, 1, &endpoints(&job, &[1, 2, replacement]));
 }

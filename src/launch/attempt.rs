@@ -131,11 +131,25 @@ pub(super) fn begin(
             0 => String::new(),
             n => format!(" ({})", lifecycle::restarts_said(n)),
         };
-        let started = format!(
-            "all {} pods of the job found: training started{restarted}",
-            plan.pods.len()
+        let found = match config.control.elastic {
+            Some(elastic) if plan.pods.len() < elastic.max_pods as usize => format!(
+                "{} of the job's {} pods found (elastic, at least {})",
+                plan.pods.len(),
+                elastic.max_pods,
+                elastic.min_pods
+            ),
+            _ => format!("all {} pods of the job found", plan.pods.len()),
+        };
+        events.post(
+            Kind::Normal,
+            "Started",
+            &format!("{found}: training started{restarted}"),
         );
-        events.post(Kind::Normal, "Started", &started);
+        if let Some((reason, message)) =
+            resized(&attempts.members_before, &plan.pods, config.control.elastic)
+        {
+            events.post(Kind::Normal, reason, &message);
+        }
     }
     let mut losses = Vec::new();
     if let (true, Some(loss)) = (config.topology.watch_peers, peer_loss) {
@@ -488,4 +502,86 @@ pub(super) async fn finish(
         events.flush(EVENTS_FLUSH).await;
     }
     outcome
+}
+
+/// An elastic job that starts with other pods than its last attempt: the event that says so
+/// (its reason, its message), naming the pods that left or came. None for the first start and
+/// for a job that is not elastic.
+fn resized(
+    before: &[PodAddress],
+    now: &[PodEntry],
+    elastic: Option<crate::config::Elastic>,
+) -> Option<(&'static str, String)> {
+    let elastic = elastic?;
+    if before.is_empty() || before.len() == now.len() {
+        return None;
+    }
+    let of = |pods: usize| format!("{pods} of {}", elastic.max_pods);
+    let change = format!("from {} to {} pods", of(before.len()), of(now.len()));
+    if now.len() < before.len() {
+        let gone: Vec<&str> = before
+            .iter()
+            .filter(|b| !now.iter().any(|n| n.name == b.name))
+            .map(|b| b.name.as_str())
+            .collect();
+        Some((
+            "ScaledDown",
+            format!(
+                "{change}: {} not Running again within the elastic wait of {} s",
+                gone.join(", "),
+                elastic.wait.as_secs()
+            ),
+        ))
+    } else {
+        let came: Vec<&str> = now
+            .iter()
+            .filter(|n| !before.iter().any(|b| b.name == n.name))
+            .map(|n| n.name.as_str())
+            .collect();
+        Some(("ScaledUp", format!("{change}: {} joined", came.join(", "))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The events of an elastic job's size: down, naming the pods gone and the wait; up,
+    /// naming the pods come; nothing at the first start, at the same size, or when not elastic.
+    #[test]
+    fn an_elastic_jobs_size_changes_are_told() {
+        let pod = |name: &str, last: u8| PodAddress {
+            name: name.into(),
+            ip: std::net::IpAddr::from([10, 0, 0, last]),
+        };
+        let entry = |name: &str, last: u8| PodEntry {
+            name: name.into(),
+            ip: std::net::IpAddr::from([10, 0, 0, last]),
+            rank: 0,
+            role: "both",
+        };
+        let elastic = Some(crate::config::Elastic {
+            min_pods: 2,
+            max_pods: 3,
+            wait: std::time::Duration::from_secs(180),
+        });
+        let three = [pod("j-0", 1), pod("j-1", 2), pod("j-2", 3)];
+        let two = [entry("j-0", 1), entry("j-2", 3)];
+        assert_eq!(
+            resized(&three, &two, elastic),
+            Some((
+                "ScaledDown",
+                "from 3 of 3 to 2 of 3 pods: j-1 not Running again within the elastic wait of 180 s".into()
+            ))
+        );
+        let back = [entry("j-0", 1), entry("j-3", 4), entry("j-2", 3)];
+        let before = [pod("j-0", 1), pod("j-2", 3)];
+        assert_eq!(
+            resized(&before, &back, elastic),
+            Some(("ScaledUp", "from 2 of 3 to 3 of 3 pods: j-3 joined".into()))
+        );
+        assert_eq!(resized(&[], &two, elastic), None);
+        assert_eq!(resized(&before, &two, elastic), None);
+        assert_eq!(resized(&three, &two, None), None);
+    }
 }
