@@ -162,6 +162,16 @@ pub struct ManifestArgs {
     /// [default: no bound].
     #[arg(long)]
     pub max_preemptions: Option<u32>,
+    /// An elastic job (PADDLE_LAUNCHER_MIN_PODS): it may train on with this many pods up to
+    /// --trainers; needs --max-restarts (each shrink spends one) and --protocol collective.
+    /// The Job succeeds when its coordinator's pod (index 0) has, so that a shrunk job
+    /// completes (successPolicy, Kubernetes 1.31 and later) [default: not elastic].
+    #[arg(long)]
+    pub min_pods: Option<u32>,
+    /// Seconds a lost pod's replacement has to be Running before an elastic job goes on
+    /// without it (PADDLE_LAUNCHER_ELASTIC_WAIT) [default: the launcher's, 180].
+    #[arg(long)]
+    pub elastic_wait: Option<u64>,
     /// Seconds a trainer may make no progress (no output, or no write to its progress file)
     /// before it is judged hung, its stacks logged and the pod ended with status 80 (or the job
     /// restarted); 0 leaves hang detection off. 15 minutes without a line of output is rarely

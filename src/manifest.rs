@@ -209,6 +209,20 @@ pub fn documents(request: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
             "job with --dns or --indexed (under JobSet, Trainer v2 and Volcano the system's own indexes rank the pods and its own DNS names them)",
         ));
     }
+    if let (Some(min), true) = (request.min_pods, request.runtime != ManifestRuntime::Job) {
+        return Err(invalid(
+            "--min-pods",
+            &min.to_string(),
+            "unset with --runtime jobset, trainer or volcano (elastic jobs are generated as an Indexed Job, whose success policy lets a shrunk job complete)",
+        ));
+    }
+    if let (Some(min), 0) = (request.min_pods, request.max_restarts) {
+        return Err(invalid(
+            "--min-pods",
+            &min.to_string(),
+            "--max-restarts of at least 1 too: every time the job goes on with fewer pods it spends a restart",
+        ));
+    }
     if let Some(queue) = &request.queue {
         if !(queue.len() <= 63 && is_dns_subdomain(queue)) {
             return Err(invalid(
@@ -600,6 +614,12 @@ fn options_from_flags(request: &ManifestArgs, kind: &PodKind) -> Vec<(Opt, &'sta
     if let Some(free) = request.max_preemptions {
         let free = free.to_string();
         set.push((options::MAX_PREEMPTIONS, "--max-preemptions", free));
+    }
+    if let Some(min) = request.min_pods {
+        set.push((options::MIN_PODS, "--min-pods", min.to_string()));
+    }
+    if let Some(wait) = request.elastic_wait {
+        set.push((options::ELASTIC_WAIT, "--elastic-wait", wait.to_string()));
     }
     if named_coordinator(request) {
         // The Indexed Job's first pod, by the name its replacement keeps.
@@ -1002,6 +1022,13 @@ fn job(request: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Val
         // counted: preemption and eviction (DisruptionTarget); counted, not fatal: a container
         // killed from outside (137: SIGKILL or OOM; 143: SIGTERM, the pod deleted).
         spec["backoffLimit"] = json!(request.max_restarts);
+        if elastic(request) {
+            // A shrunk job's missing pods never succeed: the job's success is its
+            // coordinator's (pod 0 ends last, once every trainer has), after which the Job
+            // controller ends the pods left (a replacement still Pending).
+            spec["successPolicy"] =
+                json!({"rules": [{"succeededIndexes": "0", "succeededCount": 1}]});
+        }
         spec["podFailurePolicy"] = json!({"rules": [
             {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
             {"action": "FailJob", "onExitCodes": {"containerName": container_name(kind),
@@ -1234,6 +1261,11 @@ fn jobset_name_field() -> String {
 /// Whether the pods get a named coordinator: for restarts (its replacement keeps the name), and
 /// for big jobs (only it uses the API). Not for the split layout, whose pservers watch the
 /// trainers themselves, nor with --dns, which needs no API.
+/// Whether the job is elastic: a minimum below its pod count.
+fn elastic(request: &ManifestArgs) -> bool {
+    request.min_pods.is_some_and(|min| min < request.trainers)
+}
+
 fn named_coordinator(request: &ManifestArgs) -> bool {
     request.runtime == ManifestRuntime::Job
         && crate::launch::coordination::named_in_manifest(

@@ -1109,3 +1109,103 @@ fn gpu_pods_run_one_trainer_process_per_gpu() {
     let (code, _, stderr) = manifest_output(&["--nproc-per-pod", "2", "--", "python", "/t.py"]);
     assert_eq!(code, Some(2), "v1 runs one trainer per pod: {stderr}");
 }
+
+/// `--min-pods`: an elastic Indexed Job. Every pod gets the range (and the elastic wait when
+/// given); the Job succeeds when its coordinator's pod (index 0) has, so that a job that shrank
+/// completes; it is a valid Job on every Kubernetes with success policies (1.31 on, beta
+/// there); a pod launched from it plans with the range. Refused: without restarts, under
+/// another runtime, above the pod count, with a protocol that has pservers.
+#[test]
+fn an_elastic_job_is_generated_with_its_range_and_a_success_policy() {
+    let args = [
+        "--job-name",
+        "el",
+        "--image",
+        "example.com/t/p:v1",
+        "--trainers",
+        "4",
+        "--protocol",
+        "collective",
+        "--max-restarts",
+        "3",
+        "--min-pods",
+        "2",
+        "--elastic-wait",
+        "120",
+        "--",
+        "python",
+        "/workspace/train.py",
+    ];
+    let text = manifest(&args);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("elastic.yaml");
+    std::fs::write(&file, &text).unwrap();
+    let validate = support::manifest_tool("kubernetes-validate");
+    for version in ["1.31", "1.37"] {
+        let out = Command::new(&validate)
+            .args(["--strict", "--kubernetes-version", version])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{version}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    let job = docs.iter().find(|d| d["kind"] == "Job").unwrap();
+    assert_eq!(
+        job["spec"]["successPolicy"],
+        json!({"rules": [{"succeededIndexes": "0", "succeededCount": 1}]})
+    );
+    let env = job["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap();
+    let value = |name: &str| {
+        env.iter()
+            .find(|e| e["name"] == name)
+            .map(|e| e["value"].clone())
+    };
+    assert_eq!(value("PADDLE_LAUNCHER_MIN_PODS"), Some(json!("2")));
+    assert_eq!(value("PADDLE_LAUNCHER_ELASTIC_WAIT"), Some(json!("120")));
+    // A pod of it, as the Job controller makes it: its launcher plans with the range.
+    let Cluster { api, dir } = Cluster::new();
+    let pods = pods_of(&api, job, 140);
+    let mut env = pod_env(job, &pods[1]);
+    support::mount_job_secret(dir.path(), &mut env);
+    env.push((
+        "KUBECONFIG",
+        dir.path().join("kubeconfig").display().to_string(),
+    ));
+    let argv = ["plan", "--", "python", "/workspace/train.py"];
+    let done = Launcher::start(dir.path(), &pods[1].0, &argv, &env)
+        .wait(std::time::Duration::from_secs(60));
+    assert_eq!(done.code(), 0, "{}", done.stderr);
+    let plan: Value = serde_json::from_str(&done.stdout).unwrap();
+    assert_eq!(plan["num_gradient_servers"], 4);
+    assert_eq!(
+        plan["control"]["elastic"],
+        json!({"min_pods": 2, "max_pods": 4, "elastic_wait_s": 120})
+    );
+    for (extra, said) in [
+        (&["--min-pods", "2"][..], "invalid --min-pods: \"2\": expected --max-restarts of at least 1 too"),
+        (
+            &["--min-pods", "2", "--max-restarts", "1", "--runtime", "jobset"],
+            "invalid --min-pods: \"2\": expected unset with --runtime jobset, trainer or volcano",
+        ),
+        (
+            &["--min-pods", "5", "--max-restarts", "1", "--protocol", "collective", "--trainers", "4", "--", "python", "t.py"],
+            "invalid --min-pods: \"5\": expected a number of pods, at most the job's pod count, an integer from 1 to 4",
+        ),
+        (
+            &["--min-pods", "2", "--max-restarts", "1", "--protocol", "v2", "--trainers", "4", "--", "python", "t.py"],
+            "expected unset with --protocol v2: every pod's pserver holds a share",
+        ),
+    ] {
+        let (code, out, err) = manifest_output(extra);
+        assert_eq!(code, Some(2), "{extra:?}: {err}");
+        assert!(out.is_empty(), "{out}");
+        assert_contains(&err, said);
+    }
+}
