@@ -150,6 +150,9 @@ pub async fn doctor(
         count(config.topology.pservers as usize, "pserver"),
         config.topology.protocol
     ));
+    if let Some(elastic) = config.control.elastic {
+        lines.push(elastic_line(elastic));
+    }
     let seen = crate::devices::seen();
     if let Err(e) = crate::devices::resolve(&mut config, &seen, crate::devices::cpus()) {
         return (
@@ -417,6 +420,16 @@ fn missing_command(command: &str, path: Option<&str>) -> Option<(i32, String)> {
 }
 
 /// Where this pod stands in the control channel, in plain words.
+/// An elastic job's range, as `doctor` says it.
+fn elastic_line(elastic: crate::config::Elastic) -> String {
+    format!(
+        "elastic: trains with {} to {} pods, waiting {} s for a lost pod's replacement (--elastic-wait), gathering arrivals as long",
+        elastic.min_pods,
+        elastic.max_pods,
+        elastic.wait.as_secs()
+    )
+}
+
 fn control_line(config: &Config, membership: &Membership, me: &crate::membership::Me) -> String {
     match crate::plan::ControlPlan::new(config, membership, me) {
         None => "control channel: off (no PADDLE_LAUNCHER_JOB_SECRET or _FILE)".to_string(),

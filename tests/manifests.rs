@@ -1188,6 +1188,13 @@ fn an_elastic_job_is_generated_with_its_range_and_a_success_policy() {
         plan["control"]["elastic"],
         json!({"min_pods": 2, "max_pods": 4, "elastic_wait_s": 120})
     );
+    let argv = ["doctor", "--", "python", "/workspace/train.py"];
+    let done =
+        Launcher::start(dir.path(), "doctor", &argv, &env).wait(std::time::Duration::from_secs(60));
+    assert_contains(
+        &done.stdout,
+        "\nelastic: trains with 2 to 4 pods, waiting 120 s for a lost pod's replacement (--elastic-wait)",
+    );
     for (extra, said) in [
         (&["--min-pods", "2"][..], "invalid --min-pods: \"2\": expected --max-restarts of at least 1 too"),
         (
