@@ -448,8 +448,8 @@ pub struct JobArgs {
     /// An elastic job: it may train on with this many pods up to the job's pod count, when a
     /// lost pod's replacement is not Running within --elastic-wait, and grows back when pods
     /// return. Data-parallel jobs found through the Kubernetes API (--protocol collective,
-    /// one kind of pod); needs the control channel (a job secret)
-    /// [default: unset, not elastic: every pod or none].
+    /// one kind of pod); needs the control channel (a job secret) and a named coordinator
+    /// (--coordinator) [default: unset, not elastic: every pod or none].
     #[arg(long, env = "PADDLE_LAUNCHER_MIN_PODS", help_heading = "Recovery")]
     pub min_pods: Option<String>,
     /// Seconds a lost pod's replacement has to be Running before an elastic job goes on

@@ -143,6 +143,12 @@ pub async fn doctor(
     if config.control.is_on() {
         crate::launch::derive_coordinator(&mut config);
     }
+    if let Err(e) = crate::launch::coordination::elastic_needs_a_named_coordinator(&config) {
+        return (
+            lines,
+            Outcome::new(exit::INVALID_CONFIG, format!("configuration: {e}")),
+        );
+    }
     lines.push(format!(
         "configuration: OK (job {}, {}, {}, protocol {})",
         config.topology.job_name,

@@ -768,6 +768,90 @@ pub(crate) mod tests {
         }
     }
 
+    /// An elastic job of 3, at least 2: it starts without the pods that are not Running only
+    /// after the elastic wait, with at least the minimum; at once when every member of the last
+    /// attempt is back with more; never while something else holds the start, with one index
+    /// twice, with all 3 (the usual start), or below the minimum.
+    #[test]
+    fn an_elastic_job_starts_with_the_running_pods_when_the_rule_says() {
+        let group = Group {
+            kind: GroupKind::Job,
+            selector: crate::selector::LabelSelector::parse("job-name=j").unwrap(),
+            expected: 3,
+            ranking: crate::config::Ranking::default(),
+        };
+        let groups = std::slice::from_ref(&group);
+        let running = |name: &str, last: u8| pod(name, Some(&format!("10.0.0.{last}")), "Running");
+        let pending = |name: &str| pod(name, None, "Pending");
+        let start = |pods: Vec<PodView>, waited: bool, before: &[&str]| {
+            let before: Vec<String> = before.iter().map(|b| b.to_string()).collect();
+            let pods = vec![pods];
+            let verdict = judge(groups, &pods, None, &before, &[], 0);
+            elastic_start(&verdict, &pods, 3, 2, waited, &before)
+                .map(|ready| ready.into_iter().map(|p| p.name).collect::<Vec<_>>())
+        };
+        let two = || vec![running("a", 1), running("b", 2), pending("c")];
+        assert_eq!(
+            start(two(), true, &["a", "b", "c"]),
+            Some(vec!["a".into(), "b".into()])
+        );
+        assert_eq!(
+            start(two(), false, &["a", "b", "c"]),
+            None,
+            "before the wait"
+        );
+        let one = vec![running("a", 1), pending("b"), pending("c")];
+        assert_eq!(
+            start(one, true, &["a", "b", "c"]),
+            None,
+            "below the minimum"
+        );
+        let all = vec![running("a", 1), running("b", 2), running("c", 3)];
+        assert_eq!(start(all, true, &[]), None, "all 3 start as any job does");
+        // Grown: the last attempt's 2 members are back with one more... of 4 expected.
+        let four = Group {
+            expected: 4,
+            ..group.clone()
+        };
+        let grown = vec![vec![
+            running("a", 1),
+            running("b", 2),
+            running("d", 4),
+            pending("c"),
+        ]];
+        let before = ["a", "b"].map(String::from);
+        let verdict = judge(std::slice::from_ref(&four), &grown, None, &before, &[], 0);
+        let names = |ready: Option<Vec<PodView>>| ready.map(|r| r.len());
+        assert_eq!(
+            names(elastic_start(&verdict, &grown, 4, 2, false, &before)),
+            Some(3)
+        );
+        // ... but not with one of them missing (a loss: the wait runs).
+        let lost = ["a", "b", "e"].map(String::from);
+        assert_eq!(
+            names(elastic_start(&verdict, &grown, 4, 2, false, &lost)),
+            None
+        );
+        // Held: a member finished, or a pod of one index twice (more live pods than expected).
+        let finished = vec![
+            running("a", 1),
+            running("b", 2),
+            pod("c", None, "Succeeded"),
+        ];
+        assert_eq!(
+            start(finished, true, &["a", "b", "c"]),
+            None,
+            "a member finished"
+        );
+        let twice = vec![
+            running("a", 1),
+            running("b", 2),
+            pending("c"),
+            pending("c2"),
+        ];
+        assert_eq!(start(twice, true, &[]), None, "4 live pods of 3");
+    }
+
     /// A pod that Succeeded is ignored when the job starts, but a member that did rules out a
     /// restart: it will never rejoin, so the others end at once instead of waiting for it.
     #[test]

@@ -2243,9 +2243,11 @@ const ELASTIC_PROGRAM: &str = r#"echo "rank=$PADDLE_TRAINER_ID count=$PADDLE_LAU
 if [ "$PADDLE_LAUNCHER_RESTART_COUNT" -lt "${DONE_FROM:-2}" ]; then exec sleep 120; fi
 exec sleep 2"#;
 
-/// A job of 3 pods that may train with 2 (`--min-pods 2`), waiting 3 s for a replacement.
+/// A job of 3 pods that may train with 2 (`--min-pods 2`), waiting 3 s for a replacement;
+/// pod 0 is named the coordinator (by its address).
 fn elastic_job(name: &'static str) -> Job {
     let mut job = Job::new(name, 3, 2);
+    job.named_coordinator = true;
     job.program = ["sh", "-c", ELASTIC_PROGRAM].map(String::from).to_vec();
     job.extra_env.extend([
         ("PADDLE_LAUNCHER_MIN_PODS", "2".to_string()),
@@ -2329,44 +2331,6 @@ fn assert_restarted_with_world(outputs: &[String], epoch: u32, members: &[String
     assert_restarted_with(&lines, epoch, members);
 }
 
-/// The coordinator's pod lost (rank 0, the coordinator when none is named), its replacement
-/// Pending: the survivors re-rank (the first of them coordinates) and train on as a 2-pod
-/// job; the replacement, once Running, arrives at the new coordinator and the job grows back.
-#[test]
-fn an_elastic_job_survives_its_coordinators_loss() {
-    let mut job = elastic_job("elcoord");
-    job.start_training(3);
-    job.kill_pod(0);
-    let replacement = job.create_pending_pod();
-    for i in [1, 2] {
-        job.launcher(i).wait_for_output("count=1 ", LIMIT);
-    }
-    assert_contains(&job.stderr(1), "elastic job: starting with 2 of 3 pods");
-    job.run_pod(replacement);
-    let outputs = job.all_finish_in_epoch(2);
-    let all = endpoints(&job, &[1, 2, replacement]);
-    assert_restarted_with_world(&outputs, 2, &all);
-}
-
-/// With a named coordinator (only it finds the pods): a follower lost, its replacement
-/// Pending -> the coordinator starts the 2 Running pods; the replacement, Running, arrives
-/// straight at the coordinator and the job grows back; only the coordinator used the API.
-#[test]
-fn an_elastic_job_with_a_named_coordinator_shrinks_and_grows() {
-    let mut job = elastic_job("elnamed");
-    job.named_coordinator = true;
-    job.start_training(3);
-    job.kill_pod(2);
-    let replacement = job.create_pending_pod();
-    for i in [0, 1] {
-        job.launcher(i).wait_for_output("count=1 ", LIMIT);
-    }
-    job.run_pod(replacement);
-    let outputs = job.all_finish_in_epoch(2);
-    assert_restarted_with_world(&outputs, 2, &endpoints(&job, &[0, 1, replacement]));
-    assert_only_coordinators_used_the_api(&job, &[0]);
-}
-
 /// The coordinator named by DNS (as `manifest` names pod 0) and its pod lost: no survivor can
 /// take its place (the name is the coordinator), so none trains while the name has no
 /// address, past the elastic wait; its replacement, once Running at the name, coordinates and
@@ -2398,4 +2362,20 @@ fn an_elastic_job_waits_for_its_named_coordinators_replacement() {
     job.run_pod(replacement);
     let outputs = job.all_finish_in_epoch(1);
     assert_restarted_with_world(&outputs, 1, &endpoints(&job, &[1, 2, replacement]));
+}
+
+/// Without a named coordinator every launcher would decide the epoch on its own clock: an
+/// elastic job without one is refused at the start, in one line naming --min-pods and what to
+/// use.
+#[test]
+fn an_elastic_job_without_a_named_coordinator_is_refused() {
+    let mut job = elastic_job("elnone");
+    job.named_coordinator = false;
+    job.create_pods(1);
+    let done = job.created[0].2.take().unwrap().wait(LIMIT);
+    assert_eq!(done.code(), 2, "{}", done.stderr);
+    assert_contains(
+        &done.stderr,
+        "invalid PADDLE_LAUNCHER_MIN_PODS (--min-pods): \"2\": expected unset without a named coordinator: --coordinator HOST:PORT",
+    );
 }

@@ -1079,8 +1079,8 @@ mod tests {
         let fine = elastic(&|_| {}).unwrap().control.elastic.unwrap();
         assert_eq!(fine.min_pods, 2);
         assert_eq!(fine.wait, DEFAULT_ELASTIC_WAIT);
-        let given = elastic(&|a| a.elastic_wait = Some("0".into())).unwrap();
-        assert_eq!(given.control.elastic.unwrap().wait, Duration::ZERO);
+        let given = elastic(&|a| a.elastic_wait = Some("1".into())).unwrap();
+        assert_eq!(given.control.elastic.unwrap().wait, Duration::from_secs(1));
         // As many as the job has: not elastic.
         let all = elastic(&|a| a.min_pods = Some("3".into())).unwrap();
         assert_eq!(all.control.elastic, None);

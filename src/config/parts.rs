@@ -526,6 +526,15 @@ pub(super) fn elastic(args: &JobArgs, config: &Config) -> Result<Option<Elastic>
         None => DEFAULT_ELASTIC_WAIT,
         Some(_) => seconds(&args.elastic_wait, ELASTIC_WAIT, 0)?,
     };
+    if wait.is_zero() {
+        // Every pod that came back a moment late would shrink the job, and every arrival
+        // restart it at once.
+        return Err(ConfigError::new(
+            ELASTIC_WAIT,
+            "0",
+            "whole seconds from 1: the time a replacement has to be Running, and arrivals to gather",
+        ));
+    }
     if let Some(limit) = config.timing.wait_timeout.filter(|limit| wait >= *limit) {
         return Err(ConfigError::new(
             ELASTIC_WAIT,

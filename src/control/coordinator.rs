@@ -196,6 +196,9 @@ pub(super) struct Core {
     arrived_at: Option<Instant>,
     /// The job grows: its attempt ends then (the trainers' checkpoint given its time), why.
     growing: Option<(Instant, String)>,
+    /// The loss being told is the job's growth (a free restart); any other loss in the
+    /// checkpoint window before it is a loss like any.
+    losing_by_growth: bool,
 }
 
 /// How a member is named in the job's lines: what it says of itself ("pod p-1 on node n7
@@ -328,6 +331,7 @@ impl Core {
             arrivals: HashMap::new(),
             arrived_at: None,
             growing: None,
+            losing_by_growth: false,
         };
         let mut effects = Vec::new();
         if let Some(reason) = setup.ended {
@@ -527,6 +531,7 @@ impl Core {
         hang: bool,
         effects: &mut Vec<Effect>,
     ) {
+        let grown = std::mem::take(&mut self.losing_by_growth);
         if self.lost.is_some() || matches!(self.stage, Stage::Closing) {
             return;
         }
@@ -537,12 +542,12 @@ impl Core {
             (None, true) => format!("the job hangs: {}; found by {reason}", self.suspect()),
             (None, false) => reason,
         };
-        let hang = hang && self.preempted.is_none() && self.growing.is_none();
+        let hang = hang && self.preempted.is_none();
         // Beyond the free preemptions, a preemption is a failure like any other; the job's
         // growth spends nothing, whatever the allowance (it is told as a preemption: the
         // launchers count it among the free restarts).
         let (preempted, reason) = match (&self.preempted, &self.stage) {
-            _ if self.growing.is_some() => (true, reason),
+            _ if grown => (true, reason),
             (
                 Some(_),
                 Stage::Running {
@@ -938,12 +943,17 @@ impl Core {
             .map(|c| if c.is_control() { ' ' } else { c })
             .collect();
         let reason = cut(&printable);
-        warn!("control channel: {reason}: asking every trainer for a checkpoint");
-        effects.push(Effect::Broadcast(Message::Checkpoint {
-            reason: reason.clone(),
-        }));
-        if pod != self.me {
-            effects.push(Effect::Checkpoint(reason.clone()));
+        // The job's growth asked every trainer for a checkpoint already: once is enough.
+        if self.growing.is_some() {
+            warn!("control channel: {reason}: every trainer was asked for a checkpoint already, for the job's growth");
+        } else {
+            warn!("control channel: {reason}: asking every trainer for a checkpoint");
+            effects.push(Effect::Broadcast(Message::Checkpoint {
+                reason: reason.clone(),
+            }));
+            if pod != self.me {
+                effects.push(Effect::Checkpoint(reason.clone()));
+            }
         }
         self.preempted = Some((pod, reason));
     }
@@ -1109,11 +1119,16 @@ impl Core {
         let Some(growth) = self.growth else {
             return;
         };
+        // A preemption asked every trainer for a checkpoint already: its end restarts the job,
+        // with the arrivals.
         let training = matches!(self.stage, Stage::Running { .. })
             && self.lost.is_none()
             && self.done.is_empty()
-            && !self.own_success;
+            && !self.own_success
+            && self.preempted.is_none();
         if !training {
+            // A member finished (the job is ending, and the arrivals hear how), or was
+            // preempted (its end restarts the job, with them).
             return;
         }
         if let (Some(first), None) = (self.arrived_at, &self.growing) {
@@ -1138,6 +1153,7 @@ impl Core {
         }
         if let Some((at, reason)) = self.growing.clone() {
             if now >= at {
+                self.losing_by_growth = true;
                 self.lose(reason, "", true, true, false, effects);
             }
         }

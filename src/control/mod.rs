@@ -804,9 +804,12 @@ impl Coordinator {
     /// nothing but a count a minute.
     fn admit(&mut self, ip: IpAddr) -> bool {
         let pods_there = self.shared.others.iter().filter(|m| m.ip == ip).count();
-        if pods_there == 0 && self.strangers_open < self.stranger_slots {
+        let from_there = self.open.get(&ip).copied().unwrap_or(0);
+        if pods_there == 0 && self.strangers_open < self.stranger_slots && from_there < PER_ADDRESS
+        {
             // A pod that may arrive to join an elastic job: served within the slots its room
-            // allows, authenticated like any.
+            // allows, a few per address like a member's (one address cannot take them all),
+            // authenticated like any.
             self.strangers_open += 1;
             *self.open.entry(ip).or_insert(0) += 1;
             return true;
@@ -1112,6 +1115,7 @@ async fn serve(
             // the API decides whether it trains, at the next start).
             None if shared.admits_arrivals
                 && at_address_is_none(&shared.others, peer.ip())
+                && !shared.others.iter().any(|m| m.name == pod)
                 && pod.len() <= 253
                 && crate::selector::is_dns_subdomain(&pod) =>
             {
@@ -1403,6 +1407,36 @@ mod tests {
         let moved = [member("a", "10.0.0.2"), member("b", "10.0.0.4")];
         assert_eq!(fingerprint(&one), fingerprint(&swapped));
         assert_ne!(fingerprint(&one), fingerprint(&moved));
+    }
+
+    /// An elastic job's coordinator serves addresses that are no member's, for pods that may
+    /// arrive: a few per address, within the room the job has (one address cannot take every
+    /// slot); without growth, none.
+    #[test]
+    fn an_elastic_coordinator_admits_a_few_arrivals_per_address_within_its_room() {
+        let members = vec![member("me", "10.0.0.1"), member("a", "10.0.0.2")];
+        let growing = |room| {
+            let mut joining = joining(&members, 0, 0, 0);
+            joining.growth = Some(Growing {
+                core: Growth {
+                    window: Duration::from_secs(60),
+                    checkpoint_window: Duration::ZERO,
+                },
+                room,
+            });
+            Coordinator::new(joining)
+        };
+        let [x, y, z]: [IpAddr; 3] =
+            ["10.9.9.1", "10.9.9.2", "10.9.9.3"].map(|ip| ip.parse().unwrap());
+        let mut coordinator = growing(2);
+        assert!(coordinator.admit(x) && coordinator.admit(x));
+        assert!(!coordinator.admit(x), "a third connection from one address");
+        assert!(coordinator.admit(y) && coordinator.admit(y));
+        assert!(!coordinator.admit(z), "beyond the room the job has");
+        let mut coordinator = growing(0);
+        assert!(!coordinator.admit(x), "a job at full size grows by nobody");
+        let mut coordinator = Coordinator::new(joining(&members, 0, 0, 0));
+        assert!(!coordinator.admit(x));
     }
 
     /// `index` of `members` joins; the coordinator is member 0 on `port`.

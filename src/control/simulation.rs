@@ -16,7 +16,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use tokio::time::Instant;
 
-use super::coordinator::{Core, Effect, Input, Setup, Stage, Terms};
+use super::coordinator::{Core, Effect, Growth, Input, Setup, Stage, Terms};
 use super::following::{self, Following};
 use super::wire::{Message, WireError};
 use super::{Heard, Request};
@@ -65,6 +65,10 @@ enum Action {
     Tick(u8),
     /// A frame from no member, or for a connection that is not the pod's live one.
     Forged(usize),
+    /// Pod `a-j`, no member, says hello (an elastic job's arrival; to another job, refused),
+    /// or its connection ends.
+    Arrives(usize),
+    ArrivalLeaves(usize),
 }
 
 fn action() -> impl Strategy<Value = Action> {
@@ -87,7 +91,17 @@ fn action() -> impl Strategy<Value = Action> {
         1 => any::<bool>().prop_map(Action::OwnFinish),
         1 => (0..90u8).prop_map(Action::Tick),
         1 => (0..8usize).prop_map(Action::Forged),
+        1 => (0..3usize).prop_map(Action::Arrives),
+        1 => (0..3usize).prop_map(Action::ArrivalLeaves),
     ]
+}
+
+/// A pod that is no member of the attempt, arriving to join an elastic job.
+#[derive(Debug, Default)]
+struct Arrival {
+    link: Option<u64>,
+    /// What the coordinator sent it on its live link.
+    heard: Vec<Message>,
 }
 
 /// A follower: its launcher's driver, modelled (what it asks when), and its channel's
@@ -119,8 +133,9 @@ struct Follower {
     said_done: bool,
     said_failed: bool,
     said_preempted: bool,
-    /// It was asked for a checkpoint.
+    /// It was asked for a checkpoint, and whether for the job's growth.
     asked_checkpoint: bool,
+    asked_for_growth: bool,
     said_stopped: bool,
     /// The verdicts of the losses it was told, in order.
     losses: Vec<bool>,
@@ -175,6 +190,11 @@ struct Record {
     /// The coordinator's launcher left after a failure of its own (`Finish` without success).
     own_left: bool,
     stopped: bool,
+    /// An elastic job: since when an arrival has waited while the job trained (the first of
+    /// those still connected), and when the job was told it grows (its checkpoint asked, or
+    /// its restart told at once).
+    arrived_at: Option<Instant>,
+    grow_told_at: Option<Instant>,
 }
 
 struct Sim {
@@ -189,6 +209,9 @@ struct Sim {
     own_serving: bool,
     /// What each member's hello said, for the hellos the coordinator holds.
     hellos: std::collections::HashMap<String, Terms>,
+    /// An elastic job's growth, and the pods arriving.
+    growth: Option<Growth>,
+    arrivals: Vec<Arrival>,
 }
 
 impl Sim {
@@ -199,6 +222,18 @@ impl Sim {
         free: &[u32],
         stale: &[bool],
         serving: &[bool],
+    ) -> (Sim, Vec<Effect>) {
+        Sim::elastic(nexts, budgets, preemptions, free, stale, serving, None)
+    }
+
+    fn elastic(
+        nexts: &[u32],
+        budgets: &[u32],
+        preemptions: &[u32],
+        free: &[u32],
+        stale: &[bool],
+        serving: &[bool],
+        growth: Option<Growth>,
     ) -> (Sim, Vec<Effect>) {
         let n = nexts.len() - 1;
         let followers: Vec<Follower> = (1..=n)
@@ -257,7 +292,7 @@ impl Sim {
                 who: "pod p-0 (trainer id 0)".into(),
                 progress_margin: Duration::from_secs(2),
                 hello_overdue: Duration::ZERO,
-                growth: None,
+                growth,
             },
             now,
         );
@@ -271,6 +306,8 @@ impl Sim {
             own_done: false,
             own_serving,
             hellos: std::collections::HashMap::new(),
+            growth,
+            arrivals: (0..3).map(|_| Arrival::default()).collect(),
         };
         (sim, effects)
     }
@@ -328,9 +365,9 @@ impl Sim {
             Input::Said {
                 link,
                 pod,
-                message: Message::Preempted { .. },
-            } if running && self.core.links.get(pod) == Some(link) => self.preempted(pod),
-            Input::Own(Request::Preempted(_)) if running => self.preempted("p-0"),
+                message: Message::Preempted { reason },
+            } if running && self.core.links.get(pod) == Some(link) => self.preempted(pod, reason),
+            Input::Own(Request::Preempted(reason)) if running => self.preempted("p-0", reason),
             Input::Said {
                 link,
                 pod,
@@ -347,7 +384,11 @@ impl Sim {
             _ => {}
         }
         match &input {
-            Input::Joined { pod, terms, .. } if !self.core.links.contains_key(pod) => {
+            // A member's: an arrival's terms are no part of the start.
+            Input::Joined { pod, terms, .. }
+                if !self.core.links.contains_key(pod)
+                    && self.followers.iter().any(|f| f.name == *pod) =>
+            {
                 self.hellos.insert(pod.clone(), *terms);
             }
             Input::Ended { link, pod, .. } if self.core.links.get(pod) == Some(link) => {
@@ -372,10 +413,15 @@ impl Sim {
 
     /// A member said it was preempted, while running: the first before any loss is the one
     /// every trainer is asked to checkpoint for.
-    fn preempted(&mut self, pod: &str) {
+    /// When the job's growth had asked for a checkpoint already, that one stands for the
+    /// preemption's (every trainer is asked once), whose end the attempt's is.
+    fn preempted(&mut self, pod: &str, reason: &str) {
         if self.record.lost.is_empty() && !self.record.preempted_said {
             self.record.preempted_said = true;
             self.record.preempted_pod = Some(pod.to_string());
+            if self.record.grow_told_at.is_some() && self.record.checkpoint.is_none() {
+                self.record.checkpoint = Some(super::wire::cut(reason));
+            }
         }
     }
 
@@ -457,9 +503,11 @@ impl Sim {
                     // Once asked for a checkpoint, the attempt's end is the preemption's,
                     // whoever tells it (the coordinator, or the link's end when it is gone),
                     // while the job's preemptions are free.
+                    // (A checkpoint asked for the job's growth is no preemption: a failure in its
+                    // window is a loss like any.)
                     let free = f.go.is_some_and(|(_, _, p, max)| p < max);
                     prop_assert!(
-                        preempted || !f.asked_checkpoint || !free,
+                        preempted || !f.asked_checkpoint || !free || f.asked_for_growth,
                         "{} was asked for a checkpoint, then heard a loss that is no preemption: {}",
                         f.name,
                         reason
@@ -469,7 +517,8 @@ impl Sim {
                     f.first_loss.get_or_insert((reason, hang));
                 }
                 following::Effect::KnowsLost(restart) => f.losses.push(restart),
-                following::Effect::Checkpoint(_) => {
+                following::Effect::Checkpoint(reason) => {
+                    f.asked_for_growth = reason.starts_with("the job grows");
                     // Asked while its trainer runs, never before its start.
                     prop_assert!(
                         f.go.is_some(),
@@ -523,6 +572,12 @@ impl Sim {
                 Effect::Broadcast(message) => {
                     self.check_broadcast(&message)?;
                     let linked: Vec<u64> = self.core.links.values().copied().collect();
+                    for a in &self.arrivals {
+                        prop_assert!(
+                            !a.link.is_some_and(|l| linked.contains(&l)),
+                            "an arrival is told the attempt's words"
+                        );
+                    }
                     for follower in &mut self.followers {
                         if follower.link.is_some_and(|l| linked.contains(&l)) {
                             follower.inbox.push_back(message.clone());
@@ -532,12 +587,34 @@ impl Sim {
                 Effect::Send { link, message } => {
                     if let Some(f) = self.followers.iter_mut().find(|f| f.link == Some(link)) {
                         f.inbox.push_back(message);
+                    } else if let Some(a) = self.arrivals.iter_mut().find(|a| a.link == Some(link))
+                    {
+                        // An arrival hears the attempt's end only: the verdict, or the success.
+                        prop_assert!(
+                            matches!(message, Message::Lost { .. } | Message::Bye),
+                            "an arrival was told {message:?}"
+                        );
+                        prop_assert!(a.heard.is_empty(), "an arrival told twice: {message:?}");
+                        if let (Message::Lost { restart, .. }, Some(verdict)) =
+                            (&message, self.record.verdicts.first())
+                        {
+                            prop_assert_eq!(restart, verdict, "an arrival told another verdict");
+                        }
+                        a.heard.push(message);
                     }
                 }
                 Effect::Close(link) => {
                     if let Some(f) = self.followers.iter_mut().find(|f| f.link == Some(link)) {
                         f.link = None;
                         f.gone = true;
+                    }
+                    if let Some(a) = self.arrivals.iter_mut().find(|a| a.link == Some(link)) {
+                        let running = matches!(self.core.stage, Stage::Running { .. });
+                        prop_assert!(
+                            self.growth.is_none() || !running,
+                            "an elastic job's coordinator turned an arrival away"
+                        );
+                        a.link = None;
                     }
                 }
                 Effect::Hear(_)
@@ -602,6 +679,22 @@ impl Sim {
                     .gos
                     .push((*epoch, *max_restarts, *preemptions, *max_preemptions));
             }
+            Message::Checkpoint { reason } if reason.starts_with("the job grows") => {
+                // Once, while the job trains, with an arrival waiting, in an elastic job.
+                prop_assert!(self.growth.is_some(), "a grow without growth");
+                prop_assert!(self.record.grow_told_at.is_none(), "a second grow");
+                prop_assert!(!self.record.gos.is_empty(), "a grow before Go");
+                prop_assert!(self.record.lost.is_empty(), "a grow after the loss");
+                prop_assert!(
+                    self.record.done.is_empty(),
+                    "a grow after a member finished"
+                );
+                prop_assert!(
+                    self.record.arrived_at.is_some(),
+                    "a grow without an arrival"
+                );
+                self.record.grow_told_at = Some(self.now);
+            }
             Message::Checkpoint { reason } => {
                 // Once, while running, before any loss, and only when a member said it was
                 // preempted.
@@ -648,6 +741,20 @@ impl Sim {
                 if self.record.lost.is_empty() {
                     self.record.awaited = self.core.links.keys().cloned().collect();
                 }
+                // The job's growth: a free restart (a later word of it is final only for a
+                // member that finished meanwhile, checked below).
+                if reason.contains("the job grows") && self.record.lost.is_empty() {
+                    prop_assert!(self.growth.is_some(), "a grow without growth");
+                    prop_assert!(*restart && *preempted, "a grow that is not a free restart");
+                    prop_assert!(self.record.lost.is_empty(), "a grow after the loss");
+                    self.record.grow_told_at.get_or_insert(self.now);
+                }
+                // The job's growth is a free restart: its own word (its reason may follow a
+                // preemption's), and every later word of the same loss.
+                let growing = reason.contains("the job grows")
+                    || (!self.record.lost.is_empty()
+                        && self.record.grow_told_at.is_some()
+                        && self.record.lost_preempted.first() == Some(&true));
                 // Once the job was asked for a checkpoint, the attempt's end is the
                 // preemption's, whatever ends it, and its line says so first; it spends
                 // nothing while the job's preemptions are free, and beyond them says so.
@@ -658,10 +765,10 @@ impl Sim {
                     .is_some_and(|&(_, _, p, max)| p < max);
                 prop_assert_eq!(
                     *preempted,
-                    self.record.checkpoint.is_some() && free,
+                    self.record.checkpoint.is_some() && free || growing,
                     "a loss after a checkpoint request is a free preemption's, and only then"
                 );
-                if self.record.checkpoint.is_some() && !free {
+                if self.record.checkpoint.is_some() && !free && !growing {
                     prop_assert!(
                         reason.contains("this one counts as a failure"),
                         "a preemption beyond the free ones does not say so: {}",
@@ -706,7 +813,7 @@ impl Sim {
                 }
                 // Only the job's first free preemptions spend nothing.
                 prop_assert!(
-                    !preempted || preemptions < free,
+                    !preempted || preemptions < free || growing,
                     "preemption {} told free of {}",
                     preemptions + 1,
                     free
@@ -795,6 +902,40 @@ impl Sim {
                 );
                 prop_assert_eq!(hang, first_hang, "{} heard another hang flag", f.name);
             }
+        }
+        Ok(())
+    }
+
+    /// An elastic job that trains (started, nothing lost, nobody finished): arrivals waiting
+    /// since `arrived_at` are told the job grows within the window, and its restart follows
+    /// within the checkpoint window.
+    fn check_growth_in_time(&self) -> Result<(), TestCaseError> {
+        let Some(growth) = self.growth else {
+            return Ok(());
+        };
+        let training = matches!(self.core.stage, Stage::Running { .. })
+            && self.record.lost.is_empty()
+            && self.record.done.is_empty()
+            && self.record.checkpoint.is_none()
+            && !self.own_done
+            && !self.core.stopped();
+        if !training {
+            return Ok(());
+        }
+        if let (Some(at), None) = (self.record.arrived_at, self.record.grow_told_at) {
+            prop_assert!(
+                self.now < at + growth.window,
+                "arrivals waiting {:?} (window {:?}) and the job not told it grows",
+                self.now - at,
+                growth.window
+            );
+        }
+        if let Some(told) = self.record.grow_told_at {
+            prop_assert!(
+                self.now < told + growth.checkpoint_window,
+                "the grow's restart not told {:?} after its checkpoint",
+                self.now - told
+            );
         }
         Ok(())
     }
@@ -951,6 +1092,49 @@ impl Sim {
             Action::Tick(seconds) => {
                 self.now += Duration::from_secs(u64::from(seconds));
                 self.step(Input::Tick(self.now))?;
+                self.check_growth_in_time()?;
+            }
+            Action::Arrives(j) => {
+                // A coordinator that has stopped serves nothing: its listener is closed.
+                if self.arrivals[j].link.is_some() || self.core.stopped() {
+                    return Ok(());
+                }
+                self.next_link += 1;
+                let link = self.next_link;
+                self.arrivals[j] = Arrival {
+                    link: Some(link),
+                    heard: Vec::new(),
+                };
+                let training = matches!(self.core.stage, Stage::Running { .. })
+                    && self.record.lost.is_empty()
+                    && self.record.grow_told_at.is_none();
+                if self.growth.is_some() && training && self.record.arrived_at.is_none() {
+                    self.record.arrived_at = Some(self.now);
+                }
+                self.step(Input::Joined {
+                    link,
+                    pod: format!("a-{j}"),
+                    view: "another".into(),
+                    who: format!("pod a-{j}"),
+                    terms: Terms::first(0),
+                })?;
+            }
+            Action::ArrivalLeaves(j) => {
+                let Some(link) = self.arrivals[j].link.take() else {
+                    return Ok(());
+                };
+                self.step(Input::Ended {
+                    link,
+                    pod: format!("a-{j}"),
+                    why: WireError::Closed,
+                })?;
+                let waiting = self
+                    .arrivals
+                    .iter()
+                    .any(|a| a.link.is_some() && a.heard.is_empty());
+                if !waiting && self.record.grow_told_at.is_none() {
+                    self.record.arrived_at = None;
+                }
             }
             Action::Forged(i) => {
                 let before = self.core.clone();
@@ -1050,6 +1234,87 @@ impl Sim {
     }
 }
 
+/// Runs `actions` on a coordinator, its followers and any arrivals, checking every step; then
+/// what must hold at the end: every follower still connected heard the verdict, one for all
+/// once everyone stopped, one `Go` for everyone, arrivals told the success with everyone, and
+/// the launcher's own end closes the channel.
+fn keeps_its_invariants(
+    mut sim: Sim,
+    first: Vec<Effect>,
+    actions: &[Action],
+) -> Result<(), TestCaseError> {
+    sim.apply(first)?;
+    for action in actions {
+        sim.act(action)?;
+    }
+    sim.drain()?;
+    if let Some((_, verdict)) = &sim.core.lost {
+        for f in sim
+            .followers
+            .iter()
+            .filter(|f| f.link.is_some() && f.go.is_some())
+        {
+            prop_assert_eq!(
+                f.losses.last(),
+                Some(verdict),
+                "{} heard another verdict",
+                &f.name
+            );
+        }
+    }
+    // Then every launcher that knows of the loss stops its children: the verdict comes,
+    // one for all, as long as the coordinator has not stopped.
+    if !sim.record.lost.is_empty()
+        && !sim.core.stopped()
+        && matches!(sim.core.stage, Stage::Running { .. })
+    {
+        for i in 0..sim.followers.len() {
+            sim.act(&Action::Stops(i))?;
+        }
+        if !sim.own_done {
+            sim.act(&Action::OwnStops)?;
+        }
+        sim.drain()?;
+        prop_assert_eq!(
+            sim.record.verdicts.len(),
+            1,
+            "no verdict once everyone stopped"
+        );
+        let verdict = sim.record.verdicts[0];
+        for f in sim
+            .followers
+            .iter()
+            .filter(|f| f.link.is_some() && f.said_stopped)
+        {
+            prop_assert_eq!(
+                f.verdict,
+                Some(verdict),
+                "{} holds another verdict",
+                &f.name
+            );
+        }
+    }
+    if let Some(go) = sim.record.gos.first() {
+        for f in sim.followers.iter().filter(|f| f.go.is_some()) {
+            prop_assert_eq!(f.go.as_ref(), Some(go));
+        }
+    }
+    // However it went, the launcher's own end closes the channel.
+    sim.step(Input::Own(Request::Finish { succeeded: false }))?;
+    prop_assert!(sim.core.stopped());
+    if sim.record.bye {
+        for (j, a) in sim
+            .arrivals
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.link.is_some())
+        {
+            prop_assert!(!a.heard.is_empty(), "a-{} waits after the job's success", j);
+        }
+    }
+    Ok(())
+}
+
 fn cases() -> u32 {
     std::env::var("PROPTEST_CASES")
         .ok()
@@ -1076,7 +1341,7 @@ proptest! {
         serving in proptest::collection::vec(proptest::bool::weighted(0.3), 6),
         actions in proptest::collection::vec(action(), 0..160),
     ) {
-        let (mut sim, first) = Sim::new(
+        let (sim, first) = Sim::new(
             &nexts[..members],
             &budgets[..members],
             &preemptions[..members],
@@ -1084,40 +1349,42 @@ proptest! {
             &stale[..members],
             &serving[..members],
         );
-        sim.apply(first)?;
-        for action in &actions {
-            sim.act(action)?;
-        }
-        sim.drain()?;
-        if let Some((_, verdict)) = &sim.core.lost {
-            for f in sim.followers.iter().filter(|f| f.link.is_some() && f.go.is_some()) {
-                prop_assert_eq!(f.losses.last(), Some(verdict), "{} heard another verdict", &f.name);
-            }
-        }
-        // Then every launcher that knows of the loss stops its children: the verdict comes,
-        // one for all, as long as the coordinator has not stopped.
-        if !sim.record.lost.is_empty() && !sim.core.stopped() && matches!(sim.core.stage, Stage::Running { .. }) {
-            for i in 0..sim.followers.len() {
-                sim.act(&Action::Stops(i))?;
-            }
-            if !sim.own_done {
-                sim.act(&Action::OwnStops)?;
-            }
-            sim.drain()?;
-            prop_assert_eq!(sim.record.verdicts.len(), 1, "no verdict once everyone stopped");
-            let verdict = sim.record.verdicts[0];
-            for f in sim.followers.iter().filter(|f| f.link.is_some() && f.said_stopped) {
-                prop_assert_eq!(f.verdict, Some(verdict), "{} holds another verdict", &f.name);
-            }
-        }
-        if let Some(go) = sim.record.gos.first() {
-            for f in sim.followers.iter().filter(|f| f.go.is_some()) {
-                prop_assert_eq!(f.go.as_ref(), Some(go));
-            }
-        }
-        // However it went, the launcher's own end closes the channel.
-        sim.step(Input::Own(Request::Finish { succeeded: false }))?;
-        prop_assert!(sim.core.stopped());
+        keeps_its_invariants(sim, first, &actions)?;
+    }
+
+    /// The same for an elastic job (no pserver pods, views alike or not), pods that are no
+    /// member arriving and leaving while it runs: an arrival hears nothing of the attempt but
+    /// its end (the verdict, or the success), never a refusal while the job runs; a grow is a
+    /// free restart whatever the budget and the free preemptions left, told only while the job
+    /// trains, within the window after the first arrival still waiting, its restart within the
+    /// checkpoint window after it.
+    #[test]
+    fn an_elastic_coordinator_keeps_its_invariants_and_grows_in_time(
+        members in 1..6usize,
+        nexts in proptest::collection::vec(0..4u32, 6),
+        budgets in proptest::collection::vec(0..4u32, 6),
+        preemptions in proptest::collection::vec(0..3u32, 6),
+        free in proptest::collection::vec(prop_oneof![0..3u32, Just(UNBOUNDED_PREEMPTIONS)], 6),
+        stale in proptest::collection::vec(proptest::bool::weighted(0.05), 6),
+        window in 1..120u64,
+        checkpoint in prop_oneof![Just(0u64), 1..30u64],
+        actions in proptest::collection::vec(action(), 0..160),
+    ) {
+        let growth = Growth {
+            window: Duration::from_secs(window),
+            checkpoint_window: Duration::from_secs(checkpoint),
+        };
+        let serving = [false; 6];
+        let (sim, first) = Sim::elastic(
+            &nexts[..members],
+            &budgets[..members],
+            &preemptions[..members],
+            &free[..members],
+            &stale[..members],
+            &serving[..members],
+            Some(growth),
+        );
+        keeps_its_invariants(sim, first, &actions)?;
     }
 
     /// A job whose failures stop: every member joins, every trainer succeeds and every

@@ -7,6 +7,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use crate::config::{Config, Control, Discovery, GroupKind};
+use crate::error::ConfigError;
 use crate::membership::{Me, Membership};
 
 /// The coordinator's address, and whether this pod is it (None: not known before its name is
@@ -87,4 +88,21 @@ pub const NAMED_COORDINATOR_FROM: u32 = 64;
 /// no API.
 pub fn named_in_manifest(max_restarts: u32, split: bool, dns: bool, pods: u32) -> bool {
     max_restarts > 0 || (!split && !dns && pods >= NAMED_COORDINATOR_FROM)
+}
+
+/// An elastic job needs a named coordinator (--coordinator, or an Indexed Job's pod 0 by its
+/// DNS name): only it finds the pods and decides each epoch's members. Without one every
+/// launcher would decide on its own clock, and a pod that arrives at rank 0 would coordinate
+/// a channel of its own instead of joining the job.
+pub fn elastic_needs_a_named_coordinator(config: &Config) -> Result<(), ConfigError> {
+    match (config.control.elastic, &config.control.coordinator) {
+        (Some(elastic), None) => Err(ConfigError::new(
+            crate::config::MIN_PODS,
+            &elastic.min_pods.to_string(),
+            "unset without a named coordinator: --coordinator HOST:PORT, a DNS name that follows \
+             the first pod (as `manifest --min-pods` generates), or an Indexed Job whose pods \
+             have a subdomain (a headless Service)",
+        )),
+        _ => Ok(()),
+    }
 }

@@ -226,6 +226,7 @@ async fn own_parts(config: &mut Config, plan_only: bool) -> Result<Own, Error> {
     if secret.is_some() {
         derive_coordinator(config);
     }
+    coordination::elastic_needs_a_named_coordinator(config)?;
     let for_inputs = config.clone();
     let inputs = off_thread(supervisor.as_mut(), "expanding the file globs", move || {
         input_files(&for_inputs)
