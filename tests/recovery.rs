@@ -2296,6 +2296,25 @@ fn an_elastic_job_trains_on_without_a_lost_pod_and_grows_back() {
         &coordinator,
         &format!("the job grows: elastic-{replacement} joined"),
     );
+    assert_only_coordinators_used_the_api(&job, &[0]);
+    // The job's story in its events, told by the coordinator.
+    let told: Vec<String> = job
+        .cluster
+        .api
+        .events()
+        .iter()
+        .map(|e| {
+            let field = |name: &str| e[name].as_str().unwrap_or_default().to_string();
+            format!("{}: {}", field("reason"), field("message"))
+        })
+        .collect();
+    for expected in [
+        "Started: 2 of the job's 3 pods found (elastic, at least 2): training started (after 1 restart)".to_string(),
+        "ScaledDown: from 3 of 3 to 2 of 3 pods: elastic-1 not Running again within the elastic wait of 3 s".to_string(),
+        format!("ScaledUp: from 2 of 3 to 3 of 3 pods: elastic-{replacement} joined"),
+    ] {
+        assert!(told.contains(&expected), "{expected}\n{told:#?}");
+    }
 }
 
 /// Two of 3 pods lost with a minimum of 2: the survivor trains alone in no epoch; it says

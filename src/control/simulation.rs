@@ -96,6 +96,20 @@ fn action() -> impl Strategy<Value = Action> {
     ]
 }
 
+/// An elastic job's mix: arrivals and short ticks more often, failures and breaks less, so
+/// that the job still trains, with arrivals waiting, when its window and its checkpoint window
+/// end.
+fn elastic_action() -> impl Strategy<Value = Action> {
+    prop_oneof![
+        6 => action(),
+        3 => (0..3usize).prop_map(Action::Arrives),
+        4 => (0..12u8).prop_map(Action::Tick),
+        6 => (0..8usize).prop_map(Action::ToCoordinator),
+        6 => (0..8usize).prop_map(Action::ToFollower),
+        3 => (0..8usize).prop_map(Action::Connect),
+    ]
+}
+
 /// A pod that is no member of the attempt, arriving to join an elastic job.
 #[derive(Debug, Default)]
 struct Arrival {
@@ -747,6 +761,16 @@ impl Sim {
                     prop_assert!(self.growth.is_some(), "a grow without growth");
                     prop_assert!(*restart && *preempted, "a grow that is not a free restart");
                     prop_assert!(self.record.lost.is_empty(), "a grow after the loss");
+                    if self.record.grow_told_at.is_none() {
+                        self.check_grow_not_early()?;
+                    } else if let (Some(told), Some(growth)) =
+                        (self.record.grow_told_at, self.growth)
+                    {
+                        prop_assert!(
+                            self.now >= told + growth.checkpoint_window,
+                            "the grow's restart before its checkpoint window ended"
+                        );
+                    }
                     self.record.grow_told_at.get_or_insert(self.now);
                 }
                 // The job's growth is a free restart: its own word (its reason may follow a
@@ -935,6 +959,19 @@ impl Sim {
                 self.now < told + growth.checkpoint_window,
                 "the grow's restart not told {:?} after its checkpoint",
                 self.now - told
+            );
+        }
+        Ok(())
+    }
+
+    /// A grow is told no earlier than the window after the first arrival still waiting.
+    fn check_grow_not_early(&self) -> Result<(), TestCaseError> {
+        if let (Some(at), Some(growth)) = (self.record.arrived_at, self.growth) {
+            prop_assert!(
+                self.now >= at + growth.window,
+                "a grow {:?} after the first arrival, before its window of {:?}",
+                self.now - at,
+                growth.window
             );
         }
         Ok(())
@@ -1366,9 +1403,9 @@ proptest! {
         preemptions in proptest::collection::vec(0..3u32, 6),
         free in proptest::collection::vec(prop_oneof![0..3u32, Just(UNBOUNDED_PREEMPTIONS)], 6),
         stale in proptest::collection::vec(proptest::bool::weighted(0.05), 6),
-        window in 1..120u64,
-        checkpoint in prop_oneof![Just(0u64), 1..30u64],
-        actions in proptest::collection::vec(action(), 0..160),
+        window in 1..40u64,
+        checkpoint in prop_oneof![Just(0u64), 1..20u64],
+        actions in proptest::collection::vec(elastic_action(), 0..200),
     ) {
         let growth = Growth {
             window: Duration::from_secs(window),

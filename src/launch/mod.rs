@@ -203,6 +203,12 @@ struct Own {
 /// which are on the pod's own or a shared filesystem, not in the membership: checked first.
 async fn own_parts(config: &mut Config, plan_only: bool) -> Result<Own, Error> {
     let secret = job_secret(&config.control)?;
+    // Before any wait for the secret's file: an elastic job without a named coordinator is
+    // refused at once.
+    if !matches!(secret, JobSecret::None) {
+        derive_coordinator(config);
+    }
+    coordination::elastic_needs_a_named_coordinator(config)?;
     let mut supervisor = if plan_only {
         None
     } else {
@@ -223,10 +229,6 @@ async fn own_parts(config: &mut Config, plan_only: bool) -> Result<Own, Error> {
         (JobSecret::Read(secret), _) => Some(secret),
         (JobSecret::None, _) => None,
     };
-    if secret.is_some() {
-        derive_coordinator(config);
-    }
-    coordination::elastic_needs_a_named_coordinator(config)?;
     let for_inputs = config.clone();
     let inputs = off_thread(supervisor.as_mut(), "expanding the file globs", move || {
         input_files(&for_inputs)
