@@ -2296,6 +2296,10 @@ fn an_elastic_job_trains_on_without_a_lost_pod_and_grows_back() {
         &coordinator,
         &format!("the job grows: elastic-{replacement} joined"),
     );
+    assert_contains(
+        &coordinator,
+        "restarting the job (restart 2 with the pods that joined, which spends none of the 2 restarts)",
+    );
     assert_only_coordinators_used_the_api(&job, &[0]);
     // The job's story in its events, told by the coordinator.
     let told: Vec<String> = job

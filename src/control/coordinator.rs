@@ -262,6 +262,9 @@ pub(super) struct Setup {
     pub growth: Option<Growth>,
 }
 
+/// How the job's growth is said: every launcher's restart line and the event name it so.
+pub const GROWS: &str = "the job grows";
+
 /// How an elastic job's coordinator grows the job: a pod that is no member says hello while
 /// the job trains (its pod is Running, its launcher has the job's secret); more may follow
 /// within `window` of the first, then every trainer is asked for a checkpoint, given
@@ -1138,7 +1141,7 @@ impl Core {
             let mut pods: Vec<&str> = self.arrivals.keys().map(String::as_str).collect();
             pods.sort_unstable();
             let reason = cut(&format!(
-                "the job grows: {} joined ({})",
+                "{GROWS}: {} joined ({})",
                 pods.join(", "),
                 crate::vocabulary::count(pods.len(), "pod")
             ));

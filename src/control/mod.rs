@@ -70,8 +70,8 @@ pub(crate) mod sim_net;
 mod simulation;
 mod wire;
 
-pub use coordinator::Growth;
 use coordinator::{Core, Effect, Input, Setup, Terms};
+pub use coordinator::{Growth, GROWS};
 pub use cost::{measure_coordinator, measure_progress, CoordinatorCost, ProgressCost};
 
 use follower::follow;

@@ -404,6 +404,10 @@ pub(super) async fn restart(
     let reason = cause.map_or(reason, |cause| cause.reason);
     let next = budget.epoch.saturating_add(1);
     let restart = match budget.preempted {
+        true if reason.starts_with(crate::control::GROWS) => format!(
+            "restart {next} with the pods that joined, which spends none of the {} restarts",
+            budget.max_restarts
+        ),
         true => format!(
             "restart {next} after a preemption, which spends none of the {} restarts",
             budget.max_restarts
