@@ -826,10 +826,25 @@ pub(crate) mod tests {
             names(elastic_start(&verdict, &grown, 4, 2, false, &before)),
             Some(3)
         );
-        // ... but not with one of them missing (a loss: the wait runs).
+        // ... but not with one of them missing (a loss: the wait runs), even with more pods
+        // than it had; nor with the same pods only.
         let lost = ["a", "b", "e"].map(String::from);
         assert_eq!(
             names(elastic_start(&verdict, &grown, 4, 2, false, &lost)),
+            None
+        );
+        let replaced = ["a", "e"].map(String::from);
+        let at_once = elastic_start(&verdict, &grown, 4, 2, false, &replaced);
+        assert_eq!(names(at_once), None);
+        let same = vec![vec![
+            running("a", 1),
+            running("b", 2),
+            pending("c"),
+            pending("d"),
+        ]];
+        let verdict = judge(std::slice::from_ref(&four), &same, None, &before, &[], 0);
+        assert_eq!(
+            names(elastic_start(&verdict, &same, 4, 2, false, &before)),
             None
         );
         // Held: a member finished, or a pod of one index twice (more live pods than expected).
