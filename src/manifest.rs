@@ -694,7 +694,7 @@ fn container_env(request: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
         .collect();
     // Where the pod runs: a failure's line on every pod names its node.
     env.push(env_field(crate::launch::NODE_NAME, "spec.nodeName"));
-    if system_coordinator(request).is_some() && request.runtime != ManifestRuntime::Volcano {
+    if system_coordinator(request).is_some_and(|name| name.contains(JOBSET_NAME_VARIABLE)) {
         // Before the coordinator's name, which is made of it (`$(JOBSET_NAME)`).
         env.push(env_field(JOBSET_NAME_VARIABLE, &jobset_name_field()));
     }
