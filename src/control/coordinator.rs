@@ -660,34 +660,30 @@ impl Core {
         self.decided = Some(restart);
         // The held joiners first: a `Lost` is the first thing a member that never started
         // must hear of the loss (the `Verdict` after it only confirms it).
-        let reason = self.lost.as_ref().map_or(String::new(), |l| l.0.clone());
         for (pod, link) in std::mem::take(&mut self.held) {
             if self.links.get(&pod) == Some(&link) {
-                effects.push(Effect::Send {
-                    link,
-                    message: Message::Lost {
-                        reason: cut(&reason),
-                        restart,
-                        hang: self.lost_hang,
-                        preempted: self.lost_preempted,
-                    },
-                });
+                let message = self.loss_told(restart);
+                effects.push(Effect::Send { link, message });
                 self.told.insert(pod);
             }
         }
         for (_, link) in std::mem::take(&mut self.arrivals) {
-            effects.push(Effect::Send {
-                link,
-                message: Message::Lost {
-                    reason: cut(&reason),
-                    restart,
-                    hang: self.lost_hang,
-                    preempted: self.lost_preempted,
-                },
-            });
+            let message = self.loss_told(restart);
+            effects.push(Effect::Send { link, message });
         }
         effects.push(Effect::Broadcast(Message::Verdict { restart }));
         effects.push(Effect::KnowsVerdict { restart });
+    }
+
+    /// The job's loss with the verdict `restart`, as a pod that ran nothing in this attempt
+    /// hears it (a member joining after the loss, a held one, an arrival).
+    fn loss_told(&self, restart: bool) -> Message {
+        Message::Lost {
+            reason: cut(self.lost.as_ref().map_or("", |(reason, _)| reason.as_str())),
+            restart,
+            hang: self.lost_hang,
+            preempted: self.lost_preempted,
+        }
     }
 
     /// This launcher's trainer succeeded.
@@ -805,16 +801,9 @@ impl Core {
             ),
             Stage::Running { .. } => match (&self.lost, self.decided) {
                 // It ran nothing in this attempt: it hears the verdict, once there is one.
-                (Some((reason, _)), Some(restart)) => {
-                    effects.push(Effect::Send {
-                        link,
-                        message: Message::Lost {
-                            reason: cut(reason),
-                            restart,
-                            hang: self.lost_hang,
-                            preempted: self.lost_preempted,
-                        },
-                    });
+                (Some(_), Some(restart)) => {
+                    let message = self.loss_told(restart);
+                    effects.push(Effect::Send { link, message });
                     self.told.insert(pod);
                 }
                 (Some(_), None) => {
@@ -1087,13 +1076,8 @@ impl Core {
     /// loss it hears it at once (it gathers with the others); else it is held until the
     /// attempt ends, and the first arrival opens the window in which others may follow.
     fn arrive(&mut self, link: u64, pod: String, effects: &mut Vec<Effect>) {
-        if let (Some((reason, _)), Some(restart)) = (&self.lost, self.decided) {
-            let message = Message::Lost {
-                reason: cut(reason),
-                restart,
-                hang: self.lost_hang,
-                preempted: self.lost_preempted,
-            };
+        if let (Some(_), Some(restart)) = (&self.lost, self.decided) {
+            let message = self.loss_told(restart);
             effects.push(Effect::Send { link, message });
             return;
         }
