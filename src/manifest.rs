@@ -1212,8 +1212,8 @@ fn failed_pod_delay(request: &ManifestArgs) -> Option<u64> {
             .parse()
             .unwrap_or(options::DEFAULT_WAIT_TIMEOUT_SECONDS),
     };
-    const HEARTBEAT_TIMEOUT: u64 = 10;
-    (wait > 0).then(|| wait + HEARTBEAT_TIMEOUT + request.termination_grace_period)
+    let noticed = options::DEFAULT_HEARTBEAT_TIMEOUT_SECONDS;
+    (wait > 0).then(|| wait + noticed + request.termination_grace_period)
 }
 
 /// `$(NAME)` replaced by the value of a variable defined before it, as the kubelet does with a

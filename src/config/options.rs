@@ -130,6 +130,9 @@ pub const DEFAULT_CONTROL_PORT: u16 = 6171;
 pub const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
 /// The first window of hang detection when none is given: set-up may take long.
 pub const DEFAULT_HANG_FIRST_WINDOW: Duration = Duration::from_secs(1800);
+/// How long a launcher may be silent before it counts as lost, when --heartbeat-timeout is
+/// not given.
+pub const DEFAULT_HEARTBEAT_TIMEOUT_SECONDS: u64 = 10;
 /// How long the pods may take to be Running when --wait-timeout is not given.
 pub const DEFAULT_WAIT_TIMEOUT_SECONDS: u64 = 1800;
 /// How long a lost pod's replacement has to be Running before an elastic job goes on without

@@ -311,7 +311,11 @@ impl Control {
                 .map(|text| port(text, CONTROL_PORT))
                 .transpose()?
                 .unwrap_or(DEFAULT_CONTROL_PORT),
-            heartbeat_timeout: match seconds(&args.heartbeat_timeout, HEARTBEAT_TIMEOUT, 10)? {
+            heartbeat_timeout: match seconds(
+                &args.heartbeat_timeout,
+                HEARTBEAT_TIMEOUT,
+                DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
+            )? {
                 d if d.is_zero() => {
                     return Err(ConfigError::new(
                         HEARTBEAT_TIMEOUT,

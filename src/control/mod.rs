@@ -950,7 +950,7 @@ impl Coordinator {
                 if let Some(open) = self.open.get_mut(&ip) {
                     *open = open.saturating_sub(1);
                 }
-                if !self.shared.others.iter().any(|m| m.ip == ip) {
+                if at_address_is_none(&self.shared.others, ip) {
                     self.strangers_open = self.strangers_open.saturating_sub(1);
                     if self.open.get(&ip) == Some(&0) {
                         self.open.remove(&ip);
