@@ -538,19 +538,24 @@ impl Core {
         if self.lost.is_some() || matches!(self.stage, Stage::Closing) {
             return;
         }
-        let reason = match (&self.preempted, hang) {
+        // A loss inside the growth's checkpoint window (a trainer that ends once it has
+        // checkpointed, as a program may on the signal) ends the attempt the growth was ending
+        // anyway, with the arrivals: free as the growth is, and said after it.
+        let in_growth = !grown && self.preempted.is_none() && self.growing.is_some();
+        let reason = match (&self.preempted, &self.growing, hang) {
             // The preempted pod's own end says it all; another's comes after the preemption.
-            (Some((pod, _)), _) if pod == from => reason,
-            (Some((_, said)), _) => super::after_preemption(said, &reason),
-            (None, true) => format!("the job hangs: {}; found by {reason}", self.suspect()),
-            (None, false) => reason,
+            (Some((pod, _)), _, _) if pod == from => reason,
+            (Some((_, said)), _, _) => super::after_preemption(said, &reason),
+            (None, Some((_, growth)), _) if in_growth => super::after_preemption(growth, &reason),
+            (None, _, true) => format!("the job hangs: {}; found by {reason}", self.suspect()),
+            (None, _, false) => reason,
         };
-        let hang = hang && self.preempted.is_none();
+        let hang = hang && self.preempted.is_none() && !in_growth;
         // Beyond the free preemptions, a preemption is a failure like any other; the job's
         // growth spends nothing, whatever the allowance (it is told as a preemption: the
         // launchers count it among the free restarts).
         let (preempted, reason) = match (&self.preempted, &self.stage) {
-            _ if grown => (true, reason),
+            _ if grown || in_growth => (true, reason),
             (
                 Some(_),
                 Stage::Running {
@@ -1961,6 +1966,50 @@ mod tests {
             assert!(told, "link {link}: {decided:?}");
         }
         assert!(decided.contains(&Effect::Broadcast(Message::Verdict { restart: true })));
+    }
+
+    /// A trainer that ends once it has checkpointed for the growth (as a program may on the
+    /// signal) ends the attempt the growth was ending anyway: free (told as the growth is),
+    /// said after the growth on every pod, no hang asked for. A failure before the growth
+    /// asked for a checkpoint is the job's own, as any is.
+    #[test]
+    fn a_failure_in_the_growths_checkpoint_window_is_the_growths_free_restart() {
+        let at = Instant::now();
+        let failed = || Message::Failed {
+            reason: "pod a: trainer exited with status 3".into(),
+            restartable: true,
+            hang: true,
+        };
+        let mut core = elastic_both_joined(at, 5);
+        core.step(joined(3, "c"));
+        core.step(Input::Tick(at + Duration::from_secs(60)));
+        let ended = core.step(said(1, "a", failed()));
+        let told = ended.iter().find_map(|e| match e {
+            Effect::Broadcast(Message::Lost {
+                reason,
+                restart,
+                hang,
+                preempted,
+            }) => Some((reason.clone(), *restart, *hang, *preempted)),
+            _ => None,
+        });
+        let reason = "the job grows: c joined (1 pod); then: pod a: trainer exited with status 3";
+        assert_eq!(told, Some((reason.to_string(), true, false, true)));
+
+        let mut core = elastic_both_joined(at, 5);
+        core.step(joined(3, "c"));
+        core.step(Input::Tick(at + Duration::from_secs(59)));
+        let ended = core.step(said(1, "a", failed()));
+        let told = ended.iter().find_map(|e| match e {
+            Effect::Broadcast(Message::Lost {
+                reason,
+                hang,
+                preempted,
+                ..
+            }) => Some((reason.starts_with("the job hangs"), *hang, *preempted)),
+            _ => None,
+        });
+        assert_eq!(told, Some((true, true, false)), "{ended:?}");
     }
 
     /// Without a checkpoint signal the restart follows the window at once; a grow spends no

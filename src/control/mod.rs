@@ -238,9 +238,9 @@ pub(super) fn judge_preemption(
     (false, reason)
 }
 
-/// How the end of an attempt in which a member was preempted reads on every pod: the
-/// preemption (what its launcher said) first, then what ended the attempt. The coordinator
-/// says it; a follower whose coordinator is gone says it itself.
+/// How the end of an attempt in which a member was preempted (or the job was growing) reads
+/// on every pod: the preemption (what its launcher said) or the growth first, then what ended
+/// the attempt. The coordinator says it; a follower whose coordinator is gone says it itself.
 pub(super) fn after_preemption(preempted: &str, ended: &str) -> String {
     format!("{preempted}; then: {ended}")
 }
