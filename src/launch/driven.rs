@@ -17,6 +17,15 @@
 //! the end: every launcher ended, within a bound of the first end; the launchers that ended in
 //! one epoch name one first cause. A failure prints the scenario; proptest keeps its seed in
 //! `proptest-regressions/` to replay it.
+//!
+//! An elastic job (--min-pods) runs under the same scenarios with its coordinator named as
+//! `manifest` names it (the newest Running pod of index 0; the others follow it with no view
+//! and get the membership it sends, or wait while the name has no address), its gathering by
+//! `membership::elastic_start` after the elastic wait, its growth (`control::Growing`) as
+//! `launch::growing` gives it, and pods Pending for a while or never scheduled. Checked too:
+//! every epoch has --min-pods to the job's pods, each once; a membership sent is dense and
+//! has its follower; a pod held while the job trains without it hears the attempt's end within
+//! the elastic wait, the checkpoint window and the attempt's close; grows spend no restart.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr};
@@ -123,6 +132,22 @@ struct Scenario {
     /// By pod slot (the last repeats): the trainer processes its launcher was given
     /// (--nproc-per-pod); pods that disagree must never start together.
     nproc: Vec<u32>,
+    /// An elastic job (--min-pods), or None.
+    elastic: Option<ElasticScenario>,
+}
+
+/// An elastic job's part of a scenario: its coordinator is named as `manifest` names it (an
+/// Indexed Job's pod 0 by its DNS name: the address of the newest Running pod of index 0, a
+/// replacement keeping its pod's index), only it lists the pods, and a pod may stay Pending
+/// for a while or for ever (Unschedulable).
+#[derive(Debug, Clone)]
+struct ElasticScenario {
+    min_pods: usize,
+    /// --elastic-wait, in seconds.
+    wait_s: u64,
+    /// By pod slot (the last repeats): how long the pod stays Pending before it runs; None:
+    /// it is never scheduled.
+    pending_s: Vec<Option<u64>>,
 }
 
 impl Scenario {
@@ -132,6 +157,19 @@ impl Scenario {
 
     fn nproc(&self, slot: usize) -> u32 {
         self.nproc[slot.min(self.nproc.len() - 1)]
+    }
+
+    fn pending(&self, slot: usize) -> Option<Duration> {
+        let Some(elastic) = &self.elastic else {
+            return Some(Duration::ZERO);
+        };
+        let pending = &elastic.pending_s;
+        pending[slot.min(pending.len() - 1)].map(Duration::from_secs)
+    }
+
+    /// The fewest pods an epoch may start with.
+    fn min_pods(&self) -> usize {
+        self.elastic.as_ref().map_or(self.pods, |e| e.min_pods)
     }
 
     fn late(&self, slot: usize) -> Duration {
@@ -225,14 +263,45 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                         low_replacements,
                         kubelet_lag_ms,
                         nproc,
+                        elastic: None,
                     }
                 },
             )
     })
 }
 
+/// `scenario()` as an elastic job: at least 1 pod fewer than the job's, an elastic wait
+/// shorter or longer than a replacement takes, and pods (the first ones too: a job started
+/// while its node pool grows) Pending for a while or never scheduled.
+fn elastic_scenario() -> impl Strategy<Value = Scenario> {
+    let pending = prop_oneof![
+        6 => Just(Some(0u64)),
+        2 => (1u64..40).prop_map(Some),
+        1 => Just(None),
+    ];
+    scenario().prop_flat_map(move |scenario| {
+        let pods = scenario.pods;
+        (
+            Just(scenario),
+            1..pods,
+            prop_oneof![Just(2u64), Just(5), Just(10)],
+            prop::collection::vec(pending.clone(), 1..6),
+        )
+            .prop_map(|(mut scenario, min_pods, wait_s, pending_s)| {
+                scenario.elastic = Some(ElasticScenario {
+                    min_pods,
+                    wait_s,
+                    pending_s,
+                });
+                scenario
+            })
+    })
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum PodState {
+    /// Created, not scheduled yet: no address, no launcher.
+    Pending,
     Running,
     /// Its launcher ended (its status), or it was deleted or lost.
     Ended(i32),
@@ -242,6 +311,20 @@ enum PodState {
 struct World {
     started: Instant,
     pods: Vec<(String, IpAddr, PodState)>,
+    /// Each pod's completion index (a replacement keeps its pod's).
+    index: Vec<usize>,
+    /// When each epoch's first trainer started (the last time it did).
+    epoch_started: BTreeMap<u32, Duration>,
+    /// An elastic job's launchers waiting for their coordinator's word once joined (an
+    /// arrival held while the job trains without it, or a member before the start): since when.
+    listening: BTreeMap<usize, Duration>,
+    /// Epochs an elastic job's coordinator ended to grow the job (each restart is free).
+    grown: BTreeSet<u32>,
+    /// When trainers ended (by themselves, or stopped).
+    trainer_ends: Vec<Duration>,
+    /// The epochs fresh launchers went on by beyond the budget, from the Job's record (the
+    /// job restarted whole: every member's container restarted or replaced).
+    restarted_whole: u32,
     /// When each pod was created.
     created: Vec<Duration>,
     /// When each pod was deleted with a grace period (preempted), if it was.
@@ -267,6 +350,8 @@ struct World {
     /// coordinator at every start and at a preemption's end, read by a coordinator at its
     /// launcher's first attempt (a launcher restarted in place, a replacement).
     recorded: Option<(u32, u32)>,
+    /// The job is elastic (its pods are indexed, its coordinator named).
+    elastic: bool,
     violations: Vec<String>,
 }
 
@@ -290,6 +375,32 @@ fn secret() -> Secret {
 }
 
 impl World {
+    fn empty() -> World {
+        World {
+            started: Instant::now(),
+            pods: Vec::new(),
+            index: Vec::new(),
+            epoch_started: BTreeMap::new(),
+            listening: BTreeMap::new(),
+            grown: BTreeSet::new(),
+            trainer_ends: Vec::new(),
+            restarted_whole: 0,
+            elastic: false,
+            created: Vec::new(),
+            deleted: Vec::new(),
+            frozen: BTreeSet::new(),
+            training: BTreeMap::new(),
+            epochs: BTreeMap::new(),
+            ended: BTreeMap::new(),
+            failed_unfinished: false,
+            preemptions_made: 0,
+            trainer_succeeded: false,
+            applied: Vec::new(),
+            recorded: None,
+            violations: Vec::new(),
+        }
+    }
+
     fn violation(&mut self, what: String) {
         let at = self.started.elapsed();
         self.violations.push(format!("at {at:?}: {what}"));
@@ -301,10 +412,19 @@ impl World {
         self.pods
             .iter()
             .zip(&self.deleted)
-            .map(|((name, ip, state), deleted)| {
+            .zip(&self.index)
+            .map(|(((name, ip, state), deleted), index)| {
                 let mut view = membership::tests::pod(name, None, "Running");
                 view.ip = Some(*ip);
+                // An Indexed Job's pods, as `manifest` generates an elastic job's.
+                if self.elastic {
+                    view.index = Some(vec![*index as u64]);
+                }
                 match state {
+                    PodState::Pending => {
+                        view.phase = membership::PodPhase::Pending;
+                        view.ip = None;
+                    }
                     PodState::Running => {}
                     PodState::Ended(-15) => {
                         // As the API server stamps it: truncated to the second.
@@ -320,8 +440,35 @@ impl World {
             .collect()
     }
 
-    /// A trainer starts in `epoch`: no other epoch may still train (frozen pods excepted).
-    fn trainer_starts(&mut self, slot: usize, epoch: u32, members: Vec<String>) {
+    /// Where an elastic job's coordinator's name points: the newest pod of index 0, while it
+    /// is Running (a pod that ended or was deleted has no address behind the name; a frozen
+    /// one keeps it until the API marks it Failed).
+    fn named_coordinator(&self) -> Option<IpAddr> {
+        let slot = (0..self.pods.len()).rev().find(|&s| self.index[s] == 0)?;
+        (self.pods[slot].2 == PodState::Running).then_some(self.pods[slot].1)
+    }
+
+    /// A trainer starts in `epoch`: no other epoch may still train (frozen pods excepted),
+    /// and the epoch has `sizes` (the fewest, the most) members, each once.
+    fn trainer_starts(
+        &mut self,
+        slot: usize,
+        epoch: u32,
+        members: Vec<String>,
+        sizes: (usize, usize),
+    ) {
+        let unique: BTreeSet<&String> = members.iter().collect();
+        if members.len() < sizes.0 || members.len() > sizes.1 || unique.len() != members.len() {
+            self.violation(format!(
+                "pod slot {slot} starts epoch {epoch} with {members:?}, not {} to {} pods once each",
+                sizes.0, sizes.1
+            ));
+        }
+        // (An epoch's number comes again when every pod of the job was replaced.)
+        if !self.training.values().any(|e| *e == epoch) {
+            let at = self.started.elapsed();
+            self.epoch_started.insert(epoch, at);
+        }
         let others: Vec<(usize, u32)> = self
             .training
             .iter()
@@ -389,148 +536,209 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
         w.pods[slot].2 = PodState::Ended(code);
         w.training.remove(&slot);
     };
+    // Since when this follower of an elastic job has been gathering (bounded by the wait
+    // timeout, as the attempt loop's gathering is).
+    let mut following_since: Option<Instant> = None;
     loop {
-        // Gathering by the launcher's own rule (`membership::judge`: exactly `pods` Running
-        // pods, and no deleted pod that may still run), ranked by its own `rank`; a pod of the
-        // job that ended with success ends every launcher that gathers.
-        let gathering = Instant::now();
-        let members = loop {
-            let (verdict, succeeded, me_running) = {
-                let w = world.lock().unwrap();
-                let succeeded = w.pods.iter().any(|p| p.2 == PodState::Ended(0));
-                let now = w.started.elapsed().as_secs() as i64;
-                let mut views = w.pod_views();
-                membership::bound_deletions(&mut views, &mut deletions, now);
-                let verdict = membership::judge(
-                    std::slice::from_ref(&group),
-                    &[views.clone()],
-                    None,
-                    &members_before,
-                    &views,
-                    now,
-                );
-                (verdict, succeeded, w.pods[slot].2 == PodState::Running)
-            };
-            if succeeded {
-                return end(78, epoch_ran.clone(), None);
-            }
-            if !me_running {
-                return end(143, epoch_ran.clone(), None);
-            }
-            if let Some(ready) = verdict.ready() {
-                let ranked = membership::rank(&ready[0]);
-                break ranked
-                    .into_iter()
-                    .map(|m| (m.name, m.ip))
-                    .collect::<Vec<(String, IpAddr)>>();
-            }
-            if gathering.elapsed() > WAIT_TIMEOUT {
-                return end(71, epoch_ran.clone(), None);
-            }
-            sleep(Duration::from_millis(100)).await;
-        };
-        let addresses: Vec<PodAddress> = members
-            .iter()
-            .map(|(name, ip)| PodAddress {
-                name: name.clone(),
-                ip: *ip,
-            })
-            .collect();
-        let coordinator = std::net::SocketAddr::new(members[0].1, PORT);
-        let coordinates = members[0].0 == name;
+        // An elastic job's pod coordinates when the coordinator's name points at it, as
+        // `coordinator_elsewhere` finds (a pod of index 0 that is not the newest follows).
+        let follows =
+            scenario.elastic.is_some() && world.lock().unwrap().named_coordinator() != Some(ip);
         let recorded = world.lock().unwrap().recorded;
         // A fresh launcher's epoch (a job restarted whole) goes on from what the Job records.
         let fresh_bound = recorded.map_or(0, |(epoch, _)| epoch + 1);
-        if let Some((epoch, recorded_preemptions)) =
-            recorded.filter(|_| coordinates && first_attempt)
-        {
-            let count = super::Count {
-                next_epoch,
-                preemptions,
+        if follows {
+            let since = *following_since.get_or_insert_with(Instant::now);
+            if since.elapsed() > WAIT_TIMEOUT {
+                return end(71, epoch_ran.clone(), None);
             }
-            .after_record(epoch, recorded_preemptions);
-            (next_epoch, preemptions) = (count.next_epoch, count.preemptions);
+            if world.lock().unwrap().pods[slot].2 != PodState::Running {
+                return end(143, epoch_ran.clone(), None);
+            }
         }
-        first_attempt = false;
-        let membership = Membership {
-            pservers: Vec::new(),
-            trainers: members
-                .iter()
-                .enumerate()
-                .map(|(rank, (name, ip))| Member {
+        let (members, mut channel, coordinates, (epoch, agreed_restarts, agreed_preemptions)) =
+            if follows {
+                let me = PodAddress {
                     name: name.clone(),
-                    ip: *ip,
-                    rank,
-                })
-                .collect(),
-        };
-        let joined = control::join(Joining {
-            role: match coordinates {
-                true => Role::Coordinator {
-                    listen: coordinator,
-                },
-                false => Role::Follower {
-                    coordinator,
-                    recheck: None,
-                },
-            },
-            secret: secret(),
-            me: PodAddress {
-                name: name.clone(),
-                ip,
-            },
-            view: control::fingerprint(&addresses),
-            members: addresses,
-            next_epoch,
-            max_restarts: scenario.max_restarts,
-            preemptions,
-            max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
-            nproc_per_pod: scenario.nproc(slot),
-            heartbeat_timeout: scenario.heartbeat(),
-            join_grace: JOIN_GRACE + GRACE,
-            membership: Some(membership),
-            ended: None,
-            who: format!("pod {name}"),
-            progress_check: Duration::ZERO,
-            served: Served::default(),
-            network: net.net(),
-            growth: None,
-        })
-        .await;
-        let mut channel = match joined {
-            Ok(channel) => channel,
-            // The address is taken by a coordinator of an attempt that is still closing.
-            Err(_) => {
-                sleep(Duration::from_millis(250)).await;
-                continue;
-            }
-        };
-        let (epoch, agreed_restarts, agreed_preemptions) = match channel.heard().await {
-            Heard::Go {
-                epoch,
-                max_restarts,
-                preemptions,
-                ..
-            } => (epoch, max_restarts, preemptions),
-            Heard::Regather(_) | Heard::Lost { restart: true, .. } => {
-                channel.close().await;
-                sleep(Duration::from_millis(250)).await;
-                continue;
-            }
-            Heard::Lost { .. } => {
-                channel.close().await;
-                return end(exit::PEER_LOST, epoch_ran.clone(), None);
-            }
-            // Refused only where the members' processes per pod differ.
-            Heard::Refused(reason) => {
-                channel.close().await;
-                if nprocs(&members).len() < 2 {
-                    let what = format!("{name} refused with every member agreeing: {reason}");
-                    world.lock().unwrap().violation(what);
+                    ip,
+                };
+                match follow(me, slot, &scenario, &world, &net, (next_epoch, preemptions)).await {
+                    Followed::Go {
+                        channel,
+                        members,
+                        start,
+                    } => (members, *channel, false, start),
+                    Followed::Again => {
+                        sleep(Duration::from_millis(250)).await;
+                        continue;
+                    }
+                    Followed::End(code) => return end(code, epoch_ran.clone(), None),
                 }
-                return end(exit::INVALID_CONFIG, epoch_ran.clone(), None);
-            }
-        };
+            } else {
+                // Gathering by the launcher's own rule (`membership::judge`: exactly `pods`
+                // Running pods, and no deleted pod that may still run; an elastic job's
+                // `elastic_start` after its wait), ranked by its own `rank`; a pod of the job
+                // that ended with success ends every launcher that gathers.
+                let gathering = Instant::now();
+                let elastic = scenario.elastic.as_ref();
+                let members = loop {
+                    let (verdict, elastic_start, succeeded, me_running) = {
+                        let w = world.lock().unwrap();
+                        let succeeded = w.pods.iter().any(|p| p.2 == PodState::Ended(0));
+                        let now = w.started.elapsed().as_secs() as i64;
+                        let mut views = w.pod_views();
+                        membership::bound_deletions(&mut views, &mut deletions, now);
+                        let pods = [views.clone()];
+                        let verdict = membership::judge(
+                            std::slice::from_ref(&group),
+                            &pods,
+                            None,
+                            &members_before,
+                            &views,
+                            now,
+                        );
+                        let elastic_start = elastic.and_then(|e| {
+                            let waited = gathering.elapsed() >= Duration::from_secs(e.wait_s);
+                            membership::elastic_start(
+                                &verdict,
+                                &pods,
+                                scenario.pods,
+                                e.min_pods,
+                                waited,
+                                &members_before,
+                            )
+                        });
+                        let me_running = w.pods[slot].2 == PodState::Running;
+                        (verdict, elastic_start, succeeded, me_running)
+                    };
+                    if succeeded {
+                        return end(78, epoch_ran.clone(), None);
+                    }
+                    if !me_running {
+                        return end(143, epoch_ran.clone(), None);
+                    }
+                    if let Some(ready) = verdict.ready().map(|r| r[0].clone()).or(elastic_start) {
+                        break membership::rank(&ready)
+                            .into_iter()
+                            .map(|m| (m.name, m.ip))
+                            .collect::<Vec<(String, IpAddr)>>();
+                    }
+                    if gathering.elapsed() > WAIT_TIMEOUT {
+                        // The coordinator of followers that learn the job only from it tells
+                        // them the end, as `gather` does.
+                        if elastic.is_some() && !members_before.is_empty() {
+                            let reason = "the coordinating launcher ended the job: timed out waiting for the job's pods".to_string();
+                            let me = (ip, slot);
+                            tell_the_end(me, &members_before, &world, &scenario, &net, reason)
+                                .await;
+                        }
+                        return end(71, epoch_ran.clone(), None);
+                    }
+                    sleep(Duration::from_millis(100)).await;
+                };
+                let addresses: Vec<PodAddress> = members
+                    .iter()
+                    .map(|(name, ip)| PodAddress {
+                        name: name.clone(),
+                        ip: *ip,
+                    })
+                    .collect();
+                // An elastic job's coordinator is its named pod, wherever it ranks.
+                let coordinates = match elastic {
+                    Some(_) => true,
+                    None => members[0].0 == name,
+                };
+                let coordinator = match elastic {
+                    Some(_) => std::net::SocketAddr::new(ip, PORT),
+                    None => std::net::SocketAddr::new(members[0].1, PORT),
+                };
+                if let Some((epoch, recorded_preemptions)) =
+                    recorded.filter(|_| coordinates && first_attempt)
+                {
+                    let count = super::Count {
+                        next_epoch,
+                        preemptions,
+                    }
+                    .after_record(epoch, recorded_preemptions);
+                    (next_epoch, preemptions) = (count.next_epoch, count.preemptions);
+                }
+                first_attempt = false;
+                let membership = Membership {
+                    pservers: Vec::new(),
+                    trainers: members
+                        .iter()
+                        .enumerate()
+                        .map(|(rank, (name, ip))| Member {
+                            name: name.clone(),
+                            ip: *ip,
+                            rank,
+                        })
+                        .collect(),
+                };
+                // As `launch::growing` gives an elastic job's coordinator.
+                let growth = elastic.map(|e| control::Growing {
+                    core: control::Growth {
+                        window: Duration::from_secs(e.wait_s),
+                        checkpoint_window: WINDOW,
+                    },
+                    room: scenario.pods.saturating_sub(members.len()),
+                });
+                let joined = control::join(Joining {
+                    role: match coordinates {
+                        true => Role::Coordinator {
+                            listen: coordinator,
+                        },
+                        false => Role::Follower {
+                            coordinator,
+                            recheck: None,
+                        },
+                    },
+                    view: control::fingerprint(&addresses),
+                    members: addresses,
+                    membership: Some(membership),
+                    growth,
+                    ..joining(&name, ip, slot, &scenario, &net, (next_epoch, preemptions))
+                })
+                .await;
+                let mut channel = match joined {
+                    Ok(channel) => channel,
+                    // The address is taken by a coordinator of an attempt that is still
+                    // closing.
+                    Err(_) => {
+                        sleep(Duration::from_millis(250)).await;
+                        continue;
+                    }
+                };
+                let start = match channel.heard().await {
+                    Heard::Go {
+                        epoch,
+                        max_restarts,
+                        preemptions,
+                        ..
+                    } => (epoch, max_restarts, preemptions),
+                    Heard::Regather(_) | Heard::Lost { restart: true, .. } => {
+                        channel.close().await;
+                        sleep(Duration::from_millis(250)).await;
+                        continue;
+                    }
+                    Heard::Lost { .. } => {
+                        channel.close().await;
+                        return end(exit::PEER_LOST, epoch_ran.clone(), None);
+                    }
+                    // Refused only where the members' processes per pod differ.
+                    Heard::Refused(reason) => {
+                        channel.close().await;
+                        if nprocs(&members).len() < 2 {
+                            let what =
+                                format!("{name} refused with every member agreeing: {reason}");
+                            world.lock().unwrap().violation(what);
+                        }
+                        return end(exit::INVALID_CONFIG, epoch_ran.clone(), None);
+                    }
+                };
+                (members, channel, coordinates, start)
+            };
+        following_since = None;
         if nprocs(&members).len() > 1 {
             let what = format!("{name} started with members whose processes per pod differ");
             world.lock().unwrap().violation(what);
@@ -546,17 +754,28 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
             // launchers only, each at its first attempt: the job restarted whole by its Job,
             // which goes on from the epoch the Job records, whatever the budget.)
             let mut w = world.lock().unwrap();
-            let allowed = scenario.max_restarts + w.preemptions_made;
+            // An elastic job's grows are free too, and so is the job restarted whole (the
+            // epochs a fresh launcher went on by, from the Job's record).
+            let allowed = scenario.max_restarts
+                + w.preemptions_made
+                + w.grown.len() as u32
+                + w.restarted_whole;
             if !ran_before && epoch > fresh_bound.max(allowed) {
                 let what = format!(
                     "a fresh launcher started epoch {epoch}, the Job recording {recorded:?}"
                 );
                 w.violation(what);
             }
+            if !ran_before && epoch > allowed {
+                w.restarted_whole += epoch - allowed;
+            }
             if ran_before && epoch > allowed {
                 let what = format!(
-                    "epoch {epoch} started after {} preemptions with a budget of {}",
-                    w.preemptions_made, scenario.max_restarts
+                    "epoch {epoch} started after {} preemptions, {} grows and {} restarts of the whole job with a budget of {}",
+                    w.preemptions_made,
+                    w.grown.len(),
+                    w.restarted_whole,
+                    scenario.max_restarts
                 );
                 w.violation(what);
             }
@@ -570,9 +789,18 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
         if coordinates {
             world.lock().unwrap().recorded = Some((epoch, agreed_preemptions));
         }
-        world.lock().unwrap().trainer_starts(slot, epoch, names);
+        let sizes = (scenario.min_pods(), scenario.pods);
+        world
+            .lock()
+            .unwrap()
+            .trainer_starts(slot, epoch, names, sizes);
         let result = train(slot, epoch, &scenario, &world, &mut channel, &name).await;
-        world.lock().unwrap().training.remove(&slot);
+        {
+            let mut w = world.lock().unwrap();
+            w.training.remove(&slot);
+            let at = w.started.elapsed();
+            w.trainer_ends.push(at);
+        }
         // The attempt's end, judged as the attempt loop judges it.
         let succeeded = matches!(&result, Ok(o) if o.code == exit::SUCCESS);
         let said = match &result {
@@ -619,6 +847,12 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
         };
         match lifecycle::after_run(result, &budget) {
             AfterRun::Restart(_) => {
+                // The job's first cause as the coordinator told it: a growth (a loss in its
+                // checkpoint window said after it).
+                let cause = channel.cause().map(|c| c.reason).unwrap_or_default();
+                if cause.starts_with(control::GROWS) {
+                    world.lock().unwrap().grown.insert(epoch);
+                }
                 if coordinates && preempted {
                     world.lock().unwrap().recorded = Some((epoch, agreed_preemptions + 1));
                 }
@@ -643,6 +877,192 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                 return end(code, epoch_ran.clone(), cause);
             }
         }
+    }
+}
+
+/// What every launcher of the simulation brings to a channel; the caller sets its role and
+/// what it found.
+fn joining(
+    name: &str,
+    ip: IpAddr,
+    slot: usize,
+    scenario: &Scenario,
+    net: &SimNet,
+    (next_epoch, preemptions): (u32, u32),
+) -> Joining {
+    Joining {
+        role: Role::Coordinator {
+            listen: std::net::SocketAddr::new(ip, PORT),
+        },
+        secret: secret(),
+        me: PodAddress {
+            name: name.to_string(),
+            ip,
+        },
+        members: Vec::new(),
+        view: String::new(),
+        next_epoch,
+        max_restarts: scenario.max_restarts,
+        preemptions,
+        max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
+        nproc_per_pod: scenario.nproc(slot),
+        heartbeat_timeout: scenario.heartbeat(),
+        join_grace: JOIN_GRACE + GRACE,
+        membership: None,
+        ended: None,
+        who: format!("pod {name}"),
+        progress_check: Duration::ZERO,
+        served: Served::default(),
+        network: net.net(),
+        growth: None,
+    }
+}
+
+/// What a follower of an elastic job's coordinator heard.
+enum Followed {
+    /// Start: the channel, the members in rank order, (epoch, budget, preemptions).
+    Go {
+        channel: Box<Channel>,
+        members: Vec<(String, IpAddr)>,
+        start: (u32, u32, u32),
+    },
+    /// Gather again.
+    Again,
+    /// End with this status.
+    End(i32),
+}
+
+/// A follower of an elastic job, as `launch::follow_coordinator` is: the coordinator by its
+/// name (no address yet: ask again), joined with no view ("send me the membership"), looked
+/// up again when unreachable; then its word: a start with its membership, the job's success
+/// (a late pod ends 0), gather again, or the end. Checked: a membership sent is dense (ranks
+/// 0..k, each pod once) and has this pod.
+async fn follow(
+    me: PodAddress,
+    slot: usize,
+    scenario: &Scenario,
+    world: &Shared,
+    net: &SimNet,
+    count: (u32, u32),
+) -> Followed {
+    let Some(coordinator) = world.lock().unwrap().named_coordinator() else {
+        sleep(Duration::from_secs(1)).await;
+        return Followed::Again;
+    };
+    let looked_up = world.clone();
+    let recheck: control::Recheck = Arc::new(move || {
+        let ip = looked_up.lock().unwrap().named_coordinator();
+        futures::FutureExt::boxed(async move { Some(ip.into_iter().collect()) })
+    });
+    let joined = control::join(Joining {
+        role: Role::Follower {
+            coordinator: std::net::SocketAddr::new(coordinator, PORT),
+            recheck: Some(recheck),
+        },
+        ..joining(&me.name, me.ip, slot, scenario, net, count)
+    })
+    .await;
+    let Ok(mut channel) = joined else {
+        return Followed::Again;
+    };
+    {
+        let mut w = world.lock().unwrap();
+        let at = w.started.elapsed();
+        w.listening.insert(slot, at);
+    }
+    let succeeded = channel.job_succeeded();
+    let heard = tokio::select! {
+        heard = channel.heard() => Some(heard),
+        _ = succeeded => None,
+    };
+    world.lock().unwrap().listening.remove(&slot);
+    let heard = match heard {
+        Some(heard) => heard,
+        None => {
+            channel.close().await;
+            return Followed::End(exit::SUCCESS);
+        }
+    };
+    match heard {
+        Heard::Go {
+            epoch,
+            membership,
+            max_restarts,
+            preemptions,
+            ..
+        } => {
+            let Some(membership) = membership else {
+                channel.close().await;
+                return Followed::Again;
+            };
+            let trainers = &membership.trainers;
+            let dense = trainers.iter().enumerate().all(|(i, m)| m.rank == i);
+            let has_me = trainers.iter().any(|m| m.name == me.name && m.ip == me.ip);
+            if !dense || !has_me {
+                let what = format!("{} was sent the membership {trainers:?}", me.name);
+                world.lock().unwrap().violation(what);
+            }
+            Followed::Go {
+                channel: Box::new(channel),
+                members: trainers.iter().map(|m| (m.name.clone(), m.ip)).collect(),
+                start: (epoch, max_restarts, preemptions),
+            }
+        }
+        Heard::Regather(_) | Heard::Lost { restart: true, .. } => {
+            channel.close().await;
+            Followed::Again
+        }
+        Heard::Lost { .. } => {
+            channel.close().await;
+            Followed::End(exit::PEER_LOST)
+        }
+        // Refused only where the pods' processes per pod differ.
+        Heard::Refused(reason) => {
+            channel.close().await;
+            let w = world.lock().unwrap();
+            let nprocs: BTreeSet<u32> = (0..w.pods.len()).map(|s| scenario.nproc(s)).collect();
+            drop(w);
+            if nprocs.len() < 2 {
+                let what = format!("{} refused with every pod agreeing: {reason}", me.name);
+                world.lock().unwrap().violation(what);
+            }
+            Followed::End(exit::INVALID_CONFIG)
+        }
+    }
+}
+
+/// An elastic job's coordinator that gives up gathering tells the end to whoever joins, as
+/// `launch::tell_followers_the_end` does: its followers learn the job only from it.
+async fn tell_the_end(
+    (ip, slot): (IpAddr, usize),
+    members_before: &[String],
+    world: &Shared,
+    scenario: &Scenario,
+    net: &SimNet,
+    reason: String,
+) {
+    let members: Vec<PodAddress> = {
+        let w = world.lock().unwrap();
+        w.pods
+            .iter()
+            .filter(|p| members_before.contains(&p.0))
+            .map(|p| PodAddress {
+                name: p.0.clone(),
+                ip: p.1,
+            })
+            .collect()
+    };
+    let name = world.lock().unwrap().pods[slot].0.clone();
+    let grace = GRACE + super::TELL_THE_END;
+    let joined = control::join(Joining {
+        members,
+        ended: Some(reason),
+        join_grace: grace,
+        ..joining(&name, ip, slot, scenario, net, (0, 0))
+    })
+    .await;
+    if let Ok(mut channel) = joined {
+        channel.told_everyone(grace).await;
     }
 }
 
@@ -740,52 +1160,60 @@ fn kill(launchers: &mut BTreeMap<usize, tokio::task::JoinHandle<()>>, world: &Sh
     w.ended.insert(slot, (at, 137, String::new(), None));
 }
 
-/// Runs one scenario to its end; the violations found.
-async fn run(scenario: Scenario) -> Vec<String> {
+/// Runs one scenario to its end: what happened, and the violations found.
+async fn run(scenario: Scenario) -> World {
     let scenario = Arc::new(scenario);
     let net = SimNet::default();
     let world: Shared = Arc::new(Mutex::new(World {
-        started: Instant::now(),
-        pods: Vec::new(),
-        created: Vec::new(),
-        deleted: Vec::new(),
-        frozen: BTreeSet::new(),
-        training: BTreeMap::new(),
-        epochs: BTreeMap::new(),
-        ended: BTreeMap::new(),
-        failed_unfinished: false,
-        preemptions_made: 0,
-        trainer_succeeded: false,
-        applied: Vec::new(),
-        recorded: None,
-        violations: Vec::new(),
+        elastic: scenario.elastic.is_some(),
+        ..World::empty()
     }));
     let mut launchers: BTreeMap<usize, tokio::task::JoinHandle<()>> = BTreeMap::new();
     let frozen: Vec<Arc<AtomicBool>> = (0..16).map(|_| Arc::default()).collect();
-    let create = |launchers: &mut BTreeMap<usize, tokio::task::JoinHandle<()>>| {
+    // Pods Pending: when each is scheduled (none: never).
+    let mut scheduled: Vec<(Instant, usize)> = Vec::new();
+    let start_launcher = |launchers: &mut BTreeMap<usize, tokio::task::JoinHandle<()>>,
+                          slot: usize| {
+        {
+            // Its launcher's start, which bounds its end.
+            let mut w = world.lock().unwrap();
+            w.pods[slot].2 = PodState::Running;
+            w.created[slot] = w.started.elapsed();
+        }
+        let task = launcher(slot, scenario.clone(), world.clone(), net.clone());
+        launchers.insert(slot, tokio::spawn(freezable(task, frozen[slot].clone())));
+    };
+    // A pod of completion index `index`, Pending until it is scheduled.
+    let create = |launchers: &mut BTreeMap<usize, tokio::task::JoinHandle<()>>,
+                  scheduled: &mut Vec<(Instant, usize)>,
+                  index: usize| {
         let slot = {
             let mut w = world.lock().unwrap();
             let slot = w.pods.len();
             w.pods.push((
                 format!("p-{slot}"),
                 ip_of(slot, &scenario),
-                PodState::Running,
+                PodState::Pending,
             ));
+            w.index.push(index);
             let at = w.started.elapsed();
             w.created.push(at);
             w.deleted.push(None);
             slot
         };
-        let task = launcher(slot, scenario.clone(), world.clone(), net.clone());
-        launchers.insert(slot, tokio::spawn(freezable(task, frozen[slot].clone())));
+        match scenario.pending(slot) {
+            Some(Duration::ZERO) => start_launcher(launchers, slot),
+            Some(pending) => scheduled.push((Instant::now() + pending, slot)),
+            None => {}
+        }
     };
-    for _ in 0..scenario.pods {
-        create(&mut launchers);
+    for index in 0..scenario.pods {
+        create(&mut launchers, &mut scheduled, index);
     }
     let mut faults = scenario.faults.clone();
     faults.sort_by_key(|f| f.0);
-    // Replacements owed: when each is created.
-    let mut owed: Vec<Instant> = Vec::new();
+    // Replacements owed: when each is created, of which completion index.
+    let mut owed: Vec<(Instant, usize)> = Vec::new();
     // Addresses of killed pods, and when a connect to them goes unanswered.
     let mut gone: Vec<(Instant, IpAddr)> = Vec::new();
     // When each frozen pod's node went.
@@ -809,9 +1237,15 @@ async fn run(scenario: Scenario) -> Vec<String> {
             // A pod still there: Running, or in its preemption's window.
             let there = {
                 let w = world.lock().unwrap();
-                slot < w.pods.len() && !w.ended.contains_key(&slot) && !w.frozen.contains(&slot)
+                slot < w.pods.len()
+                    && !w.ended.contains_key(&slot)
+                    && !w.frozen.contains(&slot)
+                    && w.pods[slot].2 != PodState::Pending
             };
-            if !there {
+            // A pod deleted for its preemption has its replacement owed already, and is not
+            // deleted again.
+            let replaced = there && world.lock().unwrap().pods[slot].2 == PodState::Ended(-15);
+            if !there || (replaced && fault.preempts()) {
                 continue;
             }
             {
@@ -820,8 +1254,7 @@ async fn run(scenario: Scenario) -> Vec<String> {
                 w.applied.push((at, slot, fault));
             }
             let ip = ip_of(slot, &scenario);
-            // A pod deleted for its preemption has its replacement owed already.
-            let replaced = world.lock().unwrap().pods[slot].2 == PodState::Ended(-15);
+            let index = world.lock().unwrap().index[slot];
             match fault {
                 Fault::Kill | Fault::Crash => {
                     if fault == Fault::Crash {
@@ -831,7 +1264,7 @@ async fn run(scenario: Scenario) -> Vec<String> {
                     gone.push((now + Duration::from_millis(100), ip));
                     kill(&mut launchers, &world, slot);
                     if !replaced {
-                        owed.push(now + Duration::from_secs(scenario.replace_after));
+                        owed.push((now + Duration::from_secs(scenario.replace_after), index));
                     }
                 }
                 Fault::Freeze => {
@@ -840,14 +1273,18 @@ async fn run(scenario: Scenario) -> Vec<String> {
                     world.lock().unwrap().frozen.insert(slot);
                     frozen_at.insert(slot, now);
                     if !replaced {
-                        owed.push(now + NODE_LOST + Duration::from_secs(scenario.replace_after));
+                        let at = now + NODE_LOST + Duration::from_secs(scenario.replace_after);
+                        owed.push((at, index));
                     }
                 }
                 Fault::Restart => {
                     if let Some(task) = launchers.remove(&slot) {
                         task.abort();
                     }
-                    world.lock().unwrap().training.remove(&slot);
+                    let mut w = world.lock().unwrap();
+                    w.training.remove(&slot);
+                    w.listening.remove(&slot);
+                    drop(w);
                     restarting.push((now + Duration::from_secs(2), slot));
                 }
                 Fault::Cut => net.cut(ip),
@@ -861,7 +1298,7 @@ async fn run(scenario: Scenario) -> Vec<String> {
                         w.deleted[slot] = Some(w.started.elapsed());
                         w.preemptions_made += 1;
                     }
-                    owed.push(now + Duration::from_secs(scenario.replace_after));
+                    owed.push((now + Duration::from_secs(scenario.replace_after), index));
                     let then = match fault {
                         Fault::PreemptThenFreeze => Some(Fault::Freeze),
                         Fault::PreemptThenKill => Some(Fault::Kill),
@@ -917,23 +1354,37 @@ async fn run(scenario: Scenario) -> Vec<String> {
                 }
             }
         }
-        let due: Vec<Instant> = owed.iter().copied().filter(|at| *at <= now).collect();
-        owed.retain(|at| *at > now);
+        let due: Vec<usize> = owed
+            .iter()
+            .filter(|(at, _)| *at <= now)
+            .map(|(_, index)| *index)
+            .collect();
+        owed.retain(|(at, _)| *at > now);
         let job_over = world
             .lock()
             .unwrap()
             .pods
             .iter()
             .any(|p| p.2 == PodState::Ended(0));
-        for _ in due {
+        for index in due {
             if !job_over && world.lock().unwrap().pods.len() < 16 {
-                create(&mut launchers);
+                create(&mut launchers, &mut scheduled, index);
             }
+        }
+        // Pending pods the scheduler places: Running, their launchers start.
+        for (_, slot) in scheduled.iter().filter(|(at, _)| *at <= now) {
+            start_launcher(&mut launchers, *slot);
+        }
+        scheduled.retain(|(at, _)| *at > now);
+        if let Some(elastic) = &scenario.elastic {
+            let mut w = world.lock().unwrap();
+            check_arrivals_held(&mut w, &scenario, elastic);
         }
         launchers.retain(|slot, task| {
             !task.is_finished() && !world.lock().unwrap().frozen.contains(slot)
         });
-        if launchers.is_empty() && owed.is_empty() && restarting.is_empty() {
+        if launchers.is_empty() && owed.is_empty() && restarting.is_empty() && scheduled.is_empty()
+        {
             break;
         }
         if start.elapsed() > RUN_LIMIT {
@@ -948,9 +1399,57 @@ async fn run(scenario: Scenario) -> Vec<String> {
     for (_, task) in launchers {
         task.abort();
     }
-    let mut w = world.lock().unwrap();
+    let mut w = std::mem::replace(&mut *world.lock().unwrap(), World::empty());
     check_the_end(&mut w, &scenario);
-    std::mem::take(&mut w.violations)
+    w
+}
+
+/// An elastic job grows in time: a pod that has joined the coordinator and is held while an
+/// epoch trains without it hears the attempt's end within the elastic wait (the window of
+/// arrivals), the checkpoint window and the attempt's close, counted from when both it had
+/// joined and the epoch had started; unless a fault happened meanwhile, or a trainer of the
+/// epoch ended (a member done holds the growth until the job ends).
+fn check_arrivals_held(w: &mut World, scenario: &Scenario, elastic: &ElasticScenario) {
+    let Some(epoch) = w
+        .training
+        .iter()
+        .filter(|(slot, _)| !w.frozen.contains(slot))
+        .map(|(_, epoch)| *epoch)
+        .max()
+    else {
+        return;
+    };
+    let Some(&epoch_at) = w.epoch_started.get(&epoch) else {
+        return;
+    };
+    let now = w.started.elapsed();
+    let bound = Duration::from_secs(elastic.wait_s)
+        + WINDOW
+        + GRACE
+        + scenario.heartbeat()
+        + Duration::from_secs(10);
+    let late: Vec<(usize, Duration)> = w
+        .listening
+        .iter()
+        .map(|(slot, since)| (*slot, (*since).max(epoch_at)))
+        .filter(|(slot, from)| {
+            // (A launcher killed or frozen while it listened hears nothing.)
+            !w.training.contains_key(slot)
+                && !w.frozen.contains(slot)
+                && !w.ended.contains_key(slot)
+                && now > *from + bound
+                && !w.applied.iter().any(|(at, ..)| at >= from)
+                && !w.trainer_ends.iter().any(|at| *at >= epoch_at)
+        })
+        .collect();
+    for (slot, from) in late {
+        w.listening.remove(&slot);
+        let what = format!(
+            "pod slot {slot}, joined while epoch {epoch} trained, held {:?} (bound {bound:?})",
+            now - from
+        );
+        w.violation(what);
+    }
 }
 
 /// What must hold once every launcher has ended.
@@ -1000,6 +1499,10 @@ fn check_the_end(w: &mut World, scenario: &Scenario) {
 }
 
 fn simulate(scenario: Scenario) -> Vec<String> {
+    simulate_world(scenario).violations
+}
+
+fn simulate_world(scenario: Scenario) -> World {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -1021,6 +1524,16 @@ proptest! {
     /// any scenario of the cluster.
     #[test]
     fn the_drivers_keep_their_invariants_over_many_attempts(scenario in scenario()) {
+        let violations = simulate(scenario.clone());
+        prop_assert!(violations.is_empty(), "{violations:#?}\n{scenario:#?}");
+    }
+
+    /// An elastic job (--min-pods) under the same scenarios, its coordinator named, pods
+    /// Pending for a while or for ever: the same invariants, and every epoch has --min-pods to
+    /// the job's pods, each once; a follower is sent a dense membership it is in; a held pod
+    /// joins in time; grows spend no restart.
+    #[test]
+    fn the_drivers_keep_their_invariants_in_an_elastic_job(scenario in elastic_scenario()) {
         let violations = simulate(scenario.clone());
         prop_assert!(violations.is_empty(), "{violations:#?}\n{scenario:#?}");
     }
@@ -1048,10 +1561,58 @@ fn a_frozen_preempted_coordinator_and_a_trainer_failing_on_the_checkpoint_is_a_f
         low_replacements: false,
         kubelet_lag_ms: 0,
         nproc: vec![1],
+        elastic: None,
     };
     // select! picks at random among branches ready at once: a few runs.
     for _ in 0..5 {
         let violations = simulate(scenario.clone());
         assert!(violations.is_empty(), "{violations:#?}");
     }
+}
+
+/// The elastic job as the issue tells it, driven: 3 pods, at least 2; pod 1 killed while the
+/// job trains and its replacement Pending (Unschedulable) past the elastic wait: the other 2
+/// train on as a 2-pod job (restart 1, spending the budget of 1); the replacement scheduled:
+/// it arrives, and the job grows back to 3 pods (restart 2, free: no budget is left) and
+/// completes. Each epoch's members, as every launcher found them.
+#[test]
+fn a_driven_elastic_job_shrinks_without_a_lost_pod_and_grows_back_when_it_runs() {
+    let training = |seconds| Training {
+        seconds,
+        fails: false,
+        fails_on_checkpoint: false,
+    };
+    let scenario = Scenario {
+        pods: 3,
+        max_restarts: 1,
+        trainings: vec![vec![training(60), training(60), training(20)]],
+        faults: vec![(10, 1, Fault::Kill)],
+        replace_after: 1,
+        heartbeat_s: 2,
+        late_s: vec![0],
+        low_replacements: false,
+        kubelet_lag_ms: 0,
+        nproc: vec![1],
+        elastic: Some(ElasticScenario {
+            min_pods: 2,
+            wait_s: 5,
+            pending_s: vec![Some(0), Some(0), Some(0), Some(30)],
+        }),
+    };
+    let world = simulate_world(scenario);
+    assert!(world.violations.is_empty(), "{:#?}", world.violations);
+    let names = |pods: &[&str]| vec![pods.iter().map(|p| p.to_string()).collect::<Vec<_>>()];
+    let epochs: Vec<(u32, Vec<Vec<String>>)> = world.epochs.into_iter().collect();
+    assert_eq!(
+        epochs,
+        vec![
+            (0, names(&["p-0", "p-1", "p-2"])),
+            (1, names(&["p-0", "p-2"])),
+            // The replacement keeps its pod's index: rank 1 again.
+            (2, names(&["p-0", "p-3", "p-2"])),
+        ]
+    );
+    assert_eq!(world.grown, BTreeSet::from([1]));
+    let codes: Vec<i32> = world.ended.values().map(|e| e.1).collect();
+    assert_eq!(codes, vec![0, 137, 0, 0]);
 }
