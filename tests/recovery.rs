@@ -1649,11 +1649,11 @@ impl Job {
             out.display().to_string(),
             checkpoints.display().to_string(),
         ];
-        self.extra_env = vec![
+        self.extra_env.extend([
             ("STEP_SECONDS", "0.2".to_string()),
             ("PADDLE_DISTRI_BACKEND", "gloo".to_string()),
             ("HOME", self.cluster.dir.path().display().to_string()),
-        ];
+        ]);
         out
     }
 }
@@ -2339,6 +2339,39 @@ fn an_elastic_job_below_its_minimum_trains_nowhere() {
         &done.stderr,
         "elastic (--min-pods 2): 1 Running, fewer than 2: no pod trains until 2 are",
     );
+}
+
+/// Real PaddlePaddle (CPU, gloo) in an elastic job: 3 pods, at least 2; the collective example
+/// checkpoints every step; a pod is killed mid-training and its replacement stays Pending
+/// (Unschedulable). The 2 live pods resume from the checkpoint as a 2-rank job (restart 1,
+/// world 2 in Paddle's own count) and finish with identical parameters (each rank trains on
+/// its own data: only a working all-reduce over the new world keeps them equal).
+#[test]
+fn real_paddle_resumes_as_a_smaller_job_when_a_lost_pods_replacement_cannot_run() {
+    let mut job = elastic_job("relastic");
+    let out = job.run_collective_example();
+    job.create_pods(3);
+    job.launcher(1).wait_for_output("rank 1: step 10 ", LIMIT);
+    job.kill_pod(1);
+    job.create_pending_pod();
+    let outputs = job.all_finish();
+    let results = example_results(&out, 2, &outputs);
+    for (rank, result) in results.iter().enumerate() {
+        assert_eq!(result["restart_count"], 1, "rank {rank}: {outputs:?}");
+        assert_eq!(result["world"], 2, "rank {rank}: {outputs:?}");
+        assert_eq!(result["env_trainer_id"], rank, "rank {rank}");
+        let resumed = result["resumed_after_step"].as_u64().unwrap();
+        assert!(
+            resumed >= 9,
+            "rank {rank} resumed after step {resumed}: not from the checkpoint"
+        );
+        let last = result["last_loss"].as_f64().unwrap();
+        assert!(last < 0.01, "rank {rank}: final loss {last}");
+    }
+    assert_eq!(results[0]["params"], results[1]["params"]);
+    // No third rank trained in the smaller job.
+    assert!(!out.join("result-2.json").exists(), "{outputs:?}");
+    assert_contains(&job.stderr(0), "elastic job: starting with 2 of 3 pods");
 }
 
 /// `assert_restarted_with`, each line also telling the world at full size.
