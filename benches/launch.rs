@@ -1,7 +1,7 @@
 //! Measures the launcher on this machine; prints a Markdown report (BENCHMARKS.md keeps it).
 //!
 //!     cargo bench --bench launch              # everything (about 5 minutes)
-//!     cargo bench --bench launch -- latency   # one part: latency | api | footprint | old | recovery | scale | coordinator
+//!     cargo bench --bench launch -- latency   # one part: latency | api | footprint | old | recovery | scale | coordinator | hang | preemption | processes | elastic
 //!
 //! Launchers are real processes (the release build) against the tests' fake Kubernetes API, one
 //! loopback IP per simulated pod. The pserver and trainer are this binary itself in stand-in mode
@@ -65,6 +65,69 @@ fn main() {
     if wants("processes") {
         processes();
     }
+    if wants("elastic") {
+        elastic();
+    }
+}
+
+const ELASTIC_WAIT_S: u64 = 2;
+
+/// Issue 31: an elastic job (`--min-pods` one less than its pods) loses a pod whose
+/// replacement stays Pending: from the loss to every other trainer started again in the smaller
+/// job, at 3 and 32 pods; of that, the elastic wait is the user's choice, the rest the
+/// launchers' own part (the loss noticed, every trainer stopped, the verdict, the gathering
+/// after the wait, the smaller membership sent, every trainer started).
+fn elastic() {
+    println!("## 11. An elastic job goes on without a lost pod\n");
+    println!("Launchers with a job secret and `--max-restarts` (collective protocol, trainer `sleep 600`,");
+    println!("heartbeat timeout {HEARTBEAT_TIMEOUT_S} s), `--min-pods` one less than the pods, `--elastic-wait {ELASTIC_WAIT_S}`, the");
+    println!("coordinator named (pod 0 by its address: only it uses the API). One follower's launcher is");
+    println!(
+        "killed and its pod marked Failed, its replacement created Pending (never scheduled); from"
+    );
+    println!(
+        "the kill to every other trainer started again as a job of one pod fewer (the launchers'"
+    );
+    println!(
+        "log lines). The launchers' own part: the whole less the elastic wait, which starts when"
+    );
+    println!(
+        "the coordinator begins to gather again; the gathering's end -> every trainer started is"
+    );
+    println!("shown apart.\n");
+    println!("| pods | loss -> smaller job training: median (max) | the launchers' own part: median (max) | of which after the wait: median |");
+    println!("|---|---|---|---|");
+    for (pods, runs) in [(3, 3), (32, 3)] {
+        let (mut totals, mut own, mut after) = (Vec::new(), Vec::new(), Vec::new());
+        for run in 0..runs {
+            let mut job = Recovering::start_elastic(&format!("el{pods}r{run}"), pods, 2);
+            let alive = job.alive();
+            let victim = alive[1];
+            let at = time_of_day(SystemTime::now());
+            job.lose_pod(victim);
+            job.add_pending_pod();
+            let others: Vec<usize> = alive.iter().copied().filter(|&i| i != victim).collect();
+            let started = job.until_each(&others, "started trainer-", at);
+            let shrunk = job
+                .line_after(0, "elastic job: starting with", at)
+                .expect("the coordinator started the smaller job");
+            let wait = ELASTIC_WAIT_S as f64 * 1000.0;
+            totals.push((started - at) * 1000.0);
+            own.push((started - at) * 1000.0 - wait);
+            after.push((started - shrunk) * 1000.0);
+            job.stop();
+        }
+        let max = |v: &[f64]| v.iter().cloned().fold(f64::MIN, f64::max);
+        println!(
+            "| {pods} | {:.0} ms ({:.0} ms) | {:.0} ms ({:.0} ms) | {:.0} ms |",
+            median(totals.clone()),
+            max(&totals),
+            median(own.clone()),
+            max(&own),
+            median(after),
+        );
+    }
+    println!("\nCommand: `cargo bench --bench launch -- elastic`.\n");
 }
 
 /// Issue 28: 32 pods of 8 trainer processes each (collective, `--nproc-per-pod 8`) against 32
@@ -661,6 +724,9 @@ struct Recovering {
     members: Vec<(String, String, Option<Child>, PathBuf)>,
     /// What the trainers are.
     trainers: Trainers,
+    /// An elastic job (`--min-pods` one less than the pods, `ELASTIC_WAIT_S`), its coordinator
+    /// named (pod 0 by its address).
+    elastic: bool,
 }
 
 /// The trainers of a `Recovering` job.
@@ -719,6 +785,21 @@ impl Recovering {
     }
 
     fn started(job: &str, pods: usize, max_restarts: u32, trainers: Trainers) -> Recovering {
+        Recovering::begun(job, pods, max_restarts, trainers, false)
+    }
+
+    /// Like `start`, an elastic job.
+    fn start_elastic(job: &str, pods: usize, max_restarts: u32) -> Recovering {
+        Recovering::begun(job, pods, max_restarts, Trainers::Sleeping, true)
+    }
+
+    fn begun(
+        job: &str,
+        pods: usize,
+        max_restarts: u32,
+        trainers: Trainers,
+        elastic: bool,
+    ) -> Recovering {
         let api = FakeApi::start();
         let dir = tempfile::tempdir().unwrap();
         api.write_kubeconfig(&dir.path().join("kubeconfig"));
@@ -731,6 +812,7 @@ impl Recovering {
             max_restarts,
             members: Vec::new(),
             trainers,
+            elastic,
         };
         this.start_pods();
         this
@@ -769,6 +851,15 @@ impl Recovering {
                 command.args(["run", "--", "sleep", "600"]);
             }
         }
+        if self.elastic {
+            command
+                .env("PADDLE_LAUNCHER_MIN_PODS", (self.pods - 1).to_string())
+                .env("PADDLE_LAUNCHER_ELASTIC_WAIT", ELASTIC_WAIT_S.to_string())
+                .env(
+                    "PADDLE_LAUNCHER_COORDINATOR",
+                    format!("{}:{}", pod_ip(0), self.control_port),
+                );
+        }
         let child = command
             .env("PADDLE_LAUNCHER_PROTOCOL", "collective")
             .env(
@@ -791,6 +882,15 @@ impl Recovering {
             .unwrap();
         self.members.push((name, pod_ip(i), Some(child), log));
         i
+    }
+
+    /// A new pod the scheduler cannot place: Pending, no launcher.
+    fn add_pending_pod(&mut self) {
+        let i = self.members.len();
+        let name = format!("{}-{i}", self.job);
+        self.api.put_pod(job_pod(&self.job, &name));
+        let log = self.dir.path().join(format!("{i}.log"));
+        self.members.push((name, pod_ip(i), None, log));
     }
 
     fn set_running(&self, i: usize) -> f64 {
