@@ -218,6 +218,7 @@ fn hostile_clients_are_dropped_and_the_job_ends_cleanly() {
         preemptions: 0,
         max_preemptions: u32::MAX,
         nproc_per_pod: 1,
+        grows: 0,
     };
     let (mut forged, challenge) = connect_from(&member, &address);
     let wrong = paddle_launcher::config_secret(b"not-the-job-secret-at-all-0123456789");
@@ -250,6 +251,7 @@ fn hostile_clients_are_dropped_and_the_job_ends_cleanly() {
         preemptions: 0,
         max_preemptions: u32::MAX,
         nproc_per_pod: 1,
+        grows: 0,
     };
     stranger
         .write_all(&ControlSession::new(&right, challenge, false).seal(&intruder))
@@ -274,6 +276,7 @@ fn hostile_clients_are_dropped_and_the_job_ends_cleanly() {
             preemptions: 0,
             max_preemptions: u32::MAX,
             nproc_per_pod: 1,
+            grows: 0,
         };
         hasty
             .write_all(&ControlSession::new(&right, challenge, false).seal(&hello))

@@ -2259,10 +2259,13 @@ fn elastic_job(name: &'static str) -> Job {
 /// 3 pods, at least 2: a pod lost whose replacement stays Pending (Unschedulable) -> the 2
 /// live pods train on as a 2-pod job (dense ranks, their endpoints, world 2 of 3, the restart
 /// spent); the replacement scheduled -> it arrives, and the job grows back to 3 pods (a free
-/// restart: two restarts in all, the budget of 2 not exceeded by the grow) and completes.
+/// restart: two restarts in all, the budget of 2 not exceeded by the grow) and completes. The
+/// Job records the grow as a free restart that is a grow (not among the free preemptions).
 #[test]
 fn an_elastic_job_trains_on_without_a_lost_pod_and_grows_back() {
     let mut job = elastic_job("elastic");
+    let api = job.cluster.api.clone();
+    api.put_job(job_object("elastic", 3, serde_json::json!({})));
     job.start_training(3);
     job.kill_pod(1);
     let replacement = job.create_pending_pod();
@@ -2312,6 +2315,13 @@ fn an_elastic_job_trains_on_without_a_lost_pod_and_grows_back() {
             format!("{}: {}", field("reason"), field("message"))
         })
         .collect();
+    let recorded = |key: &str| api.job_annotation("default", "elastic", key);
+    assert_eq!(recorded(RESTART_COUNT).as_deref(), Some("2"));
+    assert_eq!(recorded(PREEMPTIONS).as_deref(), Some("1"));
+    assert_eq!(
+        recorded("paddle-launcher.paddlepaddle.org/grows").as_deref(),
+        Some("1")
+    );
     for expected in [
         "Started: 2 of the job's 3 pods found (elastic, at least 2): training started (after 1 restart)".to_string(),
         "ScaledDown: from 3 of 3 to 2 of 3 pods: elastic-1 not Running again within the elastic wait of 3 s".to_string(),

@@ -82,6 +82,7 @@ pub(super) enum Effect {
         reason: String,
         hang: bool,
         preempted: bool,
+        grown: bool,
     },
     /// This launcher learns the verdict on the loss, decided once.
     KnowsVerdict { restart: bool },
@@ -103,12 +104,14 @@ pub(super) enum Stage {
         since: Instant,
         ready: HashMap<String, Terms>,
     },
-    /// Started `epoch` with this budget, after this many preemptions, of so many free ones.
+    /// Started `epoch` with this budget, after this many preemptions, of so many free ones,
+    /// `grows` of them the elastic job's (not bounded by the free ones).
     Running {
         epoch: u32,
         max_restarts: u32,
         preemptions: u32,
         max_preemptions: u32,
+        grows: u32,
     },
     /// Said what there was to say; waiting for this launcher to close the channel.
     Closing,
@@ -152,6 +155,8 @@ pub(super) struct Core {
     preempted: Option<(String, String)>,
     /// The loss told is a preemption.
     lost_preempted: bool,
+    /// The first loss was the elastic job's growth (or came inside its checkpoint window).
+    lost_grown: bool,
     /// How each member names itself, this launcher too.
     who: HashMap<String, String>,
     /// Each member's last progress report (this launcher's too): the link it came on (None:
@@ -225,6 +230,8 @@ pub(super) struct Terms {
     pub preemptions: u32,
     /// The free preemptions it was given (--max-preemptions; `UNBOUNDED_PREEMPTIONS`: all).
     pub max_preemptions: u32,
+    /// Of the preemptions it knows of, the elastic job's grows.
+    pub grows: u32,
     /// The trainer processes its pod runs: the same on every pod, or nothing starts.
     pub nproc_per_pod: u32,
 }
@@ -237,6 +244,7 @@ impl Terms {
             max_restarts,
             preemptions: 0,
             max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
+            grows: 0,
             nproc_per_pod: 1,
         }
     }
@@ -314,6 +322,7 @@ impl Core {
             lost_hang: false,
             preempted: None,
             lost_preempted: false,
+            lost_grown: false,
             who: HashMap::from([(me_name.clone(), named(&me_name, &setup.who))]),
             progress: HashMap::new(),
             now,
@@ -344,6 +353,7 @@ impl Core {
                 max_restarts: 0,
                 preemptions: core.own.preemptions,
                 max_preemptions: 0,
+                grows: core.own.grows,
             };
             core.lost = Some((reason, false));
             core.decided = Some(false);
@@ -539,31 +549,49 @@ impl Core {
             return;
         }
         // A loss inside the growth's checkpoint window (a trainer that ends once it has
-        // checkpointed, as a program may on the signal) ends the attempt the growth was ending
-        // anyway, with the arrivals: free as the growth is, and said after it.
-        let in_growth = !grown && self.preempted.is_none() && self.growing.is_some();
-        let reason = match (&self.preempted, &self.growing, hang) {
+        // checkpointed, as a program may on the signal; a member preempted meanwhile) ends the
+        // attempt the growth was ending anyway, with the arrivals: free as the growth is, and
+        // said after it. Only while the growth stands: not once a member finished (the job
+        // ends as that says), nor once every arrival left (nobody joins: a failure then is the
+        // job's own, so that a pod coming and going cannot make failures free).
+        let in_growth = !grown
+            && self.growing.is_some()
+            && self.done.is_empty()
+            && !self.own_success
+            && !self.arrivals.is_empty();
+        let reason = match (&self.preempted, hang) {
             // The preempted pod's own end says it all; another's comes after the preemption.
-            (Some((pod, _)), _, _) if pod == from => reason,
-            (Some((_, said)), _, _) => super::after_preemption(said, &reason),
-            (None, Some((_, growth)), _) if in_growth => super::after_preemption(growth, &reason),
-            (None, _, true) => format!("the job hangs: {}; found by {reason}", self.suspect()),
-            (None, _, false) => reason,
+            (Some((pod, _)), _) if pod == from => reason,
+            (Some((_, said)), _) => super::after_preemption(said, &reason),
+            (None, true) if !in_growth => {
+                format!("the job hangs: {}; found by {reason}", self.suspect())
+            }
+            (None, _) => reason,
+        };
+        let reason = match &self.growing {
+            Some((_, growth)) if in_growth => super::after_preemption(growth, &reason),
+            _ => reason,
         };
         let hang = hang && self.preempted.is_none() && !in_growth;
         // Beyond the free preemptions, a preemption is a failure like any other; the job's
-        // growth spends nothing, whatever the allowance (it is told as a preemption: the
-        // launchers count it among the free restarts).
+        // growth spends nothing, whatever the allowance (told as a free restart that is a
+        // grow: the launchers count it among the free restarts, not the free preemptions).
+        let grown = grown || in_growth;
         let (preempted, reason) = match (&self.preempted, &self.stage) {
-            _ if grown || in_growth => (true, reason),
+            _ if grown => (true, reason),
             (
                 Some(_),
                 Stage::Running {
                     preemptions,
                     max_preemptions,
+                    grows,
                     ..
                 },
-            ) => super::judge_preemption(reason, *preemptions, *max_preemptions),
+            ) => super::judge_preemption(
+                reason,
+                preemptions.saturating_sub(*grows),
+                *max_preemptions,
+            ),
             _ => (false, reason),
         };
         // What every pod's last line will say, the same on all: printable (it reaches logs,
@@ -597,6 +625,7 @@ impl Core {
             restart,
             hang,
             preempted,
+            grown,
         }));
         effects.push(if tell_self {
             Effect::Hear(Heard::Lost {
@@ -604,6 +633,7 @@ impl Core {
                 restart,
                 hang,
                 preempted,
+                grown,
             })
         } else {
             Effect::KnowsLost {
@@ -611,11 +641,13 @@ impl Core {
                 reason: reason.clone(),
                 hang,
                 preempted,
+                grown,
             }
         });
         self.lost = Some((reason, restart));
         self.lost_hang = hang;
         self.lost_preempted = preempted;
+        self.lost_grown = grown;
         self.awaiting = self
             .links
             .keys()
@@ -688,6 +720,7 @@ impl Core {
             restart,
             hang: self.lost_hang,
             preempted: self.lost_preempted,
+            grown: self.lost_grown,
         }
     }
 
@@ -738,12 +771,14 @@ impl Core {
             restart: false,
             hang: self.lost_hang,
             preempted: self.lost_preempted,
+            grown: self.lost_grown,
         }));
         effects.push(Effect::KnowsLost {
             restart: false,
             reason: reason.clone(),
             hang: self.lost_hang,
             preempted: self.lost_preempted,
+            grown: self.lost_grown,
         });
         self.lost = Some((reason, false));
         self.decide(false, effects);
@@ -1042,6 +1077,11 @@ impl Core {
             .map(|r| r.preemptions)
             .fold(own.preemptions, u32::max)
             .min(epoch);
+        let grows = ready
+            .values()
+            .map(|r| r.grows)
+            .fold(own.grows, u32::max)
+            .min(preemptions);
         if ready.values().any(|r| r.max_restarts != own.max_restarts) {
             warn!("control channel: the launchers were given different restart budgets (PADDLE_LAUNCHER_MAX_RESTARTS): the job has the smallest, {max_restarts}");
         }
@@ -1061,12 +1101,14 @@ impl Core {
             max_restarts,
             preemptions,
             max_preemptions,
+            grows,
         }));
         self.stage = Stage::Running {
             epoch,
             max_restarts,
             preemptions,
             max_preemptions,
+            grows,
         };
         effects.push(Effect::Hear(Heard::Go {
             epoch,
@@ -1074,6 +1116,7 @@ impl Core {
             max_restarts,
             preemptions,
             max_preemptions,
+            grows,
         }));
     }
 
@@ -1649,12 +1692,66 @@ mod tests {
                 restart: true,
                 hang: false,
                 preempted: false,
+                grown: false,
             })),
             "{lost:?}"
         );
         let effects = core.step(Input::Own(Request::Finish { succeeded: true }));
         assert_eq!(effects, [Effect::Stop]);
         assert!(!core.own_success);
+    }
+
+    /// An elastic job's grows are free restarts, not among its free preemptions: with one
+    /// free preemption and one restart so far that was a grow, a preemption is free; had that
+    /// restart been a preemption, the same one counts as a failure. The job agrees on the
+    /// most grows any member knows of, never more than its preemptions.
+    #[test]
+    fn grows_are_not_among_the_free_preemptions() {
+        let terms = |grows| Terms {
+            next_epoch: 1,
+            preemptions: 1,
+            max_preemptions: 1,
+            grows,
+            ..Terms::first(0)
+        };
+        for (grows, free) in [(1, true), (0, false)] {
+            let at = Instant::now();
+            let (mut core, _) = Core::start(
+                Setup {
+                    terms: terms(0),
+                    ..setup(&["a"])
+                },
+                at,
+            );
+            let mut a = joined(1, "a");
+            if let Input::Joined { terms: t, .. } = &mut a {
+                *t = terms(grows);
+            }
+            let go = core.step(a);
+            let agreed = go.iter().find_map(|e| match e {
+                Effect::Broadcast(Message::Go { grows, .. }) => Some(*grows),
+                _ => None,
+            });
+            assert_eq!(agreed, Some(grows), "{go:?}");
+            core.step(said(
+                1,
+                "a",
+                Message::Preempted {
+                    reason: "pod a: preempted (SIGTERM while training)".into(),
+                },
+            ));
+            let ended = core.step(ended(1, "a", WireError::Closed));
+            let told = ended.iter().find_map(|e| match e {
+                Effect::Broadcast(Message::Lost {
+                    restart,
+                    preempted,
+                    grown,
+                    ..
+                }) => Some((*restart, *preempted, *grown)),
+                _ => None,
+            });
+            assert_eq!(told, Some((free, free, false)), "grows {grows}: {ended:?}");
+        }
     }
 
     /// The preempted pod's own end is the attempt's end as it said it; another pod's end after
@@ -1867,6 +1964,7 @@ mod tests {
                 restart: true,
                 hang: true,
                 preempted: false,
+                grown: false,
             })),
             "{effects:?}"
         );
@@ -1875,6 +1973,7 @@ mod tests {
             restart: true,
             hang: true,
             preempted: false,
+            grown: false,
         })));
     }
 
@@ -1956,6 +2055,12 @@ mod tests {
             .is_empty());
         let ended = core.step(Input::Tick(at + Duration::from_secs(75)));
         assert_eq!(lost_of(&ended), Some((true, true)), "{ended:?}");
+        assert!(
+            ended
+                .iter()
+                .any(|e| matches!(e, Effect::Broadcast(Message::Lost { grown: true, .. }))),
+            "told as a grow: {ended:?}"
+        );
         core.step(said(1, "a", Message::Stopped));
         core.step(said(2, "b", Message::Stopped));
         let decided = core.step(Input::Own(Request::Stopped));
@@ -1990,11 +2095,12 @@ mod tests {
                 restart,
                 hang,
                 preempted,
-            }) => Some((reason.clone(), *restart, *hang, *preempted)),
+                grown,
+            }) => Some((reason.clone(), *restart, *hang, *preempted, *grown)),
             _ => None,
         });
         let reason = "the job grows: c joined (1 pod); then: pod a: trainer exited with status 3";
-        assert_eq!(told, Some((reason.to_string(), true, false, true)));
+        assert_eq!(told, Some((reason.to_string(), true, false, true, true)));
 
         let mut core = elastic_both_joined(at, 5);
         core.step(joined(3, "c"));
@@ -2010,6 +2116,101 @@ mod tests {
             _ => None,
         });
         assert_eq!(told, Some((true, true, false)), "{ended:?}");
+    }
+
+    /// What the growth's window makes free, and what it does not. Free: a member preempted
+    /// in it (with no budget and no free preemption left), said after the growth. The job's
+    /// own, as without a growth: a hang once a member finished (the growth is over: the job
+    /// is ending; the hang is asked for stacks and named), and a failure once every arrival
+    /// left (nobody would join: a pod coming and going must not make failures free).
+    #[test]
+    fn what_the_growths_window_makes_free_and_what_it_does_not() {
+        let at = Instant::now();
+        let lost = |effects: &[Effect]| {
+            effects.iter().find_map(|e| match e {
+                Effect::Broadcast(Message::Lost {
+                    reason,
+                    hang,
+                    preempted,
+                    grown,
+                    ..
+                }) => Some((reason.clone(), *hang, *preempted, *grown)),
+                _ => None,
+            })
+        };
+        let failed = |hang| Message::Failed {
+            reason: "pod a: trainer exited with status 3".into(),
+            restartable: true,
+            hang,
+        };
+        let growing = |terms: Terms| {
+            let growth = Some(Growth {
+                window: Duration::from_secs(60),
+                checkpoint_window: Duration::from_secs(5),
+            });
+            let (mut core, _) = Core::start(
+                Setup {
+                    growth,
+                    terms,
+                    ..setup(&["a", "b"])
+                },
+                at,
+            );
+            for (link, pod) in [(1, "a"), (2, "b")] {
+                let mut input = joined(link, pod);
+                if let Input::Joined { terms: t, .. } = &mut input {
+                    *t = terms;
+                }
+                core.step(input);
+            }
+            core.step(joined(3, "c"));
+            core.step(Input::Tick(at + Duration::from_secs(60)));
+            core
+        };
+        let spent = Terms {
+            next_epoch: 1,
+            preemptions: 1,
+            max_preemptions: 1,
+            ..Terms::first(0)
+        };
+        let mut core = growing(spent);
+        core.step(said(
+            2,
+            "b",
+            Message::Preempted {
+                reason: "pod b: preempted (SIGTERM while training)".into(),
+            },
+        ));
+        let told = core.step(said(
+            2,
+            "b",
+            Message::Failed {
+                reason: "pod b: preempted: its checkpoint window is over".into(),
+                restartable: true,
+                hang: false,
+            },
+        ));
+        let (reason, hang, preempted, grown) = lost(&told).unwrap();
+        assert_eq!(
+            reason,
+            "the job grows: c joined (1 pod); then: pod b: preempted: its checkpoint window is over"
+        );
+        assert!(!hang && preempted && grown);
+        assert_eq!(lost_of(&told), Some((true, true)));
+
+        let mut core = growing(Terms::first(3));
+        core.step(said(2, "b", Message::Done));
+        let told = core.step(said(1, "a", failed(true)));
+        let (reason, hang, preempted, grown) = lost(&told).unwrap();
+        assert!(reason.starts_with("the job hangs: "), "{reason}");
+        assert!(hang && !preempted && !grown);
+
+        let mut core = growing(Terms::first(3));
+        core.step(ended(3, "c", WireError::Closed));
+        let told = core.step(said(1, "a", failed(false)));
+        let (reason, hang, preempted, grown) = lost(&told).unwrap();
+        assert_eq!(reason, "pod a: trainer exited with status 3");
+        assert!(!hang && !preempted && !grown);
     }
 
     /// Without a checkpoint signal the restart follows the window at once; a grow spends no

@@ -252,6 +252,7 @@ pub(super) async fn handshake(
         who: cut(&joining.who),
         preemptions: joining.preemptions,
         max_preemptions: joining.max_preemptions,
+        grows: joining.grows,
         nproc_per_pod: joining.nproc_per_pod,
     }));
     timeout(HANDSHAKE, writer.write_all(&first))

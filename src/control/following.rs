@@ -68,8 +68,9 @@ pub(super) struct Following {
     /// ends it, is the preemption's, the coordinator's own end too (a preempted coordinator's
     /// pod may be killed before its window is over, with no word of it).
     preemption: Option<String>,
-    /// The job's preemptions before this attempt and its free ones (told with `Go`).
-    preemptions: (u32, u32),
+    /// The job's preemptions before this attempt, its free ones, and its grows among the
+    /// former (told with `Go`).
+    preemptions: (u32, u32, u32),
 }
 
 impl Following {
@@ -82,7 +83,7 @@ impl Following {
             listening: true,
             may_restart: true,
             preemption: None,
-            preemptions: (0, 0),
+            preemptions: (0, 0, 0),
         }
     }
 
@@ -160,15 +161,17 @@ impl Following {
                 max_restarts,
                 preemptions,
                 max_preemptions,
+                grows,
             } if !self.running => {
                 self.running = true;
-                self.preemptions = (preemptions, max_preemptions);
+                self.preemptions = (preemptions, max_preemptions, grows);
                 vec![Effect::Hear(Heard::Go {
                     epoch,
                     membership,
                     max_restarts,
                     preemptions,
                     max_preemptions,
+                    grows,
                 })]
             }
             Message::Checkpoint { reason } if self.running => {
@@ -190,6 +193,7 @@ impl Following {
                 restart,
                 hang,
                 preempted,
+                grown,
             } => {
                 self.told = true;
                 self.may_restart &= restart;
@@ -198,6 +202,7 @@ impl Following {
                     restart,
                     hang,
                     preempted,
+                    grown,
                 })]
             }
             Message::Bye => {
@@ -225,6 +230,7 @@ impl Following {
                         restart,
                         hang: false,
                         preempted: false,
+                        grown: false,
                     }),
                     Effect::KnowsVerdict(restart),
                 ]
@@ -271,17 +277,24 @@ impl Following {
                     restart: self.may_restart,
                     hang: false,
                     preempted: false,
+                    grown: false,
                 },
-                // As the coordinator would have said it: the preemption first.
+                // As the coordinator would have said it: the preemption (or the growth) first.
                 (true, Some(said)) => {
-                    let (before, free) = self.preemptions;
+                    let (before, free, grows) = self.preemptions;
                     let ended = super::after_preemption(said, &reason);
-                    let (preempted, reason) = super::judge_preemption(ended, before, free);
+                    // The growth's checkpoint window: its restart, free whatever the allowance.
+                    let grown = said.starts_with(super::GROWS);
+                    let (preempted, reason) = match grown {
+                        true => (true, ended),
+                        false => super::judge_preemption(ended, before.saturating_sub(grows), free),
+                    };
                     Heard::Lost {
                         reason,
                         restart: self.may_restart,
                         hang: false,
                         preempted,
+                        grown,
                     }
                 }
                 (false, _) => Heard::Regather(reason),
@@ -303,6 +316,7 @@ mod tests {
             max_restarts: 2,
             preemptions: 0,
             max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
+            grows: 0,
         })
     }
 
@@ -312,6 +326,7 @@ mod tests {
             restart,
             hang: false,
             preempted: false,
+            grown: false,
         }
     }
 
@@ -334,6 +349,7 @@ mod tests {
             max_restarts: 2,
             preemptions: 0,
             max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
+            grows: 0,
         });
         let request = Input::Request;
         let frame = Input::Frame;
@@ -350,10 +366,11 @@ mod tests {
                     Checkpoint("p-2".into()),
                     StopListening,
                     Hear(Heard::Lost {
-                        reason: "p-2; then: lost the connection to the coordinating launcher at 10.0.0.1:6171 (unexpected Go { epoch: 1, membership: None, max_restarts: 2, preemptions: 0, max_preemptions: 4294967295 })".into(),
+                        reason: "p-2; then: lost the connection to the coordinating launcher at 10.0.0.1:6171 (unexpected Go { epoch: 1, membership: None, max_restarts: 2, preemptions: 0, max_preemptions: 4294967295, grows: 0 })".into(),
                         restart: true,
                         hang: false,
                         preempted: true,
+                        grown: false,
                     }),
                     KnowsVerdict(true),
                 ],
@@ -374,6 +391,77 @@ mod tests {
                         restart: true,
                         hang: false,
                         preempted: true,
+                        grown: false,
+                    }),
+                    KnowsVerdict(true),
+                ],
+            ),
+            (
+                "the growth's checkpoint, then the coordinator's silence: the growth's free restart, whatever the free preemptions left",
+                vec![
+                    Input::Frame(Message::Go {
+                        epoch: 3,
+                        membership: None,
+                        max_restarts: 0,
+                        preemptions: 1,
+                        max_preemptions: 0,
+                        grows: 1,
+                    }),
+                    frame(Message::Checkpoint { reason: "the job grows: p-3 joined (1 pod)".into() }),
+                    Input::Silent(2),
+                ],
+                vec![
+                    Hear(Heard::Go {
+                        epoch: 3,
+                        membership: None,
+                        max_restarts: 0,
+                        preemptions: 1,
+                        max_preemptions: 0,
+                        grows: 1,
+                    }),
+                    Checkpoint("the job grows: p-3 joined (1 pod)".into()),
+                    StopListening,
+                    Hear(Heard::Lost {
+                        reason: "the job grows: p-3 joined (1 pod); then: the coordinating launcher at 10.0.0.1:6171 sent no heartbeat for 2 s (frozen, or its node is gone)".into(),
+                        restart: true,
+                        hang: false,
+                        preempted: true,
+                        grown: true,
+                    }),
+                    KnowsVerdict(true),
+                ],
+            ),
+            (
+                "the job's grows are not among its free preemptions: one free, one grow before, the preemption is free",
+                vec![
+                    Input::Frame(Message::Go {
+                        epoch: 3,
+                        membership: None,
+                        max_restarts: 2,
+                        preemptions: 1,
+                        max_preemptions: 1,
+                        grows: 1,
+                    }),
+                    frame(Message::Checkpoint { reason: "pod p-0: preempted (SIGTERM while training)".into() }),
+                    Input::Silent(2),
+                ],
+                vec![
+                    Hear(Heard::Go {
+                        epoch: 3,
+                        membership: None,
+                        max_restarts: 2,
+                        preemptions: 1,
+                        max_preemptions: 1,
+                        grows: 1,
+                    }),
+                    Checkpoint("pod p-0: preempted (SIGTERM while training)".into()),
+                    StopListening,
+                    Hear(Heard::Lost {
+                        reason: "pod p-0: preempted (SIGTERM while training); then: the coordinating launcher at 10.0.0.1:6171 sent no heartbeat for 2 s (frozen, or its node is gone)".into(),
+                        restart: true,
+                        hang: false,
+                        preempted: true,
+                        grown: false,
                     }),
                     KnowsVerdict(true),
                 ],
@@ -387,6 +475,7 @@ mod tests {
                         max_restarts: 2,
                         preemptions: 1,
                         max_preemptions: 1,
+                        grows: 0,
                     }),
                     frame(Message::Checkpoint { reason: "pod p-0: preempted (SIGTERM while training)".into() }),
                     Input::Silent(2),
@@ -398,6 +487,7 @@ mod tests {
                         max_restarts: 2,
                         preemptions: 1,
                         max_preemptions: 1,
+                        grows: 0,
                     }),
                     Checkpoint("pod p-0: preempted (SIGTERM while training)".into()),
                     StopListening,
@@ -406,6 +496,7 @@ mod tests {
                         restart: true,
                         hang: false,
                         preempted: false,
+                        grown: false,
                     }),
                     KnowsVerdict(true),
                 ],
@@ -426,6 +517,7 @@ mod tests {
                         restart: true,
                         hang: false,
                         preempted: false,
+                        grown: false,
                     }),
                     Served("ps-1".into()),
                 ],
@@ -445,6 +537,7 @@ mod tests {
                         restart: true,
                         hang: false,
                         preempted: false,
+                        grown: false,
                     }),
                     KnowsVerdict(true),
                 ],
@@ -482,6 +575,7 @@ mod tests {
                         restart: true,
                         hang: false,
                         preempted: false,
+                        grown: false,
                     }),
                 ],
             ),
@@ -504,6 +598,7 @@ mod tests {
                         restart: true,
                         hang: false,
                         preempted: false,
+                        grown: false,
                     }),
                     Say(Message::Stopped),
                     CannotRestart,
@@ -525,6 +620,7 @@ mod tests {
                         restart: true,
                         hang: false,
                         preempted: false,
+                        grown: false,
                     }),
                     KnowsVerdict(true),
                 ],
@@ -545,6 +641,7 @@ mod tests {
                         restart: false,
                         hang: false,
                         preempted: false,
+                        grown: false,
                     }),
                     KnowsVerdict(false),
                 ],
@@ -576,6 +673,7 @@ mod tests {
                         restart: true,
                         hang: false,
                         preempted: false,
+                        grown: false,
                     }),
                     KnowsVerdict(true),
                 ],
@@ -589,6 +687,7 @@ mod tests {
                         restart: false,
                         hang: false,
                         preempted: false,
+                        grown: false,
                     }),
                     Input::Silent(10),
                 ],
@@ -599,6 +698,7 @@ mod tests {
                         restart: false,
                         hang: false,
                         preempted: false,
+                        grown: false,
                     }),
                     StopListening,
                     KnowsVerdict(false),
@@ -618,6 +718,7 @@ mod tests {
                         restart: false,
                         hang: false,
                         preempted: false,
+                        grown: false,
                     }),
                     KnowsVerdict(false),
                     StopListening,

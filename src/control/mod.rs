@@ -120,6 +120,9 @@ pub enum Heard {
         preemptions: u32,
         /// The job's free preemptions, agreed by all.
         max_preemptions: u32,
+        /// Of the preemptions, the elastic job's grows (which --max-preemptions does not
+        /// bound), agreed by all.
+        grows: u32,
     },
     /// Not everyone found the same members, or not all joined: discover the job again.
     Regather(String),
@@ -133,6 +136,9 @@ pub enum Heard {
         restart: bool,
         hang: bool,
         preempted: bool,
+        /// The attempt ended for the elastic job's growth (free, with `preempted`): it counts
+        /// among the grows.
+        grown: bool,
     },
 }
 
@@ -182,6 +188,9 @@ pub struct Joining {
     pub preemptions: u32,
     /// The free preemptions this launcher was given (`UNBOUNDED_PREEMPTIONS`: all).
     pub max_preemptions: u32,
+    /// Of the job's preemptions this launcher knows of, its grows (an elastic job's free
+    /// restarts that are no preemption).
+    pub grows: u32,
     /// The trainer processes this launcher's pod runs.
     pub nproc_per_pod: u32,
     pub heartbeat_timeout: Duration,
@@ -217,7 +226,7 @@ pub struct Growing {
 }
 
 /// Whether an attempt that a preemption ends, after `preemptions` free ones of the job's
-/// `max_preemptions`, restarts for free; and its reason as every pod says it (beyond the free
+/// `max_preemptions` (its grows not among them), restarts for free; and its reason as every pod says it (beyond the free
 /// ones, with why it counts as a failure). The coordinator's judgement, and a follower's when
 /// the coordinator is gone.
 pub(super) fn judge_preemption(
@@ -366,6 +375,15 @@ impl Channel {
     /// word (or its silence, judged) tells.
     pub fn checkpoint_was_asked(&self) -> bool {
         self.checkpoint.borrow().is_some()
+    }
+
+    /// Whether the checkpoint was asked for an elastic job's growth: the attempt's end is the
+    /// growth's free restart, whatever the free preemptions left.
+    pub fn growth_asked(&self) -> bool {
+        self.checkpoint
+            .borrow()
+            .as_ref()
+            .is_some_and(|reason| reason.starts_with(GROWS))
     }
 
     /// This launcher was told to stop while its trainer runs (its pod is preempted, drained
@@ -617,6 +635,8 @@ pub struct Cause {
     pub hang: bool,
     /// The attempt ended with a preemption: the restart spends no budget.
     pub preempted: bool,
+    /// The attempt ended for the elastic job's growth (free too).
+    pub grown: bool,
 }
 
 impl Ends {
@@ -632,12 +652,14 @@ impl Ends {
             reason,
             hang,
             preempted,
+            grown,
         } = &heard
         {
             let cause = Cause {
                 reason: reason.clone(),
                 hang: *hang,
                 preempted: *preempted,
+                grown: *grown,
             };
             self.knows_cause(cause);
             self.knows_lost(*restart);
@@ -767,6 +789,7 @@ impl Coordinator {
                     max_restarts: joining.max_restarts,
                     preemptions: joining.preemptions,
                     max_preemptions: joining.max_preemptions,
+                    grows: joining.grows,
                     nproc_per_pod: joining.nproc_per_pod,
                 },
                 join_grace: joining.join_grace,
@@ -992,11 +1015,13 @@ impl Coordinator {
                     reason,
                     hang,
                     preempted,
+                    grown,
                 } => {
                     ends.knows_cause(Cause {
                         reason,
                         hang,
                         preempted,
+                        grown,
                     });
                     ends.knows_lost(restart);
                 }
@@ -1089,6 +1114,7 @@ async fn serve(
             who,
             preemptions,
             max_preemptions,
+            grows,
             nproc_per_pod,
         } = hello
         else {
@@ -1133,6 +1159,7 @@ async fn serve(
             max_restarts,
             preemptions,
             max_preemptions,
+            grows,
             nproc_per_pod,
         };
         Ok((challenge, session, name, view, heartbeat_ms, who, terms))
@@ -1471,6 +1498,7 @@ mod tests {
             served: Served::default(),
             network: tcp(),
             growth: None,
+            grows: 0,
         }
     }
 
@@ -1587,6 +1615,7 @@ mod tests {
             restart: true,
             hang: false,
             preempted: false,
+            grown: false,
         };
         assert_eq!(heard(&mut channels[0]).await, lost);
         assert_eq!(heard(&mut channels[2]).await, lost);
@@ -1822,6 +1851,7 @@ mod tests {
             restart: true,
             hang: false,
             preempted: false,
+            grown: false,
         };
         assert_eq!(heard(&mut channels[0]).await, lost);
         assert_eq!(heard(&mut channels[1]).await, lost);
@@ -1933,6 +1963,7 @@ mod tests {
                 max_restarts: 3,
                 preemptions: 0,
                 max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
+                grows: 0,
             }
         );
     }

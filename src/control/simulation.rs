@@ -293,6 +293,7 @@ impl Sim {
             preemptions: preemptions[0],
             max_preemptions: free[0],
             nproc_per_pod: 1,
+            grows: 0,
         };
         let (core, effects) = Core::start(
             Setup {
@@ -513,7 +514,17 @@ impl Sim {
                     reason,
                     hang,
                     preempted,
+                    grown,
                 }) => {
+                    // A growth's restart (or a loss in its checkpoint window) is told as one,
+                    // free, by the coordinator or by the link's end when it is gone.
+                    prop_assert_eq!(
+                        grown,
+                        preempted && reason.starts_with("the job grows"),
+                        "{} heard a loss told as a grow or not: {}",
+                        f.name,
+                        reason
+                    );
                     // Once asked for a checkpoint, the attempt's end is the preemption's,
                     // whoever tells it (the coordinator, or the link's end when it is gone),
                     // while the job's preemptions are free.
@@ -751,7 +762,14 @@ impl Sim {
                 reason,
                 hang,
                 preempted,
+                grown,
             } => {
+                prop_assert_eq!(
+                    *grown,
+                    *preempted && reason.starts_with("the job grows"),
+                    "a loss told as a grow or not: {}",
+                    reason
+                );
                 if self.record.lost.is_empty() {
                     self.record.awaited = self.core.links.keys().cloned().collect();
                 }
@@ -768,6 +786,21 @@ impl Sim {
                         *preempted && (*restart || in_window),
                         "a grow that is not a free restart"
                     );
+                    // Only while the growth stands: nobody finished, an arrival still there;
+                    // and no hang (nothing to find: the trainers were asked to checkpoint).
+                    if in_window {
+                        prop_assert!(!*hang, "a loss in the growth's window told as a hang");
+                        prop_assert!(
+                            !self.record.finished_before_loss,
+                            "a loss after a member finished said as the growth's: {}",
+                            reason
+                        );
+                        prop_assert!(
+                            self.arrivals.iter().any(|a| a.link.is_some()),
+                            "a loss said as the growth's with every arrival gone: {}",
+                            reason
+                        );
+                    }
                     if self.record.grow_told_at.is_none() {
                         prop_assert!(!in_window, "a loss said after a growth not begun");
                         self.check_grow_not_early()?;
@@ -810,10 +843,17 @@ impl Sim {
                 if let Some(checkpoint) = &self.record.checkpoint {
                     // The preempted member's own end says it all; another's follows it.
                     // (A later word repeats the first: checked below.)
+                    // (Once the growth was told, its line comes first, the preemption after it.)
                     let own_end = self.record.preempted_pod.as_ref() == Some(&self.record.from);
                     let first = self.record.lost.is_empty();
+                    let after_growth = self.record.grow_told_at.is_some()
+                        && reason.starts_with("the job grows")
+                        && reason.contains(&format!("; then: {checkpoint}"));
                     prop_assert!(
-                        !first || own_end || reason.starts_with(checkpoint.as_str()),
+                        !first
+                            || own_end
+                            || reason.starts_with(checkpoint.as_str())
+                            || after_growth,
                         "{reason}"
                     );
                     prop_assert!(!hang, "a preemption told as a hang");
@@ -1029,6 +1069,7 @@ impl Sim {
                         preemptions: f.preemptions,
                         max_preemptions: f.max_preemptions,
                         nproc_per_pod: 1,
+                        grows: 0,
                     },
                 };
                 f.outbox.push_back(hello);
@@ -1610,5 +1651,6 @@ fn the_coordinators_own_launcher_hears_a_followers_failure() {
         restart: true,
         hang: false,
         preempted: false,
+        grown: false,
     })));
 }

@@ -58,6 +58,10 @@ pub enum Message {
         /// bound).
         #[serde(default = "unbounded")]
         max_preemptions: u32,
+        /// Of those preemptions, the elastic job's grows this launcher knows of: free restarts
+        /// that are no preemption, which --max-preemptions does not bound.
+        #[serde(default)]
+        grows: u32,
         /// The trainer processes its pod runs (--nproc-per-pod): every pod must run as many.
         #[serde(default = "one", rename = "nproc")]
         nproc_per_pod: u32,
@@ -87,6 +91,10 @@ pub enum Message {
         /// The job's free preemptions: the smallest any member was given.
         #[serde(default = "unbounded")]
         max_preemptions: u32,
+        /// Of the preemptions, the job's grows (the most any member knows of): they do not
+        /// count among the free preemptions.
+        #[serde(default)]
+        grows: u32,
     },
     /// A follower's trainer succeeded: its end from now on is not a loss, and the job can no
     /// longer start again as a whole.
@@ -114,6 +122,10 @@ pub enum Message {
         /// The attempt ends because a member was preempted: the restart spends no budget.
         #[serde(default)]
         preempted: bool,
+        /// The attempt ends for the elastic job's growth (with `preempted`: free): it counts
+        /// among the grows, not the free preemptions.
+        #[serde(default)]
+        grown: bool,
     },
     /// A follower's launcher was told to stop while its trainer runs (its pod is preempted,
     /// drained or deleted): it has asked its trainer for a checkpoint, and the job's other
@@ -417,6 +429,7 @@ mod tests {
             preemptions: 0,
             max_preemptions: 1,
             nproc_per_pod: 1,
+            grows: 0,
         }
     }
 
@@ -453,6 +466,7 @@ mod tests {
                 restart: true,
                 hang: false,
                 preempted: false,
+                grown: false,
             }
         );
         let hello: Message = serde_json::from_str(
@@ -518,6 +532,7 @@ mod tests {
             restart: true,
             hang: false,
             preempted: false,
+            grown: false,
         });
         let (p, m) = split(&lost);
         let mut victim = Session::new(&secret(), both(server, [2u8; NONCE_LEN]), false);
@@ -532,6 +547,7 @@ mod tests {
             reason: cut(&"x".repeat(10_000)),
             restart: false,
             hang: false,
+            grown: false,
         });
         let (payload, _) = split(&frame);
         assert!(payload.len() <= MAX_PAYLOAD);

@@ -48,6 +48,7 @@ impl Attempts {
         let count = Count {
             next_epoch: config.restarts_before(),
             preemptions: 0,
+            grows: 0,
         };
         if count.next_epoch > 0 {
             let n = count.next_epoch;
@@ -73,6 +74,7 @@ pub(super) struct Running {
     max_restarts: u32,
     preemptions: u32,
     max_preemptions: u32,
+    grows: u32,
     /// Where the job's count is kept (the Job object), when this launcher coordinates.
     record: Option<JobRecord>,
     /// Whether this launcher tells the job's story (its events): the coordinator, else rank 0.
@@ -101,6 +103,7 @@ pub(super) fn begin(
         max_restarts,
         preemptions,
         max_preemptions,
+        grows,
         api,
         coordinator_unjoined,
         ..
@@ -113,7 +116,7 @@ pub(super) fn begin(
     let record = JobRecord::of(config, api.as_ref()).filter(|_| coordinates);
     if let Some(record) = &record {
         // In the background: the start is not held back by it.
-        drop(record.write(plan.restart_count, preemptions));
+        drop(record.write((plan.restart_count, preemptions, grows)));
     }
     if let (true, None, Some(api)) = (posts, &attempts.events, api) {
         // POD_NAME, else the pod's name as found by its address (under hostNetwork pods
@@ -194,6 +197,7 @@ pub(super) fn begin(
         max_restarts,
         preemptions,
         max_preemptions,
+        grows,
         record,
         posts,
         unjoined,
@@ -318,21 +322,23 @@ pub(super) async fn judge(
     // A preemption may take every pod at once (a Kueue suspension): recorded as soon as it
     // is known, the pods created again count it, and it spends nothing there either.
     // Written meanwhile: only a pod that ends waits for it (`finish`), not the verdict.
-    let record_preemption = |preempted: bool| {
+    let record_preemption = |preempted: bool, grown: bool| {
         running.record.as_ref().filter(|_| preempted).map(|record| {
-            record.write(
+            record.write((
                 running.plan.restart_count,
                 running.preemptions.saturating_add(1),
-            )
+                running.grows.saturating_add(u32::from(grown)),
+            ))
         })
     };
-    let preemption_recorded = record_preemption(ending::preempted(channel));
+    let preemption_recorded = record_preemption(ending::preempted(channel), ending::grown(channel));
     let recoverable = lifecycle::recoverable(&result);
     let spent = ending::Spent {
         epoch: running.plan.restart_count,
         preemptions: running.preemptions,
         max_restarts: running.max_restarts,
         max_preemptions: running.max_preemptions,
+        grows: running.grows,
     };
     let wait = match (channel, succeeded) {
         (Some(channel), false) => {
@@ -367,7 +373,8 @@ pub(super) async fn judge(
     };
     // Read again once the verdict is in: the cause may have come with it.
     let preempted = ending::preempted(channel);
-    let preemption_recorded = preemption_recorded.or_else(|| record_preemption(preempted));
+    let grown = ending::grown(channel);
+    let preemption_recorded = preemption_recorded.or_else(|| record_preemption(preempted, grown));
     let budget = Budget {
         epoch: running.plan.restart_count,
         max_restarts: running.max_restarts,
@@ -386,6 +393,19 @@ pub(super) async fn judge(
     (result, judged)
 }
 
+/// The job's free restarts as a restart's line names them: "2 preemptions", "1 preemption and
+/// 1 grow", "3 grows" (`preemptions` counts the grows too).
+fn free_restarts(preemptions: u32, grows: u32) -> String {
+    let grows = grows.min(preemptions);
+    let said = [(preemptions - grows, "preemption"), (grows, "grow")];
+    let parts: Vec<String> = said
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, what)| crate::vocabulary::count(*n as usize, what))
+        .collect();
+    parts.join(" and ")
+}
+
 /// The job restarts in place: said with the job's first cause and what the restart spends,
 /// the channel closed, a lost attempt's workspace preparation waited for (the next one's
 /// must not run beside it), the count moved on.
@@ -397,14 +417,15 @@ pub(super) async fn restart(
     supervisor: &mut Supervisor,
 ) -> Result<(), Error> {
     let Judged { budget, hung, .. } = judged;
-    let preemptions = running.preemptions;
+    let (preemptions, grows) = (running.preemptions, running.grows);
     // The job's first cause, the same line on every pod, when the channel told it.
     let cause = running.channel.as_ref().and_then(Channel::cause);
     let hang = cause.as_ref().map_or(hung, |cause| cause.hang);
+    let grown = budget.preempted && cause.as_ref().is_some_and(|cause| cause.grown);
     let reason = cause.map_or(reason, |cause| cause.reason);
     let next = budget.epoch.saturating_add(1);
     let restart = match budget.preempted {
-        true if reason.starts_with(crate::control::GROWS) => format!(
+        true if grown => format!(
             "restart {next} with the pods that joined, which spends none of the {} restarts",
             budget.max_restarts
         ),
@@ -417,7 +438,7 @@ pub(super) async fn restart(
             "restart {} of {}, after {} that spent none",
             next - preemptions.min(budget.epoch),
             budget.max_restarts,
-            crate::vocabulary::count(preemptions as usize, "preemption")
+            free_restarts(preemptions, grows)
         ),
     };
     warn!("{reason}: restarting the job ({restart})");
@@ -443,6 +464,7 @@ pub(super) async fn restart(
     attempts.count = Count {
         next_epoch: next,
         preemptions: preemptions.saturating_add(u32::from(budget.preempted)),
+        grows: grows.saturating_add(u32::from(grown)),
     };
     attempts.members_before = running.plan.pods.iter().map(PodEntry::address).collect();
     Ok(())

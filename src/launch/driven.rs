@@ -134,6 +134,9 @@ struct Scenario {
     nproc: Vec<u32>,
     /// An elastic job (--min-pods), or None.
     elastic: Option<ElasticScenario>,
+    /// The job's free preemptions (--max-preemptions): unbounded, but for an elastic job 0
+    /// to 2 (its grows must not count among them).
+    max_preemptions: u32,
 }
 
 /// An elastic job's part of a scenario: its coordinator is named as `manifest` names it (an
@@ -264,6 +267,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                         kubelet_lag_ms,
                         nproc,
                         elastic: None,
+                        max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
                     }
                 },
             )
@@ -286,15 +290,24 @@ fn elastic_scenario() -> impl Strategy<Value = Scenario> {
             1..pods,
             prop_oneof![Just(2u64), Just(5), Just(10)],
             prop::collection::vec(pending.clone(), 1..6),
+            prop_oneof![
+                Just(0u32),
+                Just(1),
+                Just(2),
+                Just(crate::verdict::UNBOUNDED_PREEMPTIONS)
+            ],
         )
-            .prop_map(|(mut scenario, min_pods, wait_s, pending_s)| {
-                scenario.elastic = Some(ElasticScenario {
-                    min_pods,
-                    wait_s,
-                    pending_s,
-                });
-                scenario
-            })
+            .prop_map(
+                |(mut scenario, min_pods, wait_s, pending_s, max_preemptions)| {
+                    scenario.elastic = Some(ElasticScenario {
+                        min_pods,
+                        wait_s,
+                        pending_s,
+                    });
+                    scenario.max_preemptions = max_preemptions;
+                    scenario
+                },
+            )
     })
 }
 
@@ -322,6 +335,9 @@ struct World {
     grown: BTreeSet<u32>,
     /// When trainers ended (by themselves, or stopped).
     trainer_ends: Vec<Duration>,
+    /// The epochs during which a pod that is no member was held by the coordinator while the
+    /// epoch trained: no grow of any other (seen apart from the coordinator's word).
+    held_during: BTreeSet<u32>,
     /// The epochs fresh launchers went on by beyond the budget, from the Job's record (the
     /// job restarted whole: every member's container restarted or replaced).
     restarted_whole: u32,
@@ -349,7 +365,7 @@ struct World {
     /// What the Job records (the epoch last started, the preemptions): written by the
     /// coordinator at every start and at a preemption's end, read by a coordinator at its
     /// launcher's first attempt (a launcher restarted in place, a replacement).
-    recorded: Option<(u32, u32)>,
+    recorded: Option<crate::peers::kubernetes::Recorded>,
     /// The job is elastic (its pods are indexed, its coordinator named).
     elastic: bool,
     violations: Vec<String>,
@@ -384,6 +400,7 @@ impl World {
             listening: BTreeMap::new(),
             grown: BTreeSet::new(),
             trainer_ends: Vec::new(),
+            held_during: BTreeSet::new(),
             restarted_whole: 0,
             elastic: false,
             created: Vec::new(),
@@ -508,7 +525,7 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
     };
     let mut next_epoch = 0u32;
     let mut preemptions = 0u32;
-    let mut first_attempt = true;
+    let mut grows = 0u32;
     // The attempt this launcher last ran: its epoch and members.
     let mut epoch_ran = String::new();
     let mut members_before: Vec<String> = Vec::new();
@@ -546,7 +563,7 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
             scenario.elastic.is_some() && world.lock().unwrap().named_coordinator() != Some(ip);
         let recorded = world.lock().unwrap().recorded;
         // A fresh launcher's epoch (a job restarted whole) goes on from what the Job records.
-        let fresh_bound = recorded.map_or(0, |(epoch, _)| epoch + 1);
+        let fresh_bound = recorded.map_or(0, |(epoch, ..)| epoch + 1);
         if follows {
             let since = *following_since.get_or_insert_with(Instant::now);
             if since.elapsed() > WAIT_TIMEOUT {
@@ -556,189 +573,174 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                 return end(143, epoch_ran.clone(), None);
             }
         }
-        let (members, mut channel, coordinates, (epoch, agreed_restarts, agreed_preemptions)) =
-            if follows {
-                let me = PodAddress {
-                    name: name.clone(),
-                    ip,
-                };
-                match follow(me, slot, &scenario, &world, &net, (next_epoch, preemptions)).await {
-                    Followed::Go {
-                        channel,
-                        members,
-                        start,
-                    } => (members, *channel, false, start),
-                    Followed::Again => {
-                        sleep(Duration::from_millis(250)).await;
-                        continue;
-                    }
-                    Followed::End(code) => return end(code, epoch_ran.clone(), None),
-                }
-            } else {
-                // Gathering by the launcher's own rule (`membership::judge`: exactly `pods`
-                // Running pods, and no deleted pod that may still run; an elastic job's
-                // `elastic_start` after its wait), ranked by its own `rank`; a pod of the job
-                // that ended with success ends every launcher that gathers.
-                let gathering = Instant::now();
-                let elastic = scenario.elastic.as_ref();
-                let members = loop {
-                    let (verdict, elastic_start, succeeded, me_running) = {
-                        let w = world.lock().unwrap();
-                        let succeeded = w.pods.iter().any(|p| p.2 == PodState::Ended(0));
-                        let now = w.started.elapsed().as_secs() as i64;
-                        let mut views = w.pod_views();
-                        membership::bound_deletions(&mut views, &mut deletions, now);
-                        let pods = [views.clone()];
-                        let verdict = membership::judge(
-                            std::slice::from_ref(&group),
-                            &pods,
-                            None,
-                            &members_before,
-                            &views,
-                            now,
-                        );
-                        let elastic_start = elastic.and_then(|e| {
-                            let waited = gathering.elapsed() >= Duration::from_secs(e.wait_s);
-                            membership::elastic_start(
-                                &verdict,
-                                &pods,
-                                scenario.pods,
-                                e.min_pods,
-                                waited,
-                                &members_before,
-                            )
-                        });
-                        let me_running = w.pods[slot].2 == PodState::Running;
-                        (verdict, elastic_start, succeeded, me_running)
-                    };
-                    if succeeded {
-                        return end(78, epoch_ran.clone(), None);
-                    }
-                    if !me_running {
-                        return end(143, epoch_ran.clone(), None);
-                    }
-                    if let Some(ready) = verdict.ready().map(|r| r[0].clone()).or(elastic_start) {
-                        break membership::rank(&ready)
-                            .into_iter()
-                            .map(|m| (m.name, m.ip))
-                            .collect::<Vec<(String, IpAddr)>>();
-                    }
-                    if gathering.elapsed() > WAIT_TIMEOUT {
-                        // The coordinator of followers that learn the job only from it tells
-                        // them the end, as `gather` does.
-                        if elastic.is_some() && !members_before.is_empty() {
-                            let reason = "the coordinating launcher ended the job: timed out waiting for the job's pods".to_string();
-                            let me = (ip, slot);
-                            tell_the_end(me, &members_before, &world, &scenario, &net, reason)
-                                .await;
-                        }
-                        return end(71, epoch_ran.clone(), None);
-                    }
-                    sleep(Duration::from_millis(100)).await;
-                };
-                let addresses: Vec<PodAddress> = members
-                    .iter()
-                    .map(|(name, ip)| PodAddress {
-                        name: name.clone(),
-                        ip: *ip,
-                    })
-                    .collect();
-                // An elastic job's coordinator is its named pod, wherever it ranks.
-                let coordinates = match elastic {
-                    Some(_) => true,
-                    None => members[0].0 == name,
-                };
-                let coordinator = match elastic {
-                    Some(_) => std::net::SocketAddr::new(ip, PORT),
-                    None => std::net::SocketAddr::new(members[0].1, PORT),
-                };
-                if let Some((epoch, recorded_preemptions)) =
-                    recorded.filter(|_| coordinates && first_attempt)
-                {
-                    let count = super::Count {
-                        next_epoch,
-                        preemptions,
-                    }
-                    .after_record(epoch, recorded_preemptions);
-                    (next_epoch, preemptions) = (count.next_epoch, count.preemptions);
-                }
-                first_attempt = false;
-                let membership = Membership {
-                    pservers: Vec::new(),
-                    trainers: members
-                        .iter()
-                        .enumerate()
-                        .map(|(rank, (name, ip))| Member {
-                            name: name.clone(),
-                            ip: *ip,
-                            rank,
-                        })
-                        .collect(),
-                };
-                // As `launch::growing` gives an elastic job's coordinator.
-                let growth = elastic.map(|e| control::Growing {
-                    core: control::Growth {
-                        window: Duration::from_secs(e.wait_s),
-                        checkpoint_window: WINDOW,
-                    },
-                    room: scenario.pods.saturating_sub(members.len()),
-                });
-                let joined = control::join(Joining {
-                    role: match coordinates {
-                        true => Role::Coordinator {
-                            listen: coordinator,
-                        },
-                        false => Role::Follower {
-                            coordinator,
-                            recheck: None,
-                        },
-                    },
-                    view: control::fingerprint(&addresses),
-                    members: addresses,
-                    membership: Some(membership),
-                    growth,
-                    ..joining(&name, ip, slot, &scenario, &net, (next_epoch, preemptions))
-                })
-                .await;
-                let mut channel = match joined {
-                    Ok(channel) => channel,
-                    // The address is taken by a coordinator of an attempt that is still
-                    // closing.
-                    Err(_) => {
-                        sleep(Duration::from_millis(250)).await;
-                        continue;
-                    }
-                };
-                let start = match channel.heard().await {
-                    Heard::Go {
-                        epoch,
-                        max_restarts,
-                        preemptions,
-                        ..
-                    } => (epoch, max_restarts, preemptions),
-                    Heard::Regather(_) | Heard::Lost { restart: true, .. } => {
-                        channel.close().await;
-                        sleep(Duration::from_millis(250)).await;
-                        continue;
-                    }
-                    Heard::Lost { .. } => {
-                        channel.close().await;
-                        return end(exit::PEER_LOST, epoch_ran.clone(), None);
-                    }
-                    // Refused only where the members' processes per pod differ.
-                    Heard::Refused(reason) => {
-                        channel.close().await;
-                        if nprocs(&members).len() < 2 {
-                            let what =
-                                format!("{name} refused with every member agreeing: {reason}");
-                            world.lock().unwrap().violation(what);
-                        }
-                        return end(exit::INVALID_CONFIG, epoch_ran.clone(), None);
-                    }
-                };
-                (members, channel, coordinates, start)
+        let count = super::Count {
+            next_epoch,
+            preemptions,
+            grows,
+        };
+        let (members, mut channel, coordinates, start) = if follows {
+            let me = PodAddress {
+                name: name.clone(),
+                ip,
             };
+            match follow(me, slot, &scenario, &world, &net, count).await {
+                Followed::Go {
+                    channel,
+                    members,
+                    start,
+                } => (members, *channel, false, start),
+                Followed::Again => {
+                    sleep(Duration::from_millis(250)).await;
+                    continue;
+                }
+                Followed::End(code) => return end(code, epoch_ran.clone(), None),
+            }
+        } else {
+            // Gathering by the launcher's own rule (`membership::judge`: exactly `pods`
+            // Running pods, and no deleted pod that may still run; an elastic job's
+            // `elastic_start` after its wait), ranked by its own `rank`; a pod of the job
+            // that ended with success ends every launcher that gathers.
+            let gathering = Instant::now();
+            let elastic = scenario.elastic.as_ref();
+            let ranked = loop {
+                let (verdict, elastic_start, succeeded, me_running) = {
+                    let w = world.lock().unwrap();
+                    let succeeded = w.pods.iter().any(|p| p.2 == PodState::Ended(0));
+                    let now = w.started.elapsed().as_secs() as i64;
+                    let mut views = w.pod_views();
+                    membership::bound_deletions(&mut views, &mut deletions, now);
+                    let pods = [views.clone()];
+                    let verdict = membership::judge(
+                        std::slice::from_ref(&group),
+                        &pods,
+                        None,
+                        &members_before,
+                        &views,
+                        now,
+                    );
+                    let elastic_start = elastic.and_then(|e| {
+                        let waited = gathering.elapsed() >= Duration::from_secs(e.wait_s);
+                        membership::elastic_start(
+                            &verdict,
+                            &pods,
+                            scenario.pods,
+                            e.min_pods,
+                            waited,
+                            &members_before,
+                        )
+                    });
+                    let me_running = w.pods[slot].2 == PodState::Running;
+                    (verdict, elastic_start, succeeded, me_running)
+                };
+                if succeeded {
+                    return end(78, epoch_ran.clone(), None);
+                }
+                if !me_running {
+                    return end(143, epoch_ran.clone(), None);
+                }
+                if let Some(ready) = verdict.ready().map(|r| r[0].clone()).or(elastic_start) {
+                    break membership::rank(&ready);
+                }
+                if gathering.elapsed() > WAIT_TIMEOUT {
+                    // The coordinator of followers that learn the job only from it tells
+                    // them the end, as `gather` does.
+                    if elastic.is_some() && !members_before.is_empty() {
+                        let reason = "the coordinating launcher ended the job: timed out waiting for the job's pods".to_string();
+                        let me = (ip, slot);
+                        tell_the_end(me, &members_before, &world, &scenario, &net, reason).await;
+                    }
+                    return end(71, epoch_ran.clone(), None);
+                }
+                sleep(Duration::from_millis(100)).await;
+            };
+            let members: Vec<(String, IpAddr)> =
+                ranked.iter().map(|m| (m.name.clone(), m.ip)).collect();
+            let addresses: Vec<PodAddress> = ranked.iter().map(Member::address).collect();
+            // An elastic job's coordinator is its named pod, wherever it ranks.
+            let coordinates = match elastic {
+                Some(_) => true,
+                None => members[0].0 == name,
+            };
+            let coordinator = match elastic {
+                Some(_) => std::net::SocketAddr::new(ip, PORT),
+                None => std::net::SocketAddr::new(members[0].1, PORT),
+            };
+            // As `join_channel` does: a coordinator that ran no attempt yet reads what the Job
+            // records, at every gathering (each may end in a regather).
+            let count = match recorded.filter(|_| coordinates && members_before.is_empty()) {
+                Some(record) => count.after_record(record),
+                None => count,
+            };
+            // The ranks as `membership::rank` gave them, which the followers check.
+            let membership = Membership {
+                pservers: Vec::new(),
+                trainers: ranked,
+            };
+            // As `launch::growing` gives an elastic job's coordinator.
+            let growth = elastic.map(|e| control::Growing {
+                core: control::Growth {
+                    window: Duration::from_secs(e.wait_s),
+                    checkpoint_window: WINDOW,
+                },
+                room: scenario.pods.saturating_sub(members.len()),
+            });
+            let joined = control::join(Joining {
+                role: match coordinates {
+                    true => Role::Coordinator {
+                        listen: coordinator,
+                    },
+                    false => Role::Follower {
+                        coordinator,
+                        recheck: None,
+                    },
+                },
+                view: control::fingerprint(&addresses),
+                members: addresses,
+                membership: Some(membership),
+                growth,
+                ..joining(&name, ip, slot, &scenario, &net, count)
+            })
+            .await;
+            let mut channel = match joined {
+                Ok(channel) => channel,
+                // The address is taken by a coordinator of an attempt that is still
+                // closing.
+                Err(_) => {
+                    sleep(Duration::from_millis(250)).await;
+                    continue;
+                }
+            };
+            let start = match channel.heard().await {
+                Heard::Go {
+                    epoch,
+                    max_restarts,
+                    preemptions,
+                    grows,
+                    ..
+                } => (epoch, max_restarts, preemptions, grows),
+                Heard::Regather(_) | Heard::Lost { restart: true, .. } => {
+                    channel.close().await;
+                    sleep(Duration::from_millis(250)).await;
+                    continue;
+                }
+                Heard::Lost { .. } => {
+                    channel.close().await;
+                    return end(exit::PEER_LOST, epoch_ran.clone(), None);
+                }
+                // Refused only where the members' processes per pod differ.
+                Heard::Refused(reason) => {
+                    channel.close().await;
+                    if nprocs(&members).len() < 2 {
+                        let what = format!("{name} refused with every member agreeing: {reason}");
+                        world.lock().unwrap().violation(what);
+                    }
+                    return end(exit::INVALID_CONFIG, epoch_ran.clone(), None);
+                }
+            };
+            (members, channel, coordinates, start)
+        };
         following_since = None;
+        let (epoch, agreed_restarts, agreed_preemptions, agreed_grows) = start;
         if nprocs(&members).len() > 1 {
             let what = format!("{name} started with members whose processes per pod differ");
             world.lock().unwrap().violation(what);
@@ -757,7 +759,7 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
             // An elastic job's grows are free too, and so is the job restarted whole (the
             // epochs a fresh launcher went on by, from the Job's record).
             let allowed = scenario.max_restarts
-                + w.preemptions_made
+                + w.preemptions_made.min(scenario.max_preemptions)
                 + w.grown.len() as u32
                 + w.restarted_whole;
             if !ran_before && epoch > fresh_bound.max(allowed) {
@@ -787,7 +789,7 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
         let names: Vec<String> = members.iter().map(|(n, _)| n.clone()).collect();
         members_before = names.clone();
         if coordinates {
-            world.lock().unwrap().recorded = Some((epoch, agreed_preemptions));
+            world.lock().unwrap().recorded = Some((epoch, agreed_preemptions, agreed_grows));
         }
         let sizes = (scenario.min_pods(), scenario.pods);
         world
@@ -817,7 +819,8 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
             epoch,
             preemptions: agreed_preemptions,
             max_restarts: agreed_restarts,
-            max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
+            max_preemptions: scenario.max_preemptions,
+            grows: agreed_grows,
         };
         let limits = VerdictLimits {
             recoverable: GRACE + scenario.heartbeat() + Duration::from_secs(5),
@@ -838,6 +841,7 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
             }
         };
         let preempted = ending::preempted(Some(&channel));
+        let grown = ending::grown(Some(&channel));
         let budget = Budget {
             epoch,
             max_restarts: agreed_restarts,
@@ -853,12 +857,15 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                 if cause.starts_with(control::GROWS) {
                     world.lock().unwrap().grown.insert(epoch);
                 }
+                let grows_after = agreed_grows.saturating_add(u32::from(grown));
                 if coordinates && preempted {
-                    world.lock().unwrap().recorded = Some((epoch, agreed_preemptions + 1));
+                    let record = (epoch, agreed_preemptions + 1, grows_after);
+                    world.lock().unwrap().recorded = Some(record);
                 }
                 channel.finish(false).await;
                 next_epoch = epoch.saturating_add(1);
                 preemptions = agreed_preemptions.saturating_add(u32::from(preempted));
+                grows = grows_after;
             }
             AfterRun::Finish(result) => {
                 // A failed end while no pod of the job had succeeded: only a failure (or the
@@ -888,7 +895,7 @@ fn joining(
     slot: usize,
     scenario: &Scenario,
     net: &SimNet,
-    (next_epoch, preemptions): (u32, u32),
+    count: super::Count,
 ) -> Joining {
     Joining {
         role: Role::Coordinator {
@@ -901,10 +908,11 @@ fn joining(
         },
         members: Vec::new(),
         view: String::new(),
-        next_epoch,
+        next_epoch: count.next_epoch,
         max_restarts: scenario.max_restarts,
-        preemptions,
-        max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
+        preemptions: count.preemptions,
+        grows: count.grows,
+        max_preemptions: scenario.max_preemptions,
         nproc_per_pod: scenario.nproc(slot),
         heartbeat_timeout: scenario.heartbeat(),
         join_grace: JOIN_GRACE + GRACE,
@@ -920,11 +928,11 @@ fn joining(
 
 /// What a follower of an elastic job's coordinator heard.
 enum Followed {
-    /// Start: the channel, the members in rank order, (epoch, budget, preemptions).
+    /// Start: the channel, the members in rank order, (epoch, budget, preemptions, grows).
     Go {
         channel: Box<Channel>,
         members: Vec<(String, IpAddr)>,
-        start: (u32, u32, u32),
+        start: (u32, u32, u32, u32),
     },
     /// Gather again.
     Again,
@@ -943,7 +951,7 @@ async fn follow(
     scenario: &Scenario,
     world: &Shared,
     net: &SimNet,
-    count: (u32, u32),
+    count: super::Count,
 ) -> Followed {
     let Some(coordinator) = world.lock().unwrap().named_coordinator() else {
         sleep(Duration::from_secs(1)).await;
@@ -989,6 +997,7 @@ async fn follow(
             membership,
             max_restarts,
             preemptions,
+            grows,
             ..
         } => {
             let Some(membership) = membership else {
@@ -1005,7 +1014,7 @@ async fn follow(
             Followed::Go {
                 channel: Box::new(channel),
                 members: trainers.iter().map(|m| (m.name.clone(), m.ip)).collect(),
-                start: (epoch, max_restarts, preemptions),
+                start: (epoch, max_restarts, preemptions, grows),
             }
         }
         Heard::Regather(_) | Heard::Lost { restart: true, .. } => {
@@ -1058,7 +1067,18 @@ async fn tell_the_end(
         members,
         ended: Some(reason),
         join_grace: grace,
-        ..joining(&name, ip, slot, scenario, net, (0, 0))
+        ..joining(
+            &name,
+            ip,
+            slot,
+            scenario,
+            net,
+            super::Count {
+                next_epoch: 0,
+                preemptions: 0,
+                grows: 0,
+            },
+        )
     })
     .await;
     if let Ok(mut channel) = joined {
@@ -1378,7 +1398,7 @@ async fn run(scenario: Scenario) -> World {
         scheduled.retain(|(at, _)| *at > now);
         if let Some(elastic) = &scenario.elastic {
             let mut w = world.lock().unwrap();
-            check_arrivals_held(&mut w, &scenario, elastic);
+            check_arrivals_held(&mut w, elastic);
         }
         launchers.retain(|slot, task| {
             !task.is_finished() && !world.lock().unwrap().frozen.contains(slot)
@@ -1409,7 +1429,7 @@ async fn run(scenario: Scenario) -> World {
 /// arrivals), the checkpoint window and the attempt's close, counted from when both it had
 /// joined and the epoch had started; unless a fault happened meanwhile, or a trainer of the
 /// epoch ended (a member done holds the growth until the job ends).
-fn check_arrivals_held(w: &mut World, scenario: &Scenario, elastic: &ElasticScenario) {
+fn check_arrivals_held(w: &mut World, elastic: &ElasticScenario) {
     let Some(epoch) = w
         .training
         .iter()
@@ -1423,11 +1443,19 @@ fn check_arrivals_held(w: &mut World, scenario: &Scenario, elastic: &ElasticScen
         return;
     };
     let now = w.started.elapsed();
-    let bound = Duration::from_secs(elastic.wait_s)
-        + WINDOW
-        + GRACE
-        + scenario.heartbeat()
-        + Duration::from_secs(10);
+    let members = w
+        .epochs
+        .get(&epoch)
+        .and_then(|starts| starts.last())
+        .cloned();
+    let held = w.listening.keys().any(|slot| {
+        let name = &w.pods[*slot].0;
+        !w.training.contains_key(slot) && members.as_ref().is_some_and(|m| !m.contains(name))
+    });
+    if held {
+        w.held_during.insert(epoch);
+    }
+    let bound = Duration::from_secs(elastic.wait_s) + WINDOW + Duration::from_secs(1);
     let late: Vec<(usize, Duration)> = w
         .listening
         .iter()
@@ -1491,7 +1519,14 @@ fn check_the_end(w: &mut World, scenario: &Scenario) {
             w.violation(format!("{epoch} ended with several first causes: {said:?}"));
         }
     }
-    if scenario.preemptions_only(&w.applied) && w.failed_unfinished {
+    let without_arrival: Vec<&u32> = w.grown.difference(&w.held_during).collect();
+    if !without_arrival.is_empty() {
+        let what = format!("epochs {without_arrival:?} grew with no pod held while they trained");
+        w.violation(what);
+    }
+    // (Within the free ones: an elastic job's may be bounded; its grows are not among them.)
+    let free = w.preemptions_made <= scenario.max_preemptions;
+    if scenario.preemptions_only(&w.applied) && free && w.failed_unfinished {
         w.violation(
             "a job with only preemptions ended in a failure before any pod finished".into(),
         );
@@ -1562,6 +1597,7 @@ fn a_frozen_preempted_coordinator_and_a_trainer_failing_on_the_checkpoint_is_a_f
         kubelet_lag_ms: 0,
         nproc: vec![1],
         elastic: None,
+        max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
     };
     // select! picks at random among branches ready at once: a few runs.
     for _ in 0..5 {
@@ -1598,6 +1634,7 @@ fn a_driven_elastic_job_shrinks_without_a_lost_pod_and_grows_back_when_it_runs()
             wait_s: 5,
             pending_s: vec![Some(0), Some(0), Some(0), Some(30)],
         }),
+        max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
     };
     let world = simulate_world(scenario);
     assert!(world.violations.is_empty(), "{:#?}", world.violations);
@@ -1615,4 +1652,90 @@ fn a_driven_elastic_job_shrinks_without_a_lost_pod_and_grows_back_when_it_runs()
     assert_eq!(world.grown, BTreeSet::from([1]));
     let codes: Vec<i32> = world.ended.values().map(|e| e.1).collect();
     assert_eq!(codes, vec![0, 137, 0, 0]);
+}
+
+/// An elastic job's grow is no preemption: 2 pods, at least 1, one free preemption and no
+/// budget. Pod 1 is Pending at first: pod 0 trains alone, pod 1 arrives and the job grows
+/// (restart 1, free); then pod 1 is preempted (restart 2, free: the job's first preemption, the
+/// grow not counted among them); its replacement joins, and the job completes. Were the grow
+/// counted as a preemption, the preemption would count as a failure and end the job.
+#[test]
+fn a_driven_elastic_jobs_grow_spends_none_of_its_free_preemptions() {
+    let training = |seconds| Training {
+        seconds,
+        fails: false,
+        fails_on_checkpoint: false,
+    };
+    let scenario = Scenario {
+        pods: 2,
+        max_restarts: 0,
+        trainings: vec![vec![training(40)]],
+        faults: vec![(30, 1, Fault::Preempt)],
+        replace_after: 1,
+        heartbeat_s: 2,
+        late_s: vec![0],
+        low_replacements: false,
+        kubelet_lag_ms: 0,
+        nproc: vec![1],
+        elastic: Some(ElasticScenario {
+            min_pods: 1,
+            wait_s: 2,
+            pending_s: vec![Some(0), Some(10), Some(0)],
+        }),
+        max_preemptions: 1,
+    };
+    let world = simulate_world(scenario);
+    assert!(world.violations.is_empty(), "{:#?}", world.violations);
+    let sizes: Vec<(u32, usize)> = world
+        .epochs
+        .iter()
+        .map(|(epoch, starts)| (*epoch, starts[0].len()))
+        .collect();
+    assert_eq!(sizes, vec![(0, 1), (1, 2), (2, 2)]);
+    assert_eq!(world.grown, BTreeSet::from([0]));
+    let codes: Vec<i32> = world.ended.values().map(|e| e.1).collect();
+    assert_eq!(codes, vec![0, 143, 0], "{:?}", world.ended);
+}
+
+/// Issue 31's finding by this simulation, by name (a kept seed replays another scenario once
+/// the strategy changes): 3 pods, at least 2, no budget; pod 2 Pending at first, so the job
+/// starts with 2 and pod 2 arrives; the growth asks for a checkpoint and pod 1's trainer fails
+/// once asked. That failure ends the attempt the growth was ending anyway: a free restart with
+/// pod 2, and the job completes (it ended the job before).
+#[test]
+fn a_trainer_failing_on_the_growths_checkpoint_is_the_growths_free_restart() {
+    let training = |seconds, fails_on_checkpoint| Training {
+        seconds,
+        fails: false,
+        fails_on_checkpoint,
+    };
+    let scenario = Scenario {
+        pods: 3,
+        max_restarts: 0,
+        trainings: vec![
+            vec![training(20, false)],
+            vec![training(20, true), training(20, false)],
+            vec![training(20, false)],
+        ],
+        faults: Vec::new(),
+        replace_after: 1,
+        heartbeat_s: 2,
+        late_s: vec![0],
+        low_replacements: false,
+        kubelet_lag_ms: 0,
+        nproc: vec![1],
+        elastic: Some(ElasticScenario {
+            min_pods: 2,
+            wait_s: 2,
+            pending_s: vec![Some(0), Some(0), Some(3)],
+        }),
+        max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
+    };
+    for _ in 0..5 {
+        let world = simulate_world(scenario.clone());
+        assert!(world.violations.is_empty(), "{:#?}", world.violations);
+        assert_eq!(world.grown, BTreeSet::from([0]));
+        let codes: Vec<i32> = world.ended.values().map(|e| e.1).collect();
+        assert_eq!(codes, vec![0, 0, 0], "{:?}", world.ended);
+    }
 }

@@ -33,6 +33,14 @@ pub(crate) fn preempted(channel: Option<&Channel>) -> bool {
         .is_some_and(|cause| cause.preempted)
 }
 
+/// Whether the attempt ended, free, for an elastic job's growth: a grow, which the free
+/// preemptions do not count.
+pub(crate) fn grown(channel: Option<&Channel>) -> bool {
+    channel
+        .and_then(Channel::cause)
+        .is_some_and(|cause| cause.preempted && cause.grown)
+}
+
 /// What the job has spent of its restarts when the attempt ends.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Spent {
@@ -43,6 +51,8 @@ pub(crate) struct Spent {
     pub max_restarts: u32,
     /// The job's free preemptions.
     pub max_preemptions: u32,
+    /// Of `preemptions`, the elastic job's grows (the free preemptions do not count them).
+    pub grows: u32,
 }
 
 /// How long a launcher waits for the verdict: after a failure a restart could mend (the others'
@@ -66,7 +76,11 @@ pub(crate) fn verdict_wait(
     // The job's trainers were asked for a checkpoint: the attempt's end may still turn out a
     // free preemption's (a frozen coordinator's silence is judged only after the heartbeat
     // timeout), so the budget alone must not end this pod before the verdict.
-    let free = crate::verdict::preemption_is_free(spent.preemptions, spent.max_preemptions);
+    // A checkpoint asked for the job's growth: its restart is free whatever the allowance.
+    let free = crate::verdict::preemption_is_free(
+        spent.preemptions.saturating_sub(spent.grows),
+        spent.max_preemptions,
+    ) || channel.growth_asked();
     let preemption_possible = preempted(Some(channel)) || (channel.checkpoint_was_asked() && free);
     let budget_allows = verdict(&Standing {
         spent: spent.epoch.saturating_sub(spent.preemptions),
@@ -130,6 +144,7 @@ mod tests {
             served: Served::default(),
             network: control::tcp(),
             growth: None,
+            grows: 0,
         })
         .await
         .unwrap();
@@ -153,6 +168,7 @@ mod tests {
             preemptions: 0,
             max_restarts: 1,
             max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
+            grows: 0,
         };
         assert!(!channel.checkpoint_was_asked());
         assert_eq!(verdict_wait(&channel, &failed, spent(1), limits), None);

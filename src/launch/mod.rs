@@ -33,7 +33,7 @@ use crate::events::{JobEvents, Kind};
 use crate::exit::{self, Outcome};
 use crate::exit::{is_stop_signal, signal_name};
 use crate::membership::{Loss, Me, Membership, PodAddress, Served};
-use crate::peers::kubernetes::ApiServer;
+use crate::peers::kubernetes::{ApiServer, Recorded};
 use crate::plan::{Plan, ProcessSpec, Role};
 use crate::protocol::InputFiles;
 use crate::supervise::Signals;
@@ -471,6 +471,8 @@ struct Attempt {
     preemptions: u32,
     /// The job's free preemptions: agreed over the channel.
     max_preemptions: u32,
+    /// Of the preemptions, the elastic job's grows: agreed over the channel.
+    grows: u32,
     /// The API server the pods were found through, if they were (for the job's events).
     api: Option<ApiServer>,
     /// The members the control channel says have served their part (`peer_loss` ignores
@@ -598,6 +600,7 @@ async fn gather(
             max_restarts: config.control.max_restarts,
             preemptions: count.preemptions,
             max_preemptions: config.control.max_preemptions,
+            grows: count.grows,
             api,
             served,
             coordinator_unjoined: None,
@@ -673,6 +676,7 @@ async fn gather(
             attempt.max_restarts = start.max_restarts;
             attempt.preemptions = start.preemptions;
             attempt.max_preemptions = start.max_preemptions;
+            attempt.grows = start.grows;
             attempt.channel = Some(channel);
             return Ok(Gathered::Attempt(Box::new(attempt)));
         }
@@ -765,6 +769,7 @@ struct Start {
     max_restarts: u32,
     preemptions: u32,
     max_preemptions: u32,
+    grows: u32,
 }
 
 /// Where the job's count of restarts stands before an attempt, as this launcher knows it.
@@ -774,17 +779,22 @@ pub(crate) struct Count {
     pub next_epoch: u32,
     /// How many of the restarts before were preemptions, which spend no budget.
     pub preemptions: u32,
+    /// Of those, how many were an elastic job's grows (not bounded by --max-preemptions).
+    pub grows: u32,
 }
 
 impl Count {
-    /// The count with what the Job records (the epoch it last started, its preemptions): the
-    /// next epoch is one more (the job was restarted whole since, or is being restarted in
-    /// place now), and no more preemptions than restarts.
-    pub(crate) fn after_record(self, epoch: u32, preemptions: u32) -> Count {
+    /// The count with what the Job records (the epoch it last started, its preemptions, of
+    /// them its grows): the next epoch is one more (the job was restarted whole since, or is
+    /// being restarted in place now), no more preemptions than restarts, no more grows than
+    /// preemptions.
+    pub(crate) fn after_record(self, (epoch, preemptions, grows): Recorded) -> Count {
         let next_epoch = self.next_epoch.max(epoch.saturating_add(1));
+        let preemptions = self.preemptions.max(preemptions).min(next_epoch);
         Count {
             next_epoch,
-            preemptions: self.preemptions.max(preemptions).min(next_epoch),
+            preemptions,
+            grows: self.grows.max(grows).min(preemptions),
         }
     }
 }
@@ -817,6 +827,7 @@ async fn started(
             max_restarts,
             preemptions,
             max_preemptions,
+            grows,
         } => {
             if epoch > 0 {
                 info!("restart epoch {epoch}: starting again");
@@ -827,6 +838,7 @@ async fn started(
                 max_restarts,
                 preemptions,
                 max_preemptions,
+                grows,
             }))
         }
         Heard::Regather(reason)
@@ -894,6 +906,7 @@ async fn tell_followers_the_end(
         view: String::new(),
         next_epoch: 0,
         preemptions: 0,
+        grows: 0,
         max_restarts: 0,
         max_preemptions: 0,
         nproc_per_pod: config.topology.processes.per_pod,
@@ -963,6 +976,7 @@ async fn follow_coordinator(
         view: String::new(),
         next_epoch: count.next_epoch,
         preemptions: count.preemptions,
+        grows: count.grows,
         max_restarts: config.control.max_restarts,
         max_preemptions: config.control.max_preemptions,
         nproc_per_pod: config.topology.processes.per_pod,
@@ -1017,6 +1031,7 @@ async fn follow_coordinator(
         max_restarts,
         preemptions,
         max_preemptions,
+        grows,
     }) = started(
         heard,
         &mut channel,
@@ -1054,6 +1069,7 @@ async fn follow_coordinator(
         max_restarts,
         preemptions,
         max_preemptions,
+        grows,
         api: None,
         // Nothing of the API is watched here.
         served: Served::default(),
@@ -1474,6 +1490,7 @@ async fn join_channel(
         members,
         next_epoch: count.next_epoch,
         preemptions: count.preemptions,
+        grows: count.grows,
         max_restarts: control.max_restarts,
         max_preemptions: control.max_preemptions,
         nproc_per_pod: config.topology.processes.per_pod,
@@ -1548,8 +1565,9 @@ impl JobRecord {
         );
         let read = peers::kubernetes::recorded_restarts(&self.api, job);
         let why = match timeout(JOB_RECORD_TIMEOUT, read).await {
-            Ok(Ok(Some((epoch, preemptions)))) => {
-                let recorded = count.after_record(epoch, preemptions);
+            Ok(Ok(Some(record))) => {
+                let (epoch, ..) = record;
+                let recorded = count.after_record(record);
                 if recorded.next_epoch > count.next_epoch {
                     info!(
                         "Job {job} records restart epoch {epoch} as started: the job was restarted whole since, so the restart count goes on at {}",
@@ -1568,13 +1586,14 @@ impl JobRecord {
         count
     }
 
-    /// Records that restart epoch `epoch` started, after `preemptions`: in the background,
-    /// bounded, a failure said in the log (the job goes on; only a whole-Job restart would
-    /// then start the count again).
-    fn write(&self, epoch: u32, preemptions: u32) -> tokio::task::JoinHandle<()> {
+    /// Records that restart epoch `epoch` started, after `preemptions` (`grows` of them): in
+    /// the background, bounded, a failure said in the log (the job goes on; only a whole-Job
+    /// restart would then start the count again).
+    fn write(&self, record: Recorded) -> tokio::task::JoinHandle<()> {
         let (api, job) = (self.api.clone(), self.job.clone());
+        let (epoch, ..) = record;
         tokio::spawn(async move {
-            let write = peers::kubernetes::record_restarts(&api, &job, epoch, preemptions);
+            let write = peers::kubernetes::record_restarts(&api, &job, record);
             let why = match timeout(JOB_RECORD_TIMEOUT, write).await {
                 Ok(Ok(())) => return,
                 Ok(Err(why)) => format!("{why} (grant `patch` on it, docs/manifests-and-rbac.md)"),

@@ -627,6 +627,13 @@ pub async fn jobset(server: &ApiServer, name: &str) -> Result<serde_json::Value,
 /// created again by the Job controller, a Kueue suspension and resumption), the Job does.
 pub const RESTART_COUNT_ANNOTATION: &str = "paddle-launcher.paddlepaddle.org/restart-count";
 pub const PREEMPTIONS_ANNOTATION: &str = "paddle-launcher.paddlepaddle.org/preemptions";
+/// Of the preemptions recorded, an elastic job's grows (free restarts that --max-preemptions
+/// does not bound).
+pub const GROWS_ANNOTATION: &str = "paddle-launcher.paddlepaddle.org/grows";
+
+/// What a Job records of its restarts: the epoch last started, the free restarts (preemptions,
+/// at most one more than the epoch when one ended it), and of those the grows.
+pub type Recorded = (u32, u32, u32);
 
 /// The largest restart count a Job's record is believed up to.
 const MAX_RECORDED: u32 = 1_000_000;
@@ -634,13 +641,9 @@ const MAX_RECORDED: u32 = 1_000_000;
 /// How many times a record is written over a Job that keeps changing.
 const WRITE_TRIES: u32 = 10;
 
-/// What the Job `job` records of the restarts (the epoch last started, and the preemptions:
-/// at most one more than the epoch, when one ended it), if anything; why not, when it cannot
-/// be read.
-pub async fn recorded_restarts(
-    server: &ApiServer,
-    job: &str,
-) -> Result<Option<(u32, u32)>, String> {
+/// What the Job `job` records of the restarts (`Recorded`), if anything; why not, when it
+/// cannot be read.
+pub async fn recorded_restarts(server: &ApiServer, job: &str) -> Result<Option<Recorded>, String> {
     Ok(job_record(server, job)
         .await?
         .and_then(|(_, recorded)| recorded))
@@ -650,7 +653,7 @@ pub async fn recorded_restarts(
 async fn job_record(
     server: &ApiServer,
     job: &str,
-) -> Result<Option<(Option<String>, Option<(u32, u32)>)>, String> {
+) -> Result<Option<(Option<String>, Option<Recorded>)>, String> {
     let object = match jobs(server).get(job).await {
         Ok(object) => object,
         Err(kube::Error::Api(status)) if status.code == 404 => return Ok(None),
@@ -663,12 +666,11 @@ async fn job_record(
         value.filter(|&v| v <= MAX_RECORDED)
     };
     let recorded = read(RESTART_COUNT_ANNOTATION).map(|epoch| {
-        (
-            epoch,
-            read(PREEMPTIONS_ANNOTATION)
-                .unwrap_or(0)
-                .min(epoch.saturating_add(1)),
-        )
+        let preemptions = read(PREEMPTIONS_ANNOTATION)
+            .unwrap_or(0)
+            .min(epoch.saturating_add(1));
+        let grows = read(GROWS_ANNOTATION).unwrap_or(0).min(preemptions);
+        (epoch, preemptions, grows)
     });
     Ok(Some((object.metadata.resource_version, recorded)))
 }
@@ -677,14 +679,14 @@ fn jobs(server: &ApiServer) -> Api<k8s_openapi::api::batch::v1::Job> {
     Api::namespaced(server.client.clone(), &server.namespace)
 }
 
-/// Records on the Job `job` that restart epoch `epoch` has started, after `preemptions`: only
-/// forward (a record of a later epoch stands), and only over the version read (a coordinator
-/// of an earlier attempt, whose write was slow, cannot write over a later one: 409, read again).
+/// Records on the Job `job` that restart epoch `epoch` has started, after `preemptions` (`grows`
+/// of them): only forward (a record of a later epoch stands), and only over the version read
+/// (a coordinator of an earlier attempt, whose write was slow, cannot write over a later one:
+/// 409, read again).
 pub async fn record_restarts(
     server: &ApiServer,
     job: &str,
-    epoch: u32,
-    preemptions: u32,
+    (epoch, preemptions, grows): Recorded,
 ) -> Result<(), String> {
     // What a record above MAX_RECORDED says is ignored when read: writing it would make the
     // next whole-Job restart count from 0.
@@ -695,6 +697,7 @@ pub async fn record_restarts(
     }
     // At most one more than the epoch: the preemption that ended it.
     let preemptions = preemptions.min(epoch.saturating_add(1));
+    let grows = grows.min(preemptions);
     // The Job's status changes under a write too (its controller, Kueue): a conflict is
     // likely while pods come and go, so it is read and tried again, a moment later.
     for attempt in 0..WRITE_TRIES {
@@ -708,7 +711,7 @@ pub async fn record_restarts(
             ));
         };
         // Only forward: a later epoch, or this one with more preemptions known.
-        if recorded.is_some_and(|recorded| recorded >= (epoch, preemptions)) {
+        if recorded.is_some_and(|recorded| recorded >= (epoch, preemptions, grows)) {
             return Ok(());
         }
         let patch = serde_json::json!({"metadata": {
@@ -716,6 +719,7 @@ pub async fn record_restarts(
             "annotations": {
                 RESTART_COUNT_ANNOTATION: epoch.to_string(),
                 PREEMPTIONS_ANNOTATION: preemptions.to_string(),
+                GROWS_ANNOTATION: grows.to_string(),
             }
         }});
         let params = kube::api::PatchParams::default();
