@@ -1466,6 +1466,88 @@ mod tests {
         assert!(!coordinator.admit(x));
     }
 
+    /// An arrival's connection that ends gives its place back, and its address leaves the
+    /// table once none is open from it: two at a time from one address, never a third, and
+    /// nothing kept of addresses that are gone.
+    #[test]
+    fn an_arrivals_ended_connection_gives_its_place_back_and_leaves_no_entry() {
+        let members = vec![member("me", "10.0.0.1"), member("a", "10.0.0.2")];
+        let mut joining = joining(&members, 0, 0, 0);
+        joining.growth = Some(Growing {
+            core: Growth {
+                window: Duration::from_secs(60),
+                checkpoint_window: Duration::ZERO,
+            },
+            room: 1,
+        });
+        let mut coordinator = Coordinator::new(joining);
+        let x: IpAddr = "10.9.9.1".parse().unwrap();
+        let end = |link| FromLink::Ended {
+            link,
+            ip: x,
+            pod: None,
+            why: WireError::Closed,
+        };
+        assert!(coordinator.admit(x) && coordinator.admit(x));
+        coordinator.on_link(end(1));
+        assert!(coordinator.admit(x), "the place given back");
+        assert!(!coordinator.admit(x), "a third connection from one address");
+        coordinator.on_link(end(2));
+        coordinator.on_link(end(3));
+        assert!(coordinator.open.is_empty(), "{:?}", coordinator.open);
+    }
+
+    /// An elastic job's coordinator takes a hello from an address that is no member's as an
+    /// arrival only under a name that is no member's: a pod claiming a member's name from
+    /// elsewhere is turned away, before the start (the member itself then joins and starts)
+    /// and while the job trains (the job does not grow); a pod of its own name is held and the
+    /// job grows with it.
+    #[tokio::test]
+    async fn an_arrival_under_a_members_name_is_turned_away() {
+        let members: Vec<PodAddress> = (0..2)
+            .map(|i| member(&format!("p-{i}"), &format!("127.0.6.{}", 100 + i)))
+            .collect();
+        let port = free_port("127.0.6.100");
+        let mut coordinating = joining(&members, 0, port, 0);
+        coordinating.growth = Some(Growing {
+            core: Growth {
+                window: Duration::from_secs(1),
+                checkpoint_window: Duration::ZERO,
+            },
+            room: 1,
+        });
+        let arriving = |name: &str| {
+            let mut arrival = joining(&members, 1, port, 0);
+            arrival.me = member(name, "127.0.6.102");
+            arrival.view = String::new();
+            arrival.members = Vec::new();
+            arrival.membership = None;
+            join(arrival)
+        };
+        let mut coordinator = join(coordinating).await.unwrap();
+        let mut impostor = arriving("p-1").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut follower = join(joining(&members, 1, port, 0)).await.unwrap();
+        assert_eq!(started(&mut coordinator).await, 0);
+        assert_eq!(started(&mut follower).await, 0);
+        let told = timeout(Duration::from_millis(500), impostor.heard()).await;
+        assert!(
+            !matches!(told, Ok(Heard::Go { .. })),
+            "a member's name from elsewhere was let in: {told:?}"
+        );
+        impostor.close().await;
+        let mut losses = follower.losses();
+        let _impostor = arriving("p-1").await.unwrap();
+        let grew = timeout(Duration::from_secs(3), &mut losses).await;
+        assert!(grew.is_err(), "the job grew by an impostor: {grew:?}");
+        let _arrival = arriving("p-2").await.unwrap();
+        let loss = timeout(WAIT, losses).await.expect("the job did not grow");
+        assert!(
+            loss.reason.starts_with("the job grows: p-2 joined"),
+            "{loss:?}"
+        );
+    }
+
     /// `index` of `members` joins; the coordinator is member 0 on `port`.
     fn joining(members: &[PodAddress], index: usize, port: u16, next_epoch: u32) -> Joining {
         let coordinator = SocketAddr::new(members[0].ip, port);
