@@ -552,13 +552,13 @@ impl Core {
         // checkpointed, as a program may on the signal; a member preempted meanwhile) ends the
         // attempt the growth was ending anyway, with the arrivals: free as the growth is, and
         // said after it. Only while the growth stands: not once a member finished (the job
-        // ends as that says), nor once every arrival left (nobody joins: a failure then is the
-        // job's own, so that a pod coming and going cannot make failures free).
-        let in_growth = !grown
-            && self.growing.is_some()
-            && self.done.is_empty()
-            && !self.own_success
-            && !self.arrivals.is_empty();
+        // ends as that says). Arrivals that left meanwhile change nothing: the growth's
+        // restart comes all the same, free (a grow is told only with an arrival there; one
+        // that comes and goes costs the job a free restart, documented), and a loss in its
+        // window is judged as that restart would be, by the coordinator and by a follower
+        // cut off from it alike.
+        let in_growth =
+            !grown && self.growing.is_some() && self.done.is_empty() && !self.own_success;
         let reason = match (&self.preempted, hang) {
             // The preempted pod's own end says it all; another's comes after the preemption.
             (Some((pod, _)), _) if pod == from => reason,
@@ -2119,10 +2119,11 @@ mod tests {
     }
 
     /// What the growth's window makes free, and what it does not. Free: a member preempted
-    /// in it (with no budget and no free preemption left), said after the growth. The job's
-    /// own, as without a growth: a hang once a member finished (the growth is over: the job
-    /// is ending; the hang is asked for stacks and named), and a failure once every arrival
-    /// left (nobody would join: a pod coming and going must not make failures free).
+    /// in it (with no budget and no free preemption left), said after the growth; a failure
+    /// after every arrival left (the growth's restart comes all the same, free, as a follower
+    /// cut off from the coordinator judges too). The job's own, as without a growth: a hang
+    /// once a member finished (the growth is over: the job is ending; the hang is asked for
+    /// stacks and named).
     #[test]
     fn what_the_growths_window_makes_free_and_what_it_does_not() {
         let at = Instant::now();
@@ -2205,12 +2206,16 @@ mod tests {
         assert!(reason.starts_with("the job hangs: "), "{reason}");
         assert!(hang && !preempted && !grown);
 
-        let mut core = growing(Terms::first(3));
+        let mut core = growing(spent);
         core.step(ended(3, "c", WireError::Closed));
         let told = core.step(said(1, "a", failed(false)));
         let (reason, hang, preempted, grown) = lost(&told).unwrap();
-        assert_eq!(reason, "pod a: trainer exited with status 3");
-        assert!(!hang && !preempted && !grown);
+        assert_eq!(
+            reason,
+            "the job grows: c joined (1 pod); then: pod a: trainer exited with status 3"
+        );
+        assert!(!hang && preempted && grown);
+        assert_eq!(lost_of(&told), Some((true, true)));
     }
 
     /// Without a checkpoint signal the restart follows the window at once; a grow spends no

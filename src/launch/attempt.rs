@@ -324,11 +324,10 @@ pub(super) async fn judge(
     // Written meanwhile: only a pod that ends waits for it (`finish`), not the verdict.
     let record_preemption = |preempted: bool, grown: bool| {
         running.record.as_ref().filter(|_| preempted).map(|record| {
-            record.write((
-                running.plan.restart_count,
-                running.preemptions.saturating_add(1),
-                running.grows.saturating_add(u32::from(grown)),
-            ))
+            let epoch = running.plan.restart_count;
+            let counted = (epoch, running.preemptions, running.grows);
+            let after = Count::after_attempt(counted, true, grown);
+            record.write((epoch, after.preemptions, after.grows))
         })
     };
     let preemption_recorded = record_preemption(ending::preempted(channel), ending::grown(channel));
@@ -461,11 +460,8 @@ pub(super) async fn restart(
             Err(e) => debug!("the lost attempt's workspace preparation: {e}"),
         }
     }
-    attempts.count = Count {
-        next_epoch: next,
-        preemptions: preemptions.saturating_add(u32::from(budget.preempted)),
-        grows: grows.saturating_add(u32::from(grown)),
-    };
+    let counted = (budget.epoch, preemptions, grows);
+    attempts.count = Count::after_attempt(counted, budget.preempted, grown);
     attempts.members_before = running.plan.pods.iter().map(PodEntry::address).collect();
     Ok(())
 }

@@ -25,7 +25,8 @@
 //! `launch::growing` gives it, and pods Pending for a while or never scheduled. Checked too:
 //! every epoch has --min-pods to the job's pods, each once; a membership sent is dense and
 //! has its follower; a pod held while the job trains without it hears the attempt's end within
-//! the elastic wait, the checkpoint window and the attempt's close; grows spend no restart.
+//! the elastic wait, the checkpoint window and 1 s; grows spend no restart, nor any of the
+//! free preemptions.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr};
@@ -857,15 +858,16 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                 if cause.starts_with(control::GROWS) {
                     world.lock().unwrap().grown.insert(epoch);
                 }
-                let grows_after = agreed_grows.saturating_add(u32::from(grown));
+                // As `attempt::restart` and the preemption's record count it.
+                let counted = (epoch, agreed_preemptions, agreed_grows);
+                let after = super::Count::after_attempt(counted, preempted, grown);
                 if coordinates && preempted {
-                    let record = (epoch, agreed_preemptions + 1, grows_after);
+                    let record = (epoch, after.preemptions, after.grows);
                     world.lock().unwrap().recorded = Some(record);
                 }
                 channel.finish(false).await;
-                next_epoch = epoch.saturating_add(1);
-                preemptions = agreed_preemptions.saturating_add(u32::from(preempted));
-                grows = grows_after;
+                (next_epoch, preemptions, grows) =
+                    (after.next_epoch, after.preemptions, after.grows);
             }
             AfterRun::Finish(result) => {
                 // A failed end while no pod of the job had succeeded: only a failure (or the
@@ -1426,9 +1428,10 @@ async fn run(scenario: Scenario) -> World {
 
 /// An elastic job grows in time: a pod that has joined the coordinator and is held while an
 /// epoch trains without it hears the attempt's end within the elastic wait (the window of
-/// arrivals), the checkpoint window and the attempt's close, counted from when both it had
-/// joined and the epoch had started; unless a fault happened meanwhile, or a trainer of the
-/// epoch ended (a member done holds the growth until the job ends).
+/// arrivals), the checkpoint window and 1 s (the attempt's close), counted from when both it had
+/// joined and the epoch had started; unless a fault happened in the epoch (a member preempted
+/// holds the growth until the preemption's end, which a frozen pod delays by a heartbeat
+/// timeout), or a trainer of the epoch ended (a member done holds it until the job ends).
 fn check_arrivals_held(w: &mut World, elastic: &ElasticScenario) {
     let Some(epoch) = w
         .training
@@ -1466,7 +1469,7 @@ fn check_arrivals_held(w: &mut World, elastic: &ElasticScenario) {
                 && !w.frozen.contains(slot)
                 && !w.ended.contains_key(slot)
                 && now > *from + bound
-                && !w.applied.iter().any(|(at, ..)| at >= from)
+                && !w.applied.iter().any(|(at, ..)| *at >= epoch_at)
                 && !w.trainer_ends.iter().any(|at| *at >= epoch_at)
         })
         .collect();

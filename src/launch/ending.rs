@@ -112,7 +112,12 @@ mod tests {
 
     /// A job of one pod: its launcher coordinates and starts at once.
     async fn alone() -> Channel {
-        let ip: std::net::IpAddr = "127.0.7.2".parse().unwrap();
+        alone_at("127.0.7.2", None).await.0
+    }
+
+    /// `alone`, on `ip`, with an elastic job's growth if given; its control port.
+    async fn alone_at(ip: &str, growth: Option<control::Growing>) -> (Channel, u16) {
+        let ip: std::net::IpAddr = ip.parse().unwrap();
         let port = std::net::TcpListener::bind((ip, 0))
             .unwrap()
             .local_addr()
@@ -143,13 +148,13 @@ mod tests {
             progress_check: Duration::ZERO,
             served: Served::default(),
             network: control::tcp(),
-            growth: None,
+            growth,
             grows: 0,
         })
         .await
         .unwrap();
         assert!(matches!(channel.heard().await, Heard::Go { epoch: 1, .. }));
-        channel
+        (channel, port)
     }
 
     /// A trainer failure with the budget spent and no checkpoint asked of the job: the pod ends
@@ -174,6 +179,73 @@ mod tests {
         assert_eq!(verdict_wait(&channel, &failed, spent(1), limits), None);
         assert_eq!(
             verdict_wait(&channel, &failed, spent(0), limits),
+            Some(Duration::from_secs(17))
+        );
+    }
+
+    /// A trainer failure once the job's growth asked for a checkpoint, with the budget spent
+    /// and no free preemption: the attempt's end is the growth's free restart, so the pod
+    /// waits for the verdict instead of ending at once (as it would for a preemption beyond
+    /// the free ones).
+    #[tokio::test]
+    async fn a_failure_after_the_growths_checkpoint_waits_for_the_verdict() {
+        let growth = control::Growing {
+            core: control::Growth {
+                window: Duration::from_millis(200),
+                checkpoint_window: Duration::from_secs(30),
+            },
+            room: 1,
+        };
+        let (channel, port) = alone_at("127.0.7.3", Some(growth)).await;
+        let arrival_ip: std::net::IpAddr = "127.0.7.4".parse().unwrap();
+        let arrival = PodAddress {
+            name: "p-1".into(),
+            ip: arrival_ip,
+        };
+        let _arrival = control::join(Joining {
+            role: Role::Follower {
+                coordinator: std::net::SocketAddr::new("127.0.7.3".parse().unwrap(), port),
+                recheck: None,
+            },
+            secret: crate::config::Secret(b"ending-test-secret-0123456789abcdef".to_vec()),
+            view: String::new(),
+            members: Vec::new(),
+            me: arrival,
+            next_epoch: 0,
+            max_restarts: 1,
+            preemptions: 0,
+            max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
+            nproc_per_pod: 1,
+            heartbeat_timeout: Duration::from_secs(2),
+            join_grace: Duration::from_secs(5),
+            membership: None,
+            ended: None,
+            who: "pod p-1".into(),
+            progress_check: Duration::ZERO,
+            served: Served::default(),
+            network: control::tcp(),
+            growth: None,
+            grows: 0,
+        })
+        .await
+        .unwrap();
+        let asked = tokio::time::timeout(Duration::from_secs(10), channel.checkpoint_asked());
+        let reason = asked.await.expect("the growth asked for no checkpoint");
+        assert!(reason.starts_with(control::GROWS), "{reason}");
+        let failed: Result<Outcome, Error> = Ok(Outcome::new(3, "trainer exited with status 3"));
+        let limits = VerdictLimits {
+            recoverable: Duration::from_secs(17),
+            ending: Duration::from_secs(4),
+        };
+        let spent = Spent {
+            epoch: 1,
+            preemptions: 0,
+            max_restarts: 1,
+            max_preemptions: 0,
+            grows: 0,
+        };
+        assert_eq!(
+            verdict_wait(&channel, &failed, spent, limits),
             Some(Duration::from_secs(17))
         );
     }

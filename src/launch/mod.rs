@@ -784,6 +784,22 @@ pub(crate) struct Count {
 }
 
 impl Count {
+    /// The count after an attempt of restart epoch `epoch` (after the job's `preemptions`,
+    /// `grows` of them, as agreed) that ends to restart: the next epoch; one more free restart
+    /// when a preemption or a growth ended it (`preempted`), and one more grow when a growth
+    /// did (`grown`, which counts only with `preempted`).
+    pub(crate) fn after_attempt(
+        (epoch, preemptions, grows): Recorded,
+        preempted: bool,
+        grown: bool,
+    ) -> Count {
+        Count {
+            next_epoch: epoch.saturating_add(1),
+            preemptions: preemptions.saturating_add(u32::from(preempted)),
+            grows: grows.saturating_add(u32::from(preempted && grown)),
+        }
+    }
+
     /// The count with what the Job records (the epoch it last started, its preemptions, of
     /// them its grows): the next epoch is one more (the job was restarted whole since, or is
     /// being restarted in place now), no more preemptions than restarts, no more grows than
@@ -2416,6 +2432,46 @@ mod tests {
     }
 
     /// After restarts the outcome says how many; a first run's says nothing of them.
+    /// The count moves on after an attempt: a failure spends (no free restart more), a
+    /// preemption is one more free restart, a growth one more free restart that is a grow (a
+    /// grow flag without a free end counts nothing).
+    #[test]
+    fn the_count_after_an_attempt_counts_grows_among_the_free_restarts() {
+        let count = |c: Count| (c.next_epoch, c.preemptions, c.grows);
+        let rows = [
+            ((false, false), (4, 2, 1)),
+            ((true, false), (4, 3, 1)),
+            ((true, true), (4, 3, 2)),
+            ((false, true), (4, 2, 1)),
+        ];
+        for ((preempted, grown), expected) in rows {
+            let after = Count::after_attempt((3, 2, 1), preempted, grown);
+            assert_eq!(count(after), expected, "{preempted} {grown}");
+        }
+    }
+
+    /// What the Job records moves a fresh count on: the next epoch one more than the one
+    /// recorded, the most preemptions and grows either knows, no more grows than preemptions
+    /// and no more preemptions than restarts (a record anyone may edit).
+    #[test]
+    fn the_count_goes_on_from_what_the_job_records() {
+        let count = |c: Count| (c.next_epoch, c.preemptions, c.grows);
+        let fresh = Count {
+            next_epoch: 0,
+            preemptions: 0,
+            grows: 0,
+        };
+        assert_eq!(count(fresh.after_record((4, 2, 1))), (5, 2, 1));
+        assert_eq!(count(fresh.after_record((4, 2, 9))), (5, 2, 2));
+        assert_eq!(count(fresh.after_record((1, 9, 9))), (2, 2, 2));
+        let known = Count {
+            next_epoch: 7,
+            preemptions: 3,
+            grows: 2,
+        };
+        assert_eq!(count(known.after_record((4, 1, 0))), (7, 3, 2));
+    }
+
     #[test]
     fn an_outcome_after_restarts_says_how_many() {
         let outcome = || Outcome::new(0, "trainer exited with status 0");
