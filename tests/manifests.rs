@@ -1215,4 +1215,10 @@ fn an_elastic_job_is_generated_with_its_range_and_a_success_policy() {
         assert!(out.is_empty(), "{out}");
         assert_contains(&err, said);
     }
+    // A minimum of every pod is no elastic job: the Job succeeds as any does.
+    let mut whole = args;
+    whole[11] = "4";
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&manifest(&whole)).unwrap();
+    let job = docs.iter().find(|d| d["kind"] == "Job").unwrap();
+    assert!(job["spec"]["successPolicy"].is_null(), "{job}");
 }
