@@ -280,6 +280,17 @@ impl Following {
                     grown: false,
                 },
                 // As the coordinator would have said it: the preemption (or the growth) first.
+                // The growth's window once a member finished: the growth is over (the job is
+                // ending), the loss the job's own, as the coordinator would say it.
+                (true, Some(said)) if said.starts_with(super::GROWS) && !self.may_restart => {
+                    Heard::Lost {
+                        reason,
+                        restart: false,
+                        hang: false,
+                        preempted: false,
+                        grown: false,
+                    }
+                }
                 (true, Some(said)) => {
                     let (before, free, grows) = self.preemptions;
                     let ended = super::after_preemption(said, &reason);
@@ -429,6 +440,29 @@ mod tests {
                         grown: true,
                     }),
                     KnowsVerdict(true),
+                ],
+            ),
+            (
+                "the growth's checkpoint, a member finished, then the coordinator's silence: the growth is over, the loss the job's own",
+                vec![
+                    go(),
+                    frame(Message::Checkpoint { reason: "the job grows: p-3 joined (1 pod)".into() }),
+                    frame(Message::Finished { pod: "p-2".into() }),
+                    Input::Silent(2),
+                ],
+                vec![
+                    heard_go.clone(),
+                    Checkpoint("the job grows: p-3 joined (1 pod)".into()),
+                    CannotRestart,
+                    StopListening,
+                    Hear(Heard::Lost {
+                        reason: "the coordinating launcher at 10.0.0.1:6171 sent no heartbeat for 2 s (frozen, or its node is gone)".into(),
+                        restart: false,
+                        hang: false,
+                        preempted: false,
+                        grown: false,
+                    }),
+                    KnowsVerdict(false),
                 ],
             ),
             (

@@ -150,6 +150,8 @@ struct Follower {
     /// It was asked for a checkpoint, and whether for the job's growth.
     asked_checkpoint: bool,
     asked_for_growth: bool,
+    /// It heard that a member finished (or the coordinator's end): the job cannot restart.
+    heard_finished: bool,
     said_stopped: bool,
     /// The verdicts of the losses it was told, in order.
     losses: Vec<bool>,
@@ -525,6 +527,17 @@ impl Sim {
                         f.name,
                         reason
                     );
+                    // Once a member finished, the growth is over: a follower that judges the
+                    // end itself (its coordinator gone) calls no loss its restart. (The
+                    // coordinator may have told the growth's loss before the success reached
+                    // it, and says it again, final.)
+                    let own_judgement = reason.contains("the coordinating launcher at");
+                    prop_assert!(
+                        !(grown && f.heard_finished && own_judgement),
+                        "{} judged a grow after a member finished: {}",
+                        f.name,
+                        reason
+                    );
                     // Once asked for a checkpoint, the attempt's end is the preemption's,
                     // whoever tells it (the coordinator, or the link's end when it is gone),
                     // while the job's preemptions are free.
@@ -580,8 +593,8 @@ impl Sim {
                 following::Effect::Hear(Heard::Refused(reason)) => {
                     prop_assert!(false, "{} refused: {reason}", f.name);
                 }
+                following::Effect::CannotRestart => f.heard_finished = true,
                 following::Effect::Hear(Heard::Regather(_))
-                | following::Effect::CannotRestart
                 | following::Effect::JobSucceeded
                 | following::Effect::StopListening
                 | following::Effect::Close => {}
