@@ -342,7 +342,8 @@ struct World {
     /// The epochs fresh launchers went on by beyond the budget, from the Job's record (the
     /// job restarted whole: every member's container restarted or replaced).
     restarted_whole: u32,
-    /// When each pod was created.
+    /// When each pod's launcher last started (its pod scheduled, or its container restarted in
+    /// place): a launcher's end is bounded from it.
     created: Vec<Duration>,
     /// When each pod was deleted with a grace period (preempted), if it was.
     deleted: Vec<Option<Duration>>,
@@ -711,7 +712,16 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                     continue;
                 }
             };
-            let start = match channel.heard().await {
+            // Stopped while it waits for the start (SIGTERM: its pod preempted), the launcher
+            // ends, as `gather`'s wait does: its connection closes.
+            let heard = tokio::select! {
+                heard = channel.heard() => heard,
+                _ = preempted_signal(&world, slot) => {
+                    channel.close().await;
+                    return end(143, epoch_ran.clone(), None);
+                }
+            };
+            let start = match heard {
                 Heard::Go {
                     epoch,
                     max_restarts,
@@ -984,6 +994,12 @@ async fn follow(
     let heard = tokio::select! {
         heard = channel.heard() => Some(heard),
         _ = succeeded => None,
+        // Stopped while it waits (SIGTERM: its pod preempted): it ends, its connection closed.
+        _ = preempted_signal(world, slot) => {
+            world.lock().unwrap().listening.remove(&slot);
+            channel.close().await;
+            return Followed::End(143);
+        }
     };
     world.lock().unwrap().listening.remove(&slot);
     let heard = match heard {
@@ -1340,6 +1356,11 @@ async fn run(scenario: Scenario) -> World {
                 w.pods[*slot].2 == PodState::Running && !w.frozen.contains(slot)
             };
             if there {
+                // Its launcher's own start, which bounds its end.
+                {
+                    let mut w = world.lock().unwrap();
+                    w.created[*slot] = w.started.elapsed();
+                }
                 let task = launcher(*slot, scenario.clone(), world.clone(), net.clone());
                 let task = tokio::spawn(freezable(task, frozen[*slot].clone()));
                 launchers.insert(*slot, task);
@@ -1741,4 +1762,53 @@ fn a_trainer_failing_on_the_growths_checkpoint_is_the_growths_free_restart() {
         let codes: Vec<i32> = world.ended.values().map(|e| e.1).collect();
         assert_eq!(codes, vec![0, 0, 0], "{:?}", world.ended);
     }
+}
+
+/// A follower whose pod is preempted while it waits for the start (its node going half a
+/// second later) ends and closes its connection, as the launcher's wait does on SIGTERM: the
+/// coordinator gathers again instead of starting with it, and the job goes on free.
+#[test]
+fn a_follower_preempted_while_it_waits_for_the_start_is_no_member() {
+    let training = |seconds| Training {
+        seconds,
+        fails: false,
+        fails_on_checkpoint: false,
+    };
+    let scenario = Scenario {
+        pods: 4,
+        max_restarts: 0,
+        trainings: vec![
+            vec![training(2)],
+            vec![training(1)],
+            vec![training(1)],
+            vec![training(2)],
+        ],
+        faults: vec![
+            (16, 1, Fault::PreemptThenFreeze),
+            (45, 1, Fault::PreemptThenKill),
+        ],
+        replace_after: 3,
+        heartbeat_s: 10,
+        late_s: vec![0, 0, 9],
+        low_replacements: true,
+        kubelet_lag_ms: 629,
+        nproc: vec![1],
+        elastic: Some(ElasticScenario {
+            min_pods: 3,
+            wait_s: 2,
+            pending_s: vec![Some(0), Some(0), Some(15), Some(14)],
+        }),
+        max_preemptions: 1,
+    };
+    let world = simulate_world(scenario);
+    assert!(world.violations.is_empty(), "{:#?}", world.violations);
+    assert!(
+        world
+            .epochs
+            .values()
+            .flatten()
+            .all(|m| !m.contains(&"p-1".to_string())),
+        "{:?}",
+        world.epochs
+    );
 }
