@@ -40,7 +40,7 @@ use tokio::time::{sleep, Instant};
 use crate::config::Secret;
 use crate::config::{Group, GroupKind};
 use crate::control::sim_net::SimNet;
-use crate::control::{self, Channel, Heard, Joining, Role};
+use crate::control::{self, Channel, Joining, Role};
 use crate::error::Error;
 use crate::exit::{self, Outcome};
 use crate::membership::{self, Member, Membership, PodAddress, PodView, Served};
@@ -721,31 +721,32 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                     return end(143, epoch_ran.clone(), None);
                 }
             };
-            let start = match heard {
-                Heard::Go {
-                    epoch,
-                    max_restarts,
-                    preemptions,
-                    grows,
-                    ..
-                } => (epoch, max_restarts, preemptions, grows),
-                Heard::Regather(_) | Heard::Lost { restart: true, .. } => {
-                    channel.close().await;
+            // What the word means, as `gather` takes it (the launcher's own `started`).
+            let start = match super::started(
+                heard,
+                &mut channel,
+                scenario.nproc(slot),
+                refusal_served(&scenario),
+            )
+            .await
+            {
+                Ok(Some(start)) => (
+                    start.epoch,
+                    start.max_restarts,
+                    start.preemptions,
+                    start.grows,
+                ),
+                Ok(None) => {
                     sleep(Duration::from_millis(250)).await;
                     continue;
                 }
-                Heard::Lost { .. } => {
-                    channel.close().await;
-                    return end(exit::PEER_LOST, epoch_ran.clone(), None);
-                }
-                // Refused only where the members' processes per pod differ.
-                Heard::Refused(reason) => {
-                    channel.close().await;
-                    if nprocs(&members).len() < 2 {
-                        let what = format!("{name} refused with every member agreeing: {reason}");
+                Err(error) => {
+                    // Refused only where the members' processes per pod differ.
+                    if matches!(error, Error::Config(_)) && nprocs(&members).len() < 2 {
+                        let what = format!("{name} refused with every member agreeing: {error}");
                         world.lock().unwrap().violation(what);
                     }
-                    return end(exit::INVALID_CONFIG, epoch_ran.clone(), None);
+                    return end(error.exit_code(), epoch_ran.clone(), None);
                 }
             };
             (members, channel, coordinates, start)
@@ -1009,15 +1010,23 @@ async fn follow(
             return Followed::End(exit::SUCCESS);
         }
     };
-    match heard {
-        Heard::Go {
+    // What the word means, as `follow_coordinator` takes it (the launcher's own `started`).
+    match super::started(
+        heard,
+        &mut channel,
+        scenario.nproc(slot),
+        scenario.heartbeat(),
+    )
+    .await
+    {
+        Ok(Some(super::Start {
             epoch,
             membership,
             max_restarts,
             preemptions,
             grows,
             ..
-        } => {
+        })) => {
             let Some(membership) = membership else {
                 channel.close().await;
                 return Followed::Again;
@@ -1035,27 +1044,25 @@ async fn follow(
                 start: (epoch, max_restarts, preemptions, grows),
             }
         }
-        Heard::Regather(_) | Heard::Lost { restart: true, .. } => {
-            channel.close().await;
-            Followed::Again
-        }
-        Heard::Lost { .. } => {
-            channel.close().await;
-            Followed::End(exit::PEER_LOST)
-        }
-        // Refused only where the pods' processes per pod differ.
-        Heard::Refused(reason) => {
-            channel.close().await;
+        Ok(None) => Followed::Again,
+        Err(error) => {
+            // Refused only where the pods' processes per pod differ.
             let w = world.lock().unwrap();
             let nprocs: BTreeSet<u32> = (0..w.pods.len()).map(|s| scenario.nproc(s)).collect();
             drop(w);
-            if nprocs.len() < 2 {
-                let what = format!("{} refused with every pod agreeing: {reason}", me.name);
+            if matches!(error, Error::Config(_)) && nprocs.len() < 2 {
+                let what = format!("{} refused with every pod agreeing: {error}", me.name);
                 world.lock().unwrap().violation(what);
             }
-            Followed::End(exit::INVALID_CONFIG)
+            Followed::End(error.exit_code())
         }
     }
+}
+
+/// How long a coordinator that refused the start tells the members that join again (as
+/// `launch::refusal_served` bounds it: a heartbeat timeout and time to gather again).
+fn refusal_served(scenario: &Scenario) -> Duration {
+    scenario.heartbeat() + GRACE
 }
 
 /// An elastic job's coordinator that gives up gathering tells the end to whoever joins, as
