@@ -1670,6 +1670,24 @@ fn example_results(out: &Path, ranks: usize, outputs: &[String]) -> Vec<Value> {
         .collect()
 }
 
+/// Every rank of the collective example ran in restart epoch 1 in a world of as many ranks,
+/// resumed from a checkpoint taken after step 9 or later, converged, and ended with the same
+/// parameters as every other rank (only a working all-reduce keeps them equal).
+fn assert_resumed_from_the_checkpoint(results: &[Value], outputs: &[String]) {
+    for (rank, result) in results.iter().enumerate() {
+        assert_eq!(result["restart_count"], 1, "rank {rank}: {outputs:?}");
+        assert_eq!(result["world"], results.len(), "rank {rank}: {outputs:?}");
+        let resumed = result["resumed_after_step"].as_u64().unwrap();
+        assert!(
+            resumed >= 9,
+            "rank {rank} resumed after step {resumed}: not from the checkpoint"
+        );
+        let last = result["last_loss"].as_f64().unwrap();
+        assert!(last < 0.01, "rank {rank}: final loss {last}");
+        assert_eq!(result["params"], results[0]["params"], "rank {rank}");
+    }
+}
+
 /// Real PaddlePaddle (CPU, gloo): the collective example checkpoints every step; one pod is
 /// killed mid-training and replaced; every rank resumes from the checkpoint in restart epoch 1,
 /// the job finishes, and the final parameters are identical on every rank (each rank trains on
@@ -1683,20 +1701,7 @@ fn real_paddle_resumes_from_its_checkpoint_after_a_pod_is_killed_and_replaced() 
     job.kill_pod(1);
     let replacement = job.create_pod();
     let outputs = job.all_finish();
-    let results = example_results(&out, 3, &outputs);
-    for (rank, result) in results.iter().enumerate() {
-        assert_eq!(result["restart_count"], 1, "rank {rank}: {outputs:?}");
-        assert_eq!(result["world"], 3);
-        let resumed = result["resumed_after_step"].as_u64().unwrap();
-        assert!(
-            resumed >= 9,
-            "rank {rank} resumed after step {resumed}: not from the checkpoint"
-        );
-        let last = result["last_loss"].as_f64().unwrap();
-        assert!(last < 0.01, "rank {rank}: final loss {last}");
-    }
-    assert_eq!(results[0]["params"], results[1]["params"]);
-    assert_eq!(results[0]["params"], results[2]["params"]);
+    assert_resumed_from_the_checkpoint(&example_results(&out, 3, &outputs), &outputs);
     // The replacement trained too, in the survivors' epoch.
     let replaced = std::fs::read_to_string(
         job.cluster
@@ -2366,19 +2371,10 @@ fn real_paddle_resumes_as_a_smaller_job_when_a_lost_pods_replacement_cannot_run(
     job.create_pending_pod();
     let outputs = job.all_finish();
     let results = example_results(&out, 2, &outputs);
+    assert_resumed_from_the_checkpoint(&results, &outputs);
     for (rank, result) in results.iter().enumerate() {
-        assert_eq!(result["restart_count"], 1, "rank {rank}: {outputs:?}");
-        assert_eq!(result["world"], 2, "rank {rank}: {outputs:?}");
         assert_eq!(result["env_trainer_id"], rank, "rank {rank}");
-        let resumed = result["resumed_after_step"].as_u64().unwrap();
-        assert!(
-            resumed >= 9,
-            "rank {rank} resumed after step {resumed}: not from the checkpoint"
-        );
-        let last = result["last_loss"].as_f64().unwrap();
-        assert!(last < 0.01, "rank {rank}: final loss {last}");
     }
-    assert_eq!(results[0]["params"], results[1]["params"]);
     // No third rank trained in the smaller job.
     assert!(!out.join("result-2.json").exists(), "{outputs:?}");
     assert_contains(&job.stderr(0), "elastic job: starting with 2 of 3 pods");

@@ -110,6 +110,26 @@ struct Training {
     fails_on_checkpoint: bool,
 }
 
+impl Training {
+    /// A trainer that trains `seconds` and succeeds.
+    fn lasting(seconds: u64) -> Training {
+        Training {
+            seconds,
+            fails: false,
+            fails_on_checkpoint: false,
+        }
+    }
+
+    /// `lasting`, failing a second after it is asked for a checkpoint.
+    #[cfg(test)]
+    fn failing_on_checkpoint(seconds: u64) -> Training {
+        Training {
+            fails_on_checkpoint: true,
+            ..Training::lasting(seconds)
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Scenario {
     pods: usize,
@@ -155,6 +175,27 @@ struct ElasticScenario {
 }
 
 impl Scenario {
+    /// A named run's start: `pods` pods with a budget of `max_restarts`, trainers of 40 s, no
+    /// fault, a heartbeat timeout of 2 s, every launcher on time, a replacement a second after
+    /// its pod is lost, every preemption free, not elastic.
+    #[cfg(test)]
+    fn quiet(pods: usize, max_restarts: u32) -> Scenario {
+        Scenario {
+            pods,
+            max_restarts,
+            trainings: vec![vec![Training::lasting(40)]],
+            faults: Vec::new(),
+            replace_after: 1,
+            heartbeat_s: 2,
+            late_s: vec![0],
+            low_replacements: false,
+            kubelet_lag_ms: 0,
+            nproc: vec![1],
+            elastic: None,
+            max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
+        }
+    }
+
     fn heartbeat(&self) -> Duration {
         Duration::from_secs(self.heartbeat_s)
     }
@@ -1611,24 +1652,14 @@ proptest! {
 /// the job still restarts for free instead of ending the follower on its own failure.
 #[test]
 fn a_frozen_preempted_coordinator_and_a_trainer_failing_on_the_checkpoint_is_a_free_restart() {
-    let training = |seconds, fails_on_checkpoint| Training {
-        seconds,
-        fails: false,
-        fails_on_checkpoint,
-    };
     let scenario = Scenario {
-        pods: 2,
-        max_restarts: 0,
-        trainings: vec![vec![training(8, false)], vec![training(9, true)]],
+        trainings: vec![
+            vec![Training::lasting(8)],
+            vec![Training::failing_on_checkpoint(9)],
+        ],
         faults: vec![(1, 0, Fault::PreemptThenFreeze)],
-        replace_after: 1,
         heartbeat_s: 6,
-        late_s: vec![0],
-        low_replacements: false,
-        kubelet_lag_ms: 0,
-        nproc: vec![1],
-        elastic: None,
-        max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
+        ..Scenario::quiet(2, 0)
     };
     // select! picks at random among branches ready at once: a few runs.
     for _ in 0..5 {
@@ -1644,28 +1675,15 @@ fn a_frozen_preempted_coordinator_and_a_trainer_failing_on_the_checkpoint_is_a_f
 /// completes. Each epoch's members, as every launcher found them.
 #[test]
 fn a_driven_elastic_job_shrinks_without_a_lost_pod_and_grows_back_when_it_runs() {
-    let training = |seconds| Training {
-        seconds,
-        fails: false,
-        fails_on_checkpoint: false,
-    };
     let scenario = Scenario {
-        pods: 3,
-        max_restarts: 1,
-        trainings: vec![vec![training(60), training(60), training(20)]],
+        trainings: vec![[60, 60, 20].map(Training::lasting).to_vec()],
         faults: vec![(10, 1, Fault::Kill)],
-        replace_after: 1,
-        heartbeat_s: 2,
-        late_s: vec![0],
-        low_replacements: false,
-        kubelet_lag_ms: 0,
-        nproc: vec![1],
         elastic: Some(ElasticScenario {
             min_pods: 2,
             wait_s: 5,
             pending_s: vec![Some(0), Some(0), Some(0), Some(30)],
         }),
-        max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
+        ..Scenario::quiet(3, 1)
     };
     let world = simulate_world(scenario);
     assert!(world.violations.is_empty(), "{:#?}", world.violations);
@@ -1692,28 +1710,15 @@ fn a_driven_elastic_job_shrinks_without_a_lost_pod_and_grows_back_when_it_runs()
 /// counted as a preemption, the preemption would count as a failure and end the job.
 #[test]
 fn a_driven_elastic_jobs_grow_spends_none_of_its_free_preemptions() {
-    let training = |seconds| Training {
-        seconds,
-        fails: false,
-        fails_on_checkpoint: false,
-    };
     let scenario = Scenario {
-        pods: 2,
-        max_restarts: 0,
-        trainings: vec![vec![training(40)]],
         faults: vec![(30, 1, Fault::Preempt)],
-        replace_after: 1,
-        heartbeat_s: 2,
-        late_s: vec![0],
-        low_replacements: false,
-        kubelet_lag_ms: 0,
-        nproc: vec![1],
         elastic: Some(ElasticScenario {
             min_pods: 1,
             wait_s: 2,
             pending_s: vec![Some(0), Some(10), Some(0)],
         }),
         max_preemptions: 1,
+        ..Scenario::quiet(2, 0)
     };
     let world = simulate_world(scenario);
     assert!(world.violations.is_empty(), "{:#?}", world.violations);
@@ -1735,32 +1740,18 @@ fn a_driven_elastic_jobs_grow_spends_none_of_its_free_preemptions() {
 /// pod 2, and the job completes (it ended the job before).
 #[test]
 fn a_trainer_failing_on_the_growths_checkpoint_is_the_growths_free_restart() {
-    let training = |seconds, fails_on_checkpoint| Training {
-        seconds,
-        fails: false,
-        fails_on_checkpoint,
-    };
     let scenario = Scenario {
-        pods: 3,
-        max_restarts: 0,
         trainings: vec![
-            vec![training(20, false)],
-            vec![training(20, true), training(20, false)],
-            vec![training(20, false)],
+            vec![Training::lasting(20)],
+            vec![Training::failing_on_checkpoint(20), Training::lasting(20)],
+            vec![Training::lasting(20)],
         ],
-        faults: Vec::new(),
-        replace_after: 1,
-        heartbeat_s: 2,
-        late_s: vec![0],
-        low_replacements: false,
-        kubelet_lag_ms: 0,
-        nproc: vec![1],
         elastic: Some(ElasticScenario {
             min_pods: 2,
             wait_s: 2,
             pending_s: vec![Some(0), Some(0), Some(3)],
         }),
-        max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
+        ..Scenario::quiet(3, 0)
     };
     for _ in 0..5 {
         let world = simulate_world(scenario.clone());
@@ -1776,20 +1767,8 @@ fn a_trainer_failing_on_the_growths_checkpoint_is_the_growths_free_restart() {
 /// coordinator gathers again instead of starting with it, and the job goes on free.
 #[test]
 fn a_follower_preempted_while_it_waits_for_the_start_is_no_member() {
-    let training = |seconds| Training {
-        seconds,
-        fails: false,
-        fails_on_checkpoint: false,
-    };
     let scenario = Scenario {
-        pods: 4,
-        max_restarts: 0,
-        trainings: vec![
-            vec![training(2)],
-            vec![training(1)],
-            vec![training(1)],
-            vec![training(2)],
-        ],
+        trainings: [2, 1, 1, 2].map(|s| vec![Training::lasting(s)]).to_vec(),
         faults: vec![
             (16, 1, Fault::PreemptThenFreeze),
             (45, 1, Fault::PreemptThenKill),
@@ -1799,13 +1778,13 @@ fn a_follower_preempted_while_it_waits_for_the_start_is_no_member() {
         late_s: vec![0, 0, 9],
         low_replacements: true,
         kubelet_lag_ms: 629,
-        nproc: vec![1],
         elastic: Some(ElasticScenario {
             min_pods: 3,
             wait_s: 2,
             pending_s: vec![Some(0), Some(0), Some(15), Some(14)],
         }),
         max_preemptions: 1,
+        ..Scenario::quiet(4, 0)
     };
     let world = simulate_world(scenario);
     assert!(world.violations.is_empty(), "{:#?}", world.violations);

@@ -123,19 +123,39 @@ mod tests {
             .local_addr()
             .unwrap()
             .port();
-        let me = PodAddress {
-            name: "p-0".into(),
-            ip,
-        };
+        let listen = std::net::SocketAddr::new(ip, port);
+        let me = pod("p-0", ip);
         let mut channel = control::join(Joining {
-            role: Role::Coordinator {
-                listen: std::net::SocketAddr::new(ip, port),
-            },
-            secret: crate::config::Secret(b"ending-test-secret-0123456789abcdef".to_vec()),
             view: control::fingerprint(std::slice::from_ref(&me)),
             members: vec![me.clone()],
-            me,
             next_epoch: 1,
+            growth,
+            ..joining(me, Role::Coordinator { listen })
+        })
+        .await
+        .unwrap();
+        assert!(matches!(channel.heard().await, Heard::Go { epoch: 1, .. }));
+        (channel, port)
+    }
+
+    fn pod(name: &str, ip: std::net::IpAddr) -> PodAddress {
+        PodAddress {
+            name: name.into(),
+            ip,
+        }
+    }
+
+    /// `me` joining the test's channel as `role`, with no view (a follower asking for the
+    /// membership).
+    fn joining(me: PodAddress, role: Role) -> Joining {
+        Joining {
+            role,
+            secret: crate::config::Secret(b"ending-test-secret-0123456789abcdef".to_vec()),
+            view: String::new(),
+            members: Vec::new(),
+            who: format!("pod {}", me.name),
+            me,
+            next_epoch: 0,
             max_restarts: 1,
             preemptions: 0,
             max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
@@ -144,17 +164,12 @@ mod tests {
             join_grace: Duration::from_secs(5),
             membership: None,
             ended: None,
-            who: "pod p-0".into(),
             progress_check: Duration::ZERO,
             served: Served::default(),
             network: control::tcp(),
-            growth,
+            growth: None,
             grows: 0,
-        })
-        .await
-        .unwrap();
-        assert!(matches!(channel.heard().await, Heard::Go { epoch: 1, .. }));
-        (channel, port)
+        }
     }
 
     /// A trainer failure with the budget spent and no checkpoint asked of the job: the pod ends
@@ -197,38 +212,13 @@ mod tests {
             room: 1,
         };
         let (channel, port) = alone_at("127.0.7.3", Some(growth)).await;
-        let arrival_ip: std::net::IpAddr = "127.0.7.4".parse().unwrap();
-        let arrival = PodAddress {
-            name: "p-1".into(),
-            ip: arrival_ip,
+        let coordinator = std::net::SocketAddr::new("127.0.7.3".parse().unwrap(), port);
+        let arrival = pod("p-1", "127.0.7.4".parse().unwrap());
+        let role = Role::Follower {
+            coordinator,
+            recheck: None,
         };
-        let _arrival = control::join(Joining {
-            role: Role::Follower {
-                coordinator: std::net::SocketAddr::new("127.0.7.3".parse().unwrap(), port),
-                recheck: None,
-            },
-            secret: crate::config::Secret(b"ending-test-secret-0123456789abcdef".to_vec()),
-            view: String::new(),
-            members: Vec::new(),
-            me: arrival,
-            next_epoch: 0,
-            max_restarts: 1,
-            preemptions: 0,
-            max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
-            nproc_per_pod: 1,
-            heartbeat_timeout: Duration::from_secs(2),
-            join_grace: Duration::from_secs(5),
-            membership: None,
-            ended: None,
-            who: "pod p-1".into(),
-            progress_check: Duration::ZERO,
-            served: Served::default(),
-            network: control::tcp(),
-            growth: None,
-            grows: 0,
-        })
-        .await
-        .unwrap();
+        let _arrival = control::join(joining(arrival, role)).await.unwrap();
         let asked = tokio::time::timeout(Duration::from_secs(10), channel.checkpoint_asked());
         let reason = asked.await.expect("the growth asked for no checkpoint");
         assert!(reason.starts_with(control::GROWS), "{reason}");
