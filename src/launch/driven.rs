@@ -1106,8 +1106,9 @@ fn refusal_served(scenario: &Scenario) -> Duration {
     scenario.heartbeat() + GRACE
 }
 
-/// An elastic job's coordinator that gives up gathering tells the end to whoever joins, as
-/// `launch::tell_followers_the_end` does: its followers learn the job only from it.
+/// An elastic job's coordinator that gives up gathering tells the end to whoever joins, by
+/// `launch::tell_the_end`, as `tell_followers_the_end` does: its followers learn the job only
+/// from it.
 async fn tell_the_end(
     (ip, slot): (IpAddr, usize),
     members_before: &[String],
@@ -1128,28 +1129,18 @@ async fn tell_the_end(
             .collect()
     };
     let name = world.lock().unwrap().pods[slot].0.clone();
-    let grace = GRACE + super::TELL_THE_END;
-    let joined = control::join(Joining {
+    let count = super::Count {
+        next_epoch: 0,
+        preemptions: 0,
+        grows: 0,
+    };
+    let joining = Joining {
         members,
         ended: Some(reason),
-        join_grace: grace,
-        ..joining(
-            &name,
-            ip,
-            slot,
-            scenario,
-            net,
-            super::Count {
-                next_epoch: 0,
-                preemptions: 0,
-                grows: 0,
-            },
-        )
-    })
-    .await;
-    if let Ok(mut channel) = joined {
-        channel.told_everyone(grace).await;
-    }
+        join_grace: GRACE + super::TELL_THE_END,
+        ..joining(&name, ip, slot, scenario, net, count)
+    };
+    super::tell_the_end(joining, GRACE + super::TELL_THE_END).await;
 }
 
 /// The trainer's run in `epoch`, supervised as the lifecycle does: its own end, the job's

@@ -936,11 +936,18 @@ async fn tell_followers_the_end(
         served: Served::default(),
         network: control::tcp(),
     };
+    tell_the_end(joining, grace).await;
+}
+
+/// Serves `joining` (a coordinator's, with the job's end) until every member has heard the end,
+/// or `grace` has passed.
+async fn tell_the_end(joining: Joining, grace: Duration) {
+    let others = joining.members.len().saturating_sub(1);
     match control::join(joining).await {
         Ok(mut channel) => {
             info!(
                 "control channel: telling the other {} that the job has ended (at most {} s)",
-                crate::vocabulary::count(members.len().saturating_sub(1), "launcher"),
+                crate::vocabulary::count(others, "launcher"),
                 grace.as_secs()
             );
             channel.told_everyone(grace).await;
