@@ -720,12 +720,13 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                 trainers: ranked,
             };
             // As `launch::growing` gives an elastic job's coordinator.
-            let growth = elastic.map(|e| control::Growing {
-                core: control::Growth {
-                    window: Duration::from_secs(e.wait_s),
-                    checkpoint_window: WINDOW,
-                },
-                room: scenario.pods.saturating_sub(members.len()),
+            let growth = elastic.map(|e| {
+                let elastic = crate::config::Elastic {
+                    min_pods: e.min_pods as u32,
+                    max_pods: scenario.pods as u32,
+                    wait: Duration::from_secs(e.wait_s),
+                };
+                super::growth_of(elastic, WINDOW, members.len())
             });
             let joined = control::join(Joining {
                 role: match coordinates {

@@ -1544,13 +1544,23 @@ fn growing(config: &Config, role: &ControlRole, members: usize) -> Option<contro
         .timing
         .checkpoint()
         .map_or(Duration::ZERO, |checkpoint| checkpoint.window);
-    Some(control::Growing {
+    Some(growth_of(elastic, checkpoint_window, members))
+}
+
+/// An elastic job's growth with `members` pods now: arrivals gathered for the elastic wait,
+/// `checkpoint_window` given to the trainers, room for the pods the job lacks.
+fn growth_of(
+    elastic: crate::config::Elastic,
+    checkpoint_window: Duration,
+    members: usize,
+) -> control::Growing {
+    control::Growing {
         core: control::Growth {
             window: elastic.wait,
             checkpoint_window,
         },
         room: (elastic.max_pods as usize).saturating_sub(members),
-    })
+    }
 }
 
 /// How long the Job's record of the restart count is waited for, read or written.
