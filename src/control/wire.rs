@@ -475,12 +475,19 @@ mod tests {
         .unwrap();
         assert!(matches!(
             hello,
-            Message::Hello { who, heartbeat_ms: 0, preemptions: 0, max_preemptions: u32::MAX, nproc_per_pod: 1, .. } if who.is_empty()
+            Message::Hello { who, heartbeat_ms: 0, preemptions: 0, max_preemptions: u32::MAX, nproc_per_pod: 1, grows: 0, .. } if who.is_empty()
         ));
         let go: Message =
             serde_json::from_str(r#"{"kind":"go","epoch":2,"membership":null,"max_restarts":1}"#)
                 .unwrap();
-        assert!(matches!(go, Message::Go { preemptions: 0, .. }));
+        assert!(matches!(
+            go,
+            Message::Go {
+                preemptions: 0,
+                grows: 0,
+                ..
+            }
+        ));
     }
 
     fn split(frame: &[u8]) -> (&[u8], &[u8]) {

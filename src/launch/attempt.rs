@@ -568,6 +568,14 @@ fn resized(
 mod tests {
     use super::*;
 
+    /// A restart's line names the free restarts before it by kind.
+    #[test]
+    fn the_free_restarts_are_named_by_kind() {
+        assert_eq!(free_restarts(2, 0), "2 preemptions");
+        assert_eq!(free_restarts(2, 1), "1 preemption and 1 grow");
+        assert_eq!(free_restarts(3, 3), "3 grows");
+    }
+
     /// The events of an elastic job's size: down, naming the pods gone and the wait; up,
     /// naming the pods come; nothing at the first start, at the same size, or when not elastic.
     #[test]
