@@ -382,8 +382,8 @@ pub struct JobArgs {
     #[arg(long, env = "ENTRY", help_heading = "Roles and protocol")]
     pub entry: Option<String>,
     /// Trainer processes each pod runs (collective), each supervised: N, or `auto` (the
-    /// devices listed in CUDA_VISIBLE_DEVICES, else NVIDIA_VISIBLE_DEVICES, else the
-    /// /dev/nvidiaN files, else 1). The process of local rank l on the pod ranked r is trainer
+    /// devices CUDA_VISIBLE_DEVICES makes visible when it is set: `-1` or empty is none; else
+    /// NVIDIA_VISIBLE_DEVICES, else the /dev/nvidiaN files, else 1). The process of local rank l on the pod ranked r is trainer
     /// id r x N + l, on the l-th port from --trainer-port up (the control port skipped)
     /// [default: 1].
     #[arg(

@@ -48,26 +48,48 @@ fn entries(list: &str) -> u32 {
     list.split(',').filter(|e| !e.trim().is_empty()).count() as u32
 }
 
+/// The devices CUDA makes visible from a CUDA_VISIBLE_DEVICES list: the entries before the
+/// first that names no device (CUDA ignores it and what follows, so `-1` is the usual "no GPU"
+/// and an empty or blank value hides every GPU); a device is an index or a UUID (`GPU-...`,
+/// `MIG-...`).
+fn cuda_entries(list: &str) -> (u32, Option<&str>) {
+    let is_device = |e: &str| {
+        !e.is_empty()
+            && (e.bytes().all(|b| b.is_ascii_digit())
+                || e.starts_with("GPU-")
+                || e.starts_with("MIG-"))
+    };
+    let mut entries = list.split(',').map(str::trim);
+    let visible = entries.by_ref().take_while(|e| is_device(e)).count() as u32;
+    let first_invalid = list.split(',').map(str::trim).nth(visible as usize);
+    (visible, first_invalid)
+}
+
 /// A GPU's device file in /dev: `nvidia` and a number (not nvidiactl, nvidia-uvm, ...).
 pub fn is_gpu_device_file(name: &str) -> bool {
     name.strip_prefix("nvidia")
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
-/// CUDA_VISIBLE_DEVICES when set and not empty (what Paddle's launcher reads), else
-/// NVIDIA_VISIBLE_DEVICES: a list (indices or UUIDs) counts its entries, `none` is no GPU, a
+/// CUDA_VISIBLE_DEVICES when set (what Paddle's launcher reads), as CUDA reads it
+/// (`cuda_entries`: `-1`, empty or blank is no GPU), else NVIDIA_VISIBLE_DEVICES: a list
+/// (indices or UUIDs) counts its entries, `none` is no GPU, a
 /// path (the device plugin's volume-mounts mode) counts the devices mounted there, `all` and
 /// `void` (what CDI sets while it injects the device files itself) count the device files;
 /// else the device files.
 pub fn detect(seen: &Seen) -> Found {
     let files = seen.device_files.len() as u32;
     let set = |value: &Option<String>| value.as_deref().map(str::trim).map(str::to_string);
-    if let Some(list) = set(&seen.cuda_visible_devices).filter(|l| !l.is_empty()) {
-        let devices = entries(&list);
-        return Found {
-            devices,
-            from: format!("CUDA_VISIBLE_DEVICES={list} lists {devices}"),
+    if let Some(raw) = &seen.cuda_visible_devices {
+        let (devices, invalid) = cuda_entries(raw);
+        let from = match (devices, invalid) {
+            (0, _) => format!("CUDA_VISIBLE_DEVICES={raw:?} hides every GPU (CUDA sees no device in it)"),
+            (_, Some(entry)) => format!(
+                "CUDA_VISIBLE_DEVICES={raw} makes {devices} visible (CUDA ignores {entry:?} and what follows it)"
+            ),
+            (_, None) => format!("CUDA_VISIBLE_DEVICES={} lists {devices}", raw.trim()),
         };
+        return Found { devices, from };
     }
     if let Some(value) = set(&seen.nvidia_visible_devices) {
         return match value.as_str() {
@@ -291,7 +313,13 @@ mod tests {
             (Some("4,5,6,7"), None, &[], 4),
             // Listed is what Paddle's launcher counts: the files are not checked.
             (Some("0,1"), Some("all"), &four, 2),
-            (Some(" "), Some("0,1,2"), &four, 3),
+            // As CUDA reads it: blank, empty or `-1` is no GPU, whatever else is set; the
+            // entries before the first that names no device.
+            (Some(" "), Some("0,1,2"), &four, 0),
+            (Some(""), None, &four, 0),
+            (Some("-1"), None, &four, 0),
+            (Some("0,1,-1,2"), None, &four, 2),
+            (Some("GPU-a1, MIG-b2"), None, &[], 2),
             (None, Some("GPU-a1,GPU-b2"), &[], 2),
             (None, Some("all"), &four, 4),
             // CDI: `void` while it injects the device files; `none` is no GPU, whatever /dev
@@ -305,6 +333,11 @@ mod tests {
             (None, None, &four[..2], 2),
             (None, None, &[], 0),
         ];
+        // Said as set: a blank value is no unset one.
+        let blank = detect(&seen(Some(" "), Some("0,1,2"), &four));
+        assert!(blank.from.contains("hides every GPU"), "{}", blank.from);
+        let cut = detect(&seen(Some("0,1,-1,2"), None, &[]));
+        assert!(cut.from.contains("ignores \"-1\""), "{}", cut.from);
         for (cuda, nvidia, files, devices) in cases {
             let found = detect(&seen(*cuda, *nvidia, files));
             assert_eq!(
