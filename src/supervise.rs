@@ -123,8 +123,10 @@ pub enum Event {
     JobDone(Result<String, String>),
 }
 
-/// The longest piece of output kept before it is written out without its newline.
-const MAX_LINE: usize = 64 * 1024;
+/// The longest line written whole (1 MiB: a JSON record, a tensor printed in full); a longer
+/// one is written in pieces of this size, each whole, the ones after the first marked as its
+/// continuation, so that neither memory nor the log waits for its end.
+const MAX_LINE: usize = 1024 * 1024;
 
 /// Reads one line into `line` (false at the end), noting output as seen whenever bytes come, not
 /// only at a newline: a progress bar redrawn with `\r` for a whole epoch is output too. A line
@@ -344,14 +346,27 @@ impl Supervisor {
         let prefix = format!("[{label}] ");
         let (done, finished) = mpsc::channel();
         self.pumps.push(finished);
+        let continued_prefix = format!("[{label}+] ");
         std::thread::spawn(move || {
             let mut reader = BufReader::new(pipe);
             let mut line = Vec::new();
+            // The last piece written did not end its line: the next one continues it.
+            let mut continues = false;
             while read_line_noting_output(&mut reader, &mut line, &seen) {
-                if !line.ends_with(b"\n") {
+                // The process's own log file gets its bytes as they came (no other process
+                // writes there); the container's output a line per piece, marked.
+                file.write_all(&line);
+                let ends = line.ends_with(b"\n");
+                if !ends {
                     line.push(b'\n');
                 }
-                let mut framed = prefix.as_bytes().to_vec();
+                let mark = if continues {
+                    &continued_prefix
+                } else {
+                    &prefix
+                };
+                continues = !ends;
+                let mut framed = mark.as_bytes().to_vec();
                 framed.extend_from_slice(&line);
                 // A closed stdout must not stop the log file (nor the child): ignore write errors.
                 let _ = if to_stderr {
@@ -359,7 +374,6 @@ impl Supervisor {
                 } else {
                     io::stdout().lock().write_all(&framed)
                 };
-                file.write_all(&line);
                 line.clear();
             }
             let _ = done.send(());

@@ -385,6 +385,90 @@ esac"#;
     }
 }
 
+/// Two processes of one pod print long lines at once: 100 kB ones (cut at 64 KiB once, the
+/// halves mixed with the other's) reach the output whole; a 1.5 MiB one (over the 1 MiB bound)
+/// comes in two whole pieces, the second marked as its continuation (`[trainer-N+]`), and is
+/// whole in the process's log file.
+#[test]
+fn long_lines_reach_the_output_whole_up_to_a_mebibyte_and_marked_beyond() {
+    const LONG: usize = 100_000;
+    const HUGE: usize = 1_500_000;
+    let program = format!(
+        r#"
+import os, sys
+me = int(os.environ["PADDLE_TRAINER_ID"])
+mark = "ab"[me]
+for i in range(20):
+    sys.stdout.write(f"{{me}}:{{i}}:" + mark * {LONG} + "\n")
+sys.stdout.write(f"{{me}}:huge:" + mark * {HUGE} + "\n")
+"#
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = dir.path().join("jobs");
+    let env = [
+        ("JOB_NAME", "long".to_string()),
+        ("JOB_PATH", jobs.display().to_string()),
+        ("PADDLE_LAUNCHER_PEERS", "127.0.0.46".to_string()),
+        ("POD_IP", "127.0.0.46".to_string()),
+        ("POD_NAME", "pod-0".to_string()),
+        ("CONF_PADDLE_NIC", "lo".to_string()),
+        ("PADDLE_LAUNCHER_PROTOCOL", "collective".to_string()),
+        ("PADDLE_LAUNCHER_NPROC_PER_POD", "2".to_string()),
+        ("PADDLE_LAUNCHER_TRAINER_PORT", free_ports(1).to_string()),
+        (
+            "PADDLE_LAUNCHER_WORKDIR",
+            dir.path().join("work").display().to_string(),
+        ),
+        ("HOME", dir.path().display().to_string()),
+    ];
+    let done = Launcher::start(
+        dir.path(),
+        "pod-0",
+        &["run", "--", "python3", "-c", &program],
+        &env,
+    )
+    .wait(LIMIT);
+    assert_eq!(done.code(), 0, "{}", done.stderr);
+    let mut long = [0usize; 2];
+    let mut huge: [Vec<usize>; 2] = Default::default();
+    for line in done.stdout.lines().filter(|l| l.starts_with("[trainer-")) {
+        let (label, text) = line.split_once("] ").expect("a marked line");
+        let (me, continued) = match label.strip_suffix('+') {
+            Some(label) => (label, true),
+            None => (label, false),
+        };
+        let me: usize = me["[trainer-".len()..].parse().expect("a trainer id");
+        let mark = ["a", "b"][me];
+        let short = &line[..line.len().min(80)];
+        if continued {
+            assert!(text.bytes().all(|b| b == mark.as_bytes()[0]), "{short}");
+            huge[me].push(text.len());
+        } else if let Some(rest) = text.strip_prefix(&format!("{me}:huge:")) {
+            assert!(rest.bytes().all(|b| b == mark.as_bytes()[0]), "{short}");
+            huge[me].push(rest.len());
+        } else {
+            let rest = text
+                .strip_prefix(&format!("{me}:{}:", long[me]))
+                .unwrap_or_else(|| panic!("{short}"));
+            assert_eq!(rest, mark.repeat(LONG), "a line cut or mixed: {short}");
+            long[me] += 1;
+        }
+    }
+    assert_eq!(long, [20, 20]);
+    for (me, pieces) in huge.iter().enumerate() {
+        assert_eq!(pieces.len(), 2, "trainer {me}: {pieces:?}");
+        assert_eq!(
+            pieces.iter().sum::<usize>(),
+            HUGE,
+            "trainer {me}: {pieces:?}"
+        );
+        let log = jobs.join(format!("long/output/node_0/train.{me}.log"));
+        let text = std::fs::read_to_string(&log).unwrap();
+        let last = text.lines().last().unwrap();
+        assert_eq!(last.len(), format!("{me}:huge:").len() + HUGE, "{log:?}");
+    }
+}
+
 /// Four processes of one pod print lines as fast as they can, of lengths from a byte to 60 KiB
 /// (Python's block buffering hands them to the pipes cut anywhere): every line reaches the
 /// container's output whole, after its own process's mark, in order; each process's log file
