@@ -104,6 +104,97 @@ fn real_paddle_trains_data_parallel_with_two_processes_in_each_of_two_pods() {
     }
 }
 
+/// Real PaddlePaddle, 2 pods x 2 processes, printing and numbering steps on local rank 0 alone
+/// (as PaddleNLP does), with a hang timeout far shorter than the training: the quiet ranks are
+/// no hang while their pod trains (each process judged alone, both pods ended 80 after the
+/// quiet ranks' first window), and the job completes.
+#[test]
+fn real_paddle_quiet_local_ranks_are_no_hang_while_their_pod_trains() {
+    let python = paddle_python();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let train = manifest_dir().join("examples/collective/train.py");
+    let (train, out_s) = (train.display().to_string(), out.display().to_string());
+    let extra = with_channel(&[
+        ("QUIET_RANKS", "1"),
+        ("STEP_SECONDS", "0.5"),
+        ("PADDLE_LAUNCHER_HANG_TIMEOUT", "3"),
+        ("PADDLE_LAUNCHER_HANG_FIRST_WINDOW", "10"),
+    ]);
+    let launchers = two_pods(
+        dir.path(),
+        ["127.0.0.42", "127.0.0.43"],
+        &["run", "--", &python, &train, &out_s],
+        &extra,
+    );
+    for (i, launcher) in launchers.into_iter().enumerate() {
+        let done = launcher.wait(LIMIT);
+        assert_eq!(done.code(), 0, "pod {i}:\n{}\n{}", done.stdout, done.stderr);
+        // Only local rank 0 spoke: the quiet rank really was quiet.
+        assert_contains(
+            &done.stdout,
+            &format!("[trainer-{}] rank {} of world 4", i * 2, i * 2),
+        );
+        assert!(
+            !done.stdout.contains(&format!("[trainer-{}]", i * 2 + 1)),
+            "{}",
+            done.stdout
+        );
+    }
+    for rank in 0..4 {
+        let text = std::fs::read_to_string(out.join(format!("result-{rank}.json"))).unwrap();
+        let result: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(result["world"].as_u64(), Some(4), "rank {rank}");
+    }
+}
+
+/// The same quiet program with one rank really stuck (global rank 2, its pod's local rank 0,
+/// stops before step 5; every other rank blocks in step 5's all-reduce): the job is judged hung
+/// and rank 2 is named on every pod, furthest behind at step 4.
+#[test]
+fn real_paddle_a_stuck_rank_among_quiet_ones_is_a_hang_and_named() {
+    let python = paddle_python();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let train = manifest_dir().join("examples/collective/train.py");
+    let (train, out_s) = (train.display().to_string(), out.display().to_string());
+    let extra = with_channel(&[
+        ("QUIET_RANKS", "1"),
+        ("STEP_SECONDS", "0.2"),
+        ("HANG_RANK", "2"),
+        ("HANG_AT_STEP", "5"),
+        ("PADDLE_LAUNCHER_HANG_TIMEOUT", "3"),
+        ("PADDLE_LAUNCHER_HANG_FIRST_WINDOW", "120"),
+        ("PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT", "3"),
+    ]);
+    let launchers = two_pods(
+        dir.path(),
+        ["127.0.0.44", "127.0.0.45"],
+        &["run", "--", &python, &train, &out_s],
+        &extra,
+    );
+    for (i, launcher) in launchers.into_iter().enumerate() {
+        let done = launcher.wait(LIMIT);
+        assert_eq!(
+            done.code(),
+            80,
+            "pod {i}:\n{}\n{}",
+            done.stdout,
+            done.stderr
+        );
+        let last = done.stderr.lines().last().unwrap_or_default().to_string();
+        assert_contains(
+            &last,
+            "the job hangs: suspect trainer id 2 on pod np-1 (trainer ids 2-3 of 4): furthest behind, at step 4 ",
+        );
+        // Found by the timeout after the last step, not after the quiet ranks' first window.
+        assert_contains(&last, "made no progress for ");
+        assert!(!last.contains("after its start"), "{last}");
+    }
+}
+
 /// What each of 2 x 2 processes is given, under Paddle 3.3.1's own launcher (two nodes on
 /// loopback, its HTTP master) and under paddle-launcher, on the same program: the same names,
 /// ranks and sizes (ports differ). Paddle's own bookkeeping is left out: its log directory and
@@ -209,7 +300,9 @@ fn each_process_is_given_what_paddles_own_launcher_gives_it() {
 }
 
 /// A program that says what it was given, notes the checkpoint signal with the time it came,
-/// and trains on until stopped (or, as trainer HANG_ID, hangs without output at once).
+/// and trains on until stopped, numbering its steps. With HANG_ID and BLOCK_AT_STEP it moves as
+/// collective ranks do: trainer HANG_ID stops before step BLOCK_AT_STEP, without a word, and
+/// every other one stops in it (blocked in its all-reduce).
 const PROGRAM: &str = r#"
 import os, signal, sys, time
 me = os.environ["PADDLE_TRAINER_ID"]
@@ -218,10 +311,13 @@ def asked(*_):
     print(f"id={me} checkpoint asked at {time.time():.3f}", flush=True)
 signal.signal(signal.SIGUSR1, asked)
 hang = os.environ.get("HANG_ID") == me
+block = int(os.environ.get("BLOCK_AT_STEP", "0"))
+step = 0
 while True:
-    if not hang:
+    if not block or step + 1 < block or (step + 1 == block and not hang):
+        step += 1
         with open(os.environ["PADDLE_LAUNCHER_PROGRESS_FILE"], "a") as f:
-            f.write("1\n")
+            f.write(f"{step}\n")
         print(f"id={me} step", flush=True)
     time.sleep(0.5)
 "#;
@@ -286,8 +382,9 @@ fn a_preempted_pod_asks_every_process_of_every_pod_for_a_checkpoint() {
     }
 }
 
-/// One process of 2 x 2 hangs (no output, no progress): every pod names it by trainer id in
-/// its end, and the stacks of every process of every pod are asked for.
+/// One process of 2 x 2 hangs before step 3 and the others block in it, as collective ranks
+/// do: each pod is judged hung as a whole ("trainers 0-1"), every pod names the process behind
+/// by trainer id in its end, and the stacks of every process of every pod are asked for.
 #[test]
 fn a_hung_process_is_named_by_its_trainer_id_on_every_pod() {
     let dir = tempfile::tempdir().unwrap();
@@ -296,6 +393,7 @@ fn a_hung_process_is_named_by_its_trainer_id_on_every_pod() {
         ("PADDLE_LAUNCHER_HANG_FIRST_WINDOW", "6"),
         ("PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT", "3"),
         ("HANG_ID", "2"),
+        ("BLOCK_AT_STEP", "3"),
     ]);
     let launchers = two_pods(
         dir.path(),
@@ -308,13 +406,65 @@ fn a_hung_process_is_named_by_its_trainer_id_on_every_pod() {
         assert_ne!(done.code(), 0, "pod {i}");
         let last = done.stderr.lines().last().unwrap_or_default().to_string();
         // The job's one decision, on every pod: the process behind, by trainer id.
-        assert_contains(&last, "the job hangs: suspect trainer id 2 on pod np-1");
-        assert_contains(&last, "trainer id 2 of 4 (local rank 0) made no progress");
+        assert_contains(
+            &last,
+            "the job hangs: suspect trainer id 2 on pod np-1 (trainer ids 2-3 of 4): furthest behind, at step 2 ",
+        );
+        assert!(
+            last.contains("trainers 0-1 made no progress for")
+                || last.contains("trainers 2-3 made no progress for"),
+            "{last}"
+        );
+        assert!(
+            last.contains("nothing new from their progress files"),
+            "{last}"
+        );
         let asked = [
             "asking trainers 0-1 for their threads' stacks",
             "asking it for its threads' stacks",
         ];
         assert_contains(&done.stderr, asked[i]);
+    }
+}
+
+/// A process that has ended is judged no more, nor reported: local rank 1 of each pod
+/// numbers steps 1-2 and ends (status 0); local rank 0 goes on, trainer 2 stops before step 4
+/// and trainer 0 in step 5, as collective ranks would. The job hangs, and the process behind
+/// is trainer 2 at step 3, not an ended process at its last step.
+#[test]
+fn an_ended_process_is_neither_judged_nor_named_behind() {
+    const STEPS: &str = r#"
+import os, sys, time
+me = int(os.environ["PADDLE_TRAINER_ID"])
+last = {0: 5, 1: 2, 2: 3, 3: 2}[me]
+for step in range(1, last + 1):
+    with open(os.environ["PADDLE_LAUNCHER_PROGRESS_FILE"], "w") as f:
+        f.write(f"{step}\n")
+    time.sleep(0.5)
+if os.environ["PADDLE_LOCAL_RANK"] == "1":
+    sys.exit(0)
+time.sleep(600)
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let extra = with_channel(&[
+        ("PADDLE_LAUNCHER_HANG_TIMEOUT", "4"),
+        ("PADDLE_LAUNCHER_HANG_FIRST_WINDOW", "4"),
+        ("PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT", "3"),
+    ]);
+    let launchers = two_pods(
+        dir.path(),
+        ["127.0.0.47", "127.0.0.48"],
+        &["run", "--", "python3", "-c", STEPS],
+        &extra,
+    );
+    for (i, launcher) in launchers.into_iter().enumerate() {
+        let done = launcher.wait(LIMIT);
+        assert_eq!(done.code(), 80, "pod {i}: {}", done.stderr);
+        let last = done.stderr.lines().last().unwrap_or_default().to_string();
+        assert_contains(
+            &last,
+            "the job hangs: suspect trainer id 2 on pod np-1 (trainer ids 2-3 of 4): furthest behind, at step 3 ",
+        );
     }
 }
 

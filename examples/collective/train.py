@@ -24,6 +24,9 @@ PADDLE_LAUNCHER_PROGRESS_FILE (when the launcher gives one), so that --hang-time
 training loop, not the log, and a rank that never began the step the others block in is named.
 HANG_RANK and HANG_AT_STEP inject a hang for tests: in the first run of the job (restart count
 0) that rank stops before that step's all-reduce, and every other rank blocks in it.
+
+QUIET_RANKS=1 makes the program behave as most do (PaddleNLP's, for one): only local rank 0
+(PADDLE_LOCAL_RANK) prints and writes the progress file; the pod's other ranks say nothing.
 """
 import json
 import os
@@ -37,12 +40,18 @@ import paddle.distributed as dist
 
 
 def main():
+    quiet = os.environ.get("QUIET_RANKS") == "1" and os.environ.get("PADDLE_LOCAL_RANK", "0") != "0"
+
+    def say(line):
+        if not quiet:
+            print(line, flush=True)
+
     out_dir = sys.argv[1] if len(sys.argv) > 1 else "."
     os.environ.setdefault("PADDLE_DISTRI_BACKEND", "gloo")
     paddle.set_device("cpu")
     dist.init_parallel_env()
     rank, world = dist.get_rank(), dist.get_world_size()
-    print(f"rank {rank} of world {world}", flush=True)
+    say(f"rank {rank} of world {world}")
 
     rng = np.random.default_rng(1000 + rank)
     x = rng.normal(size=(256, 2)).astype("float32")
@@ -57,11 +66,11 @@ def main():
     if checkpoint_dir:
         start = resume(layer, checkpoint_dir)
         if start > 0:
-            print(f"rank {rank}: restart {restart}, resuming after step {start}", flush=True)
+            say(f"rank {rank}: restart {restart}, resuming after step {start}")
     model = paddle.DataParallel(layer)
     optimizer = paddle.optimizer.SGD(learning_rate=0.1, parameters=model.parameters())
     step_seconds = float(os.environ.get("STEP_SECONDS", "0"))
-    progress = os.environ.get("PADDLE_LAUNCHER_PROGRESS_FILE")
+    progress = None if quiet else os.environ.get("PADDLE_LAUNCHER_PROGRESS_FILE")
     hang_rank = os.environ.get("HANG_RANK")
     hang_at = int(os.environ.get("HANG_AT_STEP", "0"))
     every = int(os.environ.get("CHECKPOINT_EVERY", "1"))
@@ -74,7 +83,7 @@ def main():
     losses = []
     for step in range(start + 1, 41):
         if restart == 0 and hang_rank == str(rank) and step == hang_at:
-            print(f"rank {rank}: hanging before step {step} (HANG_RANK)", flush=True)
+            say(f"rank {rank}: hanging before step {step} (HANG_RANK)")
             while True:
                 time.sleep(3600)
         # Written as the step begins, before its all-reduce: a rank that never reaches it is
@@ -95,12 +104,12 @@ def main():
             if on_signal:
                 asked[0] = False
                 checkpointed_on_signal.append(step)
-                print(f"rank {rank}: checkpoint after step {step} (asked by {asked_by})", flush=True)
+                say(f"rank {rank}: checkpoint after step {step} (asked by {asked_by})")
             if on_signal or (every and step % every == 0):
                 # The ranks' parameters are equal (all-reduced): rank 0's are the job's.
                 if rank == 0:
                     save(layer, step, checkpoint_dir)
-        print(f"rank {rank}: step {step} loss {losses[-1]:.6f}", flush=True)
+        say(f"rank {rank}: step {step} loss {losses[-1]:.6f}")
         time.sleep(step_seconds)
 
     result = {
@@ -116,7 +125,7 @@ def main():
     }
     with open(os.path.join(out_dir, f"result-{rank}.json"), "w") as f:
         json.dump(result, f)
-    print(f"rank {rank}: loss {losses[0]:.4f} -> {losses[-1]:.4f}", flush=True)
+    say(f"rank {rank}: loss {losses[0]:.4f} -> {losses[-1]:.4f}")
 
 
 def save(layer, step, directory):

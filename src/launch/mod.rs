@@ -38,7 +38,7 @@ use crate::plan::{Plan, ProcessSpec, Role};
 use crate::protocol::InputFiles;
 use crate::supervise::Signals;
 use crate::supervise::{or_never, Event, Output, OutputClock, SpawnSpec, Supervisor};
-use crate::vocabulary::JOB_STOPPED;
+use crate::vocabulary::{Protocol, JOB_STOPPED};
 use crate::{peers, protocol};
 use attempt::Attempts;
 use lifecycle::{AfterRun, Command, Input, Lifecycle, Setup};
@@ -1906,6 +1906,12 @@ async fn drive(
         _ => label(Role::Trainer),
     };
     let trainer = !trainers.is_empty();
+    // Collective ranks wait for one another at every step: a pod is judged by any of them.
+    let ranks = match config.topology.protocol {
+        Protocol::Collective => progress::Ranks::Lockstep,
+        _ => progress::Ranks::Alone,
+    };
+    let pod_label = trainer_label.clone();
     let (mut machine, first) = Lifecycle::start(Setup {
         pserver: plan.process(Role::Pserver).is_some(),
         trainer,
@@ -1990,7 +1996,12 @@ async fn drive(
                             config.control.heartbeat_timeout,
                             progress_check(config),
                         );
-                        watch = Some(HangWatch::new(watched, limits, margin));
+                        watch = Some(HangWatch::new(
+                            watched,
+                            limits,
+                            margin,
+                            (ranks, pod_label.clone()),
+                        ));
                     }
                     failed
                 }
@@ -2176,6 +2187,10 @@ struct HangWatch {
     every: tokio::time::Interval,
     /// How much older a process that writes no step must be to be the one reported.
     margin: Duration,
+    /// How the processes are judged, and the pod's processes' name ("trainers 2-3") for a
+    /// hang judged in lockstep, which is the pod's.
+    ranks: progress::Ranks,
+    pod_label: String,
 }
 
 /// One trainer process under watch.
@@ -2266,7 +2281,12 @@ impl Drop for ProgressFileClock {
 }
 
 impl HangWatch {
-    fn new(processes: Vec<Watched>, limits: progress::Limits, margin: Duration) -> HangWatch {
+    fn new(
+        processes: Vec<Watched>,
+        limits: progress::Limits,
+        margin: Duration,
+        (ranks, pod_label): (progress::Ranks, String),
+    ) -> HangWatch {
         let mut every = tokio::time::interval(progress::check_every(limits));
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         HangWatch {
@@ -2275,6 +2295,8 @@ impl HangWatch {
             limits,
             every,
             margin,
+            ranks,
+            pod_label,
         }
     }
 
@@ -2314,17 +2336,25 @@ impl HangWatch {
                 .iter()
                 .map(|(seen, p)| (p.file.step(), last(seen)))
                 .collect();
-            let behind =
-                progress::furthest_behind(&marks, self.margin).map(|(i, step)| (&looks[i], step));
+            let behind = progress::furthest_behind(&marks, self.margin, self.ranks)
+                .map(|(i, step)| (&looks[i], step));
             if let (Some(channel), Some(((seen, process), step))) = (channel, behind) {
                 channel.report_progress(step, Instant::from_std(last(seen)), process.trainer_id);
             }
-            let hung = looks
-                .iter()
-                .filter_map(|(seen, process)| Some((progress::judge(self.limits, *seen)?, process)))
-                .max_by_key(|(hung, _)| hung.silent);
-            if let Some((hung, process)) = hung {
-                return hung_reason(&process.label, &hung);
+            let seen: Vec<progress::Observed> = looks.iter().map(|(seen, _)| *seen).collect();
+            if let Some((i, mut hung)) = progress::judge_pod(self.limits, self.ranks, &seen) {
+                // In lockstep the pod's processes were judged together: said of them all.
+                let label = match (self.ranks, seen.len()) {
+                    (progress::Ranks::Lockstep, 2..) => {
+                        hung.by = match hung.by {
+                            "output" => "their output",
+                            _ => "their progress files",
+                        };
+                        &self.pod_label
+                    }
+                    _ => &looks[i].1.label,
+                };
+                return hung_reason(label, &hung);
             }
         }
     }

@@ -79,6 +79,44 @@ pub fn judge(limits: Limits, seen: Observed) -> Option<Hung> {
     })
 }
 
+/// How a pod's trainer processes are judged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ranks {
+    /// Each by its own progress: ranks that do not wait for one another (a parameter-server
+    /// trainer; a pod's one process).
+    Alone,
+    /// The pod by the progress of any of its processes: collective ranks move in lockstep (none
+    /// passes a step's all-reduce before all reach it), and most programs print and number
+    /// steps on local rank 0 alone (PaddleNLP; Paddle's own launcher shows only local rank 0's
+    /// log), so a quiet rank shows nothing of a pod that trains.
+    Lockstep,
+}
+
+/// Which of a pod's processes (`seen`, one each, all started together) is judged hung, if any,
+/// under `ranks`: alone, the one silent longest; in lockstep, the pod is judged as one process
+/// whose output is any of theirs and whose progress file is any of theirs (the first write of
+/// any ends the pod's first window, and from then on the files alone count, as for one
+/// process), and the one named is the one with the newest progress, whose silence is the pod's.
+pub fn judge_pod(limits: Limits, ranks: Ranks, seen: &[Observed]) -> Option<(usize, Hung)> {
+    match ranks {
+        Ranks::Alone => seen
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| Some((i, judge(limits, *s)?)))
+            .max_by_key(|(_, hung)| hung.silent),
+        Ranks::Lockstep => {
+            let first = seen.first()?;
+            let pod = Observed {
+                last_output: seen.iter().filter_map(|s| s.last_output).max(),
+                file_written: seen.iter().filter_map(|s| s.file_written).max(),
+                ..*first
+            };
+            let newest = (0..seen.len()).max_by_key(|&i| last_progress(&seen[i]).0)?;
+            Some((newest, judge(limits, pod)?))
+        }
+    }
+}
+
 /// How often the shell looks: a tenth of the shorter limit, within 100 ms..5 s, so that a hang
 /// is found within about a tenth of its limit after it.
 pub fn check_every(limits: Limits) -> Duration {
@@ -107,13 +145,16 @@ pub struct Report {
 /// of its last progress, the one the pod reports and the step it reports: of those that write
 /// steps, the lowest step, then the oldest progress, with its own step. A process that writes
 /// no step (hung before its first, or local rank 0 alone numbering the steps) cannot be placed
-/// among the steps: it is reported instead only when its progress is older than every writer's
-/// by more than `margin` (as the coordinator's own age rule judges ranks), at the writers'
-/// lowest step, which it has not passed. Its time is always its own. When none writes steps,
-/// the oldest progress.
+/// among the steps. Alone, it is reported instead only when its progress is older than every
+/// writer's by more than `margin` (as the coordinator's own age rule judges ranks), at the
+/// writers' lowest step, which it has not passed. In lockstep never while a process writes
+/// steps: a writer at step N shows that every rank of the job passed step N - 1's all-reduce,
+/// the quiet one too, whose silence says only that it does not print. Its time is always its
+/// own. When none writes steps, the oldest progress.
 pub fn furthest_behind(
     marks: &[(Option<u64>, std::time::Instant)],
     margin: Duration,
+    ranks: Ranks,
 ) -> Option<(usize, Option<u64>)> {
     let oldest_of = |steps: bool| {
         (0..marks.len())
@@ -122,7 +163,9 @@ pub fn furthest_behind(
     };
     let oldest_writer = marks.iter().filter(|m| m.0.is_some()).map(|m| m.1).min();
     match (oldest_of(true), oldest_of(false), oldest_writer) {
-        (Some(writer), Some(silent), Some(oldest)) if marks[silent].1 + margin < oldest => {
+        (Some(writer), Some(silent), Some(oldest))
+            if ranks == Ranks::Alone && marks[silent].1 + margin < oldest =>
+        {
             Some((silent, marks[writer].0))
         }
         (Some(writer), _, _) => Some((writer, marks[writer].0)),
@@ -240,7 +283,7 @@ mod tests {
         let margin = Duration::from_secs(5);
         let behind = |marks: &[(Option<u64>, u64)]| {
             let marks: Vec<_> = marks.iter().map(|(step, s)| (*step, at(*s))).collect();
-            furthest_behind(&marks, margin)
+            furthest_behind(&marks, margin, Ranks::Alone)
         };
         assert_eq!(behind(&[]), None);
         assert_eq!(
@@ -265,6 +308,77 @@ mod tests {
     }
 
     use super::*;
+
+    /// In lockstep a quiet local rank (it neither prints nor writes steps: only local rank 0
+    /// does) is no hang while its pod trains; alone it is one after its first window.
+    #[test]
+    fn a_lockstep_pod_is_hung_only_when_every_process_is() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let limits = Limits {
+            timeout: s(3),
+            first_window: s(3),
+        };
+        let seen = |now: u64, file: Option<u64>| Observed {
+            started: t0,
+            now: t0 + s(now),
+            last_output: None,
+            file_written: file.map(|f| t0 + s(f)),
+        };
+        // Local rank 0 writes its steps, local rank 1 is quiet.
+        let pod = |now: u64, file: u64| [seen(now, Some(file)), seen(now, None)];
+        assert_eq!(judge_pod(limits, Ranks::Lockstep, &pod(6, 5)), None);
+        assert_eq!(judge_pod(limits, Ranks::Lockstep, &pod(600, 599)), None);
+        let alone = judge_pod(limits, Ranks::Alone, &pod(6, 5)).unwrap();
+        assert_eq!((alone.0, alone.1.never), (1, true));
+        // Both silent: the pod's silence is its newest progress's (rank 0's, 4 s).
+        let both = judge_pod(limits, Ranks::Lockstep, &pod(9, 5)).unwrap();
+        assert_eq!((both.0, both.1.silent, both.1.never), (0, s(4), false));
+        // Alone, the one silent longest.
+        let longest = judge_pod(limits, Ranks::Alone, &pod(9, 5)).unwrap();
+        assert_eq!((longest.0, longest.1.silent), (1, s(9)));
+        assert_eq!(judge_pod(limits, Ranks::Lockstep, &[]), None);
+        // Rank 0's first step ends the pod's first window: the quiet rank's own does not
+        // delay the pod's judgement.
+        let long_first = Limits {
+            first_window: s(60),
+            ..limits
+        };
+        let judged = judge_pod(long_first, Ranks::Lockstep, &pod(10, 5)).unwrap();
+        assert_eq!((judged.0, judged.1.silent), (0, s(5)));
+        // A chatty rank does not hide a loop stuck since its last write (files alone count).
+        let chatty = [
+            seen(10, Some(5)),
+            Observed {
+                last_output: Some(t0 + s(9)),
+                ..seen(10, None)
+            },
+        ];
+        assert!(judge_pod(limits, Ranks::Lockstep, &chatty).is_some());
+    }
+
+    /// In lockstep a process that writes no steps is never reported ahead of a writer, however
+    /// old its progress: a writer at step N shows that it passed step N - 1 too.
+    #[test]
+    fn in_lockstep_the_writer_furthest_behind_is_reported() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let margin = Duration::from_secs(5);
+        let marks = [(Some(19), at(20)), (None, at(1)), (Some(3), at(30))];
+        assert_eq!(
+            furthest_behind(&marks, margin, Ranks::Lockstep),
+            Some((2, Some(3)))
+        );
+        assert_eq!(
+            furthest_behind(&marks, margin, Ranks::Alone),
+            Some((1, Some(3)))
+        );
+        let quiet = [(None, at(5)), (None, at(2))];
+        assert_eq!(
+            furthest_behind(&quiet, margin, Ranks::Lockstep),
+            Some((1, None))
+        );
+    }
 
     #[test]
     fn progress_is_output_until_the_file_is_written_then_the_file() {
