@@ -2336,6 +2336,30 @@ fn an_elastic_job_trains_on_without_a_lost_pod_and_grows_back() {
     }
 }
 
+/// The elastic wait is a wait: 3 pods, at least 2, waiting 10 s; pod 1 lost, its replacement
+/// Running 1 s later: the job restarts once with all 3 (no smaller start, no grow after it).
+#[test]
+fn an_elastic_job_waits_its_elastic_wait_for_a_replacement() {
+    let mut job = elastic_job("elwait");
+    job.extra_env.extend([
+        ("PADDLE_LAUNCHER_ELASTIC_WAIT", "10".to_string()),
+        ("DONE_FROM", "1".to_string()),
+    ]);
+    job.start_training(3);
+    job.kill_pod(1);
+    let replacement = job.create_pending_pod();
+    std::thread::sleep(Duration::from_secs(1));
+    job.run_pod(replacement);
+    let outputs = job.all_finish_in_epoch(1);
+    assert_restarted_with_world(&outputs, 1, &endpoints(&job, &[0, 2, replacement]));
+    let coordinator = job.stderr(0);
+    assert!(
+        !coordinator.contains("elastic job: starting with"),
+        "{coordinator}"
+    );
+    assert!(!coordinator.contains("count=2 "), "{coordinator}");
+}
+
 /// Two of 3 pods lost with a minimum of 2: the survivor trains alone in no epoch; it says
 /// what it waits for (the minimum, the Running count, the missing pods) while it waits, and
 /// ends at the wait timeout.

@@ -2429,6 +2429,24 @@ async fn unreachable(endpoints: &[SocketAddr]) -> Vec<SocketAddr> {
 mod tests {
     use super::*;
 
+    /// An elastic job's coordinator makes room for the pods it lacks, and none at full size:
+    /// an extra slot would admit a pod beyond the job's size.
+    #[test]
+    fn an_elastic_jobs_room_is_the_pods_it_lacks() {
+        let elastic = crate::config::Elastic {
+            min_pods: 2,
+            max_pods: 4,
+            wait: Duration::from_secs(7),
+        };
+        let room = |members| growth_of(elastic, Duration::from_secs(3), members).room;
+        assert_eq!((room(4), room(3), room(2)), (0, 1, 2));
+        let growth = growth_of(elastic, Duration::from_secs(3), 3).core;
+        assert_eq!(
+            (growth.window, growth.checkpoint_window),
+            (Duration::from_secs(7), Duration::from_secs(3))
+        );
+    }
+
     /// The JOB_PATH warning compares paths as written, `.` and `..` resolved: a progress file
     /// reached through them is still under the shared directory, a sibling is not.
     #[test]
