@@ -85,6 +85,11 @@ pub struct PodView {
     pub stops_by: Option<i64>,
     /// metadata.deletionGracePeriodSeconds: the grace the deletion gave it.
     pub deletion_grace: Option<u64>,
+    /// Not Ready though maybe Running: its Ready condition is not True (the node lifecycle
+    /// controller sets it False on every pod of a node whose kubelet stopped reporting, after
+    /// the node monitor grace period, and leaves the phase Running), or, in an elastic job's
+    /// gathering, its launcher did not say hello within the elastic wait.
+    pub unready: bool,
 }
 
 impl PodView {
@@ -94,7 +99,7 @@ impl PodView {
     }
 
     pub fn is_ready(&self) -> bool {
-        self.is_live() && self.phase == PodPhase::Running && self.ip.is_some()
+        self.is_live() && self.phase == PodPhase::Running && self.ip.is_some() && !self.unready
     }
 
     /// Until when a deleted pod whose containers have not ended may still run them (`now` and
@@ -498,6 +503,28 @@ pub fn elastic_start(
     (!held && live <= expected && enough && (waited || grows)).then_some(ready)
 }
 
+/// An elastic job's pods whose launcher did not say hello within the elastic wait (`absent`)
+/// are no member of the next epoch, though the API may show them Running and Ready: a node
+/// that died keeps its pods so for the node monitor grace period (40 s by default), and then
+/// Running but not Ready until the unreachable taint's toleration (300 s) has them deleted.
+/// They are left out (marked not ready) while at least `min` pods are ready without them;
+/// with fewer, every pod is awaited again (a launcher that was only slow may have come).
+pub fn leave_out(pods: &mut [Vec<PodView>], absent: &BTreeSet<String>, min: usize) {
+    let ready_without = pods
+        .iter()
+        .flatten()
+        .filter(|p| p.is_ready() && !absent.contains(&p.name))
+        .count();
+    if absent.is_empty() || ready_without < min {
+        return;
+    }
+    for pod in pods.iter_mut().flatten() {
+        if absent.contains(&pod.name) {
+            pod.unready = true;
+        }
+    }
+}
+
 /// The job's members by role, each list in rank order. In the colocated layout both lists are the
 /// same pods.
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -735,7 +762,33 @@ pub(crate) mod tests {
             grace_period: None,
             stops_by: None,
             deletion_grace: None,
+            unready: false,
         }
+    }
+
+    /// Pods whose launcher did not say hello are left out while the job has its minimum
+    /// without them, and awaited again otherwise.
+    #[test]
+    fn absent_launchers_are_left_out_while_the_minimum_stands_without_them() {
+        let ready = |name: &str| pod(name, Some("10.0.0.1"), "Running");
+        let absent: BTreeSet<String> = ["b".to_string()].into();
+        let mut pods = vec![vec![ready("a"), ready("b"), ready("c")]];
+        leave_out(&mut pods, &absent, 2);
+        let still: Vec<bool> = pods[0].iter().map(PodView::is_ready).collect();
+        assert_eq!(still, [true, false, true]);
+        let mut short = vec![vec![ready("a"), ready("b"), pod("c", None, "Pending")]];
+        leave_out(&mut short, &absent, 2);
+        assert!(short[0][1].is_ready());
+        let group = Group {
+            kind: GroupKind::Job,
+            selector: crate::selector::LabelSelector::parse("job-name=j").unwrap(),
+            expected: 3,
+            ranking: crate::config::Ranking::default(),
+        };
+        let verdict = judge(std::slice::from_ref(&group), &pods, None, &[], &[], 0);
+        let started = elastic_start(&verdict, &pods, 3, 2, true, &[]).unwrap();
+        let names: Vec<&str> = started.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["a", "c"]);
     }
 
     /// A phase the launcher does not know (or the API's own `Unknown`, a lost node) is neither

@@ -2360,6 +2360,84 @@ fn an_elastic_job_waits_its_elastic_wait_for_a_replacement() {
     assert!(!coordinator.contains("count=2 "), "{coordinator}");
 }
 
+/// An elastic job of 3 pods x 2 processes, at least 2 pods: every process is told its id of
+/// the epoch's world and the job's full world (`PADDLE_LAUNCHER_FULL_WORLD_SIZE`, pods x
+/// processes). Pod 1 lost, its replacement Pending: the 2 live pods train on as 4 ranks of 6.
+/// A replacement given 1 process (a template edit) is turned away, saying why on both sides,
+/// and the job trains on; one given 2 arrives and the job grows back to 6 ranks of 6.
+#[test]
+fn an_elastic_job_of_two_processes_per_pod_shrinks_turns_away_and_grows_back() {
+    let mut job = elastic_job("elnp");
+    job.extra_env
+        .push(("PADDLE_LAUNCHER_NPROC_PER_POD", "2".to_string()));
+    job.start_training(3);
+    let first = epoch_lines(&[job.launcher(0).stdout_so_far()], 0);
+    assert_eq!(first.len(), 2, "{first:?}");
+    assert!(first[0].starts_with("rank=0 count=0 ") && first[0].ends_with(" world=6 of=6"));
+    job.kill_pod(1);
+    let odd = job.create_pending_pod();
+    for i in [0, 2] {
+        job.launcher(i).wait_for_output("count=1 ", LIMIT);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let told = |job: &Job, pods: &[usize], epoch: u32| -> Vec<String> {
+        let outputs: Vec<String> = pods
+            .iter()
+            .map(|&i| job.launcher(i).stdout_so_far())
+            .collect();
+        epoch_lines(&outputs, epoch)
+    };
+    // Ranks 0-3, pod-major: each pod's endpoints side by side.
+    let shrunk = told(&job, &[0, 2], 1);
+    let pods = endpoints(&job, &[0, 2]);
+    assert_eq!(shrunk.len(), 4, "{shrunk:?}");
+    for (rank, line) in shrunk.iter().enumerate() {
+        assert!(line.starts_with(&format!("rank={rank} count=1 ")), "{line}");
+        assert!(line.ends_with(" world=4 of=6"), "{line}");
+        let list = line
+            .split(" endpoints=")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap();
+        let ips: Vec<&str> = list
+            .split(',')
+            .map(|e| e.rsplit_once(':').unwrap().0)
+            .collect();
+        assert_eq!(ips, [&pods[0], &pods[0], &pods[1], &pods[1]], "{line}");
+    }
+    // The replacement runs 1 process: turned away, the job trains on in epoch 1.
+    job.extra_env
+        .push(("PADDLE_LAUNCHER_NPROC_PER_POD", "1".to_string()));
+    job.run_pod(odd);
+    job.launcher(odd)
+        .wait_for_output("turned away by the job's coordinating launcher", LIMIT);
+    job.launcher(0).wait_for_output(
+        &format!("elnp-{odd} cannot join the job, turned away"),
+        LIMIT,
+    );
+    assert_contains(
+        &job.stderr(odd),
+        &format!("pod elnp-{odd} runs 1 trainer process and pod elnp-0"),
+    );
+    assert!(!job.launcher(0).stdout_so_far().contains("count=2 "));
+    job.kill_pod(odd);
+    job.extra_env.pop();
+    let replacement = job.create_pod();
+    let outputs = job.all_finish_in_epoch(2);
+    let grown = epoch_lines(&outputs, 2);
+    assert_eq!(grown.len(), 6, "{grown:?}");
+    for (rank, line) in grown.iter().enumerate() {
+        assert!(line.starts_with(&format!("rank={rank} count=2 ")), "{line}");
+        assert!(line.ends_with(" world=6 of=6"), "{line}");
+    }
+    assert_contains(
+        &job.stderr(0),
+        &format!("the job grows: elnp-{replacement} joined"),
+    );
+}
+
 /// Two of 3 pods lost with a minimum of 2: the survivor trains alone in no epoch; it says
 /// what it waits for (the minimum, the Running count, the missing pods) while it waits, and
 /// ends at the wait timeout.

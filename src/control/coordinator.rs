@@ -92,6 +92,12 @@ pub(super) enum Effect {
     Served(String),
     /// This launcher, without a trainer, learns that every trainer of the job succeeded.
     JobSucceeded,
+    /// An elastic job's gathering ended for want of these members' hellos within the elastic
+    /// wait: the next round leaves them out.
+    Absent(Vec<String>),
+    /// An elastic job's pods that cannot join (another number of processes): turned away, and
+    /// left out of the next round.
+    TurnedAway(Vec<String>),
     /// Nothing more to say: the channel ends.
     Stop,
 }
@@ -272,6 +278,10 @@ pub(super) struct Setup {
 
 /// How the job's growth is said: every launcher's restart line and the event name it so.
 pub const GROWS: &str = "the job grows";
+
+/// How an elastic job's coordinator starts the refusal it sends a pod that cannot join (it
+/// runs another number of processes): the pod is turned away, and the job goes on without it.
+pub const TURNED_AWAY: &str = "turned away by the job's coordinating launcher";
 
 /// How an elastic job's coordinator grows the job: a pod that is no member says hello while
 /// the job trains (its pod is Running, its launcher has the job's secret); more may follow
@@ -807,7 +817,10 @@ impl Core {
                 && self.growth.is_some()
                 && matches!(self.stage, Stage::Running { .. })
             {
-                self.arrive(link, pod, effects);
+                match self.differs(&pod, &terms) {
+                    Some(why) => self.turn_away(&[(pod, link)], &why, effects),
+                    None => self.arrive(link, pod, effects),
+                }
             } else {
                 effects.push(Effect::Close(link));
             }
@@ -1029,22 +1042,28 @@ impl Core {
         }
         let own = self.own;
         // Ranks, world size and endpoints follow from it: a job whose pods disagree cannot start
-        // (status 2 everywhere), nor could gathering again change it.
-        let other = ready
+        // (status 2 everywhere), nor could gathering again change it. An elastic job turns away
+        // the pods that differ from its coordinator and goes on without them.
+        let mut others: Vec<(String, Terms)> = ready
             .iter()
-            .find(|(_, terms)| terms.nproc_per_pod != own.nproc_per_pod);
-        if let Some((pod, terms)) = other {
-            let processes = |n: u32| match n {
-                1 => "1 trainer process".to_string(),
-                n => format!("{n} trainer processes"),
-            };
-            let reason = cut(&format!(
-                "pod {pod} runs {} and {} {} ({}): every pod of the job must run as many",
-                processes(terms.nproc_per_pod),
-                self.who.get(&self.me).unwrap_or(&self.me),
-                processes(own.nproc_per_pod),
-                crate::config::NPROC_PER_POD
-            ));
+            .filter(|(_, terms)| terms.nproc_per_pod != own.nproc_per_pod)
+            .map(|(pod, terms)| (pod.clone(), *terms))
+            .collect();
+        others.sort_by(|a, b| a.0.cmp(&b.0));
+        if let (Some(_), false) = (self.growth, others.is_empty()) {
+            let why = self.differs(&others[0].0, &others[0].1).unwrap_or_default();
+            let odd: Vec<(String, u64)> = others
+                .iter()
+                .filter_map(|(pod, _)| Some((pod.clone(), *self.links.get(pod)?)))
+                .collect();
+            self.turn_away(&odd, &why, effects);
+            let names: Vec<&str> = others.iter().map(|(pod, _)| pod.as_str()).collect();
+            let reason = format!("{} turned away: {why}", names.join(", "));
+            self.regather(reason, effects);
+            return;
+        }
+        if let Some((pod, terms)) = others.first() {
+            let reason = self.differs(pod, terms).unwrap_or_default();
             warn!("control channel: {reason}");
             effects.push(Effect::Broadcast(Message::Refused {
                 reason: reason.clone(),
@@ -1145,6 +1164,45 @@ impl Core {
                 info!("control channel: {pod} arrived to join the job: it joins at the next start")
             }
         }
+    }
+
+    /// Why `pod`, which says `terms`, cannot train with this launcher's pod: it runs another
+    /// number of trainer processes (ranks, world size and endpoints follow from it).
+    fn differs(&self, pod: &str, terms: &Terms) -> Option<String> {
+        let own = self.own.nproc_per_pod;
+        if terms.nproc_per_pod == own {
+            return None;
+        }
+        let processes = |n: u32| match n {
+            1 => "1 trainer process".to_string(),
+            n => format!("{n} trainer processes"),
+        };
+        Some(cut(&format!(
+            "pod {pod} runs {} and {} {} ({}): every pod of the job must run as many",
+            processes(terms.nproc_per_pod),
+            self.who.get(&self.me).unwrap_or(&self.me),
+            processes(own),
+            crate::config::NPROC_PER_POD
+        )))
+    }
+
+    /// An elastic job's pods (each on its link) that cannot join: each is told why (it waits
+    /// and asks again, the job goes on without it), its link let go, and the launcher told to
+    /// leave them out.
+    fn turn_away(&mut self, pods: &[(String, u64)], why: &str, effects: &mut Vec<Effect>) {
+        for (pod, link) in pods {
+            warn!("control channel: {pod} cannot join the job, turned away: {why}");
+            let message = Message::Refused {
+                reason: cut(&format!("{TURNED_AWAY}: {why}")),
+            };
+            effects.push(Effect::Send {
+                link: *link,
+                message,
+            });
+            effects.push(Effect::Close(*link));
+        }
+        let names = pods.iter().map(|(pod, _)| pod.clone()).collect();
+        effects.push(Effect::TurnedAway(names));
     }
 
     /// The window after the first arrival is over: every trainer is asked for a checkpoint
@@ -1250,11 +1308,15 @@ impl Core {
         if now.saturating_duration_since(*since) <= self.join_grace {
             return;
         }
+        let absent: Vec<String> = self.not_joined().into_iter().map(String::from).collect();
         let reason = format!(
             "{} did not join the control channel within {} s",
-            self.not_joined().join(", "),
+            absent.join(", "),
             self.join_grace.as_secs()
         );
+        if self.growth.is_some() {
+            effects.push(Effect::Absent(absent));
+        }
         self.regather(reason, effects);
     }
 }
@@ -2013,6 +2075,100 @@ mod tests {
         core.step(joined(1, "a"));
         core.step(joined(2, "b"));
         core
+    }
+
+    /// An elastic job's gathering whose member `b` never says hello (its node died: its pod
+    /// may stay Running for minutes) ends after the join grace naming `b` absent, which the
+    /// next round leaves out; a job that is not elastic regathers without naming it.
+    #[test]
+    fn an_elastic_gathering_names_the_members_that_did_not_say_hello() {
+        let at = Instant::now();
+        let growth = Some(Growth {
+            window: Duration::from_secs(2),
+            checkpoint_window: Duration::ZERO,
+        });
+        for elastic in [true, false] {
+            let grace = Setup {
+                join_grace: Duration::from_secs(2),
+                growth: growth.filter(|_| elastic),
+                ..setup(&["a", "b"])
+            };
+            let (mut core, _) = Core::start(grace, at);
+            core.step(joined(1, "a"));
+            assert!(core
+                .step(Input::Tick(at + Duration::from_secs(2)))
+                .is_empty());
+            let effects = core.step(Input::Tick(at + Duration::from_secs(3)));
+            let absent = effects.iter().find_map(|e| match e {
+                Effect::Absent(pods) => Some(pods.clone()),
+                _ => None,
+            });
+            let expected = elastic.then(|| vec!["b".to_string()]);
+            assert_eq!(absent, expected, "elastic: {elastic}");
+            assert!(effects
+                .iter()
+                .any(|e| matches!(e, Effect::Hear(Heard::Regather(_)))));
+        }
+    }
+
+    /// An elastic job turns away a pod that runs another number of processes, and goes on:
+    /// while it trains, the arrival hears why and its link is let go (no growth); while it
+    /// gathers, the odd member hears why, the others gather again without it.
+    #[test]
+    fn an_elastic_job_turns_away_a_pod_with_another_process_count() {
+        let at = Instant::now();
+        let two = |input: Input| match input {
+            Input::Joined {
+                link,
+                pod,
+                view,
+                who,
+                mut terms,
+            } => {
+                terms.nproc_per_pod = 2;
+                Input::Joined {
+                    link,
+                    pod,
+                    view,
+                    who,
+                    terms,
+                }
+            }
+            other => other,
+        };
+        let turned = |effects: &[Effect], link: u64| {
+            effects.iter().any(|e| {
+                matches!(e, Effect::Send { link: l, message: Message::Refused { reason } }
+                    if *l == link && reason.starts_with(TURNED_AWAY) && reason.contains("pod c runs 2 trainer processes"))
+            }) && effects.contains(&Effect::Close(link))
+                && effects.contains(&Effect::TurnedAway(vec!["c".into()]))
+        };
+        let mut training = elastic_both_joined(at, 5);
+        let effects = training.step(two(joined(9, "c")));
+        assert!(turned(&effects, 9), "{effects:?}");
+        assert!(training.arrivals.is_empty() && training.arrived_at.is_none());
+        assert!(matches!(training.stage, Stage::Running { .. }));
+        // Gathering: c is a member the API found, and differs.
+        let growth = Some(Growth {
+            window: Duration::from_secs(60),
+            checkpoint_window: Duration::ZERO,
+        });
+        let (mut gathering, _) = Core::start(
+            Setup {
+                growth,
+                ..setup(&["a", "c"])
+            },
+            at,
+        );
+        gathering.step(joined(1, "a"));
+        let effects = gathering.step(two(joined(3, "c")));
+        assert!(turned(&effects, 3), "{effects:?}");
+        assert!(effects.iter().any(
+            |e| matches!(e, Effect::Hear(Heard::Regather(r)) if r.starts_with("c turned away"))
+        ));
+        assert!(!effects
+            .iter()
+            .any(|e| matches!(e, Effect::Broadcast(Message::Refused { .. }))));
     }
 
     fn lost_of(effects: &[Effect]) -> Option<(bool, bool)> {

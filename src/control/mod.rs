@@ -71,7 +71,7 @@ mod simulation;
 mod wire;
 
 use coordinator::{Core, Effect, Input, Setup, Terms};
-pub use coordinator::{Growth, GROWS};
+pub use coordinator::{Growth, GROWS, TURNED_AWAY};
 pub use cost::{measure_coordinator, measure_progress, CoordinatorCost, ProgressCost};
 
 use follower::follow;
@@ -309,6 +309,17 @@ pub struct Channel {
     /// Why the job's trainers were last asked for a checkpoint (a member is preempted).
     checkpoint: watch::Receiver<Option<String>>,
     succeeded: watch::Receiver<bool>,
+    /// An elastic job's coordinator: the pods its gathering leaves out.
+    left_out: watch::Receiver<LeftOut>,
+}
+
+/// The pods an elastic job's coordinator leaves out of its next round of gathering.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LeftOut {
+    /// Members that did not say hello within the elastic wait.
+    pub silent: Vec<String>,
+    /// Pods turned away: they cannot join (another number of processes).
+    pub turned_away: Vec<String>,
 }
 
 impl Channel {
@@ -321,6 +332,12 @@ impl Channel {
             },
             None => std::future::pending().await,
         }
+    }
+
+    /// An elastic job's coordinator, after its gathering ended: the pods it leaves out of the
+    /// next round (none otherwise).
+    pub fn left_out(&self) -> LeftOut {
+        self.left_out.borrow().clone()
     }
 
     /// After `Go`: a future of the first loss the channel reports.
@@ -558,7 +575,9 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
     let (cause_tx, cause) = watch::channel(None);
     let (checkpoint_tx, checkpoint) = watch::channel(None);
     let (succeeded_tx, succeeded) = watch::channel(false);
+    let (left_out_tx, left_out) = watch::channel(LeftOut::default());
     let ends = Ends {
+        left_out: left_out_tx,
         served: joining.served.clone(),
         succeeded: succeeded_tx,
         checkpoint: checkpoint_tx,
@@ -605,6 +624,7 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
         cause,
         checkpoint,
         succeeded,
+        left_out,
     })
 }
 
@@ -625,6 +645,7 @@ struct Ends {
     succeeded: watch::Sender<bool>,
     /// The members that served their part (`Served`), for the API watch of the peers.
     served: Served,
+    left_out: watch::Sender<LeftOut>,
 }
 
 /// The job's first cause, as the coordinator told every launcher.
@@ -1028,6 +1049,13 @@ impl Coordinator {
                 Effect::KnowsVerdict { restart } => ends.knows_verdict(restart),
                 Effect::Checkpoint(reason) => ends.checkpoint(reason),
                 Effect::Served(pod) => ends.served(&pod),
+                Effect::Absent(pods) => {
+                    ends.left_out.send_modify(|left| left.silent.extend(pods));
+                }
+                Effect::TurnedAway(pods) => {
+                    ends.left_out
+                        .send_modify(|left| left.turned_away.extend(pods));
+                }
                 Effect::JobSucceeded => {
                     ends.succeeded.send_replace(true);
                 }

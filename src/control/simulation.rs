@@ -659,6 +659,8 @@ impl Sim {
                 | Effect::KnowsLost { .. }
                 | Effect::KnowsVerdict { .. }
                 | Effect::Checkpoint(_)
+                | Effect::Absent(_)
+                | Effect::TurnedAway(_)
                 | Effect::Served(_) => {}
                 // Only a coordinator without a trainer hears it, with its goodbye.
                 Effect::JobSucceeded => {

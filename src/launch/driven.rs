@@ -4,7 +4,9 @@
 //! over many attempts on tokio's paused clock and the in-memory network of `control::sim_net`.
 //! A seed (proptest) scripts the cluster and the trainers: how long each trains, which fail and
 //! when, which launcher is killed (its connections close), frozen (its node gone: nothing in or
-//! out, no FIN; the API marks its pod Failed later), cut off (its connections reset) or
+//! out, no FIN; its pod stays Running, not Ready after the node monitor grace period, deleted
+//! after the unreachable taint's toleration and Terminating from then on), cut off (its
+//! connections reset) or
 //! preempted (SIGTERM: the job checkpoints, it leaves after its window), and when a replacement
 //! pod (a new name and address) comes. The gathering judges and ranks with the launcher's own
 //! `membership::judge` and `rank` over the pods as the API would show them (a preempted pod
@@ -56,11 +58,21 @@ const WINDOW: Duration = Duration::from_secs(3);
 const POD_GRACE_S: u64 = 5;
 /// How long a launcher waits for the job's pods before it gives up (--wait-timeout).
 const WAIT_TIMEOUT: Duration = Duration::from_secs(120);
-/// When the API marks a frozen pod's pod Failed (the node controller).
-const NODE_LOST: Duration = Duration::from_secs(40);
+/// How long after its kubelet stops reporting the node lifecycle controller marks a node
+/// NotReady and its pods' Ready condition False, leaving them Running
+/// (`--node-monitor-grace-period`: 50 s since Kubernetes 1.32, kubernetes/kubernetes#126287;
+/// `MarkPodsNotReady` in pkg/controller/util/node).
+const NODE_MONITOR_GRACE: Duration = Duration::from_secs(50);
+/// How long after that the pods of an unreachable node are deleted: the toleration the API
+/// server's DefaultTolerationSeconds admission plugin gives every pod for the
+/// `node.kubernetes.io/unreachable` taint (300 s). No kubelet confirms the deletion: the pod
+/// stays Terminating until its node returns (never, here); its Job replaces it then.
+const UNREACHABLE_TOLERATION: Duration = Duration::from_secs(300);
 /// Every launcher ends within this of the first that ends for good, or of its own start if
-/// later (a pod created after the job's end waits for its peers until its wait timeout).
-const END_BOUND: Duration = Duration::from_secs(WAIT_TIMEOUT.as_secs() + 60);
+/// later (a pod created after the job's end waits for its peers until its wait timeout; a pod
+/// turned away counts it from its last turning away, and asks again after a pause).
+const END_BOUND: Duration =
+    Duration::from_secs(WAIT_TIMEOUT.as_secs() + super::TURNED_AWAY_PAUSE.as_secs() + 60);
 /// No run may last longer (a hang).
 const RUN_LIMIT: Duration = Duration::from_secs(3600);
 
@@ -390,6 +402,16 @@ struct World {
     deleted: Vec<Option<Duration>>,
     /// Pods whose node is gone (their trainers are gone with it).
     frozen: BTreeSet<usize>,
+    /// Pods the API shows not Ready (their node's grace period is over), though Running.
+    unready: BTreeSet<usize>,
+    /// An elastic job's members frozen while they trained, their coordinator elsewhere:
+    /// (when, pod slot, the other pods Running then). The job must train on without them in
+    /// time.
+    frozen_training: Vec<(Duration, usize, usize)>,
+    /// Each trainer's start: when, its epoch, the epoch's members.
+    starts: Vec<(Duration, u32, Vec<String>)>,
+    /// When trainers ended by themselves (succeeded or failed, not stopped).
+    own_ends: Vec<Duration>,
     /// Trainers running now: pod slot -> epoch.
     training: BTreeMap<usize, u32>,
     /// Each epoch started: the memberships its starts found.
@@ -449,6 +471,10 @@ impl World {
             created: Vec::new(),
             deleted: Vec::new(),
             frozen: BTreeSet::new(),
+            unready: BTreeSet::new(),
+            frozen_training: Vec::new(),
+            starts: Vec::new(),
+            own_ends: Vec::new(),
             training: BTreeMap::new(),
             epochs: BTreeMap::new(),
             ended: BTreeMap::new(),
@@ -473,9 +499,11 @@ impl World {
             .iter()
             .zip(&self.deleted)
             .zip(&self.index)
-            .map(|(((name, ip, state), deleted), index)| {
+            .enumerate()
+            .map(|(slot, (((name, ip, state), deleted), index))| {
                 let mut view = membership::tests::pod(name, None, "Running");
                 view.ip = Some(*ip);
+                view.unready = self.unready.contains(&slot);
                 // An Indexed Job's pods, as `manifest` generates an elastic job's.
                 if self.elastic {
                     view.index = Some(vec![*index as u64]);
@@ -502,7 +530,8 @@ impl World {
 
     /// Where an elastic job's coordinator's name points: the newest pod of index 0, while it
     /// is Running (a pod that ended or was deleted has no address behind the name; a frozen
-    /// one keeps it until the API marks it Failed).
+    /// one keeps it until it is deleted: `manifest`'s headless Service publishes addresses
+    /// that are not ready).
     fn named_coordinator(&self) -> Option<IpAddr> {
         let slot = (0..self.pods.len()).rev().find(|&s| self.index[s] == 0)?;
         (self.pods[slot].2 == PodState::Running).then_some(self.pods[slot].1)
@@ -524,6 +553,8 @@ impl World {
                 sizes.0, sizes.1
             ));
         }
+        let at = self.started.elapsed();
+        self.starts.push((at, epoch, members.clone()));
         // (An epoch's number comes again when every pod of the job was replaced.)
         if !self.training.values().any(|e| *e == epoch) {
             let at = self.started.elapsed();
@@ -599,6 +630,11 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
     // Since when this follower of an elastic job has been gathering (bounded by the wait
     // timeout, as the attempt loop's gathering is).
     let mut following_since: Option<Instant> = None;
+    // An elastic job's coordinator, as `gather` does: since when it has been gathering (its
+    // elastic wait runs from then), and the members whose launchers did not say hello within
+    // it, left out of the rounds that follow.
+    let mut gathering_since: Option<Instant> = None;
+    let mut absent: BTreeSet<String> = BTreeSet::new();
     loop {
         // An elastic job's pod coordinates when the coordinator's name points at it, as
         // `coordinator_elsewhere` finds (a pod of index 0 that is not the newest follows).
@@ -636,6 +672,10 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                     sleep(Duration::from_millis(250)).await;
                     continue;
                 }
+                Followed::TurnedAway => {
+                    following_since = None;
+                    continue;
+                }
                 Followed::End(code) => return end(code, epoch_ran.clone(), None),
             }
         } else {
@@ -644,6 +684,11 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
             // `elastic_start` after its wait), ranked by its own `rank`; a pod of the job
             // that ended with success ends every launcher that gathers.
             let gathering = Instant::now();
+            let since = *gathering_since.get_or_insert(gathering);
+            // Gathering again and again without a start ends, as `gather` does.
+            if since.elapsed() > WAIT_TIMEOUT {
+                return end(71, epoch_ran.clone(), None);
+            }
             let elastic = scenario.elastic.as_ref();
             let ranked = loop {
                 let (verdict, elastic_start, succeeded, me_running) = {
@@ -652,7 +697,10 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                     let now = w.started.elapsed().as_secs() as i64;
                     let mut views = w.pod_views();
                     membership::bound_deletions(&mut views, &mut deletions, now);
-                    let pods = [views.clone()];
+                    let mut pods = [views.clone()];
+                    if let Some(e) = elastic {
+                        membership::leave_out(&mut pods, &absent, e.min_pods);
+                    }
                     let verdict = membership::judge(
                         std::slice::from_ref(&group),
                         &pods,
@@ -662,7 +710,7 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                         now,
                     );
                     let elastic_start = elastic.and_then(|e| {
-                        let waited = gathering.elapsed() >= Duration::from_secs(e.wait_s);
+                        let waited = since.elapsed() >= Duration::from_secs(e.wait_s);
                         membership::elastic_start(
                             &verdict,
                             &pods,
@@ -728,6 +776,15 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                 };
                 super::growth_of(elastic, WINDOW, members.len())
             });
+            // As `launch::join_grace` gives an elastic job's coordinator: its elastic wait, at
+            // least a heartbeat timeout and a grace period.
+            let defaults = joining(&name, ip, slot, &scenario, &net, count);
+            let join_grace = match (elastic, &growth) {
+                (Some(e), Some(_)) => {
+                    Duration::from_secs(e.wait_s).max(scenario.heartbeat() + GRACE)
+                }
+                _ => defaults.join_grace,
+            };
             let joined = control::join(Joining {
                 role: match coordinates {
                     true => Role::Coordinator {
@@ -742,7 +799,8 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                 members: addresses,
                 membership: Some(membership),
                 growth,
-                ..joining(&name, ip, slot, &scenario, &net, count)
+                join_grace,
+                ..defaults
             })
             .await;
             let mut channel = match joined {
@@ -779,6 +837,12 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                     start.grows,
                 ),
                 Ok(None) => {
+                    // Only members of the attempt that ended, as `gather` leaves out, and the
+                    // pods turned away.
+                    let left_out = channel.left_out();
+                    let silent = left_out.silent.into_iter();
+                    absent.extend(silent.filter(|pod| members_before.contains(pod)));
+                    absent.extend(left_out.turned_away);
                     sleep(Duration::from_millis(250)).await;
                     continue;
                 }
@@ -794,6 +858,8 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
             (members, channel, coordinates, start)
         };
         following_since = None;
+        gathering_since = None;
+        absent.clear();
         let (epoch, agreed_restarts, agreed_preemptions, agreed_grows) = start;
         if nprocs(&members).len() > 1 {
             let what = format!("{name} started with members whose processes per pod differ");
@@ -856,6 +922,9 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
             w.training.remove(&slot);
             let at = w.started.elapsed();
             w.trainer_ends.push(at);
+            if result.is_ok() {
+                w.own_ends.push(at);
+            }
         }
         // The attempt's end, judged as the attempt loop judges it.
         let succeeded = matches!(&result, Ok(o) if o.code == exit::SUCCESS);
@@ -991,6 +1060,8 @@ enum Followed {
     },
     /// Gather again.
     Again,
+    /// Turned away by the coordinator: ask again, the wait counted anew.
+    TurnedAway,
     /// End with this status.
     End(i32),
 }
@@ -1052,6 +1123,14 @@ async fn follow(
             return Followed::End(exit::SUCCESS);
         }
     };
+    // Turned away, as `follow_coordinator` is: it asks again later, its wait counted anew.
+    if let control::Heard::Refused(reason) = &heard {
+        if reason.starts_with(control::TURNED_AWAY) {
+            channel.close().await;
+            sleep(super::TURNED_AWAY_PAUSE).await;
+            return Followed::TurnedAway;
+        }
+    }
     // What the word means, as `follow_coordinator` takes it (the launcher's own `started`).
     match super::started(
         heard,
@@ -1294,8 +1373,8 @@ async fn run(scenario: Scenario) -> World {
     let mut owed: Vec<(Instant, usize)> = Vec::new();
     // Addresses of killed pods, and when a connect to them goes unanswered.
     let mut gone: Vec<(Instant, IpAddr)> = Vec::new();
-    // When each frozen pod's node went.
-    let mut frozen_at: BTreeMap<usize, Instant> = BTreeMap::new();
+    // When each frozen pod's node went, and whether its pod already had a replacement owed.
+    let mut frozen_at: BTreeMap<usize, (Instant, bool)> = BTreeMap::new();
     // Launchers restarting in place: when each starts again, in which pod slot.
     let mut restarting: Vec<(Instant, usize)> = Vec::new();
     let start = Instant::now();
@@ -1348,12 +1427,23 @@ async fn run(scenario: Scenario) -> World {
                 Fault::Freeze => {
                     frozen[slot].store(true, Ordering::SeqCst);
                     net.set_dark(ip, true);
-                    world.lock().unwrap().frozen.insert(slot);
-                    frozen_at.insert(slot, now);
-                    if !replaced {
-                        let at = now + NODE_LOST + Duration::from_secs(scenario.replace_after);
-                        owed.push((at, index));
+                    let mut w = world.lock().unwrap();
+                    let coordinates = w.named_coordinator() == Some(ip);
+                    // (A pod preempted first is deleted already: its window's rules apply.)
+                    let training = w.training.contains_key(&slot) && !replaced;
+                    if scenario.elastic.is_some() && training && !coordinates {
+                        let at = w.started.elapsed();
+                        let others = (0..w.pods.len())
+                            .filter(|&s| s != slot && !w.frozen.contains(&s))
+                            .filter(|&s| w.pods[s].2 == PodState::Running)
+                            .count();
+                        w.frozen_training.push((at, slot, others));
                     }
+                    w.frozen.insert(slot);
+                    drop(w);
+                    // Its replacement comes once the taint manager deletes it (below); a pod
+                    // deleted for its preemption already has one owed.
+                    frozen_at.insert(slot, (now, replaced));
                 }
                 Fault::Restart => {
                     if let Some(task) = launchers.remove(&slot) {
@@ -1428,12 +1518,23 @@ async fn run(scenario: Scenario) -> World {
         for slot in overdue {
             kill(&mut launchers, &world, slot);
         }
-        // A frozen pod's node is found lost: the API marks it Failed.
+        // A frozen pod's node is found lost, as Kubernetes finds it: not Ready after the node
+        // monitor grace period, deleted after the unreachable toleration (with the pod's
+        // grace period, which no kubelet ever honours: Terminating from then on), replaced.
         {
             let mut w = world.lock().unwrap();
-            for (&slot, &at) in &frozen_at {
-                if w.pods[slot].2 == PodState::Running && now >= at + NODE_LOST {
-                    w.pods[slot].2 = PodState::Ended(137);
+            for (&slot, &(at, replaced)) in &frozen_at {
+                let running = w.pods[slot].2 == PodState::Running;
+                if running && now >= at + NODE_MONITOR_GRACE {
+                    w.unready.insert(slot);
+                }
+                if running && now >= at + NODE_MONITOR_GRACE + UNREACHABLE_TOLERATION {
+                    w.pods[slot].2 = PodState::Ended(-15);
+                    w.deleted[slot] = Some(w.started.elapsed());
+                    if !replaced {
+                        let index = w.index[slot];
+                        owed.push((now + Duration::from_secs(scenario.replace_after), index));
+                    }
                 }
             }
         }
@@ -1544,8 +1645,52 @@ fn check_arrivals_held(w: &mut World, elastic: &ElasticScenario) {
     }
 }
 
+/// An elastic job whose member's node dies while it trains (its coordinator elsewhere) trains
+/// on without it within the heartbeat timeout (the loss found), the elastic wait (its hello
+/// awaited), the trainers' stop and 2 s, while the API still shows the dead pod Running (and
+/// Ready for the node monitor grace period); unless the job could not: another fault came
+/// about then, a trainer had ended by itself by then (the job's end), a launcher ended (its
+/// budget spent), or fewer than the minimum pods were left.
+fn check_trains_on_after_a_freeze(w: &mut World, scenario: &Scenario) {
+    let Some(elastic) = &scenario.elastic else {
+        return;
+    };
+    let hellos = Duration::from_secs(elastic.wait_s).max(scenario.heartbeat() + GRACE);
+    let bound = scenario.heartbeat() + hellos + GRACE + Duration::from_secs(2);
+    let late: Vec<(Duration, usize)> = w
+        .frozen_training
+        .iter()
+        .copied()
+        .filter(|&(at, slot, others)| {
+            let name = &w.pods[slot].0;
+            let within = |t: &Duration| *t > at && *t <= at + bound;
+            let trained_on = w
+                .starts
+                .iter()
+                .any(|(t, _, members)| within(t) && !members.contains(name));
+            // Another fault about then (the attempt may be ending for it already), or a
+            // trainer that ended by itself by then (a member done: the job cannot start again
+            // as a whole; one failed: the job's own end or restart).
+            let near = |t: &Duration| t.abs_diff(at) <= bound;
+            let excused = w.applied.iter().any(|(t, s, _)| *s != slot && near(t))
+                || w.own_ends.iter().any(|t| *t <= at + bound)
+                || w.ended.values().any(|(t, ..)| within(t))
+                || others < elastic.min_pods;
+            !trained_on && !excused
+        })
+        .map(|(at, slot, _)| (at, slot))
+        .collect();
+    for (at, slot) in late {
+        let what = format!(
+            "pod slot {slot}'s node died at {at:?} while it trained: no epoch without it trained within {bound:?}"
+        );
+        w.violation(what);
+    }
+}
+
 /// What must hold once every launcher has ended.
 fn check_the_end(w: &mut World, scenario: &Scenario) {
+    check_trains_on_after_a_freeze(w, scenario);
     let ends: Vec<(usize, End)> = w.ended.iter().map(|(s, e)| (*s, e.clone())).collect();
     // Every launcher ended within the bound of the first end for good (a success, or a
     // failure that was final).
@@ -1695,6 +1840,41 @@ fn a_driven_elastic_job_shrinks_without_a_lost_pod_and_grows_back_when_it_runs()
     assert_eq!(codes, vec![0, 137, 0, 0]);
 }
 
+/// A node's death in an elastic job, as Kubernetes shows it: 3 pods, at least 2, pod 2's node
+/// dies while the job trains (heartbeat timeout 2 s, elastic wait 5 s). Its pod stays Running
+/// and Ready for the node monitor grace period, then not Ready, and is deleted only after the
+/// unreachable toleration: the loss is found by the heartbeat, the gathering waits the elastic
+/// wait for its hello, and the other 2 train on as a 2-pod job while the API still shows it
+/// Running (within the bound `check_trains_on_after_a_freeze` checks, 2 + 5 + 3 + 2 s). A
+/// gathering that counted it back in (Running, Ready) waited for its hello round after round
+/// until the node monitor grace period was over.
+#[test]
+fn a_driven_elastic_job_trains_on_without_a_dead_nodes_pod_still_running() {
+    let scenario = Scenario {
+        trainings: vec![[60, 40].map(Training::lasting).to_vec()],
+        faults: vec![(10, 2, Fault::Freeze)],
+        elastic: Some(ElasticScenario {
+            min_pods: 2,
+            wait_s: 5,
+            pending_s: vec![Some(0)],
+        }),
+        ..Scenario::quiet(3, 1)
+    };
+    let world = simulate_world(scenario);
+    assert!(world.violations.is_empty(), "{:#?}", world.violations);
+    assert_eq!(world.frozen_training.len(), 1, "the freeze is checked");
+    let (at, _, members) = world
+        .starts
+        .iter()
+        .find(|(_, epoch, _)| *epoch == 1)
+        .expect("epoch 1 started");
+    assert_eq!(members, &["p-0".to_string(), "p-1".to_string()]);
+    // Before the node monitor grace period: the API showed pod 2 Running and Ready then.
+    assert!(*at < Duration::from_secs(10) + NODE_MONITOR_GRACE, "{at:?}");
+    let codes: Vec<i32> = world.ended.values().map(|e| e.1).collect();
+    assert_eq!(codes, vec![0, 0]);
+}
+
 /// An elastic job's grow is no preemption: 2 pods, at least 1, one free preemption and no
 /// budget. Pod 1 is Pending at first: pod 0 trains alone, pod 1 arrives and the job grows
 /// (restart 1, free); then pod 1 is preempted (restart 2, free: the job's first preemption, the
@@ -1789,4 +1969,44 @@ fn a_follower_preempted_while_it_waits_for_the_start_is_no_member() {
         "{:?}",
         world.epochs
     );
+}
+
+/// A sweep's seed (2,155 cases in): an elastic job of 4, at least 2; p-0 and p-3 train epoch
+/// 0, p-0's trainer succeeds and p-3's trains on to its end; p-0's launcher is killed meanwhile
+/// and its replacement p-4 coordinates p-1, p-2 and p-3. p-3's launcher, busy with the attempt
+/// p-4 never ran, says no hello in time: left out, epoch 1 would train while p-3 still trains
+/// epoch 0. Only the members of the attempt a coordinator ended (which heard its end) are left
+/// out for their silence.
+#[test]
+fn a_fresh_coordinator_leaves_out_no_pod_it_never_ran_with() {
+    let t = Training::lasting;
+    let scenario = Scenario {
+        pods: 4,
+        max_restarts: 2,
+        trainings: vec![
+            vec![t(1)],
+            vec![t(1)],
+            vec![t(1)],
+            vec![t(30), Training::failing_on_checkpoint(12)],
+        ],
+        faults: vec![
+            (24, 0, Fault::Kill),
+            (9, 1, Fault::PreemptThenFreeze),
+            (53, 1, Fault::PreemptThenKill),
+        ],
+        replace_after: 7,
+        heartbeat_s: 2,
+        late_s: vec![0, 0],
+        low_replacements: false,
+        kubelet_lag_ms: 2593,
+        nproc: vec![1],
+        elastic: Some(ElasticScenario {
+            min_pods: 2,
+            wait_s: 2,
+            pending_s: vec![Some(0), Some(24), Some(24), Some(7), Some(0)],
+        }),
+        max_preemptions: 0,
+    };
+    let world = simulate_world(scenario);
+    assert!(world.violations.is_empty(), "{:#?}", world.violations);
 }

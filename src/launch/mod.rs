@@ -52,6 +52,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// once (views that differ) must not become a busy loop.
 const REGATHER_PAUSE_FIRST: Duration = Duration::from_millis(250);
 const REGATHER_PAUSE_LAST: Duration = Duration::from_secs(5);
+/// How long a pod an elastic job turned away waits before it asks again.
+const TURNED_AWAY_PAUSE: Duration = Duration::from_secs(30);
 /// How long the launchers of an attempt may take to join its control channel, besides the
 /// grace period they may spend stopping their children first.
 const JOIN_GRACE: Duration = Duration::from_secs(60);
@@ -247,7 +249,12 @@ async fn print_plan(
     my_ip: IpAddr,
     inputs: &InputFiles,
 ) -> Result<Outcome, Error> {
-    let found = wait_for_peers(config, None, &[]).await?;
+    let round = peers::Round {
+        members_before: &[],
+        absent: &Default::default(),
+        since: Instant::now(),
+    };
+    let found = wait_for_peers(config, None, round).await?;
     let (plan, _, _) = plan_for(config, &found, my_ip, inputs)?;
     let plan = plan.for_restart(config.restarts_before());
     println!("{}", plan.to_json());
@@ -498,8 +505,13 @@ async fn gather(
     count: Count,
     members_before: &[PodAddress],
 ) -> Result<Gathered, Error> {
-    let began = Instant::now();
+    // Since when this pod has gathered; a pod turned away (the job trains without it) counts
+    // from its last turning away.
+    let mut began = Instant::now();
     let mut rounds: u32 = 0;
+    // An elastic job's pods whose launchers did not say hello within the elastic wait: no
+    // member of this gathering's start (their node may be dead, their pod Running for minutes).
+    let mut absent: std::collections::BTreeSet<String> = Default::default();
     // Why the last round ended when it was the coordinator's name that had no address.
     let mut no_coordinator: Option<String> = None;
     loop {
@@ -549,9 +561,9 @@ async fn gather(
                         supervisor,
                         secret,
                         coordinator,
-                        my_ip,
-                        inputs,
+                        (my_ip, inputs),
                         count,
+                        &mut began,
                     )
                     .await?
                     {
@@ -563,7 +575,12 @@ async fn gather(
             }
         }
         let names: Vec<String> = members_before.iter().map(|m| m.name.clone()).collect();
-        let found = match wait_for_peers(config, Some(&mut *supervisor), &names).await {
+        let round = peers::Round {
+            members_before: &names,
+            absent: &absent,
+            since: began,
+        };
+        let found = match wait_for_peers(config, Some(&mut *supervisor), round).await {
             // Followers that learn the job only from this coordinator would wait for it until
             // their --wait-timeout: they hear the end instead.
             Err(error)
@@ -680,6 +697,22 @@ async fn gather(
             attempt.channel = Some(channel);
             return Ok(Gathered::Attempt(Box::new(attempt)));
         }
+        // Only members of the attempt that ended, which this coordinator told its end: a live
+        // one has heard it, stopped its children and said hello within the join grace. A pod
+        // it never ran with (its own attempt may still be training to its end) is awaited.
+        let left_out = channel.left_out();
+        let silent: Vec<String> = left_out
+            .silent
+            .into_iter()
+            .filter(|pod| names.contains(pod))
+            .collect();
+        if !silent.is_empty() {
+            info!(
+                "elastic job: left out of the next start, their launchers did not say hello within the elastic wait: {}",
+                silent.join(", ")
+            );
+        }
+        absent.extend(silent.into_iter().chain(left_out.turned_away));
     }
 }
 
@@ -979,9 +1012,9 @@ async fn follow_coordinator(
     supervisor: &mut Supervisor,
     secret: &Secret,
     coordinator: SocketAddr,
-    my_ip: IpAddr,
-    inputs: &InputFiles,
+    (my_ip, inputs): (IpAddr, &InputFiles),
     count: Count,
+    began: &mut Instant,
 ) -> Result<Option<Gathered>, Error> {
     let mut channel = control::join(Joining {
         role: ControlRole::Follower {
@@ -1048,6 +1081,22 @@ async fn follow_coordinator(
             return Ok(Some(Gathered::JobSucceeded(reason)));
         }
     };
+    // Turned away (it runs another number of processes than the elastic job): the job trains
+    // on without it, and its exit status would end the Job (its podFailurePolicy). It waits,
+    // says why, and asks again; its wait timeout counts from now.
+    if let Heard::Refused(reason) = &heard {
+        if reason.starts_with(control::TURNED_AWAY) {
+            channel.close().await;
+            warn!(
+                "{reason}; this pod cannot join until it runs as many, and asks again in {} s (the job trains on without it)",
+                TURNED_AWAY_PAUSE.as_secs()
+            );
+            let pause = sleep(TURNED_AWAY_PAUSE);
+            interruptible(Some(supervisor), "turned away", Breaks::AlsoHup, pause).await?;
+            *began = Instant::now();
+            return Ok(None);
+        }
+    }
     let Some(Start {
         epoch,
         membership,
@@ -1504,6 +1553,7 @@ async fn join_channel(
         _ => count,
     };
     let growth = growing(config, &role, members.len());
+    let join_grace = join_grace(config, growth.is_some());
     let channel = control::join(Joining {
         growth,
         role,
@@ -1518,8 +1568,7 @@ async fn join_channel(
         max_preemptions: control.max_preemptions,
         nproc_per_pod: config.topology.processes.per_pod,
         heartbeat_timeout: control.heartbeat_timeout,
-        // The others may still be stopping their children (a grace period) before they join.
-        join_grace: JOIN_GRACE + config.timing.grace_period,
+        join_grace,
         membership: Some(membership.clone()),
         ended: None,
         who,
@@ -1530,6 +1579,21 @@ async fn join_channel(
     .await
     .map_err(|e| Error::io("cannot serve the control channel", e))?;
     Ok(Found::At(channel))
+}
+
+/// How long a gathering waits for the members' hellos. The others may still be stopping their
+/// children (a grace period) before they join. An elastic job's coordinator (`elastic`) waits
+/// its elastic wait: a member whose launcher has not said hello by then is no member of the
+/// next start (`leave_out`); but never less than a live member may take to hear the loss
+/// (a heartbeat timeout) and stop its children (a grace period), lest the job start without a
+/// member that still trains.
+fn join_grace(config: &Config, elastic: bool) -> Duration {
+    match config.control.elastic {
+        Some(e) if elastic => e
+            .wait
+            .max(config.control.heartbeat_timeout + config.timing.grace_period),
+        _ => JOIN_GRACE + config.timing.grace_period,
+    }
 }
 
 /// An elastic job's coordinator grows it by the pods it lacks: arrivals are gathered for the
@@ -1697,13 +1761,13 @@ fn ranks_line(plan: &Plan, config: &Config) -> String {
 async fn wait_for_peers(
     config: &Config,
     supervisor: Option<&mut Supervisor>,
-    members_before: &[String],
+    round: peers::Round<'_>,
 ) -> Result<peers::Found, Error> {
     interruptible(
         supervisor,
         "waiting for the job's pods",
         Breaks::AlsoHup,
-        peers::discover(config, members_before),
+        peers::discover(config, round),
     )
     .await?
 }

@@ -17,8 +17,8 @@ use tracing::{info, warn};
 use crate::config::{Elastic, Group, GroupKind, Ranking};
 use crate::error::Error;
 use crate::membership::{
-    bound_deletions, elastic_start, judge, lost, Member, PodPhase, PodSet, PodView, Readiness,
-    Served, Verdict,
+    bound_deletions, elastic_start, judge, leave_out, lost, Member, PodPhase, PodSet, PodView,
+    Readiness, Served, Verdict,
 };
 
 /// Interval of the "still waiting" line, so a stuck job always says why.
@@ -267,13 +267,15 @@ pub async fn wait_until_ready(
     groups: &[Group],
     timeout: Option<Duration>,
     max_failed_trainers: Option<u32>,
-    members_before: &[String],
+    round: super::Round<'_>,
     elastic: Option<Elastic>,
 ) -> Result<(Vec<Vec<PodView>>, PodWatch), Error> {
+    let members_before = round.members_before;
     let mut watch = PodWatch::start(server, groups);
     let started = Instant::now();
-    // When an elastic job may go on without the pods that are not Running.
-    let elastic_at = elastic.map(|e| started + e.wait);
+    // When an elastic job may go on without the pods that are not Running: from the
+    // gathering's start, so that a round after one whose hellos did not all come starts at once.
+    let elastic_at = elastic.map(|e| round.since + e.wait);
     let mut deadline = timeout.map(|t| started + t);
     // Since when every pod of the job has been held by a scheduling gate: the job is queued
     // (Kueue), and the wait timeout does not run meanwhile.
@@ -353,9 +355,12 @@ pub async fn wait_until_ready(
                 return Err(Error::PeersTimeout { waited_s, status });
             }
         }
-        let pods: Vec<Vec<PodView>> = (0..groups.len())
+        let mut pods: Vec<Vec<PodView>> = (0..groups.len())
             .map(|i| watch.views.group(i).pods())
             .collect();
+        if let Some(e) = elastic {
+            leave_out(&mut pods, round.absent, e.min_pods as usize);
+        }
         let now = seconds_since_epoch();
         let mut seen: Vec<PodView> = (0..groups.len())
             .flat_map(|i| watch.views.group(i).all())
@@ -834,7 +839,11 @@ pub fn ranked_view(pod: &Pod, ranking: &Ranking) -> PodView {
         index: ranking.index.iter().map(|key| number(key)).collect(),
         attempt: ranking.attempt.and_then(number),
         created: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()),
-        waiting_reason: waiting_reason(pod),
+        waiting_reason: waiting_reason(pod).or_else(|| {
+            not_ready(pod).then(|| {
+                "not Ready (its node stopped reporting, or a readiness probe fails)".to_string()
+            })
+        }),
         gates: gates(pod),
         ended: container_ended(pod),
         grace_period: pod
@@ -848,7 +857,18 @@ pub fn ranked_view(pod: &Pod, ranking: &Ranking) -> PodView {
         deletion_grace: meta
             .deletion_grace_period_seconds
             .and_then(|g| u64::try_from(g).ok()),
+        unready: not_ready(pod),
     }
+}
+
+/// The pod's Ready condition is there and not True. A pod without one (none reported yet, or a
+/// stand-in API's) is judged by its phase alone.
+fn not_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|ready| ready.status != "True")
 }
 
 /// How the pod's failed container ended, as the kubelet recorded it: its status, the kernel's
@@ -1047,6 +1067,30 @@ mod tests {
             (v.phase, v.ip, v.waiting_reason),
             (PodPhase::Pending, None, None)
         );
+    }
+
+    /// A pod of a node whose kubelet stopped reporting: still Running, with its IP, but the
+    /// node lifecycle controller set its Ready condition False (`MarkPodsNotReady` in
+    /// pkg/controller/util/node, after --node-monitor-grace-period): no member. A Running pod
+    /// without the condition (a stand-in API's) is judged by its phase.
+    #[test]
+    fn a_running_pod_that_is_not_ready_is_not_ready() {
+        let view = |ready: Option<&str>| {
+            let conditions: Vec<_> = ready
+                .map(|s| serde_json::json!({"type": "Ready", "status": s}))
+                .into_iter()
+                .collect();
+            pod_view(&pod(serde_json::json!({
+                "metadata": {"name": "x"},
+                "status": {"phase": "Running", "podIP": "10.0.0.5", "conditions": conditions}
+            })))
+        };
+        assert!(!view(Some("False")).is_ready());
+        assert!(!view(Some("Unknown")).is_ready());
+        let reason = view(Some("False")).waiting_reason.unwrap_or_default();
+        assert!(reason.starts_with("not Ready"), "{reason}");
+        assert!(view(Some("True")).is_ready());
+        assert!(view(None).is_ready());
     }
 
     fn running(name: &str, ip: &str) -> PodView {

@@ -26,9 +26,21 @@ pub struct Found {
     pub served: Served,
 }
 
+/// What one round of a gathering brings beyond the configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct Round<'a> {
+    /// For a restart, the members of the attempt that ended.
+    pub members_before: &'a [String],
+    /// An elastic job's pods whose launcher did not say hello within the elastic wait in an
+    /// earlier round: left out while the job has its minimum without them.
+    pub absent: &'a std::collections::BTreeSet<String>,
+    /// When the gathering began: an elastic job's wait runs from then, not from each round.
+    pub since: tokio::time::Instant,
+}
+
 /// Waits until every group has exactly the expected number of ready pods. `members_before`:
 /// for a restart, the members of the attempt that ended (one that finished rules it out).
-pub async fn discover(config: &Config, members_before: &[String]) -> Result<Found, Error> {
+pub async fn discover(config: &Config, round: Round<'_>) -> Result<Found, Error> {
     let mut trainers_done = None;
     let mut api = None;
     let mut own_grace = None;
@@ -59,7 +71,7 @@ pub async fn discover(config: &Config, members_before: &[String]) -> Result<Foun
                 groups,
                 config.timing.wait_timeout,
                 config.topology.max_failed_trainers,
-                members_before,
+                round,
                 config.control.elastic,
             )
             .await?;
