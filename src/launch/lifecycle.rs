@@ -849,16 +849,17 @@ impl Lifecycle {
     /// The trainer is hung (`job`: the job's verdict; else this pod's own judgement): ask it
     /// for its stacks, then stop every process (`DumpOver`).
     fn ask_for_stacks(&mut self, reason: String, job: bool) -> Vec<Command> {
-        let whose = match self.setup.trainers > 1 {
-            true => "their",
-            false => "its",
+        // Several processes are judged together (ranks in lockstep): all of them hang.
+        let (whom, whose) = match self.setup.trainers > 1 {
+            true => ("them", "their"),
+            false => ("it", "its"),
         };
         let line = match job {
             true => format!(
                 "{reason}: asking {} for {whose} threads' stacks (SIGUSR2)",
                 self.setup.trainer_label
             ),
-            false => format!("{reason}: asking it for its threads' stacks (SIGUSR2)"),
+            false => format!("{reason}: asking {whom} for {whose} threads' stacks (SIGUSR2)"),
         };
         let mut commands = Vec::new();
         if !job {

@@ -2038,6 +2038,7 @@ async fn drive(
                                     let output = sup.output_clock(child);
                                     watched.push(Watched {
                                         local,
+                                        ended: None,
                                         trainer_id: spec
                                             .place
                                             .as_ref()
@@ -2227,8 +2228,8 @@ fn input_of(
             let &(role, local, _) = children.iter().find(|(_, _, c)| *c == child)?;
             if role == Role::Trainer {
                 if let Some(w) = watch.as_mut() {
-                    w.processes.retain(|p| p.local != local);
-                    if w.processes.is_empty() {
+                    w.ended(local);
+                    if w.processes.iter().all(|p| p.ended.is_some()) {
                         *watch = None;
                     }
                 }
@@ -2260,6 +2261,9 @@ struct HangWatch {
 /// One trainer process under watch.
 struct Watched {
     local: usize,
+    /// When it ended, in a lockstep pod (its siblings are judged from then); an ended
+    /// process of a pod judged alone leaves the watch.
+    ended: Option<std::time::Instant>,
     /// Its trainer id, when the pod runs several.
     trainer_id: Option<u32>,
     output: OutputClock,
@@ -2364,6 +2368,20 @@ impl HangWatch {
         }
     }
 
+    /// A process ended: judged no more, nor reported; in lockstep its end stays the pod's
+    /// progress (`progress::ended`).
+    fn ended(&mut self, local: usize) {
+        match self.ranks {
+            progress::Ranks::Alone => self.processes.retain(|p| p.local != local),
+            progress::Ranks::Lockstep => {
+                let now = std::time::Instant::now();
+                for process in self.processes.iter_mut().filter(|p| p.local == local) {
+                    process.ended.get_or_insert(now);
+                }
+            }
+        }
+    }
+
     /// The reason once a trainer process of `watch` is judged hung; never without one.
     async fn next_hang_of(watch: Option<&mut HangWatch>, channel: Option<&Channel>) -> String {
         match watch {
@@ -2390,18 +2408,25 @@ impl HangWatch {
                         last_output: process.output.last(),
                         file_written: process.file.changed.last(),
                     };
+                    let seen = match process.ended {
+                        Some(at) => progress::ended(seen, at),
+                        None => seen,
+                    };
                     (seen, process)
                 })
                 .collect();
             let last =
                 |seen: &progress::Observed| progress::last_progress(seen).0.unwrap_or(self.started);
-            // The process furthest behind, reported whole (its own step, time and id).
-            let marks: Vec<(Option<u64>, std::time::Instant)> = looks
+            // The process furthest behind, reported whole (its own step, time and id), of
+            // those still running.
+            let running: Vec<&(progress::Observed, &Watched)> =
+                looks.iter().filter(|(_, p)| p.ended.is_none()).collect();
+            let marks: Vec<(Option<u64>, std::time::Instant)> = running
                 .iter()
                 .map(|(seen, p)| (p.file.step(), last(seen)))
                 .collect();
             let behind = progress::furthest_behind(&marks, self.margin, self.ranks)
-                .map(|(i, step)| (&looks[i], step));
+                .map(|(i, step)| (running[i], step));
             if let (Some(channel), Some(((seen, process), step))) = (channel, behind) {
                 channel.report_progress(step, Instant::from_std(last(seen)), process.trainer_id);
             }

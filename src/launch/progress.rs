@@ -117,6 +117,23 @@ pub fn judge_pod(limits: Limits, ranks: Ranks, seen: &[Observed]) -> Option<(usi
     }
 }
 
+/// A process of a lockstep pod that has ended (its part done), as the pod's judgement keeps it:
+/// its end at `at` is its last progress, counted where its progress was counted (its progress
+/// file once written), so that a sibling still tearing down, or writing its own shard of a
+/// checkpoint, is judged from then and not from its own silent start.
+pub fn ended(seen: Observed, at: Instant) -> Observed {
+    match last_progress(&seen).1 {
+        "its progress file" => Observed {
+            file_written: Some(at),
+            ..seen
+        },
+        _ => Observed {
+            last_output: Some(at),
+            ..seen
+        },
+    }
+}
+
 /// How often the shell looks: a tenth of the shorter limit, within 100 ms..5 s, so that a hang
 /// is found within about a tenth of its limit after it.
 pub fn check_every(limits: Limits) -> Duration {
@@ -355,6 +372,21 @@ mod tests {
             },
         ];
         assert!(judge_pod(limits, Ranks::Lockstep, &chatty).is_some());
+        // The writer ended at 9 s (its part done): the quiet rank, still at its teardown, is
+        // judged from then (a hang only once it has been silent for the timeout after it).
+        let writer_ended = [ended(seen(10, Some(5)), t0 + s(9)), seen(10, None)];
+        assert_eq!(judge_pod(limits, Ranks::Lockstep, &writer_ended), None);
+        let later = [ended(seen(12, Some(5)), t0 + s(9)), seen(12, None)];
+        assert_eq!(
+            judge_pod(limits, Ranks::Lockstep, &later).unwrap().1.silent,
+            s(3)
+        );
+        // A process that only printed ends as output.
+        let printed = ended(seen(10, None), t0 + s(8));
+        assert_eq!(
+            (printed.last_output, printed.file_written),
+            (Some(t0 + s(8)), None)
+        );
     }
 
     /// In lockstep a process that writes no steps is never reported ahead of a writer, however
