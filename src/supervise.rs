@@ -8,7 +8,7 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -353,13 +353,14 @@ impl Supervisor {
             // The last piece written did not end its line: the next one continues it.
             let mut continues = false;
             while read_line_noting_output(&mut reader, &mut line, &seen) {
-                // The process's own log file gets its bytes as they came (no other process
-                // writes there); the container's output a line per piece, marked.
-                file.write_all(&line);
+                // A line per piece, in the container's output marked as a continuation. The
+                // process's log file too (its stdout and stderr share it): a piece ended by a
+                // newline never has the other stream's output spliced into it.
                 let ends = line.ends_with(b"\n");
                 if !ends {
                     line.push(b'\n');
                 }
+                file.write_all(&line);
                 let mark = if continues {
                     &continued_prefix
                 } else {
@@ -596,6 +597,9 @@ pub async fn or_never<F: std::future::Future + Unpin>(future: Option<&mut F>) ->
 
 /// Lines a log file may fall behind the console by before they are dropped from the file.
 const LOG_BACKLOG: usize = 4096;
+/// Bytes it may fall behind by (lines may be up to `MAX_LINE` long): PID 1's memory is bounded
+/// by this for each process, not by 4,096 lines of a mebibyte.
+const LOG_BACKLOG_BYTES: usize = 64 * 1024 * 1024;
 
 /// What a child's log file is sent: its lines, and where lines had to be left out.
 enum LogItem {
@@ -608,6 +612,8 @@ enum LogItem {
 /// heartbeats (the runtime thread) nor the console (`kubectl logs`).
 struct LogFile {
     items: Option<mpsc::SyncSender<LogItem>>,
+    /// The bytes of the lines queued and not written yet.
+    queued_bytes: Arc<AtomicUsize>,
     /// Lines left out since the last gap was queued.
     left_out: AtomicU64,
     /// Lines left out in all, for the writer's last word.
@@ -619,9 +625,11 @@ impl LogFile {
     /// None: no file. The writer's end is reported on `finished`.
     fn start(path: Option<PathBuf>, label: &str, finished: mpsc::Sender<()>) -> LogFile {
         let total_left_out = Arc::new(AtomicU64::new(0));
+        let queued_bytes = Arc::new(AtomicUsize::new(0));
         let items = path.map(|path| {
             let (items, queued) = mpsc::sync_channel::<LogItem>(LOG_BACKLOG);
             let (label, total) = (label.to_string(), total_left_out.clone());
+            let bytes = queued_bytes.clone();
             std::thread::spawn(move || {
                 let file = match open_log(&path) {
                     Ok(file) => file,
@@ -630,7 +638,7 @@ impl LogFile {
                         return;
                     }
                 };
-                write_log(io::BufWriter::new(file), &queued, &label);
+                write_log(io::BufWriter::new(file), (&queued, &bytes), &label);
                 let total = total.load(Ordering::Relaxed);
                 if total > 0 {
                     warn!("{label} output: {total} lines in all were left out of its log file");
@@ -641,6 +649,7 @@ impl LogFile {
         });
         LogFile {
             items,
+            queued_bytes,
             left_out: AtomicU64::new(0),
             total_left_out,
             label: label.to_string(),
@@ -651,20 +660,30 @@ impl LogFile {
         let Some(items) = &self.items else {
             return;
         };
-        if !queue_line(items, &self.left_out, line)
+        let queue = (items, &*self.queued_bytes);
+        if !queue_line(queue, &self.left_out, line)
             && self.total_left_out.fetch_add(1, Ordering::Relaxed) == 0
         {
             warn!(
-                "{} output is {LOG_BACKLOG} lines ahead of its log file (a stalled filesystem?): lines are left out of the file until it catches up, and the file says where",
-                self.label
+                "{} output is {LOG_BACKLOG} lines or {} MiB ahead of its log file (a stalled filesystem?): lines are left out of the file until it catches up, and the file says where",
+                self.label,
+                LOG_BACKLOG_BYTES >> 20
             );
         }
     }
 }
 
 /// Queues a line, after the gap of the lines left out before it; false when it is left out too
-/// (the queue is full).
-fn queue_line(items: &mpsc::SyncSender<LogItem>, left_out: &AtomicU64, line: &[u8]) -> bool {
+/// (the queue is full, in lines or in bytes).
+fn queue_line(
+    (items, bytes): (&mpsc::SyncSender<LogItem>, &AtomicUsize),
+    left_out: &AtomicU64,
+    line: &[u8],
+) -> bool {
+    if bytes.load(Ordering::Relaxed) + line.len() > LOG_BACKLOG_BYTES {
+        left_out.fetch_add(1, Ordering::Relaxed);
+        return false;
+    }
     let gap = left_out.swap(0, Ordering::Relaxed);
     if gap > 0 {
         if let Err(mpsc::TrySendError::Full(_)) = items.try_send(LogItem::Gap(gap)) {
@@ -677,18 +696,28 @@ fn queue_line(items: &mpsc::SyncSender<LogItem>, left_out: &AtomicU64, line: &[u
             left_out.fetch_add(1, Ordering::Relaxed);
             false
         }
-        _ => true,
+        _ => {
+            bytes.fetch_add(line.len(), Ordering::Relaxed);
+            true
+        }
     }
 }
 
 /// Writes the queued lines, buffered and flushed whenever the queue is empty (one write per
 /// burst, not per line, on a network filesystem), and a line where lines were left out.
-fn write_log(mut file: io::BufWriter<File>, queued: &mpsc::Receiver<LogItem>, label: &str) {
+fn write_log(
+    mut file: io::BufWriter<File>,
+    (queued, bytes): (&mpsc::Receiver<LogItem>, &AtomicUsize),
+    label: &str,
+) {
     while let Ok(first) = queued.recv() {
         let mut next = Some(first);
         while let Some(item) = next {
             let _ = match item {
-                LogItem::Line(line) => file.write_all(&line),
+                LogItem::Line(line) => {
+                    bytes.fetch_sub(line.len(), Ordering::Relaxed);
+                    file.write_all(&line)
+                }
                 LogItem::Gap(lines) => writeln!(
                     file,
                     "[paddle-launcher: {lines} lines of {label} output left out here: this file fell behind]"
@@ -901,9 +930,9 @@ mod tests {
     #[test]
     fn a_log_file_marks_the_lines_it_left_out_where_they_are_missing() {
         let (items, queued) = mpsc::sync_channel(2);
-        let left_out = AtomicU64::new(0);
+        let (left_out, bytes) = (AtomicU64::new(0), AtomicUsize::new(0));
         for line in ["one\n", "two\n", "three\n", "four\n"] {
-            queue_line(&items, &left_out, line.as_bytes());
+            queue_line((&items, &bytes), &left_out, line.as_bytes());
         }
         // "three" and "four" found the queue full; the writer catches up, then "five" comes.
         let dir = tempfile::tempdir().unwrap();
@@ -911,16 +940,42 @@ mod tests {
         let mut file = io::BufWriter::new(open_log(&path).unwrap());
         for _ in 0..2 {
             if let Ok(LogItem::Line(line)) = queued.try_recv() {
+                bytes.fetch_sub(line.len(), Ordering::Relaxed);
                 file.write_all(&line).unwrap();
             }
         }
-        assert!(queue_line(&items, &left_out, b"five\n"));
+        assert!(queue_line((&items, &bytes), &left_out, b"five\n"));
         drop(items);
-        write_log(file, &queued, "trainer-0");
+        write_log(file, (&queued, &bytes), "trainer-0");
         assert_eq!(
             std::fs::read_to_string(&path).unwrap(),
             "one\ntwo\n[paddle-launcher: 2 lines of trainer-0 output left out here: this file fell behind]\nfive\n"
         );
+        assert_eq!(bytes.load(Ordering::Relaxed), 0);
+    }
+
+    /// A log file's backlog is bounded in bytes too (lines may be a mebibyte): a line that
+    /// would pass the bound is left out, and marked where it is missing.
+    #[test]
+    fn a_log_files_backlog_is_bounded_in_bytes() {
+        let (items, queued) = mpsc::sync_channel(8);
+        let (left_out, bytes) = (AtomicU64::new(0), AtomicUsize::new(0));
+        let almost = vec![b'x'; LOG_BACKLOG_BYTES - 10];
+        assert!(queue_line((&items, &bytes), &left_out, &almost));
+        assert!(!queue_line(
+            (&items, &bytes),
+            &left_out,
+            b"too much for the bound\n"
+        ));
+        assert!(queue_line((&items, &bytes), &left_out, b"fits\n"));
+        drop(items);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("train.log");
+        let file = io::BufWriter::new(open_log(&path).unwrap());
+        write_log(file, (&queued, &bytes), "trainer-0");
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.ends_with("[paddle-launcher: 1 lines of trainer-0 output left out here: this file fell behind]\nfits\n"), "{}", &text[text.len() - 200..]);
+        assert_eq!(bytes.load(Ordering::Relaxed), 0);
     }
 
     /// Once a child's whole group has ended, its group id may belong to someone else: it is
