@@ -85,10 +85,12 @@ pub struct PodView {
     pub stops_by: Option<i64>,
     /// metadata.deletionGracePeriodSeconds: the grace the deletion gave it.
     pub deletion_grace: Option<u64>,
-    /// Not Ready though maybe Running: its Ready condition is not True (the node lifecycle
-    /// controller sets it False on every pod of a node whose kubelet stopped reporting, after
-    /// the node monitor grace period, and leaves the phase Running), or, in an elastic job's
-    /// gathering, its launcher did not say hello within the elastic wait.
+    /// Its Ready condition is there and not True: the node lifecycle controller sets it False
+    /// on every pod of a node whose kubelet stopped reporting, after the node monitor grace
+    /// period, and leaves the phase Running (a completed sidecar or a failing readiness probe
+    /// does too). Only an elastic job leaves such a pod out (`leave_out`).
+    pub not_ready: bool,
+    /// Left out of an elastic job's next epoch though Running (`leave_out`).
     pub unready: bool,
 }
 
@@ -503,25 +505,31 @@ pub fn elastic_start(
     (!held && live <= expected && enough && (waited || grows)).then_some(ready)
 }
 
-/// An elastic job's pods whose launcher did not say hello within the elastic wait (`absent`)
-/// are no member of the next epoch, though the API may show them Running and Ready: a node
-/// that died keeps its pods so for the node monitor grace period (40 s by default), and then
-/// Running but not Ready until the unreachable taint's toleration (300 s) has them deleted.
-/// They are left out (marked not ready) while at least `min` pods are ready without them;
-/// with fewer, every pod is awaited again (a launcher that was only slow may have come).
+/// An elastic job's pods that are not Ready (`PodView::not_ready`), or whose launcher did not
+/// say hello within the elastic wait (`absent`), are no member of the next epoch, though the
+/// API may show them Running: a node that died keeps its pods Running and Ready for the node
+/// monitor grace period (50 s by default), then Running but not Ready until the unreachable
+/// taint's toleration (300 s) has them deleted. They are left out (marked, and said why) while
+/// at least `min` pods are ready without them; with fewer, every pod is awaited again (a
+/// launcher that was only slow may have come).
 pub fn leave_out(pods: &mut [Vec<PodView>], absent: &BTreeSet<String>, min: usize) {
+    let out = |p: &PodView| p.not_ready || absent.contains(&p.name);
     let ready_without = pods
         .iter()
         .flatten()
-        .filter(|p| p.is_ready() && !absent.contains(&p.name))
+        .filter(|p| p.is_ready() && !out(p))
         .count();
-    if absent.is_empty() || ready_without < min {
+    if ready_without < min {
         return;
     }
-    for pod in pods.iter_mut().flatten() {
-        if absent.contains(&pod.name) {
-            pod.unready = true;
-        }
+    for pod in pods.iter_mut().flatten().filter(|p| p.is_ready()) {
+        let why = match (pod.not_ready, absent.contains(&pod.name)) {
+            (true, _) => "not Ready (its node stopped reporting, or a readiness probe fails)",
+            (false, true) => "its launcher did not say hello within the elastic wait",
+            (false, false) => continue,
+        };
+        pod.unready = true;
+        pod.waiting_reason = Some(why.to_string());
     }
 }
 
@@ -762,6 +770,7 @@ pub(crate) mod tests {
             grace_period: None,
             stops_by: None,
             deletion_grace: None,
+            not_ready: false,
             unready: false,
         }
     }

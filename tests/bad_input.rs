@@ -197,6 +197,7 @@ fn a_hundred_thousand_pods_are_judged_and_ranked() {
             grace_period: None,
             stops_by: None,
             deletion_grace: None,
+            not_ready: false,
             unready: false,
         })
         .collect();

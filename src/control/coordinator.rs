@@ -1050,7 +1050,11 @@ impl Core {
             .map(|(pod, terms)| (pod.clone(), *terms))
             .collect();
         others.sort_by(|a, b| a.0.cmp(&b.0));
-        if let (Some(_), false) = (self.growth, others.is_empty()) {
+        // Only a coordinator whose count most pods share speaks for the job: one that is the
+        // odd one out (its replacement on a node with fewer GPUs) refuses as any job does.
+        let agreeing = 1 + ready.len() - others.len();
+        let speaks_for_the_job = 2 * agreeing > 1 + ready.len();
+        if let (Some(_), false, true) = (self.growth, others.is_empty(), speaks_for_the_job) {
             let why = self.differs(&others[0].0, &others[0].1).unwrap_or_default();
             let odd: Vec<(String, u64)> = others
                 .iter()
@@ -2169,6 +2173,21 @@ mod tests {
         assert!(!effects
             .iter()
             .any(|e| matches!(e, Effect::Broadcast(Message::Refused { .. }))));
+        // The coordinator is the odd one out (both others run 2): it does not speak for the
+        // job, and refuses the start as any job does, rather than turn the job away.
+        let (mut odd, _) = Core::start(
+            Setup {
+                growth,
+                ..setup(&["a", "c"])
+            },
+            at,
+        );
+        odd.step(two(joined(1, "a")));
+        let effects = odd.step(two(joined(3, "c")));
+        assert!(effects
+            .iter()
+            .any(|e| matches!(e, Effect::Broadcast(Message::Refused { .. }))));
+        assert!(!effects.iter().any(|e| matches!(e, Effect::TurnedAway(_))));
     }
 
     fn lost_of(effects: &[Effect]) -> Option<(bool, bool)> {

@@ -313,6 +313,15 @@ pub struct Channel {
     left_out: watch::Receiver<LeftOut>,
 }
 
+/// Adds the `pods` that `list` does not have yet.
+fn once_each(list: &mut Vec<String>, pods: Vec<String>) {
+    for pod in pods {
+        if !list.contains(&pod) {
+            list.push(pod);
+        }
+    }
+}
+
 /// The pods an elastic job's coordinator leaves out of its next round of gathering.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LeftOut {
@@ -1049,13 +1058,13 @@ impl Coordinator {
                 Effect::KnowsVerdict { restart } => ends.knows_verdict(restart),
                 Effect::Checkpoint(reason) => ends.checkpoint(reason),
                 Effect::Served(pod) => ends.served(&pod),
-                Effect::Absent(pods) => {
-                    ends.left_out.send_modify(|left| left.silent.extend(pods));
-                }
-                Effect::TurnedAway(pods) => {
-                    ends.left_out
-                        .send_modify(|left| left.turned_away.extend(pods));
-                }
+                // Each pod once, however often it knocks.
+                Effect::Absent(pods) => ends
+                    .left_out
+                    .send_modify(|left| once_each(&mut left.silent, pods)),
+                Effect::TurnedAway(pods) => ends
+                    .left_out
+                    .send_modify(|left| once_each(&mut left.turned_away, pods)),
                 Effect::JobSucceeded => {
                     ends.succeeded.send_replace(true);
                 }

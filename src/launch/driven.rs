@@ -503,7 +503,7 @@ impl World {
             .map(|(slot, (((name, ip, state), deleted), index))| {
                 let mut view = membership::tests::pod(name, None, "Running");
                 view.ip = Some(*ip);
-                view.unready = self.unready.contains(&slot);
+                view.not_ready = self.unready.contains(&slot);
                 // An Indexed Job's pods, as `manifest` generates an elastic job's.
                 if self.elastic {
                     view.index = Some(vec![*index as u64]);
@@ -837,11 +837,11 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                     start.grows,
                 ),
                 Ok(None) => {
-                    // Only members of the attempt that ended, as `gather` leaves out, and the
-                    // pods turned away.
+                    // Only by a coordinator that has run an attempt, as `gather` leaves out, and
+                    // the pods turned away.
                     let left_out = channel.left_out();
                     let silent = left_out.silent.into_iter();
-                    absent.extend(silent.filter(|pod| members_before.contains(pod)));
+                    absent.extend(silent.filter(|_| !members_before.is_empty()));
                     absent.extend(left_out.turned_away);
                     sleep(Duration::from_millis(250)).await;
                     continue;
@@ -1975,8 +1975,8 @@ fn a_follower_preempted_while_it_waits_for_the_start_is_no_member() {
 /// 0, p-0's trainer succeeds and p-3's trains on to its end; p-0's launcher is killed meanwhile
 /// and its replacement p-4 coordinates p-1, p-2 and p-3. p-3's launcher, busy with the attempt
 /// p-4 never ran, says no hello in time: left out, epoch 1 would train while p-3 still trains
-/// epoch 0. Only the members of the attempt a coordinator ended (which heard its end) are left
-/// out for their silence.
+/// epoch 0. Only a coordinator that has run an attempt (every trainer then its own) leaves out
+/// a pod for its silence.
 #[test]
 fn a_fresh_coordinator_leaves_out_no_pod_it_never_ran_with() {
     let t = Training::lasting;

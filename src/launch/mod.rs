@@ -697,14 +697,15 @@ async fn gather(
             attempt.channel = Some(channel);
             return Ok(Gathered::Attempt(Box::new(attempt)));
         }
-        // Only members of the attempt that ended, which this coordinator told its end: a live
-        // one has heard it, stopped its children and said hello within the join grace. A pod
-        // it never ran with (its own attempt may still be training to its end) is awaited.
+        // Only by a coordinator that has run an attempt: every trainer of the job was then its
+        // own, and a live member has heard the end, stopped its children and said hello
+        // within the join grace. A fresh coordinator may find a pod still training an attempt
+        // it never ran (the one before its pod's replacement): it awaits every pod.
         let left_out = channel.left_out();
         let silent: Vec<String> = left_out
             .silent
             .into_iter()
-            .filter(|pod| names.contains(pod))
+            .filter(|_| !names.is_empty())
             .collect();
         if !silent.is_empty() {
             info!(
@@ -2517,6 +2518,43 @@ async fn unreachable(endpoints: &[SocketAddr]) -> Vec<SocketAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An elastic job's coordinator waits its elastic wait for the members' hellos, and no less
+    /// than a live member takes to hear the loss and stop its children; its followers, and a
+    /// job that is not elastic, the usual join grace. Only its coordinator grows the job.
+    #[test]
+    fn an_elastic_coordinator_waits_its_elastic_wait_for_hellos_and_grows_the_job() {
+        let config = |wait: &str, elastic: bool| {
+            crate::protocol::tests::config(|a| {
+                a.job_secret = Some("s".repeat(32));
+                a.protocol = Some("collective".into());
+                a.entry = Some("python train.py".into());
+                a.heartbeat_timeout = Some("10".into());
+                a.grace_period = Some("20".into());
+                a.elastic_wait = elastic.then(|| wait.to_string());
+                a.min_pods = elastic.then(|| "2".to_string());
+            })
+        };
+        let s = Duration::from_secs;
+        assert_eq!(join_grace(&config("120", true), true), s(120));
+        // Shorter than a member's stop: the stop.
+        assert_eq!(join_grace(&config("5", true), true), s(10 + 20));
+        let usual = JOIN_GRACE + s(20);
+        assert_eq!(join_grace(&config("120", true), false), usual);
+        assert_eq!(join_grace(&config("120", false), true), usual);
+        let elastic = config("120", true);
+        let coordinator = ControlRole::Coordinator {
+            listen: "10.0.0.1:6171".parse().unwrap(),
+        };
+        let follower = ControlRole::Follower {
+            coordinator: "10.0.0.1:6171".parse().unwrap(),
+            recheck: None,
+        };
+        let grows = growing(&elastic, &coordinator, 2).expect("the coordinator grows the job");
+        assert_eq!((grows.room, grows.core.window), (1, s(120)));
+        assert!(growing(&elastic, &follower, 2).is_none());
+        assert!(growing(&config("120", false), &coordinator, 2).is_none());
+    }
 
     /// An elastic job's coordinator makes room for the pods it lacks, and none at full size:
     /// an extra slot would admit a pod beyond the job's size.

@@ -839,11 +839,7 @@ pub fn ranked_view(pod: &Pod, ranking: &Ranking) -> PodView {
         index: ranking.index.iter().map(|key| number(key)).collect(),
         attempt: ranking.attempt.and_then(number),
         created: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()),
-        waiting_reason: waiting_reason(pod).or_else(|| {
-            not_ready(pod).then(|| {
-                "not Ready (its node stopped reporting, or a readiness probe fails)".to_string()
-            })
-        }),
+        waiting_reason: waiting_reason(pod),
         gates: gates(pod),
         ended: container_ended(pod),
         grace_period: pod
@@ -857,7 +853,8 @@ pub fn ranked_view(pod: &Pod, ranking: &Ranking) -> PodView {
         deletion_grace: meta
             .deletion_grace_period_seconds
             .and_then(|g| u64::try_from(g).ok()),
-        unready: not_ready(pod),
+        not_ready: not_ready(pod),
+        unready: false,
     }
 }
 
@@ -1071,10 +1068,11 @@ mod tests {
 
     /// A pod of a node whose kubelet stopped reporting: still Running, with its IP, but the
     /// node lifecycle controller set its Ready condition False (`MarkPodsNotReady` in
-    /// pkg/controller/util/node, after --node-monitor-grace-period): no member. A Running pod
-    /// without the condition (a stand-in API's) is judged by its phase.
+    /// pkg/controller/util/node, after --node-monitor-grace-period): no member of an elastic
+    /// job's next epoch (a job of every pod waits for it either way). A Running pod without
+    /// the condition (a stand-in API's) is judged by its phase.
     #[test]
-    fn a_running_pod_that_is_not_ready_is_not_ready() {
+    fn a_running_pod_that_is_not_ready_is_left_out_of_an_elastic_job() {
         let view = |ready: Option<&str>| {
             let conditions: Vec<_> = ready
                 .map(|s| serde_json::json!({"type": "Ready", "status": s}))
@@ -1085,12 +1083,19 @@ mod tests {
                 "status": {"phase": "Running", "podIP": "10.0.0.5", "conditions": conditions}
             })))
         };
-        assert!(!view(Some("False")).is_ready());
-        assert!(!view(Some("Unknown")).is_ready());
-        let reason = view(Some("False")).waiting_reason.unwrap_or_default();
+        let elastic = |ready: Option<&str>| {
+            let mut pods = vec![vec![view(ready), running("other", "10.0.0.6")]];
+            crate::membership::leave_out(&mut pods, &Default::default(), 1);
+            pods[0][0].clone()
+        };
+        assert!(!elastic(Some("False")).is_ready());
+        assert!(!elastic(Some("Unknown")).is_ready());
+        let reason = elastic(Some("False")).waiting_reason.unwrap_or_default();
         assert!(reason.starts_with("not Ready"), "{reason}");
-        assert!(view(Some("True")).is_ready());
-        assert!(view(None).is_ready());
+        assert!(elastic(Some("True")).is_ready());
+        assert!(elastic(None).is_ready());
+        // A job of every pod: the phase alone (a completed sidecar leaves a pod not Ready).
+        assert!(view(Some("False")).is_ready());
     }
 
     fn running(name: &str, ip: &str) -> PodView {
