@@ -2371,14 +2371,17 @@ fn an_elastic_job_of_two_processes_per_pod_shrinks_turns_away_and_grows_back() {
     job.extra_env
         .push(("PADDLE_LAUNCHER_NPROC_PER_POD", "2".to_string()));
     job.start_training(3);
+    // Both of pod 0's processes have said what they were given.
+    job.launcher(0).wait_for_output("rank=1 count=0 ", LIMIT);
     let first = epoch_lines(&[job.launcher(0).stdout_so_far()], 0);
     assert_eq!(first.len(), 2, "{first:?}");
     assert!(first[0].starts_with("rank=0 count=0 ") && first[0].ends_with(" world=6 of=6"));
     job.kill_pod(1);
     let odd = job.create_pending_pod();
-    for i in [0, 2] {
-        job.launcher(i).wait_for_output("count=1 ", LIMIT);
-        std::thread::sleep(Duration::from_millis(300));
+    // Each process of the 2 pods left (ranks 0-3 now) has said what it was given.
+    for (i, rank) in [(0, 0), (0, 1), (2, 2), (2, 3)] {
+        job.launcher(i)
+            .wait_for_output(&format!("rank={rank} count=1 "), LIMIT);
     }
     let told = |job: &Job, pods: &[usize], epoch: u32| -> Vec<String> {
         let outputs: Vec<String> = pods
