@@ -59,10 +59,9 @@ fn cuda_entries(list: &str) -> (u32, Option<&str>) {
                 || e.starts_with("GPU-")
                 || e.starts_with("MIG-"))
     };
-    let mut entries = list.split(',').map(str::trim);
-    let visible = entries.by_ref().take_while(|e| is_device(e)).count() as u32;
-    let first_invalid = list.split(',').map(str::trim).nth(visible as usize);
-    (visible, first_invalid)
+    let entries: Vec<&str> = list.split(',').map(str::trim).collect();
+    let visible = entries.iter().take_while(|e| is_device(e)).count();
+    (visible as u32, entries.get(visible).copied())
 }
 
 /// A GPU's device file in /dev: `nvidia` and a number (not nvidiactl, nvidia-uvm, ...).

@@ -173,7 +173,7 @@ fn real_paddle_a_stuck_rank_among_quiet_ones_is_a_hang_and_named() {
     ]);
     let launchers = two_pods(
         dir.path(),
-        ["127.0.0.44", "127.0.0.45"],
+        ["127.0.0.51", "127.0.0.52"],
         &["run", "--", &python, &train, &out_s],
         &extra,
     );
@@ -579,6 +579,29 @@ esac"#;
     }
 }
 
+/// One pod of job `job` at `ip`, running `nproc` processes of the Python `program`, static
+/// peers, its job directory `dir`/jobs: how it ended.
+fn one_pod(dir: &Path, (job, ip, nproc): (&str, &str, u32), program: &str) -> support::Finished {
+    let env = [
+        ("JOB_NAME", job.to_string()),
+        ("JOB_PATH", dir.join("jobs").display().to_string()),
+        ("PADDLE_LAUNCHER_PEERS", ip.to_string()),
+        ("POD_IP", ip.to_string()),
+        ("POD_NAME", "pod-0".to_string()),
+        ("CONF_PADDLE_NIC", "lo".to_string()),
+        ("PADDLE_LAUNCHER_PROTOCOL", "collective".to_string()),
+        ("PADDLE_LAUNCHER_NPROC_PER_POD", nproc.to_string()),
+        ("PADDLE_LAUNCHER_TRAINER_PORT", free_ports(1).to_string()),
+        (
+            "PADDLE_LAUNCHER_WORKDIR",
+            dir.join("work").display().to_string(),
+        ),
+        ("HOME", dir.display().to_string()),
+    ];
+    let args = ["run", "--", "python3", "-c", program];
+    Launcher::start(dir, "pod-0", &args, &env).wait(LIMIT)
+}
+
 /// Two processes of one pod print long lines at once: 100 kB ones (cut at 64 KiB once, the
 /// halves mixed with the other's) reach the output whole; a 1.5 MiB one (over the 1 MiB bound)
 /// comes in two whole pieces, the second marked as its continuation (`[trainer-N+]`); the
@@ -599,29 +622,7 @@ sys.stdout.write(f"{{me}}:huge:" + mark * {HUGE} + "\n")
     );
     let dir = tempfile::tempdir().unwrap();
     let jobs = dir.path().join("jobs");
-    let env = [
-        ("JOB_NAME", "long".to_string()),
-        ("JOB_PATH", jobs.display().to_string()),
-        ("PADDLE_LAUNCHER_PEERS", "127.0.0.46".to_string()),
-        ("POD_IP", "127.0.0.46".to_string()),
-        ("POD_NAME", "pod-0".to_string()),
-        ("CONF_PADDLE_NIC", "lo".to_string()),
-        ("PADDLE_LAUNCHER_PROTOCOL", "collective".to_string()),
-        ("PADDLE_LAUNCHER_NPROC_PER_POD", "2".to_string()),
-        ("PADDLE_LAUNCHER_TRAINER_PORT", free_ports(1).to_string()),
-        (
-            "PADDLE_LAUNCHER_WORKDIR",
-            dir.path().join("work").display().to_string(),
-        ),
-        ("HOME", dir.path().display().to_string()),
-    ];
-    let done = Launcher::start(
-        dir.path(),
-        "pod-0",
-        &["run", "--", "python3", "-c", &program],
-        &env,
-    )
-    .wait(LIMIT);
+    let done = one_pod(dir.path(), ("long", "127.0.0.46", 2), &program);
     assert_eq!(done.code(), 0, "{}", done.stderr);
     let mut long = [0usize; 2];
     let mut huge: [Vec<usize>; 2] = Default::default();
@@ -684,29 +685,7 @@ for i in range({LINES}):
     );
     let dir = tempfile::tempdir().unwrap();
     let jobs = dir.path().join("jobs");
-    let env = [
-        ("JOB_NAME", "lines".to_string()),
-        ("JOB_PATH", jobs.display().to_string()),
-        ("PADDLE_LAUNCHER_PEERS", "127.0.0.44".to_string()),
-        ("POD_IP", "127.0.0.44".to_string()),
-        ("POD_NAME", "pod-0".to_string()),
-        ("CONF_PADDLE_NIC", "lo".to_string()),
-        ("PADDLE_LAUNCHER_PROTOCOL", "collective".to_string()),
-        ("PADDLE_LAUNCHER_NPROC_PER_POD", "4".to_string()),
-        ("PADDLE_LAUNCHER_TRAINER_PORT", free_ports(1).to_string()),
-        (
-            "PADDLE_LAUNCHER_WORKDIR",
-            dir.path().join("work").display().to_string(),
-        ),
-        ("HOME", dir.path().display().to_string()),
-    ];
-    let done = Launcher::start(
-        dir.path(),
-        "pod-0",
-        &["run", "--", "python3", "-c", &program],
-        &env,
-    )
-    .wait(LIMIT);
+    let done = one_pod(dir.path(), ("lines", "127.0.0.44", 4), &program);
     assert_eq!(done.code(), 0, "{}", done.stderr);
     let expected = |me: usize, line: &str| -> Option<usize> {
         let (id, rest) = line.split_once(':')?;

@@ -2065,20 +2065,24 @@ mod tests {
     /// An elastic job's coordinator of `me`, `a` and `b`, both joined: arrivals are gathered for
     /// 60 s, then the trainers get 5 s for their checkpoint.
     fn elastic_both_joined(at: Instant, checkpoint: u64) -> Core {
+        let mut core = elastic(at, &["a", "b"], checkpoint);
+        core.step(joined(1, "a"));
+        core.step(joined(2, "b"));
+        core
+    }
+
+    /// An elastic job's coordinator of `me` and `others`, gathering: arrivals are gathered for
+    /// 60 s, then the trainers get `checkpoint` s for their checkpoint.
+    fn elastic(at: Instant, others: &[&str], checkpoint: u64) -> Core {
         let growth = Some(Growth {
             window: Duration::from_secs(60),
             checkpoint_window: Duration::from_secs(checkpoint),
         });
-        let (mut core, _) = Core::start(
-            Setup {
-                growth,
-                ..setup(&["a", "b"])
-            },
-            at,
-        );
-        core.step(joined(1, "a"));
-        core.step(joined(2, "b"));
-        core
+        let setup = Setup {
+            growth,
+            ..setup(others)
+        };
+        Core::start(setup, at).0
     }
 
     /// An elastic job's gathering whose member `b` never says hello (its node died: its pod
@@ -2153,17 +2157,7 @@ mod tests {
         assert!(training.arrivals.is_empty() && training.arrived_at.is_none());
         assert!(matches!(training.stage, Stage::Running { .. }));
         // Gathering: c is a member the API found, and differs.
-        let growth = Some(Growth {
-            window: Duration::from_secs(60),
-            checkpoint_window: Duration::ZERO,
-        });
-        let (mut gathering, _) = Core::start(
-            Setup {
-                growth,
-                ..setup(&["a", "c"])
-            },
-            at,
-        );
+        let mut gathering = elastic(at, &["a", "c"], 0);
         gathering.step(joined(1, "a"));
         let effects = gathering.step(two(joined(3, "c")));
         assert!(turned(&effects, 3), "{effects:?}");
@@ -2175,13 +2169,7 @@ mod tests {
             .any(|e| matches!(e, Effect::Broadcast(Message::Refused { .. }))));
         // The coordinator is the odd one out (both others run 2): it does not speak for the
         // job, and refuses the start as any job does, rather than turn the job away.
-        let (mut odd, _) = Core::start(
-            Setup {
-                growth,
-                ..setup(&["a", "c"])
-            },
-            at,
-        );
+        let mut odd = elastic(at, &["a", "c"], 0);
         odd.step(two(joined(1, "a")));
         let effects = odd.step(two(joined(3, "c")));
         assert!(effects
