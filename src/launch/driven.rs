@@ -1646,8 +1646,8 @@ fn check_arrivals_held(w: &mut World, elastic: &ElasticScenario) {
 }
 
 /// An elastic job whose member's node dies while it trains (its coordinator elsewhere) trains
-/// on without it within the heartbeat timeout (the loss found), the elastic wait (its hello
-/// awaited), the trainers' stop and 2 s, while the API still shows the dead pod Running (and
+/// on without it within the heartbeat timeout (the loss found), the elastic wait (for pods not
+/// Running), the hello wait (its hello awaited), the trainers' stop and 2 s, while the API still shows the dead pod Running (and
 /// Ready for the node monitor grace period); unless the job could not: another fault came
 /// about then, a trainer had ended by itself by then (the job's end), a launcher ended (its
 /// budget spent), or fewer than the minimum pods were left.
@@ -1655,8 +1655,12 @@ fn check_trains_on_after_a_freeze(w: &mut World, scenario: &Scenario) {
     let Some(elastic) = &scenario.elastic else {
         return;
     };
-    let hellos = Duration::from_secs(elastic.wait_s).max(scenario.heartbeat() + GRACE);
-    let bound = scenario.heartbeat() + hellos + GRACE + Duration::from_secs(2);
+    // The elastic wait (for a pod still Pending, say) and then the hello wait may both be
+    // waited: the hello wait counts from the start of the channel's gathering, not from the
+    // gathering's (a seed found 6 + 10 + 10 s).
+    let wait = Duration::from_secs(elastic.wait_s);
+    let hellos = wait.max(scenario.heartbeat() + GRACE);
+    let bound = scenario.heartbeat() + wait + hellos + GRACE + Duration::from_secs(2);
     let late: Vec<(Duration, usize)> = w
         .frozen_training
         .iter()
