@@ -21,6 +21,12 @@ impl Dnsmasq {
     /// listens on TCP, and another test's listener may take either before dnsmasq binds: a start
     /// that ends in dnsmasq's exit is tried again on another port.
     pub fn start(dir: &Path) -> Dnsmasq {
+        Dnsmasq::start_with(dir, |mut command| command.spawn().unwrap())
+    }
+
+    /// `start`, its process spawned by `spawn` (the real cluster's spawner, whose processes
+    /// end with the test binary).
+    pub fn start_with(dir: &Path, spawn: fn(Command) -> Child) -> Dnsmasq {
         let binary = ["/usr/sbin/dnsmasq", "/usr/bin/dnsmasq"]
             .into_iter()
             .find(|p| Path::new(p).exists())
@@ -31,7 +37,8 @@ impl Dnsmasq {
         let mut failures = Vec::new();
         for _ in 0..ATTEMPTS {
             let port = free_udp_and_tcp_port();
-            let child = Command::new(binary)
+            let mut command = Command::new(binary);
+            command
                 .args([
                     "--keep-in-foreground",
                     "--conf-file=/dev/null",
@@ -41,14 +48,16 @@ impl Dnsmasq {
                     "--listen-address=127.0.0.1",
                     "--local-ttl=0",
                     "--user=root",
+                    // Its own group (dip) would change its credentials, which clears a death
+                    // signal (prctl(2)): the real cluster's dnsmasq must end with its test binary.
+                    "--group=root",
                     "--pid-file",
                     "--log-facility=-",
                 ])
                 .arg(format!("--port={port}"))
                 .arg(format!("--addn-hosts={}", hosts.display()))
-                .stderr(std::fs::File::create(&log).unwrap())
-                .spawn()
-                .unwrap();
+                .stderr(std::fs::File::create(&log).unwrap());
+            let child = spawn(command);
             match started(child, &log) {
                 Ok(child) => return Dnsmasq { child, hosts, port },
                 Err(why) => failures.push(format!("port {port}: {why}")),
@@ -58,6 +67,10 @@ impl Dnsmasq {
     }
 
     /// Replaces every record, (address, name) each, and makes dnsmasq reload them.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn set_records(&self, records: &[(&str, &str)]) {
         let text: String = records
             .iter()

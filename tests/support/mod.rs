@@ -1,9 +1,11 @@
 //! Shared test helpers: the fake API server, launcher processes, the stand-in programs.
 #![allow(dead_code)] // each test binary uses a different part of the helpers
 
+pub mod control_plane;
 pub mod crd;
 pub mod dnsmasq;
 pub mod fake_api;
+pub mod node_agent;
 
 use std::fs;
 use std::path::{Path, PathBuf};

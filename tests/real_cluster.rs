@@ -1,0 +1,678 @@
+//! The launcher against a real Kubernetes control plane (docs/development.md, "A real control
+//! plane"): etcd, kube-apiserver with RBAC, the Job, garbage-collector and node lifecycle
+//! controllers, kube-scheduler, built from the official Go modules by tests/cluster/build.sh.
+//! The Jobs' pods are created by the real Job controller and bound by the real scheduler; the
+//! node agent (tests/support/node_agent.rs, the one stand-in) runs them as processes, as a
+//! kubelet would, and the launchers authenticate with their ServiceAccount's token.
+
+mod support;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::control_plane::{control_plane, ControlPlane};
+use support::node_agent::{agent, NodeAgent};
+use support::{assert_contains, paddle_python, LAUNCHER};
+
+/// What a whole job on the real control plane may take on a loaded 2-core machine (a guard
+/// against hangs, not a timing assertion).
+const JOB_LIMIT: Duration = Duration::from_secs(300);
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The first fenced block of `file` (relative to the repository) that starts with `starts`.
+fn doc_block(file: &str, lang: &str, starts: &str) -> String {
+    let text = std::fs::read_to_string(repo().join(file)).unwrap();
+    let fence = format!("```{lang}\n");
+    text.split(&fence)
+        .skip(1)
+        .filter_map(|b| b.split("\n```").next())
+        .find(|b| b.starts_with(starts))
+        .unwrap_or_else(|| panic!("no {lang} block starting {starts:?} in {file}"))
+        .to_string()
+}
+
+/// YAML documents (separated by `---`) as JSON values.
+fn documents(yaml: &str) -> Vec<Value> {
+    yaml.split("\n---")
+        .map(|d| d.trim())
+        .filter(|d| {
+            d.lines()
+                .any(|l| !l.starts_with('#') && !l.trim().is_empty())
+        })
+        .map(|d| serde_saphyr::from_str::<Value>(d).unwrap_or_else(|e| panic!("{e}:\n{d}")))
+        .collect()
+}
+
+/// Creates `objects` in `namespace` (kubectl create, as the admin): they must be accepted.
+#[track_caller]
+fn create(plane: &ControlPlane, namespace: &str, objects: &[Value]) {
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
+    let file = plane
+        .dir
+        .join(format!("create-{}.json", support::control_plane::unique()));
+    std::fs::write(&file, list.to_string()).unwrap();
+    plane.kubectl_must(&["create", "-n", namespace, "-f", file.to_str().unwrap()]);
+}
+
+/// The object as JSON (kubectl get -o json), None when it does not exist.
+fn get(plane: &ControlPlane, namespace: &str, what: &[&str]) -> Option<Value> {
+    let mut args = vec!["get", "-n", namespace, "-o", "json"];
+    args.extend(what);
+    let (code, out, _) = plane.kubectl(&args);
+    (code == 0).then(|| serde_json::from_str(&out).unwrap())
+}
+
+/// The first condition of the Job that is True among `types`: (type, reason).
+fn job_condition(
+    plane: &ControlPlane,
+    namespace: &str,
+    job: &str,
+    types: &[&str],
+) -> Option<(String, String)> {
+    let job = get(plane, namespace, &["job", job])?;
+    job["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["status"] == "True" && types.contains(&c["type"].as_str().unwrap_or_default()))
+        .map(|c| {
+            (
+                c["type"].as_str().unwrap().to_string(),
+                c["reason"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+}
+
+/// Waits until the Job is Complete or Failed: (type, reason). Times out with every pod's
+/// output, the Job and the agent's errors.
+fn wait_job_end(
+    plane: &ControlPlane,
+    agent: &NodeAgent,
+    namespace: &str,
+    job: &str,
+) -> (String, String) {
+    let deadline = Instant::now() + JOB_LIMIT;
+    loop {
+        if let Some(end) = job_condition(plane, namespace, job, &["Complete", "Failed"]) {
+            return end;
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "job {namespace}/{job} not ended after {JOB_LIMIT:?}\njob: {:#}\npods: {}\nagent: {:?}\n{}",
+                get(plane, namespace, &["job", job]).unwrap_or_default(),
+                plane.kubectl(&["get", "pods", "-n", namespace, "-o", "wide"]).1,
+                agent.errors(),
+                agent.all_logs(namespace)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// The job's pods, as the API has them.
+fn pods(plane: &ControlPlane, namespace: &str, job: &str) -> Vec<Value> {
+    let list = get(
+        plane,
+        namespace,
+        &["pods", "-l", &format!("batch.kubernetes.io/job-name={job}")],
+    )
+    .unwrap();
+    list["items"].as_array().unwrap().clone()
+}
+
+/// The docs' RBAC (docs/manifests-and-rbac.md#rbac) for `namespace`, as the docs say to apply it.
+fn docs_rbac(namespace: &str) -> Vec<Value> {
+    let yaml = doc_block(
+        "docs/manifests-and-rbac.md",
+        "yaml",
+        "apiVersion: v1\nkind: ServiceAccount",
+    );
+    documents(&yaml.replace("team-a", namespace))
+}
+
+/// Every Job, RBAC object and custom resource of `k8s-examples/` is accepted by the real API
+/// server (a server-side dry run: admission and validation included), JobSet's CRD and webhooks
+/// from its module (its controller running), Trainer v2's and Volcano's CRDs from
+/// tests/fixtures/crds (Volcano's objects are checked by its CRD only: a working Volcano needs
+/// its scheduler and admission webhooks, not built here).
+#[test]
+fn every_example_is_accepted_by_the_real_api_server() {
+    let plane = control_plane();
+    // JobSet's CRD and webhooks from its module, as its controller runs with them.
+    support::control_plane::jobset_controller();
+    let crds = repo().join("tests/fixtures/crds");
+    for file in std::fs::read_dir(&crds).unwrap() {
+        let path = file.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if name.ends_with(".yaml") && !name.starts_with("jobset") {
+            plane.register_crd(&path);
+        }
+    }
+    let mut checked = 0;
+    for file in std::fs::read_dir(repo().join("k8s-examples")).unwrap() {
+        let path = file.unwrap().path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        for namespace in namespaces_of(&text) {
+            let _ = plane.kubectl(&["create", "namespace", &namespace]);
+        }
+        let (code, out, err) = plane.kubectl(&[
+            "apply",
+            "--dry-run=server",
+            "--validate=strict",
+            "-f",
+            path.to_str().unwrap(),
+        ]);
+        assert_eq!(
+            code,
+            0,
+            "{} refused by the real API server:\n{err}{out}",
+            path.display()
+        );
+        checked += out.lines().count();
+    }
+    // One line per object: a file the server took as empty would pass the loop unnoticed.
+    assert!(checked >= 30, "only {checked} objects checked");
+}
+
+fn namespaces_of(yaml: &str) -> Vec<String> {
+    let mut found: Vec<String> = yaml
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("namespace: "))
+        .map(|n| n.trim().to_string())
+        .collect();
+    found.sort();
+    found.dedup();
+    found
+}
+
+/// The README's Job, its RBAC from the docs, in a namespace of its own: the real Job controller
+/// creates its 4 Indexed pods, the launchers (as the ServiceAccount `paddle-launcher`) find each
+/// other through the real API and train with real PaddlePaddle over gloo, and the Job completes.
+/// What differs from a cluster: the image's program is this repository's example, given an
+/// output directory.
+#[test]
+fn the_readmes_job_runs_to_complete_under_the_real_job_controller() {
+    let (plane, agent) = (control_plane(), agent());
+    let namespace = plane.namespace("readme");
+    create(plane, &namespace, &docs_rbac(&namespace));
+    let mut job = documents(&doc_block(
+        "README.md",
+        "yaml",
+        "apiVersion: batch/v1\nkind: Job",
+    ))
+    .remove(0);
+    let out = plane.dir.join(&namespace);
+    std::fs::create_dir_all(&out).unwrap();
+    let container = &mut job["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["args"],
+        json!(["run", "--", "python", "/workspace/train.py"])
+    );
+    let train = repo().join("examples/collective/train.py");
+    container["args"] = json!(["run", "--", paddle_python(), train, out]);
+    create(plane, &namespace, &[job]);
+
+    let (end, reason) = wait_job_end(plane, agent, &namespace, "dp-job");
+    let logs = agent.all_logs(&namespace);
+    assert_eq!(
+        (end.as_str(), reason.as_str()),
+        ("Complete", "CompletionsReached"),
+        "{logs}"
+    );
+    let pods = pods(plane, &namespace, "dp-job");
+    assert_eq!(pods.len(), 4, "{pods:#?}");
+    for pod in &pods {
+        // Created by the Job controller, not by the test.
+        assert_eq!(pod["metadata"]["ownerReferences"][0]["kind"], "Job");
+        assert_eq!(pod["status"]["phase"], "Succeeded", "{pod:#}");
+    }
+    for rank in 0..4 {
+        let result = out.join(format!("result-{rank}.json"));
+        assert!(
+            result.exists(),
+            "no {} after the job:\n{logs}",
+            result.display()
+        );
+    }
+    // The launchers found each other through the real API, as the ServiceAccount.
+    assert_contains(&logs, support::DISCOVERS);
+}
+
+/// `manifest`'s Job for `job` in `namespace` with `extra` options, the program after `--`; the
+/// Secret its pods wait for created first as the manifest's comment says.
+fn generated(
+    plane: &ControlPlane,
+    namespace: &str,
+    job: &str,
+    extra: &[&str],
+    program: &[String],
+) -> Vec<Value> {
+    let mut args = vec![
+        "manifest",
+        "--job-name",
+        job,
+        "--namespace",
+        namespace,
+        "--image",
+        "example.com/team/paddle-job:dp",
+        "--protocol",
+        "collective",
+    ];
+    args.extend(extra);
+    args.push("--");
+    args.extend(program.iter().map(String::as_str));
+    let out = std::process::Command::new(LAUNCHER)
+        .args(&args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let yaml = String::from_utf8(out.stdout).unwrap();
+    if let Some(command) = yaml
+        .lines()
+        .find_map(|l| l.strip_prefix("# Create the Secret"))
+    {
+        assert_contains(command, "kubectl create secret generic");
+        plane.kubectl_must(&[
+            "create",
+            "secret",
+            "generic",
+            &format!("{job}-launcher"),
+            "-n",
+            namespace,
+            "--from-literal=secret=real-cluster-test-secret-0123456789abcdef",
+        ]);
+    }
+    documents(&yaml)
+}
+
+/// A pod's one container's environment entry `name` set to `value` (added when missing).
+fn set_env(objects: &mut [Value], name: &str, value: &str) {
+    for object in objects.iter_mut().filter(|o| o["kind"] == "Job") {
+        let env = object["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array_mut()
+            .unwrap();
+        env.retain(|e| e["name"] != name);
+        env.push(json!({"name": name, "value": value}));
+    }
+}
+
+/// A value every launcher refuses (status 2): the generated podFailurePolicy fails the Job at
+/// once (reason PodFailurePolicy, no pod retried), and the pod's termination message, which
+/// the docs tell users to read with kubectl, names the variable and the value.
+#[test]
+fn a_bad_configuration_fails_the_job_at_once_through_the_generated_policy() {
+    let (plane, agent) = (control_plane(), agent());
+    let namespace = plane.namespace("badconf");
+    let program = vec!["/bin/true".to_string()];
+    let mut objects = generated(
+        plane,
+        &namespace,
+        "bad",
+        &["--trainers", "2", "--max-restarts", "2"],
+        &program,
+    );
+    set_env(&mut objects, "PADDLE_LAUNCHER_HANG_TIMEOUT", "soon");
+    create(plane, &namespace, &objects);
+
+    let (end, reason) = wait_job_end(plane, agent, &namespace, "bad");
+    let logs = agent.all_logs(&namespace);
+    assert_eq!(
+        (end.as_str(), reason.as_str()),
+        ("Failed", "PodFailurePolicy"),
+        "{logs}"
+    );
+    let pods = pods(plane, &namespace, "bad");
+    assert!(pods.len() <= 2, "a pod was retried: {pods:#?}");
+    let failed = pods
+        .iter()
+        .find(|p| p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 2)
+        .unwrap_or_else(|| panic!("no pod ended 2: {pods:#?}\n{logs}"));
+    let name = failed["metadata"]["name"].as_str().unwrap();
+    let message = plane.kubectl_must(&[
+        "get",
+        "pod",
+        name,
+        "-n",
+        &namespace,
+        "-o",
+        "jsonpath={.status.containerStatuses[0].state.terminated.message}",
+    ]);
+    assert_contains(&message, "PADDLE_LAUNCHER_HANG_TIMEOUT");
+    assert_contains(&message, "soon");
+}
+
+/// A program for the pods: rank `failing` exits 3 in the job's first run; every rank then meets
+/// its peers as a collective program does (standins/collective).
+fn failing_once(dir: &std::path::Path, failing: u32) -> Vec<String> {
+    let script = dir.join("fail_once.py");
+    let standin = repo().join("standins/collective");
+    std::fs::write(
+        &script,
+        format!(
+            "import os, sys\n\
+             if os.environ['PADDLE_TRAINER_ID'] == '{failing}' and \
+             os.environ.get('PADDLE_LAUNCHER_RESTART_COUNT', '0') == '0':\n    \
+             print('failing on purpose', flush=True)\n    sys.exit(3)\n\
+             os.execv(sys.executable, [sys.executable, '{}'])\n",
+            standin.display()
+        ),
+    )
+    .unwrap();
+    vec!["python3".to_string(), script.display().to_string()]
+}
+
+/// A trainer failing once in a Job from `manifest --max-restarts 2`: the launchers restart the
+/// job in place (the same pods, no container restarted, the Job controller's backoff untouched),
+/// the coordinator records the restart on the Job with a real patch, and the Job completes.
+#[test]
+fn a_trainer_failure_is_restarted_in_place_and_the_job_completes() {
+    let (plane, agent) = (control_plane(), agent());
+    let namespace = plane.namespace("inplace");
+    let dir = plane.dir.join(&namespace);
+    std::fs::create_dir_all(&dir).unwrap();
+    let objects = generated(
+        plane,
+        &namespace,
+        "inplace",
+        &["--trainers", "2", "--max-restarts", "2"],
+        &failing_once(&dir, 1),
+    );
+    create(plane, &namespace, &objects);
+
+    let (end, reason) = wait_job_end(plane, agent, &namespace, "inplace");
+    let logs = agent.all_logs(&namespace);
+    assert_eq!(
+        (end.as_str(), reason.as_str()),
+        ("Complete", "CompletionsReached"),
+        "{logs}"
+    );
+    assert_contains(&logs, "failing on purpose");
+    assert_contains(&logs, "restarting the job (restart 1 of 2)");
+    let pods = pods(plane, &namespace, "inplace");
+    assert_eq!(pods.len(), 2, "a pod was replaced: {pods:#?}");
+    for pod in &pods {
+        assert_eq!(
+            pod["status"]["containerStatuses"][0]["restartCount"], 0,
+            "{pod:#}"
+        );
+    }
+    let job = get(plane, &namespace, &["job", "inplace"]).unwrap();
+    assert_eq!(job["status"]["failed"].as_u64().unwrap_or(0), 0, "{job:#}");
+    assert_eq!(
+        job["metadata"]["annotations"]["paddle-launcher.paddlepaddle.org/restart-count"], "1",
+        "{job:#}"
+    );
+}
+
+/// A program for the pods: in the job's first run every rank trains until stopped (it never
+/// ends by itself); in any later run it meets its peers and ends, as standins/collective does.
+fn trains_until_restarted(dir: &std::path::Path) -> Vec<String> {
+    let script = dir.join("until_restarted.py");
+    let standin = repo().join("standins/collective");
+    std::fs::write(
+        &script,
+        format!(
+            "import os, sys, time\n\
+             if os.environ.get('PADDLE_LAUNCHER_RESTART_COUNT', '0') == '0':\n    \
+             print('training', flush=True)\n    time.sleep(3600)\n\
+             os.execv(sys.executable, [sys.executable, '{}'])\n",
+            standin.display()
+        ),
+    )
+    .unwrap();
+    vec!["python3".to_string(), script.display().to_string()]
+}
+
+/// Waits until every pod of the job runs its program (the line it prints), the pods' names.
+fn wait_training(
+    plane: &ControlPlane,
+    agent: &NodeAgent,
+    namespace: &str,
+    job: &str,
+    count: usize,
+) -> Vec<String> {
+    let deadline = Instant::now() + JOB_LIMIT;
+    loop {
+        let names: Vec<String> = pods(plane, namespace, job)
+            .iter()
+            .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
+            .collect();
+        let training = names
+            .iter()
+            .filter(|n| agent.logs(namespace, n).contains("training"))
+            .count();
+        if names.len() == count && training == count {
+            let mut names = names;
+            names.sort();
+            return names;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{training} of {count} pods training after {JOB_LIMIT:?}\n{}",
+            agent.all_logs(namespace)
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// One pod of a training job evicted through the real Eviction API: the API server adds the
+/// DisruptionTarget condition, the generated podFailurePolicy ignores the pod (the Job's backoff
+/// untouched), the Job controller creates its replacement, the launchers restart the job in
+/// place with it (a preemption: no restart spent), and the Job completes.
+#[test]
+fn an_evicted_pod_is_replaced_and_the_job_restarts_in_place() {
+    let (plane, agent) = (control_plane(), agent());
+    let namespace = plane.namespace("evict");
+    let dir = plane.dir.join(&namespace);
+    std::fs::create_dir_all(&dir).unwrap();
+    let objects = generated(
+        plane,
+        &namespace,
+        "evict",
+        &["--trainers", "2", "--max-restarts", "1"],
+        &trains_until_restarted(&dir),
+    );
+    create(plane, &namespace, &objects);
+    let names = wait_training(plane, agent, &namespace, "evict", 2);
+
+    let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction",
+        "metadata": {"name": names[1], "namespace": namespace}});
+    let file = dir.join("eviction.json");
+    std::fs::write(&file, eviction.to_string()).unwrap();
+    plane.kubectl_must(&[
+        "create",
+        "--raw",
+        &format!("/api/v1/namespaces/{namespace}/pods/{}/eviction", names[1]),
+        "-f",
+        file.to_str().unwrap(),
+    ]);
+
+    let (end, reason) = wait_job_end(plane, agent, &namespace, "evict");
+    let logs = agent.all_logs(&namespace);
+    assert_eq!(
+        (end.as_str(), reason.as_str()),
+        ("Complete", "CompletionsReached"),
+        "{logs}"
+    );
+    assert_contains(&logs, "preempted (SIGTERM while training)");
+    let job = get(plane, &namespace, &["job", "evict"]).unwrap();
+    // The evicted pod is not counted against the backoff limit: the rule ignored it.
+    assert_eq!(job["status"]["failed"].as_u64().unwrap_or(0), 0, "{job:#}");
+    assert_eq!(job["status"]["succeeded"], 2, "{job:#}");
+    assert_eq!(
+        job["metadata"]["annotations"]["paddle-launcher.paddlepaddle.org/preemptions"], "1",
+        "{job:#}"
+    );
+}
+
+/// One pod of a training job deleted (as a node's loss is, once Kubernetes gives up on it): its
+/// replacement is created by the real Job controller, and the launchers restart in place with it.
+#[test]
+fn a_deleted_pod_is_replaced_by_the_job_controller_and_the_job_restarts_in_place() {
+    let (plane, agent) = (control_plane(), agent());
+    let namespace = plane.namespace("deleted");
+    let dir = plane.dir.join(&namespace);
+    std::fs::create_dir_all(&dir).unwrap();
+    let objects = generated(
+        plane,
+        &namespace,
+        "deleted",
+        &["--trainers", "3", "--max-restarts", "1"],
+        &trains_until_restarted(&dir),
+    );
+    create(plane, &namespace, &objects);
+    let names = wait_training(plane, agent, &namespace, "deleted", 3);
+    plane.kubectl_must(&["delete", "pod", "-n", &namespace, &names[2], "--wait=false"]);
+
+    let (end, reason) = wait_job_end(plane, agent, &namespace, "deleted");
+    let logs = agent.all_logs(&namespace);
+    assert_eq!(
+        (end.as_str(), reason.as_str()),
+        ("Complete", "CompletionsReached"),
+        "{logs}"
+    );
+    let pods = pods(plane, &namespace, "deleted");
+    let now: Vec<&str> = pods
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        !now.contains(&names[2].as_str()),
+        "the deleted pod is back: {now:?}"
+    );
+    assert_eq!(pods.len(), 3, "{now:?}");
+    let job = get(plane, &namespace, &["job", "deleted"]).unwrap();
+    assert_eq!(job["status"]["succeeded"], 3, "{job:#}");
+}
+
+/// `manifest --runtime jobset --max-restarts 2` under the real JobSet controller: it creates the
+/// child Job and the headless Service, the launchers reach their coordinator by the name the
+/// manifest gives (the cluster DNS of the node agent), a trainer failure is
+/// restarted in place, and the JobSet completes.
+#[test]
+fn a_generated_jobset_restarts_in_place_and_completes_under_the_real_jobset_controller() {
+    let (plane, agent) = (control_plane(), agent());
+    support::control_plane::jobset_controller();
+    let namespace = plane.namespace("jobset");
+    let dir = plane.dir.join(&namespace);
+    std::fs::create_dir_all(&dir).unwrap();
+    let objects = generated(
+        plane,
+        &namespace,
+        "js",
+        &[
+            "--runtime",
+            "jobset",
+            "--trainers",
+            "2",
+            "--max-restarts",
+            "2",
+        ],
+        &failing_once(&dir, 0),
+    );
+    create(plane, &namespace, &objects);
+
+    let deadline = Instant::now() + JOB_LIMIT;
+    let completed = loop {
+        let jobset = get(plane, &namespace, &["jobset", "js"]).unwrap_or_default();
+        let ended = jobset["status"]["conditions"].as_array().and_then(|c| {
+            c.iter()
+                .find(|c| {
+                    c["status"] == "True" && (c["type"] == "Completed" || c["type"] == "Failed")
+                })
+                .cloned()
+        });
+        if let Some(condition) = ended {
+            break condition;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "jobset not ended: {jobset:#}\n{}\n{}",
+            plane.kubectl(&["get", "all", "-n", &namespace]).1,
+            agent.all_logs(&namespace)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let logs = agent.all_logs(&namespace);
+    assert_eq!(completed["type"], "Completed", "{completed:#}\n{logs}");
+    assert_contains(&logs, "failing on purpose");
+    assert_contains(&logs, "restarting the job (restart 1 of 2)");
+    let services = plane.kubectl_must(&["get", "services", "-n", &namespace, "-o", "name"]);
+    assert!(!services.trim().is_empty(), "no headless Service");
+}
+
+/// Not a test of its own: run by `the_control_plane_ends_with_its_test_binary` in a test
+/// binary of its own, it starts the control plane and the node agent, prints their pids, and ends.
+#[test]
+#[ignore = "run by the_control_plane_ends_with_its_test_binary"]
+fn start_the_control_plane_and_end() {
+    let plane = control_plane();
+    let mut pids: Vec<String> = plane
+        .components
+        .iter()
+        .map(|c| c.pid().to_string())
+        .collect();
+    pids.push(agent().dns.pid().to_string());
+    println!("control plane pids: {}", pids.join(" "));
+}
+
+/// Every process of the control plane ends with the test binary that started it, however it
+/// ends (each is spawned with a death signal, docs/development.md).
+#[test]
+fn the_control_plane_ends_with_its_test_binary() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "start_the_control_plane_and_end",
+            "--ignored",
+            "--nocapture",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pids: Vec<String> = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("control plane pids: "))
+        .unwrap_or_else(|| panic!("no pids in:\n{stdout}"))
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(pids.len(), 5, "{pids:?}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let alive: Vec<&String> = pids
+            .iter()
+            .filter(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
+                    s.rsplit(')')
+                        .next()
+                        .and_then(|r| r.split_whitespace().next())
+                        != Some("Z")
+                })
+            })
+            .collect();
+        if alive.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running after the test binary ended: {alive:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
