@@ -179,6 +179,16 @@ async fn owner_of(api: &ApiServer, pod: &str) -> Value {
         json!({"apiVersion": "v1", "kind": "Pod", "name": pod, "namespace": api.namespace});
     let found = match timeout(REQUEST_TIMEOUT, pods.get(pod)).await {
         Ok(Ok(found)) => found,
+        Ok(Err(kube::Error::Api(status))) if matches!(status.code, 401 | 403) => {
+            // Events on the pod are not listed by `kubectl describe job`: say why, once.
+            warn!(
+                "Kubernetes events: the API refused to get this pod ({}), so the job's events \
+                 go on the pod instead of its Job; allow `get` on `pods` in the launcher's Role \
+                 (`paddle-launcher manifest` grants it)",
+                status.message
+            );
+            return itself;
+        }
         _ => return itself,
     };
     let controller = found

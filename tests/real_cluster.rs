@@ -412,6 +412,19 @@ fn a_trainer_failure_is_restarted_in_place_and_the_job_completes() {
         job["metadata"]["annotations"]["paddle-launcher.paddlepaddle.org/restart-count"], "1",
         "{job:#}"
     );
+    // The job's story as events on its Job, accepted by the real API and listed where
+    // docs/troubleshooting.md says: `kubectl describe job`.
+    let ours = launcher_events(plane, &namespace);
+    for reason in ["Started", "Restarting", "Succeeded"] {
+        assert!(
+            ours.contains(&("Job".to_string(), reason.to_string())),
+            "no {reason}: {ours:?}"
+        );
+    }
+    let described = plane.kubectl_must(&["describe", "job", "-n", &namespace, "inplace"]);
+    for line in ["Restarting", "restart 1 of 2", "paddle-launcher"] {
+        assert_contains(&described, line);
+    }
 }
 
 /// A program for the pods: in the job's first run every rank trains until stopped (it never
@@ -675,4 +688,100 @@ fn the_control_plane_ends_with_its_test_binary() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// The events the launchers posted in `namespace`: (kind of the object they are about, reason).
+fn launcher_events(plane: &ControlPlane, namespace: &str) -> Vec<(String, String)> {
+    let events = get(plane, namespace, &["events"]).unwrap();
+    events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["reportingComponent"] == "paddle-launcher")
+        .map(|e| {
+            let kind = e["involvedObject"]["kind"].as_str().unwrap_or_default();
+            (
+                kind.to_string(),
+                e["reason"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The generated Role without `verb` on `resource` (the rule dropped when it has no verb left).
+fn without_verb(objects: &mut [Value], resource: &str, verb: &str) {
+    for role in objects.iter_mut().filter(|o| o["kind"] == "Role") {
+        let rules = role["rules"].as_array_mut().unwrap();
+        for rule in rules.iter_mut() {
+            if rule["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r == resource)
+            {
+                rule["verbs"].as_array_mut().unwrap().retain(|v| v != verb);
+            }
+        }
+        rules.retain(|r| !r["verbs"].as_array().unwrap().is_empty());
+    }
+}
+
+/// The launchers authenticate as the generated ServiceAccount, and its Role is exactly enough:
+/// with every verb the job runs and records its restart and events; without any one verb, the
+/// launcher says so in the documented line (docs/manifests-and-rbac.md#rbac), and a verb whose
+/// absence changes nothing would be a verb granted for nothing.
+#[test]
+fn the_generated_role_is_enough_and_each_verb_is_needed() {
+    let (plane, agent) = (control_plane(), agent());
+    // (resource, verb, the Job's end, the launcher's line without it). Without `watch` a launcher
+    // that must wait for its peers stops at once; one that found them all Running at its first
+    // look trains on without the API's word of a lost peer and says so: which one depends on
+    // how fast the pods start (docs/manifests-and-rbac.md#rbac).
+    let cases: [(&str, &str, &str, &str); 6] = [
+        ("pods", "list", "Failed", "exiting with status 72: the Kubernetes API refused to list/watch pods: 403 pods is forbidden: User \"system:serviceaccount:"),
+        ("pods", "watch", "either", "cannot watch resource \"pods\""),
+        ("pods", "get", "Complete", "the API refused to get this pod"),
+        ("events", "create", "Complete", "Kubernetes events: the API refused to create them"),
+        ("jobs", "get", "Complete", "the API refused to get Job no-get-jobs in namespace"),
+        ("jobs", "patch", "Complete", "the API refused to patch Job no-patch-jobs in namespace"),
+    ];
+    let mut runs = Vec::new();
+    for (resource, verb, _, _) in cases {
+        let namespace = plane.namespace(&format!("rbac-{verb}-{resource}"));
+        let dir = plane.dir.join(&namespace);
+        std::fs::create_dir_all(&dir).unwrap();
+        // A job name of its own: the cluster DNS's short names are shared by all namespaces.
+        let job = format!("no-{verb}-{resource}");
+        let mut objects = generated(
+            plane,
+            &namespace,
+            &job,
+            &["--trainers", "2", "--max-restarts", "1"],
+            &failing_once(&dir, 1),
+        );
+        without_verb(&mut objects, resource, verb);
+        create(plane, &namespace, &objects);
+        runs.push((namespace, job));
+    }
+    for ((resource, verb, ends, line), (namespace, job)) in cases.iter().zip(&runs) {
+        let (end, reason) = wait_job_end(plane, agent, namespace, job);
+        let logs = agent.all_logs(namespace);
+        let what = format!("without {verb} on {resource}: {end} ({reason})");
+        assert_contains(&logs, line);
+        match *ends {
+            "Failed" => assert_eq!(reason, "PodFailurePolicy", "{what}\n{logs}"),
+            "Complete" => assert_eq!(end, "Complete", "{what}\n{logs}"),
+            _ if end == "Complete" => {
+                assert_contains(&logs, "no longer allowed to watch the peers")
+            }
+            _ => assert_contains(&logs, "exiting with status 72"),
+        }
+    }
+    // Without `get` on pods the events are the pods' (not listed by `kubectl describe job`).
+    let (namespace, _) = &runs[2];
+    let ours = launcher_events(plane, namespace);
+    assert!(
+        !ours.is_empty() && ours.iter().all(|(kind, _)| kind == "Pod"),
+        "{ours:?}"
+    );
 }

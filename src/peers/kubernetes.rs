@@ -662,7 +662,7 @@ async fn job_record(
     let object = match jobs(server).get(job).await {
         Ok(object) => object,
         Err(kube::Error::Api(status)) if status.code == 404 => return Ok(None),
-        Err(e) => return Err(format!("Job {job} in namespace {}: {e}", server.namespace)),
+        Err(e) => return Err(job_refusal(server, job, "get", e)),
     };
     let annotations = object.metadata.annotations.unwrap_or_default();
     // Anyone who may edit the Job may write here: a count no job reaches is no count.
@@ -678,6 +678,23 @@ async fn job_record(
         (epoch, preemptions, grows)
     });
     Ok(Some((object.metadata.resource_version, recorded)))
+}
+
+/// What went wrong reading (`get`) or writing (`patch`) the Job, in one line: a refusal names
+/// the verb the Role lacks, as the API server's words alone do not say what to grant.
+fn job_refusal(server: &ApiServer, job: &str, verb: &str, e: kube::Error) -> String {
+    match e {
+        kube::Error::Api(status) if matches!(status.code, 401 | 403) => format!(
+            "the API refused to {verb} Job {job} in namespace {} ({}): allow `get` and `patch` on \
+             `jobs` named {job} in the launcher's Role (`paddle-launcher manifest` grants them)",
+            server.namespace, status.message
+        ),
+        kube::Error::Api(status) => format!(
+            "Job {job} in namespace {}: {} ({})",
+            server.namespace, status.message, status.code
+        ),
+        e => format!("Job {job} in namespace {}: {e}", server.namespace),
+    }
 }
 
 fn jobs(server: &ApiServer) -> Api<k8s_openapi::api::batch::v1::Job> {
@@ -734,7 +751,7 @@ pub async fn record_restarts(
         {
             Ok(_) => return Ok(()),
             Err(kube::Error::Api(status)) if status.code == 409 => continue,
-            Err(e) => return Err(format!("Job {job} in namespace {}: {e}", server.namespace)),
+            Err(e) => return Err(job_refusal(server, job, "patch", e)),
         }
     }
     Err(format!(

@@ -249,7 +249,8 @@ async fn run(
 /// subdomain is the Service (not-ready pods only when the Service publishes them, none being
 /// deleted), and the same name without `.<namespace>.svc.cluster.local`, as the pod's
 /// resolv.conf search path completes it (the launcher is given this DNS server, not a
-/// resolv.conf). CoreDNS reads them from the EndpointSlices, which the real controller cannot
+/// resolv.conf): a short name is the same in every namespace, so the tests give their jobs
+/// names of their own. CoreDNS reads them from the EndpointSlices, which the real controller cannot
 /// write here: the API refuses loopback addresses in them (`ValidateEndpointIP`), so the agent
 /// applies the endpoint slice controller's rule itself.
 async fn dns_records(client: &Client) -> Result<Vec<(String, String)>, kube::Error> {
