@@ -785,3 +785,120 @@ fn the_generated_role_is_enough_and_each_verb_is_needed() {
         "{ours:?}"
     );
 }
+
+/// The Job's pods tolerate `pool`'s taint (`manifest --node-selector` pins them to its nodes):
+/// the one edit the tests make to a generated Job, so that a test's nodes run its pods only.
+fn tolerate_pool(objects: &mut [Value], pool: &str) {
+    for object in objects.iter_mut().filter(|o| o["kind"] == "Job") {
+        object["spec"]["template"]["spec"]["tolerations"] = json!([
+            {"key": support::node_agent::POOL, "operator": "Equal", "value": pool, "effect": "NoSchedule"}
+        ]);
+    }
+}
+
+/// A program for an elastic job: each run prints its epoch and world size; it trains (never
+/// ends) until it runs in epoch 2 or later with all 3 pods, then meets its peers and ends.
+fn trains_until_grown_back(dir: &std::path::Path) -> Vec<String> {
+    let script = dir.join("until_grown.py");
+    let standin = repo().join("standins/collective");
+    std::fs::write(
+        &script,
+        format!(
+            "import os, sys, time\n\
+             epoch = int(os.environ.get('PADDLE_LAUNCHER_RESTART_COUNT', '0'))\n\
+             world = int(os.environ['PADDLE_TRAINERS_NUM'])\n\
+             print(f'epoch {{epoch}} world {{world}}', flush=True)\n\
+             if epoch < 2 or world < 3:\n    \
+             print('training', flush=True)\n    time.sleep(3600)\n\
+             os.execv(sys.executable, [sys.executable, '{}'])\n",
+            standin.display()
+        ),
+    )
+    .unwrap();
+    vec!["python3".to_string(), script.display().to_string()]
+}
+
+/// Waits until some pod's output of `namespace` has `line`.
+fn wait_line(agent: &NodeAgent, namespace: &str, line: &str) {
+    let deadline = Instant::now() + JOB_LIMIT;
+    while !agent.all_logs(namespace).contains(line) {
+        assert!(
+            Instant::now() < deadline,
+            "no {line:?} after {JOB_LIMIT:?}:\n{}",
+            agent.all_logs(namespace)
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// An elastic Job (`manifest --min-pods 2`) of 3 pods on nodes of its own: a pod deleted while
+/// its replacement cannot be scheduled (the nodes cordoned: Pending for real) -> the job trains
+/// on with 2 pods after the elastic wait; the nodes uncordoned -> the replacement is scheduled
+/// and the job grows back to 3; the real Job controller completes the Job through the generated
+/// successPolicy.
+#[test]
+fn an_elastic_job_shrinks_while_its_replacement_is_pending_and_grows_back() {
+    let (plane, agent) = (control_plane(), agent());
+    let namespace = plane.namespace("elastic");
+    let pool = namespace.clone();
+    let nodes: Vec<String> = (0..2).map(|i| format!("{pool}-node-{i}")).collect();
+    for node in &nodes {
+        agent.add_pool_node(node, &pool, 110);
+    }
+    let dir = plane.dir.join(&namespace);
+    std::fs::create_dir_all(&dir).unwrap();
+    let selector = format!("{}={pool}", support::node_agent::POOL);
+    let mut objects = generated(
+        plane,
+        &namespace,
+        "elastic",
+        &[
+            "--trainers",
+            "3",
+            "--min-pods",
+            "2",
+            "--max-restarts",
+            "4",
+            "--elastic-wait",
+            "5",
+            "--node-selector",
+            &selector,
+        ],
+        &trains_until_grown_back(&dir),
+    );
+    tolerate_pool(&mut objects, &pool);
+    create(plane, &namespace, &objects);
+    let names = wait_training(plane, agent, &namespace, "elastic", 3);
+    wait_line(agent, &namespace, "epoch 0 world 3");
+
+    for node in &nodes {
+        plane.kubectl_must(&["cordon", node]);
+    }
+    plane.kubectl_must(&["delete", "pod", "-n", &namespace, &names[2], "--wait=false"]);
+    wait_line(agent, &namespace, "world 2");
+    // The Job controller creates the replacement once the deleted pod has ended (the
+    // generated podFailurePolicy makes its podReplacementPolicy `Failed`): it stays Pending.
+    let deadline = Instant::now() + JOB_LIMIT;
+    while !pods(plane, &namespace, "elastic")
+        .iter()
+        .any(|p| p["status"]["phase"] == "Pending")
+    {
+        assert!(Instant::now() < deadline, "no replacement Pending");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    for node in &nodes {
+        plane.kubectl_must(&["uncordon", node]);
+    }
+    let (end, reason) = wait_job_end(plane, agent, &namespace, "elastic");
+    let logs = agent.all_logs(&namespace);
+    assert_eq!(
+        (end.as_str(), reason.as_str()),
+        ("Complete", "SuccessPolicy"),
+        "{logs}"
+    );
+    let grown = logs
+        .lines()
+        .filter_map(|l| l.split("epoch ").nth(1))
+        .any(|l| l.ends_with("world 3") && !l.starts_with('0') && !l.starts_with('1'));
+    assert!(grown, "the job never ran with 3 pods again:\n{logs}");
+}

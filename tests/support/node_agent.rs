@@ -48,6 +48,9 @@ const RESTART_DELAY: Duration = Duration::from_secs(1);
 /// What a kubelet keeps of a termination message (4096 bytes, `terminationMessagePath`).
 const MESSAGE_MAX: usize = 4096;
 
+/// The label and taint of a test's own nodes (`NodeAgent::add_pool_node`).
+pub const POOL: &str = "paddle-launcher.test/pool";
+
 /// The agent of this test binary and its nodes.
 pub struct NodeAgent {
     shared: Arc<Mutex<Shared>>,
@@ -70,6 +73,11 @@ struct Shared {
 struct NodeState {
     alive: bool,
     gpus: u32,
+    /// A test's own pool: the node's label and NoSchedule taint `POOL=<pool>`, so that only
+    /// that test's pods (given the toleration and the node selector) run there.
+    pool: Option<String>,
+    /// How many pods it takes (a kubelet's `pods` capacity).
+    max_pods: u32,
     registered: bool,
     frozen: bool,
 }
@@ -127,15 +135,30 @@ impl NodeAgent {
     /// A node with `gpus` GPUs (its `nvidia.com/gpu` capacity), registered by the agent's next
     /// round.
     pub fn add_node(&self, name: &str, gpus: u32) {
-        self.shared.lock().unwrap().nodes.insert(
-            name.to_string(),
-            NodeState {
-                alive: true,
-                gpus,
-                registered: false,
-                frozen: false,
-            },
-        );
+        self.insert_node(name, gpus, None, 110);
+    }
+
+    /// A node of `pool` for one test (labelled and tainted `POOL=<pool>`) taking `max_pods`
+    /// pods, registered before this returns.
+    pub fn add_pool_node(&self, name: &str, pool: &str, max_pods: u32) {
+        self.insert_node(name, 0, Some(pool.to_string()), max_pods);
+        self.wait_nodes_registered();
+    }
+
+    fn insert_node(&self, name: &str, gpus: u32, pool: Option<String>, max_pods: u32) {
+        let node = NodeState {
+            alive: true,
+            gpus,
+            pool,
+            max_pods,
+            registered: false,
+            frozen: false,
+        };
+        self.shared
+            .lock()
+            .unwrap()
+            .nodes
+            .insert(name.to_string(), node);
     }
 
     /// The node dies: its Lease is no longer renewed, its pods no longer reported, their
@@ -295,32 +318,37 @@ async fn dns_records(client: &Client) -> Result<Vec<(String, String)>, kube::Err
 
 /// Registers new nodes and renews live nodes' Leases and Ready condition.
 async fn nodes_round(client: &Client, shared: &Arc<Mutex<Shared>>) -> Result<(), kube::Error> {
-    let nodes: Vec<(String, u32, bool)> = {
+    let nodes: Vec<(String, u32, bool, Option<String>, u32)> = {
         let s = shared.lock().unwrap();
         s.nodes
             .iter()
-            .map(|(n, st)| (n.clone(), st.gpus, st.alive))
+            .map(|(n, st)| (n.clone(), st.gpus, st.alive, st.pool.clone(), st.max_pods))
             .collect()
     };
     let api: Api<Node> = Api::all(client.clone());
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
         Api::namespaced(client.clone(), "kube-node-lease");
     let now = now();
-    for (name, gpus, alive) in nodes {
+    for (name, gpus, alive, pool, max_pods) in nodes {
         if !alive {
             continue;
         }
-        let node: Node = serde_json::from_value(json!({
+        let mut node = json!({
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-        }))
-        .unwrap();
+        });
+        if let Some(pool) = &pool {
+            node["metadata"]["labels"][POOL] = json!(pool);
+            node["spec"] =
+                json!({"taints": [{"key": POOL, "value": pool, "effect": "NoSchedule"}]});
+        }
+        let node: Node = serde_json::from_value(node).unwrap();
         match api.create(&PostParams::default(), &node).await {
             Err(kube::Error::Api(status)) if status.code == 409 => {}
             Ok(_) => {}
             Err(e) => return Err(e),
         }
-        let mut capacity = json!({"cpu": "64", "memory": "256Gi", "pods": "110"});
+        let mut capacity = json!({"cpu": "64", "memory": "256Gi", "pods": max_pods.to_string()});
         if gpus > 0 {
             capacity["nvidia.com/gpu"] = json!(gpus.to_string());
         }
