@@ -94,14 +94,25 @@ fn wait_job_end(
     namespace: &str,
     job: &str,
 ) -> (String, String) {
+    wait_job_condition(plane, agent, namespace, job, &["Complete", "Failed"])
+}
+
+/// Waits until one of the Job's conditions `types` is True: (type, reason).
+fn wait_job_condition(
+    plane: &ControlPlane,
+    agent: &NodeAgent,
+    namespace: &str,
+    job: &str,
+    types: &[&str],
+) -> (String, String) {
     let deadline = Instant::now() + JOB_LIMIT;
     loop {
-        if let Some(end) = job_condition(plane, namespace, job, &["Complete", "Failed"]) {
+        if let Some(end) = job_condition(plane, namespace, job, types) {
             return end;
         }
         if Instant::now() > deadline {
             panic!(
-                "job {namespace}/{job} not ended after {JOB_LIMIT:?}\njob: {:#}\npods: {}\nagent: {:?}\n{}",
+                "job {namespace}/{job} not {types:?} after {JOB_LIMIT:?}\njob: {:#}\npods: {}\nagent: {:?}\n{}",
                 get(plane, namespace, &["job", job]).unwrap_or_default(),
                 plane.kubectl(&["get", "pods", "-n", namespace, "-o", "wide"]).1,
                 agent.errors(),
@@ -427,16 +438,20 @@ fn a_trainer_failure_is_restarted_in_place_and_the_job_completes() {
     }
 }
 
-/// A program for the pods: in the job's first run every rank trains until stopped (it never
-/// ends by itself); in any later run it meets its peers and ends, as standins/collective does.
-fn trains_until_restarted(dir: &std::path::Path) -> Vec<String> {
-    let script = dir.join("until_restarted.py");
+/// A program for the pods: each run prints its epoch (PADDLE_LAUNCHER_RESTART_COUNT) and world
+/// size (PADDLE_TRAINERS_NUM), then trains (never ends) until `done` (a Python condition on
+/// `epoch` and `world`) holds; then it meets its peers and ends, as standins/collective does.
+fn trains_until(dir: &std::path::Path, done: &str) -> Vec<String> {
+    let script = dir.join(format!("until-{}.py", support::control_plane::unique()));
     let standin = repo().join("standins/collective");
     std::fs::write(
         &script,
         format!(
             "import os, sys, time\n\
-             if os.environ.get('PADDLE_LAUNCHER_RESTART_COUNT', '0') == '0':\n    \
+             epoch = int(os.environ.get('PADDLE_LAUNCHER_RESTART_COUNT', '0'))\n\
+             world = int(os.environ['PADDLE_TRAINERS_NUM'])\n\
+             print(f'epoch {{epoch}} world {{world}}', flush=True)\n\
+             if not ({done}):\n    \
              print('training', flush=True)\n    time.sleep(3600)\n\
              os.execv(sys.executable, [sys.executable, '{}'])\n",
             standin.display()
@@ -493,7 +508,7 @@ fn an_evicted_pod_is_replaced_and_the_job_restarts_in_place() {
         &namespace,
         "evict",
         &["--trainers", "2", "--max-restarts", "1"],
-        &trains_until_restarted(&dir),
+        &trains_until(&dir, "epoch >= 1"),
     );
     create(plane, &namespace, &objects);
     let names = wait_training(plane, agent, &namespace, "evict", 2);
@@ -541,7 +556,7 @@ fn a_deleted_pod_is_replaced_by_the_job_controller_and_the_job_restarts_in_place
         &namespace,
         "deleted",
         &["--trainers", "3", "--max-restarts", "1"],
-        &trains_until_restarted(&dir),
+        &trains_until(&dir, "epoch >= 1"),
     );
     create(plane, &namespace, &objects);
     let names = wait_training(plane, agent, &namespace, "deleted", 3);
@@ -796,28 +811,6 @@ fn tolerate_pool(objects: &mut [Value], pool: &str) {
     }
 }
 
-/// A program for an elastic job: each run prints its epoch and world size; it trains (never
-/// ends) until it runs in epoch 2 or later with all 3 pods, then meets its peers and ends.
-fn trains_until_grown_back(dir: &std::path::Path) -> Vec<String> {
-    let script = dir.join("until_grown.py");
-    let standin = repo().join("standins/collective");
-    std::fs::write(
-        &script,
-        format!(
-            "import os, sys, time\n\
-             epoch = int(os.environ.get('PADDLE_LAUNCHER_RESTART_COUNT', '0'))\n\
-             world = int(os.environ['PADDLE_TRAINERS_NUM'])\n\
-             print(f'epoch {{epoch}} world {{world}}', flush=True)\n\
-             if epoch < 2 or world < 3:\n    \
-             print('training', flush=True)\n    time.sleep(3600)\n\
-             os.execv(sys.executable, [sys.executable, '{}'])\n",
-            standin.display()
-        ),
-    )
-    .unwrap();
-    vec!["python3".to_string(), script.display().to_string()]
-}
-
 /// Waits until some pod's output of `namespace` has `line`.
 fn wait_line(agent: &NodeAgent, namespace: &str, line: &str) {
     let deadline = Instant::now() + JOB_LIMIT;
@@ -864,7 +857,7 @@ fn an_elastic_job_shrinks_while_its_replacement_is_pending_and_grows_back() {
             "--node-selector",
             &selector,
         ],
-        &trains_until_grown_back(&dir),
+        &trains_until(&dir, "epoch >= 2 and world == 3"),
     );
     tolerate_pool(&mut objects, &pool);
     create(plane, &namespace, &objects);
@@ -901,4 +894,223 @@ fn an_elastic_job_shrinks_while_its_replacement_is_pending_and_grows_back() {
         .filter_map(|l| l.split("epoch ").nth(1))
         .any(|l| l.ends_with("world 3") && !l.starts_with('0') && !l.starts_with('1'));
     assert!(grown, "the job never ran with 3 pods again:\n{logs}");
+}
+
+/// Seconds since `start`, for a timeline.
+fn since(start: Instant) -> f64 {
+    (start.elapsed().as_millis() as f64 / 100.0).round() / 10.0
+}
+
+/// Waits until `ready` holds of the pod `name` (its JSON; None when it is gone).
+fn wait_pod(
+    plane: &ControlPlane,
+    namespace: &str,
+    name: &str,
+    what: &str,
+    ready: impl Fn(Option<&Value>) -> bool,
+) {
+    let deadline = Instant::now() + JOB_LIMIT;
+    loop {
+        let pod = get(plane, namespace, &["pod", name]);
+        if ready(pod.as_ref()) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "pod {name}: not {what} after {JOB_LIMIT:?}: {pod:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn pod_ready(pod: &Value) -> bool {
+    pod["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+}
+
+/// The node of a training pod of a recovering Job (`manifest --max-restarts 2`, its pods on
+/// nodes of their own) dies: its kubelet stops, its processes freeze. What follows is the real
+/// node lifecycle controller's and Job controller's doing, measured on the way: the pod stays
+/// Running, turns not Ready once the node is NotReady, is evicted after the unreachable
+/// toleration and stays Terminating (nothing confirms its end on a dead node); the launchers find
+/// the frozen peer by the heartbeat meanwhile. The generated podFailurePolicy makes the Job's
+/// podReplacementPolicy `Failed`: no replacement while the pod is Terminating, so the test then
+/// does what a cloud's node lifecycle does for a machine that is gone, deletes the Node; the pod
+/// garbage collector fails and removes the pod, the Job controller creates the replacement, and
+/// the launchers restart in place with it.
+#[test]
+fn a_dead_nodes_pod_is_found_by_the_heartbeat_and_replaced_once_kubernetes_lets_go_of_it() {
+    let (plane, agent) = (control_plane(), agent());
+    let namespace = plane.namespace("deadnode");
+    let pool = namespace.clone();
+    for i in 0..3 {
+        agent.add_pool_node(&format!("{pool}-node-{i}"), &pool, 1);
+    }
+    let dir = plane.dir.join(&namespace);
+    std::fs::create_dir_all(&dir).unwrap();
+    let selector = format!("{}={pool}", support::node_agent::POOL);
+    let mut objects = generated(
+        plane,
+        &namespace,
+        "deadnode",
+        &[
+            "--trainers",
+            "2",
+            "--max-restarts",
+            "2",
+            "--node-selector",
+            &selector,
+        ],
+        &trains_until(&dir, "epoch >= 1"),
+    );
+    tolerate_pool(&mut objects, &pool);
+    create(plane, &namespace, &objects);
+    let names = wait_training(plane, agent, &namespace, "deadnode", 2);
+    let victim = &names[1];
+    let pod = get(plane, &namespace, &["pod", victim]).unwrap();
+    let node = pod["spec"]["nodeName"].as_str().unwrap().to_string();
+
+    let start = Instant::now();
+    agent.kill_node(&node);
+    let mut timeline = vec![format!("node {node} of pod {victim} dies at 0 s")];
+    wait_line(agent, &namespace, "no heartbeat");
+    timeline.push(format!(
+        "{} s: the launchers name the silent peer",
+        since(start)
+    ));
+    wait_pod(plane, &namespace, victim, "not Ready", |p| {
+        p.is_some_and(|p| !pod_ready(p))
+    });
+    timeline.push(format!(
+        "{} s: the pod is not Ready (still {})",
+        since(start),
+        get(plane, &namespace, &["pod", victim]).unwrap()["status"]["phase"]
+    ));
+    wait_pod(plane, &namespace, victim, "deleted", |p| {
+        p.is_some_and(|p| p["metadata"]["deletionTimestamp"].is_string())
+    });
+    timeline.push(format!(
+        "{} s: the pod is evicted, Terminating",
+        since(start)
+    ));
+    // A while Terminating: no replacement meanwhile.
+    std::thread::sleep(Duration::from_secs(10));
+    let now = pods(plane, &namespace, "deadnode");
+    assert_eq!(
+        now.len(),
+        2,
+        "a replacement while the dead pod is Terminating: {now:#?}"
+    );
+    assert!(
+        get(plane, &namespace, &["pod", victim]).is_some(),
+        "the dead pod is gone"
+    );
+
+    plane.kubectl_must(&["delete", "node", &node, "--wait=false"]);
+    timeline.push(format!("{} s: the Node is deleted", since(start)));
+    let (end, reason) = wait_job_end(plane, agent, &namespace, "deadnode");
+    timeline.push(format!("{} s: the Job is {end}", since(start)));
+    eprintln!("timeline:\n{}", timeline.join("\n"));
+    let logs = agent.all_logs(&namespace);
+    assert_eq!(
+        (end.as_str(), reason.as_str()),
+        ("Complete", "CompletionsReached"),
+        "{logs}"
+    );
+    let job = get(plane, &namespace, &["job", "deadnode"]).unwrap();
+    assert_eq!(job["status"]["succeeded"], 2, "{job:#}");
+}
+
+/// The node of a member of an elastic Job (`--min-pods 2`, 3 pods, each on a node of its own
+/// and no node left for a replacement) dies: the job trains on with the 2 live pods within the
+/// heartbeat timeout + the hello wait + the trainers' stop (docs/recovery.md: max(elastic wait,
+/// heartbeat timeout + grace period), defaults 10 s and 30 s here), while the API still has the
+/// dead pod Running (then Terminating); the Job completes through the generated successPolicy
+/// with it still there.
+#[test]
+fn an_elastic_job_trains_on_without_a_dead_nodes_pod_still_in_the_api() {
+    let (plane, agent) = (control_plane(), agent());
+    let namespace = plane.namespace("elasticdead");
+    let pool = namespace.clone();
+    for i in 0..3 {
+        agent.add_pool_node(&format!("{pool}-node-{i}"), &pool, 1);
+    }
+    let dir = plane.dir.join(&namespace);
+    std::fs::create_dir_all(&dir).unwrap();
+    let selector = format!("{}={pool}", support::node_agent::POOL);
+    let mut objects = generated(
+        plane,
+        &namespace,
+        "elasticdead",
+        &[
+            "--trainers",
+            "3",
+            "--min-pods",
+            "2",
+            "--max-restarts",
+            "2",
+            "--elastic-wait",
+            "5",
+            "--node-selector",
+            &selector,
+        ],
+        &trains_until(&dir, "world == 2"),
+    );
+    tolerate_pool(&mut objects, &pool);
+    create(plane, &namespace, &objects);
+    let names = wait_training(plane, agent, &namespace, "elasticdead", 3);
+    let victim = &names[2];
+    let node = get(plane, &namespace, &["pod", victim]).unwrap()["spec"]["nodeName"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let start = Instant::now();
+    agent.kill_node(&node);
+    wait_line(agent, &namespace, "world 2");
+    let shrunk = since(start);
+    let dead = get(plane, &namespace, &["pod", victim]).unwrap();
+    assert_eq!(dead["status"]["phase"], "Running", "{dead:#}");
+    // The success policy is met when pod 0 succeeds; the Job controller then waits for every
+    // pod to have ended before it says Complete, and the dead node's pod never ends by itself.
+    let met = wait_job_condition(
+        plane,
+        agent,
+        &namespace,
+        "elasticdead",
+        &["SuccessCriteriaMet", "Failed"],
+    );
+    let logs = agent.all_logs(&namespace);
+    assert_eq!(
+        met,
+        (
+            "SuccessCriteriaMet".to_string(),
+            "SuccessPolicy".to_string()
+        ),
+        "{logs}"
+    );
+    let trained = since(start);
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(
+        get(plane, &namespace, &["pod", victim]).is_some(),
+        "the dead pod is gone"
+    );
+    assert!(job_condition(plane, &namespace, "elasticdead", &["Complete"]).is_none());
+    // What a cloud does for a machine that is gone: the Node deleted, the pod garbage
+    // collector fails and removes its pods, and the Job is Complete.
+    plane.kubectl_must(&["delete", "node", &node, "--wait=false"]);
+    let (end, reason) = wait_job_end(plane, agent, &namespace, "elasticdead");
+    eprintln!(
+        "the job trains on with 2 pods {shrunk} s after the node died, its success policy met at \
+         {trained} s, Complete at {} s once the Node was deleted",
+        since(start)
+    );
+    assert_eq!(
+        (end.as_str(), reason.as_str()),
+        ("Complete", "SuccessPolicy"),
+        "{logs}"
+    );
 }

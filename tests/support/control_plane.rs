@@ -182,7 +182,7 @@ impl ControlPlane {
             .arg(
                 "--controllers=job-controller,garbage-collector-controller,namespace-controller,\
                  ttl-after-finished-controller,node-lifecycle-controller,serviceaccount-controller,\
-                 taint-eviction-controller",
+                 taint-eviction-controller,pod-garbage-collector-controller",
             )
             // The node lifecycle controller's clock, shortened (docs/development.md): a node
             // whose Lease is not renewed for 8 s is NotReady (Kubernetes: 50 s).
@@ -350,6 +350,13 @@ fn apiserver_args(
         ))
         .arg("--service-cluster-ip-range=10.0.0.0/24")
         .arg("--authorization-mode=Node,RBAC")
+        // The tolerations the DefaultTolerationSeconds admission gives every pod for the
+        // not-ready and unreachable taints, shortened (Kubernetes: 300 s): a dead node's pods
+        // are evicted 15 s after it turns NotReady.
+        .args([
+            "--default-not-ready-toleration-seconds=15",
+            "--default-unreachable-toleration-seconds=15",
+        ])
         .arg("--allow-privileged=true");
     command
 }
