@@ -134,6 +134,34 @@ fn launch_survives_watches_closed_by_the_server() {
     );
 }
 
+/// An API server that restarts refuses every request (403) for a few seconds after it failed,
+/// until its authorizer has read the Roles (seen against the real one, tests/real_cluster.rs):
+/// refusals that follow a failure are retried; only a refusal with no failure before it is a
+/// missing Role (kubernetes_e2e.rs: status 72 at once).
+#[test]
+fn launch_survives_a_restarted_api_servers_refusals() {
+    launch_despite(
+        "restart403",
+        42,
+        When::WhileWaiting,
+        |api| {
+            // Down: its connections dropped and new ones reset, for 2.5 s.
+            api.go_down_for(Duration::from_millis(2500));
+            api.end_watches();
+            std::thread::sleep(Duration::from_millis(2500));
+            // Up, refusing everything for 5 s: every launcher asks meanwhile (its backoff
+            // after 2.5 s of failures is shorter), and is refused.
+            let (lists, watches) = api.pod_requests();
+            api.set_forbidden(true);
+            std::thread::sleep(Duration::from_secs(5));
+            let refused = api.pod_requests().0 + api.pod_requests().1 - lists - watches;
+            api.set_forbidden(false);
+            assert!(refused >= 3, "only {refused} requests refused");
+        },
+        |api| api.pod_requests().1 >= 6,
+    );
+}
+
 #[test]
 fn launch_survives_410_gone() {
     // 410 Gone on resuming: each launcher has to list again.

@@ -1114,3 +1114,89 @@ fn an_elastic_job_trains_on_without_a_dead_nodes_pod_still_in_the_api() {
         "{logs}"
     );
 }
+
+/// Runs the ignored test `name` of this binary in a process of its own, so with a control plane
+/// of its own (one whose API server it may restart without disturbing the other tests); fails
+/// with its output when it fails.
+fn in_a_control_plane_of_its_own(name: &str) {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--ignored", "--nocapture"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{name}:\n{stdout}{stderr}");
+    assert_contains(&stdout, "1 passed");
+    eprintln!("{stderr}");
+}
+
+/// The API server restarted while the launchers wait for the job's last pod (connections
+/// dropped, their watches resumed from a resourceVersion the new server's cache may not have):
+/// they go on waiting, start once all 3 pods run, and the Job completes; no launcher starts its
+/// program twice.
+#[test]
+fn the_launchers_wait_through_an_api_server_restart_and_start_once() {
+    in_a_control_plane_of_its_own("api_server_restarted_while_the_launchers_wait");
+}
+
+#[test]
+#[ignore = "run by the_launchers_wait_through_an_api_server_restart_and_start_once"]
+fn api_server_restarted_while_the_launchers_wait() {
+    let (plane, agent) = (control_plane(), agent());
+    let namespace = plane.namespace("apirestart");
+    let pool = namespace.clone();
+    // Room for 2 of the 3 pods: the third stays Pending until a node is added.
+    agent.add_pool_node(&format!("{pool}-node-0"), &pool, 2);
+    let dir = plane.dir.join(&namespace);
+    std::fs::create_dir_all(&dir).unwrap();
+    let selector = format!("{}={pool}", support::node_agent::POOL);
+    let mut objects = generated(
+        plane,
+        &namespace,
+        "apirestart",
+        &[
+            "--trainers",
+            "3",
+            "--max-restarts",
+            "1",
+            "--node-selector",
+            &selector,
+        ],
+        &trains_until(&dir, "True"),
+    );
+    tolerate_pool(&mut objects, &pool);
+    create(plane, &namespace, &objects);
+    let deadline = Instant::now() + JOB_LIMIT;
+    while agent.all_logs(&namespace).matches("waiting").count() < 2 {
+        assert!(Instant::now() < deadline, "{}", agent.all_logs(&namespace));
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+
+    plane.restart_api_server();
+    eprintln!("API server restarted");
+    std::thread::sleep(Duration::from_secs(5));
+    agent.add_pool_node(&format!("{pool}-node-1"), &pool, 2);
+
+    let (end, reason) = wait_job_end(plane, agent, &namespace, "apirestart");
+    let logs = agent.all_logs(&namespace);
+    assert_eq!(
+        (end.as_str(), reason.as_str()),
+        ("Complete", "CompletionsReached"),
+        "{logs}"
+    );
+    assert_eq!(logs.matches("epoch 0 world 3").count(), 3, "{logs}");
+    assert!(
+        !logs.contains("epoch 1"),
+        "a launcher started twice:\n{logs}"
+    );
+    // The restart reached the launchers (not a restart between two of their requests).
+    assert_contains(&logs, "failed, retrying with backoff");
+    let said: Vec<&str> = logs.lines().filter(|l| l.contains("WARN")).collect();
+    eprintln!(
+        "what the launchers said of the restart:\n{}",
+        said.join("\n")
+    );
+}

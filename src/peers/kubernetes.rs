@@ -67,6 +67,12 @@ fn group_name(kind: GroupKind) -> &'static str {
 
 type GroupEvents = futures::stream::BoxStream<'static, (usize, watcher::Result<Event<Pod>>)>;
 
+/// How long after an API server that had answered fails (unreachable, 5xx) its refusals
+/// (401/403) are retried: a restarted API server refuses every request for a few seconds,
+/// until its RBAC authorizer has read the Roles (seen against the real one,
+/// `tests/real_cluster.rs`). Beyond it, or without a failure before, a refusal is what it says.
+const REFUSAL_PATIENCE: Duration = Duration::from_secs(60);
+
 /// The live view of every group's pods: one watch per group, merged. It outlives the wait for
 /// readiness, so that the launcher keeps watching its peers without new requests.
 pub struct PodWatch {
@@ -76,6 +82,9 @@ pub struct PodWatch {
     url: String,
     /// Some event came from the API server: it is reachable and speaks Kubernetes.
     answered: bool,
+    /// Since when the API server has failed (unreachable, 5xx) without answering since: a
+    /// refusal that follows within `REFUSAL_PATIENCE` is retried.
+    failing_since: Option<Instant>,
     /// Where each group's pods carry their rank and attempt.
     rankings: Vec<Ranking>,
 }
@@ -145,6 +154,7 @@ impl PodWatch {
             namespace: server.namespace.clone(),
             url: server.url.clone(),
             answered: false,
+            failing_since: None,
             rankings: groups.iter().map(|g| g.ranking.clone()).collect(),
         }
     }
@@ -158,6 +168,12 @@ impl PodWatch {
             Ok(event) => event,
             Err(error) => {
                 return match refusal(&error) {
+                    Some(Refusal::Forbidden(message)) if self.patient() => Change::Error(format!(
+                        "refused ({message}) right after failing, as an API server that has \
+                             just started does until its authorizer has read the Roles: retrying \
+                             for up to {} s from its failure",
+                        REFUSAL_PATIENCE.as_secs()
+                    )),
                     Some(Refusal::Forbidden(message)) => Change::Refused(Error::Forbidden {
                         namespace: self.namespace.clone(),
                         message,
@@ -166,12 +182,18 @@ impl PodWatch {
                         url: self.url.clone(),
                         answer,
                     }),
-                    None => Change::Error(error.to_string()),
+                    None => {
+                        self.failing_since.get_or_insert_with(Instant::now);
+                        Change::Error(error.to_string())
+                    }
                 }
             }
         };
         // Init comes before the list request is even sent: it proves nothing.
-        self.answered |= !matches!(event, Event::Init);
+        if !matches!(event, Event::Init) {
+            self.answered = true;
+            self.failing_since = None;
+        }
         let ranking = &self.rankings[group];
         let event = match event {
             Event::Init => Event::Init,
@@ -185,6 +207,16 @@ impl PodWatch {
         } else {
             Change::Unsettled
         }
+    }
+
+    /// Whether a refusal is retried: only one that follows a failure of an API server that had
+    /// answered (a restart), within REFUSAL_PATIENCE of that failure. A Role that lacks a verb
+    /// is refused with no failure before it, and said at once.
+    fn patient(&self) -> bool {
+        self.answered
+            && self
+                .failing_since
+                .is_some_and(|t| t.elapsed() < REFUSAL_PATIENCE)
     }
 
     /// After the launch: waits for the next complete view. API errors are retried (and

@@ -31,6 +31,21 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
+/// `argv` spawned, its output appended to `log`.
+fn spawn_logged(argv: &[std::ffi::OsString], log: &Path) -> Child {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    let mut command = Command::new(&argv[0]);
+    command
+        .args(&argv[1..])
+        .stdout(file.try_clone().unwrap())
+        .stderr(file);
+    spawn(command)
+}
+
 type SpawnRequest = (Command, mpsc::Sender<std::io::Result<Child>>);
 
 /// Spawns `command` from the one long-lived spawning thread, its death signal SIGKILL.
@@ -65,18 +80,37 @@ pub struct Component {
     pub name: &'static str,
     pub child: Mutex<Child>,
     pub log: PathBuf,
+    /// Its program and arguments, to start it again.
+    argv: Vec<std::ffi::OsString>,
 }
 
 impl Component {
-    fn start(name: &'static str, dir: &Path, mut command: Command) -> Component {
+    fn start(name: &'static str, dir: &Path, command: Command) -> Component {
         let log = dir.join(format!("{name}.log"));
-        let file = std::fs::File::create(&log).unwrap();
-        command.stdout(file.try_clone().unwrap()).stderr(file);
+        let mut argv = vec![command.get_program().to_os_string()];
+        argv.extend(command.get_args().map(|a| a.to_os_string()));
+        let child = Mutex::new(spawn_logged(&argv, &log));
         Component {
             name,
-            child: Mutex::new(spawn(command)),
+            child,
             log,
+            argv,
         }
+    }
+
+    /// Stops it (SIGTERM, as a node's shutdown does; SIGKILL after 30 s) and starts it again
+    /// with the same arguments, its log going on in the same file.
+    pub fn restart(&self) {
+        let mut child = self.child.lock().unwrap();
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        *child = spawn_logged(&self.argv, &self.log);
     }
 
     /// Its log's errors (klog's E and F lines) and last lines, for a failure message.
@@ -99,6 +133,11 @@ impl Component {
 
     pub fn pid(&self) -> u32 {
         self.child.lock().unwrap().id()
+    }
+
+    /// Waits until it answers ready again (after `restart`).
+    pub fn wait_ready(&self, ready: impl Fn() -> bool) {
+        wait_ready(self, ready);
     }
 
     /// Fails the test with the log's tail when the component has exited.
@@ -234,6 +273,18 @@ impl ControlPlane {
             String::from_utf8_lossy(&out.stdout).to_string(),
             String::from_utf8_lossy(&out.stderr).to_string(),
         )
+    }
+
+    /// The API server answers ready.
+    pub fn api_ready(&self) -> bool {
+        self.kubectl_ok(&["get", "--raw", "/readyz"])
+    }
+
+    /// The API server stopped and started again on the same port and etcd, ready again.
+    pub fn restart_api_server(&self) {
+        let apiserver = &self.components[1];
+        apiserver.restart();
+        apiserver.wait_ready(|| self.api_ready());
     }
 
     fn kubectl_ok(&self, args: &[&str]) -> bool {
