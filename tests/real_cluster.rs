@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use support::control_plane::{control_plane, ControlPlane};
 use support::node_agent::{agent, NodeAgent};
-use support::{assert_contains, paddle_python, LAUNCHER};
+use support::real_jobs::{create, documents, generated, get, tolerate_pool};
+use support::{assert_contains, paddle_python};
 
 /// What a whole job on the real control plane may take on a loaded 2-core machine (a guard
 /// against hangs, not a timing assertion).
@@ -33,37 +34,6 @@ fn doc_block(file: &str, lang: &str, starts: &str) -> String {
         .find(|b| b.starts_with(starts))
         .unwrap_or_else(|| panic!("no {lang} block starting {starts:?} in {file}"))
         .to_string()
-}
-
-/// YAML documents (separated by `---`) as JSON values.
-fn documents(yaml: &str) -> Vec<Value> {
-    yaml.split("\n---")
-        .map(|d| d.trim())
-        .filter(|d| {
-            d.lines()
-                .any(|l| !l.starts_with('#') && !l.trim().is_empty())
-        })
-        .map(|d| serde_saphyr::from_str::<Value>(d).unwrap_or_else(|e| panic!("{e}:\n{d}")))
-        .collect()
-}
-
-/// Creates `objects` in `namespace` (kubectl create, as the admin): they must be accepted.
-#[track_caller]
-fn create(plane: &ControlPlane, namespace: &str, objects: &[Value]) {
-    let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
-    let file = plane
-        .dir
-        .join(format!("create-{}.json", support::control_plane::unique()));
-    std::fs::write(&file, list.to_string()).unwrap();
-    plane.kubectl_must(&["create", "-n", namespace, "-f", file.to_str().unwrap()]);
-}
-
-/// The object as JSON (kubectl get -o json), None when it does not exist.
-fn get(plane: &ControlPlane, namespace: &str, what: &[&str]) -> Option<Value> {
-    let mut args = vec!["get", "-n", namespace, "-o", "json"];
-    args.extend(what);
-    let (code, out, _) = plane.kubectl(&args);
-    (code == 0).then(|| serde_json::from_str(&out).unwrap())
 }
 
 /// The first condition of the Job that is True among `types`: (type, reason).
@@ -255,66 +225,61 @@ fn the_readmes_job_runs_to_complete_under_the_real_job_controller() {
     assert_contains(&logs, support::DISCOVERS);
 }
 
-/// `manifest`'s Job for `job` in `namespace` with `extra` options, the program after `--`; the
-/// Secret its pods wait for created first as the manifest's comment says.
-fn generated(
-    plane: &ControlPlane,
-    namespace: &str,
-    job: &str,
-    extra: &[&str],
-    program: &[String],
-) -> Vec<Value> {
-    let mut args = vec![
-        "manifest",
-        "--job-name",
-        job,
-        "--namespace",
-        namespace,
-        "--image",
-        "example.com/team/paddle-job:dp",
-        "--protocol",
-        "collective",
-    ];
-    args.extend(extra);
-    args.push("--");
-    args.extend(program.iter().map(String::as_str));
-    let out = std::process::Command::new(LAUNCHER)
-        .args(&args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let yaml = String::from_utf8(out.stdout).unwrap();
-    if let Some(command) = yaml
-        .lines()
-        .find_map(|l| l.strip_prefix("# Create the Secret"))
-    {
-        assert_contains(command, "kubectl create secret generic");
-        plane.kubectl_must(&[
-            "create",
-            "secret",
-            "generic",
-            &format!("{job}-launcher"),
-            "-n",
-            namespace,
-            "--from-literal=secret=real-cluster-test-secret-0123456789abcdef",
-        ]);
+/// Waits until the JobSet is Completed or Failed: that condition.
+fn wait_jobset_end(plane: &ControlPlane, agent: &NodeAgent, namespace: &str, name: &str) -> Value {
+    let deadline = Instant::now() + JOB_LIMIT;
+    loop {
+        let jobset = get(plane, namespace, &["jobset", name]).unwrap_or_default();
+        let ended = jobset["status"]["conditions"].as_array().and_then(|c| {
+            c.iter()
+                .find(|c| {
+                    c["status"] == "True" && (c["type"] == "Completed" || c["type"] == "Failed")
+                })
+                .cloned()
+        });
+        if let Some(condition) = ended {
+            return condition;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "jobset not ended: {jobset:#}\n{}\n{}",
+            plane.kubectl(&["get", "all", "-n", namespace]).1,
+            agent.all_logs(namespace)
+        );
+        std::thread::sleep(Duration::from_millis(500));
     }
-    documents(&yaml)
 }
 
 /// A pod's one container's environment entry `name` set to `value` (added when missing).
 fn set_env(objects: &mut [Value], name: &str, value: &str) {
-    for object in objects.iter_mut().filter(|o| o["kind"] == "Job") {
-        let env = object["spec"]["template"]["spec"]["containers"][0]["env"]
-            .as_array_mut()
-            .unwrap();
+    let mut pods: Vec<&mut Value> = Vec::new();
+    for object in objects.iter_mut() {
+        match object["kind"].as_str() {
+            Some("Job") => pods.push(&mut object["spec"]["template"]),
+            Some("JobSet") => {
+                for replicated in object["spec"]["replicatedJobs"].as_array_mut().unwrap() {
+                    pods.push(&mut replicated["template"]["spec"]["template"]);
+                }
+            }
+            _ => {}
+        }
+    }
+    for pod in pods {
+        let env = pod["spec"]["containers"][0]["env"].as_array_mut().unwrap();
         env.retain(|e| e["name"] != name);
         env.push(json!({"name": name, "value": value}));
     }
+}
+
+/// `manifest`'s objects for a 2-pod `job` with restarts (and `extra` options), created with a
+/// value every launcher refuses (`PADDLE_LAUNCHER_HANG_TIMEOUT=soon`).
+fn create_badly_configured(plane: &ControlPlane, namespace: &str, job: &str, extra: &[&str]) {
+    let program = vec!["/bin/true".to_string()];
+    let mut options = vec!["--trainers", "2", "--max-restarts", "2"];
+    options.extend(extra);
+    let mut objects = generated(plane, namespace, job, &options, &program);
+    set_env(&mut objects, "PADDLE_LAUNCHER_HANG_TIMEOUT", "soon");
+    create(plane, namespace, &objects);
 }
 
 /// A value every launcher refuses (status 2): the generated podFailurePolicy fails the Job at
@@ -324,16 +289,7 @@ fn set_env(objects: &mut [Value], name: &str, value: &str) {
 fn a_bad_configuration_fails_the_job_at_once_through_the_generated_policy() {
     let (plane, agent) = (control_plane(), agent());
     let namespace = plane.namespace("badconf");
-    let program = vec!["/bin/true".to_string()];
-    let mut objects = generated(
-        plane,
-        &namespace,
-        "bad",
-        &["--trainers", "2", "--max-restarts", "2"],
-        &program,
-    );
-    set_env(&mut objects, "PADDLE_LAUNCHER_HANG_TIMEOUT", "soon");
-    create(plane, &namespace, &objects);
+    create_badly_configured(plane, &namespace, "bad", &[]);
 
     let (end, reason) = wait_job_end(plane, agent, &namespace, "bad");
     let logs = agent.all_logs(&namespace);
@@ -610,27 +566,7 @@ fn a_generated_jobset_restarts_in_place_and_completes_under_the_real_jobset_cont
     );
     create(plane, &namespace, &objects);
 
-    let deadline = Instant::now() + JOB_LIMIT;
-    let completed = loop {
-        let jobset = get(plane, &namespace, &["jobset", "js"]).unwrap_or_default();
-        let ended = jobset["status"]["conditions"].as_array().and_then(|c| {
-            c.iter()
-                .find(|c| {
-                    c["status"] == "True" && (c["type"] == "Completed" || c["type"] == "Failed")
-                })
-                .cloned()
-        });
-        if let Some(condition) = ended {
-            break condition;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "jobset not ended: {jobset:#}\n{}\n{}",
-            plane.kubectl(&["get", "all", "-n", &namespace]).1,
-            agent.all_logs(&namespace)
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    };
+    let completed = wait_jobset_end(plane, agent, &namespace, "js");
     let logs = agent.all_logs(&namespace);
     assert_eq!(completed["type"], "Completed", "{completed:#}\n{logs}");
     assert_contains(&logs, "failing on purpose");
@@ -801,16 +737,6 @@ fn the_generated_role_is_enough_and_each_verb_is_needed() {
     );
 }
 
-/// The Job's pods tolerate `pool`'s taint (`manifest --node-selector` pins them to its nodes):
-/// the one edit the tests make to a generated Job, so that a test's nodes run its pods only.
-fn tolerate_pool(objects: &mut [Value], pool: &str) {
-    for object in objects.iter_mut().filter(|o| o["kind"] == "Job") {
-        object["spec"]["template"]["spec"]["tolerations"] = json!([
-            {"key": support::node_agent::POOL, "operator": "Equal", "value": pool, "effect": "NoSchedule"}
-        ]);
-    }
-}
-
 /// Waits until some pod's output of `namespace` has `line`.
 fn wait_line(agent: &NodeAgent, namespace: &str, line: &str) {
     let deadline = Instant::now() + JOB_LIMIT;
@@ -894,6 +820,16 @@ fn an_elastic_job_shrinks_while_its_replacement_is_pending_and_grows_back() {
         .filter_map(|l| l.split("epoch ").nth(1))
         .any(|l| l.ends_with("world 3") && !l.starts_with('0') && !l.starts_with('1'));
     assert!(grown, "the job never ran with 3 pods again:\n{logs}");
+    // The coordinator's record of both restarts on the Job, a grow among them, by real patches.
+    let job = get(plane, &namespace, &["job", "elastic"]).unwrap();
+    let annotations = &job["metadata"]["annotations"];
+    let recorded =
+        |key: &str| annotations[format!("paddle-launcher.paddlepaddle.org/{key}")].clone();
+    assert_eq!(recorded("grows"), "1", "{job:#}");
+    assert!(
+        recorded("restart-count").as_str().is_some_and(|c| c >= "2"),
+        "{job:#}"
+    );
 }
 
 /// Seconds since `start`, for a timeline.
@@ -1199,4 +1135,32 @@ fn api_server_restarted_while_the_launchers_wait() {
         "what the launchers said of the restart:\n{}",
         said.join("\n")
     );
+}
+
+/// A value every launcher refuses, in a generated JobSet: the child Job fails at once through the
+/// generated podFailurePolicy, and the JobSet with it (`failurePolicy.maxRestarts: 0`: JobSet
+/// does not recreate the job), as docs/manifests-and-rbac.md says.
+#[test]
+fn a_bad_configuration_fails_a_generated_jobset_at_once() {
+    let (plane, agent) = (control_plane(), agent());
+    support::control_plane::jobset_controller();
+    let namespace = plane.namespace("jobsetbad");
+    create_badly_configured(plane, &namespace, "jsbad", &["--runtime", "jobset"]);
+    let ended = wait_jobset_end(plane, agent, &namespace, "jsbad");
+    let logs = agent.all_logs(&namespace);
+    assert_eq!(ended["type"], "Failed", "{ended:#}\n{logs}");
+    assert_contains(&logs, "PADDLE_LAUNCHER_HANG_TIMEOUT");
+    let jobs = get(plane, &namespace, &["jobs"]).unwrap();
+    let child = &jobs["items"][0];
+    assert_eq!(
+        jobs["items"].as_array().unwrap().len(),
+        1,
+        "JobSet recreated its job: {jobs:#}"
+    );
+    let failed = child["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["type"] == "Failed" && c["reason"] == "PodFailurePolicy");
+    assert!(failed, "{child:#}");
 }

@@ -6,6 +6,7 @@ pub mod crd;
 pub mod dnsmasq;
 pub mod fake_api;
 pub mod node_agent;
+pub mod real_jobs;
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -48,6 +48,19 @@ const RESTART_DELAY: Duration = Duration::from_secs(1);
 /// What a kubelet keeps of a termination message (4096 bytes, `terminationMessagePath`).
 const MESSAGE_MAX: usize = 4096;
 
+/// Where the pods' kubeconfigs send them instead of the API server (`route_pods_through`).
+static ROUTE: Mutex<Option<String>> = Mutex::new(None);
+
+/// The pods admitted from now on reach the API server at `url` (a counting proxy in front of
+/// it, with the same certificate), or directly again with None.
+pub fn route_pods_through(url: Option<String>) {
+    *ROUTE.lock().unwrap() = url;
+}
+
+fn api_url(plane: &ControlPlane) -> String {
+    ROUTE.lock().unwrap().clone().unwrap_or_else(|| plane.url())
+}
+
 /// The label and taint of a test's own nodes (`NodeAgent::add_pool_node`).
 pub const POOL: &str = "paddle-launcher.test/pool";
 
@@ -754,7 +767,7 @@ async fn service_account_token(
     std::fs::write(
         pod_dir.join("kubeconfig"),
         kubeconfig_text(
-            &plane.url(),
+            &api_url(plane),
             &plane.ca,
             &format!("tokenFile: {}", token.display()),
             &namespace,
