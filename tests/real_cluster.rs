@@ -961,11 +961,10 @@ fn a_dead_nodes_pod_is_found_by_the_heartbeat_and_replaced_once_kubernetes_lets_
 }
 
 /// The node of a member of an elastic Job (`--min-pods 2`, 3 pods, each on a node of its own
-/// and no node left for a replacement) dies: the job trains on with the 2 live pods within the
-/// heartbeat timeout + the hello wait + the trainers' stop (docs/recovery.md: max(elastic wait,
-/// heartbeat timeout + grace period), defaults 10 s and 30 s here), while the API still has the
-/// dead pod Running (then Terminating); the Job completes through the generated successPolicy
-/// with it still there.
+/// and no node left for a replacement) dies: the job trains on with the 2 live pods (the silent
+/// peer found by the heartbeat, left out once its pod is not Ready or after the hello wait,
+/// docs/recovery.md) while the API still has the dead pod Running; the generated successPolicy
+/// is met with it still there, and the Job is Complete once the Node is deleted.
 #[test]
 fn an_elastic_job_trains_on_without_a_dead_nodes_pod_still_in_the_api() {
     let (plane, agent) = (control_plane(), agent());
@@ -1008,6 +1007,8 @@ fn an_elastic_job_trains_on_without_a_dead_nodes_pod_still_in_the_api() {
     agent.kill_node(&node);
     wait_line(agent, &namespace, "world 2");
     let shrunk = since(start);
+    // Found by its silence first, as in a cluster (the node monitor grace is the longer).
+    assert_contains(&agent.all_logs(&namespace), "sent no heartbeat for 10 s");
     let dead = get(plane, &namespace, &["pod", victim]).unwrap();
     assert_eq!(dead["status"]["phase"], "Running", "{dead:#}");
     // The success policy is met when pod 0 succeeds; the Job controller then waits for every

@@ -227,8 +227,13 @@ impl ControlPlane {
                  taint-eviction-controller,pod-garbage-collector-controller",
             )
             // The node lifecycle controller's clock, shortened (docs/development.md): a node
-            // whose Lease is not renewed for 8 s is NotReady (Kubernetes: 50 s).
-            .args(["--node-monitor-period=1s", "--node-monitor-grace-period=8s"])
+            // whose Lease is not renewed for 20 s is NotReady (Kubernetes: 50 s). Longer than
+            // the launchers' heartbeat timeout (10 s), as the default is: a peer's silence is
+            // found before the API says its node is gone, in that order as in a cluster.
+            .args([
+                "--node-monitor-period=1s",
+                "--node-monitor-grace-period=20s",
+            ])
             .arg(format!("--root-ca-file={}", certs.ca.display()))
             .arg(format!(
                 "--service-account-private-key-file={}",

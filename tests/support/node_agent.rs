@@ -95,6 +95,29 @@ struct NodeState {
     frozen: bool,
 }
 
+/// The processes of session `session` (from /proc: a stat line's sixth field).
+fn session_members(session: i32) -> Vec<i32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let fields: Vec<&str> = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        if fields.get(3).and_then(|f| f.parse::<i32>().ok()) == Some(session) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
 /// One pod this agent runs.
 struct PodRun {
     namespace: String,
@@ -105,10 +128,14 @@ struct PodRun {
     dir: PathBuf,
     pod: Pod,
     child: Option<Child>,
+    /// The session of the container's processes (its first process's pid).
+    session: Option<i32>,
     restarts: u32,
     started_at: String,
     /// When the container may start again (restart in place).
     restart_at: Option<Instant>,
+    /// A status the API did not take, sent again at the next look.
+    unreported: Option<Value>,
     /// The cluster DNS's port (the pod's resolv.conf).
     dns_port: u16,
     /// The deletion's SIGKILL time, once SIGTERM was sent.
@@ -305,8 +332,7 @@ async fn dns_records(client: &Client) -> Result<Vec<(String, String)>, kube::Err
         for pod in &pods {
             let labels = pod.metadata.labels.clone().unwrap_or_default();
             let selected = pod.metadata.namespace.as_deref() == Some(namespace.as_str())
-                && selector.iter().all(|(k, v)| labels.get(k) == Some(v))
-                && pod.metadata.deletion_timestamp.is_none();
+                && selector.iter().all(|(k, v)| labels.get(k) == Some(v));
             let pod_spec = pod.spec.as_ref().unwrap();
             let (Some(host), Some(subdomain)) = (&pod_spec.hostname, &pod_spec.subdomain) else {
                 continue;
@@ -318,7 +344,17 @@ async fn dns_records(client: &Client) -> Result<Vec<(String, String)>, kube::Err
                 .flatten()
                 .any(|c| c.type_ == "Ready" && c.status == "True");
             let Some(ip) = status.pod_ip else { continue };
-            if selected && *subdomain == name && (ready || publish_not_ready) {
+            // endpointslice's ShouldPodBeInEndpoints: a pod that has ended for good is out; its
+            // podToEndpoint: ready when the Service publishes not-ready addresses (a pod being
+            // deleted included), else when Ready and not being deleted; CoreDNS serves the ready.
+            let policy = pod_spec.restart_policy.as_deref().unwrap_or("Always");
+            let ended = match status.phase.as_deref() {
+                Some("Failed") => policy == "Never",
+                Some("Succeeded") => policy != "Always",
+                _ => false,
+            };
+            let ready = publish_not_ready || (ready && pod.metadata.deletion_timestamp.is_none());
+            if selected && *subdomain == name && !ended && ready {
                 let short = format!("{host}.{name}");
                 records.push((ip.clone(), format!("{short}.{namespace}.svc.cluster.local")));
                 records.push((ip, short));
@@ -562,12 +598,15 @@ async fn step(client: &Client, shared: &Arc<Mutex<Shared>>, uid: &str) -> Result
             None if run.child.is_none() && run.done && run.kill_at.is_some() => {
                 Next::Delete(Box::new(run.pod.clone()))
             }
-            None if run.restart_at.is_some_and(|t| Instant::now() >= t) => {
+            None if run.restart_at.is_some_and(|t| Instant::now() >= t)
+                && run.kill_at.is_none() =>
+            {
                 run.restart_at = None;
                 run.start();
                 Next::Report(run.running_status())
             }
-            None => Nothing,
+            // A report the API did not take is sent again, as the kubelet's status manager does.
+            None => run.unreported.take().map_or(Nothing, Next::Report),
         }
     };
     let (namespace, name) = {
@@ -579,8 +618,15 @@ async fn step(client: &Client, shared: &Arc<Mutex<Shared>>, uid: &str) -> Result
     match next {
         Next::Nothing => {}
         Next::Report(status) => {
-            api.patch_status(&name, &PatchParams::default(), &Patch::Strategic(&status))
-                .await?;
+            let sent = api
+                .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&status))
+                .await;
+            if let Err(e) = sent {
+                if let Some(run) = shared.lock().unwrap().pods.get_mut(uid) {
+                    run.unreported = Some(status);
+                }
+                return Err(e);
+            }
         }
         Next::Delete(pod) => {
             finish_deletion(client, &pod).await?;
@@ -640,7 +686,13 @@ async fn admit(
         )
     };
     volumes(client, &pod, &namespace, &pod_dir).await?;
-    service_account_token(client, plane, &pod, &pod_dir).await?;
+    let automount = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.automount_service_account_token);
+    if automount != Some(false) {
+        service_account_token(client, plane, &pod, &pod_dir).await?;
+    }
     let mut run = PodRun {
         namespace,
         name,
@@ -650,9 +702,11 @@ async fn admit(
         dir: pod_dir,
         pod,
         child: None,
+        session: None,
         restarts: 0,
         started_at: String::new(),
         restart_at: None,
+        unreported: None,
         dns_port,
         kill_at: None,
         done: false,
@@ -665,12 +719,19 @@ async fn admit(
     .unwrap();
     run.start();
     let api: Api<Pod> = Api::namespaced(client.clone(), &run.namespace);
-    api.patch_status(
-        &run.name,
-        &PatchParams::default(),
-        &Patch::Strategic(&run.running_status()),
-    )
-    .await?;
+    let reported = api
+        .patch_status(
+            &run.name,
+            &PatchParams::default(),
+            &Patch::Strategic(&run.running_status()),
+        )
+        .await;
+    if let Err(e) = reported {
+        // Not admitted after all: nothing of it may run while the next round admits it again.
+        run.signal(nix::sys::signal::Signal::SIGKILL, true);
+        run.reap();
+        return Err(e);
+    }
     Ok(run)
 }
 
@@ -961,7 +1022,12 @@ impl PodRun {
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("HOSTNAME", self.hostname())
-            .env("KUBECONFIG", self.dir.join("kubeconfig"))
+            .envs(
+                // No token, no kubeconfig: `automountServiceAccountToken: false`.
+                Some(self.dir.join("kubeconfig"))
+                    .filter(|k| k.exists())
+                    .map(|k| ("KUBECONFIG", k)),
+            )
             .env("HOME", &self.dir)
             .env(
                 "PADDLE_LAUNCHER_DNS_SERVER",
@@ -979,7 +1045,9 @@ impl PodRun {
                 Ok(())
             });
         }
-        self.child = Some(spawn(command));
+        let child = spawn(command);
+        self.session = Some(child.id() as i32);
+        self.child = Some(child);
         self.started_at = now();
     }
 
@@ -991,14 +1059,18 @@ impl PodRun {
             .unwrap_or_else(|| self.name.clone())
     }
 
-    /// `signal` to the process (its group too when `group`: the whole container).
-    fn signal(&mut self, signal: nix::sys::signal::Signal, group: bool) {
-        if let Some(child) = &self.child {
-            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-            let _ = nix::sys::signal::kill(pid, signal);
-            if group {
-                let _ = nix::sys::signal::killpg(pid, signal);
-            }
+    /// `signal` to the container's first process, or with `all` to every process of the
+    /// container: its session (the first process is its leader; the launcher gives its children
+    /// process groups of their own, in the same session).
+    fn signal(&mut self, signal: nix::sys::signal::Signal, all: bool) {
+        let Some(session) = self.session else { return };
+        let pids = if all {
+            session_members(session)
+        } else {
+            vec![session]
+        };
+        for pid in pids {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
         }
     }
 
@@ -1066,7 +1138,9 @@ impl PodRun {
     /// log's last lines, as the kubelet takes them.
     fn termination_message(&self, code: i32) -> String {
         let file = std::fs::read(self.dir.join("termination-log")).unwrap_or_default();
-        let mut text = String::from_utf8_lossy(&file[..file.len().min(MESSAGE_MAX)]).to_string();
+        // The kubelet reads the file's last 4096 bytes (tail.ReadAtMost).
+        let tail = &file[file.len().saturating_sub(MESSAGE_MAX)..];
+        let mut text = String::from_utf8_lossy(tail).to_string();
         let fallback =
             self.container().termination_message_policy.as_deref() == Some("FallbackToLogsOnError");
         if text.is_empty() && fallback && code != 0 {
