@@ -1165,3 +1165,54 @@ fn a_bad_configuration_fails_a_generated_jobset_at_once() {
         .any(|c| c["type"] == "Failed" && c["reason"] == "PodFailurePolicy");
     assert!(failed, "{child:#}");
 }
+
+/// The rest of the launcher's event reasons on the real API: a job whose first attempt hangs
+/// (`--hang-timeout`) and whose second fails with no restart left posts `Hang` and `Failed` on
+/// its Job, beside `Started` and `Restarting` (docs/troubleshooting.md#the-jobs-events).
+#[test]
+fn a_hang_and_an_exhausted_budget_are_events_on_the_job() {
+    let (plane, agent) = (control_plane(), agent());
+    let namespace = plane.namespace("hangevents");
+    let dir = plane.dir.join(&namespace);
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("hang_then_fail.py");
+    std::fs::write(
+        &script,
+        "import os, sys, time\n\
+         if os.environ.get('PADDLE_LAUNCHER_RESTART_COUNT', '0') == '0':\n    \
+         print('step 1', flush=True)\n    time.sleep(3600)\n\
+         sys.exit(3)\n",
+    )
+    .unwrap();
+    let program = vec!["python3".to_string(), script.display().to_string()];
+    let mut objects = generated(
+        plane,
+        &namespace,
+        "hangevents",
+        &[
+            "--trainers",
+            "2",
+            "--max-restarts",
+            "1",
+            "--hang-timeout",
+            "3",
+        ],
+        &program,
+    );
+    set_env(&mut objects, "PADDLE_LAUNCHER_HANG_FIRST_WINDOW", "3");
+    create(plane, &namespace, &objects);
+    let (end, reason) = wait_job_end(plane, agent, &namespace, "hangevents");
+    let logs = agent.all_logs(&namespace);
+    assert_eq!(
+        (end.as_str(), reason.as_str()),
+        ("Failed", "PodFailurePolicy"),
+        "{logs}"
+    );
+    let ours = launcher_events(plane, &namespace);
+    for reason in ["Started", "Hang", "Restarting", "Failed"] {
+        assert!(
+            ours.contains(&("Job".to_string(), reason.to_string())),
+            "no {reason}: {ours:?}\n{logs}"
+        );
+    }
+}
