@@ -359,21 +359,20 @@ impl ControlPlane {
     }
 }
 
-/// The control plane's directory: under cargo's temporary directory for integration tests
-/// (target/tmp; not /tmp, which the generated pods mount an emptyDir over, so that a test's
-/// program there would be hidden from its pods as it would be in a container). Those of test
-/// binaries that have ended are removed first.
+/// The control plane's directory, under /var/tmp: not under /tmp (nor under the repository,
+/// which may be under /tmp), as the generated pods mount an emptyDir over /tmp and a test's
+/// program there would be hidden from them, as it would be in a container (the node agent
+/// translates paths under a mount). Those of test binaries that have ended are removed first.
 fn cluster_dir() -> PathBuf {
-    let root = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let root = Path::new("/var/tmp/paddle-launcher-real-cluster");
+    std::fs::create_dir_all(root).unwrap();
     for entry in std::fs::read_dir(root).into_iter().flatten().flatten() {
         let name = entry.file_name().to_string_lossy().to_string();
-        if let Some(pid) = name.strip_prefix("real-cluster-") {
-            if !Path::new(&format!("/proc/{pid}")).exists() {
-                let _ = std::fs::remove_dir_all(entry.path());
-            }
+        if !Path::new(&format!("/proc/{name}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
         }
     }
-    let dir = root.join(format!("real-cluster-{}", std::process::id()));
+    let dir = root.join(std::process::id().to_string());
     let _ = std::fs::remove_dir_all(&dir);
     dir
 }
