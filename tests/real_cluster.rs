@@ -75,21 +75,61 @@ fn wait_job_condition(
     job: &str,
     types: &[&str],
 ) -> (String, String) {
+    let what = || {
+        format!(
+            "job {namespace}/{job} not {types:?}\njob: {:#}\npods: {}\nagent: {:?}\n{}",
+            get(plane, namespace, &["job", job]).unwrap_or_default(),
+            plane
+                .kubectl(&["get", "pods", "-n", namespace, "-o", "wide"])
+                .1,
+            agent.errors(),
+            agent.all_logs(namespace)
+        )
+    };
+    wait_for(what, || job_condition(plane, namespace, job, types))
+}
+
+/// The Job `job` of `manifest` with `options`, its program `trains_until(done)`, pinned to
+/// `nodes` nodes of its own (each taking `max_pods` pods: the pool is the namespace), created;
+/// the nodes' names.
+fn create_pinned(
+    (plane, agent, namespace, job): (&ControlPlane, &NodeAgent, &str, &str),
+    (nodes, max_pods): (usize, u32),
+    options: &[&str],
+    done: &str,
+) -> Vec<String> {
+    let pool = namespace;
+    let names: Vec<String> = (0..nodes).map(|i| format!("{pool}-node-{i}")).collect();
+    for node in &names {
+        agent.add_pool_node(node, pool, max_pods);
+    }
+    let selector = format!("{}={pool}", support::node_agent::POOL);
+    let mut options = options.to_vec();
+    options.extend(["--node-selector", &selector]);
+    let program = trains_until(&test_dir(plane, namespace), done);
+    let mut objects = generated(plane, namespace, job, &options, &program);
+    tolerate_pool(&mut objects, pool);
+    create(plane, namespace, &objects);
+    names
+}
+
+/// A directory of the test's own for its programs, named after its namespace.
+fn test_dir(plane: &ControlPlane, namespace: &str) -> PathBuf {
+    let dir = plane.dir.join(namespace);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Polls `check` until it answers, for JOB_LIMIT at most (a guard against hangs, not a timing
+/// assertion); a timeout fails with `what` (computed then: every pod's output, say).
+fn wait_for<T>(what: impl Fn() -> String, mut check: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + JOB_LIMIT;
     loop {
-        if let Some(end) = job_condition(plane, namespace, job, types) {
-            return end;
+        if let Some(answer) = check() {
+            return answer;
         }
-        if Instant::now() > deadline {
-            panic!(
-                "job {namespace}/{job} not {types:?} after {JOB_LIMIT:?}\njob: {:#}\npods: {}\nagent: {:?}\n{}",
-                get(plane, namespace, &["job", job]).unwrap_or_default(),
-                plane.kubectl(&["get", "pods", "-n", namespace, "-o", "wide"]).1,
-                agent.errors(),
-                agent.all_logs(namespace)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(500));
+        assert!(Instant::now() < deadline, "after {JOB_LIMIT:?}: {}", what());
+        std::thread::sleep(Duration::from_millis(300));
     }
 }
 
@@ -227,27 +267,22 @@ fn the_readmes_job_runs_to_complete_under_the_real_job_controller() {
 
 /// Waits until the JobSet is Completed or Failed: that condition.
 fn wait_jobset_end(plane: &ControlPlane, agent: &NodeAgent, namespace: &str, name: &str) -> Value {
-    let deadline = Instant::now() + JOB_LIMIT;
-    loop {
-        let jobset = get(plane, namespace, &["jobset", name]).unwrap_or_default();
-        let ended = jobset["status"]["conditions"].as_array().and_then(|c| {
-            c.iter()
-                .find(|c| {
-                    c["status"] == "True" && (c["type"] == "Completed" || c["type"] == "Failed")
-                })
-                .cloned()
-        });
-        if let Some(condition) = ended {
-            return condition;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "jobset not ended: {jobset:#}\n{}\n{}",
+    let what = || {
+        format!(
+            "jobset not ended: {:#}\n{}\n{}",
+            get(plane, namespace, &["jobset", name]).unwrap_or_default(),
             plane.kubectl(&["get", "all", "-n", namespace]).1,
             agent.all_logs(namespace)
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+        )
+    };
+    wait_for(what, || {
+        let jobset = get(plane, namespace, &["jobset", name])?;
+        jobset["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["status"] == "True" && (c["type"] == "Completed" || c["type"] == "Failed"))
+            .cloned()
+    })
 }
 
 /// A pod's one container's environment entry `name` set to `value` (added when missing).
@@ -345,8 +380,7 @@ fn failing_once(dir: &std::path::Path, failing: u32) -> Vec<String> {
 fn a_trainer_failure_is_restarted_in_place_and_the_job_completes() {
     let (plane, agent) = (control_plane(), agent());
     let namespace = plane.namespace("inplace");
-    let dir = plane.dir.join(&namespace);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = test_dir(plane, &namespace);
     let objects = generated(
         plane,
         &namespace,
@@ -425,9 +459,9 @@ fn wait_training(
     job: &str,
     count: usize,
 ) -> Vec<String> {
-    let deadline = Instant::now() + JOB_LIMIT;
-    loop {
-        let names: Vec<String> = pods(plane, namespace, job)
+    let what = || format!("not {count} pods training:\n{}", agent.all_logs(namespace));
+    wait_for(what, || {
+        let mut names: Vec<String> = pods(plane, namespace, job)
             .iter()
             .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
             .collect();
@@ -435,18 +469,9 @@ fn wait_training(
             .iter()
             .filter(|n| agent.logs(namespace, n).contains("training"))
             .count();
-        if names.len() == count && training == count {
-            let mut names = names;
-            names.sort();
-            return names;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{training} of {count} pods training after {JOB_LIMIT:?}\n{}",
-            agent.all_logs(namespace)
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
+        names.sort();
+        (names.len() == count && training == count).then_some(names)
+    })
 }
 
 /// One pod of a training job evicted through the real Eviction API: the API server adds the
@@ -457,8 +482,7 @@ fn wait_training(
 fn an_evicted_pod_is_replaced_and_the_job_restarts_in_place() {
     let (plane, agent) = (control_plane(), agent());
     let namespace = plane.namespace("evict");
-    let dir = plane.dir.join(&namespace);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = test_dir(plane, &namespace);
     let objects = generated(
         plane,
         &namespace,
@@ -505,8 +529,7 @@ fn an_evicted_pod_is_replaced_and_the_job_restarts_in_place() {
 fn a_deleted_pod_is_replaced_by_the_job_controller_and_the_job_restarts_in_place() {
     let (plane, agent) = (control_plane(), agent());
     let namespace = plane.namespace("deleted");
-    let dir = plane.dir.join(&namespace);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = test_dir(plane, &namespace);
     let objects = generated(
         plane,
         &namespace,
@@ -548,8 +571,7 @@ fn a_generated_jobset_restarts_in_place_and_completes_under_the_real_jobset_cont
     let (plane, agent) = (control_plane(), agent());
     support::control_plane::jobset_controller();
     let namespace = plane.namespace("jobset");
-    let dir = plane.dir.join(&namespace);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = test_dir(plane, &namespace);
     let objects = generated(
         plane,
         &namespace,
@@ -739,15 +761,10 @@ fn the_generated_role_is_enough_and_each_verb_is_needed() {
 
 /// Waits until some pod's output of `namespace` has `line`.
 fn wait_line(agent: &NodeAgent, namespace: &str, line: &str) {
-    let deadline = Instant::now() + JOB_LIMIT;
-    while !agent.all_logs(namespace).contains(line) {
-        assert!(
-            Instant::now() < deadline,
-            "no {line:?} after {JOB_LIMIT:?}:\n{}",
-            agent.all_logs(namespace)
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    let what = || format!("no {line:?}:\n{}", agent.all_logs(namespace));
+    wait_for(what, || {
+        agent.all_logs(namespace).contains(line).then_some(())
+    })
 }
 
 /// An elastic Job (`manifest --min-pods 2`) of 3 pods on nodes of its own: a pod deleted while
@@ -759,18 +776,9 @@ fn wait_line(agent: &NodeAgent, namespace: &str, line: &str) {
 fn an_elastic_job_shrinks_while_its_replacement_is_pending_and_grows_back() {
     let (plane, agent) = (control_plane(), agent());
     let namespace = plane.namespace("elastic");
-    let pool = namespace.clone();
-    let nodes: Vec<String> = (0..2).map(|i| format!("{pool}-node-{i}")).collect();
-    for node in &nodes {
-        agent.add_pool_node(node, &pool, 110);
-    }
-    let dir = plane.dir.join(&namespace);
-    std::fs::create_dir_all(&dir).unwrap();
-    let selector = format!("{}={pool}", support::node_agent::POOL);
-    let mut objects = generated(
-        plane,
-        &namespace,
-        "elastic",
+    let nodes = create_pinned(
+        (plane, agent, &namespace, "elastic"),
+        (2, 110),
         &[
             "--trainers",
             "3",
@@ -780,13 +788,9 @@ fn an_elastic_job_shrinks_while_its_replacement_is_pending_and_grows_back() {
             "4",
             "--elastic-wait",
             "5",
-            "--node-selector",
-            &selector,
         ],
-        &trains_until(&dir, "epoch >= 2 and world == 3"),
+        "epoch >= 2 and world == 3",
     );
-    tolerate_pool(&mut objects, &pool);
-    create(plane, &namespace, &objects);
     let names = wait_training(plane, agent, &namespace, "elastic", 3);
     wait_line(agent, &namespace, "epoch 0 world 3");
 
@@ -797,14 +801,15 @@ fn an_elastic_job_shrinks_while_its_replacement_is_pending_and_grows_back() {
     wait_line(agent, &namespace, "world 2");
     // The Job controller creates the replacement once the deleted pod has ended (the
     // generated podFailurePolicy makes its podReplacementPolicy `Failed`): it stays Pending.
-    let deadline = Instant::now() + JOB_LIMIT;
-    while !pods(plane, &namespace, "elastic")
-        .iter()
-        .any(|p| p["status"]["phase"] == "Pending")
-    {
-        assert!(Instant::now() < deadline, "no replacement Pending");
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    wait_for(
+        || "no replacement Pending".to_string(),
+        || {
+            let pods = pods(plane, &namespace, "elastic");
+            pods.iter()
+                .any(|p| p["status"]["phase"] == "Pending")
+                .then_some(())
+        },
+    );
     for node in &nodes {
         plane.kubectl_must(&["uncordon", node]);
     }
@@ -845,18 +850,15 @@ fn wait_pod(
     what: &str,
     ready: impl Fn(Option<&Value>) -> bool,
 ) {
-    let deadline = Instant::now() + JOB_LIMIT;
-    loop {
-        let pod = get(plane, namespace, &["pod", name]);
-        if ready(pod.as_ref()) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "pod {name}: not {what} after {JOB_LIMIT:?}: {pod:#?}"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    let what = || {
+        format!(
+            "pod {name} not {what}: {:#?}",
+            get(plane, namespace, &["pod", name])
+        )
+    };
+    wait_for(what, || {
+        ready(get(plane, namespace, &["pod", name]).as_ref()).then_some(())
+    })
 }
 
 fn pod_ready(pod: &Value) -> bool {
@@ -881,29 +883,12 @@ fn pod_ready(pod: &Value) -> bool {
 fn a_dead_nodes_pod_is_found_by_the_heartbeat_and_replaced_once_kubernetes_lets_go_of_it() {
     let (plane, agent) = (control_plane(), agent());
     let namespace = plane.namespace("deadnode");
-    let pool = namespace.clone();
-    for i in 0..3 {
-        agent.add_pool_node(&format!("{pool}-node-{i}"), &pool, 1);
-    }
-    let dir = plane.dir.join(&namespace);
-    std::fs::create_dir_all(&dir).unwrap();
-    let selector = format!("{}={pool}", support::node_agent::POOL);
-    let mut objects = generated(
-        plane,
-        &namespace,
-        "deadnode",
-        &[
-            "--trainers",
-            "2",
-            "--max-restarts",
-            "2",
-            "--node-selector",
-            &selector,
-        ],
-        &trains_until(&dir, "epoch >= 1"),
+    create_pinned(
+        (plane, agent, &namespace, "deadnode"),
+        (3, 1),
+        &["--trainers", "2", "--max-restarts", "2"],
+        "epoch >= 1",
     );
-    tolerate_pool(&mut objects, &pool);
-    create(plane, &namespace, &objects);
     let names = wait_training(plane, agent, &namespace, "deadnode", 2);
     let victim = &names[1];
     let pod = get(plane, &namespace, &["pod", victim]).unwrap();
@@ -969,17 +954,9 @@ fn a_dead_nodes_pod_is_found_by_the_heartbeat_and_replaced_once_kubernetes_lets_
 fn an_elastic_job_trains_on_without_a_dead_nodes_pod_still_in_the_api() {
     let (plane, agent) = (control_plane(), agent());
     let namespace = plane.namespace("elasticdead");
-    let pool = namespace.clone();
-    for i in 0..3 {
-        agent.add_pool_node(&format!("{pool}-node-{i}"), &pool, 1);
-    }
-    let dir = plane.dir.join(&namespace);
-    std::fs::create_dir_all(&dir).unwrap();
-    let selector = format!("{}={pool}", support::node_agent::POOL);
-    let mut objects = generated(
-        plane,
-        &namespace,
-        "elasticdead",
+    create_pinned(
+        (plane, agent, &namespace, "elasticdead"),
+        (3, 1),
         &[
             "--trainers",
             "3",
@@ -989,13 +966,9 @@ fn an_elastic_job_trains_on_without_a_dead_nodes_pod_still_in_the_api() {
             "2",
             "--elastic-wait",
             "5",
-            "--node-selector",
-            &selector,
         ],
-        &trains_until(&dir, "world == 2"),
+        "world == 2",
     );
-    tolerate_pool(&mut objects, &pool);
-    create(plane, &namespace, &objects);
     let names = wait_training(plane, agent, &namespace, "elasticdead", 3);
     let victim = &names[2];
     let node = get(plane, &namespace, &["pod", victim]).unwrap()["spec"]["nodeName"]
@@ -1083,33 +1056,18 @@ fn the_launchers_wait_through_an_api_server_restart_and_start_once() {
 fn api_server_restarted_while_the_launchers_wait() {
     let (plane, agent) = (control_plane(), agent());
     let namespace = plane.namespace("apirestart");
-    let pool = namespace.clone();
     // Room for 2 of the 3 pods: the third stays Pending until a node is added.
-    agent.add_pool_node(&format!("{pool}-node-0"), &pool, 2);
-    let dir = plane.dir.join(&namespace);
-    std::fs::create_dir_all(&dir).unwrap();
-    let selector = format!("{}={pool}", support::node_agent::POOL);
-    let mut objects = generated(
-        plane,
-        &namespace,
-        "apirestart",
-        &[
-            "--trainers",
-            "3",
-            "--max-restarts",
-            "1",
-            "--node-selector",
-            &selector,
-        ],
-        &trains_until(&dir, "True"),
+    create_pinned(
+        (plane, agent, &namespace, "apirestart"),
+        (1, 2),
+        &["--trainers", "3", "--max-restarts", "1"],
+        "True",
     );
-    tolerate_pool(&mut objects, &pool);
-    create(plane, &namespace, &objects);
-    let deadline = Instant::now() + JOB_LIMIT;
-    while agent.all_logs(&namespace).matches("waiting").count() < 2 {
-        assert!(Instant::now() < deadline, "{}", agent.all_logs(&namespace));
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    let pool = namespace.clone();
+    wait_for(
+        || agent.all_logs(&namespace),
+        || (agent.all_logs(&namespace).matches("waiting").count() >= 2).then_some(()),
+    );
     std::thread::sleep(Duration::from_secs(3));
 
     plane.restart_api_server();
@@ -1173,8 +1131,7 @@ fn a_bad_configuration_fails_a_generated_jobset_at_once() {
 fn a_hang_and_an_exhausted_budget_are_events_on_the_job() {
     let (plane, agent) = (control_plane(), agent());
     let namespace = plane.namespace("hangevents");
-    let dir = plane.dir.join(&namespace);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = test_dir(plane, &namespace);
     let script = dir.join("hang_then_fail.py");
     std::fs::write(
         &script,

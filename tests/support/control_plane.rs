@@ -703,7 +703,8 @@ pub fn jobset_controller() -> &'static Component {
                 let path = hook["clientConfig"]["service"]["path"].as_str().unwrap().to_string();
                 hook["clientConfig"] = serde_json::json!({
                     "url": format!("https://127.0.0.1:{webhook}{path}"),
-                    "caBundle": base64(&ca),
+                    // k8s-openapi's ByteString serializes as the API wants bytes: base64.
+                    "caBundle": k8s_openapi::ByteString(ca.clone()),
                 });
                 if path.ends_with("-v1-pod") {
                     // config/components/webhook/patches: JobSet's pods only.
@@ -716,26 +717,4 @@ pub fn jobset_controller() -> &'static Component {
         }
         component
     })
-}
-
-/// Standard base64 with padding (for a caBundle).
-fn base64(bytes: &[u8]) -> String {
-    const TABLE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(TABLE[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }

@@ -929,19 +929,16 @@ impl PodRun {
                 .and_then(|p| p.strip_suffix("']"))
                 .map(str::to_string)
         };
+        let entry = |map: &Option<std::collections::BTreeMap<String, String>>, key: String| {
+            map.as_ref()
+                .and_then(|m| m.get(&key).cloned())
+                .unwrap_or_default()
+        };
         if let Some(key) = quoted("metadata.labels['") {
-            return meta
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(&key).cloned())
-                .unwrap_or_default();
+            return entry(&meta.labels, key);
         }
         if let Some(key) = quoted("metadata.annotations['") {
-            return meta
-                .annotations
-                .as_ref()
-                .and_then(|l| l.get(&key).cloned())
-                .unwrap_or_default();
+            return entry(&meta.annotations, key);
         }
         match path {
             "metadata.name" => meta.name.clone().unwrap_or_default(),
