@@ -12,13 +12,16 @@ use tokio::time::timeout;
 use tracing::{debug, info, warn};
 
 use super::ending;
+use super::ending::{after_restarts, for_the_job, post_hang, verdict_limits, EVENTS_FLUSH};
+use super::gathering::Attempt;
+use super::ledger::Count;
 use super::lifecycle::{self, Budget};
-use super::{
-    after_restarts, channel_without_secret, drive, for_the_job, interruptible, named_peers,
-    node_name, now_utc, peers_to_check, post_hang, silent_peers, verdict_limits, Attempt, Breaks,
-    Count, JobRecord, EVENTS_FLUSH, PEER_CHECK_TIMEOUT, PREEMPTION_RECORD_WAIT,
-    UNJOINED_LOOK_UNBOUNDED,
-};
+use super::peer_check::{named_peers, peers_to_check, silent_peers, PEER_CHECK_TIMEOUT};
+use super::processes::drive;
+use super::record::{JobRecord, PREEMPTION_RECORD_WAIT};
+use super::rendezvous::{channel_without_secret, UNJOINED_LOOK_UNBOUNDED};
+use super::setup::{node_name, now_utc};
+use super::waits::{interruptible, Breaks};
 use crate::config::Config;
 use crate::control::Channel;
 use crate::error::{ConfigError, Error};

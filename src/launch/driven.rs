@@ -71,8 +71,9 @@ const UNREACHABLE_TOLERATION: Duration = Duration::from_secs(300);
 /// Every launcher ends within this of the first that ends for good, or of its own start if
 /// later (a pod created after the job's end waits for its peers until its wait timeout; a pod
 /// turned away counts it from its last turning away, and asks again after a pause).
-const END_BOUND: Duration =
-    Duration::from_secs(WAIT_TIMEOUT.as_secs() + super::TURNED_AWAY_PAUSE.as_secs() + 60);
+const END_BOUND: Duration = Duration::from_secs(
+    WAIT_TIMEOUT.as_secs() + super::gathering::TURNED_AWAY_PAUSE.as_secs() + 60,
+);
 /// No run may last longer (a hang).
 const RUN_LIMIT: Duration = Duration::from_secs(3600);
 
@@ -652,7 +653,7 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                 return end(143, epoch_ran.clone(), None);
             }
         }
-        let count = super::Count {
+        let count = super::ledger::Count {
             next_epoch,
             preemptions,
             grows,
@@ -774,7 +775,7 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                     max_pods: scenario.pods as u32,
                     wait: Duration::from_secs(e.wait_s),
                 };
-                super::growth_of(elastic, WINDOW, members.len())
+                super::rendezvous::growth_of(elastic, WINDOW, members.len())
             });
             // As `launch::join_grace` gives an elastic job's coordinator: its elastic wait, at
             // least a heartbeat timeout and a grace period.
@@ -822,7 +823,7 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                 }
             };
             // What the word means, as `gather` takes it (the launcher's own `started`).
-            let start = match super::started(
+            let start = match super::gathering::started(
                 heard,
                 &mut channel,
                 scenario.nproc(slot),
@@ -982,7 +983,7 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                 }
                 // As `attempt::restart` and the preemption's record count it.
                 let counted = (epoch, agreed_preemptions, agreed_grows);
-                let after = super::Count::after_attempt(counted, preempted, grown);
+                let after = super::ledger::Count::after_attempt(counted, preempted, grown);
                 if coordinates && preempted {
                     let record = (epoch, after.preemptions, after.grows);
                     world.lock().unwrap().recorded = Some(record);
@@ -1019,7 +1020,7 @@ fn joining(
     slot: usize,
     scenario: &Scenario,
     net: &SimNet,
-    count: super::Count,
+    count: super::ledger::Count,
 ) -> Joining {
     Joining {
         role: Role::Coordinator {
@@ -1077,7 +1078,7 @@ async fn follow(
     scenario: &Scenario,
     world: &Shared,
     net: &SimNet,
-    count: super::Count,
+    count: super::ledger::Count,
 ) -> Followed {
     let Some(coordinator) = world.lock().unwrap().named_coordinator() else {
         sleep(Duration::from_secs(1)).await;
@@ -1127,12 +1128,12 @@ async fn follow(
     if let control::Heard::Refused(reason) = &heard {
         if reason.starts_with(control::TURNED_AWAY) {
             channel.close().await;
-            sleep(super::TURNED_AWAY_PAUSE).await;
+            sleep(super::gathering::TURNED_AWAY_PAUSE).await;
             return Followed::TurnedAway;
         }
     }
     // What the word means, as `follow_coordinator` takes it (the launcher's own `started`).
-    match super::started(
+    match super::gathering::started(
         heard,
         &mut channel,
         scenario.nproc(slot),
@@ -1140,7 +1141,7 @@ async fn follow(
     )
     .await
     {
-        Ok(Some(super::Start {
+        Ok(Some(super::gathering::Start {
             epoch,
             membership,
             max_restarts,
@@ -1209,7 +1210,7 @@ async fn tell_the_end(
             .collect()
     };
     let name = world.lock().unwrap().pods[slot].0.clone();
-    let count = super::Count {
+    let count = super::ledger::Count {
         next_epoch: 0,
         preemptions: 0,
         grows: 0,
@@ -1217,10 +1218,10 @@ async fn tell_the_end(
     let joining = Joining {
         members,
         ended: Some(reason),
-        join_grace: GRACE + super::TELL_THE_END,
+        join_grace: GRACE + super::ending::TELL_THE_END,
         ..joining(&name, ip, slot, scenario, net, count)
     };
-    super::tell_the_end(joining, GRACE + super::TELL_THE_END).await;
+    super::ending::tell_the_end(joining, GRACE + super::ending::TELL_THE_END).await;
 }
 
 /// The trainer's run in `epoch`, supervised as the lifecycle does: its own end, the job's

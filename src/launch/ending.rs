@@ -2,14 +2,21 @@
 //! the steps the attempt loop takes, shared with the drivers' simulation (`driven`), so that
 //! what is simulated is what runs.
 
+use super::lifecycle;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use crate::control::Channel;
-use crate::error::Error;
-use crate::exit::Outcome;
-use crate::verdict::{verdict, Standing};
+use tracing::{info, warn};
 
-use super::lifecycle;
+use crate::config::{Config, Secret};
+use crate::control::{self, Channel, Joining, Role as ControlRole};
+use crate::error::Error;
+use crate::events::{JobEvents, Kind};
+use crate::exit::{self, Outcome};
+use crate::membership::{PodAddress, Served};
+use crate::vocabulary::JOB_STOPPED;
+
+use crate::verdict::{verdict, Standing};
 
 /// How long a failed launcher waits for the coordinator's word on whether the job may restart.
 pub(crate) const FAILED_ANSWER_WAIT: Duration = Duration::from_secs(2);
@@ -102,6 +109,150 @@ pub(crate) fn verdict_wait(
         true => limits.recoverable,
         false => limits.ending,
     })
+}
+
+/// How long a coordinator that ended the job at a restart serves its address, besides the grace
+/// period, so that the followers hear of it.
+pub(super) const TELL_THE_END: Duration = Duration::from_secs(5);
+
+/// How long a launcher about to exit lets its last events go out.
+pub(super) const EVENTS_FLUSH: Duration = Duration::from_secs(3);
+
+/// How long a launcher whose children are stopped waits for the coordinator's verdict, besides
+/// the others' grace period and the heartbeat timeout (a silent member counts as stopped once
+/// its link is judged): a bound for a coordinator that says nothing, not part of the decision.
+pub(super) const VERDICT_MARGIN: Duration = Duration::from_secs(5);
+
+/// How long a pod whose trainer process failed waits for the job to have heard it before it
+/// stops the siblings: a round trip to the coordinator, kept short (the siblings still run).
+pub(super) const TOLD_BEFORE_STOP: Duration = Duration::from_millis(500);
+
+/// How long after the others' grace period a coordinating launcher whose own pod is ending
+/// still waits for their word: a round trip, kept short (its pod's own grace runs out).
+pub(super) const VERDICT_STOP_MARGIN: Duration = Duration::from_secs(3);
+
+/// The pod's last line, said for the job. A failure of this pod's own (its trainer's status,
+/// a hang, a pserver's end) names the pod and when (`said`, as the others' lines name it after
+/// their "job stopped: "), unless the job's first cause (`cause`, the coordinator's word) was
+/// another's: then that comes first, and this pod's failure after it. A loss told by another
+/// says so itself. A stop signal is this pod's news only: the pod was deleted, the job may go
+/// on.
+pub(super) fn for_the_job(
+    result: Result<Outcome, Error>,
+    who_at: &str,
+    said: &str,
+    cause: Option<String>,
+) -> Outcome {
+    let signalled = matches!(result, Err(Error::Stopped { .. }));
+    let mut outcome = result.unwrap_or_else(Outcome::from);
+    let own = outcome.code != exit::SUCCESS && !outcome.reason.starts_with(JOB_STOPPED);
+    if !own || signalled {
+        return outcome;
+    }
+    // The coordinator's word may be `said` cut to fit a frame.
+    outcome.reason = match cause {
+        Some(cause) if !said.starts_with(&cause) => {
+            format!("{JOB_STOPPED}{cause}; on this pod: {}", outcome.reason)
+        }
+        _ => format!("{JOB_STOPPED}{who_at}: {}", outcome.reason),
+    };
+    outcome
+}
+
+/// A hang's own event, before the restart or the end it led to: what a user searches for.
+pub(super) fn post_hang(events: &mut JobEvents, hung: bool, reason: &str) {
+    if hung {
+        let said =
+            format!("{reason}; every trainer's Python stacks are in its pod's log (kubectl logs)");
+        events.post(Kind::Warning, "Hang", &said);
+    }
+}
+
+/// The pod's outcome, saying how many times the job had restarted when it ended, if at all:
+/// a success after restarts is not the same news as a first run's.
+pub(super) fn after_restarts(mut outcome: Outcome, restart_count: u32) -> Outcome {
+    if restart_count > 0 {
+        outcome.reason = format!(
+            "{} ({} of the job)",
+            outcome.reason,
+            lifecycle::restarts_said(restart_count)
+        );
+    }
+    outcome
+}
+
+/// How long to wait for the coordinator's verdict after a loss.
+pub(super) fn verdict_limits(config: &Config) -> VerdictLimits {
+    VerdictLimits {
+        // The others stop their children within their grace period, then say so; a silent
+        // one counts as stopped once its link is judged.
+        recoverable: config.timing.grace_period + config.control.heartbeat_timeout + VERDICT_MARGIN,
+        ending: config.timing.grace_period + VERDICT_STOP_MARGIN,
+    }
+}
+
+/// Serves the coordinator's address until every member of the attempt that ended has heard
+/// that the job cannot start again (a final `Lost`), or the join grace has passed.
+pub(super) async fn tell_followers_the_end(
+    config: &Config,
+    secret: &Secret,
+    my_ip: IpAddr,
+    members: &[PodAddress],
+    reason: String,
+) {
+    let Some((_, port)) = &config.control.coordinator else {
+        return;
+    };
+    let Some(me) = members.iter().find(|m| m.ip == my_ip) else {
+        return;
+    };
+    // The followers decided to restart when this launcher did, and are connecting as soon as
+    // their children are stopped; a member that is gone never will.
+    let grace = config.timing.grace_period + TELL_THE_END;
+    let joining = Joining {
+        role: ControlRole::Coordinator {
+            listen: SocketAddr::new(my_ip, *port),
+        },
+        secret: secret.clone(),
+        me: me.clone(),
+        members: members.to_vec(),
+        view: String::new(),
+        next_epoch: 0,
+        preemptions: 0,
+        grows: 0,
+        max_restarts: 0,
+        max_preemptions: 0,
+        nproc_per_pod: config.topology.processes.per_pod,
+        heartbeat_timeout: config.control.heartbeat_timeout,
+        join_grace: grace,
+        membership: None,
+        ended: Some(reason),
+        growth: None,
+        who: String::new(),
+        progress_check: Duration::ZERO,
+        served: Served::default(),
+        network: control::tcp(),
+    };
+    tell_the_end(joining, grace).await;
+}
+
+/// Serves `joining` (a coordinator's, with the job's end) until every member has heard the end,
+/// or `grace` has passed.
+pub(super) async fn tell_the_end(joining: Joining, grace: Duration) {
+    let others = joining.members.len().saturating_sub(1);
+    match control::join(joining).await {
+        Ok(mut channel) => {
+            info!(
+                "control channel: telling the other {} that the job has ended (at most {} s)",
+                crate::vocabulary::count(others, "launcher"),
+                grace.as_secs()
+            );
+            channel.told_everyone(grace).await;
+        }
+        Err(e) => {
+            warn!("control channel: cannot tell the other launchers that the job has ended: {e}")
+        }
+    }
 }
 
 #[cfg(test)]
@@ -238,5 +389,68 @@ mod tests {
             verdict_wait(&channel, &failed, spent, limits),
             Some(Duration::from_secs(17))
         );
+    }
+
+    /// The pod's last line: its own failure names the pod and when, after "job stopped: ";
+    /// after the job's first cause when another pod's (the coordinator's word may be this
+    /// pod's own, cut to fit a frame: then it is this pod's); a success, a loss told by
+    /// another, and a stop signal are left as they are.
+    #[test]
+    fn the_pods_last_line_names_the_jobs_first_cause_first() {
+        let failed = || Ok(Outcome::new(3, "trainer-0 exited with status 3"));
+        let who = "pod p-1 at 2026-11-26T10:00:00Z";
+        let said = format!("{who}: trainer-0 exited with status 3");
+        let line = |result, cause: Option<&str>| {
+            for_the_job(result, who, &said, cause.map(String::from)).reason
+        };
+        assert_eq!(
+            line(failed(), None),
+            format!("{JOB_STOPPED}{who}: trainer-0 exited with status 3")
+        );
+        assert_eq!(
+            line(failed(), Some("pod p-2 at t: trainer-0 exited with status 1")),
+            format!("{JOB_STOPPED}pod p-2 at t: trainer-0 exited with status 1; on this pod: trainer-0 exited with status 3")
+        );
+        assert_eq!(
+            line(failed(), Some(&said[..20])),
+            format!("{JOB_STOPPED}{who}: trainer-0 exited with status 3"),
+            "this pod's own cause, cut"
+        );
+        let success = Ok(Outcome::new(exit::SUCCESS, "trainer exited with status 0"));
+        assert_eq!(line(success, Some("x")), "trainer exited with status 0");
+        let told = Ok(Outcome::new(78, format!("{JOB_STOPPED}pod p-2: lost")));
+        assert_eq!(line(told, None), format!("{JOB_STOPPED}pod p-2: lost"));
+        let stopped = Err(Error::Stopped {
+            signal: nix::libc::SIGTERM,
+            doing: "training".into(),
+        });
+        assert!(!line(stopped, Some("pod p-2: x")).starts_with(JOB_STOPPED));
+    }
+
+    #[test]
+    fn an_outcome_after_restarts_says_how_many() {
+        let outcome = || Outcome::new(0, "trainer exited with status 0");
+        assert_eq!(
+            after_restarts(outcome(), 0).reason,
+            "trainer exited with status 0"
+        );
+        assert_eq!(
+            after_restarts(outcome(), 1).reason,
+            "trainer exited with status 0 (after 1 restart of the job)"
+        );
+    }
+
+    /// A failed launcher waits for the verdict as long as the others may take to stop their
+    /// children and say so, a silent one's link judged, and a margin; an ending one, its grace
+    /// and a round trip.
+    #[test]
+    fn the_verdict_is_waited_for_as_long_as_the_others_may_take() {
+        let config = crate::protocol::tests::config(|args| {
+            args.grace_period = Some("7".into());
+            args.heartbeat_timeout = Some("11".into());
+        });
+        let limits = verdict_limits(&config);
+        assert_eq!(limits.recoverable, Duration::from_secs(7 + 11 + 5));
+        assert_eq!(limits.ending, Duration::from_secs(7 + 3));
     }
 }

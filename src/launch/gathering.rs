@@ -1,0 +1,546 @@
+//! Gathering: the job's pods found (or learnt from the coordinator), the channel joined, and
+//! the coordinator's word waited for — the start of an attempt (its epoch, its membership),
+//! a gathering again, or the job's end. Bounded by the wait timeout, whatever is waited for.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use tokio::time::{sleep, Instant};
+use tracing::info;
+
+use crate::config::{Config, Secret};
+use crate::control::{Channel, Heard};
+use crate::error::ConfigError;
+use crate::error::Error;
+use crate::membership::{Membership, PodAddress, Served};
+use crate::peers;
+use crate::peers::kubernetes::ApiServer;
+use crate::plan::Plan;
+use crate::protocol::InputFiles;
+use crate::supervise::{or_never, Supervisor};
+
+use super::coordination;
+use super::ending::{tell_followers_the_end, VERDICT_STOP_MARGIN};
+use super::ledger::Count;
+use super::processes::grace_from_the_pod;
+use super::rendezvous::{
+    coordinator_elsewhere, coordinator_without_secret, follow_coordinator, join_channel, Found,
+    UnjoinedCoordinator,
+};
+use super::setup::{plan_for, who};
+use super::waits::{interruptible, Breaks};
+
+/// Between two rounds of gathering, doubling from the first to the last: a round that ended at
+/// once (views that differ) must not become a busy loop.
+pub(super) const REGATHER_PAUSE_FIRST: Duration = Duration::from_millis(250);
+
+pub(super) const REGATHER_PAUSE_LAST: Duration = Duration::from_secs(5);
+
+/// How long a pod an elastic job turned away waits before it asks again.
+pub(super) const TURNED_AWAY_PAUSE: Duration = Duration::from_secs(30);
+
+/// How long after a heartbeat timeout a coordinator that refused the start still tells members
+/// that join again (their link broke before they heard it): time to gather again.
+pub(super) const REFUSAL_SERVED: Duration = Duration::from_secs(15);
+
+pub(super) const REFUSAL_SERVED_AT_MOST: Duration = Duration::from_secs(25);
+
+/// One attempt, ready to start: the plan in its restart epoch and the watches that may end it.
+pub(super) struct Attempt {
+    pub(super) plan: Plan,
+    /// "pod p-1 (trainer id 1 of 3)": who this launcher is, in what it tells the others.
+    pub(super) who: String,
+    pub(super) channel: Option<Channel>,
+    pub(super) peer_loss: Option<BoxFuture<'static, String>>,
+    pub(super) trainers_done: Option<BoxFuture<'static, Result<String, String>>>,
+    /// The job's restart budget: agreed over the channel, else this pod's own.
+    pub(super) max_restarts: u32,
+    /// How many of the restarts before were preemptions: agreed over the channel.
+    pub(super) preemptions: u32,
+    /// The job's free preemptions: agreed over the channel.
+    pub(super) max_preemptions: u32,
+    /// Of the preemptions, the elastic job's grows: agreed over the channel.
+    pub(super) grows: u32,
+    /// The API server the pods were found through, if they were (for the job's events).
+    pub(super) api: Option<ApiServer>,
+    /// The members the control channel says have served their part (`peer_loss` ignores
+    /// their pods).
+    pub(super) served: Served,
+    /// Without a job secret: the pod that would coordinate the job's channel and where, if
+    /// another pod's (a pod the secret did not reach must not train alone while the others
+    /// wait for its hello).
+    pub(super) coordinator_unjoined: Option<UnjoinedCoordinator>,
+}
+
+/// Finds the job's pods and, with a control channel, waits until every launcher has found the
+/// same ones; the coordinator names the restart epoch. A membership that changes meanwhile
+/// (a pod lost, views that differ) means discovering again, at no cost to the restart budget.
+/// With a named coordinator (`--coordinator`, Kubernetes discovery), only the coordinator finds
+/// the pods: every other launcher learns them from it and makes no API request at all.
+pub(super) async fn gather(
+    config: &mut Config,
+    supervisor: &mut Supervisor,
+    secret: Option<&Secret>,
+    my_ip: IpAddr,
+    inputs: &InputFiles,
+    count: Count,
+    members_before: &[PodAddress],
+) -> Result<Gathered, Error> {
+    // Since when this pod has gathered; a pod turned away (the job trains without it) counts
+    // from its last turning away.
+    let mut began = Instant::now();
+    let mut rounds: u32 = 0;
+    // An elastic job's pods whose launchers did not say hello within the elastic wait: no
+    // member of this gathering's start (their node may be dead, their pod Running for minutes).
+    let mut absent: std::collections::BTreeSet<String> = Default::default();
+    // Why the last round ended when it was the coordinator's name that had no address.
+    let mut no_coordinator: Option<String> = None;
+    loop {
+        if rounds > 0 {
+            // Gathering again: a launcher that never agrees (another job name, a frozen one
+            // whose pod still runs) or a coordinator that never comes back must not keep the
+            // job in a loop it never leaves.
+            if let Some(limit) = config.timing.wait_timeout {
+                if began.elapsed() > limit {
+                    let status = match no_coordinator {
+                        Some(why) => format!("the coordinating launcher's address: {why}"),
+                        None => format!(
+                            "the job's launchers did not agree on a start in {rounds} rounds of gathering (the lines above say why each ended)"
+                        ),
+                    };
+                    return Err(Error::PeersTimeout {
+                        waited_s: began.elapsed().as_secs(),
+                        status,
+                    });
+                }
+            }
+            let pause = REGATHER_PAUSE_FIRST * 2u32.saturating_pow(rounds.min(8) - 1);
+            let pause = pause.min(REGATHER_PAUSE_LAST);
+            interruptible(
+                Some(&mut *supervisor),
+                "waiting to gather again",
+                Breaks::AlsoHup,
+                sleep(pause),
+            )
+            .await?;
+        }
+        rounds += 1;
+        no_coordinator = None;
+        if let Some(secret) = secret {
+            // A coordinator named by DNS whose name has no address yet: there is nothing to
+            // join, so the pods are not listed again meanwhile. (`join_channel` resolves it
+            // again after discovery, which may take long: by then the name may have moved.)
+            match coordinator_elsewhere(config, my_ip).await? {
+                Found::NotYet(why) => {
+                    info!("control channel: waiting for the coordinator's address: {why}");
+                    no_coordinator = Some(why);
+                    continue;
+                }
+                Found::At(coordinator) if coordination::membership_from_coordinator(config) => {
+                    match follow_coordinator(
+                        config,
+                        supervisor,
+                        secret,
+                        coordinator,
+                        (my_ip, inputs),
+                        count,
+                        &mut began,
+                    )
+                    .await?
+                    {
+                        Some(gathered) => return Ok(gathered),
+                        None => continue,
+                    }
+                }
+                Found::At(_) | Found::ThisPod | Found::NotNamed | Found::NoChannel => {}
+            }
+        }
+        let names: Vec<String> = members_before.iter().map(|m| m.name.clone()).collect();
+        let round = peers::Round {
+            members_before: &names,
+            absent: &absent,
+            since: began,
+        };
+        let found = match wait_for_peers(config, Some(&mut *supervisor), round).await {
+            // Followers that learn the job only from this coordinator would wait for it until
+            // their --wait-timeout: they hear the end instead.
+            Err(error)
+                if !members_before.is_empty()
+                    && coordination::membership_from_coordinator(config)
+                    && !matches!(error, Error::Stopped { .. }) =>
+            {
+                if let Some(secret) = secret {
+                    let reason = format!("the coordinating launcher ended the job: {error}");
+                    tell_followers_the_end(config, secret, my_ip, members_before, reason).await;
+                }
+                return Err(error);
+            }
+            found => found?,
+        };
+        let (plan, membership, me) = plan_for(config, &found, my_ip, inputs)?;
+        if let Some(pod_grace) = found.own_grace {
+            grace_from_the_pod(config, supervisor, pod_grace);
+        }
+        let peers::Found {
+            peer_loss,
+            trainers_done,
+            api,
+            served,
+            ..
+        } = found;
+        let who = who(&me.name, &plan, config);
+        let mut attempt = Attempt {
+            plan,
+            who,
+            channel: None,
+            peer_loss,
+            trainers_done,
+            max_restarts: config.control.max_restarts,
+            preemptions: count.preemptions,
+            max_preemptions: config.control.max_preemptions,
+            grows: count.grows,
+            api,
+            served,
+            coordinator_unjoined: None,
+        };
+        let Some(secret) = secret else {
+            attempt.plan = attempt.plan.for_restart(count.next_epoch);
+            attempt.coordinator_unjoined = coordinator_without_secret(config, &membership, &me);
+            return Ok(Gathered::Attempt(Box::new(attempt)));
+        };
+        let mut channel = match join_channel(
+            secret.clone(),
+            &attempt,
+            config,
+            &membership,
+            &me,
+            count,
+            members_before.is_empty(),
+        )
+        .await?
+        {
+            Found::NoChannel | Found::ThisPod | Found::NotNamed => {
+                attempt.plan = attempt.plan.for_restart(count.next_epoch);
+                return Ok(Gathered::Attempt(Box::new(attempt)));
+            }
+            Found::At(channel) => channel,
+            Found::NotYet(why) => {
+                info!("control channel: waiting for the coordinator's address: {why}");
+                no_coordinator = Some(why);
+                continue;
+            }
+        };
+        // The trainers' watch, started anew if the API refuses it while this pod gathers: the
+        // attempt judges a refusal at its start, as it always did.
+        let watched = attempt
+            .api
+            .clone()
+            .zip(config.topology.trainers_to_finish.clone());
+        let again = move || {
+            watched
+                .clone()
+                .map(|(api, group)| peers::kubernetes::all_succeeded(api, group).boxed())
+        };
+        let heard = interruptible(
+            Some(supervisor),
+            "waiting for the job's launchers",
+            Breaks::AlsoHup,
+            heard_or_lost(
+                &mut channel,
+                &mut attempt.peer_loss,
+                TrainersWatch {
+                    done: &mut attempt.trainers_done,
+                    again: &again,
+                },
+            ),
+        )
+        .await?;
+        let heard = match heard {
+            Word::Heard(heard) => heard,
+            Word::JobSucceeded(reason) => {
+                channel.close().await;
+                return Ok(Gathered::JobSucceeded(reason));
+            }
+        };
+        if let Some(start) = started(
+            heard,
+            &mut channel,
+            config.topology.processes.per_pod,
+            refusal_served(config),
+        )
+        .await?
+        {
+            attempt.plan = attempt.plan.for_restart(start.epoch);
+            attempt.max_restarts = start.max_restarts;
+            attempt.preemptions = start.preemptions;
+            attempt.max_preemptions = start.max_preemptions;
+            attempt.grows = start.grows;
+            attempt.channel = Some(channel);
+            return Ok(Gathered::Attempt(Box::new(attempt)));
+        }
+        // Only by a coordinator that has run an attempt: every trainer of the job was then its
+        // own, and a live member has heard the end, stopped its children and said hello
+        // within the join grace. A fresh coordinator may find a pod still training an attempt
+        // it never ran (the one before its pod's replacement): it awaits every pod.
+        let left_out = channel.left_out();
+        let silent: Vec<String> = left_out
+            .silent
+            .into_iter()
+            .filter(|_| !names.is_empty())
+            .collect();
+        if !silent.is_empty() {
+            info!(
+                "elastic job: left out of the next start, their launchers did not say hello within the elastic wait: {}",
+                silent.join(", ")
+            );
+        }
+        absent.extend(silent.into_iter().chain(left_out.turned_away));
+    }
+}
+
+/// What the channel says next while the attempt gathers. A pod the API shows lost meanwhile
+/// means gathering again; the coordinator's launcher hands it to its channel, which decides
+/// it in the same place as `Go` (before it: gather again, free; after it: the job's loss), so
+/// that a `Go` already on its way to the followers is never undone by one launcher alone. A
+/// follower that has said hello leaves it to the coordinator, which watches the same pods.
+/// The job's success told meanwhile (the coordinator's goodbye, or every trainer pod Succeeded
+/// for a pserver pod of the split layout) ends the gathering too: a pserver pod that came back
+/// after its part was served has nothing left to start.
+pub(super) async fn heard_or_lost(
+    channel: &mut Channel,
+    peer_loss: &mut Option<BoxFuture<'static, String>>,
+    trainers: TrainersWatch<'_>,
+) -> Word {
+    let mut job_succeeded = channel.job_succeeded();
+    let mut watching_trainers = true;
+    loop {
+        let lost = tokio::select! {
+            biased;
+            heard = channel.heard() => return Word::Heard(heard),
+            reason = &mut job_succeeded => return Word::JobSucceeded(reason),
+            done = or_never(trainers.done.as_mut()), if watching_trainers => {
+                match done {
+                    Ok(reason) => return Word::JobSucceeded(reason),
+                    Err(refusal) => {
+                        info!("{refusal}: the trainer pods are watched again when the attempt starts");
+                        *trainers.done = (trainers.again)();
+                        watching_trainers = false;
+                        continue;
+                    }
+                }
+            }
+            lost = or_never(peer_loss.as_mut()) => lost,
+        };
+        // Spent: the channel reports the loss from now on.
+        *peer_loss = None;
+        if channel.coordinates() {
+            channel.pod_lost(lost);
+        } else if channel.said_hello() {
+            info!("{lost}: waiting for the coordinator's word");
+        } else {
+            return Word::Heard(Heard::Regather(lost));
+        }
+    }
+}
+
+/// A split pserver pod's watch of the trainer pods (all Succeeded), and how to start it anew.
+pub(super) struct TrainersWatch<'a> {
+    pub(super) done: &'a mut Option<BoxFuture<'static, Result<String, String>>>,
+    pub(super) again: &'a dyn Fn() -> Option<BoxFuture<'static, Result<String, String>>>,
+}
+
+/// What a gathering came to.
+pub(super) enum Gathered {
+    /// An attempt to run.
+    Attempt(Box<Attempt>),
+    /// The job succeeded meanwhile (why): nothing left for this pod to start.
+    JobSucceeded(String),
+}
+
+/// What the channel said while a gathering waited, or the job's success.
+pub(super) enum Word {
+    Heard(Heard),
+    JobSucceeded(String),
+}
+
+/// What the coordinator said to start an attempt.
+pub(super) struct Start {
+    pub(super) epoch: u32,
+    pub(super) membership: Option<Membership>,
+    pub(super) max_restarts: u32,
+    pub(super) preemptions: u32,
+    pub(super) max_preemptions: u32,
+    pub(super) grows: u32,
+}
+
+/// How long a coordinator that refused the start tells members that join again: a heartbeat
+/// timeout and time to gather again, within the pod's grace period (the kubelet's default
+/// when unknown) less a margin, since a stop meanwhile is no longer heard.
+pub(super) fn refusal_served(config: &Config) -> Duration {
+    let grace = config
+        .timing
+        .pod_grace
+        .unwrap_or(REFUSAL_SERVED_AT_MOST + VERDICT_STOP_MARGIN);
+    (config.control.heartbeat_timeout + REFUSAL_SERVED)
+        .min(REFUSAL_SERVED_AT_MOST)
+        .min(grace.saturating_sub(VERDICT_STOP_MARGIN))
+}
+
+/// What the channel's answer to a gathering means: start (the epoch, and the membership when
+/// the coordinator sent it), or gather again (None, the channel closed), or the job's end.
+pub(super) async fn started(
+    heard: Heard,
+    channel: &mut Channel,
+    nproc_per_pod: u32,
+    refusal_served: Duration,
+) -> Result<Option<Start>, Error> {
+    match heard {
+        Heard::Go {
+            epoch,
+            membership,
+            max_restarts,
+            preemptions,
+            max_preemptions,
+            grows,
+        } => {
+            if epoch > 0 {
+                info!("restart epoch {epoch}: starting again");
+            }
+            Ok(Some(Start {
+                epoch,
+                membership,
+                max_restarts,
+                preemptions,
+                max_preemptions,
+                grows,
+            }))
+        }
+        Heard::Regather(reason)
+        | Heard::Lost {
+            reason,
+            restart: true,
+            ..
+        } => {
+            info!("{reason}: discovering the job's pods again");
+            channel.close().await;
+            Ok(None)
+        }
+        Heard::Lost {
+            reason,
+            restart: false,
+            ..
+        } => {
+            channel.close().await;
+            Err(Error::PeerLost {
+                reason,
+                stopped: "nothing (no process had started)".into(),
+            })
+        }
+        Heard::Refused(reason) => {
+            // A coordinator tells whoever joins again, until all have heard it: a link that
+            // broke is noticed within a heartbeat timeout, and its launcher gathers again.
+            if channel.coordinates() {
+                let limit = refusal_served;
+                info!("control channel: telling every launcher that the start is refused (at most {} s)", limit.as_secs());
+                channel.told_everyone(limit).await;
+            }
+            channel.close().await;
+            let own = nproc_per_pod.to_string();
+            let expected = format!("the same on every pod: {reason}");
+            Err(ConfigError::new(crate::config::NPROC_PER_POD, &own, expected).into())
+        }
+    }
+}
+
+/// Discovery, ended early by a stop signal when there is a supervisor (`run`); HUP too: a
+/// pod being reconfigured should not start with the old settings.
+pub(super) async fn wait_for_peers(
+    config: &Config,
+    supervisor: Option<&mut Supervisor>,
+    round: peers::Round<'_>,
+) -> Result<peers::Found, Error> {
+    interruptible(
+        supervisor,
+        "waiting for the job's pods",
+        Breaks::AlsoHup,
+        peers::discover(config, round),
+    )
+    .await?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::membership::Loss;
+    use crate::supervise::{Event, Signals};
+    use tokio::time::timeout;
+
+    /// A refusal is served for a heartbeat timeout and time to gather again, never past the
+    /// pod's grace period less a margin (a stop meanwhile is not heard), 25 s at most.
+    #[test]
+    fn a_refusal_is_served_within_the_pods_grace_period() {
+        let s = Duration::from_secs;
+        let served = |heartbeat: &str, grace: Option<&str>| {
+            refusal_served(&crate::protocol::tests::config(|args| {
+                args.heartbeat_timeout = Some(heartbeat.into());
+                args.pod_grace_period = grace.map(String::from);
+            }))
+        };
+        assert_eq!(served("5", None), s(20));
+        assert_eq!(served("10", None), s(25));
+        assert_eq!(served("10", Some("10")), s(7));
+        assert_eq!(served("5", Some("60")), s(20));
+        assert_eq!(served("5", Some("2")), s(0));
+    }
+
+    /// A loss told while the attempt prepares (its workspace, the peer check) ends that step
+    /// at once with the loss, so the trainer is never started in a lost attempt; a wait that
+    /// is not the attempt's keeps the loss for the next one to see.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_loss_ends_the_steps_before_the_start_and_only_those() {
+        let _reaping = crate::supervise::REAPING.lock().await;
+        let mut sup = Supervisor::new(Signals::install().unwrap(), Duration::from_secs(1));
+        let lost = || {
+            futures::future::ready(Loss {
+                reason: "peer pod p-2 was deleted".into(),
+                hang: false,
+            })
+            .boxed()
+        };
+        sup.watch_peers(lost());
+        let never = std::future::pending::<()>();
+        let ended = timeout(
+            Duration::from_secs(5),
+            interruptible(
+                Some(&mut sup),
+                "checking the peers",
+                Breaks::AlsoLoss,
+                never,
+            ),
+        )
+        .await
+        .expect("the loss did not end the peer check");
+        match ended {
+            Err(Error::PeerLost { reason, .. }) => assert_eq!(reason, "peer pod p-2 was deleted"),
+            other => panic!("not the loss: {other:?}"),
+        }
+
+        sup.watch_peers(lost());
+        let waited = interruptible(
+            Some(&mut sup),
+            "waiting for the verdict",
+            Breaks::StopOnly,
+            sleep(Duration::from_millis(200)),
+        )
+        .await;
+        assert!(waited.is_ok(), "{waited:?}");
+        let kept = timeout(Duration::from_secs(1), sup.next_event()).await;
+        assert!(
+            matches!(kept, Ok(Event::PeerLost(_))),
+            "the loss was not kept"
+        );
+        sup.finish();
+    }
+}

@@ -1,0 +1,556 @@
+//! Finding and joining the job's control channel: the coordinator named (`--coordinator`) or
+//! found as rank 0, a follower that learns the job from it, a pod without the job's secret
+//! that must not train alone, the join's grace and an elastic coordinator's room to grow.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use tokio::time::{sleep, Instant};
+use tracing::{info, warn};
+
+use crate::config::{Config, Secret};
+use crate::control::{self, Channel, Heard, Joining, Role as ControlRole};
+use crate::error::ConfigError;
+use crate::error::Error;
+use crate::membership::{Loss, Me, Membership, PodAddress, Served};
+use crate::peers;
+use crate::protocol::InputFiles;
+use crate::supervise::Supervisor;
+
+use super::coordination;
+use super::gathering::{
+    heard_or_lost, started, Attempt, Gathered, Start, TrainersWatch, Word, TURNED_AWAY_PAUSE,
+};
+use super::ledger::Count;
+use super::processes::{progress_check, CONNECT_TIMEOUT};
+use super::record::JobRecord;
+use super::setup::{on_node, plan_for, who};
+use super::waits::{interruptible, Breaks};
+
+/// How long the launchers of an attempt may take to join its control channel, besides the
+/// grace period they may spend stopping their children first.
+pub(super) const JOIN_GRACE: Duration = Duration::from_secs(60);
+
+/// What one try to reach the coordinator found.
+pub(super) enum Found<T> {
+    /// The coordinator is this pod.
+    ThisPod,
+    /// No coordinator is named (--coordinator): the pod of rank 0 coordinates, found later.
+    NotNamed,
+    /// The job has no control channel.
+    NoChannel,
+    /// The coordinator, or the channel joined there.
+    At(T),
+    /// Not yet: its name has no single address (why).
+    NotYet(String),
+}
+
+/// The named coordinator's address when it is another pod's.
+pub(super) async fn coordinator_elsewhere(
+    config: &Config,
+    my_ip: IpAddr,
+) -> Result<Found<SocketAddr>, Error> {
+    let Some((host, port)) = &config.control.coordinator else {
+        return Ok(Found::NotNamed);
+    };
+    Ok(
+        match resolve(host, *port, config.control.dns_server).await? {
+            Ok(address) if address.ip() == my_ip => Found::ThisPod,
+            Ok(address) => Found::At(address),
+            Err(why) => Found::NotYet(why),
+        },
+    )
+}
+
+/// One attempt of a follower that does not discover the pods: join the coordinator, and plan
+/// with the membership it sends. None: gather again.
+pub(super) async fn follow_coordinator(
+    config: &mut Config,
+    supervisor: &mut Supervisor,
+    secret: &Secret,
+    coordinator: SocketAddr,
+    (my_ip, inputs): (IpAddr, &InputFiles),
+    count: Count,
+    began: &mut Instant,
+) -> Result<Option<Gathered>, Error> {
+    let mut channel = control::join(Joining {
+        role: ControlRole::Follower {
+            coordinator,
+            recheck: recheck_of(config),
+        },
+        secret: secret.clone(),
+        // Without a name, the coordinator knows this pod by its address.
+        me: PodAddress {
+            name: config.topology.pod_name.clone().unwrap_or_default(),
+            ip: my_ip,
+        },
+        members: Vec::new(),
+        // Empty: "send me the membership".
+        view: String::new(),
+        next_epoch: count.next_epoch,
+        preemptions: count.preemptions,
+        grows: count.grows,
+        max_restarts: config.control.max_restarts,
+        max_preemptions: config.control.max_preemptions,
+        nproc_per_pod: config.topology.processes.per_pod,
+        heartbeat_timeout: config.control.heartbeat_timeout,
+        join_grace: JOIN_GRACE + config.timing.grace_period,
+        membership: None,
+        ended: None,
+        // Its rank comes with the membership, after the hello.
+        who: format!(
+            "pod {}{}",
+            config
+                .topology
+                .pod_name
+                .as_deref()
+                .unwrap_or(&my_ip.to_string()),
+            on_node()
+        ),
+        progress_check: progress_check(config),
+        // It watches no pod through the API.
+        served: Served::default(),
+        network: control::tcp(),
+        growth: None,
+    })
+    .await
+    .map_err(|e| Error::io("cannot join the control channel", e))?;
+    // A pod that arrives once the job has trained to its end (an elastic job's late pod) hears
+    // its success instead of a membership.
+    let word = interruptible(
+        Some(supervisor),
+        "waiting for the coordinator's membership",
+        Breaks::AlsoHup,
+        heard_or_lost(
+            &mut channel,
+            &mut None,
+            TrainersWatch {
+                done: &mut None,
+                again: &|| None,
+            },
+        ),
+    )
+    .await?;
+    let heard = match word {
+        Word::Heard(heard) => heard,
+        Word::JobSucceeded(reason) => {
+            channel.close().await;
+            return Ok(Some(Gathered::JobSucceeded(reason)));
+        }
+    };
+    // Turned away (it runs another number of processes than the elastic job): the job trains
+    // on without it, and its exit status would end the Job (its podFailurePolicy). It waits,
+    // says why, and asks again; its wait timeout counts from now.
+    if let Heard::Refused(reason) = &heard {
+        if reason.starts_with(control::TURNED_AWAY) {
+            channel.close().await;
+            warn!(
+                "{reason}; this pod cannot join until it runs as many, and asks again in {} s (the job trains on without it)",
+                TURNED_AWAY_PAUSE.as_secs()
+            );
+            let pause = sleep(TURNED_AWAY_PAUSE);
+            interruptible(Some(supervisor), "turned away", Breaks::AlsoHup, pause).await?;
+            *began = Instant::now();
+            return Ok(None);
+        }
+    }
+    let Some(Start {
+        epoch,
+        membership,
+        max_restarts,
+        preemptions,
+        max_preemptions,
+        grows,
+    }) = started(
+        heard,
+        &mut channel,
+        config.topology.processes.per_pod,
+        config.control.heartbeat_timeout,
+    )
+    .await?
+    else {
+        return Ok(None);
+    };
+    let Some(membership) = membership else {
+        info!(
+            "the coordinator at {coordinator} sent no membership: discovering the job's pods again"
+        );
+        channel.close().await;
+        return Ok(None);
+    };
+    let found = peers::Found {
+        membership,
+        namespace: None,
+        api: None,
+        own_grace: None,
+        peer_loss: None,
+        trainers_done: None,
+        served: Served::default(),
+    };
+    let (plan, _, me) = plan_for(config, &found, my_ip, inputs)?;
+    let who = who(&me.name, &plan, config);
+    Ok(Some(Gathered::Attempt(Box::new(Attempt {
+        plan: plan.for_restart(epoch),
+        who,
+        channel: Some(channel),
+        peer_loss: None,
+        trainers_done: None,
+        max_restarts,
+        preemptions,
+        max_preemptions,
+        grows,
+        api: None,
+        // Nothing of the API is watched here.
+        served: Served::default(),
+        coordinator_unjoined: None,
+    }))))
+}
+
+/// Without a job secret: where the job's channel would be served, when that may be another
+/// pod's (the pod of rank 0, or --coordinator's address or DNS name).
+#[derive(Debug, Clone)]
+pub(super) struct UnjoinedCoordinator {
+    /// How the log names it ("pod j-0", or the name given).
+    pub(super) who: String,
+    pub(super) host: String,
+    pub(super) port: u16,
+    pub(super) dns_server: Option<SocketAddr>,
+}
+
+pub(super) fn coordinator_without_secret(
+    config: &Config,
+    membership: &Membership,
+    me: &Me,
+) -> Option<UnjoinedCoordinator> {
+    let (address, ours) = coordination::coordinator(&config.control, membership, me)?;
+    if ours == Some(true) {
+        return None;
+    }
+    let (host, port) = match address.parse::<SocketAddr>() {
+        Ok(at) => (at.ip().to_string(), at.port()),
+        Err(_) => config.control.coordinator.clone()?,
+    };
+    let who = membership
+        .trainers
+        .iter()
+        .chain(&membership.pservers)
+        .find(|m| host.parse() == Ok(m.ip))
+        .map_or_else(|| host.clone(), |m| format!("pod {}", m.name));
+    Some(UnjoinedCoordinator {
+        who,
+        host,
+        port,
+        dns_server: config.control.dns_server,
+    })
+}
+
+/// How often a launcher without a job secret looks for a control channel that the job's
+/// coordinator serves: from the first to the last pause, each a random part longer (a thousand
+/// such pods must not knock at pod 0 at the same instants), for as long as that coordinator
+/// would gather (--wait-timeout; an hour without one).
+pub(super) const UNJOINED_LOOK_FIRST: Duration = Duration::from_millis(250);
+
+pub(super) const UNJOINED_LOOK_LAST: Duration = Duration::from_secs(30);
+
+pub(super) const UNJOINED_LOOK_UNBOUNDED: Duration = Duration::from_secs(3600);
+
+/// Resolves once the coordinator is seen serving a control channel that this launcher, without
+/// the job secret, cannot join: the error it ends with (status 2), and a loss that stops its
+/// children meanwhile. Never, while none answers.
+pub(super) async fn channel_without_secret(
+    from: IpAddr,
+    coordinator: UnjoinedCoordinator,
+    looking: Duration,
+    found: Arc<std::sync::OnceLock<ConfigError>>,
+) -> Loss {
+    let UnjoinedCoordinator {
+        who,
+        host,
+        port,
+        dns_server,
+    } = coordinator;
+    info!(
+        "no job secret here, so no control channel: a safeguard checks now and then, for up to {} s, that {who} serves none at {host}:{port} either (if it did, the other pods have a secret this pod lacks, and it ends with status 2 saying so)",
+        looking.as_secs()
+    );
+    let until = Instant::now() + looking;
+    let mut pause = UNJOINED_LOOK_FIRST;
+    // Each pod apart from the first look on: a thousand must not knock at pod 0 together.
+    sleep(jitter(UNJOINED_LOOK_FIRST)).await;
+    while Instant::now() < until {
+        let at = match resolve(&host, port, dns_server).await {
+            Ok(Ok(at)) if at.ip() != from => Some(at),
+            _ => None,
+        };
+        if let Some(at) = at {
+            if control::serves_a_channel(&control::tcp(), from, at, CONNECT_TIMEOUT).await {
+                let error = ConfigError::new(
+                    crate::config::JOB_SECRET,
+                    "",
+                    format!("the job's secret: the launcher of {who} serves the job's control channel at {at}, and waits for this pod to join it; give every pod of the job the same secret (the Secret `manifest` mounts)"),
+                );
+                let reason = error.to_string();
+                let _ = found.set(error);
+                return Loss::of_pod(reason);
+            }
+        }
+        sleep(pause + jitter(pause / 2)).await;
+        pause = (pause * 2).min(UNJOINED_LOOK_LAST);
+    }
+    warn!(
+        "no job secret: stopped checking for a control channel at {host}:{port} after {} s; if {who} starts one later, this pod cannot join it (give every pod the same job secret)",
+        looking.as_secs()
+    );
+    std::future::pending().await
+}
+
+/// A random part of `up_to`.
+pub(super) fn jitter(up_to: Duration) -> Duration {
+    let mut bytes = [0u8; 4];
+    let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes);
+    up_to.mul_f64(f64::from(u32::from_le_bytes(bytes)) / f64::from(u32::MAX))
+}
+
+/// The address of the coordinator's HOST: an IP, or a DNS name resolved without NSS (the
+/// static binary has none). Err: why the name has no single address yet (its pod is
+/// starting, or being replaced); gathering again tries again, within --wait-timeout.
+pub(super) async fn resolve(
+    host: &str,
+    port: u16,
+    dns_server: Option<SocketAddr>,
+) -> Result<Result<SocketAddr, String>, Error> {
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(Ok(SocketAddr::new(ip, port)));
+    }
+    let ips = match peers::dns::resolve_once(host, dns_server).await? {
+        Ok(ips) => ips,
+        Err(e) => return Ok(Err(format!("{host}: {e}"))),
+    };
+    // One pod coordinates: with two addresses (a replaced pod's old one still listed) two
+    // launchers would each take the name for their own.
+    Ok(match (ips.first(), ips.len()) {
+        (Some(&ip), 1) => Ok(SocketAddr::new(ip, port)),
+        (None, _) => Err(format!("{host} has no address yet")),
+        _ => {
+            let list: Vec<String> = ips.iter().map(IpAddr::to_string).collect();
+            Err(format!(
+                "{host} has {} addresses ({}); waiting for one",
+                ips.len(),
+                list.join(", ")
+            ))
+        }
+    })
+}
+
+/// A follower's way to look the coordinator's DNS name up again; None when it is an address.
+pub(super) fn recheck_of(config: &Config) -> Option<control::Recheck> {
+    let (host, _) = config.control.coordinator.clone()?;
+    if host.parse::<IpAddr>().is_ok() {
+        return None;
+    }
+    let dns_server = config.control.dns_server;
+    Some(std::sync::Arc::new(move || {
+        let host = host.clone();
+        async move {
+            match peers::dns::resolve_once(&host, dns_server).await {
+                Ok(Ok(ips)) => Some(ips),
+                Ok(Err(_)) | Err(_) => None,
+            }
+        }
+        .boxed()
+    }))
+}
+
+/// Joins this attempt's control channel: as the coordinator (the pod at --coordinator's
+/// address, else the pod of rank 0) or as a follower of it. `NoChannel`: the plan has none.
+/// `first_attempt`: this launcher's first, when a coordinator reads the count recorded on its
+/// Job (later ones count from the attempt that ended here, which the record can only trail).
+pub(super) async fn join_channel(
+    secret: Secret,
+    attempt: &Attempt,
+    config: &Config,
+    membership: &Membership,
+    me: &Me,
+    count: Count,
+    first_attempt: bool,
+) -> Result<Found<Channel>, Error> {
+    let control = &config.control;
+    let members = membership.pod_addresses();
+    let who = who(&me.name, &attempt.plan, config);
+    let api = attempt.api.as_ref().filter(|_| first_attempt);
+    let Some(plan) = &attempt.plan.control else {
+        return Ok(Found::NoChannel);
+    };
+    let role = match (
+        plan.this_pod_coordinates,
+        plan.coordinator.parse::<SocketAddr>(),
+    ) {
+        (Some(true), Ok(listen)) => ControlRole::Coordinator { listen },
+        (Some(false), Ok(coordinator)) => ControlRole::Follower {
+            coordinator,
+            recheck: None,
+        },
+        // A DNS name: whoever has its address serves.
+        _ => {
+            let Some((host, port)) = &control.coordinator else {
+                return Ok(Found::NoChannel);
+            };
+            match resolve(host, *port, config.control.dns_server).await? {
+                Ok(address) if address.ip() == me.ip => ControlRole::Coordinator {
+                    listen: SocketAddr::new(me.ip, *port),
+                },
+                Ok(coordinator) => ControlRole::Follower {
+                    coordinator,
+                    recheck: recheck_of(config),
+                },
+                Err(why) => return Ok(Found::NotYet(why)),
+            }
+        }
+    };
+    if matches!(role, ControlRole::Coordinator { .. }) && attempt.plan.trainer_id.is_none() {
+        warn!("control channel: this pserver pod coordinates (--coordinator names it): its own end, a deletion or an eviction, ends the attempt for every pod even once its pserver has ended; name a trainer pod instead");
+    }
+    let count = match (&role, JobRecord::of(config, api)) {
+        (ControlRole::Coordinator { .. }, Some(record)) => record.count_from(count).await,
+        _ => count,
+    };
+    let growth = growing(config, &role, members.len());
+    let join_grace = join_grace(config, growth.is_some());
+    let channel = control::join(Joining {
+        growth,
+        role,
+        secret,
+        me: me.address(),
+        view: control::fingerprint(&members),
+        members,
+        next_epoch: count.next_epoch,
+        preemptions: count.preemptions,
+        grows: count.grows,
+        max_restarts: control.max_restarts,
+        max_preemptions: control.max_preemptions,
+        nproc_per_pod: config.topology.processes.per_pod,
+        heartbeat_timeout: control.heartbeat_timeout,
+        join_grace,
+        membership: Some(membership.clone()),
+        ended: None,
+        who,
+        progress_check: progress_check(config),
+        served: attempt.served.clone(),
+        network: control::tcp(),
+    })
+    .await
+    .map_err(|e| Error::io("cannot serve the control channel", e))?;
+    Ok(Found::At(channel))
+}
+
+/// How long a gathering waits for the members' hellos. The others may still be stopping their
+/// children (a grace period) before they join. An elastic job's coordinator (`elastic`) waits
+/// its elastic wait: a member whose launcher has not said hello by then is no member of the
+/// next start (`leave_out`); but never less than a live member may take to hear the loss
+/// (a heartbeat timeout) and stop its children (a grace period), lest the job start without a
+/// member that still trains.
+pub(super) fn join_grace(config: &Config, elastic: bool) -> Duration {
+    match config.control.elastic {
+        Some(e) if elastic => e
+            .wait
+            .max(config.control.heartbeat_timeout + config.timing.grace_period),
+        _ => JOIN_GRACE + config.timing.grace_period,
+    }
+}
+
+/// An elastic job's coordinator grows it by the pods it lacks: arrivals are gathered for the
+/// elastic wait, and the trainers given their checkpoint window (none without a checkpoint
+/// signal) before the restart.
+pub(super) fn growing(
+    config: &Config,
+    role: &ControlRole,
+    members: usize,
+) -> Option<control::Growing> {
+    let elastic = config.control.elastic?;
+    if !matches!(role, ControlRole::Coordinator { .. }) {
+        return None;
+    }
+    let checkpoint_window = config
+        .timing
+        .checkpoint()
+        .map_or(Duration::ZERO, |checkpoint| checkpoint.window);
+    Some(growth_of(elastic, checkpoint_window, members))
+}
+
+/// An elastic job's growth with `members` pods now: arrivals gathered for the elastic wait,
+/// `checkpoint_window` given to the trainers, room for the pods the job lacks.
+pub(super) fn growth_of(
+    elastic: crate::config::Elastic,
+    checkpoint_window: Duration,
+    members: usize,
+) -> control::Growing {
+    control::Growing {
+        core: control::Growth {
+            window: elastic.wait,
+            checkpoint_window,
+        },
+        room: (elastic.max_pods as usize).saturating_sub(members),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An elastic job's coordinator waits its elastic wait for the members' hellos, and no less
+    /// than a live member takes to hear the loss and stop its children; its followers, and a
+    /// job that is not elastic, the usual join grace. Only its coordinator grows the job.
+    #[test]
+    fn an_elastic_coordinator_waits_its_elastic_wait_for_hellos_and_grows_the_job() {
+        let config = |wait: &str, elastic: bool| {
+            crate::protocol::tests::config(|a| {
+                a.job_secret = Some("s".repeat(32));
+                a.protocol = Some("collective".into());
+                a.entry = Some("python train.py".into());
+                a.heartbeat_timeout = Some("10".into());
+                a.grace_period = Some("20".into());
+                a.elastic_wait = elastic.then(|| wait.to_string());
+                a.min_pods = elastic.then(|| "2".to_string());
+            })
+        };
+        let s = Duration::from_secs;
+        assert_eq!(join_grace(&config("120", true), true), s(120));
+        // Shorter than a member's stop: the stop.
+        assert_eq!(join_grace(&config("5", true), true), s(10 + 20));
+        let usual = JOIN_GRACE + s(20);
+        assert_eq!(join_grace(&config("120", true), false), usual);
+        assert_eq!(join_grace(&config("120", false), true), usual);
+        let elastic = config("120", true);
+        let coordinator = ControlRole::Coordinator {
+            listen: "10.0.0.1:6171".parse().unwrap(),
+        };
+        let follower = ControlRole::Follower {
+            coordinator: "10.0.0.1:6171".parse().unwrap(),
+            recheck: None,
+        };
+        let grows = growing(&elastic, &coordinator, 2).expect("the coordinator grows the job");
+        assert_eq!((grows.room, grows.core.window), (1, s(120)));
+        assert!(growing(&elastic, &follower, 2).is_none());
+        assert!(growing(&config("120", false), &coordinator, 2).is_none());
+    }
+
+    /// An elastic job's coordinator makes room for the pods it lacks, and none at full size:
+    /// an extra slot would admit a pod beyond the job's size.
+    #[test]
+    fn an_elastic_jobs_room_is_the_pods_it_lacks() {
+        let elastic = crate::config::Elastic {
+            min_pods: 2,
+            max_pods: 4,
+            wait: Duration::from_secs(7),
+        };
+        let room = |members| growth_of(elastic, Duration::from_secs(3), members).room;
+        assert_eq!((room(4), room(3), room(2)), (0, 1, 2));
+        let growth = growth_of(elastic, Duration::from_secs(3), 3).core;
+        assert_eq!(
+            (growth.window, growth.checkpoint_window),
+            (Duration::from_secs(7), Duration::from_secs(3))
+        );
+    }
+}
