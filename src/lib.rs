@@ -25,6 +25,7 @@ pub(crate) mod error;
 pub(crate) mod events;
 pub(crate) mod exit;
 pub(crate) mod launch;
+pub(crate) mod ledger;
 pub(crate) mod local;
 pub(crate) mod manifest;
 pub(crate) mod membership;

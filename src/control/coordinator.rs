@@ -13,6 +13,7 @@ use tracing::{info, warn};
 use super::wire::{cut, Message, WireError};
 use super::{Heard, Request};
 use crate::launch::progress::{suspect, Report};
+use crate::ledger::Ledger;
 use crate::membership::Membership;
 use crate::verdict::{verdict, Standing};
 
@@ -110,15 +111,8 @@ pub(super) enum Stage {
         since: Instant,
         ready: HashMap<String, Terms>,
     },
-    /// Started `epoch` with this budget, after this many preemptions, of so many free ones,
-    /// `grows` of them the elastic job's (not bounded by the free ones).
-    Running {
-        epoch: u32,
-        max_restarts: u32,
-        preemptions: u32,
-        max_preemptions: u32,
-        grows: u32,
-    },
+    /// Started the attempt of this ledger (its epoch, budget and free restarts as agreed).
+    Running(Ledger),
     /// Said what there was to say; waiting for this launcher to close the channel.
     Closing,
 }
@@ -228,16 +222,8 @@ fn named(pod: &str, said: &str) -> String {
 /// the most preemptions and the smallest allowances any member says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Terms {
-    /// The restart epoch it would start next.
-    pub next_epoch: u32,
-    /// The restarts it was given (--max-restarts).
-    pub max_restarts: u32,
-    /// The job's preemptions it knows of (restarts that spent no budget).
-    pub preemptions: u32,
-    /// The free preemptions it was given (--max-preemptions; `UNBOUNDED_PREEMPTIONS`: all).
-    pub max_preemptions: u32,
-    /// Of the preemptions it knows of, the elastic job's grows.
-    pub grows: u32,
+    /// Its ledger (its epoch: the one it would start next; its own allowances).
+    pub ledger: Ledger,
     /// The trainer processes its pod runs: the same on every pod, or nothing starts.
     pub nproc_per_pod: u32,
 }
@@ -246,11 +232,7 @@ impl Terms {
     /// A job's first start with this budget, no preemption yet, and every preemption free.
     pub fn first(max_restarts: u32) -> Terms {
         Terms {
-            next_epoch: 0,
-            max_restarts,
-            preemptions: 0,
-            max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
-            grows: 0,
+            ledger: Ledger::first(max_restarts),
             nproc_per_pod: 1,
         }
     }
@@ -358,13 +340,11 @@ impl Core {
         let mut effects = Vec::new();
         if let Some(reason) = setup.ended {
             // As if it had run and lost, for good.
-            core.stage = Stage::Running {
-                epoch: core.own.next_epoch,
+            core.stage = Stage::Running(Ledger {
                 max_restarts: 0,
-                preemptions: core.own.preemptions,
                 max_preemptions: 0,
-                grows: core.own.grows,
-            };
+                ..core.own.ledger
+            });
             core.lost = Some((reason, false));
             core.decided = Some(false);
         } else {
@@ -589,19 +569,7 @@ impl Core {
         let grown = grown || in_growth;
         let (preempted, reason) = match (&self.preempted, &self.stage) {
             _ if grown => (true, reason),
-            (
-                Some(_),
-                Stage::Running {
-                    preemptions,
-                    max_preemptions,
-                    grows,
-                    ..
-                },
-            ) => super::judge_preemption(
-                reason,
-                preemptions.saturating_sub(*grows),
-                *max_preemptions,
-            ),
+            (Some(_), Stage::Running(ledger)) => super::judge_preemption(reason, *ledger),
             _ => (false, reason),
         };
         // What every pod's last line will say, the same on all: printable (it reaches logs,
@@ -613,14 +581,9 @@ impl Core {
         let reason = cut(&printable);
         let member_finished = !self.done.is_empty() || self.own_success;
         let restart = match self.stage {
-            Stage::Running {
-                epoch,
-                max_restarts,
-                preemptions,
-                ..
-            } => verdict(&Standing {
-                spent: epoch.saturating_sub(preemptions),
-                max_restarts,
+            Stage::Running(ledger) => verdict(&Standing {
+                spent: ledger.spent(),
+                max_restarts: ledger.max_restarts,
                 member_finished,
                 restartable,
                 preempted,
@@ -1081,65 +1044,33 @@ impl Core {
             self.stage = Stage::Closing;
             return;
         }
-        let epoch = ready
+        let ledger = own.ledger.agree(ready.values().map(|member| member.ledger));
+        let max_restarts = ledger.max_restarts;
+        if ready
             .values()
-            .map(|r| r.next_epoch)
-            .fold(own.next_epoch, u32::max);
-        // One budget for the job, or some would restart while others end.
-        let max_restarts = ready
-            .values()
-            .map(|r| r.max_restarts)
-            .fold(own.max_restarts, u32::min);
-        let max_preemptions = ready
-            .values()
-            .map(|r| r.max_preemptions)
-            .fold(own.max_preemptions, u32::min);
-        // A replaced pod knows of none: the survivors' count stands.
-        let preemptions = ready
-            .values()
-            .map(|r| r.preemptions)
-            .fold(own.preemptions, u32::max)
-            .min(epoch);
-        let grows = ready
-            .values()
-            .map(|r| r.grows)
-            .fold(own.grows, u32::max)
-            .min(preemptions);
-        if ready.values().any(|r| r.max_restarts != own.max_restarts) {
+            .any(|r| r.ledger.max_restarts != own.ledger.max_restarts)
+        {
             warn!("control channel: the launchers were given different restart budgets (PADDLE_LAUNCHER_MAX_RESTARTS): the job has the smallest, {max_restarts}");
         }
         if ready
             .values()
-            .any(|r| r.max_preemptions != own.max_preemptions)
+            .any(|r| r.ledger.max_preemptions != own.ledger.max_preemptions)
         {
-            warn!("control channel: the launchers were given different numbers of free preemptions (PADDLE_LAUNCHER_MAX_PREEMPTIONS): the job has the smallest, {}", crate::verdict::describe_max_preemptions(max_preemptions));
+            warn!("control channel: the launchers were given different numbers of free preemptions (PADDLE_LAUNCHER_MAX_PREEMPTIONS): the job has the smallest, {}", crate::verdict::describe_max_preemptions(ledger.max_preemptions));
         }
         info!(
-            "control channel: all {} are here: starting restart epoch {epoch}",
-            crate::vocabulary::count(self.others.len() + 1, "launcher")
+            "control channel: all {} are here: starting restart epoch {}",
+            crate::vocabulary::count(self.others.len() + 1, "launcher"),
+            ledger.epoch
         );
         effects.push(Effect::Broadcast(Message::Go {
-            epoch,
             membership: self.membership.clone(),
-            max_restarts,
-            preemptions,
-            max_preemptions,
-            grows,
+            ledger,
         }));
-        self.stage = Stage::Running {
-            epoch,
-            max_restarts,
-            preemptions,
-            max_preemptions,
-            grows,
-        };
+        self.stage = Stage::Running(ledger);
         effects.push(Effect::Hear(Heard::Go {
-            epoch,
             membership: None,
-            max_restarts,
-            preemptions,
-            max_preemptions,
-            grows,
+            ledger,
         }));
     }
 
@@ -1698,7 +1629,10 @@ mod tests {
         let go = core.step(joined(2, "b"));
         assert!(matches!(
             go[0],
-            Effect::Broadcast(Message::Go { epoch: 0, .. })
+            Effect::Broadcast(Message::Go {
+                ledger: Ledger { epoch: 0, .. },
+                ..
+            })
         ));
         let effects = core.step(said(1, "a", Message::Done));
         assert!(core.done.contains("a"));
@@ -1774,10 +1708,13 @@ mod tests {
     #[test]
     fn grows_are_not_among_the_free_preemptions() {
         let terms = |grows| Terms {
-            next_epoch: 1,
-            preemptions: 1,
-            max_preemptions: 1,
-            grows,
+            ledger: Ledger {
+                epoch: 1,
+                preemptions: 1,
+                max_preemptions: 1,
+                grows,
+                ..Ledger::first(0)
+            },
             ..Terms::first(0)
         };
         for (grows, free) in [(1, true), (0, false)] {
@@ -1795,7 +1732,7 @@ mod tests {
             }
             let go = core.step(a);
             let agreed = go.iter().find_map(|e| match e {
-                Effect::Broadcast(Message::Go { grows, .. }) => Some(*grows),
+                Effect::Broadcast(Message::Go { ledger, .. }) => Some(ledger.grows),
                 _ => None,
             });
             assert_eq!(agreed, Some(grows), "{go:?}");
@@ -2332,9 +2269,12 @@ mod tests {
             core
         };
         let spent = Terms {
-            next_epoch: 1,
-            preemptions: 1,
-            max_preemptions: 1,
+            ledger: Ledger {
+                epoch: 1,
+                preemptions: 1,
+                max_preemptions: 1,
+                ..Ledger::first(0)
+            },
             ..Terms::first(0)
         };
         let mut core = growing(spent);
@@ -2391,7 +2331,7 @@ mod tests {
             checkpoint_window: Duration::ZERO,
         });
         let mut terms = Terms::first(0);
-        terms.max_preemptions = 0;
+        terms.ledger.max_preemptions = 0;
         let (mut core, _) = Core::start(
             Setup {
                 growth,

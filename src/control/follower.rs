@@ -243,16 +243,17 @@ pub(super) async fn handshake(
     let challenge = both(server, client);
     let mut hello = Session::new(&joining.secret, challenge, false);
     let mut first = client.to_vec();
+    let ledger = joining.ledger;
     first.extend(hello.seal(&Message::Hello {
         pod: joining.me.name.clone(),
-        next_epoch: joining.next_epoch,
+        next_epoch: ledger.epoch,
         view: joining.view.clone(),
-        max_restarts: joining.max_restarts,
+        max_restarts: ledger.max_restarts,
         heartbeat_ms: joining.heartbeat_timeout.as_millis() as u64,
         who: cut(&joining.who),
-        preemptions: joining.preemptions,
-        max_preemptions: joining.max_preemptions,
-        grows: joining.grows,
+        preemptions: ledger.preemptions,
+        max_preemptions: ledger.max_preemptions,
+        grows: ledger.grows,
         nproc_per_pod: joining.nproc_per_pod,
     }));
     timeout(HANDSHAKE, writer.write_all(&first))

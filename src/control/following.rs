@@ -6,6 +6,8 @@
 
 use tracing::info;
 
+use crate::ledger::Ledger;
+
 use super::wire::Message;
 use super::{Heard, Request};
 
@@ -68,9 +70,8 @@ pub(super) struct Following {
     /// ends it, is the preemption's, the coordinator's own end too (a preempted coordinator's
     /// pod may be killed before its window is over, with no word of it).
     preemption: Option<String>,
-    /// The job's preemptions before this attempt, its free ones, and its grows among the
-    /// former (told with `Go`).
-    preemptions: (u32, u32, u32),
+    /// The attempt's ledger (told with `Go`).
+    ledger: Ledger,
 }
 
 impl Following {
@@ -83,7 +84,7 @@ impl Following {
             listening: true,
             may_restart: true,
             preemption: None,
-            preemptions: (0, 0, 0),
+            ledger: Ledger::first(0),
         }
     }
 
@@ -155,24 +156,10 @@ impl Following {
     fn heard(&mut self, message: Message) -> Vec<Effect> {
         match message {
             Message::Beat => Vec::new(),
-            Message::Go {
-                epoch,
-                membership,
-                max_restarts,
-                preemptions,
-                max_preemptions,
-                grows,
-            } if !self.running => {
+            Message::Go { membership, ledger } if !self.running => {
                 self.running = true;
-                self.preemptions = (preemptions, max_preemptions, grows);
-                vec![Effect::Hear(Heard::Go {
-                    epoch,
-                    membership,
-                    max_restarts,
-                    preemptions,
-                    max_preemptions,
-                    grows,
-                })]
+                self.ledger = ledger;
+                vec![Effect::Hear(Heard::Go { membership, ledger })]
             }
             Message::Checkpoint { reason } if self.running => {
                 self.preemption.get_or_insert(reason.clone());
@@ -292,13 +279,12 @@ impl Following {
                     }
                 }
                 (true, Some(said)) => {
-                    let (before, free, grows) = self.preemptions;
                     let ended = super::after_preemption(said, &reason);
                     // The growth's checkpoint window: its restart, free whatever the allowance.
                     let grown = said.starts_with(super::GROWS);
                     let (preempted, reason) = match grown {
                         true => (true, ended),
-                        false => super::judge_preemption(ended, before.saturating_sub(grows), free),
+                        false => super::judge_preemption(ended, self.ledger),
                     };
                     Heard::Lost {
                         reason,
@@ -322,12 +308,14 @@ mod tests {
 
     fn go() -> Input {
         Input::Frame(Message::Go {
-            epoch: 1,
             membership: None,
-            max_restarts: 2,
-            preemptions: 0,
-            max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
-            grows: 0,
+            ledger: Ledger {
+                epoch: 1,
+                max_restarts: 2,
+                preemptions: 0,
+                max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
+                grows: 0,
+            },
         })
     }
 
@@ -355,12 +343,14 @@ mod tests {
     fn transitions() {
         use Effect::*;
         let heard_go = Hear(Heard::Go {
-            epoch: 1,
             membership: None,
-            max_restarts: 2,
-            preemptions: 0,
-            max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
-            grows: 0,
+            ledger: Ledger {
+                epoch: 1,
+                max_restarts: 2,
+                preemptions: 0,
+                max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
+                grows: 0,
+            },
         });
         let request = Input::Request;
         let frame = Input::Frame;
@@ -377,7 +367,7 @@ mod tests {
                     Checkpoint("p-2".into()),
                     StopListening,
                     Hear(Heard::Lost {
-                        reason: "p-2; then: lost the connection to the coordinating launcher at 10.0.0.1:6171 (unexpected Go { epoch: 1, membership: None, max_restarts: 2, preemptions: 0, max_preemptions: 4294967295, grows: 0 })".into(),
+                        reason: "p-2; then: lost the connection to the coordinating launcher at 10.0.0.1:6171 (unexpected Go { membership: None, ledger: Ledger { epoch: 1, max_restarts: 2, preemptions: 0, max_preemptions: 4294967295, grows: 0 } })".into(),
                         restart: true,
                         hang: false,
                         preempted: true,
@@ -411,24 +401,16 @@ mod tests {
                 "the growth's checkpoint, then the coordinator's silence: the growth's free restart, whatever the free preemptions left",
                 vec![
                     Input::Frame(Message::Go {
-                        epoch: 3,
                         membership: None,
-                        max_restarts: 0,
-                        preemptions: 1,
-                        max_preemptions: 0,
-                        grows: 1,
+                        ledger: Ledger { epoch: 3, max_restarts: 0, preemptions: 1, max_preemptions: 0, grows: 1 },
                     }),
                     frame(Message::Checkpoint { reason: "the job grows: p-3 joined (1 pod)".into() }),
                     Input::Silent(2),
                 ],
                 vec![
                     Hear(Heard::Go {
-                        epoch: 3,
                         membership: None,
-                        max_restarts: 0,
-                        preemptions: 1,
-                        max_preemptions: 0,
-                        grows: 1,
+                        ledger: Ledger { epoch: 3, max_restarts: 0, preemptions: 1, max_preemptions: 0, grows: 1 },
                     }),
                     Checkpoint("the job grows: p-3 joined (1 pod)".into()),
                     StopListening,
@@ -469,24 +451,16 @@ mod tests {
                 "the job's grows are not among its free preemptions: one free, one grow before, the preemption is free",
                 vec![
                     Input::Frame(Message::Go {
-                        epoch: 3,
                         membership: None,
-                        max_restarts: 2,
-                        preemptions: 1,
-                        max_preemptions: 1,
-                        grows: 1,
+                        ledger: Ledger { epoch: 3, max_restarts: 2, preemptions: 1, max_preemptions: 1, grows: 1 },
                     }),
                     frame(Message::Checkpoint { reason: "pod p-0: preempted (SIGTERM while training)".into() }),
                     Input::Silent(2),
                 ],
                 vec![
                     Hear(Heard::Go {
-                        epoch: 3,
                         membership: None,
-                        max_restarts: 2,
-                        preemptions: 1,
-                        max_preemptions: 1,
-                        grows: 1,
+                        ledger: Ledger { epoch: 3, max_restarts: 2, preemptions: 1, max_preemptions: 1, grows: 1 },
                     }),
                     Checkpoint("pod p-0: preempted (SIGTERM while training)".into()),
                     StopListening,
@@ -504,24 +478,16 @@ mod tests {
                 "past the job's free preemptions, the same silence ends the attempt as a failure",
                 vec![
                     Input::Frame(Message::Go {
-                        epoch: 3,
                         membership: None,
-                        max_restarts: 2,
-                        preemptions: 1,
-                        max_preemptions: 1,
-                        grows: 0,
+                        ledger: Ledger { epoch: 3, max_restarts: 2, preemptions: 1, max_preemptions: 1, grows: 0 },
                     }),
                     frame(Message::Checkpoint { reason: "pod p-0: preempted (SIGTERM while training)".into() }),
                     Input::Silent(2),
                 ],
                 vec![
                     Hear(Heard::Go {
-                        epoch: 3,
                         membership: None,
-                        max_restarts: 2,
-                        preemptions: 1,
-                        max_preemptions: 1,
-                        grows: 0,
+                        ledger: Ledger { epoch: 3, max_restarts: 2, preemptions: 1, max_preemptions: 1, grows: 0 },
                     }),
                     Checkpoint("pod p-0: preempted (SIGTERM while training)".into()),
                     StopListening,

@@ -57,6 +57,7 @@ use tokio::time::{sleep, timeout, Instant};
 use tracing::{debug, info, warn, Instrument};
 
 use crate::config::Secret;
+use crate::ledger::Ledger;
 use crate::membership::{Loss, Membership, PodAddress, Served};
 
 mod coordinator;
@@ -112,17 +113,9 @@ pub enum Heard {
     /// Every member is ready: start restart epoch `epoch`; a follower gets the coordinator's
     /// membership.
     Go {
-        epoch: u32,
         membership: Option<Membership>,
-        /// The job's restart budget, agreed by all.
-        max_restarts: u32,
-        /// The job's preemptions so far, agreed by all (they spent no budget).
-        preemptions: u32,
-        /// The job's free preemptions, agreed by all.
-        max_preemptions: u32,
-        /// Of the preemptions, the elastic job's grows (which --max-preemptions does not
-        /// bound), agreed by all.
-        grows: u32,
+        /// The attempt's ledger, agreed by all.
+        ledger: Ledger,
     },
     /// Not everyone found the same members, or not all joined: discover the job again.
     Regather(String),
@@ -180,17 +173,9 @@ pub struct Joining {
     pub members: Vec<PodAddress>,
     /// The fingerprint of the membership this launcher found (`view`).
     pub view: String,
-    /// The restart epoch this launcher would start next.
-    pub next_epoch: u32,
-    /// The restarts this launcher was given.
-    pub max_restarts: u32,
-    /// The job's preemptions this launcher knows of.
-    pub preemptions: u32,
-    /// The free preemptions this launcher was given (`UNBOUNDED_PREEMPTIONS`: all).
-    pub max_preemptions: u32,
-    /// Of the job's preemptions this launcher knows of, its grows (an elastic job's free
-    /// restarts that are no preemption).
-    pub grows: u32,
+    /// The job's ledger as this launcher knows it (its epoch: the one it would start next;
+    /// its allowances: its own).
+    pub ledger: Ledger,
     /// The trainer processes this launcher's pod runs.
     pub nproc_per_pod: u32,
     pub heartbeat_timeout: Duration,
@@ -225,19 +210,14 @@ pub struct Growing {
     pub room: usize,
 }
 
-/// Whether an attempt that a preemption ends, after `preemptions` free ones of the job's
-/// `max_preemptions` (its grows not among them), restarts for free; and its reason as every pod says it (beyond the free
-/// ones, with why it counts as a failure). The coordinator's judgement, and a follower's when
-/// the coordinator is gone.
-pub(super) fn judge_preemption(
-    reason: String,
-    preemptions: u32,
-    max_preemptions: u32,
-) -> (bool, String) {
-    if crate::verdict::preemption_is_free(preemptions, max_preemptions) {
+/// Whether an attempt that a preemption ends, in an attempt of this ledger, restarts for free;
+/// and its reason as every pod says it (beyond the free ones, with why it counts as a
+/// failure). The coordinator's judgement, and a follower's when the coordinator is gone.
+pub(super) fn judge_preemption(reason: String, ledger: Ledger) -> (bool, String) {
+    if ledger.preemption_is_free() {
         return (true, reason);
     }
-    let free = match max_preemptions {
+    let free = match ledger.max_preemptions {
         0 => "no preemption is free".to_string(),
         1 => "only the job's first preemption was free".to_string(),
         n => format!("only the job's first {n} preemptions were free"),
@@ -815,11 +795,7 @@ impl Coordinator {
                 others: others.iter().map(|m| m.name.clone()).collect(),
                 view: joining.view,
                 terms: Terms {
-                    next_epoch: joining.next_epoch,
-                    max_restarts: joining.max_restarts,
-                    preemptions: joining.preemptions,
-                    max_preemptions: joining.max_preemptions,
-                    grows: joining.grows,
+                    ledger: joining.ledger,
                     nproc_per_pod: joining.nproc_per_pod,
                 },
                 join_grace: joining.join_grace,
@@ -1142,17 +1118,14 @@ async fn serve(
         let hello = timeout(HANDSHAKE, session.read(&mut reader))
             .await
             .map_err(|_| no_hello())??;
+        let ledger = hello.ledger();
         let Message::Hello {
             pod,
-            next_epoch,
             view,
-            max_restarts,
             heartbeat_ms,
             who,
-            preemptions,
-            max_preemptions,
-            grows,
             nproc_per_pod,
+            ..
         } = hello
         else {
             return Err(WireError::Malformed(
@@ -1192,11 +1165,8 @@ async fn serve(
             }
         };
         let terms = Terms {
-            next_epoch,
-            max_restarts,
-            preemptions,
-            max_preemptions,
-            grows,
+            // Some: the frame is a hello.
+            ledger: ledger.unwrap_or(Ledger::first(0)),
             nproc_per_pod,
         };
         Ok((challenge, session, name, view, heartbeat_ms, who, terms))
@@ -1602,12 +1572,12 @@ mod tests {
             secret: secret(),
             me: members[index].clone(),
             members: members.to_vec(),
-            preemptions: 0,
-            max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
             nproc_per_pod: 1,
             view: fingerprint(members),
-            next_epoch,
-            max_restarts: 3,
+            ledger: Ledger {
+                epoch: next_epoch,
+                ..Ledger::first(3)
+            },
             heartbeat_timeout: Duration::from_secs(2),
             join_grace: Duration::from_secs(5),
             membership: Some(Membership::default()),
@@ -1617,7 +1587,6 @@ mod tests {
             served: Served::default(),
             network: tcp(),
             growth: None,
-            grows: 0,
         }
     }
 
@@ -1634,7 +1603,7 @@ mod tests {
     /// The epoch a `Go` names; a follower's comes with the coordinator's membership.
     async fn started(channel: &mut Channel) -> u32 {
         match heard(channel).await {
-            Heard::Go { epoch, .. } => epoch,
+            Heard::Go { ledger, .. } => ledger.epoch,
             other => panic!("not a start: {other:?}"),
         }
     }
@@ -1663,7 +1632,7 @@ mod tests {
         let mut channels = Vec::new();
         for (i, (next_epoch, budget)) in nexts.into_iter().zip(budgets).enumerate() {
             let mut joining = joining(&members, i, port, next_epoch);
-            joining.max_restarts = budget;
+            joining.ledger.max_restarts = budget;
             channels.push(join(joining).await.unwrap());
         }
         (members, channels)
@@ -1884,8 +1853,11 @@ mod tests {
             assert!(matches!(
                 heard(channel).await,
                 Heard::Go {
-                    epoch: 1,
-                    max_restarts: 1,
+                    ledger: Ledger {
+                        epoch: 1,
+                        max_restarts: 1,
+                        ..
+                    },
                     ..
                 }
             ));
@@ -2077,12 +2049,14 @@ mod tests {
         assert_eq!(
             heard(&mut follower).await,
             Heard::Go {
-                epoch: 0,
                 membership: Some(found),
-                max_restarts: 3,
-                preemptions: 0,
-                max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
-                grows: 0,
+                ledger: Ledger {
+                    epoch: 0,
+                    max_restarts: 3,
+                    preemptions: 0,
+                    max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
+                    grows: 0
+                },
             }
         );
     }

@@ -20,6 +20,7 @@ use super::coordinator::{Core, Effect, Growth, Input, Setup, Stage, Terms};
 use super::following::{self, Following};
 use super::wire::{Message, WireError};
 use super::{Heard, Request};
+use crate::ledger::Ledger;
 use crate::verdict::UNBOUNDED_PREEMPTIONS;
 
 impl Default for Following {
@@ -290,12 +291,14 @@ impl Sim {
         }
         let now = Instant::now();
         let own = Terms {
-            next_epoch: nexts[0],
-            max_restarts: budgets[0],
-            preemptions: preemptions[0],
-            max_preemptions: free[0],
             nproc_per_pod: 1,
-            grows: 0,
+            ledger: Ledger {
+                epoch: nexts[0],
+                max_restarts: budgets[0],
+                preemptions: preemptions[0],
+                max_preemptions: free[0],
+                grows: 0,
+            },
         };
         let (core, effects) = Core::start(
             Setup {
@@ -505,10 +508,14 @@ impl Sim {
         for effect in effects {
             match effect {
                 following::Effect::Hear(Heard::Go {
-                    epoch,
-                    max_restarts,
-                    preemptions,
-                    max_preemptions,
+                    ledger:
+                        Ledger {
+                            epoch,
+                            max_restarts,
+                            preemptions,
+                            max_preemptions,
+                            ..
+                        },
                     ..
                 }) => f.go = Some((epoch, max_restarts, preemptions, max_preemptions)),
                 following::Effect::Hear(Heard::Lost {
@@ -676,10 +683,14 @@ impl Sim {
     fn check_broadcast(&mut self, message: &Message) -> Result<(), TestCaseError> {
         match message {
             Message::Go {
-                epoch,
-                max_restarts,
-                preemptions,
-                max_preemptions,
+                ledger:
+                    Ledger {
+                        epoch,
+                        max_restarts,
+                        preemptions,
+                        max_preemptions,
+                        ..
+                    },
                 ..
             } => {
                 prop_assert!(self.record.gos.is_empty(), "a second Go: {message:?}");
@@ -688,18 +699,18 @@ impl Sim {
                 // than the restarts).
                 let hellos = || self.hellos.values();
                 let epoch_expected = hellos()
-                    .map(|h| h.next_epoch)
-                    .fold(self.own.next_epoch, u32::max);
+                    .map(|h| h.ledger.epoch)
+                    .fold(self.own.ledger.epoch, u32::max);
                 let budget_expected = hellos()
-                    .map(|h| h.max_restarts)
-                    .fold(self.own.max_restarts, u32::min);
+                    .map(|h| h.ledger.max_restarts)
+                    .fold(self.own.ledger.max_restarts, u32::min);
                 let preemptions_expected = hellos()
-                    .map(|h| h.preemptions)
-                    .fold(self.own.preemptions, u32::max)
+                    .map(|h| h.ledger.preemptions)
+                    .fold(self.own.ledger.preemptions, u32::max)
                     .min(epoch_expected);
                 let free_expected = hellos()
-                    .map(|h| h.max_preemptions)
-                    .fold(self.own.max_preemptions, u32::min);
+                    .map(|h| h.ledger.max_preemptions)
+                    .fold(self.own.ledger.max_preemptions, u32::min);
                 prop_assert_eq!(
                     (*epoch, *max_restarts, *preemptions, *max_preemptions),
                     (
@@ -1074,12 +1085,14 @@ impl Sim {
                     view: if f.stale_view { "stale" } else { "view" }.into(),
                     who: format!("pod {}", f.name),
                     terms: Terms {
-                        next_epoch: f.next_epoch,
-                        max_restarts: f.max_restarts,
-                        preemptions: f.preemptions,
-                        max_preemptions: f.max_preemptions,
                         nproc_per_pod: 1,
-                        grows: 0,
+                        ledger: Ledger {
+                            epoch: f.next_epoch,
+                            max_restarts: f.max_restarts,
+                            preemptions: f.preemptions,
+                            max_preemptions: f.max_preemptions,
+                            grows: 0,
+                        },
                     },
                 };
                 f.outbox.push_back(hello);

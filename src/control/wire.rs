@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use tokio::time::timeout;
 
 use crate::config::Secret;
+use crate::ledger::Ledger;
 use crate::membership::Membership;
 
 /// The largest frame the coordinator reads: a follower only ever says small things.
@@ -27,6 +28,30 @@ pub(super) const HANDSHAKE: Duration = Duration::from_secs(5);
 pub(super) const MAX_REASON: usize = 400;
 pub(super) const CLIENT: u8 = b'C';
 pub(super) const SERVER: u8 = b'S';
+
+impl Message {
+    /// A hello's ledger (its epoch: the one its launcher would start next, "next" on the
+    /// wire); None for any other frame.
+    pub fn ledger(&self) -> Option<Ledger> {
+        match *self {
+            Message::Hello {
+                next_epoch,
+                max_restarts,
+                preemptions,
+                max_preemptions,
+                grows,
+                ..
+            } => Some(Ledger {
+                epoch: next_epoch,
+                max_restarts,
+                preemptions,
+                max_preemptions,
+                grows,
+            }),
+            _ => None,
+        }
+    }
+}
 
 /// What launchers tell each other.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,21 +105,11 @@ pub enum Message {
     /// Coordinator: every member is here with the same view: start restart epoch `epoch`, with
     /// this membership (which a follower that did not discover the pods itself needs).
     Go {
-        epoch: u32,
         membership: Option<Membership>,
-        /// The job's restart budget: the smallest any member was given.
-        max_restarts: u32,
-        /// The job's preemptions so far (the most any member knows of): the restart epoch
-        /// less these is what failures have spent of the budget.
-        #[serde(default)]
-        preemptions: u32,
-        /// The job's free preemptions: the smallest any member was given.
-        #[serde(default = "unbounded")]
-        max_preemptions: u32,
-        /// Of the preemptions, the job's grows (the most any member knows of): they do not
-        /// count among the free preemptions.
-        #[serde(default)]
-        grows: u32,
+        /// The job's ledger as the members agreed it (`Ledger::agree`), its fields on the
+        /// frame itself: "epoch", "max_restarts", "preemptions", "max_preemptions", "grows".
+        #[serde(flatten)]
+        ledger: Ledger,
     },
     /// A follower's trainer succeeded: its end from now on is not a loss, and the job can no
     /// longer start again as a whole.
@@ -483,8 +498,13 @@ mod tests {
         assert!(matches!(
             go,
             Message::Go {
-                preemptions: 0,
-                grows: 0,
+                ledger: Ledger {
+                    epoch: 2,
+                    max_restarts: 1,
+                    preemptions: 0,
+                    max_preemptions: u32::MAX,
+                    grows: 0,
+                },
                 ..
             }
         ));

@@ -14,7 +14,6 @@ use tracing::{debug, info, warn};
 use super::ending;
 use super::ending::{after_restarts, for_the_job, post_hang, verdict_limits, EVENTS_FLUSH};
 use super::gathering::Attempt;
-use super::ledger::Count;
 use super::lifecycle::{self, Budget};
 use super::peer_check::{named_peers, peers_to_check, silent_peers, PEER_CHECK_TIMEOUT};
 use super::processes::drive;
@@ -27,6 +26,7 @@ use crate::control::Channel;
 use crate::error::{ConfigError, Error};
 use crate::events::{JobEvents, Kind};
 use crate::exit::{self, Outcome};
+use crate::ledger::Ledger;
 use crate::membership::{Loss, PodAddress};
 use crate::plan::{Plan, PodEntry};
 use crate::supervise::Supervisor;
@@ -35,8 +35,9 @@ use crate::workspace;
 
 /// What this launcher's attempts carry from one to the next.
 pub(super) struct Attempts {
-    /// Where the job's count of restarts stands before the next attempt.
-    pub count: Count,
+    /// Where the job's restarts stand before the next attempt (its epoch: the next; its
+    /// allowances: this launcher's own, which it says in its hello).
+    pub ledger: Ledger,
     /// The pods of the attempt that ended, when restarting.
     pub members_before: Vec<PodAddress>,
     /// The workspace preparation of an attempt that was lost while it ran, if it may still run.
@@ -48,19 +49,19 @@ pub(super) struct Attempts {
 impl Attempts {
     /// The first attempt's count starts where the batch system's own restarts of the job left it.
     pub fn new(config: &Config) -> Attempts {
-        let count = Count {
-            next_epoch: config.restarts_before(),
-            preemptions: 0,
-            grows: 0,
+        let ledger = Ledger {
+            epoch: config.restarts_before(),
+            max_preemptions: config.control.max_preemptions,
+            ..Ledger::first(config.control.max_restarts)
         };
-        if count.next_epoch > 0 {
-            let n = count.next_epoch;
+        if ledger.epoch > 0 {
+            let n = ledger.epoch;
             info!(
                 "the batch system has restarted the job {n} times: the restart count starts at {n}"
             );
         }
         Attempts {
-            count,
+            ledger,
             members_before: Vec::new(),
             preparing_before: None,
             events: None,
@@ -74,10 +75,8 @@ pub(super) struct Running {
     /// "pod p-1 (trainer id 1 of 3)": who this launcher is, in what it tells the others.
     who: String,
     channel: Option<Channel>,
-    max_restarts: u32,
-    preemptions: u32,
-    max_preemptions: u32,
-    grows: u32,
+    /// The attempt's ledger (its epoch: the plan's restart count).
+    ledger: Ledger,
     /// Where the job's count is kept (the Job object), when this launcher coordinates.
     record: Option<JobRecord>,
     /// Whether this launcher tells the job's story (its events): the coordinator, else rank 0.
@@ -103,10 +102,7 @@ pub(super) fn begin(
         mut channel,
         peer_loss,
         trainers_done,
-        max_restarts,
-        preemptions,
-        max_preemptions,
-        grows,
+        ledger,
         api,
         coordinator_unjoined,
         ..
@@ -119,7 +115,7 @@ pub(super) fn begin(
     let record = JobRecord::of(config, api.as_ref()).filter(|_| coordinates);
     if let Some(record) = &record {
         // In the background: the start is not held back by it.
-        drop(record.write((plan.restart_count, preemptions, grows)));
+        drop(record.write(ledger.recorded()));
     }
     if let (true, None, Some(api)) = (posts, &attempts.events, api) {
         // POD_NAME, else the pod's name as found by its address (under hostNetwork pods
@@ -197,10 +193,7 @@ pub(super) fn begin(
         plan,
         who,
         channel,
-        max_restarts,
-        preemptions,
-        max_preemptions,
-        grows,
+        ledger,
         record,
         posts,
         unjoined,
@@ -327,24 +320,22 @@ pub(super) async fn judge(
     // Written meanwhile: only a pod that ends waits for it (`finish`), not the verdict.
     let record_preemption = |preempted: bool, grown: bool| {
         running.record.as_ref().filter(|_| preempted).map(|record| {
-            let epoch = running.plan.restart_count;
-            let counted = (epoch, running.preemptions, running.grows);
-            let after = Count::after_attempt(counted, true, grown);
-            record.write((epoch, after.preemptions, after.grows))
+            // The epoch that ended, with its free restart counted.
+            let after = running.ledger.after_attempt(true, grown);
+            record.write(
+                Ledger {
+                    epoch: running.ledger.epoch,
+                    ..after
+                }
+                .recorded(),
+            )
         })
     };
     let preemption_recorded = record_preemption(ending::preempted(channel), ending::grown(channel));
     let recoverable = lifecycle::recoverable(&result);
-    let spent = ending::Spent {
-        epoch: running.plan.restart_count,
-        preemptions: running.preemptions,
-        max_restarts: running.max_restarts,
-        max_preemptions: running.max_preemptions,
-        grows: running.grows,
-    };
     let wait = match (channel, succeeded) {
         (Some(channel), false) => {
-            ending::verdict_wait(channel, &result, spent, verdict_limits(config))
+            ending::verdict_wait(channel, &result, running.ledger, verdict_limits(config))
         }
         _ => None,
     };
@@ -378,10 +369,8 @@ pub(super) async fn judge(
     let grown = ending::grown(channel);
     let preemption_recorded = preemption_recorded.or_else(|| record_preemption(preempted, grown));
     let budget = Budget {
-        epoch: running.plan.restart_count,
-        max_restarts: running.max_restarts,
+        ledger: running.ledger,
         may_restart,
-        preemptions: running.preemptions,
         preempted,
     };
     let judged = Judged {
@@ -395,19 +384,6 @@ pub(super) async fn judge(
     (result, judged)
 }
 
-/// The job's free restarts as a restart's line names them: "2 preemptions", "1 preemption and
-/// 1 grow", "3 grows" (`preemptions` counts the grows too).
-fn free_restarts(preemptions: u32, grows: u32) -> String {
-    let grows = grows.min(preemptions);
-    let said = [(preemptions - grows, "preemption"), (grows, "grow")];
-    let parts: Vec<String> = said
-        .iter()
-        .filter(|(n, _)| *n > 0)
-        .map(|(n, what)| crate::vocabulary::count(*n as usize, what))
-        .collect();
-    parts.join(" and ")
-}
-
 /// The job restarts in place: said with the job's first cause and what the restart spends,
 /// the channel closed, a lost attempt's workspace preparation waited for (the next one's
 /// must not run beside it), the count moved on.
@@ -419,30 +395,12 @@ pub(super) async fn restart(
     supervisor: &mut Supervisor,
 ) -> Result<(), Error> {
     let Judged { budget, hung, .. } = judged;
-    let (preemptions, grows) = (running.preemptions, running.grows);
     // The job's first cause, the same line on every pod, when the channel told it.
     let cause = running.channel.as_ref().and_then(Channel::cause);
     let hang = cause.as_ref().map_or(hung, |cause| cause.hang);
     let grown = budget.preempted && cause.as_ref().is_some_and(|cause| cause.grown);
     let reason = cause.map_or(reason, |cause| cause.reason);
-    let next = budget.epoch.saturating_add(1);
-    let restart = match budget.preempted {
-        true if grown => format!(
-            "restart {next} with the pods that joined, which spends none of the {} restarts",
-            budget.max_restarts
-        ),
-        true => format!(
-            "restart {next} after a preemption, which spends none of the {} restarts",
-            budget.max_restarts
-        ),
-        false if preemptions == 0 => format!("restart {next} of {}", budget.max_restarts),
-        false => format!(
-            "restart {} of {}, after {} that spent none",
-            next - preemptions.min(budget.epoch),
-            budget.max_restarts,
-            free_restarts(preemptions, grows)
-        ),
-    };
+    let restart = budget.ledger.restart_said(budget.preempted, grown);
     warn!("{reason}: restarting the job ({restart})");
     if let Some(events) = attempts.events.as_mut().filter(|_| running.posts) {
         post_hang(events, hang, &reason);
@@ -463,8 +421,12 @@ pub(super) async fn restart(
             Err(e) => debug!("the lost attempt's workspace preparation: {e}"),
         }
     }
-    let counted = (budget.epoch, preemptions, grows);
-    attempts.count = Count::after_attempt(counted, budget.preempted, grown);
+    // The job's count moves on; the allowances this launcher says stay its own.
+    attempts.ledger = Ledger {
+        max_restarts: attempts.ledger.max_restarts,
+        max_preemptions: attempts.ledger.max_preemptions,
+        ..budget.ledger.after_attempt(budget.preempted, grown)
+    };
     attempts.members_before = running.plan.pods.iter().map(PodEntry::address).collect();
     Ok(())
 }
@@ -570,14 +532,6 @@ fn resized(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A restart's line names the free restarts before it by kind.
-    #[test]
-    fn the_free_restarts_are_named_by_kind() {
-        assert_eq!(free_restarts(2, 0), "2 preemptions");
-        assert_eq!(free_restarts(2, 1), "1 preemption and 1 grow");
-        assert_eq!(free_restarts(3, 3), "3 grows");
-    }
 
     /// The events of an elastic job's size: down, naming the pods gone and the wait; up,
     /// naming the pods come; nothing at the first start, at the same size, or when not elastic.

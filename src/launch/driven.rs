@@ -47,8 +47,9 @@ use crate::error::Error;
 use crate::exit::{self, Outcome};
 use crate::membership::{self, Member, Membership, PodAddress, PodView, Served};
 
-use super::ending::{self, Spent, VerdictLimits};
+use super::ending::{self, VerdictLimits};
 use super::lifecycle::{self, AfterRun, Budget};
+use crate::ledger::Ledger;
 
 const PORT: u16 = 6171;
 const GRACE: Duration = Duration::from_secs(3);
@@ -598,9 +599,12 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
         let w = world.lock().unwrap();
         (w.pods[slot].0.clone(), w.pods[slot].1)
     };
-    let mut next_epoch = 0u32;
-    let mut preemptions = 0u32;
-    let mut grows = 0u32;
+    // The job's restarts as this launcher knows them between attempts (its allowances: the
+    // scenario's, which it says in its hello).
+    let mut count = Ledger {
+        max_preemptions: scenario.max_preemptions,
+        ..Ledger::first(scenario.max_restarts)
+    };
     // The attempt this launcher last ran: its epoch and members.
     let mut epoch_ran = String::new();
     let mut members_before: Vec<String> = Vec::new();
@@ -653,11 +657,6 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                 return end(143, epoch_ran.clone(), None);
             }
         }
-        let count = super::ledger::Count {
-            next_epoch,
-            preemptions,
-            grows,
-        };
         let (members, mut channel, coordinates, start) = if follows {
             let me = PodAddress {
                 name: name.clone(),
@@ -831,12 +830,7 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
             )
             .await
             {
-                Ok(Some(start)) => (
-                    start.epoch,
-                    start.max_restarts,
-                    start.preemptions,
-                    start.grows,
-                ),
+                Ok(Some(start)) => start.ledger,
                 Ok(None) => {
                     // Only by a coordinator that has run an attempt, as `gather` leaves out, and
                     // the pods turned away.
@@ -861,7 +855,8 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
         following_since = None;
         gathering_since = None;
         absent.clear();
-        let (epoch, agreed_restarts, agreed_preemptions, agreed_grows) = start;
+        let agreed = start;
+        let (epoch, agreed_restarts) = (agreed.epoch, agreed.max_restarts);
         if nprocs(&members).len() > 1 {
             let what = format!("{name} started with members whose processes per pod differ");
             world.lock().unwrap().violation(what);
@@ -910,7 +905,7 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
         let names: Vec<String> = members.iter().map(|(n, _)| n.clone()).collect();
         members_before = names.clone();
         if coordinates {
-            world.lock().unwrap().recorded = Some((epoch, agreed_preemptions, agreed_grows));
+            world.lock().unwrap().recorded = Some(agreed.recorded());
         }
         let sizes = (scenario.min_pods(), scenario.pods);
         world
@@ -939,20 +934,13 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
         } else {
             ending::tell_failure(&channel, &result, &said).await;
         }
-        let spent = Spent {
-            epoch,
-            preemptions: agreed_preemptions,
-            max_restarts: agreed_restarts,
-            max_preemptions: scenario.max_preemptions,
-            grows: agreed_grows,
-        };
         let limits = VerdictLimits {
             recoverable: GRACE + scenario.heartbeat() + Duration::from_secs(5),
             ending: GRACE + Duration::from_secs(3),
         };
         let recoverable = lifecycle::recoverable(&result);
         let wait = match succeeded {
-            false => ending::verdict_wait(&channel, &result, spent, limits),
+            false => ending::verdict_wait(&channel, &result, agreed, limits),
             true => None,
         };
         let may_restart = match wait {
@@ -967,10 +955,8 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
         let preempted = ending::preempted(Some(&channel));
         let grown = ending::grown(Some(&channel));
         let budget = Budget {
-            epoch,
-            max_restarts: agreed_restarts,
+            ledger: agreed,
             may_restart,
-            preemptions: agreed_preemptions,
             preempted,
         };
         match lifecycle::after_run(result, &budget) {
@@ -982,15 +968,17 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                     world.lock().unwrap().grown.insert(epoch);
                 }
                 // As `attempt::restart` and the preemption's record count it.
-                let counted = (epoch, agreed_preemptions, agreed_grows);
-                let after = super::ledger::Count::after_attempt(counted, preempted, grown);
+                let after = agreed.after_attempt(preempted, grown);
                 if coordinates && preempted {
-                    let record = (epoch, after.preemptions, after.grows);
+                    let record = Ledger { epoch, ..after }.recorded();
                     world.lock().unwrap().recorded = Some(record);
                 }
                 channel.finish(false).await;
-                (next_epoch, preemptions, grows) =
-                    (after.next_epoch, after.preemptions, after.grows);
+                count = Ledger {
+                    max_restarts: count.max_restarts,
+                    max_preemptions: count.max_preemptions,
+                    ..after
+                };
             }
             AfterRun::Finish(result) => {
                 // A failed end while no pod of the job had succeeded: only a failure (or the
@@ -1020,7 +1008,7 @@ fn joining(
     slot: usize,
     scenario: &Scenario,
     net: &SimNet,
-    count: super::ledger::Count,
+    count: Ledger,
 ) -> Joining {
     Joining {
         role: Role::Coordinator {
@@ -1033,11 +1021,7 @@ fn joining(
         },
         members: Vec::new(),
         view: String::new(),
-        next_epoch: count.next_epoch,
-        max_restarts: scenario.max_restarts,
-        preemptions: count.preemptions,
-        grows: count.grows,
-        max_preemptions: scenario.max_preemptions,
+        ledger: count,
         nproc_per_pod: scenario.nproc(slot),
         heartbeat_timeout: scenario.heartbeat(),
         join_grace: JOIN_GRACE + GRACE,
@@ -1057,7 +1041,7 @@ enum Followed {
     Go {
         channel: Box<Channel>,
         members: Vec<(String, IpAddr)>,
-        start: (u32, u32, u32, u32),
+        start: Ledger,
     },
     /// Gather again.
     Again,
@@ -1078,7 +1062,7 @@ async fn follow(
     scenario: &Scenario,
     world: &Shared,
     net: &SimNet,
-    count: super::ledger::Count,
+    count: Ledger,
 ) -> Followed {
     let Some(coordinator) = world.lock().unwrap().named_coordinator() else {
         sleep(Duration::from_secs(1)).await;
@@ -1141,14 +1125,7 @@ async fn follow(
     )
     .await
     {
-        Ok(Some(super::gathering::Start {
-            epoch,
-            membership,
-            max_restarts,
-            preemptions,
-            grows,
-            ..
-        })) => {
+        Ok(Some(super::gathering::Start { ledger, membership })) => {
             let Some(membership) = membership else {
                 channel.close().await;
                 return Followed::Again;
@@ -1163,7 +1140,7 @@ async fn follow(
             Followed::Go {
                 channel: Box::new(channel),
                 members: trainers.iter().map(|m| (m.name.clone(), m.ip)).collect(),
-                start: (epoch, max_restarts, preemptions, grows),
+                start: ledger,
             }
         }
         Ok(None) => Followed::Again,
@@ -1210,11 +1187,7 @@ async fn tell_the_end(
             .collect()
     };
     let name = world.lock().unwrap().pods[slot].0.clone();
-    let count = super::ledger::Count {
-        next_epoch: 0,
-        preemptions: 0,
-        grows: 0,
-    };
+    let count = Ledger::first(scenario.max_restarts);
     let joining = Joining {
         members,
         ended: Some(reason),

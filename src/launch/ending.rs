@@ -3,6 +3,7 @@
 //! what is simulated is what runs.
 
 use super::lifecycle;
+use super::rendezvous::joining;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
@@ -13,7 +14,8 @@ use crate::control::{self, Channel, Joining, Role as ControlRole};
 use crate::error::Error;
 use crate::events::{JobEvents, Kind};
 use crate::exit::{self, Outcome};
-use crate::membership::{PodAddress, Served};
+use crate::ledger::Ledger;
+use crate::membership::PodAddress;
 use crate::vocabulary::JOB_STOPPED;
 
 use crate::verdict::{verdict, Standing};
@@ -48,20 +50,6 @@ pub(crate) fn grown(channel: Option<&Channel>) -> bool {
         .is_some_and(|cause| cause.preempted && cause.grown)
 }
 
-/// What the job has spent of its restarts when the attempt ends.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Spent {
-    /// The restart epoch that ended.
-    pub epoch: u32,
-    /// The job's free preemptions before it.
-    pub preemptions: u32,
-    pub max_restarts: u32,
-    /// The job's free preemptions.
-    pub max_preemptions: u32,
-    /// Of `preemptions`, the elastic job's grows (the free preemptions do not count them).
-    pub grows: u32,
-}
-
 /// How long a launcher waits for the verdict: after a failure a restart could mend (the others'
 /// grace period and the heartbeat timeout, and a margin), and after one that ends this pod
 /// whatever it says (a coordinator's: its pod's grace period runs).
@@ -77,21 +65,18 @@ pub(crate) struct VerdictLimits {
 pub(crate) fn verdict_wait(
     channel: &Channel,
     result: &Result<Outcome, Error>,
-    spent: Spent,
+    ledger: Ledger,
     limits: VerdictLimits,
 ) -> Option<Duration> {
     // The job's trainers were asked for a checkpoint: the attempt's end may still turn out a
     // free preemption's (a frozen coordinator's silence is judged only after the heartbeat
     // timeout), so the budget alone must not end this pod before the verdict.
     // A checkpoint asked for the job's growth: its restart is free whatever the allowance.
-    let free = crate::verdict::preemption_is_free(
-        spent.preemptions.saturating_sub(spent.grows),
-        spent.max_preemptions,
-    ) || channel.growth_asked();
+    let free = ledger.preemption_is_free() || channel.growth_asked();
     let preemption_possible = preempted(Some(channel)) || (channel.checkpoint_was_asked() && free);
     let budget_allows = verdict(&Standing {
-        spent: spent.epoch.saturating_sub(spent.preemptions),
-        max_restarts: spent.max_restarts,
+        spent: ledger.spent(),
+        max_restarts: ledger.max_restarts,
         member_finished: false,
         restartable: true,
         preempted: preemption_possible,
@@ -209,29 +194,20 @@ pub(super) async fn tell_followers_the_end(
     // The followers decided to restart when this launcher did, and are connecting as soon as
     // their children are stopped; a member that is gone never will.
     let grace = config.timing.grace_period + TELL_THE_END;
-    let joining = Joining {
-        role: ControlRole::Coordinator {
-            listen: SocketAddr::new(my_ip, *port),
-        },
-        secret: secret.clone(),
-        me: me.clone(),
-        members: members.to_vec(),
-        view: String::new(),
-        next_epoch: 0,
-        preemptions: 0,
-        grows: 0,
-        max_restarts: 0,
+    let role = ControlRole::Coordinator {
+        listen: SocketAddr::new(my_ip, *port),
+    };
+    // Its ledger says nothing: the job has ended.
+    let ledger = Ledger {
         max_preemptions: 0,
-        nproc_per_pod: config.topology.processes.per_pod,
-        heartbeat_timeout: config.control.heartbeat_timeout,
+        ..Ledger::first(0)
+    };
+    let joining = Joining {
+        members: members.to_vec(),
         join_grace: grace,
-        membership: None,
         ended: Some(reason),
-        growth: None,
-        who: String::new(),
         progress_check: Duration::ZERO,
-        served: Served::default(),
-        network: control::tcp(),
+        ..joining(config, secret.clone(), me.clone(), role, ledger)
     };
     tell_the_end(joining, grace).await;
 }
@@ -279,13 +255,18 @@ mod tests {
         let mut channel = control::join(Joining {
             view: control::fingerprint(std::slice::from_ref(&me)),
             members: vec![me.clone()],
-            next_epoch: 1,
             growth,
-            ..joining(me, Role::Coordinator { listen })
+            ..joining_as(me, Role::Coordinator { listen }, 1)
         })
         .await
         .unwrap();
-        assert!(matches!(channel.heard().await, Heard::Go { epoch: 1, .. }));
+        assert!(matches!(
+            channel.heard().await,
+            Heard::Go {
+                ledger: Ledger { epoch: 1, .. },
+                ..
+            }
+        ));
         (channel, port)
     }
 
@@ -298,7 +279,8 @@ mod tests {
 
     /// `me` joining the test's channel as `role`, with no view (a follower asking for the
     /// membership).
-    fn joining(me: PodAddress, role: Role) -> Joining {
+    /// A test launcher's channel: of `me`, as `role`, starting `epoch`, with a budget of 1.
+    fn joining_as(me: PodAddress, role: Role, epoch: u32) -> Joining {
         Joining {
             role,
             secret: crate::config::Secret(b"ending-test-secret-0123456789abcdef".to_vec()),
@@ -306,10 +288,6 @@ mod tests {
             members: Vec::new(),
             who: format!("pod {}", me.name),
             me,
-            next_epoch: 0,
-            max_restarts: 1,
-            preemptions: 0,
-            max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
             nproc_per_pod: 1,
             heartbeat_timeout: Duration::from_secs(2),
             join_grace: Duration::from_secs(5),
@@ -319,7 +297,10 @@ mod tests {
             served: Served::default(),
             network: control::tcp(),
             growth: None,
-            grows: 0,
+            ledger: Ledger {
+                epoch,
+                ..Ledger::first(1)
+            },
         }
     }
 
@@ -334,12 +315,9 @@ mod tests {
             recoverable: Duration::from_secs(17),
             ending: Duration::from_secs(4),
         };
-        let spent = |epoch| Spent {
+        let spent = |epoch| Ledger {
             epoch,
-            preemptions: 0,
-            max_restarts: 1,
-            max_preemptions: crate::verdict::UNBOUNDED_PREEMPTIONS,
-            grows: 0,
+            ..Ledger::first(1)
         };
         assert!(!channel.checkpoint_was_asked());
         assert_eq!(verdict_wait(&channel, &failed, spent(1), limits), None);
@@ -369,7 +347,7 @@ mod tests {
             coordinator,
             recheck: None,
         };
-        let _arrival = control::join(joining(arrival, role)).await.unwrap();
+        let _arrival = control::join(joining_as(arrival, role, 0)).await.unwrap();
         let asked = tokio::time::timeout(Duration::from_secs(10), channel.checkpoint_asked());
         let reason = asked.await.expect("the growth asked for no checkpoint");
         assert!(reason.starts_with(control::GROWS), "{reason}");
@@ -378,12 +356,10 @@ mod tests {
             recoverable: Duration::from_secs(17),
             ending: Duration::from_secs(4),
         };
-        let spent = Spent {
+        let spent = Ledger {
             epoch: 1,
-            preemptions: 0,
-            max_restarts: 1,
             max_preemptions: 0,
-            grows: 0,
+            ..Ledger::first(1)
         };
         assert_eq!(
             verdict_wait(&channel, &failed, spent, limits),

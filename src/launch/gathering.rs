@@ -14,6 +14,7 @@ use crate::config::{Config, Secret};
 use crate::control::{Channel, Heard};
 use crate::error::ConfigError;
 use crate::error::Error;
+use crate::ledger::Ledger;
 use crate::membership::{Membership, PodAddress, Served};
 use crate::peers;
 use crate::peers::kubernetes::ApiServer;
@@ -23,7 +24,6 @@ use crate::supervise::{or_never, Supervisor};
 
 use super::coordination;
 use super::ending::{tell_followers_the_end, VERDICT_STOP_MARGIN};
-use super::ledger::Count;
 use super::processes::grace_from_the_pod;
 use super::rendezvous::{
     coordinator_elsewhere, coordinator_without_secret, follow_coordinator, join_channel, Found,
@@ -55,14 +55,8 @@ pub(super) struct Attempt {
     pub(super) channel: Option<Channel>,
     pub(super) peer_loss: Option<BoxFuture<'static, String>>,
     pub(super) trainers_done: Option<BoxFuture<'static, Result<String, String>>>,
-    /// The job's restart budget: agreed over the channel, else this pod's own.
-    pub(super) max_restarts: u32,
-    /// How many of the restarts before were preemptions: agreed over the channel.
-    pub(super) preemptions: u32,
-    /// The job's free preemptions: agreed over the channel.
-    pub(super) max_preemptions: u32,
-    /// Of the preemptions, the elastic job's grows: agreed over the channel.
-    pub(super) grows: u32,
+    /// The attempt's ledger: agreed over the channel, else this pod's own.
+    pub(super) ledger: Ledger,
     /// The API server the pods were found through, if they were (for the job's events).
     pub(super) api: Option<ApiServer>,
     /// The members the control channel says have served their part (`peer_loss` ignores
@@ -85,7 +79,7 @@ pub(super) async fn gather(
     secret: Option<&Secret>,
     my_ip: IpAddr,
     inputs: &InputFiles,
-    count: Count,
+    ledger: Ledger,
     members_before: &[PodAddress],
 ) -> Result<Gathered, Error> {
     // Since when this pod has gathered; a pod turned away (the job trains without it) counts
@@ -145,7 +139,7 @@ pub(super) async fn gather(
                         secret,
                         coordinator,
                         (my_ip, inputs),
-                        count,
+                        ledger,
                         &mut began,
                     )
                     .await?
@@ -197,16 +191,13 @@ pub(super) async fn gather(
             channel: None,
             peer_loss,
             trainers_done,
-            max_restarts: config.control.max_restarts,
-            preemptions: count.preemptions,
-            max_preemptions: config.control.max_preemptions,
-            grows: count.grows,
+            ledger,
             api,
             served,
             coordinator_unjoined: None,
         };
         let Some(secret) = secret else {
-            attempt.plan = attempt.plan.for_restart(count.next_epoch);
+            attempt.plan = attempt.plan.for_restart(ledger.epoch);
             attempt.coordinator_unjoined = coordinator_without_secret(config, &membership, &me);
             return Ok(Gathered::Attempt(Box::new(attempt)));
         };
@@ -216,13 +207,13 @@ pub(super) async fn gather(
             config,
             &membership,
             &me,
-            count,
+            ledger,
             members_before.is_empty(),
         )
         .await?
         {
             Found::NoChannel | Found::ThisPod | Found::NotNamed => {
-                attempt.plan = attempt.plan.for_restart(count.next_epoch);
+                attempt.plan = attempt.plan.for_restart(ledger.epoch);
                 return Ok(Gathered::Attempt(Box::new(attempt)));
             }
             Found::At(channel) => channel,
@@ -272,11 +263,8 @@ pub(super) async fn gather(
         )
         .await?
         {
-            attempt.plan = attempt.plan.for_restart(start.epoch);
-            attempt.max_restarts = start.max_restarts;
-            attempt.preemptions = start.preemptions;
-            attempt.max_preemptions = start.max_preemptions;
-            attempt.grows = start.grows;
+            attempt.plan = attempt.plan.for_restart(start.ledger.epoch);
+            attempt.ledger = start.ledger;
             attempt.channel = Some(channel);
             return Ok(Gathered::Attempt(Box::new(attempt)));
         }
@@ -367,12 +355,8 @@ pub(super) enum Word {
 
 /// What the coordinator said to start an attempt.
 pub(super) struct Start {
-    pub(super) epoch: u32,
+    pub(super) ledger: Ledger,
     pub(super) membership: Option<Membership>,
-    pub(super) max_restarts: u32,
-    pub(super) preemptions: u32,
-    pub(super) max_preemptions: u32,
-    pub(super) grows: u32,
 }
 
 /// How long a coordinator that refused the start tells members that join again: a heartbeat
@@ -397,25 +381,11 @@ pub(super) async fn started(
     refusal_served: Duration,
 ) -> Result<Option<Start>, Error> {
     match heard {
-        Heard::Go {
-            epoch,
-            membership,
-            max_restarts,
-            preemptions,
-            max_preemptions,
-            grows,
-        } => {
-            if epoch > 0 {
-                info!("restart epoch {epoch}: starting again");
+        Heard::Go { ledger, membership } => {
+            if ledger.epoch > 0 {
+                info!("restart epoch {}: starting again", ledger.epoch);
             }
-            Ok(Some(Start {
-                epoch,
-                membership,
-                max_restarts,
-                preemptions,
-                max_preemptions,
-                grows,
-            }))
+            Ok(Some(Start { ledger, membership }))
         }
         Heard::Regather(reason)
         | Heard::Lost {

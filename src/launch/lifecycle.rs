@@ -11,6 +11,7 @@ use std::time::Duration;
 use crate::error::Error;
 use crate::exit::{self, Outcome};
 use crate::exit::{is_stop_signal, Ended};
+use crate::ledger::Ledger;
 use crate::plan::Role;
 use crate::verdict::{verdict, NoRestart, Standing};
 use crate::vocabulary::Protocol;
@@ -1174,13 +1175,10 @@ pub enum AfterRun {
 /// What the job may still do when an attempt ends.
 #[derive(Debug, Clone)]
 pub struct Budget {
-    /// The restart epoch that ended.
-    pub epoch: u32,
-    pub max_restarts: u32,
+    /// The attempt that ended.
+    pub ledger: Ledger,
     /// False once a pod of the job has finished, or the coordinator said the loss is final.
     pub may_restart: bool,
-    /// How many of the restarts before were preemptions (they spent no budget).
-    pub preemptions: u32,
     /// The attempt ended with a preemption: the restart spends no budget either.
     pub preempted: bool,
 }
@@ -1195,8 +1193,8 @@ pub fn after_run(result: Result<Outcome, Error>, budget: &Budget) -> AfterRun {
         return AfterRun::Finish(result);
     };
     let standing = Standing {
-        spent: budget.epoch.saturating_sub(budget.preemptions),
-        max_restarts: budget.max_restarts,
+        spent: budget.ledger.spent(),
+        max_restarts: budget.ledger.max_restarts,
         // The coordinator's word, which folds both in: this launcher does not know which.
         member_finished: false,
         restartable: budget.may_restart,
@@ -2276,10 +2274,11 @@ mod tests {
     #[test]
     fn what_an_attempts_end_leads_to() {
         let budget = |epoch, max_restarts, may_restart| Budget {
-            epoch,
-            max_restarts,
+            ledger: Ledger {
+                epoch,
+                ..Ledger::first(max_restarts)
+            },
             may_restart,
-            preemptions: 0,
             preempted: false,
         };
         let trainer_failed = || Ok(Outcome::new(3, "trainer exited with status 3"));

@@ -8,7 +8,7 @@ mod driven;
 mod ending;
 mod gathering;
 mod hang_watch;
-mod ledger;
+
 pub mod lifecycle;
 mod peer_check;
 mod processes;
@@ -74,7 +74,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             own.secret.as_ref(),
             my_ip,
             &own.inputs,
-            attempts.count,
+            attempts.ledger,
             &attempts.members_before,
         )
         .await?;

@@ -11,7 +11,7 @@ use crate::peers;
 use crate::peers::kubernetes::{ApiServer, Recorded};
 
 use super::coordination;
-use super::ledger::Count;
+use crate::ledger::Ledger;
 
 /// How long the Job's record of the restart count is waited for, read or written.
 pub(super) const JOB_RECORD_TIMEOUT: Duration = Duration::from_secs(10);
@@ -40,7 +40,7 @@ impl JobRecord {
     /// it last started (so the next is one more: the job was restarted whole since, or is
     /// being restarted in place now) and its preemptions. Unreadable: this launcher's own
     /// count stands, said in the log.
-    pub(super) async fn count_from(&self, count: Count) -> Count {
+    pub(super) async fn ledger_from(&self, ledger: Ledger) -> Ledger {
         let job = &self.job;
         info!(
             "reading the restart count recorded on Job {job} (at most {} s)",
@@ -50,23 +50,23 @@ impl JobRecord {
         let why = match timeout(JOB_RECORD_TIMEOUT, read).await {
             Ok(Ok(Some(record))) => {
                 let (epoch, ..) = record;
-                let recorded = count.after_record(record);
-                if recorded.next_epoch > count.next_epoch {
+                let recorded = ledger.after_record(record);
+                if recorded.epoch > ledger.epoch {
                     info!(
                         "Job {job} records restart epoch {epoch} as started: the job was restarted whole since, so the restart count goes on at {}",
-                        recorded.next_epoch
+                        recorded.epoch
                     );
                 }
                 return recorded;
             }
-            Ok(Ok(None)) => return count,
+            Ok(Ok(None)) => return ledger,
             Ok(Err(why)) => {
                 format!("{why} (grant `get` and `patch` on it, docs/manifests-and-rbac.md)")
             }
             Err(_) => format!("no answer in {} s", JOB_RECORD_TIMEOUT.as_secs()),
         };
         warn!("reading the restart count recorded on Job {job}: {why}: the count starts from this pod's own");
-        count
+        ledger
     }
 
     /// Records that restart epoch `epoch` started, after `preemptions` (`grows` of them): in

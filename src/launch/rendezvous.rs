@@ -14,6 +14,7 @@ use crate::config::{Config, Secret};
 use crate::control::{self, Channel, Heard, Joining, Role as ControlRole};
 use crate::error::ConfigError;
 use crate::error::Error;
+use crate::ledger::Ledger;
 use crate::membership::{Loss, Me, Membership, PodAddress, Served};
 use crate::peers;
 use crate::protocol::InputFiles;
@@ -23,7 +24,6 @@ use super::coordination;
 use super::gathering::{
     heard_or_lost, started, Attempt, Gathered, Start, TrainersWatch, Word, TURNED_AWAY_PAUSE,
 };
-use super::ledger::Count;
 use super::processes::{progress_check, CONNECT_TIMEOUT};
 use super::record::JobRecord;
 use super::setup::{on_node, plan_for, who};
@@ -64,6 +64,37 @@ pub(super) async fn coordinator_elsewhere(
     )
 }
 
+/// What this launcher brings to a channel, in one place: its role, secret, address and ledger,
+/// its configuration's timeouts, and nothing found yet (no members, view or membership, no
+/// growth, the usual join grace); each caller sets what it found.
+pub(super) fn joining(
+    config: &Config,
+    secret: Secret,
+    me: PodAddress,
+    role: ControlRole,
+    ledger: Ledger,
+) -> Joining {
+    Joining {
+        role,
+        secret,
+        me,
+        members: Vec::new(),
+        view: String::new(),
+        ledger,
+        nproc_per_pod: config.topology.processes.per_pod,
+        heartbeat_timeout: config.control.heartbeat_timeout,
+        join_grace: JOIN_GRACE + config.timing.grace_period,
+        membership: None,
+        ended: None,
+        who: String::new(),
+        progress_check: progress_check(config),
+        // It watches no pod through the API.
+        served: Served::default(),
+        network: control::tcp(),
+        growth: None,
+    }
+}
+
 /// One attempt of a follower that does not discover the pods: join the coordinator, and plan
 /// with the membership it sends. None: gather again.
 pub(super) async fn follow_coordinator(
@@ -72,48 +103,27 @@ pub(super) async fn follow_coordinator(
     secret: &Secret,
     coordinator: SocketAddr,
     (my_ip, inputs): (IpAddr, &InputFiles),
-    count: Count,
+    ledger: Ledger,
     began: &mut Instant,
 ) -> Result<Option<Gathered>, Error> {
+    let role = ControlRole::Follower {
+        coordinator,
+        recheck: recheck_of(config),
+    };
+    // Without a name, the coordinator knows this pod by its address.
+    let me = PodAddress {
+        name: config.topology.pod_name.clone().unwrap_or_default(),
+        ip: my_ip,
+    };
+    // Its rank comes with the membership, after the hello; its view is empty: "send me the
+    // membership".
+    let shown = match me.name.as_str() {
+        "" => my_ip.to_string(),
+        name => name.to_string(),
+    };
     let mut channel = control::join(Joining {
-        role: ControlRole::Follower {
-            coordinator,
-            recheck: recheck_of(config),
-        },
-        secret: secret.clone(),
-        // Without a name, the coordinator knows this pod by its address.
-        me: PodAddress {
-            name: config.topology.pod_name.clone().unwrap_or_default(),
-            ip: my_ip,
-        },
-        members: Vec::new(),
-        // Empty: "send me the membership".
-        view: String::new(),
-        next_epoch: count.next_epoch,
-        preemptions: count.preemptions,
-        grows: count.grows,
-        max_restarts: config.control.max_restarts,
-        max_preemptions: config.control.max_preemptions,
-        nproc_per_pod: config.topology.processes.per_pod,
-        heartbeat_timeout: config.control.heartbeat_timeout,
-        join_grace: JOIN_GRACE + config.timing.grace_period,
-        membership: None,
-        ended: None,
-        // Its rank comes with the membership, after the hello.
-        who: format!(
-            "pod {}{}",
-            config
-                .topology
-                .pod_name
-                .as_deref()
-                .unwrap_or(&my_ip.to_string()),
-            on_node()
-        ),
-        progress_check: progress_check(config),
-        // It watches no pod through the API.
-        served: Served::default(),
-        network: control::tcp(),
-        growth: None,
+        who: format!("pod {shown}{}", on_node()),
+        ..joining(config, secret.clone(), me, role, ledger)
     })
     .await
     .map_err(|e| Error::io("cannot join the control channel", e))?;
@@ -156,14 +166,7 @@ pub(super) async fn follow_coordinator(
             return Ok(None);
         }
     }
-    let Some(Start {
-        epoch,
-        membership,
-        max_restarts,
-        preemptions,
-        max_preemptions,
-        grows,
-    }) = started(
+    let Some(Start { ledger, membership }) = started(
         heard,
         &mut channel,
         config.topology.processes.per_pod,
@@ -192,15 +195,12 @@ pub(super) async fn follow_coordinator(
     let (plan, _, me) = plan_for(config, &found, my_ip, inputs)?;
     let who = who(&me.name, &plan, config);
     Ok(Some(Gathered::Attempt(Box::new(Attempt {
-        plan: plan.for_restart(epoch),
+        plan: plan.for_restart(ledger.epoch),
         who,
         channel: Some(channel),
         peer_loss: None,
         trainers_done: None,
-        max_restarts,
-        preemptions,
-        max_preemptions,
-        grows,
+        ledger,
         api: None,
         // Nothing of the API is watched here.
         served: Served::default(),
@@ -373,7 +373,7 @@ pub(super) async fn join_channel(
     config: &Config,
     membership: &Membership,
     me: &Me,
-    count: Count,
+    ledger: Ledger,
     first_attempt: bool,
 ) -> Result<Found<Channel>, Error> {
     let control = &config.control;
@@ -412,33 +412,20 @@ pub(super) async fn join_channel(
     if matches!(role, ControlRole::Coordinator { .. }) && attempt.plan.trainer_id.is_none() {
         warn!("control channel: this pserver pod coordinates (--coordinator names it): its own end, a deletion or an eviction, ends the attempt for every pod even once its pserver has ended; name a trainer pod instead");
     }
-    let count = match (&role, JobRecord::of(config, api)) {
-        (ControlRole::Coordinator { .. }, Some(record)) => record.count_from(count).await,
-        _ => count,
+    let ledger = match (&role, JobRecord::of(config, api)) {
+        (ControlRole::Coordinator { .. }, Some(record)) => record.ledger_from(ledger).await,
+        _ => ledger,
     };
     let growth = growing(config, &role, members.len());
-    let join_grace = join_grace(config, growth.is_some());
     let channel = control::join(Joining {
         growth,
-        role,
-        secret,
-        me: me.address(),
         view: control::fingerprint(&members),
         members,
-        next_epoch: count.next_epoch,
-        preemptions: count.preemptions,
-        grows: count.grows,
-        max_restarts: control.max_restarts,
-        max_preemptions: control.max_preemptions,
-        nproc_per_pod: config.topology.processes.per_pod,
-        heartbeat_timeout: control.heartbeat_timeout,
-        join_grace,
+        join_grace: join_grace(config, growth.is_some()),
         membership: Some(membership.clone()),
-        ended: None,
         who,
-        progress_check: progress_check(config),
         served: attempt.served.clone(),
-        network: control::tcp(),
+        ..joining(config, secret, me.address(), role, ledger)
     })
     .await
     .map_err(|e| Error::io("cannot serve the control channel", e))?;
