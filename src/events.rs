@@ -21,6 +21,7 @@ use tokio::time::timeout;
 use tracing::warn;
 
 use crate::peers::kubernetes::ApiServer;
+use crate::vocabulary::EventKind;
 
 /// How long one request may take: an API server that hangs must not keep the launcher.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -32,17 +33,10 @@ const MAX_MESSAGE: usize = 1000;
 /// The component named as the events' source.
 const COMPONENT: &str = "paddle-launcher";
 
-/// Normal or Warning, as Kubernetes shows them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Normal,
-    Warning,
-}
-
 /// One event to post.
 #[derive(Debug, Clone)]
 struct Posting {
-    kind: Kind,
+    kind: EventKind,
     reason: &'static str,
     message: String,
 }
@@ -68,7 +62,7 @@ impl JobEvents {
     }
 
     /// Queues an event; never waits. Past `MAX_EVENTS` (less one, kept for the end), dropped.
-    pub fn post(&mut self, kind: Kind, reason: &'static str, message: &str) {
+    pub fn post(&mut self, kind: EventKind, reason: &'static str, message: &str) {
         if self.queued + 1 >= MAX_EVENTS {
             return;
         }
@@ -76,11 +70,11 @@ impl JobEvents {
     }
 
     /// The job's end: always queued, however many restarts were posted before it.
-    pub fn post_final(&mut self, kind: Kind, reason: &'static str, message: &str) {
+    pub fn post_final(&mut self, kind: EventKind, reason: &'static str, message: &str) {
         self.queue(kind, reason, message);
     }
 
-    fn queue(&mut self, kind: Kind, reason: &'static str, message: &str) {
+    fn queue(&mut self, kind: EventKind, reason: &'static str, message: &str) {
         self.queued += 1;
         let message = message.chars().take(MAX_MESSAGE).collect();
         if let Some(queue) = &self.queue {
@@ -236,8 +230,8 @@ fn event(
         data: json!({
             "involvedObject": about,
             "type": match posting.kind {
-                Kind::Normal => "Normal",
-                Kind::Warning => "Warning",
+                EventKind::Normal => "Normal",
+                EventKind::Warning => "Warning",
             },
             "reason": posting.reason,
             "message": posting.message,

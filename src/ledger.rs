@@ -7,7 +7,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::peers::kubernetes::Recorded;
 use crate::verdict::UNBOUNDED_PREEMPTIONS;
 
 /// Where the job's restarts stand at an attempt.
@@ -29,6 +28,10 @@ pub struct Ledger {
     #[serde(default)]
     pub grows: u32,
 }
+
+/// What a Job records of its restarts: the epoch last started, the free restarts (preemptions,
+/// at most one more than the epoch when one ended it), and of those the grows.
+pub type Recorded = (u32, u32, u32);
 
 fn unbounded() -> u32 {
     UNBOUNDED_PREEMPTIONS

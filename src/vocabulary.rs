@@ -115,6 +115,13 @@ pub fn count(n: usize, noun: &str) -> String {
     }
 }
 
+/// A Kubernetes Event's type: Normal or Warning, as `kubectl describe` shows them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    Normal,
+    Warning,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,8 +10,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::wire::{cut, Message, WireError};
-use super::{Heard, Request};
+use super::heard::{after_preemption, judge_preemption, Heard, Request};
+use super::message::{cut, Message, WireError};
 use crate::launch::progress::{suspect, Report};
 use crate::ledger::Ledger;
 use crate::membership::Membership;
@@ -552,14 +552,14 @@ impl Core {
         let reason = match (&self.preempted, hang) {
             // The preempted pod's own end says it all; another's comes after the preemption.
             (Some((pod, _)), _) if pod == from => reason,
-            (Some((_, said)), _) => super::after_preemption(said, &reason),
+            (Some((_, said)), _) => after_preemption(said, &reason),
             (None, true) if !in_growth => {
                 format!("the job hangs: {}; found by {reason}", self.suspect())
             }
             (None, _) => reason,
         };
         let reason = match &self.growing {
-            Some((_, growth)) if in_growth => super::after_preemption(growth, &reason),
+            Some((_, growth)) if in_growth => after_preemption(growth, &reason),
             _ => reason,
         };
         let hang = hang && self.preempted.is_none() && !in_growth;
@@ -569,7 +569,7 @@ impl Core {
         let grown = grown || in_growth;
         let (preempted, reason) = match (&self.preempted, &self.stage) {
             _ if grown => (true, reason),
-            (Some(_), Stage::Running(ledger)) => super::judge_preemption(reason, *ledger),
+            (Some(_), Stage::Running(ledger)) => judge_preemption(reason, *ledger),
             _ => (false, reason),
         };
         // What every pod's last line will say, the same on all: printable (it reaches logs,

@@ -5,7 +5,8 @@
 use std::time::{Duration, Instant};
 
 use super::coordinator::{Core, Effect, Input, Setup, Terms};
-use super::wire::{Encoded, Message, Session, WireError};
+use super::message::{Message, WireError};
+use super::wire::{Encoded, Session};
 use crate::config::Secret;
 use crate::membership::{Member, Membership};
 

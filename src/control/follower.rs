@@ -10,6 +10,7 @@ use tokio::time::{sleep, timeout, Instant};
 use tracing::info;
 
 use super::following::{Effect, Following, Input};
+use super::message::*;
 use super::net::{Net, Reader, Writer};
 use super::wire::*;
 use super::{Ends, Heard, Joining, Recheck, Request, RECHECK_FIRST, RECHECK_LAST};

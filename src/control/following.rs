@@ -8,8 +8,9 @@ use tracing::info;
 
 use crate::ledger::Ledger;
 
-use super::wire::Message;
-use super::{Heard, Request};
+use super::coordinator::GROWS;
+use super::heard::{after_preemption, judge_preemption, Heard, Request};
+use super::message::Message;
 
 /// What a connected follower is told.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -269,22 +270,20 @@ impl Following {
                 // As the coordinator would have said it: the preemption (or the growth) first.
                 // The growth's window once a member finished: the growth is over (the job is
                 // ending), the loss the job's own, as the coordinator would say it.
-                (true, Some(said)) if said.starts_with(super::GROWS) && !self.may_restart => {
-                    Heard::Lost {
-                        reason,
-                        restart: false,
-                        hang: false,
-                        preempted: false,
-                        grown: false,
-                    }
-                }
+                (true, Some(said)) if said.starts_with(GROWS) && !self.may_restart => Heard::Lost {
+                    reason,
+                    restart: false,
+                    hang: false,
+                    preempted: false,
+                    grown: false,
+                },
                 (true, Some(said)) => {
-                    let ended = super::after_preemption(said, &reason);
+                    let ended = after_preemption(said, &reason);
                     // The growth's checkpoint window: its restart, free whatever the allowance.
-                    let grown = said.starts_with(super::GROWS);
+                    let grown = said.starts_with(GROWS);
                     let (preempted, reason) = match grown {
                         true => (true, ended),
-                        false => super::judge_preemption(ended, self.ledger),
+                        false => judge_preemption(ended, self.ledger),
                     };
                     Heard::Lost {
                         reason,

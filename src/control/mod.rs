@@ -1,46 +1,10 @@
-//! The job's control channel: every launcher keeps one TCP connection to the coordinating
-//! launcher. Over it the launchers
-//! - agree when to start: the coordinator answers `Go` with the restart epoch once every member
-//!   has said hello with the same view of the membership (a barrier, also before a restart),
-//!   and with the job's restart budget: the smallest any launcher was given;
-//! - notice a launcher that goes silent (frozen, or on a node that died while the API still says
-//!   Running) within the heartbeat timeout, and one whose connection closes (its pod is gone);
-//! - learn of the first failure anywhere (`Failed` to the coordinator, `Lost` to everyone), so
-//!   that every launcher stops its children at once and, while restarts are left, gathers again.
-//!   Whether the job may restart is the coordinator's one `Verdict`, decided once: "no
-//!   restart" at once (a member's trainer succeeded — `Done`, said the moment it does — the
-//!   failure would recur, the budget is spent); "restart" only once every member joined at the
-//!   loss has said `Stopped` (after any `Done` of its own, on the same connection) or is gone,
-//!   so no success can cross it. Members joining meanwhile hear only the verdict.
-//!
-//! The coordinator's decisions are a pure state machine (`coordinator`), simulated in
-//! `simulation`; this module is the channel's API and the coordinator's task around it.
-//! A follower that loses its coordinator before the verdict acts on what it knows. An attacker
-//! who controls the cluster's DNS can name another coordinator (a regather, or an end told to
-//! the followers it misleads); the secret keeps it from joining or speaking for anyone.
-//!
-//! A channel lives for one attempt: after a failure every launcher closes it, discovers the job
-//! again and joins anew (the coordinator may be another pod by then). The epoch needs no memory
-//! on the coordinator: each hello says the epoch its launcher would start next (0 for a new pod,
-//! one more than the last start for a survivor), and `Go` carries the largest.
-//!
-//! The port is reachable by every pod of the cluster, so nothing on it is trusted:
-//! - a connection from an address that is not a member pod's is closed at once, before any
-//!   task, buffer or log line is spent on it; each member address may hold only a few
-//!   connections;
-//! - the server sends a random challenge, the client one of its own; every frame carries an
-//!   HMAC-SHA256 under the job's secret over its direction, both challenges and a per-direction
-//!   sequence number: a forged, altered, replayed (on this or any other connection, in either
-//!   direction), reordered or reflected frame is refused and its connection closed;
-//! - a frame is at most `MAX_PAYLOAD` bytes, the length checked before anything is read; the
-//!   hello must come within `HANDSHAKE` and name the member of the connection's address;
-//! - every write has a deadline, so a peer that stops reading cannot pin a connection.
-//!
-//! An attacker on the pod network without the secret can connect from a non-member address and
-//! be dropped; spoofing a member's address (or cutting connections, as any on-path party can)
-//! makes launchers look silent or gone, which stops the job (or costs it a restart) rather than
-//! letting it train wrong. It cannot start, restart or finish anything, unless it also controls
-//! the cluster's DNS and the coordinator is named by DNS (see above).
+//! The job's control channel: every launcher keeps one authenticated TCP connection to the
+//! coordinating launcher, over which the job agrees when to start (`Go`, with the agreed
+//! `Ledger`), notices a silent or gone launcher within the heartbeat timeout, learns the first
+//! failure anywhere (`Failed`, `Lost`) and gets one verdict on a restart. The protocol and its
+//! threat model are in docs/control-channel.md. The decisions are pure machines
+//! (`coordinator::Core`, `following::Following`, the words they share in `heard`), simulated in
+//! `simulation`; this module is the channel's API and the tasks around them.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
@@ -64,6 +28,8 @@ mod coordinator;
 mod cost;
 mod follower;
 mod following;
+pub(crate) mod heard;
+mod message;
 mod net;
 #[cfg(test)]
 pub(crate) mod sim_net;
@@ -77,10 +43,14 @@ pub use cost::{measure_coordinator, measure_progress, CoordinatorCost, ProgressC
 
 use follower::follow;
 pub use follower::serves_a_channel;
+use heard::Request;
+pub use heard::{Cause, Heard};
+pub use message::Message;
+use message::{cut, WireError};
 pub use net::{tcp, Net};
 use net::{Listener, Reader, Writer};
+pub use wire::Session;
 use wire::*;
-pub use wire::{Message, Session};
 
 /// The longest heartbeat timeout a launcher may be given (PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT).
 const MAX_HEARTBEAT_MS: u64 = 7 * 24 * 3600 * 1000;
@@ -106,34 +76,6 @@ const PER_ADDRESS: usize = 2;
 const LAST_WORDS: Duration = Duration::from_millis(200);
 /// How long queued last words (Lost, Bye) may take to go out when a channel closes.
 const FLUSH: Duration = Duration::from_secs(1);
-
-/// What a launcher hears from the channel.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Heard {
-    /// Every member is ready: start restart epoch `epoch`; a follower gets the coordinator's
-    /// membership.
-    Go {
-        membership: Option<Membership>,
-        /// The attempt's ledger, agreed by all.
-        ledger: Ledger,
-    },
-    /// Not everyone found the same members, or not all joined: discover the job again.
-    Regather(String),
-    /// The members' configurations cannot start together (why): end with status 2.
-    Refused(String),
-    /// The job lost a member or one failed: stop. `restart`: whether the job may start again;
-    /// `hang`: the job hangs (every launcher asks its trainer for its stacks first);
-    /// `preempted`: the attempt ended with a preemption, which spends no restart.
-    Lost {
-        reason: String,
-        restart: bool,
-        hang: bool,
-        preempted: bool,
-        /// The attempt ended for the elastic job's growth (free, with `preempted`): it counts
-        /// among the grows.
-        grown: bool,
-    },
-}
 
 /// A trainer's progress as its launcher reports it: the step it last wrote, if a number, and
 /// when it last progressed.
@@ -210,30 +152,6 @@ pub struct Growing {
     pub room: usize,
 }
 
-/// Whether an attempt that a preemption ends, in an attempt of this ledger, restarts for free;
-/// and its reason as every pod says it (beyond the free ones, with why it counts as a
-/// failure). The coordinator's judgement, and a follower's when the coordinator is gone.
-pub(super) fn judge_preemption(reason: String, ledger: Ledger) -> (bool, String) {
-    if ledger.preemption_is_free() {
-        return (true, reason);
-    }
-    let free = match ledger.max_preemptions {
-        0 => "no preemption is free".to_string(),
-        1 => "only the job's first preemption was free".to_string(),
-        n => format!("only the job's first {n} preemptions were free"),
-    };
-    let reason =
-        format!("{reason}; {free} (PADDLE_LAUNCHER_MAX_PREEMPTIONS): this one counts as a failure");
-    (false, reason)
-}
-
-/// How the end of an attempt in which a member was preempted (or the job was growing) reads
-/// on every pod: the preemption (what its launcher said) or the growth first, then what ended
-/// the attempt. The coordinator says it; a follower whose coordinator is gone says it itself.
-pub(super) fn after_preemption(preempted: &str, ended: &str) -> String {
-    format!("{preempted}; then: {ended}")
-}
-
 /// The fingerprint of a membership: equal on two pods exactly when they found the same pods at
 /// the same addresses.
 pub fn fingerprint(members: &[PodAddress]) -> String {
@@ -247,26 +165,6 @@ pub fn fingerprint(members: &[PodAddress]) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Request {
-    Failed {
-        reason: String,
-        restartable: bool,
-        hang: bool,
-    },
-    /// The coordinator's launcher saw a member's pod lost through the API.
-    PodLost(String),
-    /// After a loss: this launcher's children are stopped.
-    Stopped,
-    Done,
-    /// This launcher was told to stop while its trainer runs (the reason): every trainer of
-    /// the job is asked for a checkpoint.
-    Preempted(String),
-    Finish {
-        succeeded: bool,
-    },
 }
 
 /// This launcher's part of one attempt's channel.
@@ -635,18 +533,6 @@ struct Ends {
     /// The members that served their part (`Served`), for the API watch of the peers.
     served: Served,
     left_out: watch::Sender<LeftOut>,
-}
-
-/// The job's first cause, as the coordinator told every launcher.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cause {
-    pub reason: String,
-    /// The job hangs.
-    pub hang: bool,
-    /// The attempt ended with a preemption: the restart spends no budget.
-    pub preempted: bool,
-    /// The attempt ended for the elastic job's growth (free too).
-    pub grown: bool,
 }
 
 impl Ends {

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::coordinator::{Core, Effect, Growth, Input, Setup, Stage, Terms};
 use super::following::{self, Following};
-use super::wire::{Message, WireError};
+use super::message::{Message, WireError};
 use super::{Heard, Request};
 use crate::ledger::Ledger;
 use crate::verdict::UNBOUNDED_PREEMPTIONS;
@@ -440,7 +440,7 @@ impl Sim {
             self.record.preempted_said = true;
             self.record.preempted_pod = Some(pod.to_string());
             if self.record.grow_told_at.is_some() && self.record.checkpoint.is_none() {
-                self.record.checkpoint = Some(super::wire::cut(reason));
+                self.record.checkpoint = Some(super::message::cut(reason));
             }
         }
     }

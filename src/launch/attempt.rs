@@ -1,7 +1,8 @@
-//! One attempt of the job once its pods are gathered: begun (the job's record and story, the
-//! watches that may end it), run (the workspace, the peer check, the pod's processes), judged
-//! (a failure told to the job, the job's verdict, the budget), then restarted in place or
-//! finished with the pod's last line.
+//! The attempt loop's executor: the machine's commands (`attempt_loop`) carried out for a
+//! real pod — an attempt begun (the job's record and story, the watches that may end it), run
+//! (the workspace, the peer check, the pod's processes), its failure told, the verdict waited
+//! for (a stop signal ends the wait), the restart in place, the channel closed and the pod's
+//! end posted.
 
 use std::net::IpAddr;
 use std::sync::{Arc, OnceLock};
@@ -11,12 +12,12 @@ use tokio::task::JoinHandle;
 use tokio::time::timeout;
 use tracing::{debug, info, warn};
 
-use super::ending;
-use super::ending::{after_restarts, for_the_job, post_hang, verdict_limits, EVENTS_FLUSH};
-use super::gathering::Attempt;
-use super::lifecycle::{self, Budget};
+use super::attempt_loop::{Begun, Command, Input, Post, Word};
+use super::ending::{self, EVENTS_FLUSH};
+use super::lifecycle;
 use super::peer_check::{named_peers, peers_to_check, silent_peers, PEER_CHECK_TIMEOUT};
 use super::processes::drive;
+use super::ready::Attempt;
 use super::record::{JobRecord, PREEMPTION_RECORD_WAIT};
 use super::rendezvous::{channel_without_secret, UNJOINED_LOOK_UNBOUNDED};
 use super::setup::{node_name, now_utc};
@@ -24,31 +25,32 @@ use super::waits::{interruptible, Breaks};
 use crate::config::Config;
 use crate::control::Channel;
 use crate::error::{ConfigError, Error};
-use crate::events::{JobEvents, Kind};
-use crate::exit::{self, Outcome};
+use crate::events::JobEvents;
+use crate::exit::Outcome;
 use crate::ledger::Ledger;
+use crate::ledger::Recorded;
 use crate::membership::{Loss, PodAddress};
 use crate::plan::{Plan, PodEntry};
 use crate::supervise::Supervisor;
-use crate::vocabulary::JOB_STOPPED;
+use crate::vocabulary::EventKind;
 use crate::workspace;
 
-/// What this launcher's attempts carry from one to the next.
+/// What this launcher's executor carries from one attempt to the next.
 pub(super) struct Attempts {
-    /// Where the job's restarts stand before the next attempt (its epoch: the next; its
-    /// allowances: this launcher's own, which it says in its hello).
-    pub ledger: Ledger,
-    /// The pods of the attempt that ended, when restarting.
-    pub members_before: Vec<PodAddress>,
+    /// The attempt begun, until its end is judged.
+    running: Option<Running>,
     /// The workspace preparation of an attempt that was lost while it ran, if it may still run.
     preparing_before: Option<JoinHandle<Result<(), Error>>>,
+    /// A preemption's record on the Job, while it is written.
+    recording: Option<JoinHandle<()>>,
     /// The job's Kubernetes events, once this launcher is the one that posts them.
     events: Option<JobEvents>,
 }
 
 impl Attempts {
-    /// The first attempt's count starts where the batch system's own restarts of the job left it.
-    pub fn new(config: &Config) -> Attempts {
+    /// The executor, and the ledger the loop starts from: where the batch system's own
+    /// restarts of the job left it, with this launcher's allowances.
+    pub fn new(config: &Config) -> (Attempts, Ledger) {
         let ledger = Ledger {
             epoch: config.restarts_before(),
             max_preemptions: config.control.max_preemptions,
@@ -60,12 +62,22 @@ impl Attempts {
                 "the batch system has restarted the job {n} times: the restart count starts at {n}"
             );
         }
-        Attempts {
-            ledger,
-            members_before: Vec::new(),
+        let attempts = Attempts {
+            running: None,
             preparing_before: None,
+            recording: None,
             events: None,
-        }
+        };
+        (attempts, ledger)
+    }
+
+    fn channel(&self) -> Option<&Channel> {
+        self.running.as_ref().and_then(|r| r.channel.as_ref())
+    }
+
+    /// What the job's channel has told this launcher so far.
+    fn word(&self) -> Word {
+        ending::word(self.channel())
     }
 }
 
@@ -75,12 +87,8 @@ pub(super) struct Running {
     /// "pod p-1 (trainer id 1 of 3)": who this launcher is, in what it tells the others.
     who: String,
     channel: Option<Channel>,
-    /// The attempt's ledger (its epoch: the plan's restart count).
-    ledger: Ledger,
     /// Where the job's count is kept (the Job object), when this launcher coordinates.
     record: Option<JobRecord>,
-    /// Whether this launcher tells the job's story (its events): the coordinator, else rank 0.
-    posts: bool,
     /// Set when this pod finds it cannot join the job's channel: it ends as bad configuration.
     unjoined: Arc<OnceLock<ConfigError>>,
 }
@@ -91,11 +99,10 @@ pub(super) struct Running {
 pub(super) fn begin(
     attempt: Attempt,
     attempts: &mut Attempts,
-    config: &Config,
-    supervisor: &mut Supervisor,
-    my_ip: IpAddr,
-    pod: &str,
-) -> Running {
+    (config, supervisor): (&Config, &mut Supervisor),
+    (my_ip, pod): (IpAddr, &str),
+    members_before: &[PodAddress],
+) -> Begun {
     let Attempt {
         plan,
         who,
@@ -143,14 +150,13 @@ pub(super) fn begin(
             _ => format!("all {} pods of the job found", plan.pods.len()),
         };
         events.post(
-            Kind::Normal,
+            EventKind::Normal,
             "Started",
             &format!("{found}: training started{restarted}"),
         );
-        if let Some((reason, message)) =
-            resized(&attempts.members_before, &plan.pods, config.control.elastic)
+        if let Some((reason, message)) = resized(members_before, &plan.pods, config.control.elastic)
         {
-            events.post(Kind::Normal, reason, &message);
+            events.post(EventKind::Normal, reason, &message);
         }
     }
     let mut losses = Vec::new();
@@ -189,15 +195,22 @@ pub(super) fn begin(
         };
         supervisor.end_when(done);
     }
-    Running {
+    let begun = Begun {
+        ledger,
+        members: plan.pods.iter().map(PodEntry::address).collect(),
+        channel: channel.is_some(),
+        records: record.is_some(),
+        posts,
+        who: who.clone(),
+    };
+    attempts.running = Some(Running {
         plan,
         who,
         channel,
-        ledger,
         record,
-        posts,
         unjoined,
-    }
+    });
+    begun
 }
 
 /// Runs the attempt: the workspace prepared and the peers checked — the attempt's loss or a
@@ -205,9 +218,9 @@ pub(super) fn begin(
 /// supervised until they end. The attempt's end; or (the outer error) the workspace's own
 /// failure, which ends this pod at once: its channel dropped, the others see a loss they may
 /// restart from, as from a pod that died.
-pub(super) async fn run(
+async fn run(
     running: &Running,
-    attempts: &mut Attempts,
+    preparing_before: &mut Option<JoinHandle<Result<(), Error>>>,
     config: &Config,
     supervisor: &mut Supervisor,
     my_ip: IpAddr,
@@ -224,7 +237,7 @@ pub(super) async fn run(
             Ok(())
         }
         Err(lost @ Error::PeerLost { .. }) => {
-            attempts.preparing_before = Some(preparing);
+            *preparing_before = Some(preparing);
             Err(lost)
         }
         Err(ended) => Err(ended),
@@ -278,217 +291,198 @@ pub(super) async fn run(
     })
 }
 
-/// An attempt's end as judged for the job (its result apart, which decides what follows).
-pub(super) struct Judged {
-    pub budget: Budget,
-    /// "pod p-1 (...) at <time>": this pod's end as told to the job, and the whole line.
-    who_at: String,
-    said: String,
-    succeeded: bool,
-    hung: bool,
-    /// The preemption's record on the Job, while it is written.
-    preemption_recorded: Option<JoinHandle<()>>,
-}
-
-/// Judges the attempt's end: a failure told to the job, the job's verdict waited for (whether
-/// the job may restart depends on what the others did), a preemption recorded on the Job as
-/// soon as it is known, and the budget the restart would spend. A stop signal during the wait
-/// for the verdict ends this pod (it is being deleted), and says so.
-pub(super) async fn judge(
-    running: &Running,
-    mut result: Result<Outcome, Error>,
-    config: &Config,
-    supervisor: &mut Supervisor,
-) -> (Result<Outcome, Error>, Judged) {
-    let channel = running.channel.as_ref();
-    let hung = match &result {
-        Ok(outcome) => outcome.code == exit::HANG,
-        Err(e) => e.exit_code() == exit::HANG,
-    };
-    // How this pod's failure, if it is one, is told to the job (and names it on every pod).
-    let who_at = format!("{} at {}", running.who, now_utc());
-    let said = match &result {
-        Ok(outcome) => format!("{who_at}: {}", outcome.reason),
-        Err(e) => format!("{who_at}: {e}"),
-    };
-    let succeeded = matches!(&result, Ok(o) if o.code == exit::SUCCESS);
-    if let (Some(channel), false) = (channel, succeeded) {
-        ending::tell_failure(channel, &result, &said).await;
-    }
-    // A preemption may take every pod at once (a Kueue suspension): recorded as soon as it
-    // is known, the pods created again count it, and it spends nothing there either.
-    // Written meanwhile: only a pod that ends waits for it (`finish`), not the verdict.
-    let record_preemption = |preempted: bool, grown: bool| {
-        running.record.as_ref().filter(|_| preempted).map(|record| {
-            // The epoch that ended, with its free restart counted.
-            let after = running.ledger.after_attempt(true, grown);
-            record.write(
-                Ledger {
-                    epoch: running.ledger.epoch,
-                    ..after
+impl Attempts {
+    /// Carries out one of the machine's commands between the gathering and the pod's end
+    /// (`Gather` and `Finish` are the caller's), and says what came of it. The outer error
+    /// ends the pod at once (the workspace's own failure, a stop while a lost attempt's
+    /// preparation is waited for).
+    pub(super) async fn execute(
+        &mut self,
+        command: Command,
+        config: &Config,
+        supervisor: &mut Supervisor,
+        my_ip: IpAddr,
+    ) -> Result<Input, Error> {
+        Ok(match command {
+            Command::Run => {
+                let Some(running) = self.running.as_ref() else {
+                    return Err(out_of_order("a run with no attempt begun"));
+                };
+                let preparing = &mut self.preparing_before;
+                let result = run(running, preparing, config, supervisor, my_ip).await?;
+                let word = self.word();
+                Input::Ran {
+                    result,
+                    at: now_utc(),
+                    word,
                 }
-                .recorded(),
-            )
+            }
+            Command::TellFailure {
+                said,
+                restartable,
+                hang,
+            } => {
+                if let Some(channel) = self.channel() {
+                    ending::tell_failure(channel, &said, restartable, hang).await;
+                }
+                Input::Told(self.word())
+            }
+            Command::AwaitVerdict {
+                limit,
+                doing,
+                record,
+            } => {
+                self.record(record, config);
+                let verdict = match self.channel() {
+                    Some(channel) => {
+                        let waiting = channel.verdict(limit);
+                        interruptible(Some(supervisor), &doing, Breaks::StopOnly, waiting).await
+                    }
+                    None => Ok(false),
+                };
+                let word = self.word();
+                Input::Verdict { verdict, word }
+            }
+            Command::ReadVerdict { stopped, record } => {
+                self.record(record, config);
+                let verdict = Ok(ending::read_verdict(self.channel(), stopped));
+                let word = self.word();
+                Input::Verdict { verdict, word }
+            }
+            Command::Restart {
+                line,
+                posts,
+                record,
+            } => {
+                self.record(record, config);
+                self.restart(&line, posts, supervisor).await?;
+                Input::Restarted
+            }
+            Command::Close { succeeded, record } => {
+                self.record(record, config);
+                Input::Closed(self.close(succeeded, config, supervisor).await)
+            }
+            Command::Gather { .. } | Command::Finish { .. } => {
+                return Err(out_of_order("a gathering or an end, which its caller does"));
+            }
         })
-    };
-    let preemption_recorded = record_preemption(ending::preempted(channel), ending::grown(channel));
-    let recoverable = lifecycle::recoverable(&result);
-    let wait = match (channel, succeeded) {
-        (Some(channel), false) => {
-            ending::verdict_wait(channel, &result, running.ledger, verdict_limits(config))
-        }
-        _ => None,
-    };
-    let may_restart = match (channel, wait) {
-        (Some(channel), Some(limit)) => {
-            let waiting = channel.verdict(limit);
-            let failure = match &result {
-                Ok(outcome) => outcome.reason.clone(),
-                Err(e) => e.to_string(),
-            };
-            let doing = format!("waiting for the job's verdict after: {failure}");
-            match interruptible(Some(supervisor), &doing, Breaks::StopOnly, waiting).await {
-                Ok(verdict) => verdict && recoverable,
-                Err(stopped) => {
-                    result = Err(stopped);
-                    false
-                }
-            }
-        }
-        // Every failed launcher says its children are stopped, for the others' verdict.
-        (Some(channel), None) => {
-            if !succeeded {
-                channel.stopped();
-            }
-            channel.may_restart()
-        }
-        (None, _) => false,
-    };
-    // Read again once the verdict is in: the cause may have come with it.
-    let preempted = ending::preempted(channel);
-    let grown = ending::grown(channel);
-    let preemption_recorded = preemption_recorded.or_else(|| record_preemption(preempted, grown));
-    let budget = Budget {
-        ledger: running.ledger,
-        may_restart,
-        preempted,
-    };
-    let judged = Judged {
-        budget,
-        who_at,
-        said,
-        succeeded,
-        hung,
-        preemption_recorded,
-    };
-    (result, judged)
-}
+    }
 
-/// The job restarts in place: said with the job's first cause and what the restart spends,
-/// the channel closed, a lost attempt's workspace preparation waited for (the next one's
-/// must not run beside it), the count moved on.
-pub(super) async fn restart(
-    running: Running,
-    judged: Judged,
-    reason: String,
-    attempts: &mut Attempts,
-    supervisor: &mut Supervisor,
-) -> Result<(), Error> {
-    let Judged { budget, hung, .. } = judged;
-    // The job's first cause, the same line on every pod, when the channel told it.
-    let cause = running.channel.as_ref().and_then(Channel::cause);
-    let hang = cause.as_ref().map_or(hung, |cause| cause.hang);
-    let grown = budget.preempted && cause.as_ref().is_some_and(|cause| cause.grown);
-    let reason = cause.map_or(reason, |cause| cause.reason);
-    let restart = budget.ledger.restart_said(budget.preempted, grown);
-    warn!("{reason}: restarting the job ({restart})");
-    if let Some(events) = attempts.events.as_mut().filter(|_| running.posts) {
-        post_hang(events, hang, &reason);
-        events.post(Kind::Warning, "Restarting", &format!("{restart}: {reason}"));
-    }
-    if let Some(mut channel) = running.channel {
-        channel.finish(false).await;
-    }
-    // Waited for before gathering, so that the job's wait for this pod is bounded as any
-    // gathering is, and a stop signal ends this pod as it would while gathering.
-    if let Some(earlier) = attempts.preparing_before.take() {
-        let doing = "waiting for the workspace preparation of the attempt that was lost to end";
-        info!("{doing}");
-        let ended = interruptible(Some(supervisor), doing, Breaks::StopOnly, earlier);
-        match ended.await? {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => debug!("the lost attempt's workspace preparation: {e}"),
-            Err(e) => debug!("the lost attempt's workspace preparation: {e}"),
-        }
-    }
-    // The job's count moves on; the allowances this launcher says stay its own.
-    attempts.ledger = Ledger {
-        max_restarts: attempts.ledger.max_restarts,
-        max_preemptions: attempts.ledger.max_preemptions,
-        ..budget.ledger.after_attempt(budget.preempted, grown)
-    };
-    attempts.members_before = running.plan.pods.iter().map(PodEntry::address).collect();
-    Ok(())
-}
-
-/// The pod ends: a preemption's record waited for (briefly), the others' reports waited for,
-/// the job's end posted, and the pod's last line — the job's first cause first when another
-/// pod's.
-pub(super) async fn finish(
-    running: Running,
-    judged: Judged,
-    result: Result<Outcome, Error>,
-    attempts: &mut Attempts,
-    config: &Config,
-    supervisor: &mut Supervisor,
-) -> Outcome {
-    if let Some(written) = judged.preemption_recorded {
-        let job = &config.topology.job_name;
-        let limit = PREEMPTION_RECORD_WAIT.as_secs();
-        info!("waiting for the preemption's record on Job {job} (at most {limit} s)");
-        if timeout(PREEMPTION_RECORD_WAIT, written).await.is_err() {
-            warn!(
-                "the preemption may not be recorded on Job {job} (no answer within {limit} s): if every pod of the job is lost, its restart may spend a restart"
+    /// A preemption recorded on the Job (the coordinator's, with an API): in the background,
+    /// as soon as it is known — the pods created again count it, and it spends nothing there
+    /// either. Only a pod that ends waits for it (`close`).
+    fn record(&mut self, record: Option<Recorded>, config: &Config) {
+        let (Some(record), Some(running)) = (record, self.running.as_ref()) else {
+            return;
+        };
+        if let Some(job) = &running.record {
+            debug!(
+                "recording the preemption on Job {}",
+                config.topology.job_name
             );
+            self.recording = Some(job.write(record));
         }
     }
-    let mut cause = None;
-    if let Some(mut channel) = running.channel {
-        // A stop signal ends the wait for the others; the pod's outcome stands.
+
+    /// The job restarts in place: said, told in the job's story, the channel closed, a lost
+    /// attempt's workspace preparation waited for (the next one's must not run beside it).
+    async fn restart(
+        &mut self,
+        line: &str,
+        posts: Vec<Post>,
+        supervisor: &mut Supervisor,
+    ) -> Result<(), Error> {
+        warn!("{line}");
+        self.post(posts);
+        if let Some(mut channel) = self.running.take().and_then(|r| r.channel) {
+            channel.finish(false).await;
+        }
+        // Waited for before gathering, so that the job's wait for this pod is bounded as any
+        // gathering is, and a stop signal ends this pod as it would while gathering.
+        if let Some(earlier) = self.preparing_before.take() {
+            let doing = "waiting for the workspace preparation of the attempt that was lost to end";
+            info!("{doing}");
+            let ended = interruptible(Some(supervisor), doing, Breaks::StopOnly, earlier);
+            match ended.await? {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => debug!("the lost attempt's workspace preparation: {e}"),
+                Err(e) => debug!("the lost attempt's workspace preparation: {e}"),
+            }
+        }
+        Ok(())
+    }
+
+    /// The pod ends: a preemption's record waited for (briefly), the others' reports waited
+    /// for (a stop signal ends that wait; the pod's outcome stands); what the channel said
+    /// last — a loss told while the others reported is the job's too.
+    async fn close(
+        &mut self,
+        succeeded: bool,
+        config: &Config,
+        supervisor: &mut Supervisor,
+    ) -> Word {
+        if let Some(written) = self.recording.take() {
+            let job = &config.topology.job_name;
+            let limit = PREEMPTION_RECORD_WAIT.as_secs();
+            info!("waiting for the preemption's record on Job {job} (at most {limit} s)");
+            if timeout(PREEMPTION_RECORD_WAIT, written).await.is_err() {
+                warn!(
+                    "the preemption may not be recorded on Job {job} (no answer within {limit} s): if every pod of the job is lost, its restart may spend a restart"
+                );
+            }
+        }
+        let Some(mut channel) = self.running.take().and_then(|r| r.channel) else {
+            return Word::default();
+        };
         let _ = interruptible(
             Some(&mut *supervisor),
             "waiting for the other launchers to report",
             Breaks::StopOnly,
-            channel.finish(judged.succeeded),
+            channel.finish(succeeded),
         )
         .await;
-        // Read last: a loss told while the others reported is the job's too.
-        cause = channel.cause();
+        ending::word(Some(&channel))
     }
-    supervisor.finish();
-    let reason = cause.as_ref().map(|cause| cause.reason.clone());
-    let outcome = for_the_job(result, &judged.who_at, &judged.said, reason);
-    let outcome = after_restarts(outcome, running.plan.restart_count);
-    if let Some(events) = attempts.events.as_mut().filter(|_| running.posts) {
-        // The job's end, not this pod's: a coordinator that succeeded while another pod
-        // failed tells the failure.
-        match &cause {
-            Some(cause) => {
-                post_hang(events, cause.hang, &cause.reason);
-                let line = format!("{JOB_STOPPED}{}", cause.reason);
-                events.post_final(Kind::Warning, "Failed", &line);
-            }
-            None if outcome.code == exit::SUCCESS => {
-                events.post_final(Kind::Normal, "Succeeded", &outcome.reason)
-            }
-            None => {
-                post_hang(events, judged.hung, &outcome.reason);
-                events.post_final(Kind::Warning, "Failed", &outcome.reason);
-            }
+
+    /// The pod's end: what is left of its processes killed, the job's last events posted and
+    /// let go out.
+    pub(super) async fn finish(
+        &mut self,
+        outcome: Outcome,
+        posts: Vec<Post>,
+        supervisor: &mut Supervisor,
+    ) -> Outcome {
+        supervisor.finish();
+        let mut posts = posts;
+        let (Some(last), Some(_)) = (posts.pop(), self.events.as_ref()) else {
+            return outcome;
+        };
+        self.post(posts);
+        if let Some(events) = self.events.as_mut() {
+            // The job's end: posted even when the queue is full.
+            events.post_final(last.kind, last.reason, &last.message);
+            events.flush(EVENTS_FLUSH).await;
         }
-        events.flush(EVENTS_FLUSH).await;
+        outcome
     }
-    outcome
+
+    /// Posts the machine's events, when this launcher tells the job's story.
+    fn post(&mut self, posts: Vec<Post>) {
+        let Some(events) = self.events.as_mut() else {
+            return;
+        };
+        for post in posts {
+            events.post(post.kind, post.reason, &post.message);
+        }
+    }
+}
+
+/// The executor was asked what its caller does: a mistake in the code, said as one.
+fn out_of_order(what: &str) -> Error {
+    Error::io(
+        "the attempt loop's executor",
+        std::io::Error::other(format!("asked out of order: {what}")),
+    )
 }
 
 /// An elastic job that starts with other pods than its last attempt: the event that says so

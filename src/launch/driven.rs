@@ -47,9 +47,10 @@ use crate::error::Error;
 use crate::exit::{self, Outcome};
 use crate::membership::{self, Member, Membership, PodAddress, PodView, Served};
 
-use super::ending::{self, VerdictLimits};
-use super::lifecycle::{self, AfterRun, Budget};
+use super::attempt_loop::{AttemptLoop, Begun, Command, Input, VerdictLimits};
+use super::ending;
 use crate::ledger::Ledger;
+use crate::ledger::Recorded;
 
 const PORT: u16 = 6171;
 const GRACE: Duration = Duration::from_secs(3);
@@ -432,7 +433,7 @@ struct World {
     /// What the Job records (the epoch last started, the preemptions): written by the
     /// coordinator at every start and at a preemption's end, read by a coordinator at its
     /// launcher's first attempt (a launcher restarted in place, a replacement).
-    recorded: Option<crate::peers::kubernetes::Recorded>,
+    recorded: Option<Recorded>,
     /// The job is elastic (its pods are indexed, its coordinator named).
     elastic: bool,
     violations: Vec<String>,
@@ -599,15 +600,14 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
         let w = world.lock().unwrap();
         (w.pods[slot].0.clone(), w.pods[slot].1)
     };
-    // The job's restarts as this launcher knows them between attempts (its allowances: the
+    // The job's restarts as this launcher knows them at its start (its allowances: the
     // scenario's, which it says in its hello).
-    let mut count = Ledger {
+    let count = Ledger {
         max_preemptions: scenario.max_preemptions,
         ..Ledger::first(scenario.max_restarts)
     };
     // The attempt this launcher last ran: its epoch and members.
     let mut epoch_ran = String::new();
-    let mut members_before: Vec<String> = Vec::new();
     let mut deletions = BTreeMap::new();
     sleep(scenario.late(slot)).await;
     let group = Group {
@@ -640,7 +640,25 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
     // it, left out of the rounds that follow.
     let mut gathering_since: Option<Instant> = None;
     let mut absent: BTreeSet<String> = BTreeSet::new();
+    // The launcher's own attempt loop, its commands carried out here: the gathering by the
+    // stand-ins below, the rest by the executor's own pieces (`ending`) over the real channel.
+    let limits = VerdictLimits {
+        recoverable: GRACE + scenario.heartbeat() + Duration::from_secs(5),
+        ending: GRACE + Duration::from_secs(3),
+    };
+    let (mut machine, mut command) = AttemptLoop::start(count, limits);
     loop {
+        let Command::Gather {
+            ledger: count,
+            members_before,
+        } = &command
+        else {
+            let what = format!("{name}: the attempt loop asked {command:?} before gathering");
+            world.lock().unwrap().violation(what);
+            return end(1, epoch_ran.clone(), None);
+        };
+        let count = *count;
+        let members_before: Vec<String> = members_before.iter().map(|m| m.name.clone()).collect();
         // An elastic job's pod coordinates when the coordinator's name points at it, as
         // `coordinator_elsewhere` finds (a pod of index 0 that is not the newest follows).
         let follows =
@@ -903,8 +921,8 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
             }
         }
         let names: Vec<String> = members.iter().map(|(n, _)| n.clone()).collect();
-        members_before = names.clone();
         if coordinates {
+            // As `attempt::begin` records the attempt's start on the Job.
             world.lock().unwrap().recorded = Some(agreed.recorded());
         }
         let sizes = (scenario.min_pods(), scenario.pods);
@@ -912,90 +930,116 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
             .lock()
             .unwrap()
             .trainer_starts(slot, epoch, names, sizes);
-        let result = train(slot, epoch, &scenario, &world, &mut channel, &name).await;
-        {
-            let mut w = world.lock().unwrap();
-            w.training.remove(&slot);
-            let at = w.started.elapsed();
-            w.trainer_ends.push(at);
-            if result.is_ok() {
-                w.own_ends.push(at);
-            }
-        }
-        // The attempt's end, judged as the attempt loop judges it.
-        let succeeded = matches!(&result, Ok(o) if o.code == exit::SUCCESS);
-        let said = match &result {
-            Ok(outcome) => format!("pod {name}: {}", outcome.reason),
-            Err(e) => format!("pod {name}: {e}"),
-        };
-        if succeeded {
-            world.lock().unwrap().trainer_succeeded = true;
-            channel.done();
-        } else {
-            ending::tell_failure(&channel, &result, &said).await;
-        }
-        let limits = VerdictLimits {
-            recoverable: GRACE + scenario.heartbeat() + Duration::from_secs(5),
-            ending: GRACE + Duration::from_secs(3),
-        };
-        let recoverable = lifecycle::recoverable(&result);
-        let wait = match succeeded {
-            false => ending::verdict_wait(&channel, &result, agreed, limits),
-            true => None,
-        };
-        let may_restart = match wait {
-            Some(limit) => channel.verdict(limit).await && recoverable,
-            None => {
-                if !succeeded {
-                    channel.stopped();
-                }
-                channel.may_restart()
-            }
-        };
-        let preempted = ending::preempted(Some(&channel));
-        let grown = ending::grown(Some(&channel));
-        let budget = Budget {
+        let begun = Begun {
             ledger: agreed,
-            may_restart,
-            preempted,
+            members: members
+                .iter()
+                .map(|(name, ip)| PodAddress {
+                    name: name.clone(),
+                    ip: *ip,
+                })
+                .collect(),
+            channel: true,
+            records: coordinates,
+            posts: false,
+            who: format!("pod {name}"),
         };
-        match lifecycle::after_run(result, &budget) {
-            AfterRun::Restart(_) => {
-                // The job's first cause as the coordinator told it: a growth (a loss in its
-                // checkpoint window said after it).
-                let cause = channel.cause().map(|c| c.reason).unwrap_or_default();
-                if cause.starts_with(control::GROWS) {
-                    world.lock().unwrap().grown.insert(epoch);
-                }
-                // As `attempt::restart` and the preemption's record count it.
-                let after = agreed.after_attempt(preempted, grown);
-                if coordinates && preempted {
-                    let record = Ledger { epoch, ..after }.recorded();
-                    world.lock().unwrap().recorded = Some(record);
-                }
-                channel.finish(false).await;
-                count = Ledger {
-                    max_restarts: count.max_restarts,
-                    max_preemptions: count.max_preemptions,
-                    ..after
-                };
+        command = machine.step(Input::Begun(begun));
+        // The preemption's record on the Job, as the machine asks for it.
+        let record = |record: Option<Recorded>| {
+            if let Some(record) = record {
+                world.lock().unwrap().recorded = Some(record);
             }
-            AfterRun::Finish(result) => {
-                // A failed end while no pod of the job had succeeded: only a failure (or the
-                // budget) may end a job so.
-                let failed = !matches!(&result, Ok(o) if o.code == exit::SUCCESS)
-                    && !matches!(&result, Err(Error::Stopped { .. }));
-                {
-                    let mut w = world.lock().unwrap();
-                    if failed && !w.trainer_succeeded {
-                        w.failed_unfinished = true;
+        };
+        let mut stopped = false;
+        loop {
+            let input = match command {
+                Command::Run => {
+                    let result = train(slot, epoch, &scenario, &world, &mut channel, &name).await;
+                    let at = {
+                        let mut w = world.lock().unwrap();
+                        w.training.remove(&slot);
+                        let at = w.started.elapsed();
+                        w.trainer_ends.push(at);
+                        if result.is_ok() {
+                            w.own_ends.push(at);
+                        }
+                        at
+                    };
+                    stopped = matches!(&result, Err(Error::Stopped { .. }));
+                    // As `drive` tells the job its trainer's success.
+                    if matches!(&result, Ok(o) if o.code == exit::SUCCESS) {
+                        world.lock().unwrap().trainer_succeeded = true;
+                        channel.done();
+                    }
+                    Input::Ran {
+                        result,
+                        at: format!("{} s", at.as_secs()),
+                        word: ending::word(Some(&channel)),
                     }
                 }
-                channel.finish(succeeded).await;
-                let code = result.map_or_else(|e| e.exit_code(), |o| o.code);
-                let cause = channel.cause().map(|c| c.reason);
-                return end(code, epoch_ran.clone(), cause);
-            }
+                Command::TellFailure {
+                    said,
+                    restartable,
+                    hang,
+                } => {
+                    ending::tell_failure(&channel, &said, restartable, hang).await;
+                    Input::Told(ending::word(Some(&channel)))
+                }
+                Command::AwaitVerdict {
+                    limit,
+                    record: asked,
+                    ..
+                } => {
+                    record(asked);
+                    let verdict = Ok(channel.verdict(limit).await);
+                    let word = ending::word(Some(&channel));
+                    Input::Verdict { verdict, word }
+                }
+                Command::ReadVerdict {
+                    stopped: children_stopped,
+                    record: asked,
+                } => {
+                    record(asked);
+                    let verdict = Ok(ending::read_verdict(Some(&channel), children_stopped));
+                    let word = ending::word(Some(&channel));
+                    Input::Verdict { verdict, word }
+                }
+                Command::Restart { record: asked, .. } => {
+                    record(asked);
+                    // The job's first cause as the coordinator told it: a growth (a loss in
+                    // its checkpoint window said after it).
+                    let cause = channel.cause().map(|c| c.reason).unwrap_or_default();
+                    if cause.starts_with(control::GROWS) {
+                        world.lock().unwrap().grown.insert(epoch);
+                    }
+                    channel.finish(false).await;
+                    Input::Restarted
+                }
+                Command::Close {
+                    succeeded,
+                    record: asked,
+                } => {
+                    record(asked);
+                    channel.finish(succeeded).await;
+                    Input::Closed(ending::word(Some(&channel)))
+                }
+                Command::Finish { outcome, .. } => {
+                    // A failed end while no pod of the job had succeeded: only a failure (or
+                    // the budget) may end a job so.
+                    let failed = outcome.code != exit::SUCCESS && !stopped;
+                    {
+                        let mut w = world.lock().unwrap();
+                        if failed && !w.trainer_succeeded {
+                            w.failed_unfinished = true;
+                        }
+                    }
+                    let cause = channel.cause().map(|c| c.reason);
+                    return end(outcome.code, epoch_ran.clone(), cause);
+                }
+                Command::Gather { .. } => break,
+            };
+            command = machine.step(input);
         }
     }
 }

@@ -2,7 +2,6 @@
 //! the steps the attempt loop takes, shared with the drivers' simulation (`driven`), so that
 //! what is simulated is what runs.
 
-use super::lifecycle;
 use super::rendezvous::joining;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -11,89 +10,49 @@ use tracing::{info, warn};
 
 use crate::config::{Config, Secret};
 use crate::control::{self, Channel, Joining, Role as ControlRole};
-use crate::error::Error;
-use crate::events::{JobEvents, Kind};
-use crate::exit::{self, Outcome};
 use crate::ledger::Ledger;
 use crate::membership::PodAddress;
-use crate::vocabulary::JOB_STOPPED;
 
-use crate::verdict::{verdict, Standing};
+use super::attempt_loop::{VerdictLimits, Word};
 
 /// How long a failed launcher waits for the coordinator's word on whether the job may restart.
 pub(crate) const FAILED_ANSWER_WAIT: Duration = Duration::from_secs(2);
 
 /// Tells the job that this launcher's attempt ended without success (`said`: the reason as
-/// every pod names it), and waits a moment for the job's first answer.
-pub(crate) async fn tell_failure(channel: &Channel, result: &Result<Outcome, Error>, said: &str) {
-    // Told before deciding: whether the job may restart depends on the others.
-    let restartable = lifecycle::others_may_restart(result);
-    let hang = matches!(result, Err(Error::Hung { .. }));
+/// every pod names it; `restartable`: whether a restart could mend it; `hang`: a trainer judged
+/// hung), and waits a moment for the job's first answer.
+pub(crate) async fn tell_failure(channel: &Channel, said: &str, restartable: bool, hang: bool) {
     channel
         .failed(said, restartable, hang, FAILED_ANSWER_WAIT)
         .await;
 }
 
-/// Whether the attempt ended with a preemption, as the coordinator told it (or a follower's
-/// own judgement once its coordinator is gone): it spends no restart.
-pub(crate) fn preempted(channel: Option<&Channel>) -> bool {
-    channel
-        .and_then(Channel::cause)
-        .is_some_and(|cause| cause.preempted)
-}
-
-/// Whether the attempt ended, free, for an elastic job's growth: a grow, which the free
-/// preemptions do not count.
-pub(crate) fn grown(channel: Option<&Channel>) -> bool {
-    channel
-        .and_then(Channel::cause)
-        .is_some_and(|cause| cause.preempted && cause.grown)
-}
-
-/// How long a launcher waits for the verdict: after a failure a restart could mend (the others'
-/// grace period and the heartbeat timeout, and a margin), and after one that ends this pod
-/// whatever it says (a coordinator's: its pod's grace period runs).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct VerdictLimits {
-    pub recoverable: Duration,
-    pub ending: Duration,
-}
-
-/// After an end that is no success, told to the job: how long to wait for the coordinator's
-/// verdict, or None when its word cannot change this pod's end (the launcher then only says
-/// its children are stopped).
-pub(crate) fn verdict_wait(
-    channel: &Channel,
-    result: &Result<Outcome, Error>,
-    ledger: Ledger,
-    limits: VerdictLimits,
-) -> Option<Duration> {
-    // The job's trainers were asked for a checkpoint: the attempt's end may still turn out a
-    // free preemption's (a frozen coordinator's silence is judged only after the heartbeat
-    // timeout), so the budget alone must not end this pod before the verdict.
-    // A checkpoint asked for the job's growth: its restart is free whatever the allowance.
-    let free = ledger.preemption_is_free() || channel.growth_asked();
-    let preemption_possible = preempted(Some(channel)) || (channel.checkpoint_was_asked() && free);
-    let budget_allows = verdict(&Standing {
-        spent: ledger.spent(),
-        max_restarts: ledger.max_restarts,
-        member_finished: false,
-        restartable: true,
-        preempted: preemption_possible,
-    })
-    .is_ok();
-    let recoverable = lifecycle::recoverable(result);
-    // A failure a restart could mend waits for the verdict. One that ends this pod whatever it
-    // says (a stop signal, a command that cannot start, bad configuration) does not, unless
-    // this launcher coordinates: only it can decide the others' verdict, within its grace
-    // period (the pod may be being deleted).
-    if !budget_allows || !(recoverable || channel.coordinates()) {
-        return None;
+/// What the job's channel has told this launcher so far (nothing without a channel), for the
+/// attempt loop's next step.
+pub(crate) fn word(channel: Option<&Channel>) -> Word {
+    let Some(channel) = channel else {
+        return Word::default();
+    };
+    Word {
+        coordinates: channel.coordinates(),
+        cause: channel.cause(),
+        checkpoint_asked: channel.checkpoint_was_asked(),
+        growth_asked: channel.growth_asked(),
+        may_restart: channel.may_restart(),
     }
-    Some(match recoverable {
-        true => limits.recoverable,
-        false => limits.ending,
-    })
+}
+
+/// No verdict to wait for: a failed launcher says its children are stopped (`stopped`), for
+/// the others' verdict; whether the job may restart, as the channel knows it (never without
+/// one).
+pub(crate) fn read_verdict(channel: Option<&Channel>, stopped: bool) -> bool {
+    let Some(channel) = channel else {
+        return false;
+    };
+    if stopped {
+        channel.stopped();
+    }
+    channel.may_restart()
 }
 
 /// How long a coordinator that ended the job at a restart serves its address, besides the grace
@@ -108,63 +67,9 @@ pub(super) const EVENTS_FLUSH: Duration = Duration::from_secs(3);
 /// its link is judged): a bound for a coordinator that says nothing, not part of the decision.
 pub(super) const VERDICT_MARGIN: Duration = Duration::from_secs(5);
 
-/// How long a pod whose trainer process failed waits for the job to have heard it before it
-/// stops the siblings: a round trip to the coordinator, kept short (the siblings still run).
-pub(super) const TOLD_BEFORE_STOP: Duration = Duration::from_millis(500);
-
 /// How long after the others' grace period a coordinating launcher whose own pod is ending
 /// still waits for their word: a round trip, kept short (its pod's own grace runs out).
 pub(super) const VERDICT_STOP_MARGIN: Duration = Duration::from_secs(3);
-
-/// The pod's last line, said for the job. A failure of this pod's own (its trainer's status,
-/// a hang, a pserver's end) names the pod and when (`said`, as the others' lines name it after
-/// their "job stopped: "), unless the job's first cause (`cause`, the coordinator's word) was
-/// another's: then that comes first, and this pod's failure after it. A loss told by another
-/// says so itself. A stop signal is this pod's news only: the pod was deleted, the job may go
-/// on.
-pub(super) fn for_the_job(
-    result: Result<Outcome, Error>,
-    who_at: &str,
-    said: &str,
-    cause: Option<String>,
-) -> Outcome {
-    let signalled = matches!(result, Err(Error::Stopped { .. }));
-    let mut outcome = result.unwrap_or_else(Outcome::from);
-    let own = outcome.code != exit::SUCCESS && !outcome.reason.starts_with(JOB_STOPPED);
-    if !own || signalled {
-        return outcome;
-    }
-    // The coordinator's word may be `said` cut to fit a frame.
-    outcome.reason = match cause {
-        Some(cause) if !said.starts_with(&cause) => {
-            format!("{JOB_STOPPED}{cause}; on this pod: {}", outcome.reason)
-        }
-        _ => format!("{JOB_STOPPED}{who_at}: {}", outcome.reason),
-    };
-    outcome
-}
-
-/// A hang's own event, before the restart or the end it led to: what a user searches for.
-pub(super) fn post_hang(events: &mut JobEvents, hung: bool, reason: &str) {
-    if hung {
-        let said =
-            format!("{reason}; every trainer's Python stacks are in its pod's log (kubectl logs)");
-        events.post(Kind::Warning, "Hang", &said);
-    }
-}
-
-/// The pod's outcome, saying how many times the job had restarted when it ended, if at all:
-/// a success after restarts is not the same news as a first run's.
-pub(super) fn after_restarts(mut outcome: Outcome, restart_count: u32) -> Outcome {
-    if restart_count > 0 {
-        outcome.reason = format!(
-            "{} ({} of the job)",
-            outcome.reason,
-            lifecycle::restarts_said(restart_count)
-        );
-    }
-    outcome
-}
 
 /// How long to wait for the coordinator's verdict after a loss.
 pub(super) fn verdict_limits(config: &Config) -> VerdictLimits {
@@ -233,8 +138,11 @@ pub(super) async fn tell_the_end(joining: Joining, grace: Duration) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::attempt_loop::verdict_wait;
     use super::*;
     use crate::control::{self, Heard, Joining, Role};
+    use crate::error::Error;
+    use crate::exit::Outcome;
     use crate::membership::{PodAddress, Served};
 
     /// A job of one pod: its launcher coordinates and starts at once.
@@ -320,9 +228,12 @@ mod tests {
             ..Ledger::first(1)
         };
         assert!(!channel.checkpoint_was_asked());
-        assert_eq!(verdict_wait(&channel, &failed, spent(1), limits), None);
         assert_eq!(
-            verdict_wait(&channel, &failed, spent(0), limits),
+            verdict_wait(&word(Some(&channel)), &failed, spent(1), limits),
+            None
+        );
+        assert_eq!(
+            verdict_wait(&word(Some(&channel)), &failed, spent(0), limits),
             Some(Duration::from_secs(17))
         );
     }
@@ -362,57 +273,8 @@ mod tests {
             ..Ledger::first(1)
         };
         assert_eq!(
-            verdict_wait(&channel, &failed, spent, limits),
+            verdict_wait(&word(Some(&channel)), &failed, spent, limits),
             Some(Duration::from_secs(17))
-        );
-    }
-
-    /// The pod's last line: its own failure names the pod and when, after "job stopped: ";
-    /// after the job's first cause when another pod's (the coordinator's word may be this
-    /// pod's own, cut to fit a frame: then it is this pod's); a success, a loss told by
-    /// another, and a stop signal are left as they are.
-    #[test]
-    fn the_pods_last_line_names_the_jobs_first_cause_first() {
-        let failed = || Ok(Outcome::new(3, "trainer-0 exited with status 3"));
-        let who = "pod p-1 at 2026-11-26T10:00:00Z";
-        let said = format!("{who}: trainer-0 exited with status 3");
-        let line = |result, cause: Option<&str>| {
-            for_the_job(result, who, &said, cause.map(String::from)).reason
-        };
-        assert_eq!(
-            line(failed(), None),
-            format!("{JOB_STOPPED}{who}: trainer-0 exited with status 3")
-        );
-        assert_eq!(
-            line(failed(), Some("pod p-2 at t: trainer-0 exited with status 1")),
-            format!("{JOB_STOPPED}pod p-2 at t: trainer-0 exited with status 1; on this pod: trainer-0 exited with status 3")
-        );
-        assert_eq!(
-            line(failed(), Some(&said[..20])),
-            format!("{JOB_STOPPED}{who}: trainer-0 exited with status 3"),
-            "this pod's own cause, cut"
-        );
-        let success = Ok(Outcome::new(exit::SUCCESS, "trainer exited with status 0"));
-        assert_eq!(line(success, Some("x")), "trainer exited with status 0");
-        let told = Ok(Outcome::new(78, format!("{JOB_STOPPED}pod p-2: lost")));
-        assert_eq!(line(told, None), format!("{JOB_STOPPED}pod p-2: lost"));
-        let stopped = Err(Error::Stopped {
-            signal: nix::libc::SIGTERM,
-            doing: "training".into(),
-        });
-        assert!(!line(stopped, Some("pod p-2: x")).starts_with(JOB_STOPPED));
-    }
-
-    #[test]
-    fn an_outcome_after_restarts_says_how_many() {
-        let outcome = || Outcome::new(0, "trainer exited with status 0");
-        assert_eq!(
-            after_restarts(outcome(), 0).reason,
-            "trainer exited with status 0"
-        );
-        assert_eq!(
-            after_restarts(outcome(), 1).reason,
-            "trainer exited with status 0 (after 1 restart of the job)"
         );
     }
 

@@ -17,20 +17,22 @@ use crate::error::Error;
 use crate::ledger::Ledger;
 use crate::membership::{Membership, PodAddress, Served};
 use crate::peers;
-use crate::peers::kubernetes::ApiServer;
-use crate::plan::Plan;
 use crate::protocol::InputFiles;
 use crate::supervise::{or_never, Supervisor};
 
 use super::coordination;
 use super::ending::{tell_followers_the_end, VERDICT_STOP_MARGIN};
 use super::processes::grace_from_the_pod;
+use super::ready::Attempt;
 use super::rendezvous::{
-    coordinator_elsewhere, coordinator_without_secret, follow_coordinator, join_channel, Found,
-    UnjoinedCoordinator,
+    coordinator_elsewhere, coordinator_without_secret, join_channel, joining, recheck_of, Found,
 };
+use super::setup::on_node;
 use super::setup::{plan_for, who};
 use super::waits::{interruptible, Breaks};
+use crate::control::{self, Joining, Role as ControlRole};
+use std::net::SocketAddr;
+use tracing::warn;
 
 /// Between two rounds of gathering, doubling from the first to the last: a round that ended at
 /// once (views that differ) must not become a busy loop.
@@ -47,27 +49,6 @@ pub(super) const REFUSAL_SERVED: Duration = Duration::from_secs(15);
 
 pub(super) const REFUSAL_SERVED_AT_MOST: Duration = Duration::from_secs(25);
 
-/// One attempt, ready to start: the plan in its restart epoch and the watches that may end it.
-pub(super) struct Attempt {
-    pub(super) plan: Plan,
-    /// "pod p-1 (trainer id 1 of 3)": who this launcher is, in what it tells the others.
-    pub(super) who: String,
-    pub(super) channel: Option<Channel>,
-    pub(super) peer_loss: Option<BoxFuture<'static, String>>,
-    pub(super) trainers_done: Option<BoxFuture<'static, Result<String, String>>>,
-    /// The attempt's ledger: agreed over the channel, else this pod's own.
-    pub(super) ledger: Ledger,
-    /// The API server the pods were found through, if they were (for the job's events).
-    pub(super) api: Option<ApiServer>,
-    /// The members the control channel says have served their part (`peer_loss` ignores
-    /// their pods).
-    pub(super) served: Served,
-    /// Without a job secret: the pod that would coordinate the job's channel and where, if
-    /// another pod's (a pod the secret did not reach must not train alone while the others
-    /// wait for its hello).
-    pub(super) coordinator_unjoined: Option<UnjoinedCoordinator>,
-}
-
 /// Finds the job's pods and, with a control channel, waits until every launcher has found the
 /// same ones; the coordinator names the restart epoch. A membership that changes meanwhile
 /// (a pod lost, views that differ) means discovering again, at no cost to the restart budget.
@@ -77,8 +58,7 @@ pub(super) async fn gather(
     config: &mut Config,
     supervisor: &mut Supervisor,
     secret: Option<&Secret>,
-    my_ip: IpAddr,
-    inputs: &InputFiles,
+    (my_ip, inputs): (IpAddr, &InputFiles),
     ledger: Ledger,
     members_before: &[PodAddress],
 ) -> Result<Gathered, Error> {
@@ -438,6 +418,119 @@ pub(super) async fn wait_for_peers(
         peers::discover(config, round),
     )
     .await?
+}
+
+/// One attempt of a follower that does not discover the pods: join the coordinator, and plan
+/// with the membership it sends. None: gather again.
+pub(super) async fn follow_coordinator(
+    config: &mut Config,
+    supervisor: &mut Supervisor,
+    secret: &Secret,
+    coordinator: SocketAddr,
+    (my_ip, inputs): (IpAddr, &InputFiles),
+    ledger: Ledger,
+    began: &mut Instant,
+) -> Result<Option<Gathered>, Error> {
+    let role = ControlRole::Follower {
+        coordinator,
+        recheck: recheck_of(config),
+    };
+    // Without a name, the coordinator knows this pod by its address.
+    let me = PodAddress {
+        name: config.topology.pod_name.clone().unwrap_or_default(),
+        ip: my_ip,
+    };
+    // Its rank comes with the membership, after the hello; its view is empty: "send me the
+    // membership".
+    let shown = match me.name.as_str() {
+        "" => my_ip.to_string(),
+        name => name.to_string(),
+    };
+    let mut channel = control::join(Joining {
+        who: format!("pod {shown}{}", on_node()),
+        ..joining(config, secret.clone(), me, role, ledger)
+    })
+    .await
+    .map_err(|e| Error::io("cannot join the control channel", e))?;
+    // A pod that arrives once the job has trained to its end (an elastic job's late pod) hears
+    // its success instead of a membership.
+    let word = interruptible(
+        Some(supervisor),
+        "waiting for the coordinator's membership",
+        Breaks::AlsoHup,
+        heard_or_lost(
+            &mut channel,
+            &mut None,
+            TrainersWatch {
+                done: &mut None,
+                again: &|| None,
+            },
+        ),
+    )
+    .await?;
+    let heard = match word {
+        Word::Heard(heard) => heard,
+        Word::JobSucceeded(reason) => {
+            channel.close().await;
+            return Ok(Some(Gathered::JobSucceeded(reason)));
+        }
+    };
+    // Turned away (it runs another number of processes than the elastic job): the job trains
+    // on without it, and its exit status would end the Job (its podFailurePolicy). It waits,
+    // says why, and asks again; its wait timeout counts from now.
+    if let Heard::Refused(reason) = &heard {
+        if reason.starts_with(control::TURNED_AWAY) {
+            channel.close().await;
+            warn!(
+                "{reason}; this pod cannot join until it runs as many, and asks again in {} s (the job trains on without it)",
+                TURNED_AWAY_PAUSE.as_secs()
+            );
+            let pause = sleep(TURNED_AWAY_PAUSE);
+            interruptible(Some(supervisor), "turned away", Breaks::AlsoHup, pause).await?;
+            *began = Instant::now();
+            return Ok(None);
+        }
+    }
+    let Some(Start { ledger, membership }) = started(
+        heard,
+        &mut channel,
+        config.topology.processes.per_pod,
+        config.control.heartbeat_timeout,
+    )
+    .await?
+    else {
+        return Ok(None);
+    };
+    let Some(membership) = membership else {
+        info!(
+            "the coordinator at {coordinator} sent no membership: discovering the job's pods again"
+        );
+        channel.close().await;
+        return Ok(None);
+    };
+    let found = peers::Found {
+        membership,
+        namespace: None,
+        api: None,
+        own_grace: None,
+        peer_loss: None,
+        trainers_done: None,
+        served: Served::default(),
+    };
+    let (plan, _, me) = plan_for(config, &found, my_ip, inputs)?;
+    let who = who(&me.name, &plan, config);
+    Ok(Some(Gathered::Attempt(Box::new(Attempt {
+        plan: plan.for_restart(ledger.epoch),
+        who,
+        channel: Some(channel),
+        peer_loss: None,
+        trainers_done: None,
+        ledger,
+        api: None,
+        // Nothing of the API is watched here.
+        served: Served::default(),
+        coordinator_unjoined: None,
+    }))))
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! trainer once every pserver endpoint of the job accepts TCP, then supervision until it is done.
 
 mod attempt;
+mod attempt_loop;
 pub mod coordination;
 #[cfg(test)]
 mod driven;
@@ -13,6 +14,7 @@ pub mod lifecycle;
 mod peer_check;
 mod processes;
 pub mod progress;
+mod ready;
 mod record;
 mod rendezvous;
 mod secret;
@@ -33,7 +35,15 @@ use crate::protocol::InputFiles;
 use crate::supervise::Signals;
 use crate::supervise::Supervisor;
 use attempt::Attempts;
-use lifecycle::AfterRun;
+use attempt_loop::{AttemptLoop, Command, Input};
+use ending::verdict_limits;
+use gathering::{gather, wait_for_peers, Gathered};
+pub(crate) use secret::{create_secret_command, read_secret_file};
+use secret::{job_secret, missing_secret, wait_for_secret_file, JobSecret};
+pub use setup::NODE_NAME;
+use setup::{configure, input_files, plan_for};
+pub(crate) use setup::{derive_coordinator, locate_self};
+use waits::off_thread;
 
 /// `run` and `plan`: everything up to the launch; then print the plan (`plan_only`) or carry
 /// it out. The outcome is the trainer's (or the pserver's) own end, or the launcher's failure.
@@ -66,51 +76,47 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
     let Some(mut supervisor) = own.supervisor else {
         return print_plan(&mut config, my_ip, &own.inputs).await;
     };
-    let mut attempts = Attempts::new(&config);
+    let (mut attempts, ledger) = Attempts::new(&config);
+    let (mut machine, mut command) = AttemptLoop::start(ledger, verdict_limits(&config));
     loop {
-        let gathered = gather(
-            &mut config,
-            &mut supervisor,
-            own.secret.as_ref(),
-            my_ip,
-            &own.inputs,
-            attempts.ledger,
-            &attempts.members_before,
-        )
-        .await?;
-        let attempt = match gathered {
-            Gathered::Attempt(attempt) => *attempt,
-            Gathered::JobSucceeded(reason) => {
-                info!("{reason}: nothing left for this pod to start");
-                return Ok(Outcome::new(exit::SUCCESS, reason));
+        let input = match command {
+            Command::Gather {
+                ledger,
+                members_before,
+            } => {
+                let gathered = gather(
+                    &mut config,
+                    &mut supervisor,
+                    own.secret.as_ref(),
+                    (my_ip, &own.inputs),
+                    ledger,
+                    &members_before,
+                )
+                .await?;
+                match gathered {
+                    Gathered::Attempt(attempt) => {
+                        let with = (&config, &mut supervisor);
+                        let here = (my_ip, pod.as_str());
+                        let begun =
+                            attempt::begin(*attempt, &mut attempts, with, here, &members_before);
+                        Input::Begun(begun)
+                    }
+                    Gathered::JobSucceeded(reason) => {
+                        info!("{reason}: nothing left for this pod to start");
+                        Input::JobSucceeded(reason)
+                    }
+                }
+            }
+            Command::Finish { outcome, posts } => {
+                return Ok(attempts.finish(outcome, posts, &mut supervisor).await);
+            }
+            command => {
+                attempts
+                    .execute(command, &config, &mut supervisor, my_ip)
+                    .await?
             }
         };
-        let running = attempt::begin(
-            attempt,
-            &mut attempts,
-            &config,
-            &mut supervisor,
-            my_ip,
-            &pod,
-        );
-        let result = attempt::run(&running, &mut attempts, &config, &mut supervisor, my_ip).await?;
-        let (result, judged) = attempt::judge(&running, result, &config, &mut supervisor).await;
-        match lifecycle::after_run(result, &judged.budget) {
-            AfterRun::Restart(reason) => {
-                attempt::restart(running, judged, reason, &mut attempts, &mut supervisor).await?
-            }
-            AfterRun::Finish(result) => {
-                let finished = attempt::finish(
-                    running,
-                    judged,
-                    result,
-                    &mut attempts,
-                    &config,
-                    &mut supervisor,
-                );
-                return Ok(finished.await);
-            }
-        }
+        command = machine.step(input);
     }
 }
 
@@ -183,10 +189,3 @@ async fn print_plan(
     println!("{}", plan.to_json());
     Ok(Outcome::new(exit::SUCCESS, "plan printed"))
 }
-use gathering::{gather, wait_for_peers, Gathered};
-pub(crate) use secret::{create_secret_command, read_secret_file};
-use secret::{job_secret, missing_secret, wait_for_secret_file, JobSecret};
-pub use setup::NODE_NAME;
-use setup::{configure, input_files, plan_for};
-pub(crate) use setup::{derive_coordinator, locate_self};
-use waits::off_thread;

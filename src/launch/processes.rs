@@ -22,11 +22,14 @@ use crate::plan::{Plan, ProcessSpec, Role};
 use crate::supervise::{or_never, Event, Output, SpawnSpec, Supervisor};
 use crate::vocabulary::Protocol;
 
-use super::ending::TOLD_BEFORE_STOP;
 use super::hang_watch::{HangWatch, ProgressFileClock, Watched};
 use super::lifecycle::{Command, Input, Lifecycle, Setup};
 use super::setup::now_utc;
 use super::{lifecycle, progress};
+
+/// How long a pod whose trainer process failed waits for the job to have heard it before it
+/// stops the siblings: a round trip to the coordinator, kept short (the siblings still run).
+pub(super) const TOLD_BEFORE_STOP: Duration = Duration::from_millis(500);
 
 /// Between probe rounds, doubling from the first to the last: pservers that start in a few
 /// milliseconds are seen at once, slow ones cost a round of connects every 100 ms.

@@ -7,8 +7,9 @@ use tokio::time::timeout;
 use tracing::{info, warn};
 
 use crate::config::Config;
+use crate::ledger::Recorded;
 use crate::peers;
-use crate::peers::kubernetes::{ApiServer, Recorded};
+use crate::peers::kubernetes::ApiServer;
 
 use super::coordination;
 use crate::ledger::Ledger;

@@ -11,23 +11,18 @@ use tokio::time::{sleep, Instant};
 use tracing::{info, warn};
 
 use crate::config::{Config, Secret};
-use crate::control::{self, Channel, Heard, Joining, Role as ControlRole};
+use crate::control::{self, Channel, Joining, Role as ControlRole};
 use crate::error::ConfigError;
 use crate::error::Error;
 use crate::ledger::Ledger;
 use crate::membership::{Loss, Me, Membership, PodAddress, Served};
 use crate::peers;
-use crate::protocol::InputFiles;
-use crate::supervise::Supervisor;
 
 use super::coordination;
-use super::gathering::{
-    heard_or_lost, started, Attempt, Gathered, Start, TrainersWatch, Word, TURNED_AWAY_PAUSE,
-};
 use super::processes::{progress_check, CONNECT_TIMEOUT};
+use super::ready::{Attempt, UnjoinedCoordinator};
 use super::record::JobRecord;
-use super::setup::{on_node, plan_for, who};
-use super::waits::{interruptible, Breaks};
+use super::setup::who;
 
 /// How long the launchers of an attempt may take to join its control channel, besides the
 /// grace period they may spend stopping their children first.
@@ -93,130 +88,6 @@ pub(super) fn joining(
         network: control::tcp(),
         growth: None,
     }
-}
-
-/// One attempt of a follower that does not discover the pods: join the coordinator, and plan
-/// with the membership it sends. None: gather again.
-pub(super) async fn follow_coordinator(
-    config: &mut Config,
-    supervisor: &mut Supervisor,
-    secret: &Secret,
-    coordinator: SocketAddr,
-    (my_ip, inputs): (IpAddr, &InputFiles),
-    ledger: Ledger,
-    began: &mut Instant,
-) -> Result<Option<Gathered>, Error> {
-    let role = ControlRole::Follower {
-        coordinator,
-        recheck: recheck_of(config),
-    };
-    // Without a name, the coordinator knows this pod by its address.
-    let me = PodAddress {
-        name: config.topology.pod_name.clone().unwrap_or_default(),
-        ip: my_ip,
-    };
-    // Its rank comes with the membership, after the hello; its view is empty: "send me the
-    // membership".
-    let shown = match me.name.as_str() {
-        "" => my_ip.to_string(),
-        name => name.to_string(),
-    };
-    let mut channel = control::join(Joining {
-        who: format!("pod {shown}{}", on_node()),
-        ..joining(config, secret.clone(), me, role, ledger)
-    })
-    .await
-    .map_err(|e| Error::io("cannot join the control channel", e))?;
-    // A pod that arrives once the job has trained to its end (an elastic job's late pod) hears
-    // its success instead of a membership.
-    let word = interruptible(
-        Some(supervisor),
-        "waiting for the coordinator's membership",
-        Breaks::AlsoHup,
-        heard_or_lost(
-            &mut channel,
-            &mut None,
-            TrainersWatch {
-                done: &mut None,
-                again: &|| None,
-            },
-        ),
-    )
-    .await?;
-    let heard = match word {
-        Word::Heard(heard) => heard,
-        Word::JobSucceeded(reason) => {
-            channel.close().await;
-            return Ok(Some(Gathered::JobSucceeded(reason)));
-        }
-    };
-    // Turned away (it runs another number of processes than the elastic job): the job trains
-    // on without it, and its exit status would end the Job (its podFailurePolicy). It waits,
-    // says why, and asks again; its wait timeout counts from now.
-    if let Heard::Refused(reason) = &heard {
-        if reason.starts_with(control::TURNED_AWAY) {
-            channel.close().await;
-            warn!(
-                "{reason}; this pod cannot join until it runs as many, and asks again in {} s (the job trains on without it)",
-                TURNED_AWAY_PAUSE.as_secs()
-            );
-            let pause = sleep(TURNED_AWAY_PAUSE);
-            interruptible(Some(supervisor), "turned away", Breaks::AlsoHup, pause).await?;
-            *began = Instant::now();
-            return Ok(None);
-        }
-    }
-    let Some(Start { ledger, membership }) = started(
-        heard,
-        &mut channel,
-        config.topology.processes.per_pod,
-        config.control.heartbeat_timeout,
-    )
-    .await?
-    else {
-        return Ok(None);
-    };
-    let Some(membership) = membership else {
-        info!(
-            "the coordinator at {coordinator} sent no membership: discovering the job's pods again"
-        );
-        channel.close().await;
-        return Ok(None);
-    };
-    let found = peers::Found {
-        membership,
-        namespace: None,
-        api: None,
-        own_grace: None,
-        peer_loss: None,
-        trainers_done: None,
-        served: Served::default(),
-    };
-    let (plan, _, me) = plan_for(config, &found, my_ip, inputs)?;
-    let who = who(&me.name, &plan, config);
-    Ok(Some(Gathered::Attempt(Box::new(Attempt {
-        plan: plan.for_restart(ledger.epoch),
-        who,
-        channel: Some(channel),
-        peer_loss: None,
-        trainers_done: None,
-        ledger,
-        api: None,
-        // Nothing of the API is watched here.
-        served: Served::default(),
-        coordinator_unjoined: None,
-    }))))
-}
-
-/// Without a job secret: where the job's channel would be served, when that may be another
-/// pod's (the pod of rank 0, or --coordinator's address or DNS name).
-#[derive(Debug, Clone)]
-pub(super) struct UnjoinedCoordinator {
-    /// How the log names it ("pod j-0", or the name given).
-    pub(super) who: String,
-    pub(super) host: String,
-    pub(super) port: u16,
-    pub(super) dns_server: Option<SocketAddr>,
 }
 
 pub(super) fn coordinator_without_secret(

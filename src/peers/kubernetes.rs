@@ -16,6 +16,7 @@ use tracing::{info, warn};
 
 use crate::config::{Elastic, Group, GroupKind, Ranking};
 use crate::error::Error;
+use crate::ledger::Recorded;
 use crate::membership::{
     bound_deletions, elastic_start, judge, leave_out, lost, Member, PodPhase, PodSet, PodView,
     Readiness, Served, Verdict,
@@ -667,10 +668,6 @@ pub const PREEMPTIONS_ANNOTATION: &str = "paddle-launcher.paddlepaddle.org/preem
 /// Of the preemptions recorded, an elastic job's grows (free restarts that --max-preemptions
 /// does not bound).
 pub const GROWS_ANNOTATION: &str = "paddle-launcher.paddlepaddle.org/grows";
-
-/// What a Job records of its restarts: the epoch last started, the free restarts (preemptions,
-/// at most one more than the epoch when one ended it), and of those the grows.
-pub type Recorded = (u32, u32, u32);
 
 /// The largest restart count a Job's record is believed up to.
 const MAX_RECORDED: u32 = 1_000_000;

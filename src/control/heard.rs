@@ -1,0 +1,91 @@
+//! What a launcher hears from the job's channel and asks of it, and the job's first cause: the
+//! words the channel's pure machines (`coordinator::Core`, `following::Following`) and the
+//! attempt loop share, with the rules that word a preemption's end. Pure: no socket here.
+
+use crate::ledger::Ledger;
+use crate::membership::Membership;
+
+/// What a launcher hears from the channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Heard {
+    /// Every member is ready: start restart epoch `epoch`; a follower gets the coordinator's
+    /// membership.
+    Go {
+        membership: Option<Membership>,
+        /// The attempt's ledger, agreed by all.
+        ledger: Ledger,
+    },
+    /// Not everyone found the same members, or not all joined: discover the job again.
+    Regather(String),
+    /// The members' configurations cannot start together (why): end with status 2.
+    Refused(String),
+    /// The job lost a member or one failed: stop. `restart`: whether the job may start again;
+    /// `hang`: the job hangs (every launcher asks its trainer for its stacks first);
+    /// `preempted`: the attempt ended with a preemption, which spends no restart.
+    Lost {
+        reason: String,
+        restart: bool,
+        hang: bool,
+        preempted: bool,
+        /// The attempt ended for the elastic job's growth (free, with `preempted`): it counts
+        /// among the grows.
+        grown: bool,
+    },
+}
+
+/// The job's first cause, as the coordinator told every launcher.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cause {
+    pub reason: String,
+    /// The job hangs.
+    pub hang: bool,
+    /// The attempt ended with a preemption: the restart spends no budget.
+    pub preempted: bool,
+    /// The attempt ended for the elastic job's growth (free too).
+    pub grown: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+/// What this launcher asks of its channel (the coordinator's core or the follower's).
+pub(super) enum Request {
+    Failed {
+        reason: String,
+        restartable: bool,
+        hang: bool,
+    },
+    /// The coordinator's launcher saw a member's pod lost through the API.
+    PodLost(String),
+    /// After a loss: this launcher's children are stopped.
+    Stopped,
+    Done,
+    /// This launcher was told to stop while its trainer runs (the reason): every trainer of
+    /// the job is asked for a checkpoint.
+    Preempted(String),
+    Finish {
+        succeeded: bool,
+    },
+}
+
+/// Whether an attempt that a preemption ends, in an attempt of this ledger, restarts for free;
+/// and its reason as every pod says it (beyond the free ones, with why it counts as a
+/// failure). The coordinator's judgement, and a follower's when the coordinator is gone.
+pub fn judge_preemption(reason: String, ledger: Ledger) -> (bool, String) {
+    if ledger.preemption_is_free() {
+        return (true, reason);
+    }
+    let free = match ledger.max_preemptions {
+        0 => "no preemption is free".to_string(),
+        1 => "only the job's first preemption was free".to_string(),
+        n => format!("only the job's first {n} preemptions were free"),
+    };
+    let reason =
+        format!("{reason}; {free} (PADDLE_LAUNCHER_MAX_PREEMPTIONS): this one counts as a failure");
+    (false, reason)
+}
+
+/// How the end of an attempt in which a member was preempted (or the job was growing) reads
+/// on every pod: the preemption (what its launcher said) or the growth first, then what ended
+/// the attempt. The coordinator says it; a follower whose coordinator is gone says it itself.
+pub fn after_preemption(preempted: &str, ended: &str) -> String {
+    format!("{preempted}; then: {ended}")
+}

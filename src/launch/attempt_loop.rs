@@ -1,0 +1,921 @@
+//! The attempt loop as one pure machine: what a launcher does from one gathering to the next,
+//! and how its last attempt's end becomes the pod's last line. Inputs are what the executor
+//! found (an attempt gathered, its run's end, what the job's channel says at each step); commands
+//! are what it does next (gather, run, tell the failure, wait for the verdict, restart in place,
+//! close the channel, finish). No clock, no socket, no log: the executor (`launch::launch_steps`
+//! with `attempt`'s pieces, and the drivers' simulation `driven` with its own stand-ins for the
+//! API and the trainer) carries the commands out, so that both run these decisions.
+//!
+//! A launcher's loop: Gathering -> Running -> (Telling) -> Judging -> Restarting -> Gathering,
+//! or Judging -> Closing -> Done.
+
+use std::time::Duration;
+
+use crate::control::heard::Cause;
+use crate::error::Error;
+use crate::exit::{self, Outcome};
+use crate::ledger::Ledger;
+use crate::ledger::Recorded;
+use crate::membership::PodAddress;
+use crate::vocabulary::EventKind;
+use crate::vocabulary::JOB_STOPPED;
+
+use super::lifecycle::{self, AfterRun, Budget};
+
+/// What the job's channel has told this launcher, read when the machine needs it (none without
+/// a channel).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Word {
+    /// This launcher coordinates the job's channel.
+    pub coordinates: bool,
+    /// The job's first cause, as the coordinator told it (or a follower judged its silence).
+    pub cause: Option<Cause>,
+    /// A checkpoint was asked of the job's trainers (a member's preemption, or a growth).
+    pub checkpoint_asked: bool,
+    /// The checkpoint asked was the elastic job's growth's.
+    pub growth_asked: bool,
+    /// Whether the job may still restart, as the channel knows it.
+    pub may_restart: bool,
+}
+
+impl Word {
+    /// The attempt ended with a preemption (or a growth): it spends no restart.
+    fn preempted(&self) -> bool {
+        self.cause.as_ref().is_some_and(|cause| cause.preempted)
+    }
+
+    /// The attempt ended, free, for an elastic job's growth.
+    fn grown(&self) -> bool {
+        self.cause
+            .as_ref()
+            .is_some_and(|cause| cause.preempted && cause.grown)
+    }
+}
+
+/// An attempt begun: what the machine needs of it.
+#[derive(Debug, Clone)]
+pub(crate) struct Begun {
+    /// Its ledger: agreed over the channel, else this launcher's own.
+    pub ledger: Ledger,
+    /// Its pods.
+    pub members: Vec<PodAddress>,
+    /// It has a control channel.
+    pub channel: bool,
+    /// This launcher keeps the job's count on its Job object (the coordinator, with an API).
+    pub records: bool,
+    /// This launcher tells the job's story (its events).
+    pub posts: bool,
+    /// "pod p-1 (trainer id 1 of 3)": who this launcher is, in what it tells the others.
+    pub who: String,
+}
+
+/// What happened.
+#[derive(Debug)]
+pub(crate) enum Input {
+    /// The gathering found an attempt, and it is begun.
+    Begun(Begun),
+    /// The job succeeded while this pod gathered (why): nothing left for it to start.
+    JobSucceeded(String),
+    /// The attempt's run ended (`at`: when, UTC, as the lines say it), and what the channel
+    /// says then.
+    Ran {
+        result: Result<Outcome, Error>,
+        at: String,
+        word: Word,
+    },
+    /// The failure is told to the job; what the channel says now.
+    Told(Word),
+    /// The job's verdict on a restart (or what the channel says without one: `may_restart`),
+    /// or the stop signal that ended the wait; what the channel says then.
+    Verdict {
+        verdict: Result<bool, Error>,
+        word: Word,
+    },
+    /// The restart's steps are done: the channel closed, an earlier preparation waited for.
+    Restarted,
+    /// The channel is closed at the pod's end: what it said last.
+    Closed(Word),
+}
+
+/// An event for the job's story (posted only by the launcher that tells it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Post {
+    pub kind: EventKind,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// What to do next.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Command {
+    /// Find the job's pods and agree on the next attempt, from this ledger (its epoch: the next)
+    /// and the pods the last attempt ran with.
+    Gather {
+        ledger: Ledger,
+        members_before: Vec<PodAddress>,
+    },
+    /// Begin and run the attempt gathered.
+    Run,
+    /// Tell the job this launcher's attempt failed (`said` names the pod and when).
+    TellFailure {
+        said: String,
+        restartable: bool,
+        hang: bool,
+    },
+    /// Wait at most `limit` for the job's verdict (`doing`: what the wait says); first record
+    /// a preemption on the Job, if asked.
+    AwaitVerdict {
+        limit: Duration,
+        doing: String,
+        record: Option<Recorded>,
+    },
+    /// No verdict to wait for: say this launcher's children are stopped (`stopped`, after a
+    /// failure), then read whether the job may restart; record a preemption, if asked.
+    ReadVerdict {
+        stopped: bool,
+        record: Option<Recorded>,
+    },
+    /// Restart in place: say `line`, post these events, close the channel, wait for the lost
+    /// attempt's preparation; record a preemption not yet recorded, if asked.
+    Restart {
+        line: String,
+        posts: Vec<Post>,
+        record: Option<Recorded>,
+    },
+    /// The pod ends: wait for the preemption's record (if one is being written), close the
+    /// channel telling whether this pod succeeded; record a preemption, if asked.
+    Close {
+        succeeded: bool,
+        record: Option<Recorded>,
+    },
+    /// End the pod with this outcome, after posting these events (the last ones).
+    Finish { outcome: Outcome, posts: Vec<Post> },
+}
+
+/// An attempt's end, being judged.
+#[derive(Debug)]
+struct Ended {
+    result: Result<Outcome, Error>,
+    /// "pod p-1 (...) at <time>": this pod's end as told to the job, and the whole line.
+    who_at: String,
+    said: String,
+    succeeded: bool,
+    hung: bool,
+    /// A preemption's record on the Job was asked for.
+    recorded: bool,
+}
+
+#[derive(Debug)]
+enum Stage {
+    Gathering,
+    Running(Begun),
+    Telling(Begun, Ended),
+    Judging(Begun, Ended),
+    Restarting,
+    Closing(Begun, Ended),
+    Done,
+}
+
+/// The attempt loop of one launcher.
+#[derive(Debug)]
+pub(crate) struct AttemptLoop {
+    /// Between attempts: where the job's restarts stand (its epoch: the next; its allowances:
+    /// this launcher's own, which it says in its hello).
+    ledger: Ledger,
+    /// The pods of the attempt that ended, when restarting.
+    members_before: Vec<PodAddress>,
+    limits: VerdictLimits,
+    stage: Stage,
+}
+
+impl AttemptLoop {
+    /// The loop from this ledger (the batch system's restarts of the job, this launcher's
+    /// allowances), and its first command: gather.
+    pub fn start(ledger: Ledger, limits: VerdictLimits) -> (AttemptLoop, Command) {
+        let machine = AttemptLoop {
+            ledger,
+            members_before: Vec::new(),
+            limits,
+            stage: Stage::Gathering,
+        };
+        let gather = machine.gather();
+        (machine, gather)
+    }
+
+    fn gather(&self) -> Command {
+        Command::Gather {
+            ledger: self.ledger,
+            members_before: self.members_before.clone(),
+        }
+    }
+
+    /// One step: the input in, the next command out. An input the stage does not expect is
+    /// the executor's mistake: the loop ends with it as an internal error.
+    pub fn step(&mut self, input: Input) -> Command {
+        let stage = std::mem::replace(&mut self.stage, Stage::Done);
+        match (stage, input) {
+            (Stage::Gathering, Input::Begun(attempt)) => {
+                self.stage = Stage::Running(attempt);
+                Command::Run
+            }
+            (Stage::Gathering, Input::JobSucceeded(reason)) => Command::Finish {
+                outcome: Outcome::new(exit::SUCCESS, reason),
+                posts: Vec::new(),
+            },
+            (Stage::Running(attempt), Input::Ran { result, at, word }) => {
+                self.ran(attempt, result, at, word)
+            }
+            (Stage::Telling(attempt, ended), Input::Told(word)) => self.told(attempt, ended, word),
+            (Stage::Judging(attempt, ended), Input::Verdict { verdict, word }) => {
+                self.judged(attempt, ended, verdict, word)
+            }
+            (Stage::Restarting, Input::Restarted) => {
+                self.stage = Stage::Gathering;
+                self.gather()
+            }
+            (Stage::Closing(attempt, ended), Input::Closed(word)) => {
+                self.closed(attempt, ended, word)
+            }
+            (stage, input) => Command::Finish {
+                outcome: Outcome::new(
+                    exit::INTERNAL,
+                    format!("internal error: the attempt loop got {input:?} in {stage:?}"),
+                ),
+                posts: Vec::new(),
+            },
+        }
+    }
+
+    /// The run ended: a failure is told to the job first (whether the job may restart depends
+    /// on what the others did); without a channel, judged at once.
+    fn ran(
+        &mut self,
+        attempt: Begun,
+        result: Result<Outcome, Error>,
+        at: String,
+        word: Word,
+    ) -> Command {
+        let hung = code_of(&result) == exit::HANG;
+        let who_at = format!("{} at {at}", attempt.who);
+        let said = match &result {
+            Ok(outcome) => format!("{who_at}: {}", outcome.reason),
+            Err(e) => format!("{who_at}: {e}"),
+        };
+        let succeeded = code_of(&result) == exit::SUCCESS && result.is_ok();
+        let tell = Command::TellFailure {
+            said: said.clone(),
+            restartable: lifecycle::others_may_restart(&result),
+            hang: matches!(result, Err(Error::Hung { .. })),
+        };
+        let ended = Ended {
+            result,
+            who_at,
+            said,
+            succeeded,
+            hung,
+            recorded: false,
+        };
+        if attempt.channel && !succeeded {
+            self.stage = Stage::Telling(attempt, ended);
+            return tell;
+        }
+        self.told(attempt, ended, word)
+    }
+
+    /// Told (or nothing to tell): a preemption recorded as soon as it is known — it may take
+    /// every pod at once (a Kueue suspension), and the pods created again count it — then the
+    /// verdict waited for when the channel's word can change this pod's end.
+    fn told(&mut self, attempt: Begun, mut ended: Ended, word: Word) -> Command {
+        let record = self.record_preemption(&attempt, &mut ended, &word);
+        let wait = match (attempt.channel, ended.succeeded) {
+            (true, false) => verdict_wait(&word, &ended.result, attempt.ledger, self.limits),
+            _ => None,
+        };
+        let command = match (attempt.channel, wait) {
+            (true, Some(limit)) => Command::AwaitVerdict {
+                limit,
+                doing: format!(
+                    "waiting for the job's verdict after: {}",
+                    reason_of(&ended.result)
+                ),
+                record,
+            },
+            // Every failed launcher says its children are stopped, for the others' verdict.
+            (true, None) => Command::ReadVerdict {
+                stopped: !ended.succeeded,
+                record,
+            },
+            (false, _) => return self.judged(attempt, ended, Ok(false), word),
+        };
+        self.stage = Stage::Judging(attempt, ended);
+        command
+    }
+
+    /// The preemption's record on the Job (the epoch that ended, its free restart counted),
+    /// once: when this launcher keeps the count and the channel says the attempt was preempted.
+    fn record_preemption(
+        &self,
+        attempt: &Begun,
+        ended: &mut Ended,
+        word: &Word,
+    ) -> Option<Recorded> {
+        if !attempt.records || !word.preempted() || ended.recorded {
+            return None;
+        }
+        ended.recorded = true;
+        let after = attempt.ledger.after_attempt(true, word.grown());
+        Some(
+            Ledger {
+                epoch: attempt.ledger.epoch,
+                ..after
+            }
+            .recorded(),
+        )
+    }
+
+    /// The verdict is in (a stop meanwhile ends this pod: it is being deleted, and says so):
+    /// the attempt's end with the budget decides between a restart in place and the pod's end.
+    fn judged(
+        &mut self,
+        attempt: Begun,
+        mut ended: Ended,
+        verdict: Result<bool, Error>,
+        word: Word,
+    ) -> Command {
+        let may_restart = match verdict {
+            Ok(verdict) => verdict && lifecycle::recoverable(&ended.result),
+            Err(stopped) => {
+                ended.result = Err(stopped);
+                false
+            }
+        };
+        // Read again once the verdict is in: the cause may have come with it.
+        let record = self.record_preemption(&attempt, &mut ended, &word);
+        let budget = Budget {
+            ledger: attempt.ledger,
+            may_restart,
+            preempted: word.preempted(),
+        };
+        let result = std::mem::replace(&mut ended.result, Ok(Outcome::new(0, "")));
+        match lifecycle::after_run(result, &budget) {
+            AfterRun::Restart(reason) => self.restart(attempt, &ended, reason, word, record),
+            AfterRun::Finish(result) => {
+                ended.result = result;
+                let succeeded = ended.succeeded;
+                self.stage = Stage::Closing(attempt, ended);
+                Command::Close { succeeded, record }
+            }
+        }
+    }
+
+    /// The job restarts in place: said with the job's first cause (the same line on every pod,
+    /// when the channel told it) and what the restart spends; the count moved on.
+    fn restart(
+        &mut self,
+        attempt: Begun,
+        ended: &Ended,
+        reason: String,
+        word: Word,
+        record: Option<Recorded>,
+    ) -> Command {
+        let budget_preempted = word.preempted();
+        let hang = word.cause.as_ref().map_or(ended.hung, |cause| cause.hang);
+        let grown = budget_preempted && word.cause.as_ref().is_some_and(|cause| cause.grown);
+        let reason = word.cause.map_or(reason, |cause| cause.reason);
+        let restart = attempt.ledger.restart_said(budget_preempted, grown);
+        let mut posts = Vec::new();
+        if attempt.posts {
+            posts.extend(hang_post(hang, &reason));
+            posts.push(Post {
+                kind: EventKind::Warning,
+                reason: "Restarting",
+                message: format!("{restart}: {reason}"),
+            });
+        }
+        // The job's count moves on; the allowances this launcher says stay its own.
+        self.ledger = Ledger {
+            max_restarts: self.ledger.max_restarts,
+            max_preemptions: self.ledger.max_preemptions,
+            ..attempt.ledger.after_attempt(budget_preempted, grown)
+        };
+        self.members_before = attempt.members;
+        self.stage = Stage::Restarting;
+        Command::Restart {
+            line: format!("{reason}: restarting the job ({restart})"),
+            posts,
+            record,
+        }
+    }
+
+    /// The channel is closed: the pod's last line — the job's first cause first when another
+    /// pod's — and the job's end in its story (the job's, not this pod's: a coordinator that
+    /// succeeded while another pod failed tells the failure).
+    fn closed(&mut self, attempt: Begun, ended: Ended, word: Word) -> Command {
+        let cause = word.cause;
+        let reason = cause.as_ref().map(|cause| cause.reason.clone());
+        let outcome = for_the_job(ended.result, &ended.who_at, &ended.said, reason);
+        let outcome = after_restarts(outcome, attempt.ledger.epoch);
+        let mut posts = Vec::new();
+        if attempt.posts {
+            match &cause {
+                Some(cause) => {
+                    posts.extend(hang_post(cause.hang, &cause.reason));
+                    posts.push(Post {
+                        kind: EventKind::Warning,
+                        reason: "Failed",
+                        message: format!("{JOB_STOPPED}{}", cause.reason),
+                    });
+                }
+                None if outcome.code == exit::SUCCESS => posts.push(Post {
+                    kind: EventKind::Normal,
+                    reason: "Succeeded",
+                    message: outcome.reason.clone(),
+                }),
+                None => {
+                    posts.extend(hang_post(ended.hung, &outcome.reason));
+                    posts.push(Post {
+                        kind: EventKind::Warning,
+                        reason: "Failed",
+                        message: outcome.reason.clone(),
+                    });
+                }
+            }
+        }
+        Command::Finish { outcome, posts }
+    }
+}
+
+/// How long a launcher waits for the verdict: after a failure a restart could mend (the others'
+/// grace period and the heartbeat timeout, and a margin), and after one that ends this pod
+/// whatever it says (a coordinator's: its pod's grace period runs).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct VerdictLimits {
+    pub recoverable: Duration,
+    pub ending: Duration,
+}
+
+/// The pod's last line, said for the job. A failure of this pod's own (its trainer's status,
+/// a hang, a pserver's end) names the pod and when (`said`, as the others' lines name it after
+/// their "job stopped: "), unless the job's first cause (`cause`, the coordinator's word) was
+/// another's: then that comes first, and this pod's failure after it. A loss told by another
+/// says so itself. A stop signal is this pod's news only: the pod was deleted, the job may go
+/// on.
+fn for_the_job(
+    result: Result<Outcome, Error>,
+    who_at: &str,
+    said: &str,
+    cause: Option<String>,
+) -> Outcome {
+    let signalled = matches!(result, Err(Error::Stopped { .. }));
+    let mut outcome = result.unwrap_or_else(Outcome::from);
+    let own = outcome.code != exit::SUCCESS && !outcome.reason.starts_with(JOB_STOPPED);
+    if !own || signalled {
+        return outcome;
+    }
+    // The coordinator's word may be `said` cut to fit a frame.
+    outcome.reason = match cause {
+        Some(cause) if !said.starts_with(&cause) => {
+            format!("{JOB_STOPPED}{cause}; on this pod: {}", outcome.reason)
+        }
+        _ => format!("{JOB_STOPPED}{who_at}: {}", outcome.reason),
+    };
+    outcome
+}
+
+/// The pod's outcome, saying how many times the job had restarted when it ended, if at all:
+/// a success after restarts is not the same news as a first run's.
+fn after_restarts(mut outcome: Outcome, restart_count: u32) -> Outcome {
+    if restart_count > 0 {
+        outcome.reason = format!(
+            "{} ({} of the job)",
+            outcome.reason,
+            lifecycle::restarts_said(restart_count)
+        );
+    }
+    outcome
+}
+
+/// The "Hang" event of a job judged hung: where its stacks are.
+fn hang_post(hung: bool, reason: &str) -> Option<Post> {
+    hung.then(|| Post {
+        kind: EventKind::Warning,
+        reason: "Hang",
+        message: format!(
+            "{reason}; every trainer's Python stacks are in its pod's log (kubectl logs)"
+        ),
+    })
+}
+
+fn code_of(result: &Result<Outcome, Error>) -> i32 {
+    match result {
+        Ok(outcome) => outcome.code,
+        Err(e) => e.exit_code(),
+    }
+}
+
+fn reason_of(result: &Result<Outcome, Error>) -> String {
+    match result {
+        Ok(outcome) => outcome.reason.clone(),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// After an end that is no success, told to the job: how long to wait for the coordinator's
+/// verdict, or None when its word cannot change this pod's end (the launcher then only says
+/// its children are stopped).
+pub(crate) fn verdict_wait(
+    word: &Word,
+    result: &Result<Outcome, Error>,
+    ledger: Ledger,
+    limits: VerdictLimits,
+) -> Option<Duration> {
+    // The job's trainers were asked for a checkpoint: the attempt's end may still turn out a
+    // free preemption's (a frozen coordinator's silence is judged only after the heartbeat
+    // timeout), so the budget alone must not end this pod before the verdict.
+    // A checkpoint asked for the job's growth: its restart is free whatever the allowance.
+    let free = ledger.preemption_is_free() || word.growth_asked;
+    let preemption_possible = word.preempted() || (word.checkpoint_asked && free);
+    let budget_allows = crate::verdict::verdict(&crate::verdict::Standing {
+        spent: ledger.spent(),
+        max_restarts: ledger.max_restarts,
+        member_finished: false,
+        restartable: true,
+        preempted: preemption_possible,
+    })
+    .is_ok();
+    let recoverable = lifecycle::recoverable(result);
+    // A failure a restart could mend waits for the verdict. One that ends this pod whatever it
+    // says (a stop signal, a command that cannot start, bad configuration) does not, unless
+    // this launcher coordinates: only it can decide the others' verdict, within its grace
+    // period (the pod may be being deleted).
+    if !budget_allows || !(recoverable || word.coordinates) {
+        return None;
+    }
+    Some(match recoverable {
+        true => limits.recoverable,
+        false => limits.ending,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: VerdictLimits = VerdictLimits {
+        recoverable: Duration::from_secs(17),
+        ending: Duration::from_secs(4),
+    };
+
+    fn pod(name: &str, last: u8) -> PodAddress {
+        PodAddress {
+            name: name.into(),
+            ip: std::net::IpAddr::from([10, 0, 0, last]),
+        }
+    }
+
+    fn begun(ledger: Ledger, channel: bool) -> Begun {
+        Begun {
+            ledger,
+            members: vec![pod("p-0", 1), pod("p-1", 2)],
+            channel,
+            records: false,
+            posts: true,
+            who: "pod p-1 (trainer id 1 of 2)".into(),
+        }
+    }
+
+    fn ran(code: i32, reason: &str, word: Word) -> Input {
+        Input::Ran {
+            result: Ok(Outcome::new(code, reason)),
+            at: "12:00:00Z".into(),
+            word,
+        }
+    }
+
+    fn verdict(verdict: bool, word: Word) -> Input {
+        Input::Verdict {
+            verdict: Ok(verdict),
+            word,
+        }
+    }
+
+    fn cause(reason: &str, preempted: bool) -> Word {
+        Word {
+            cause: Some(Cause {
+                reason: reason.into(),
+                hang: false,
+                preempted,
+                grown: false,
+            }),
+            ..Word::default()
+        }
+    }
+
+    /// A loop started with this launcher's allowances and the batch system's restarts, the
+    /// attempt begun with `begun`.
+    fn running(ledger: Ledger, attempt: Begun) -> AttemptLoop {
+        let (mut machine, first) = AttemptLoop::start(ledger, LIMITS);
+        assert_eq!(
+            first,
+            Command::Gather {
+                ledger,
+                members_before: Vec::new()
+            }
+        );
+        assert_eq!(machine.step(Input::Begun(attempt)), Command::Run);
+        machine
+    }
+
+    /// A trainer's success: nothing told, the others' word read, the channel closed as a
+    /// success, and the job's success posted by the launcher that tells the story.
+    #[test]
+    fn a_success_closes_the_channel_and_posts_the_jobs_success() {
+        let mut machine = running(Ledger::first(2), begun(Ledger::first(2), true));
+        let read = machine.step(ran(0, "trainer exited with status 0", Word::default()));
+        assert_eq!(
+            read,
+            Command::ReadVerdict {
+                stopped: false,
+                record: None
+            }
+        );
+        let close = machine.step(verdict(false, Word::default()));
+        assert_eq!(
+            close,
+            Command::Close {
+                succeeded: true,
+                record: None
+            }
+        );
+        let Command::Finish { outcome, posts } = machine.step(Input::Closed(Word::default()))
+        else {
+            panic!("no finish");
+        };
+        assert_eq!(outcome.code, 0);
+        assert_eq!(posts.len(), 1);
+        assert_eq!(
+            (posts[0].kind, posts[0].reason),
+            (EventKind::Normal, "Succeeded")
+        );
+    }
+
+    /// A failure within the budget: told to the job naming the pod and when, the verdict waited
+    /// for as long as a recoverable failure may take, then a restart in place that says what it
+    /// spends; the next gathering starts from the next epoch with this attempt's pods, and the
+    /// launcher's own allowances (not the job's agreed ones).
+    #[test]
+    fn a_failure_within_the_budget_restarts_in_place() {
+        let own = Ledger::first(5);
+        let agreed = Ledger::first(2);
+        let mut machine = running(own, begun(agreed, true));
+        let tell = machine.step(ran(3, "trainer exited with status 3", Word::default()));
+        assert_eq!(
+            tell,
+            Command::TellFailure {
+                said: "pod p-1 (trainer id 1 of 2) at 12:00:00Z: trainer exited with status 3"
+                    .into(),
+                restartable: true,
+                hang: false,
+            }
+        );
+        let Command::AwaitVerdict { limit, record, .. } =
+            machine.step(Input::Told(Word::default()))
+        else {
+            panic!("no verdict waited for");
+        };
+        assert_eq!((limit, record), (LIMITS.recoverable, None));
+        let Command::Restart {
+            line,
+            posts,
+            record,
+        } = machine.step(verdict(true, Word::default()))
+        else {
+            panic!("no restart");
+        };
+        // This pod's own failure, as the attempt's end says it (the job's first cause instead
+        // when the channel told one).
+        assert_eq!(
+            line,
+            "trainer exited with status 3: restarting the job (restart 1 of 2)"
+        );
+        assert_eq!(record, None);
+        assert_eq!(posts.len(), 1);
+        assert_eq!(
+            (posts[0].kind, posts[0].reason),
+            (EventKind::Warning, "Restarting")
+        );
+        let Command::Gather {
+            ledger,
+            members_before,
+        } = machine.step(Input::Restarted)
+        else {
+            panic!("no gathering");
+        };
+        assert_eq!(members_before, vec![pod("p-0", 1), pod("p-1", 2)]);
+        assert_eq!((ledger.epoch, ledger.max_restarts), (1, 5));
+    }
+
+    /// With the budget spent, no verdict can change this pod's end: it says its children are
+    /// stopped and ends, naming the job's first cause (another pod's) first.
+    #[test]
+    fn a_spent_budget_ends_the_pod_with_the_jobs_first_cause() {
+        let spent = Ledger {
+            epoch: 2,
+            ..Ledger::first(2)
+        };
+        let mut machine = running(spent, begun(spent, true));
+        machine.step(ran(3, "trainer exited with status 3", Word::default()));
+        let read = machine.step(Input::Told(Word::default()));
+        assert_eq!(
+            read,
+            Command::ReadVerdict {
+                stopped: true,
+                record: None
+            }
+        );
+        let other = cause("pod p-0 at 11:59:59Z: trainer exited with status 1", false);
+        let close = machine.step(verdict(true, other.clone()));
+        assert!(
+            matches!(
+                close,
+                Command::Close {
+                    succeeded: false,
+                    ..
+                }
+            ),
+            "{close:?}"
+        );
+        let Command::Finish { outcome, posts } = machine.step(Input::Closed(other)) else {
+            panic!("no finish");
+        };
+        assert_eq!(outcome.code, 3);
+        assert!(
+            outcome.reason.starts_with(
+                "job stopped: pod p-0 at 11:59:59Z: trainer exited with status 1; on this pod: trainer exited with status 3"
+            ),
+            "{}",
+            outcome.reason
+        );
+        assert!(outcome.reason.contains("restarts"), "{}", outcome.reason);
+        assert_eq!(posts.last().map(|p| p.reason), Some("Failed"));
+    }
+
+    /// A preemption told by the coordinator is recorded on the Job by the launcher that keeps
+    /// the count, once, as soon as it is known (the ended epoch with its free restart), and
+    /// the restart spends nothing.
+    #[test]
+    fn a_preemption_is_recorded_once_and_spends_nothing() {
+        let ledger = Ledger {
+            epoch: 1,
+            ..Ledger::first(1)
+        };
+        let records = Begun {
+            records: true,
+            ..begun(ledger, true)
+        };
+        let mut machine = running(Ledger::first(1), records);
+        machine.step(ran(143, "trainer stopped", Word::default()));
+        let preempted = cause("pod p-0: preempted", true);
+        let Command::AwaitVerdict { record, .. } = machine.step(Input::Told(preempted.clone()))
+        else {
+            panic!("no verdict waited for: a preemption may restart whatever was spent");
+        };
+        assert_eq!(record, Some((1, 1, 0)));
+        let Command::Restart { line, record, .. } = machine.step(verdict(true, preempted)) else {
+            panic!("no restart");
+        };
+        assert_eq!(record, None, "recorded once");
+        assert!(
+            line.ends_with("(restart 2 after a preemption, which spends none of the 1 restarts)"),
+            "{line}"
+        );
+        let Command::Gather { ledger, .. } = machine.step(Input::Restarted) else {
+            panic!("no gathering");
+        };
+        assert_eq!((ledger.epoch, ledger.preemptions), (2, 1));
+    }
+
+    /// A stop signal while the verdict is waited for ends the pod (it is being deleted), with
+    /// the signal's status; a launcher that does not tell the story posts nothing.
+    #[test]
+    fn a_stop_while_waiting_for_the_verdict_ends_the_pod() {
+        let quiet = Begun {
+            posts: false,
+            ..begun(Ledger::first(3), true)
+        };
+        let mut machine = running(Ledger::first(3), quiet);
+        machine.step(ran(3, "trainer exited with status 3", Word::default()));
+        machine.step(Input::Told(Word::default()));
+        let stopped = Err(Error::Stopped {
+            signal: 15,
+            doing: "waiting for the job's verdict".into(),
+        });
+        let close = machine.step(Input::Verdict {
+            verdict: stopped,
+            word: Word::default(),
+        });
+        assert!(matches!(
+            close,
+            Command::Close {
+                succeeded: false,
+                ..
+            }
+        ));
+        let Command::Finish { outcome, posts } = machine.step(Input::Closed(Word::default()))
+        else {
+            panic!("no finish");
+        };
+        assert_eq!(outcome.code, 143);
+        assert!(posts.is_empty());
+    }
+
+    /// Without a channel there is nobody to tell and no verdict: the first failure ends the
+    /// pod with its own status.
+    #[test]
+    fn without_a_channel_a_failure_ends_the_pod() {
+        let mut machine = running(Ledger::first(3), begun(Ledger::first(3), false));
+        let close = machine.step(ran(3, "trainer exited with status 3", Word::default()));
+        assert!(
+            matches!(
+                close,
+                Command::Close {
+                    succeeded: false,
+                    ..
+                }
+            ),
+            "{close:?}"
+        );
+        let Command::Finish { outcome, .. } = machine.step(Input::Closed(Word::default())) else {
+            panic!("no finish");
+        };
+        assert_eq!(outcome.code, 3);
+    }
+
+    /// A job that succeeded while this pod gathered ends it with success; an input the stage
+    /// does not expect ends the loop as an internal error, never a panic.
+    #[test]
+    fn the_jobs_success_while_gathering_and_an_input_out_of_order() {
+        let (mut machine, _) = AttemptLoop::start(Ledger::first(0), LIMITS);
+        let Command::Finish { outcome, .. } =
+            machine.step(Input::JobSucceeded("the job succeeded".into()))
+        else {
+            panic!("no finish");
+        };
+        assert_eq!(outcome.code, exit::SUCCESS);
+        let (mut machine, _) = AttemptLoop::start(Ledger::first(0), LIMITS);
+        let Command::Finish { outcome, .. } = machine.step(Input::Restarted) else {
+            panic!("no finish");
+        };
+        assert_eq!(outcome.code, exit::INTERNAL);
+        assert!(outcome.reason.contains("Restarted"), "{}", outcome.reason);
+    }
+
+    /// The pod's last line: its own failure names the pod and when, after "job stopped: ";
+    /// after the job's first cause when another pod's (the coordinator's word may be this
+    /// pod's own, cut to fit a frame: then it is this pod's); a success, a loss told by
+    /// another, and a stop signal are left as they are.
+    #[test]
+    fn the_pods_last_line_names_the_jobs_first_cause_first() {
+        let failed = || Ok(Outcome::new(3, "trainer-0 exited with status 3"));
+        let who = "pod p-1 at 2026-11-26T10:00:00Z";
+        let said = format!("{who}: trainer-0 exited with status 3");
+        let line = |result, cause: Option<&str>| {
+            for_the_job(result, who, &said, cause.map(String::from)).reason
+        };
+        assert_eq!(
+            line(failed(), None),
+            format!("{JOB_STOPPED}{who}: trainer-0 exited with status 3")
+        );
+        assert_eq!(
+            line(failed(), Some("pod p-2 at t: trainer-0 exited with status 1")),
+            format!("{JOB_STOPPED}pod p-2 at t: trainer-0 exited with status 1; on this pod: trainer-0 exited with status 3")
+        );
+        assert_eq!(
+            line(failed(), Some(&said[..20])),
+            format!("{JOB_STOPPED}{who}: trainer-0 exited with status 3"),
+            "this pod's own cause, cut"
+        );
+        let success = Ok(Outcome::new(exit::SUCCESS, "trainer exited with status 0"));
+        assert_eq!(line(success, Some("x")), "trainer exited with status 0");
+        let told = Ok(Outcome::new(78, format!("{JOB_STOPPED}pod p-2: lost")));
+        assert_eq!(line(told, None), format!("{JOB_STOPPED}pod p-2: lost"));
+        let stopped = Err(Error::Stopped {
+            signal: nix::libc::SIGTERM,
+            doing: "training".into(),
+        });
+        assert!(!line(stopped, Some("pod p-2: x")).starts_with(JOB_STOPPED));
+    }
+
+    #[test]
+    fn an_outcome_after_restarts_says_how_many() {
+        let outcome = || Outcome::new(0, "trainer exited with status 0");
+        assert_eq!(
+            after_restarts(outcome(), 0).reason,
+            "trainer exited with status 0"
+        );
+        assert_eq!(
+            after_restarts(outcome(), 1).reason,
+            "trainer exited with status 0 (after 1 restart of the job)"
+        );
+    }
+}
