@@ -20,7 +20,8 @@ use crate::membership::PodAddress;
 use crate::vocabulary::EventKind;
 use crate::vocabulary::JOB_STOPPED;
 
-use super::lifecycle::{self, AfterRun, Budget};
+use super::lifecycle;
+use crate::verdict::{verdict, NoRestart, Standing};
 
 /// What the job's channel has told this launcher, read when the machine needs it (none without
 /// a channel).
@@ -357,7 +358,7 @@ impl AttemptLoop {
             preempted: word.preempted(),
         };
         let result = std::mem::replace(&mut ended.result, Ok(Outcome::new(0, "")));
-        match lifecycle::after_run(result, &budget) {
+        match after_run(result, &budget) {
             AfterRun::Restart(reason) => self.restart(attempt, &ended, reason, word, record),
             AfterRun::Finish(result) => {
                 ended.result = result;
@@ -495,6 +496,59 @@ fn after_restarts(mut outcome: Outcome, restart_count: u32) -> Outcome {
     outcome
 }
 
+/// Where the end of one attempt leads: another attempt, or the pod's end.
+#[derive(Debug)]
+pub(crate) enum AfterRun {
+    /// A recoverable failure while restarts are left (the reason).
+    Restart(String),
+    Finish(Result<Outcome, Error>),
+}
+
+/// What the job may still do when an attempt ends.
+#[derive(Debug, Clone)]
+pub(crate) struct Budget {
+    /// The attempt that ended.
+    pub ledger: Ledger,
+    /// False once a pod of the job has finished, or the coordinator said the loss is final.
+    pub may_restart: bool,
+    /// The attempt ended with a preemption: the restart spends no budget either.
+    pub preempted: bool,
+}
+
+/// Decides what an attempt's end means. A failed trainer or pserver, a lost or silent peer and
+/// pservers that never came up are recoverable: a restart starts them again, with the same or
+/// a replaced pod. A stop signal (the pod is being deleted), a command that cannot start and
+/// every configuration error are not: starting again would end the same way. Without a budget
+/// the first failure ends the pod as it always did.
+pub(crate) fn after_run(result: Result<Outcome, Error>, budget: &Budget) -> AfterRun {
+    let Some(reason) = lifecycle::recoverable_reason(&result) else {
+        return AfterRun::Finish(result);
+    };
+    let standing = Standing {
+        spent: budget.ledger.spent(),
+        max_restarts: budget.ledger.max_restarts,
+        // The coordinator's word, which folds both in: this launcher does not know which.
+        member_finished: false,
+        restartable: budget.may_restart,
+        preempted: budget.preempted,
+    };
+    let why_not = match verdict(&standing) {
+        Ok(()) => return AfterRun::Restart(reason),
+        Err(NoRestart::NoneAsked) => return AfterRun::Finish(result),
+        Err(NoRestart::WouldRecur) => NoRestart::ToldFinal.describe(),
+        Err(other) => other.describe(),
+    };
+    let code = match &result {
+        Ok(outcome) => outcome.code,
+        Err(e) => e.exit_code(),
+    };
+    let described = match result {
+        Ok(outcome) => outcome.reason,
+        Err(e) => e.to_string(),
+    };
+    AfterRun::Finish(Ok(Outcome::new(code, format!("{described}; {why_not}"))))
+}
+
 /// The "Hang" event of a job judged hung: where its stacks are.
 fn hang_post(hung: bool, reason: &str) -> Option<Post> {
     hung.then(|| Post {
@@ -560,6 +614,7 @@ pub(crate) fn verdict_wait(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nix::libc::SIGTERM;
 
     const LIMITS: VerdictLimits = VerdictLimits {
         recoverable: Duration::from_secs(17),
@@ -917,5 +972,80 @@ mod tests {
             after_restarts(outcome(), 1).reason,
             "trainer exited with status 0 (after 1 restart of the job)"
         );
+    }
+
+    #[test]
+    fn what_an_attempts_end_leads_to() {
+        let budget = |epoch, max_restarts, may_restart| Budget {
+            ledger: Ledger {
+                epoch,
+                ..Ledger::first(max_restarts)
+            },
+            may_restart,
+            preempted: false,
+        };
+        let trainer_failed = || Ok(Outcome::new(3, "trainer exited with status 3"));
+        let peer_lost = || {
+            Err(Error::PeerLost {
+                reason: "peer pod p-1 was deleted".into(),
+                stopped: "trainer-0".into(),
+            })
+        };
+        let show = |after: AfterRun| match after {
+            AfterRun::Restart(reason) => format!("restart: {reason}"),
+            AfterRun::Finish(Ok(o)) => format!("finish {}: {}", o.code, o.reason),
+            AfterRun::Finish(Err(e)) => format!("fail {}: {e}", e.exit_code()),
+        };
+        let cases: Vec<(Result<Outcome, Error>, Budget, &str)> = vec![
+            (
+                Ok(Outcome::new(0, "trainer exited with status 0")),
+                budget(0, 3, true),
+                "finish 0: trainer exited with status 0",
+            ),
+            (trainer_failed(), budget(0, 3, true), "restart: trainer exited with status 3"),
+            (trainer_failed(), budget(2, 3, true), "restart: trainer exited with status 3"),
+            (
+                trainer_failed(),
+                budget(3, 3, true),
+                "finish 3: trainer exited with status 3; no restart left (all 3 of PADDLE_LAUNCHER_MAX_RESTARTS used)",
+            ),
+            (
+                trainer_failed(),
+                budget(0, 3, false),
+                "finish 3: trainer exited with status 3; no restart: a pod of the job has already finished, or failed in a way a restart would repeat",
+            ),
+            // No budget: today's fail-fast, the outcome untouched.
+            (trainer_failed(), budget(0, 0, true), "finish 3: trainer exited with status 3"),
+            (peer_lost(), budget(0, 1, true), "restart: peer pod p-1 was deleted"),
+            (
+                peer_lost(),
+                budget(1, 1, true),
+                "finish 78: job stopped: peer pod p-1 was deleted; stopped trainer-0 so that the Job can restart cleanly; no restart left (all 1 of PADDLE_LAUNCHER_MAX_RESTARTS used)",
+            ),
+            (
+                Err(Error::PserverDied {
+                    ended: "exited with status 9".into(),
+                    when: "while the trainer was running; the trainer was stopped",
+                    hint: "",
+                }),
+                budget(0, 1, true),
+                "restart: pserver exited with status 9 while the trainer was running; the trainer was stopped",
+            ),
+            // The pod is being deleted: stop, whatever the budget.
+            (
+                Err(Error::stopped(SIGTERM, "; stopped trainer-0")),
+                budget(0, 5, true),
+                "fail 143: received SIGTERM; stopped trainer-0",
+            ),
+            // A spent budget is said first: it is this pod's own reason.
+            (
+                trainer_failed(),
+                budget(3, 3, false),
+                "finish 3: trainer exited with status 3; no restart left (all 3 of PADDLE_LAUNCHER_MAX_RESTARTS used)",
+            ),
+        ];
+        for (result, budget, expected) in cases {
+            assert_eq!(show(after_run(result, &budget)), expected);
+        }
     }
 }
