@@ -2,6 +2,7 @@
 //! taken as text here and validated in `config`, so that every bad value gets the same kind of
 //! one-line error naming the variable, the value and what is expected.
 
+mod environment;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
@@ -631,107 +632,10 @@ impl JobArgs {
     }
 }
 
-/// Variables of the launcher's own prefixes that no option reads: most often a misspelt name
-/// (`CONF_PADDLE_GRADIENT_NUMS`), whose setting would silently not apply. One warning each,
-/// with the nearest name the launcher does read when one is close.
-pub fn unread_in_environment() -> Vec<String> {
-    let names: Vec<String> = std::env::vars_os()
-        .filter_map(|(name, _)| name.into_string().ok())
-        .collect();
-    unread_variables(names.iter().map(String::as_str))
-}
-
-/// `unread_in_environment`'s rule, for the given names.
-fn unread_variables<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String> {
-    let known = known_variables();
-    names
-        .filter_map(|name| {
-            Some(match unread_in(name, &known)? {
-                Some(k) => format!("{name} is set but no option reads it: did you mean {k}?"),
-                None => format!("{name} is set but no option reads it"),
-            })
-        })
-        .collect()
-}
-
 /// A name of the launcher's prefixes (or near them) that no option reads: Some, with the
 /// nearest name that is read when one is close. None for a name read, or not the launcher's.
 pub(crate) fn unread(name: &str) -> Option<Option<String>> {
     unread_in(name, &known_variables())
-}
-
-fn unread_in(name: &str, known: &[String]) -> Option<Option<String>> {
-    if !has_our_prefix(name) || known.iter().any(|k| k == name) {
-        return None;
-    }
-    let nearest = known
-        .iter()
-        .map(|k| (edit_distance(name, k), k))
-        .filter(|(d, _)| *d <= 3)
-        .min();
-    Some(nearest.map(|(_, k)| k.clone()))
-}
-
-/// Every variable the launcher reads: its options', the log filter, and what it gives its
-/// children.
-fn known_variables() -> Vec<String> {
-    const OTHERS: &[&str] = &[
-        "PADDLE_LAUNCHER_LOG",
-        "PADDLE_LAUNCHER_RESTART_COUNT",
-        "PADDLE_LAUNCHER_FULL_WORLD_SIZE",
-    ];
-    let cli = <Cli as clap::CommandFactory>::command();
-    let mut known: Vec<String> = cli
-        .get_arguments()
-        .chain(cli.get_subcommands().flat_map(|s| s.get_arguments()))
-        .filter_map(|a| Some(a.get_env()?.to_string_lossy().into_owned()))
-        .collect();
-    known.extend(OTHERS.iter().map(|s| s.to_string()));
-    known
-}
-
-/// The launcher's own prefixes, spelt right or within two letters of it
-/// (`PADDLE_LAUNCHR_PROTOCOL`): a misspelt prefix hides a setting as surely as a misspelt name.
-fn has_our_prefix(name: &str) -> bool {
-    const PREFIXES: [&str; 2] = ["CONF_PADDLE_", "PADDLE_LAUNCHER_"];
-    PREFIXES.iter().any(|prefix| {
-        (prefix.len().saturating_sub(2)..=prefix.len() + 2)
-            .filter_map(|cut| name.get(..cut))
-            .any(|head| head.ends_with('_') && edit_distance(head, prefix) <= 2)
-    })
-}
-
-/// The subcommand a mistyped first argument was meant to be (`docter`: `doctor`), if one is
-/// within two letters. The root command takes `run`'s options and no word of its own, so
-/// clap only says "unexpected argument".
-pub fn near_subcommand(first: &str) -> Option<String> {
-    if first.starts_with('-') {
-        return None;
-    }
-    let cli = <Cli as clap::CommandFactory>::command();
-    cli.get_subcommands()
-        .map(|s| s.get_name())
-        .filter(|name| *name != first)
-        .map(|name| (edit_distance(first, name), name))
-        .filter(|(d, _)| *d <= 2)
-        .min()
-        .map(|(_, name)| name.to_string())
-}
-
-/// Levenshtein distance, for "did you mean".
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut previous = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let substitution = previous + usize::from(ca != *cb);
-            previous = row[j + 1];
-            row[j + 1] = substitution.min(row[j] + 1).min(previous + 1);
-        }
-    }
-    row[b.len()]
 }
 
 /// An option of `run`, named by its clap id (the `JobArgs` field). Errors, local mode and the
@@ -739,27 +643,6 @@ fn edit_distance(a: &str, b: &str) -> usize {
 /// clap definition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Opt(pub &'static str);
-
-/// Each option of `run`: (id, environment variable, --flag, help text), in definition order.
-fn definitions() -> &'static [(String, String, String, String)] {
-    static DEFINITIONS: std::sync::OnceLock<Vec<(String, String, String, String)>> =
-        std::sync::OnceLock::new();
-    DEFINITIONS.get_or_init(|| {
-        let run = <JobArgs as Args>::augment_args(clap::Command::new("run"));
-        run.get_arguments()
-            .filter_map(|arg| {
-                let env = arg.get_env()?.to_string_lossy().to_string();
-                let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
-                Some((
-                    arg.get_id().to_string(),
-                    env,
-                    format!("--{}", arg.get_long()?),
-                    help,
-                ))
-            })
-            .collect()
-    })
-}
 
 impl Opt {
     /// The option's environment variable, e.g. `CONF_PADDLE_PORT` (the id for an unknown one,
@@ -782,47 +665,14 @@ impl std::fmt::Display for Opt {
         }
     }
 }
-
-/// The options table of docs/configuration.md, generated from the clap definitions (a test
-/// keeps the page equal to it): variable, flag, default (the help text's `[default: ...]`),
-/// meaning.
-pub fn options_table() -> String {
-    let run = <JobArgs as Args>::augment_args(clap::Command::new("run"));
-    let heading_of = |id: &str| {
-        run.get_arguments()
-            .find(|arg| arg.get_id() == id)
-            .and_then(|arg| arg.get_help_heading())
-            .unwrap_or("Other")
-            .to_string()
-    };
-    let mut out = String::new();
-    let mut heading = String::new();
-    for (id, env, flag, help) in definitions() {
-        // One table per task, in the order `--help` shows them.
-        if heading_of(id) != heading {
-            heading = heading_of(id);
-            if !out.is_empty() {
-                out.push('\n');
-            }
-            out.push_str(&format!(
-                "#### {heading}\n\n| env | flag | default | meaning |\n|---|---|---|---|\n"
-            ));
-        }
-        let (meaning, default) = match help.rsplit_once(" [default: ") {
-            Some((meaning, default)) => (meaning, default.trim_end_matches(']')),
-            None => (help.as_str(), ""),
-        };
-        let meaning = meaning.split_whitespace().collect::<Vec<_>>().join(" ");
-        let meaning = meaning.trim_end_matches('.');
-        let default = if default.is_empty() { "—" } else { default };
-        out.push_str(&format!("| `{env}` | `{flag}` | {default} | {meaning} |\n"));
-    }
-    out
-}
+use environment::{definitions, known_variables, unread_in};
+pub use environment::{near_subcommand, options_table, unread_in_environment};
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::environment::{
+        definitions, edit_distance, near_subcommand, options_table, unread_variables,
+    };
 
     const TABLE_BEGIN: &str =
         "<!-- options table: generated from the CLI definitions in src/cli.rs; a test checks it -->\n";
@@ -868,13 +718,13 @@ mod tests {
             "HOME",
         ];
         assert_eq!(
-            super::unread_variables(names.into_iter()),
+            unread_variables(names.into_iter()),
             [
                 "CONF_PADDLE_GRADIENT_NUMS is set but no option reads it: did you mean CONF_PADDLE_GRADIENT_NUM?",
                 "PADDLE_LAUNCHER_SOMETHING_ELSE_ENTIRELY is set but no option reads it",
             ]
         );
-        assert_eq!(super::edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
     }
 
     /// A prefix misspelt is a setting lost too: named as a misspelt name is. Other programs'
@@ -893,7 +743,7 @@ mod tests {
             "CONFIG_PATH",
         ];
         assert_eq!(
-            super::unread_variables(names.into_iter()),
+            unread_variables(names.into_iter()),
             [
                 "PADDLE_LAUNCHR_PROTOCOL is set but no option reads it: did you mean PADDLE_LAUNCHER_PROTOCOL?",
                 "CONF_PADLE_PORT is set but no option reads it: did you mean CONF_PADDLE_PORT?",
