@@ -19,49 +19,8 @@ use crate::{doctor, launch, local, manifest};
 /// The whole program; `main.rs` only calls it, so every other module can stay crate-private.
 pub fn main() -> ! {
     let command = Cli::command();
-    let matches = match command.clone().try_get_matches() {
-        Ok(matches) => matches,
-        Err(e) => {
-            // "unexpected argument 'docter'" says nothing of `doctor`: clap suggests
-            // subcommands only where the root takes no options of its own.
-            let first = std::env::args().nth(1).unwrap_or_default();
-            match (e.kind(), crate::cli::near_subcommand(&first)) {
-                (clap::error::ErrorKind::UnknownArgument, Some(near)) => {
-                    eprintln!("error: unrecognized subcommand '{first}': did you mean '{near}'? (--help lists them)");
-                    std::process::exit(exit::INVALID_CONFIG);
-                }
-                _ => e.exit(),
-            }
-        }
-    };
-    let cli = match Cli::from_arg_matches(&matches) {
-        Ok(cli) => cli,
-        Err(e) => e.exit(),
-    };
-    // kube's own lines repeat every retry at ERROR level without naming the server; the
-    // launcher reports API failures itself (PADDLE_LAUNCHER_LOG=debug shows all). A plain
-    // `target=level` list: a regex-capable filter would add about a megabyte to the binary.
-    let filter: Targets = std::env::var("PADDLE_LAUNCHER_LOG")
-        .ok()
-        .filter(|text| !text.trim().is_empty())
-        .and_then(|text| text.parse().ok())
-        .unwrap_or_else(|| {
-            Targets::new()
-                .with_default(tracing::Level::INFO)
-                .with_target("kube_client", LevelFilter::OFF)
-                .with_target("kube_runtime", LevelFilter::OFF)
-        });
-    let logs = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .with_target(false);
-    let registry = tracing_subscriber::registry();
-    match cli.log_format {
-        LogFormat::Text => registry.with(logs.with_filter(filter)).init(),
-        LogFormat::Json => registry
-            .with(logs.json().with_current_span(true).with_filter(filter))
-            .init(),
-    }
+    let (matches, cli) = parse(&command);
+    init_logs(cli.log_format);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -87,24 +46,7 @@ pub fn main() -> ! {
         }
         Some(Command::Plan(args)) => (launch(args, true), None),
         Some(Command::Manifest(args)) => (print_manifest(args), None),
-        Some(Command::Doctor(args)) => {
-            let interfaces = crate::address::host_interfaces();
-            let pid1 = doctor::pid1_command_line();
-            let (args, from) = doctor::with_the_pods_program(args, &pid1);
-            if let Some(from) = from {
-                println!("{from}");
-            }
-            let (lines, outcome) = runtime.block_on(doctor::doctor(
-                &args,
-                &interfaces,
-                crate::address::hostname_ip,
-            ));
-            for line in lines {
-                println!("{line}");
-            }
-            println!("{}", outcome.reason);
-            (outcome, None)
-        }
+        Some(Command::Doctor(args)) => (runtime.block_on(run_doctor(args)), None),
         Some(Command::Completions { shell }) => {
             let mut command = Cli::command();
             let name = "paddle-launcher";
@@ -125,6 +67,74 @@ pub fn main() -> ! {
         log_outcome(&outcome);
     }
     finish(outcome, reason_file)
+}
+
+/// The command line, or clap's error (with a near subcommand named) and its exit.
+fn parse(command: &clap::Command) -> (clap::ArgMatches, Cli) {
+    let matches = match command.clone().try_get_matches() {
+        Ok(matches) => matches,
+        Err(e) => {
+            // "unexpected argument 'docter'" says nothing of `doctor`: clap suggests
+            // subcommands only where the root takes no options of its own.
+            let first = std::env::args().nth(1).unwrap_or_default();
+            match (e.kind(), crate::cli::near_subcommand(&first)) {
+                (clap::error::ErrorKind::UnknownArgument, Some(near)) => {
+                    eprintln!("error: unrecognized subcommand '{first}': did you mean '{near}'? (--help lists them)");
+                    std::process::exit(exit::INVALID_CONFIG);
+                }
+                _ => e.exit(),
+            }
+        }
+    };
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    (matches, cli)
+}
+
+/// The launcher's log on stderr, as text or JSON.
+fn init_logs(format: LogFormat) {
+    // kube's own lines repeat every retry at ERROR level without naming the server; the
+    // launcher reports API failures itself (PADDLE_LAUNCHER_LOG=debug shows all). A plain
+    // `target=level` list: a regex-capable filter would add about a megabyte to the binary.
+    let filter: Targets = std::env::var("PADDLE_LAUNCHER_LOG")
+        .ok()
+        .filter(|text| !text.trim().is_empty())
+        .and_then(|text| text.parse().ok())
+        .unwrap_or_else(|| {
+            Targets::new()
+                .with_default(tracing::Level::INFO)
+                .with_target("kube_client", LevelFilter::OFF)
+                .with_target("kube_runtime", LevelFilter::OFF)
+        });
+    let logs = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_target(false);
+    let registry = tracing_subscriber::registry();
+    match format {
+        LogFormat::Text => registry.with(logs.with_filter(filter)).init(),
+        LogFormat::Json => registry
+            .with(logs.json().with_current_span(true).with_filter(filter))
+            .init(),
+    }
+}
+
+/// `doctor`: its lines, then its verdict as the last line.
+async fn run_doctor(args: &JobArgs) -> Outcome {
+    let interfaces = crate::address::host_interfaces();
+    let pid1 = doctor::pid1_command_line();
+    let (args, from) = doctor::with_the_pods_program(args, &pid1);
+    if let Some(from) = from {
+        println!("{from}");
+    }
+    let (lines, outcome) = doctor::doctor(&args, &interfaces, crate::address::hostname_ip).await;
+    for line in lines {
+        println!("{line}");
+    }
+    println!("{}", outcome.reason);
+    outcome
 }
 
 fn print_manifest(args: &ManifestArgs) -> Outcome {

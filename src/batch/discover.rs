@@ -1,6 +1,7 @@
 //! The I/O around `runtime`: gathers the facts its detection asks for (the environment, this
 //! pod's own object, its JobSet) and builds the configuration from the settings it fills in.
 
+use std::collections::BTreeMap;
 use tracing::{info, warn};
 
 use super::{jobset, volcano, Choice, Facts, Step};
@@ -34,31 +35,7 @@ pub async fn configure(
         counts_given,
         ..Facts::default()
     };
-    // The svc plugin's files stand in for its variables where the environment lacks them (only
-    // in a Volcano pod, which its env plugin's task index marks).
-    let files = match volcano::in_volcano(&facts.env) {
-        true => read_volcano_host_files(std::path::Path::new(volcano::VOLCANO_HOSTS_DIR)),
-        false => Vec::new(),
-    };
-    if !files.is_empty() {
-        let names: Vec<&str> = files.iter().map(|(name, _)| name.as_str()).collect();
-        info!(
-            "batch system: Volcano's host files in {}: {}",
-            volcano::VOLCANO_HOSTS_DIR,
-            names.join(", ")
-        );
-        for (name, value) in volcano::host_files(&files) {
-            facts.env.entry(name).or_insert(value);
-        }
-    }
-    if !facts.env.contains_key("HOSTNAME") {
-        if let Some(host) = nix::unistd::gethostname()
-            .ok()
-            .and_then(|h| h.into_string().ok())
-        {
-            facts.env.insert("HOSTNAME".into(), host);
-        }
-    }
+    add_files_and_hostname(&mut facts.env);
     let mut server = None;
     loop {
         let step = match super::detect(choice, &facts, need_own_pod)? {
@@ -98,6 +75,35 @@ pub async fn configure(
                 facts.jobset = Some(jobset::jobset_pods(&object));
             }
             Step::Done(_) => unreachable!("handled above"),
+        }
+    }
+}
+
+/// What the environment lacks that detection reads: Volcano's host files and the hostname.
+fn add_files_and_hostname(env: &mut BTreeMap<String, String>) {
+    // The svc plugin's files stand in for its variables where the environment lacks them (only
+    // in a Volcano pod, which its env plugin's task index marks).
+    let files = match volcano::in_volcano(env) {
+        true => read_volcano_host_files(std::path::Path::new(volcano::VOLCANO_HOSTS_DIR)),
+        false => Vec::new(),
+    };
+    if !files.is_empty() {
+        let names: Vec<&str> = files.iter().map(|(name, _)| name.as_str()).collect();
+        info!(
+            "batch system: Volcano's host files in {}: {}",
+            volcano::VOLCANO_HOSTS_DIR,
+            names.join(", ")
+        );
+        for (name, value) in volcano::host_files(&files) {
+            env.entry(name).or_insert(value);
+        }
+    }
+    if !env.contains_key("HOSTNAME") {
+        if let Some(host) = nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+        {
+            env.insert("HOSTNAME".into(), host);
         }
     }
 }

@@ -311,12 +311,33 @@ pub fn fill(detected: &Detected, args: &JobArgs) -> (JobArgs, Vec<String>) {
         JOB_NAME.env(),
         Some(detected.job_name.clone()),
     );
+    fill_layout(&detected.layout, args, &mut out, &mut set);
+    if let Some(host) = &detected.coordinator {
+        let port = crate::config::present(&args.control_port)
+            .and_then(|p| p.parse::<u16>().ok())
+            .unwrap_or(crate::config::DEFAULT_CONTROL_PORT);
+        set(
+            &mut out.coordinator,
+            COORDINATOR.env(),
+            Some(format!("{host}:{port}")),
+        );
+    }
+    (out, notes)
+}
+
+/// The system's pods of the job, each layout's own settings: filled where not set.
+fn fill_layout(
+    layout: &Layout,
+    args: &JobArgs,
+    out: &mut JobArgs,
+    set: &mut impl FnMut(&mut Option<String>, &str, Option<String>),
+) {
     // A selector given picks other pods than the system's: their count is the user's too.
     let pods = |t: &Task, selector: &Option<String>| match crate::config::present(selector) {
         Some(_) => None,
         None => t.pods.map(|n| n.to_string()),
     };
-    match &detected.layout {
+    match layout {
         Layout::Colocated(task) => {
             set(
                 &mut out.selector,
@@ -362,17 +383,6 @@ pub fn fill(detected: &Detected, args: &JobArgs) -> (JobArgs, Vec<String>) {
             );
         }
     }
-    if let Some(host) = &detected.coordinator {
-        let port = crate::config::present(&args.control_port)
-            .and_then(|p| p.parse::<u16>().ok())
-            .unwrap_or(crate::config::DEFAULT_CONTROL_PORT);
-        set(
-            &mut out.coordinator,
-            COORDINATOR.env(),
-            Some(format!("{host}:{port}")),
-        );
-    }
-    (out, notes)
 }
 
 /// The environment variables `detect` reads.

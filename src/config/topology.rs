@@ -197,23 +197,7 @@ fn colocated(
             ))
         }
     };
-    let dns = present(&args.dns)
-        .map(|name| {
-            let bare = name.strip_suffix('.').unwrap_or(name);
-            if bare.len() > 253 || !bare.split('.').all(crate::selector::is_dns_label) {
-                return Err(ConfigError::new(
-                    DNS,
-                    name,
-                    "a DNS name such as my-job-pods.default.svc.cluster.local",
-                ));
-            }
-            let server = dns_server(args)?;
-            Ok(Discovery::Dns {
-                name: name.to_string(),
-                server,
-            })
-        })
-        .transpose()?;
+    let dns = dns_discovery(args)?;
     if let (Some(_), Some(text)) = (&dns, present(&args.peers)) {
         return Err(ConfigError::new(
             PEERS,
@@ -259,6 +243,27 @@ fn colocated(
         trainers_to_finish: None,
         discovery,
     })
+}
+
+/// `--dns`: the job's pods found by a DNS name (checked as one), at the resolver given.
+fn dns_discovery(args: &JobArgs) -> Result<Option<Discovery>, ConfigError> {
+    present(&args.dns)
+        .map(|name| {
+            let bare = name.strip_suffix('.').unwrap_or(name);
+            if bare.len() > 253 || !bare.split('.').all(crate::selector::is_dns_label) {
+                return Err(ConfigError::new(
+                    DNS,
+                    name,
+                    "a DNS name such as my-job-pods.default.svc.cluster.local",
+                ));
+            }
+            let server = dns_server(args)?;
+            Ok(Discovery::Dns {
+                name: name.to_string(),
+                server,
+            })
+        })
+        .transpose()
 }
 
 /// PaddleCloud's split layout: pserver pods and trainer pods, each found by its own selector.

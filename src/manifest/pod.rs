@@ -439,27 +439,7 @@ pub(super) fn options_from_flags(
             request.trainer_port.to_string(),
         ),
     ]);
-    if request.runtime == ManifestRuntime::Job {
-        if kind.role == PodRole::Both {
-            set.push((
-                options::GRADIENT_NUM,
-                "--trainers",
-                request.trainers.to_string(),
-            ));
-        } else {
-            set.push((options::ROLE, "--split", kind.role.to_string()));
-            set.push((
-                options::PSERVER_COUNT,
-                "--pservers",
-                request.pservers.to_string(),
-            ));
-            set.push((
-                options::TRAINER_COUNT,
-                "--trainers",
-                request.trainers.to_string(),
-            ));
-        }
-    }
+    set.extend(counts_from_flags(request, kind));
     if request.volume_claim.is_some() {
         set.push((options::JOB_PATH, "--job-path", request.job_path.clone()));
     }
@@ -499,6 +479,35 @@ pub(super) fn options_from_flags(
         set.push((options::NPROC_PER_POD, "--nproc-per-pod", nproc));
     }
     set
+}
+
+/// The job's pod counts and this pod's role, for a Job (under JobSet and Volcano the launcher
+/// reads them from the system).
+fn counts_from_flags(request: &ManifestArgs, kind: &PodKind) -> Vec<(Opt, &'static str, String)> {
+    let mut counts = Vec::new();
+    if request.runtime != ManifestRuntime::Job {
+        return counts;
+    }
+    if kind.role == PodRole::Both {
+        counts.push((
+            options::GRADIENT_NUM,
+            "--trainers",
+            request.trainers.to_string(),
+        ));
+    } else {
+        counts.push((options::ROLE, "--split", kind.role.to_string()));
+        counts.push((
+            options::PSERVER_COUNT,
+            "--pservers",
+            request.pservers.to_string(),
+        ));
+        counts.push((
+            options::TRAINER_COUNT,
+            "--trainers",
+            request.trainers.to_string(),
+        ));
+    }
+    counts
 }
 
 /// --nproc-per-pod as the trainer pods get it: as given, else `auto` on GPU pods of the

@@ -291,55 +291,8 @@ pub struct InputFiles {
 pub fn plan(config: &Config, membership: &Membership, me: &Me, inputs: &InputFiles) -> Plan {
     let job_dir = JobDir::new(config);
     let rank = me.trainer_rank.or(me.pserver_rank).unwrap_or(0);
-    let mut copies = Vec::new();
-    if let Some(dir) = &job_dir {
-        if let Some(sub) = &config.workspace.train_config_dir {
-            copies.push(Copy {
-                from: dir.root.join(sub),
-                to: config.workspace.workdir.clone(),
-            });
-        }
-        if me.trainer_rank.is_some() {
-            copies.push(Copy {
-                from: dir.root.join(rank.to_string()).join("data"),
-                to: config.workspace.workdir.join("data"),
-            });
-        }
-    }
-    let mut files = Vec::new();
-    if let Some(id) = me.trainer_rank {
-        // The seed's files say one trainer's id: none when the pod runs several (each is told
-        // its own in PADDLE_TRAINER_ID).
-        let id_dir = config
-            .workspace
-            .id_dir
-            .as_ref()
-            .filter(|_| !config.topology.processes.several());
-        if let Some(dir) = id_dir {
-            for (name, value) in [
-                ("trainer_id", id as u32),
-                ("trainer_count", config.topology.trainers),
-            ] {
-                files.push(FileSpec {
-                    path: dir.join(name),
-                    content: format!("{value}\n"),
-                    required: false,
-                });
-            }
-        }
-        if let Some(train) = &inputs.train {
-            files.push(list_file(
-                &config.workspace.train_list,
-                &shard(train, config.topology.trainers, id),
-            ));
-        }
-        if let Some(test) = &inputs.test {
-            files.push(list_file(
-                &config.workspace.test_list,
-                &shard(test, config.topology.trainers, id),
-            ));
-        }
-    }
+    let copies = copies_of(config, job_dir.as_ref(), me, rank);
+    let files = files_of(config, me, inputs);
     let jd = job_dir.as_ref();
     let pserver = me
         .pserver_rank
@@ -381,6 +334,67 @@ pub fn plan(config: &Config, membership: &Membership, me: &Me, inputs: &InputFil
         runtime: config.runtime.clone(),
         sockets: config.ports.sockets.clone(),
     }
+}
+
+/// What is copied from the shared job directory into the work directory: the training
+/// configuration, and a trainer's own data.
+fn copies_of(config: &Config, job_dir: Option<&JobDir>, me: &Me, rank: usize) -> Vec<Copy> {
+    let mut copies = Vec::new();
+    if let Some(dir) = job_dir {
+        if let Some(sub) = &config.workspace.train_config_dir {
+            copies.push(Copy {
+                from: dir.root.join(sub),
+                to: config.workspace.workdir.clone(),
+            });
+        }
+        if me.trainer_rank.is_some() {
+            copies.push(Copy {
+                from: dir.root.join(rank.to_string()).join("data"),
+                to: config.workspace.workdir.join("data"),
+            });
+        }
+    }
+    copies
+}
+
+/// The files a trainer pod is given: the seed's id files (one trainer per pod), and its shard
+/// of the train and test lists.
+fn files_of(config: &Config, me: &Me, inputs: &InputFiles) -> Vec<FileSpec> {
+    let mut files = Vec::new();
+    if let Some(id) = me.trainer_rank {
+        // The seed's files say one trainer's id: none when the pod runs several (each is told
+        // its own in PADDLE_TRAINER_ID).
+        let id_dir = config
+            .workspace
+            .id_dir
+            .as_ref()
+            .filter(|_| !config.topology.processes.several());
+        if let Some(dir) = id_dir {
+            for (name, value) in [
+                ("trainer_id", id as u32),
+                ("trainer_count", config.topology.trainers),
+            ] {
+                files.push(FileSpec {
+                    path: dir.join(name),
+                    content: format!("{value}\n"),
+                    required: false,
+                });
+            }
+        }
+        if let Some(train) = &inputs.train {
+            files.push(list_file(
+                &config.workspace.train_list,
+                &shard(train, config.topology.trainers, id),
+            ));
+        }
+        if let Some(test) = &inputs.test {
+            files.push(list_file(
+                &config.workspace.test_list,
+                &shard(test, config.topology.trainers, id),
+            ));
+        }
+    }
+    files
 }
 
 /// An elastic job's world size when every pod trains (each trainer's environment).

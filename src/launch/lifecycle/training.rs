@@ -52,40 +52,7 @@ impl Lifecycle {
                 role: Role::Trainer,
                 local,
                 ended,
-            } => {
-                let trainer = Outcome::new(
-                    ended.exit_code(),
-                    trainer_ended(self.trainer_name(local), ended),
-                );
-                let succeeded = ended.exit_code() == 0;
-                let mut commands = Vec::new();
-                if succeeded {
-                    commands.push(Command::TellDone);
-                }
-                let pserver_serves = self.running.contains(&Role::Pserver);
-                if succeeded && pserver_serves && !self.setup.linger.is_zero() {
-                    let seconds = self.setup.linger.as_secs();
-                    self.phase = Phase::Lingering { trainer };
-                    commands.extend([
-                        Command::Log(format!(
-                            "trainer finished; the pserver keeps serving for {seconds} s"
-                        )),
-                        Command::Linger(self.setup.linger),
-                    ]);
-                    return commands;
-                }
-                // A failed process's siblings too: they would wait for it in a collective. The
-                // job hears of the failure first.
-                if !succeeded && self.running.contains(&Role::Trainer) {
-                    commands.push(Command::TellFailed {
-                        reason: trainer.reason.clone(),
-                        restartable: true,
-                    });
-                }
-                let rest = vec![Role::Trainer, Role::Pserver];
-                commands.extend(self.stop_then(rest, libc_term(), Ok(trainer)));
-                commands
-            }
+            } => self.ended_while_training(local, ended),
             // Stopped by the job itself: Paddle's trainer 0 ends a parameter-server job with
             // `stop_server` once every trainer is done, while the others are still exiting.
             // Only the trainer can tell whether that was too early: its end decides.
@@ -128,6 +95,44 @@ impl Lifecycle {
                 commands
             }
         }
+    }
+
+    /// A trainer process ended while training: a success is told to the job (and the pserver
+    /// may linger to serve the others); a failure is told first, then the pod's processes are
+    /// stopped, the trainer's end deciding the attempt's.
+    pub(super) fn ended_while_training(&mut self, local: usize, ended: Ended) -> Vec<Command> {
+        let trainer = Outcome::new(
+            ended.exit_code(),
+            trainer_ended(self.trainer_name(local), ended),
+        );
+        let succeeded = ended.exit_code() == 0;
+        let mut commands = Vec::new();
+        if succeeded {
+            commands.push(Command::TellDone);
+        }
+        let pserver_serves = self.running.contains(&Role::Pserver);
+        if succeeded && pserver_serves && !self.setup.linger.is_zero() {
+            let seconds = self.setup.linger.as_secs();
+            self.phase = Phase::Lingering { trainer };
+            commands.extend([
+                Command::Log(format!(
+                    "trainer finished; the pserver keeps serving for {seconds} s"
+                )),
+                Command::Linger(self.setup.linger),
+            ]);
+            return commands;
+        }
+        // A failed process's siblings too: they would wait for it in a collective. The
+        // job hears of the failure first.
+        if !succeeded && self.running.contains(&Role::Trainer) {
+            commands.push(Command::TellFailed {
+                reason: trainer.reason.clone(),
+                restartable: true,
+            });
+        }
+        let rest = vec![Role::Trainer, Role::Pserver];
+        commands.extend(self.stop_then(rest, libc_term(), Ok(trainer)));
+        commands
     }
 
     /// A trainer running on is asked for a checkpoint when the job asks for one; one that does
