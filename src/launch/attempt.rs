@@ -7,6 +7,7 @@
 use std::net::IpAddr;
 use std::sync::{Arc, OnceLock};
 
+use futures::future::BoxFuture;
 use futures::FutureExt;
 use tokio::task::JoinHandle;
 use tokio::time::timeout;
@@ -17,7 +18,7 @@ use super::ending::{self, EVENTS_FLUSH};
 use super::lifecycle;
 use super::peer_check::{named_peers, peers_to_check, silent_peers, PEER_CHECK_TIMEOUT};
 use super::processes::drive;
-use super::ready::Attempt;
+use super::ready::{Attempt, UnjoinedCoordinator};
 use super::record::{JobRecord, PREEMPTION_RECORD_WAIT};
 use super::rendezvous::{channel_without_secret, UNJOINED_LOOK_UNBOUNDED};
 use super::setup::{node_name, now_utc};
@@ -136,34 +137,74 @@ pub(super) fn begin(
         attempts.events = Some(JobEvents::start(api, name, node_name()));
     }
     if let Some(events) = attempts.events.as_mut().filter(|_| posts) {
-        let restarted = match plan.restart_count {
-            0 => String::new(),
-            n => format!(" ({})", lifecycle::restarts_said(n)),
-        };
-        let found = match config.control.elastic {
-            Some(elastic) if plan.pods.len() < elastic.max_pods as usize => format!(
-                "{} of the job's {} pods found (elastic, at least {})",
-                plan.pods.len(),
-                elastic.max_pods,
-                elastic.min_pods
-            ),
-            _ => format!("all {} pods of the job found", plan.pods.len()),
-        };
-        events.post(
-            EventKind::Normal,
-            "Started",
-            &format!("{found}: training started{restarted}"),
-        );
-        if let Some((reason, message)) = resized(members_before, &plan.pods, config.control.elastic)
-        {
-            events.post(EventKind::Normal, reason, &message);
-        }
+        tell_the_start(events, &plan, config, members_before);
     }
+    let watched = (peer_loss, trainers_done, coordinator_unjoined);
+    let unjoined = watch_the_attempt(watched, &mut channel, config, supervisor, my_ip);
+    let begun = Begun {
+        ledger,
+        members: plan.pods.iter().map(PodEntry::address).collect(),
+        channel: channel.is_some(),
+        records: record.is_some(),
+        posts,
+        who: who.clone(),
+    };
+    attempts.running = Some(Running {
+        plan,
+        who,
+        channel,
+        record,
+        unjoined,
+    });
+    begun
+}
+
+/// The attempt's start in the job's story: how many pods were found (an elastic job's of how
+/// many), after how many restarts, and an elastic job's change of size.
+fn tell_the_start(
+    events: &mut JobEvents,
+    plan: &Plan,
+    config: &Config,
+    members_before: &[PodAddress],
+) {
+    let restarted = match plan.restart_count {
+        0 => String::new(),
+        n => format!(" ({})", lifecycle::restarts_said(n)),
+    };
+    let found = match config.control.elastic {
+        Some(elastic) if plan.pods.len() < elastic.max_pods as usize => format!(
+            "{} of the job's {} pods found (elastic, at least {})",
+            plan.pods.len(),
+            elastic.max_pods,
+            elastic.min_pods
+        ),
+        _ => format!("all {} pods of the job found", plan.pods.len()),
+    };
+    events.post(
+        EventKind::Normal,
+        "Started",
+        &format!("{found}: training started{restarted}"),
+    );
+    if let Some((reason, message)) = resized(members_before, &plan.pods, config.control.elastic) {
+        events.post(EventKind::Normal, reason, &message);
+    }
+}
+
+/// The watches that may end the attempt from here on — a peer's loss, the channel's, a
+/// coordinator this pod cannot join (what it found is set in the cell returned) — and for a
+/// pserver pod the trainers' end.
+fn watch_the_attempt(
+    (peer_loss, trainers_done, coordinator_unjoined): Watched,
+    channel: &mut Option<Channel>,
+    config: &Config,
+    supervisor: &mut Supervisor,
+    my_ip: IpAddr,
+) -> Arc<OnceLock<ConfigError>> {
     let mut losses = Vec::new();
     if let (true, Some(loss)) = (config.topology.watch_peers, peer_loss) {
         losses.push(loss.map(Loss::of_pod).boxed());
     }
-    if let Some(channel) = &mut channel {
+    if let Some(channel) = channel.as_mut() {
         losses.push(channel.losses());
     }
     let unjoined = Arc::new(OnceLock::new());
@@ -184,7 +225,7 @@ pub(super) fn begin(
     // A pserver pod ends with the trainers: the API shows them all Succeeded, or the
     // coordinator says so first (a Succeeded pod the API no longer lists is never counted).
     if let Some(done) = trainers_done {
-        let done = match &channel {
+        let done = match channel.as_ref() {
             Some(channel) => {
                 let said = channel.job_succeeded().map(Ok);
                 futures::future::select(done, said)
@@ -195,23 +236,16 @@ pub(super) fn begin(
         };
         supervisor.end_when(done);
     }
-    let begun = Begun {
-        ledger,
-        members: plan.pods.iter().map(PodEntry::address).collect(),
-        channel: channel.is_some(),
-        records: record.is_some(),
-        posts,
-        who: who.clone(),
-    };
-    attempts.running = Some(Running {
-        plan,
-        who,
-        channel,
-        record,
-        unjoined,
-    });
-    begun
+    unjoined
 }
+
+/// What `begin` hands the watches: the API's watch of the peers, a pserver pod's watch of the
+/// trainers, and the coordinator a pod without the secret cannot join.
+type Watched = (
+    Option<BoxFuture<'static, String>>,
+    Option<BoxFuture<'static, Result<String, String>>>,
+    Option<UnjoinedCoordinator>,
+);
 
 /// Runs the attempt: the workspace prepared and the peers checked — the attempt's loss or a
 /// stop meanwhile ends it there, before anything more is started — then the pod's processes,

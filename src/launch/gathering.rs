@@ -442,10 +442,8 @@ pub(super) async fn follow_coordinator(
     };
     // Its rank comes with the membership, after the hello; its view is empty: "send me the
     // membership".
-    let shown = match me.name.as_str() {
-        "" => my_ip.to_string(),
-        name => name.to_string(),
-    };
+    let shown = Some(me.name.clone()).filter(|name| !name.is_empty());
+    let shown = shown.unwrap_or_else(|| my_ip.to_string());
     let mut channel = control::join(Joining {
         who: format!("pod {shown}{}", on_node()),
         ..joining(config, secret.clone(), me, role, ledger)
@@ -475,18 +473,10 @@ pub(super) async fn follow_coordinator(
             return Ok(Some(Gathered::JobSucceeded(reason)));
         }
     };
-    // Turned away (it runs another number of processes than the elastic job): the job trains
-    // on without it, and its exit status would end the Job (its podFailurePolicy). It waits,
-    // says why, and asks again; its wait timeout counts from now.
     if let Heard::Refused(reason) = &heard {
         if reason.starts_with(control::TURNED_AWAY) {
             channel.close().await;
-            warn!(
-                "{reason}; this pod cannot join until it runs as many, and asks again in {} s (the job trains on without it)",
-                TURNED_AWAY_PAUSE.as_secs()
-            );
-            let pause = sleep(TURNED_AWAY_PAUSE);
-            interruptible(Some(supervisor), "turned away", Breaks::AlsoHup, pause).await?;
+            turned_away(reason, supervisor).await?;
             *began = Instant::now();
             return Ok(None);
         }
@@ -508,6 +498,32 @@ pub(super) async fn follow_coordinator(
         channel.close().await;
         return Ok(None);
     };
+    let attempt = attempt_from_coordinator(config, (my_ip, inputs), membership, ledger, channel)?;
+    Ok(Some(Gathered::Attempt(Box::new(attempt))))
+}
+
+/// Turned away (it runs another number of processes than the elastic job): the job trains on
+/// without it, and its exit status would end the Job (its podFailurePolicy). It says why and
+/// waits before it asks again (a stop signal ends the wait); its wait timeout counts anew.
+async fn turned_away(reason: &str, supervisor: &mut Supervisor) -> Result<(), Error> {
+    warn!(
+        "{reason}; this pod cannot join until it runs as many, and asks again in {} s (the job trains on without it)",
+        TURNED_AWAY_PAUSE.as_secs()
+    );
+    let pause = sleep(TURNED_AWAY_PAUSE);
+    interruptible(Some(supervisor), "turned away", Breaks::AlsoHup, pause).await?;
+    Ok(())
+}
+
+/// A follower's attempt from the membership its coordinator sent: planned as if it had found
+/// the pods itself, watching nothing of the API.
+fn attempt_from_coordinator(
+    config: &mut Config,
+    (my_ip, inputs): (IpAddr, &InputFiles),
+    membership: Membership,
+    ledger: Ledger,
+    channel: Channel,
+) -> Result<Attempt, Error> {
     let found = peers::Found {
         membership,
         namespace: None,
@@ -519,7 +535,7 @@ pub(super) async fn follow_coordinator(
     };
     let (plan, _, me) = plan_for(config, &found, my_ip, inputs)?;
     let who = who(&me.name, &plan, config);
-    Ok(Some(Gathered::Attempt(Box::new(Attempt {
+    Ok(Attempt {
         plan: plan.for_restart(ledger.epoch),
         who,
         channel: Some(channel),
@@ -530,7 +546,7 @@ pub(super) async fn follow_coordinator(
         // Nothing of the API is watched here.
         served: Served::default(),
         coordinator_unjoined: None,
-    }))))
+    })
 }
 
 #[cfg(test)]
