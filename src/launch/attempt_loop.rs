@@ -850,6 +850,31 @@ mod tests {
         assert_eq!((ledger.epoch, ledger.preemptions), (2, 1));
     }
 
+    /// A growth's free restart is recorded as one of the grows too: a whole-Job restart then
+    /// knows it was no preemption.
+    #[test]
+    fn a_growth_is_recorded_among_the_grows() {
+        let records = Begun {
+            records: true,
+            ..begun(Ledger::first(1), true)
+        };
+        let mut machine = running(Ledger::first(1), records);
+        machine.step(ran(143, "trainer stopped", Word::default()));
+        let grown = Word {
+            cause: Some(Cause {
+                reason: "the job grows: p-2 joined (1 pod)".into(),
+                hang: false,
+                preempted: true,
+                grown: true,
+            }),
+            ..Word::default()
+        };
+        let Command::AwaitVerdict { record, .. } = machine.step(Input::Told(grown)) else {
+            panic!("no verdict waited for");
+        };
+        assert_eq!(record, Some((0, 1, 1)));
+    }
+
     /// A stop signal while the verdict is waited for ends the pod (it is being deleted), with
     /// the signal's status; a launcher that does not tell the story posts nothing.
     #[test]
