@@ -428,6 +428,9 @@ impl Attempts {
     ) -> Result<(), Error> {
         warn!("{line}");
         self.post(posts);
+        // A preemption's record goes on in the background; only the attempt that ends the pod
+        // waits for its own (`close`), not one left by an attempt restarted from.
+        self.recording = None;
         if let Some(mut channel) = self.running.take().and_then(|r| r.channel) {
             channel.finish(false).await;
         }

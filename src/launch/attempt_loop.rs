@@ -35,8 +35,6 @@ pub(crate) struct Word {
     pub checkpoint_asked: bool,
     /// The checkpoint asked was the elastic job's growth's.
     pub growth_asked: bool,
-    /// Whether the job may still restart, as the channel knows it.
-    pub may_restart: bool,
 }
 
 impl Word {
@@ -379,11 +377,11 @@ impl AttemptLoop {
         word: Word,
         record: Option<Recorded>,
     ) -> Command {
-        let budget_preempted = word.preempted();
+        let preempted = word.preempted();
         let hang = word.cause.as_ref().map_or(ended.hung, |cause| cause.hang);
-        let grown = budget_preempted && word.cause.as_ref().is_some_and(|cause| cause.grown);
+        let grown = word.grown();
         let reason = word.cause.map_or(reason, |cause| cause.reason);
-        let restart = attempt.ledger.restart_said(budget_preempted, grown);
+        let restart = attempt.ledger.restart_said(preempted, grown);
         let mut posts = Vec::new();
         if attempt.posts {
             posts.extend(hang_post(hang, &reason));
@@ -397,7 +395,7 @@ impl AttemptLoop {
         self.ledger = Ledger {
             max_restarts: self.ledger.max_restarts,
             max_preemptions: self.ledger.max_preemptions,
-            ..attempt.ledger.after_attempt(budget_preempted, grown)
+            ..attempt.ledger.after_attempt(preempted, grown)
         };
         self.members_before = attempt.members;
         self.stage = Stage::Restarting;

@@ -38,7 +38,6 @@ pub(crate) fn word(channel: Option<&Channel>) -> Word {
         cause: channel.cause(),
         checkpoint_asked: channel.checkpoint_was_asked(),
         growth_asked: channel.growth_asked(),
-        may_restart: channel.may_restart(),
     }
 }
 
