@@ -27,6 +27,7 @@ pub(crate) mod exit;
 pub(crate) mod launch;
 pub(crate) mod ledger;
 pub(crate) mod local;
+pub(crate) mod loss;
 pub(crate) mod manifest;
 pub(crate) mod membership;
 pub(crate) mod network;

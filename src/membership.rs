@@ -205,24 +205,6 @@ impl PodSet {
     }
 }
 
-/// The first loss of an attempt, as the launcher acts on it: a member pod lost (the API), or
-/// the job's loss told by the control channel.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Loss {
-    pub reason: String,
-    /// The job hangs: ask the trainer for its stacks before stopping it.
-    pub hang: bool,
-}
-
-impl Loss {
-    pub fn of_pod(reason: String) -> Loss {
-        Loss {
-            reason,
-            hang: false,
-        }
-    }
-}
-
 /// The members of an attempt whose part ended cleanly while the job goes on (a split layout's
 /// pserver pod whose pserver the trainers stopped): their pod's end, deleted or evicted, is no
 /// loss. The control channel learns them (the coordinator tells every launcher); the API watch

@@ -8,6 +8,7 @@ use super::coordinator::{Core, Effect, Input, Setup, Terms};
 use super::message::{Message, WireError};
 use super::wire::{Encoded, Session};
 use crate::config::Secret;
+use crate::loss::Loss;
 use crate::membership::{Member, Membership};
 
 /// One measurement.
@@ -182,7 +183,9 @@ fn hello(link: usize, name: &str, members: usize) -> Input {
 fn seal_broadcasts(effects: &[Effect], sessions: &mut [Session]) -> usize {
     let mut frame = 0;
     for effect in effects {
-        if let Effect::Broadcast(message @ (Message::Go { .. } | Message::Lost { .. })) = effect {
+        if let Effect::Broadcast(message @ (Message::Go { .. } | Message::Lost(Loss { .. }))) =
+            effect
+        {
             let encoded = Encoded::new(message);
             for session in sessions.iter_mut() {
                 // Kept, as a socket write would: the copy must not be optimised away.

@@ -136,6 +136,7 @@ pub(super) async fn follow(
                 }
                 Effect::Served(pod) => ends.served(&pod),
                 Effect::StopListening => {}
+                Effect::Log(line) => super::write_log(vec![line]),
                 Effect::Close => {
                     close_gracefully(&mut writer, &mut incoming).await;
                     return;

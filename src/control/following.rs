@@ -4,12 +4,11 @@
 //! `follower.rs` carries them out over TCP (connecting, beating, the deadlines), so these
 //! decisions are unit-tested and simulated (`simulation.rs`) without a socket.
 
-use tracing::info;
-
 use crate::ledger::Ledger;
+use crate::loss::Loss;
 
 use super::coordinator::GROWS;
-use super::heard::{after_preemption, judge_preemption, Heard, Request};
+use super::heard::{after_preemption, judge_preemption, Heard, LogLine, Request};
 use super::message::Message;
 
 /// What a connected follower is told.
@@ -50,6 +49,8 @@ pub(super) enum Effect {
     StopListening,
     /// Close the connection (what is queued goes first) and end the task.
     Close,
+    /// A line for the pod's log.
+    Log(LogLine),
 }
 
 /// A follower's state on its connection.
@@ -73,6 +74,11 @@ pub(super) struct Following {
     preemption: Option<String>,
     /// The attempt's ledger (told with `Go`).
     ledger: Ledger,
+}
+
+/// A line for the pod's log, of the info level.
+fn info(line: String) -> Effect {
+    Effect::Log(LogLine::Info(line))
 }
 
 impl Following {
@@ -176,50 +182,52 @@ impl Following {
                 self.told = true;
                 vec![Effect::Hear(Heard::Refused(reason))]
             }
-            Message::Lost {
+            Message::Lost(Loss {
                 reason,
                 restart,
                 hang,
                 preempted,
                 grown,
-            } => {
+            }) => {
                 self.told = true;
                 self.may_restart &= restart;
-                vec![Effect::Hear(Heard::Lost {
+                vec![Effect::Hear(Heard::Lost(Loss {
                     reason,
                     restart,
                     hang,
                     preempted,
                     grown,
-                })]
+                }))]
             }
             Message::Bye => {
-                info!("control channel: the coordinator finished");
                 self.told = true;
                 self.may_restart = false;
-                vec![Effect::CannotRestart, Effect::JobSucceeded]
+                let line = info("control channel: the coordinator finished".into());
+                vec![line, Effect::CannotRestart, Effect::JobSucceeded]
             }
             Message::Served { pod } => vec![Effect::Served(pod)],
             // Also before `Go`: a member joining after a loss hears of a success too.
             Message::Finished { pod } => {
+                let mut effects = Vec::new();
                 if self.may_restart {
-                    info!("control channel: the trainer of {pod} succeeded: the job cannot start again as a whole");
+                    effects.push(info(format!("control channel: the trainer of {pod} succeeded: the job cannot start again as a whole")));
                 }
                 self.may_restart = false;
-                vec![Effect::CannotRestart]
+                effects.push(Effect::CannotRestart);
+                effects
             }
             // Before any `Lost` (never sent so, but a launcher must not wait on it).
             Message::Verdict { restart } => {
                 self.told = true;
                 self.may_restart &= restart;
                 vec![
-                    Effect::Hear(Heard::Lost {
+                    Effect::Hear(Heard::Lost(Loss {
                         reason: "the coordinator decided the job's loss".into(),
                         restart,
                         hang: false,
                         preempted: false,
                         grown: false,
-                    }),
+                    })),
                     Effect::KnowsVerdict(restart),
                 ]
             }
@@ -234,7 +242,7 @@ impl Following {
     /// restart after all (a member finished meanwhile), and the verdict.
     fn after_the_end(&mut self, message: Message) -> Vec<Effect> {
         match message {
-            Message::Lost { restart: false, .. } => {
+            Message::Lost(Loss { restart: false, .. }) => {
                 self.may_restart = false;
                 vec![Effect::KnowsLost(false)]
             }
@@ -260,23 +268,25 @@ impl Following {
         if !self.told {
             self.told = true;
             effects.push(Effect::Hear(match (self.running, &self.preemption) {
-                (true, None) => Heard::Lost {
+                (true, None) => Heard::Lost(Loss {
                     reason,
                     restart: self.may_restart,
                     hang: false,
                     preempted: false,
                     grown: false,
-                },
+                }),
                 // As the coordinator would have said it: the preemption (or the growth) first.
                 // The growth's window once a member finished: the growth is over (the job is
                 // ending), the loss the job's own, as the coordinator would say it.
-                (true, Some(said)) if said.starts_with(GROWS) && !self.may_restart => Heard::Lost {
-                    reason,
-                    restart: false,
-                    hang: false,
-                    preempted: false,
-                    grown: false,
-                },
+                (true, Some(said)) if said.starts_with(GROWS) && !self.may_restart => {
+                    Heard::Lost(Loss {
+                        reason,
+                        restart: false,
+                        hang: false,
+                        preempted: false,
+                        grown: false,
+                    })
+                }
                 (true, Some(said)) => {
                     let ended = after_preemption(said, &reason);
                     // The growth's checkpoint window: its restart, free whatever the allowance.
@@ -285,13 +295,13 @@ impl Following {
                         true => (true, ended),
                         false => judge_preemption(ended, self.ledger),
                     };
-                    Heard::Lost {
+                    Heard::Lost(Loss {
                         reason,
                         restart: self.may_restart,
                         hang: false,
                         preempted,
                         grown,
-                    }
+                    })
                 }
                 (false, _) => Heard::Regather(reason),
             }));
@@ -319,22 +329,55 @@ mod tests {
     }
 
     fn lost(restart: bool) -> Message {
-        Message::Lost {
+        Message::Lost(Loss {
             reason: "r".into(),
             restart,
             hang: false,
             preempted: false,
             grown: false,
-        }
+        })
     }
 
-    /// Runs the inputs through a fresh follower; every effect, in order.
+    /// Runs the inputs through a fresh follower; every effect, in order, but the lines for the
+    /// log (`logged` reads those).
     fn run(inputs: Vec<Input>) -> Vec<Effect> {
         let mut following = Following::new("10.0.0.1:6171".into());
         inputs
             .into_iter()
             .flat_map(|input| following.step(input))
+            .filter(|effect| !matches!(effect, Effect::Log(_)))
             .collect()
+    }
+
+    /// What the follower says for the pod's log: the coordinator's goodbye, and the first
+    /// success that ends the job's restarts (not a later one: nothing is news then).
+    #[test]
+    fn logged() {
+        let mut following = Following::new("10.0.0.1:6171".into());
+        let logged = |effects: Vec<Effect>| -> Vec<LogLine> {
+            effects
+                .into_iter()
+                .filter_map(|effect| match effect {
+                    Effect::Log(line) => Some(line),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(logged(following.step(go())), []);
+        let finished = |pod: &str| Input::Frame(Message::Finished { pod: pod.into() });
+        assert_eq!(
+            logged(following.step(finished("p-2"))),
+            [LogLine::Info(
+                "control channel: the trainer of p-2 succeeded: the job cannot start again as a whole".into()
+            )]
+        );
+        assert_eq!(logged(following.step(finished("p-3"))), []);
+        assert_eq!(
+            logged(following.step(Input::Frame(Message::Bye))),
+            [LogLine::Info(
+                "control channel: the coordinator finished".into()
+            )]
+        );
     }
 
     /// The follower's whole table: one row per case.
@@ -365,13 +408,13 @@ mod tests {
                     heard_go.clone(),
                     Checkpoint("p-2".into()),
                     StopListening,
-                    Hear(Heard::Lost {
+                    Hear(Heard::Lost(Loss {
                         reason: "p-2; then: lost the connection to the coordinating launcher at 10.0.0.1:6171 (unexpected Go { membership: None, ledger: Ledger { epoch: 1, max_restarts: 2, preemptions: 0, max_preemptions: 4294967295, grows: 0 } })".into(),
                         restart: true,
                         hang: false,
                         preempted: true,
                         grown: false,
-                    }),
+                    })),
                     KnowsVerdict(true),
                 ],
             ),
@@ -386,13 +429,13 @@ mod tests {
                     heard_go.clone(),
                     Checkpoint("pod p-0: preempted (SIGTERM while training)".into()),
                     StopListening,
-                    Hear(Heard::Lost {
+                    Hear(Heard::Lost(Loss {
                         reason: "pod p-0: preempted (SIGTERM while training); then: the coordinating launcher at 10.0.0.1:6171 sent no heartbeat for 2 s (frozen, or its node is gone)".into(),
                         restart: true,
                         hang: false,
                         preempted: true,
                         grown: false,
-                    }),
+                    })),
                     KnowsVerdict(true),
                 ],
             ),
@@ -413,13 +456,13 @@ mod tests {
                     }),
                     Checkpoint("the job grows: p-3 joined (1 pod)".into()),
                     StopListening,
-                    Hear(Heard::Lost {
+                    Hear(Heard::Lost(Loss {
                         reason: "the job grows: p-3 joined (1 pod); then: the coordinating launcher at 10.0.0.1:6171 sent no heartbeat for 2 s (frozen, or its node is gone)".into(),
                         restart: true,
                         hang: false,
                         preempted: true,
                         grown: true,
-                    }),
+                    })),
                     KnowsVerdict(true),
                 ],
             ),
@@ -436,13 +479,13 @@ mod tests {
                     Checkpoint("the job grows: p-3 joined (1 pod)".into()),
                     CannotRestart,
                     StopListening,
-                    Hear(Heard::Lost {
+                    Hear(Heard::Lost(Loss {
                         reason: "the coordinating launcher at 10.0.0.1:6171 sent no heartbeat for 2 s (frozen, or its node is gone)".into(),
                         restart: false,
                         hang: false,
                         preempted: false,
                         grown: false,
-                    }),
+                    })),
                     KnowsVerdict(false),
                 ],
             ),
@@ -463,13 +506,13 @@ mod tests {
                     }),
                     Checkpoint("pod p-0: preempted (SIGTERM while training)".into()),
                     StopListening,
-                    Hear(Heard::Lost {
+                    Hear(Heard::Lost(Loss {
                         reason: "pod p-0: preempted (SIGTERM while training); then: the coordinating launcher at 10.0.0.1:6171 sent no heartbeat for 2 s (frozen, or its node is gone)".into(),
                         restart: true,
                         hang: false,
                         preempted: true,
                         grown: false,
-                    }),
+                    })),
                     KnowsVerdict(true),
                 ],
             ),
@@ -490,13 +533,13 @@ mod tests {
                     }),
                     Checkpoint("pod p-0: preempted (SIGTERM while training)".into()),
                     StopListening,
-                    Hear(Heard::Lost {
+                    Hear(Heard::Lost(Loss {
                         reason: "pod p-0: preempted (SIGTERM while training); then: the coordinating launcher at 10.0.0.1:6171 sent no heartbeat for 2 s (frozen, or its node is gone); only the job's first preemption was free (PADDLE_LAUNCHER_MAX_PREEMPTIONS): this one counts as a failure".into(),
                         restart: true,
                         hang: false,
                         preempted: false,
                         grown: false,
-                    }),
+                    })),
                     KnowsVerdict(true),
                 ],
             ),
@@ -511,13 +554,13 @@ mod tests {
                 vec![
                     heard_go.clone(),
                     Served("ps-0".into()),
-                    Hear(Heard::Lost {
+                    Hear(Heard::Lost(Loss {
                         reason: "r".into(),
                         restart: true,
                         hang: false,
                         preempted: false,
                         grown: false,
-                    }),
+                    })),
                     Served("ps-1".into()),
                 ],
             ),
@@ -531,13 +574,13 @@ mod tests {
                 vec![
                     heard_go.clone(),
                     StopListening,
-                    Hear(Heard::Lost {
+                    Hear(Heard::Lost(Loss {
                         reason: "lost the connection to the coordinating launcher at 10.0.0.1:6171 (unexpected Regather { reason: \"x\" })".into(),
                         restart: true,
                         hang: false,
                         preempted: false,
                         grown: false,
-                    }),
+                    })),
                     KnowsVerdict(true),
                 ],
             ),
@@ -569,13 +612,13 @@ mod tests {
                 vec![
                     heard_go.clone(),
                     Say(Message::Preempted { reason: "b".into() }),
-                    Hear(Heard::Lost {
+                    Hear(Heard::Lost(Loss {
                         reason: "r".into(),
                         restart: true,
                         hang: false,
                         preempted: false,
                         grown: false,
-                    }),
+                    })),
                 ],
             ),
             (
@@ -592,13 +635,13 @@ mod tests {
                 ],
                 vec![
                     heard_go.clone(),
-                    Hear(Heard::Lost {
+                    Hear(Heard::Lost(Loss {
                         reason: "r".into(),
                         restart: true,
                         hang: false,
                         preempted: false,
                         grown: false,
-                    }),
+                    })),
                     Say(Message::Stopped),
                     CannotRestart,
                     KnowsLost(false),
@@ -614,13 +657,13 @@ mod tests {
                 vec![
                     heard_go.clone(),
                     StopListening,
-                    Hear(Heard::Lost {
+                    Hear(Heard::Lost(Loss {
                         reason: "the coordinating launcher at 10.0.0.1:6171 sent no heartbeat for 10 s (frozen, or its node is gone)".into(),
                         restart: true,
                         hang: false,
                         preempted: false,
                         grown: false,
-                    }),
+                    })),
                     KnowsVerdict(true),
                 ],
             ),
@@ -635,13 +678,13 @@ mod tests {
                     heard_go.clone(),
                     CannotRestart,
                     StopListening,
-                    Hear(Heard::Lost {
+                    Hear(Heard::Lost(Loss {
                         reason: "lost the connection to the coordinating launcher at 10.0.0.1:6171 (closed)".into(),
                         restart: false,
                         hang: false,
                         preempted: false,
                         grown: false,
-                    }),
+                    })),
                     KnowsVerdict(false),
                 ],
             ),
@@ -667,13 +710,13 @@ mod tests {
                 vec![go(), frame(Message::Verdict { restart: true })],
                 vec![
                     heard_go.clone(),
-                    Hear(Heard::Lost {
+                    Hear(Heard::Lost(Loss {
                         reason: "the coordinator decided the job's loss".into(),
                         restart: true,
                         hang: false,
                         preempted: false,
                         grown: false,
-                    }),
+                    })),
                     KnowsVerdict(true),
                 ],
             ),
@@ -681,24 +724,24 @@ mod tests {
                 "a loss told without a restart, then the coordinator's silence: no restart is known",
                 vec![
                     go(),
-                    frame(Message::Lost {
+                    frame(Message::Lost(Loss {
                         reason: "pod p-2: trainer exited with status 3".into(),
                         restart: false,
                         hang: false,
                         preempted: false,
                         grown: false,
-                    }),
+                    })),
                     Input::Silent(10),
                 ],
                 vec![
                     heard_go.clone(),
-                    Hear(Heard::Lost {
+                    Hear(Heard::Lost(Loss {
                         reason: "pod p-2: trainer exited with status 3".into(),
                         restart: false,
                         hang: false,
                         preempted: false,
                         grown: false,
-                    }),
+                    })),
                     StopListening,
                     KnowsVerdict(false),
                 ],
@@ -712,13 +755,13 @@ mod tests {
                 ],
                 vec![
                     heard_go,
-                    Hear(Heard::Lost {
+                    Hear(Heard::Lost(Loss {
                         reason: "the coordinator decided the job's loss".into(),
                         restart: false,
                         hang: false,
                         preempted: false,
                         grown: false,
-                    }),
+                    })),
                     KnowsVerdict(false),
                     StopListening,
                     KnowsVerdict(false),

@@ -1,9 +1,18 @@
-//! What a launcher hears from the job's channel and asks of it, and the job's first cause: the
+//! What a launcher hears from the job's channel and asks of it, the
 //! words the channel's pure machines (`coordinator::Core`, `following::Following`) and the
 //! attempt loop share, with the rules that word a preemption's end. Pure: no socket here.
 
 use crate::ledger::Ledger;
+use crate::loss::Loss;
 use crate::membership::Membership;
+
+/// A line one of the channel's pure machines says for the pod's log: its driver writes it (the
+/// machines themselves touch no logger, so that a simulation runs them silently and fast).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogLine {
+    Info(String),
+    Warn(String),
+}
 
 /// What a launcher hears from the channel.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,30 +28,9 @@ pub enum Heard {
     Regather(String),
     /// The members' configurations cannot start together (why): end with status 2.
     Refused(String),
-    /// The job lost a member or one failed: stop. `restart`: whether the job may start again;
-    /// `hang`: the job hangs (every launcher asks its trainer for its stacks first);
-    /// `preempted`: the attempt ended with a preemption, which spends no restart.
-    Lost {
-        reason: String,
-        restart: bool,
-        hang: bool,
-        preempted: bool,
-        /// The attempt ended for the elastic job's growth (free, with `preempted`): it counts
-        /// among the grows.
-        grown: bool,
-    },
-}
-
-/// The job's first cause, as the coordinator told every launcher.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cause {
-    pub reason: String,
-    /// The job hangs.
-    pub hang: bool,
-    /// The attempt ended with a preemption: the restart spends no budget.
-    pub preempted: bool,
-    /// The attempt ended for the elastic job's growth (free too).
-    pub grown: bool,
+    /// The job lost a member or one failed: stop (with whether the job may start again, and
+    /// what kind of end it is).
+    Lost(Loss),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::ledger::Ledger;
+use crate::loss::Loss;
 use crate::membership::Membership;
 
 /// Longer reasons are cut: a frame must stay within `wire::MAX_PAYLOAD`.
@@ -106,23 +107,10 @@ pub enum Message {
         #[serde(default)]
         hang: bool,
     },
-    /// Coordinator: the job lost a member or one failed: stop. `restart`: whether the job may
-    /// start again (not once a member has finished).
-    Lost {
-        reason: String,
-        restart: bool,
-        /// The job hangs: every launcher asks its trainer for its stacks before stopping it,
-        /// and ends with the hang's status.
-        #[serde(default)]
-        hang: bool,
-        /// The attempt ends because a member was preempted: the restart spends no budget.
-        #[serde(default)]
-        preempted: bool,
-        /// The attempt ends for the elastic job's growth (with `preempted`: free): it counts
-        /// among the grows, not the free preemptions.
-        #[serde(default)]
-        grown: bool,
-    },
+    /// Coordinator: the job lost a member or one failed: stop (its fields on the frame
+    /// itself: "reason", "restart" — whether the job may start again, not once a member has
+    /// finished — "hang", "preempted", "grown"; the last three may be absent).
+    Lost(Loss),
     /// A follower's launcher was told to stop while its trainer runs (its pod is preempted,
     /// drained or deleted): it has asked its trainer for a checkpoint, and the job's other
     /// trainers must checkpoint with it. Said before its checkpoint window; its end follows

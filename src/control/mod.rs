@@ -21,7 +21,8 @@ use tracing::{info, Instrument};
 
 use crate::config::Secret;
 use crate::ledger::Ledger;
-use crate::membership::{Loss, Membership, PodAddress, Served};
+use crate::loss::Loss;
+use crate::membership::{Membership, PodAddress, Served};
 
 mod coordinator;
 mod cost;
@@ -41,12 +42,22 @@ pub use cost::{measure_coordinator, measure_progress, CoordinatorCost, ProgressC
 
 use follower::follow;
 pub use follower::serves_a_channel;
+pub use heard::Heard;
 use heard::Request;
-pub use heard::{Cause, Heard};
 use message::cut;
 pub use message::Message;
 pub use net::{tcp, Net};
 pub use wire::Session;
+
+/// Writes what a pure machine of the channel said for the log.
+fn write_log(lines: Vec<heard::LogLine>) {
+    for line in lines {
+        match line {
+            heard::LogLine::Info(line) => info!("{line}"),
+            heard::LogLine::Warn(line) => tracing::warn!("{line}"),
+        }
+    }
+}
 
 /// How long queued last words (Lost, Bye) may take to go out when a channel closes.
 const FLUSH: Duration = Duration::from_secs(1);
@@ -157,7 +168,7 @@ pub struct Channel {
     coordinates: bool,
     said_hello: watch::Receiver<bool>,
     progress: watch::Sender<Progress>,
-    cause: watch::Receiver<Option<Cause>>,
+    cause: watch::Receiver<Option<Loss>>,
     /// Why the job's trainers were last asked for a checkpoint (a member is preempted).
     checkpoint: watch::Receiver<Option<String>>,
     succeeded: watch::Receiver<bool>,
@@ -207,8 +218,8 @@ impl Channel {
         async move {
             if let Some(mut heard) = heard {
                 while let Some(heard) = heard.recv().await {
-                    if let Heard::Lost { reason, hang, .. } = heard {
-                        return Loss { reason, hang };
+                    if let Heard::Lost(loss) = heard {
+                        return loss;
                     }
                 }
             }
@@ -381,7 +392,7 @@ impl Channel {
 impl Channel {
     /// The job's first cause, once the coordinator has told it (a hang's names its suspect):
     /// what every pod's last line says, whichever pod failed first.
-    pub fn cause(&self) -> Option<Cause> {
+    pub fn cause(&self) -> Option<Loss> {
         self.cause.borrow().clone()
     }
 
@@ -500,7 +511,7 @@ struct Ends {
     said_hello: watch::Sender<bool>,
     /// This launcher's trainer's progress, as last reported.
     progress: watch::Receiver<Progress>,
-    cause: watch::Sender<Option<Cause>>,
+    cause: watch::Sender<Option<Loss>>,
     checkpoint: watch::Sender<Option<String>>,
     /// The coordinator said every trainer of the job succeeded (`Bye`).
     succeeded: watch::Sender<bool>,
@@ -517,22 +528,9 @@ impl Ends {
     }
 
     fn hear(&self, heard: Heard) {
-        if let Heard::Lost {
-            restart,
-            reason,
-            hang,
-            preempted,
-            grown,
-        } = &heard
-        {
-            let cause = Cause {
-                reason: reason.clone(),
-                hang: *hang,
-                preempted: *preempted,
-                grown: *grown,
-            };
-            self.knows_cause(cause);
-            self.knows_lost(*restart);
+        if let Heard::Lost(loss) = &heard {
+            self.knows_cause(loss.clone());
+            self.knows_lost(loss.restart);
         }
         let _ = self.heard.send(heard);
     }
@@ -546,7 +544,7 @@ impl Ends {
 
     /// The job's first cause, as the coordinator told it, and whether the job hangs: the first
     /// word stands.
-    fn knows_cause(&self, said: Cause) {
+    fn knows_cause(&self, said: Loss) {
         self.cause.send_if_modified(|cause| {
             let first = cause.is_none();
             if first {
@@ -970,13 +968,13 @@ mod tests {
                 WAIT,
             )
             .await;
-        let lost = Heard::Lost {
+        let lost = Heard::Lost(Loss {
             reason: "pod p-1 (trainer 1): trainer exited with status 3".into(),
             restart: true,
             hang: false,
             preempted: false,
             grown: false,
-        };
+        });
         assert_eq!(heard(&mut channels[0]).await, lost);
         assert_eq!(heard(&mut channels[2]).await, lost);
         assert!(channels.iter().all(Channel::may_restart));
@@ -999,7 +997,7 @@ mod tests {
             .await;
         // The failed follower has the answer before it decides.
         assert!(!channels[1].may_restart(), "the follower would restart");
-        let Heard::Lost { restart, .. } = heard(&mut channels[0]).await else {
+        let Heard::Lost(Loss { restart, .. }) = heard(&mut channels[0]).await else {
             panic!("not a loss")
         };
         assert!(!restart, "a restart after a member finished");
@@ -1016,7 +1014,7 @@ mod tests {
         for (i, mut channel) in channels.into_iter().enumerate().filter(|(i, _)| *i != 1) {
             let lost = heard(&mut channel).await;
             assert!(
-                matches!(&lost, Heard::Lost { hang: true, restart: true, reason, .. } if reason.contains("p-1")),
+                matches!(&lost, Heard::Lost(Loss { hang: true, restart: true, reason, .. }) if reason.contains("p-1")),
                 "launcher {i} heard {lost:?}"
             );
         }
@@ -1027,7 +1025,7 @@ mod tests {
         for mut channel in channels.into_iter().take(2) {
             let lost = heard(&mut channel).await;
             assert!(
-                matches!(&lost, Heard::Lost { restart: false, hang: false, reason, .. } if reason.contains("trainer id 5")),
+                matches!(&lost, Heard::Lost(Loss { restart: false, hang: false, reason, .. }) if reason.contains("trainer id 5")),
                 "{lost:?}"
             );
         }
@@ -1039,11 +1037,11 @@ mod tests {
             assert!(
                 matches!(
                     heard(&mut channel).await,
-                    Heard::Lost {
+                    Heard::Lost(Loss {
                         preempted: true,
                         restart: true,
                         ..
-                    }
+                    })
                 ),
                 "not a preemption's end"
             );
@@ -1092,7 +1090,7 @@ mod tests {
             !channels[1].may_restart(),
             "the failed follower would restart"
         );
-        let Heard::Lost { restart, .. } = heard(&mut channels[0]).await else {
+        let Heard::Lost(Loss { restart, .. }) = heard(&mut channels[0]).await else {
             panic!("not a loss")
         };
         assert!(!restart, "a restart without the member that finished");
@@ -1140,7 +1138,7 @@ mod tests {
         assert!(!channels[2].may_restart(), "restart 2 of a budget of 1");
         assert!(matches!(
             heard(&mut channels[0]).await,
-            Heard::Lost { restart: false, .. }
+            Heard::Lost(Loss { restart: false, .. })
         ));
 
         let mut channels = three_started(120, 0).await;
@@ -1155,7 +1153,7 @@ mod tests {
         assert!(!channels[1].may_restart());
         assert!(matches!(
             heard(&mut channels[2]).await,
-            Heard::Lost { restart: false, .. }
+            Heard::Lost(Loss { restart: false, .. })
         ));
     }
 
@@ -1169,9 +1167,9 @@ mod tests {
         }
         let started = Instant::now();
         drop(channels.remove(2));
-        let Heard::Lost {
+        let Heard::Lost(Loss {
             reason, restart, ..
-        } = heard(&mut channels[0]).await
+        }) = heard(&mut channels[0]).await
         else {
             panic!("not a loss")
         };
@@ -1184,7 +1182,10 @@ mod tests {
             started.elapsed() < Duration::from_secs(2),
             "only the heartbeat timeout told"
         );
-        assert!(matches!(heard(&mut channels[1]).await, Heard::Lost { .. }));
+        assert!(matches!(
+            heard(&mut channels[1]).await,
+            Heard::Lost(Loss { .. })
+        ));
     }
 
     /// A pod its launcher saw lost through the API is decided by the coordinator, where `Go` is:
@@ -1209,13 +1210,13 @@ mod tests {
 
         let mut channels = three_started(130, 0).await;
         channels[0].pod_lost("peer pod p-2 was deleted".into());
-        let lost = Heard::Lost {
+        let lost = Heard::Lost(Loss {
             reason: "peer pod p-2 was deleted".into(),
             restart: true,
             hang: false,
             preempted: false,
             grown: false,
-        };
+        });
         assert_eq!(heard(&mut channels[0]).await, lost);
         assert_eq!(heard(&mut channels[1]).await, lost);
     }

@@ -20,7 +20,6 @@ use crate::membership::PodAddress;
 
 use super::coordinator::{Core, Effect, Input, Setup, Terms};
 
-use super::heard::Cause;
 use super::heard::Request;
 use super::message::Message;
 use super::message::{cut, WireError};
@@ -127,7 +126,7 @@ impl Coordinator {
             .into_iter()
             .filter(|m| m.name != me)
             .collect();
-        let (core, first) = Core::start(
+        let (mut core, first) = Core::start(
             Setup {
                 me,
                 others: others.iter().map(|m| m.name.clone()).collect(),
@@ -146,6 +145,7 @@ impl Coordinator {
             },
             Instant::now(),
         );
+        super::write_log(core.lines());
         Coordinator {
             shared: Arc::new(Shared {
                 others,
@@ -198,6 +198,13 @@ impl Coordinator {
         true
     }
 
+    /// One input to the core, what it says for the log written.
+    fn step(&mut self, input: Input) -> Vec<Effect> {
+        let effects = self.core.step(input);
+        super::write_log(self.core.lines());
+        effects
+    }
+
     pub(super) async fn run(mut self, mut listener: Box<dyn Listener>, mut ends: Ends) {
         let (from_links_tx, mut from_links) = mpsc::unbounded_channel::<FromLink>();
         let mut connections = JoinSet::new();
@@ -234,20 +241,20 @@ impl Coordinator {
                     continue;
                 }
                 Some(report) = from_links.recv() => match self.on_link(report) {
-                    Some(input) => self.core.step(input),
+                    Some(input) => self.step(input),
                     None => continue,
                 },
                 Some(_) = connections.join_next(), if !connections.is_empty() => continue,
                 request = ends.requests.recv() => match request {
-                    Some(request) => self.core.step(Input::Own(request)),
+                    Some(request) => self.step(Input::Own(request)),
                     // The launcher is gone: close.
-                    None => self.core.step(Input::Own(Request::Finish { succeeded: false })),
+                    None => self.step(Input::Own(Request::Finish { succeeded: false })),
                 },
                 _ = ticks.tick() => {
-                    let mut effects = self.core.step(Input::Tick(Instant::now()));
+                    let mut effects = self.step(Input::Tick(Instant::now()));
                     if ends.progress.has_changed().unwrap_or(false) {
                         if let Some((step, last, behind)) = *ends.progress.borrow_and_update() {
-                            effects.extend(self.core.step(Input::OwnProgress { step, last, behind }));
+                            effects.extend(self.step(Input::OwnProgress { step, last, behind }));
                         }
                     }
                     effects
@@ -354,19 +361,9 @@ impl Coordinator {
                     self.senders.remove(&link);
                 }
                 Effect::Hear(heard) => ends.hear(heard),
-                Effect::KnowsLost {
-                    restart,
-                    reason,
-                    hang,
-                    preempted,
-                    grown,
-                } => {
-                    ends.knows_cause(Cause {
-                        reason,
-                        hang,
-                        preempted,
-                        grown,
-                    });
+                Effect::KnowsLost(loss) => {
+                    let restart = loss.restart;
+                    ends.knows_cause(loss);
                     ends.knows_lost(restart);
                 }
                 Effect::KnowsVerdict { restart } => ends.knows_verdict(restart),

@@ -16,11 +16,12 @@ use std::time::Duration;
 use proptest::prelude::*;
 use tokio::time::Instant;
 
-use super::coordinator::{Core, Effect, Growth, Input, Setup, Stage, Terms};
+use super::coordinator::{Core, Effect, Growth, Input, Setup, Terms};
 use super::following::{self, Following};
 use super::message::{Message, WireError};
 use super::{Heard, Request};
 use crate::ledger::Ledger;
+use crate::loss::Loss;
 use crate::verdict::UNBOUNDED_PREEMPTIONS;
 
 impl Default for Following {
@@ -300,7 +301,7 @@ impl Sim {
                 grows: 0,
             },
         };
-        let (core, effects) = Core::start(
+        let (mut core, effects) = Core::start(
             Setup {
                 me: "p-0".into(),
                 others: followers.iter().map(|f| f.name.clone()).collect(),
@@ -316,6 +317,8 @@ impl Sim {
             },
             now,
         );
+        // What it says for the log: written by the driver, dropped here.
+        core.lines();
         let sim = Sim {
             core,
             now,
@@ -333,7 +336,7 @@ impl Sim {
     }
 
     fn step(&mut self, input: Input) -> Result<(), TestCaseError> {
-        let running = matches!(self.core.stage, Stage::Running { .. });
+        let running = self.core.started();
         match &input {
             Input::Said {
                 link,
@@ -425,6 +428,7 @@ impl Sim {
         };
         let was_stopped = self.core.stopped();
         let effects = self.core.step(input);
+        self.core.lines();
         if was_stopped {
             prop_assert!(effects.is_empty(), "a stopped coordinator said {effects:?}");
         }
@@ -518,13 +522,13 @@ impl Sim {
                         },
                     ..
                 }) => f.go = Some((epoch, max_restarts, preemptions, max_preemptions)),
-                following::Effect::Hear(Heard::Lost {
+                following::Effect::Hear(Heard::Lost(Loss {
                     restart,
                     reason,
                     hang,
                     preempted,
                     grown,
-                }) => {
+                })) => {
                     // A growth's restart (or a loss in its checkpoint window) is told as one,
                     // free, by the coordinator or by the link's end when it is gone.
                     prop_assert_eq!(
@@ -604,6 +608,7 @@ impl Sim {
                 following::Effect::Hear(Heard::Regather(_))
                 | following::Effect::JobSucceeded
                 | following::Effect::StopListening
+                | following::Effect::Log(_)
                 | following::Effect::Close => {}
             }
         }
@@ -636,11 +641,11 @@ impl Sim {
                     {
                         // An arrival hears the attempt's end only: the verdict, or the success.
                         prop_assert!(
-                            matches!(message, Message::Lost { .. } | Message::Bye),
+                            matches!(message, Message::Lost(Loss { .. }) | Message::Bye),
                             "an arrival was told {message:?}"
                         );
                         prop_assert!(a.heard.is_empty(), "an arrival told twice: {message:?}");
-                        if let (Message::Lost { restart, .. }, Some(verdict)) =
+                        if let (Message::Lost(Loss { restart, .. }), Some(verdict)) =
                             (&message, self.record.verdicts.first())
                         {
                             prop_assert_eq!(restart, verdict, "an arrival told another verdict");
@@ -654,7 +659,7 @@ impl Sim {
                         f.gone = true;
                     }
                     if let Some(a) = self.arrivals.iter_mut().find(|a| a.link == Some(link)) {
-                        let running = matches!(self.core.stage, Stage::Running { .. });
+                        let running = self.core.started();
                         prop_assert!(
                             self.growth.is_none() || !running,
                             "an elastic job's coordinator turned an arrival away"
@@ -663,7 +668,7 @@ impl Sim {
                     }
                 }
                 Effect::Hear(_)
-                | Effect::KnowsLost { .. }
+                | Effect::KnowsLost(Loss { .. })
                 | Effect::KnowsVerdict { .. }
                 | Effect::Checkpoint(_)
                 | Effect::Absent(_)
@@ -783,13 +788,13 @@ impl Sim {
                 }
                 self.record.verdicts.push(*restart);
             }
-            Message::Lost {
+            Message::Lost(Loss {
                 restart,
                 reason,
                 hang,
                 preempted,
                 grown,
-            } => {
+            }) => {
                 prop_assert_eq!(
                     *grown,
                     *preempted && reason.starts_with("the job grows"),
@@ -980,8 +985,8 @@ impl Sim {
     }
 
     fn check_state(&self) -> Result<(), TestCaseError> {
-        if let Some((_, restart)) = &self.core.lost {
-            prop_assert_eq!(Some(restart), self.record.lost.last());
+        if let Some(restart) = self.core.loss().map(|loss| loss.restart) {
+            prop_assert_eq!(Some(&restart), self.record.lost.last());
         }
         // Every follower told of the loss heard the job's one cause, hang or not.
         for f in &self.followers {
@@ -1006,7 +1011,7 @@ impl Sim {
         let Some(growth) = self.growth else {
             return Ok(());
         };
-        let training = matches!(self.core.stage, Stage::Running { .. })
+        let training = self.core.started()
             && self.record.lost.is_empty()
             && self.record.done.is_empty()
             && self.record.checkpoint.is_none()
@@ -1214,7 +1219,7 @@ impl Sim {
                     link: Some(link),
                     heard: Vec::new(),
                 };
-                let training = matches!(self.core.stage, Stage::Running { .. })
+                let training = self.core.started()
                     && self.record.lost.is_empty()
                     && self.record.grow_told_at.is_none();
                 if self.growth.is_some() && training && self.record.arrived_at.is_none() {
@@ -1357,7 +1362,7 @@ fn keeps_its_invariants(
         sim.act(action)?;
     }
     sim.drain()?;
-    if let Some((_, verdict)) = &sim.core.lost {
+    if let Some(verdict) = sim.core.loss().map(|loss| loss.restart) {
         for f in sim
             .followers
             .iter()
@@ -1365,7 +1370,7 @@ fn keeps_its_invariants(
         {
             prop_assert_eq!(
                 f.losses.last(),
-                Some(verdict),
+                Some(&verdict),
                 "{} heard another verdict",
                 &f.name
             );
@@ -1373,10 +1378,7 @@ fn keeps_its_invariants(
     }
     // Then every launcher that knows of the loss stops its children: the verdict comes,
     // one for all, as long as the coordinator has not stopped.
-    if !sim.record.lost.is_empty()
-        && !sim.core.stopped()
-        && matches!(sim.core.stage, Stage::Running { .. })
-    {
+    if !sim.record.lost.is_empty() && !sim.core.stopped() && sim.core.started() {
         for i in 0..sim.followers.len() {
             sim.act(&Action::Stops(i))?;
         }
@@ -1539,7 +1541,7 @@ proptest! {
             prop_assert!(f.following.told(), "{} did not hear the job's success", &f.name);
         }
         prop_assert!(sim.record.lost.is_empty(), "{:?}", sim.record.lost);
-        let running = matches!(sim.core.stage, Stage::Running { .. });
+        let running = sim.core.started();
         prop_assert!(running);
         let heard_go = sim.followers.iter().all(|f| f.go.is_some());
         prop_assert!(heard_go);
@@ -1669,11 +1671,11 @@ fn the_coordinators_own_launcher_hears_a_followers_failure() {
         panic!("nothing said");
     };
     let effects = sim.core.step(Input::Said { link, pod, message });
-    assert!(effects.contains(&Effect::Hear(Heard::Lost {
+    assert!(effects.contains(&Effect::Hear(Heard::Lost(Loss {
         reason: "trainer exited with status 3".into(),
         restart: true,
         hang: false,
         preempted: false,
         grown: false,
-    })));
+    }))));
 }

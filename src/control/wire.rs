@@ -234,6 +234,7 @@ mod tests {
     use super::super::message::{cut, MAX_REASON};
     use super::*;
     use crate::ledger::Ledger;
+    use crate::loss::Loss;
 
     fn secret() -> Secret {
         Secret(b"0123456789abcdef0123456789abcdef".to_vec())
@@ -282,13 +283,13 @@ mod tests {
             serde_json::from_str(r#"{"kind":"lost","reason":"x","restart":true}"#).unwrap();
         assert_eq!(
             lost,
-            Message::Lost {
+            Message::Lost(Loss {
                 reason: "x".into(),
                 restart: true,
                 hang: false,
                 preempted: false,
                 grown: false,
-            }
+            })
         );
         let hello: Message = serde_json::from_str(
             r#"{"kind":"hello","pod":"p","next":0,"view":"v","max_restarts":1}"#,
@@ -360,13 +361,13 @@ mod tests {
     fn a_coordinator_stream_recorded_on_one_connection_fails_on_another() {
         let server = [3u8; NONCE_LEN];
         let mut recorded = Session::new(&secret(), both(server, [1u8; NONCE_LEN]), true);
-        let lost = recorded.seal(&Message::Lost {
+        let lost = recorded.seal(&Message::Lost(Loss {
             reason: "replayed".into(),
             restart: true,
             hang: false,
             preempted: false,
             grown: false,
-        });
+        }));
         let (p, m) = split(&lost);
         let mut victim = Session::new(&secret(), both(server, [2u8; NONCE_LEN]), false);
         assert_eq!(victim.open(p, m), Err(WireError::BadMac));
@@ -375,13 +376,13 @@ mod tests {
     #[test]
     fn long_reasons_are_cut_to_fit_a_frame() {
         let mut session = Session::new(&secret(), [0u8; 2 * NONCE_LEN], true);
-        let frame = session.seal(&Message::Lost {
+        let frame = session.seal(&Message::Lost(Loss {
             preempted: false,
             reason: cut(&"x".repeat(10_000)),
             restart: false,
             hang: false,
             grown: false,
-        });
+        }));
         let (payload, _) = split(&frame);
         assert!(payload.len() <= MAX_PAYLOAD);
         assert!(serde_json::from_slice::<Message>(payload).is_ok());

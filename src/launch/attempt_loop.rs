@@ -11,11 +11,11 @@
 
 use std::time::Duration;
 
-use crate::control::heard::Cause;
 use crate::error::Error;
 use crate::exit::{self, Outcome};
 use crate::ledger::Ledger;
 use crate::ledger::Recorded;
+use crate::loss::Loss;
 use crate::membership::PodAddress;
 use crate::vocabulary::EventKind;
 use crate::vocabulary::JOB_STOPPED;
@@ -30,7 +30,7 @@ pub(crate) struct Word {
     /// This launcher coordinates the job's channel.
     pub coordinates: bool,
     /// The job's first cause, as the coordinator told it (or a follower judged its silence).
-    pub cause: Option<Cause>,
+    pub cause: Option<Loss>,
     /// A checkpoint was asked of the job's trainers (a member's preemption, or a growth).
     pub checkpoint_asked: bool,
     /// The checkpoint asked was the elastic job's growth's.
@@ -654,8 +654,9 @@ mod tests {
 
     fn cause(reason: &str, preempted: bool) -> Word {
         Word {
-            cause: Some(Cause {
+            cause: Some(Loss {
                 reason: reason.into(),
+                restart: true,
                 hang: false,
                 preempted,
                 grown: false,
@@ -859,8 +860,9 @@ mod tests {
         let mut machine = running(Ledger::first(1), records);
         machine.step(ran(143, "trainer stopped", Word::default()));
         let grown = Word {
-            cause: Some(Cause {
+            cause: Some(Loss {
                 reason: "the job grows: p-2 joined (1 pod)".into(),
+                restart: true,
                 hang: false,
                 preempted: true,
                 grown: true,

@@ -15,6 +15,7 @@ use crate::control::{Channel, Heard};
 use crate::error::ConfigError;
 use crate::error::Error;
 use crate::ledger::Ledger;
+use crate::loss::Loss;
 use crate::membership::{Membership, PodAddress, Served};
 use crate::peers;
 use crate::protocol::InputFiles;
@@ -368,20 +369,20 @@ pub(super) async fn started(
             Ok(Some(Start { ledger, membership }))
         }
         Heard::Regather(reason)
-        | Heard::Lost {
+        | Heard::Lost(Loss {
             reason,
             restart: true,
             ..
-        } => {
+        }) => {
             info!("{reason}: discovering the job's pods again");
             channel.close().await;
             Ok(None)
         }
-        Heard::Lost {
+        Heard::Lost(Loss {
             reason,
             restart: false,
             ..
-        } => {
+        }) => {
             channel.close().await;
             Err(Error::PeerLost {
                 reason,
@@ -552,7 +553,7 @@ fn attempt_from_coordinator(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::membership::Loss;
+    use crate::loss::Loss;
     use crate::supervise::{Event, Signals};
     use tokio::time::timeout;
 
@@ -581,13 +582,8 @@ mod tests {
     async fn a_loss_ends_the_steps_before_the_start_and_only_those() {
         let _reaping = crate::supervise::REAPING.lock().await;
         let mut sup = Supervisor::new(Signals::install().unwrap(), Duration::from_secs(1));
-        let lost = || {
-            futures::future::ready(Loss {
-                reason: "peer pod p-2 was deleted".into(),
-                hang: false,
-            })
-            .boxed()
-        };
+        let lost =
+            || futures::future::ready(Loss::of_pod("peer pod p-2 was deleted".into())).boxed();
         sup.watch_peers(lost());
         let never = std::future::pending::<()>();
         let ended = timeout(

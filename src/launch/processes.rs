@@ -17,7 +17,7 @@ use crate::config::Config;
 use crate::control::{self, Channel};
 use crate::error::Error;
 use crate::exit::Outcome;
-use crate::membership::Loss;
+use crate::loss::Loss;
 use crate::plan::{Plan, ProcessSpec, Role};
 use crate::supervise::{or_never, Event, Output, SpawnSpec, Supervisor};
 use crate::vocabulary::Protocol;
@@ -394,7 +394,9 @@ pub(super) fn input_of(
             }
             Input::Exited { role, local, ended }
         }
-        Event::PeerLost(Loss { reason, hang: true }) => Input::JobHung(reason),
+        Event::PeerLost(Loss {
+            reason, hang: true, ..
+        }) => Input::JobHung(reason),
         Event::PeerLost(Loss { reason, .. }) => Input::PeerLost(reason),
         Event::JobDone(done) => Input::JobDone(done),
     })

@@ -15,7 +15,8 @@ use crate::control::{self, Channel, Joining, Role as ControlRole};
 use crate::error::ConfigError;
 use crate::error::Error;
 use crate::ledger::Ledger;
-use crate::membership::{Loss, Me, Membership, PodAddress, Served};
+use crate::loss::Loss;
+use crate::membership::{Me, Membership, PodAddress, Served};
 use crate::peers;
 
 use super::coordination;

@@ -24,7 +24,7 @@ use tracing::{debug, info, warn};
 
 use crate::error::Error;
 use crate::exit::{is_stop_signal, signal_name, Ended};
-use crate::membership::Loss;
+use crate::loss::Loss;
 
 /// Never passed on to a child.
 const JOB_SECRET_VARIABLE: &str = "PADDLE_LAUNCHER_JOB_SECRET";

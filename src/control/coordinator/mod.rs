@@ -6,18 +6,18 @@
 
 mod losing;
 mod starting;
+use losing::{loss_told, Ending};
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use tokio::time::Instant;
-use tracing::{info, warn};
-
-use super::heard::{after_preemption, judge_preemption, Heard, Request};
+use super::heard::{after_preemption, judge_preemption, Heard, LogLine, Request};
 use super::message::{cut, Message, WireError};
 use crate::launch::progress::{suspect, Report};
 use crate::ledger::Ledger;
+use crate::loss::Loss;
 use crate::membership::Membership;
 use crate::verdict::{verdict, Standing};
+use tokio::time::Instant;
 
 /// What the coordinator is told.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,13 +80,7 @@ pub(super) enum Effect {
     Hear(Heard),
     /// This launcher learns the job's loss (without hearing it: it told it), and whether the
     /// job may restart.
-    KnowsLost {
-        restart: bool,
-        reason: String,
-        hang: bool,
-        preempted: bool,
-        grown: bool,
-    },
+    KnowsLost(Loss),
     /// This launcher learns the verdict on the loss, decided once.
     KnowsVerdict { restart: bool },
     /// This launcher's trainer is asked for a checkpoint: a member is preempted (the reason).
@@ -105,6 +99,7 @@ pub(super) enum Effect {
     Stop,
 }
 
+/// Where the coordinator is, with what it knows there: no flag beside it says more.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Stage {
     /// Waiting for every member's hello: what each said of the job (the epoch it would start
@@ -113,10 +108,63 @@ pub(super) enum Stage {
         since: Instant,
         ready: HashMap<String, Terms>,
     },
-    /// Started the attempt of this ledger (its epoch, budget and free restarts as agreed).
-    Running(Ledger),
-    /// Said what there was to say; waiting for this launcher to close the channel.
-    Closing,
+    /// Started the attempt of this ledger (its epoch, budget and free restarts as agreed);
+    /// nothing lost yet.
+    Running {
+        ledger: Ledger,
+        /// A member was preempted: every trainer was asked for a checkpoint, and the attempt's
+        /// end, whatever ends it, is the preemption's (a trainer whose peer left fails too),
+        /// which spends no restart.
+        preempted: Option<Preempted>,
+        growing: Growing,
+    },
+    /// The started attempt is lost, told to every member. The verdict waits until the members
+    /// joined then have stopped or gone (`awaiting`), and this launcher's children too: each
+    /// says `Done` before `Stopped` on its one connection, so by then every success is known.
+    Lost {
+        loss: Loss,
+        awaiting: HashSet<String>,
+        own_stopped: bool,
+    },
+    /// The verdict on the loss is final (`loss.restart`): told to everyone, and to every pod
+    /// that joins from now on.
+    Decided(Loss),
+    /// The members' configurations cannot start together (why): told to every member that
+    /// joins again, until every member has heard it.
+    Refused(String),
+    /// Said what there was to say (the job gathers again, or was lost before its start: that
+    /// loss); waiting for this launcher to close the channel.
+    Closing(Option<Loss>),
+    /// The last word is out: nothing more is said. The stage it stopped in.
+    Stopped(Box<Stage>),
+}
+
+impl Stage {
+    /// This stage, or the one a stopped coordinator stopped in.
+    fn last(&self) -> &Stage {
+        match self {
+            Stage::Stopped(stage) => stage.last(),
+            stage => stage,
+        }
+    }
+}
+
+/// A member preempted in the running attempt: its pod, and what its launcher said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Preempted {
+    pod: String,
+    reason: String,
+}
+
+/// An elastic job's growth in the running attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Growing {
+    /// No pod waits to join (none came, or every arrival left before the window ended).
+    No,
+    /// The first arrival came then: the window in which others may follow runs.
+    Since(Instant),
+    /// Every trainer was asked for a checkpoint: the attempt ends at `at`, for `reason`.
+    Due { at: Instant, reason: String },
 }
 
 /// The longest pause between two lines naming the members that have not said hello.
@@ -146,19 +194,8 @@ pub(super) struct Core {
     pub(super) stage: Stage,
     /// The live connection of each joined member; a second hello of the same pod is refused.
     pub(super) links: HashMap<String, u64>,
+    /// The members whose trainer succeeded, this launcher among them once its own has.
     pub(super) done: HashSet<String>,
-    /// The first loss, told to every link, late ones too, and whether the job may restart.
-    pub(super) lost: Option<(String, bool)>,
-    /// The first loss is a hang: every launcher asks its trainer for its stacks first.
-    lost_hang: bool,
-    /// A member was preempted in this attempt (its pod, and what its launcher said): every
-    /// trainer was asked for a checkpoint, and the attempt's end, whatever ends it, is the
-    /// preemption's (a trainer whose peer left fails too), which spends no restart.
-    preempted: Option<(String, String)>,
-    /// The loss told is a preemption.
-    lost_preempted: bool,
-    /// The first loss was the elastic job's growth (or came inside its checkpoint window).
-    lost_grown: bool,
     /// How each member names itself, this launcher too.
     who: HashMap<String, String>,
     /// Each member's last progress report (this launcher's too): the link it came on (None:
@@ -176,36 +213,21 @@ pub(super) struct Core {
     hello_overdue: Duration,
     /// When the members that have not said hello are named next.
     hello_named_at: Instant,
-    /// After a loss: the members whose stop is still awaited (joined then, not gone since),
-    /// and whether this launcher's own children are stopped. The verdict waits for all: each
-    /// says `Done` before `Stopped` on its one connection, so by then every success is known.
-    pub(super) awaiting: HashSet<String>,
-    own_stopped: bool,
-    /// The verdict, once decided.
-    pub(super) decided: Option<bool>,
-    /// Members that joined after the loss, before the verdict: told it when it is decided.
+    /// Members that joined while the attempt's end was not known yet (after the loss, before
+    /// the verdict; a member that had served its part, back): told how it ends.
     held: HashMap<String, u64>,
-    /// This launcher's trainer succeeded: the coordinator stays until the followers report.
-    own_success: bool,
-    /// Serving only to tell every joining member that the job has ended.
-    ending: bool,
-    /// The start was refused (why): every member that joins again hears it too.
-    refused: Option<String>,
-    /// Members told the job's end as they joined.
+    /// The job had ended before this coordinator started: it serves only to tell every
+    /// member that joins (as a refusal does).
+    ended: bool,
+    /// Members told the job's end, or its refusal, as they joined.
     told: HashSet<String>,
     membership: Option<Membership>,
-    stopped: bool,
     growth: Option<Growth>,
     /// Pods that are no member and said hello while the job trained, each on its link: held
     /// (they hear nothing of the attempt) until it ends, then told how.
     arrivals: HashMap<String, u64>,
-    /// When the first of them arrived.
-    arrived_at: Option<Instant>,
-    /// The job grows: its attempt ends then (the trainers' checkpoint given its time), why.
-    growing: Option<(Instant, String)>,
-    /// The loss being told is the job's growth (a free restart); any other loss in the
-    /// checkpoint window before it is a loss like any.
-    losing_by_growth: bool,
+    /// What the last step said for the log (`lines`).
+    said: Vec<LogLine>,
 }
 
 /// How a member is named in the job's lines: what it says of itself ("pod p-1 on node n7
@@ -297,6 +319,17 @@ impl Core {
             .flat_map(Membership::without_trainer)
             .map(str::to_string)
             .collect();
+        let stage = match &setup.ended {
+            // As if it had run and lost, for good.
+            Some(reason) => Stage::Decided(Loss {
+                restart: false,
+                ..Loss::of_pod(reason.clone())
+            }),
+            None => Stage::Gathering {
+                since: now,
+                ready: HashMap::new(),
+            },
+        };
         let mut core = Core {
             serving,
             served: HashSet::new(),
@@ -306,52 +339,25 @@ impl Core {
             view: setup.view,
             own: setup.terms,
             join_grace: setup.join_grace,
-            stage: Stage::Gathering {
-                since: now,
-                ready: HashMap::new(),
-            },
+            stage,
             links: HashMap::new(),
             done: HashSet::new(),
-            lost: None,
-            lost_hang: false,
-            preempted: None,
-            lost_preempted: false,
-            lost_grown: false,
             who: HashMap::from([(me_name.clone(), named(&me_name, &setup.who))]),
             progress: HashMap::new(),
             now,
             progress_margin: setup.progress_margin,
             hello_overdue: setup.hello_overdue,
             hello_named_at: now + setup.hello_overdue,
-            awaiting: HashSet::new(),
-            own_stopped: false,
-            decided: None,
             held: HashMap::new(),
-            own_success: false,
-            ending: setup.ended.is_some(),
-            refused: None,
+            ended: setup.ended.is_some(),
             told: HashSet::new(),
             membership: setup.membership,
-            stopped: false,
             growth: setup.growth,
             arrivals: HashMap::new(),
-            arrived_at: None,
-            growing: None,
-            losing_by_growth: false,
+            said: Vec::new(),
         };
         let mut effects = Vec::new();
-        if let Some(reason) = setup.ended {
-            // As if it had run and lost, for good.
-            core.stage = Stage::Running(Ledger {
-                max_restarts: 0,
-                max_preemptions: 0,
-                ..core.own.ledger
-            });
-            core.lost = Some((reason, false));
-            core.decided = Some(false);
-        } else {
-            core.start_when_ready(&mut effects);
-        }
+        core.start_when_ready(&mut effects);
         core.stop_when_done(&mut effects);
         (core, effects)
     }
@@ -359,7 +365,8 @@ impl Core {
     /// One input, and what it makes the coordinator say. Nothing once it has stopped.
     pub(super) fn step(&mut self, input: Input) -> Vec<Effect> {
         let mut effects = Vec::new();
-        if self.stopped {
+        self.said.clear();
+        if self.stopped() {
             return effects;
         }
         match input {
@@ -420,8 +427,56 @@ impl Core {
         effects
     }
 
+    /// What the last step said for the pod's log, taken (the next step forgets it anyway).
+    pub(super) fn lines(&mut self) -> Vec<LogLine> {
+        std::mem::take(&mut self.said)
+    }
+
+    fn info(&mut self, line: String) {
+        self.said.push(LogLine::Info(line));
+    }
+
+    fn warn(&mut self, line: String) {
+        self.said.push(LogLine::Warn(line));
+    }
+
     pub(super) fn stopped(&self) -> bool {
-        self.stopped
+        matches!(self.stage, Stage::Stopped(_))
+    }
+
+    /// Whether an attempt started (it may have been lost since, or the channel stopped).
+    pub(super) fn started(&self) -> bool {
+        matches!(
+            self.stage.last(),
+            Stage::Running { .. } | Stage::Lost { .. } | Stage::Decided(_)
+        )
+    }
+
+    /// Started, and nothing lost yet (the channel may have stopped since).
+    pub(super) fn training(&self) -> bool {
+        matches!(self.stage.last(), Stage::Running { .. })
+    }
+
+    /// The job's loss as last told, if any.
+    #[cfg(test)]
+    pub(super) fn loss(&self) -> Option<&Loss> {
+        match self.stage.last() {
+            Stage::Lost { loss, .. } | Stage::Decided(loss) | Stage::Closing(Some(loss)) => {
+                Some(loss)
+            }
+            _ => None,
+        }
+    }
+
+    /// The verdict on the loss, once final: whether the job restarts. "No restart" is final
+    /// as soon as it is said.
+    #[cfg(test)]
+    pub(super) fn verdict(&self) -> Option<bool> {
+        match self.stage.last() {
+            Stage::Decided(loss) => Some(loss.restart),
+            Stage::Lost { loss, .. } | Stage::Closing(Some(loss)) if !loss.restart => Some(false),
+            _ => None,
+        }
     }
 
     /// Followers with a trainer that have neither said they are done nor gone.
@@ -437,7 +492,7 @@ impl Core {
     // Neither means anything before the start: no trainer ran.
     fn said(&mut self, link: u64, pod: String, message: Message, effects: &mut Vec<Effect>) {
         // Only the pod's live connection speaks for it (not a second one being refused).
-        if self.links.get(&pod) != Some(&link) || !matches!(self.stage, Stage::Running { .. }) {
+        if self.links.get(&pod) != Some(&link) || !self.started() {
             return;
         }
         match message {
@@ -445,20 +500,20 @@ impl Core {
             // nor is awaited; its pod's end is no loss, which everyone watching it must know.
             // Its pserver has ended: after a loss, it has nothing left to stop.
             Message::Done if self.serving.contains(&pod) => {
-                if self.awaiting.remove(&pod) {
-                    self.decide_when_stopped(effects);
-                }
+                self.stopped_or_gone(&pod, effects);
                 self.serve(pod, effects);
             }
             // A pserver pod whose pserver has ended has nothing left to fail, nor to preempt:
             // it leaves (a loss it saw through the API, this launcher sees too).
             Message::Failed { .. } | Message::Preempted { .. } if self.served.contains(&pod) => {
-                info!("control channel: {pod} leaves (its pserver had ended)");
+                self.info(format!(
+                    "control channel: {pod} leaves (its pserver had ended)"
+                ));
             }
             Message::Done => {
                 // The first success is news to the followers; later ones change nothing for
                 // them, and a thousand would cost a million frames.
-                if self.done.is_empty() && !self.own_success {
+                if self.done.is_empty() {
                     effects.push(Effect::Broadcast(Message::Finished { pod: pod.clone() }));
                 }
                 self.done.insert(pod.clone());
@@ -468,19 +523,23 @@ impl Core {
                 reason,
                 restartable,
                 hang,
-            } => self.lose(reason, &pod, true, restartable, hang, effects),
+            } => self.lose(&pod, Ending::failure(reason, restartable, hang), effects),
             Message::Preempted { reason } => self.preempted(pod, reason, effects),
-            Message::Stopped if self.awaiting.remove(&pod) => self.decide_when_stopped(effects),
+            Message::Stopped => self.stopped_or_gone(&pod, effects),
             _ => {}
         }
     }
 
     fn ended_link(&mut self, link: u64, pod: String, why: WireError, effects: &mut Vec<Effect>) {
         if self.arrivals.get(&pod) == Some(&link) {
-            info!("control channel: {pod}, which had arrived to join the job, left: {why}");
+            self.info(format!(
+                "control channel: {pod}, which had arrived to join the job, left: {why}"
+            ));
             self.arrivals.remove(&pod);
-            if self.arrivals.is_empty() && self.growing.is_none() {
-                self.arrived_at = None;
+            if let Stage::Running { growing, .. } = &mut self.stage {
+                if self.arrivals.is_empty() && matches!(growing, Growing::Since(_)) {
+                    *growing = Growing::No;
+                }
             }
             return;
         }
@@ -488,41 +547,35 @@ impl Core {
             return;
         }
         self.links.remove(&pod);
-        if self.refused.is_some() && matches!(why, WireError::Closed) {
+        if matches!(self.stage, Stage::Refused(_)) && matches!(why, WireError::Closed) {
             self.told.insert(pod);
             self.stop_when_done(effects);
             return;
         }
+        // A member whose trainer is done may still serve the others (a lingering pserver):
+        // its silence is a loss too (a final one), its close is not. A member that has served
+        // its part serves nothing: neither is.
+        let finished = self.done.contains(&pod) || self.served.contains(&pod);
+        let silent_unserved = matches!(why, WireError::Silent(_)) && !self.served.contains(&pod);
+        if let Stage::Gathering { ready, .. } = &mut self.stage {
+            ready.remove(&pod);
+            self.info(format!(
+                "control channel: {pod} left before the start: {why}"
+            ));
+        } else if self.training() && (!finished || silent_unserved) {
+            let reason = match why {
+                WireError::Silent(seconds) => format!(
+                    "peer pod {pod} sent no heartbeat for {seconds} s (frozen, or its node is gone)"
+                ),
+                WireError::Closed => format!(
+                    "the launcher of peer pod {pod} closed the control connection (its pod is gone, or it was killed)"
+                ),
+                other => format!("the control connection of peer pod {pod} failed: {other}"),
+            };
+            self.lose(&pod, Ending::failure(reason, true, false), effects);
+        }
         // Gone: nothing more to wait for from it (its `Done`, if any, came first).
-        let was_awaited = self.awaiting.remove(&pod);
-        match &mut self.stage {
-            Stage::Gathering { ready, .. } => {
-                ready.remove(&pod);
-                info!("control channel: {pod} left before the start: {why}");
-            }
-            // A member whose trainer is done may still serve the others (a lingering
-            // pserver): its silence is a loss too (a final one), its close is not. A member
-            // that has served its part serves nothing: neither is.
-            Stage::Running { .. }
-                if !(self.done.contains(&pod) || self.served.contains(&pod))
-                    || (matches!(why, WireError::Silent(_)) && !self.served.contains(&pod)) =>
-            {
-                let reason = match why {
-                    WireError::Silent(seconds) => format!(
-                        "peer pod {pod} sent no heartbeat for {seconds} s (frozen, or its node is gone)"
-                    ),
-                    WireError::Closed => format!(
-                        "the launcher of peer pod {pod} closed the control connection (its pod is gone, or it was killed)"
-                    ),
-                    other => format!("the control connection of peer pod {pod} failed: {other}"),
-                };
-                self.lose(reason, &pod, true, true, false, effects);
-            }
-            Stage::Running { .. } | Stage::Closing => {}
-        }
-        if was_awaited {
-            self.decide_when_stopped(effects);
-        }
+        self.stopped_or_gone(&pod, effects);
     }
 
     /// While gathering, the members that have not said hello `hello_overdue` after the
@@ -560,7 +613,7 @@ impl Core {
 
     fn tick(&mut self, now: Instant, effects: &mut Vec<Effect>) {
         if let Some(line) = self.overdue_hellos(now) {
-            warn!("{line}");
+            self.warn(line);
         }
         self.grow_when_due(now, effects);
         let Stage::Gathering { since, .. } = &self.stage else {
@@ -632,6 +685,8 @@ mod tests {
         let (mut core, _) = Core::start(setup(&["a", "b"]), at);
         core.step(joined(1, "a"));
         core.step(joined(2, "b"));
+        // What it said for the log: the driver's to write.
+        core.lines();
         core
     }
 
@@ -643,6 +698,39 @@ mod tests {
             who: format!("pod {pod} on node n7"),
             terms: Terms::first(3),
         }
+    }
+
+    /// What the coordinator says for the pod's log is its driver's to write, one step's at a
+    /// time: the start, then a loss as a warning naming its reason; a step that says nothing
+    /// leaves nothing from the one before.
+    #[test]
+    fn what_it_says_for_the_log_is_the_last_steps() {
+        let at = Instant::now();
+        let (mut core, _) = Core::start(setup(&["a"]), at);
+        core.step(joined(1, "a"));
+        assert_eq!(
+            core.lines(),
+            [
+                LogLine::Info("control channel: a joined".into()),
+                LogLine::Info(
+                    "control channel: all 2 launchers are here: starting restart epoch 0".into()
+                ),
+            ]
+        );
+        let failed = Message::Failed {
+            reason: "pod a: trainer exited with status 1".into(),
+            restartable: true,
+            hang: false,
+        };
+        core.step(said(1, "a", failed));
+        assert_eq!(
+            core.lines(),
+            [LogLine::Warn(
+                "control channel: pod a: trainer exited with status 1".into()
+            )]
+        );
+        core.step(Input::Tick(at));
+        assert_eq!(core.lines(), []);
     }
 
     /// Pods that run different numbers of trainer processes cannot start together: once all
@@ -668,7 +756,7 @@ mod tests {
                 Effect::Hear(Heard::Refused(reason.into())),
             ]
         );
-        assert!(matches!(core.stage, Stage::Closing));
+        assert!(matches!(core.stage, Stage::Refused(_)));
         // Served on: a member whose link broke before it heard joins again and is told; once
         // every member has closed its link after hearing it, the coordinator stops.
         assert!(core
@@ -735,9 +823,10 @@ mod tests {
         };
         let effects = core.step(said(3, "t1", failed));
         assert!(
-            effects
-                .iter()
-                .any(|e| matches!(e, Effect::Broadcast(Message::Lost { restart: true, .. }))),
+            effects.iter().any(|e| matches!(
+                e,
+                Effect::Broadcast(Message::Lost(Loss { restart: true, .. }))
+            )),
             "a trainer's failure after the coordinator's pserver ended is final: {effects:?}"
         );
 
@@ -785,7 +874,7 @@ mod tests {
         assert!(
             effects
                 .iter()
-                .any(|e| matches!(e, Effect::Broadcast(Message::Lost { .. }))),
+                .any(|e| matches!(e, Effect::Broadcast(Message::Lost(Loss { .. })))),
             "{effects:?}"
         );
     }
@@ -822,12 +911,16 @@ mod tests {
         };
         let effects = core.step(said(2, "p1", failed));
         assert!(
-            effects
-                .iter()
-                .any(|e| matches!(e, Effect::Broadcast(Message::Lost { restart: true, .. }))),
+            effects.iter().any(|e| matches!(
+                e,
+                Effect::Broadcast(Message::Lost(Loss { restart: true, .. }))
+            )),
             "{effects:?}"
         );
-        assert_eq!(core.awaiting.len(), 3, "every member stops, pservers too");
+        assert!(
+            matches!(&core.stage, Stage::Lost { awaiting, .. } if awaiting.len() == 3),
+            "every member stops, pservers too"
+        );
 
         // A pserver pod whose pserver ended cleanly says Done: no trainer finished by it (a
         // failure after it may still restart the job), and its close is no loss; everyone
@@ -848,9 +941,10 @@ mod tests {
         };
         let effects = core.step(said(3, "t1", failed.clone()));
         assert!(
-            effects
-                .iter()
-                .any(|e| matches!(e, Effect::Broadcast(Message::Lost { restart: true, .. }))),
+            effects.iter().any(|e| matches!(
+                e,
+                Effect::Broadcast(Message::Lost(Loss { restart: true, .. }))
+            )),
             "{effects:?}"
         );
 
@@ -884,7 +978,7 @@ mod tests {
         for message in leaving {
             assert_eq!(core.step(said(1, "p0", message)), []);
         }
-        assert!(core.lost.is_none());
+        assert!(core.loss().is_none());
     }
 
     /// A member that finished stopped progressing for good: it is no suspect, however old its
@@ -931,7 +1025,7 @@ mod tests {
                 hang: true,
             },
         ));
-        let Some(Effect::Broadcast(Message::Lost { reason, .. })) = effects.first() else {
+        let Some(Effect::Broadcast(Message::Lost(Loss { reason, .. }))) = effects.first() else {
             panic!("{effects:?}")
         };
         assert!(
@@ -980,7 +1074,7 @@ mod tests {
             core.step(joined(7, "a"));
             core.step(said(7, "a", Message::Done));
             core.step(ended(7, "a", why));
-            assert_eq!(core.lost.map(|(_, restart)| restart), lost);
+            assert_eq!(core.loss().map(|loss| loss.restart), lost);
         }
     }
 
@@ -996,7 +1090,7 @@ mod tests {
         assert!(
             matches!(
                 effects[0],
-                Effect::Broadcast(Message::Lost { restart: false, .. })
+                Effect::Broadcast(Message::Lost(Loss { restart: false, .. }))
             ),
             "{effects:?}"
         );
@@ -1012,18 +1106,18 @@ mod tests {
         let mut core = both_joined(Instant::now());
         let lost = core.step(ended(1, "a", WireError::Closed));
         assert!(
-            lost.contains(&Effect::Broadcast(Message::Lost {
+            lost.contains(&Effect::Broadcast(Message::Lost(Loss {
                 reason: "the launcher of peer pod a closed the control connection (its pod is gone, or it was killed)".into(),
                 restart: true,
                 hang: false,
                 preempted: false,
                 grown: false,
-            })),
+            }))),
             "{lost:?}"
         );
         let effects = core.step(Input::Own(Request::Finish { succeeded: true }));
         assert_eq!(effects, [Effect::Stop]);
-        assert!(!core.own_success);
+        assert!(!core.done.contains("me"));
     }
 
     /// An elastic job's grows are free restarts, not among its free preemptions: with one
@@ -1070,12 +1164,12 @@ mod tests {
             ));
             let ended = core.step(ended(1, "a", WireError::Closed));
             let told = ended.iter().find_map(|e| match e {
-                Effect::Broadcast(Message::Lost {
+                Effect::Broadcast(Message::Lost(Loss {
                     restart,
                     preempted,
                     grown,
                     ..
-                }) => Some((*restart, *preempted, *grown)),
+                })) => Some((*restart, *preempted, *grown)),
                 _ => None,
             });
             assert_eq!(told, Some((free, free, false)), "grows {grows}: {ended:?}");
@@ -1091,7 +1185,7 @@ mod tests {
         };
         let reason_of = |effects: &[Effect]| {
             effects.iter().find_map(|e| match e {
-                Effect::Broadcast(Message::Lost { reason, .. }) => Some(reason.clone()),
+                Effect::Broadcast(Message::Lost(Loss { reason, .. })) => Some(reason.clone()),
                 _ => None,
             })
         };
@@ -1123,7 +1217,7 @@ mod tests {
             assert!(
                 effects.iter().any(|e| matches!(
                     e,
-                    Effect::Broadcast(Message::Lost { restart, .. }) if *restart == restartable
+                    Effect::Broadcast(Message::Lost(Loss { restart, .. })) if *restart == restartable
                 )),
                 "{restartable}: {effects:?}"
             );
@@ -1145,12 +1239,12 @@ mod tests {
         assert!(
             effects.iter().any(|e| matches!(
                 e,
-                Effect::Broadcast(Message::Lost { restart: false, reason, .. })
+                Effect::Broadcast(Message::Lost(Loss { restart: false, reason, .. }))
                     if reason.contains("peer pod a joined again")
             )),
             "{effects:?}"
         );
-        assert_eq!(core.decided, Some(false));
+        assert_eq!(core.verdict(), Some(false));
     }
 
     /// Messages for a connection that is not the pod's live one, or from a pod that is no
@@ -1217,7 +1311,7 @@ mod tests {
         let reason = effects
             .iter()
             .find_map(|e| match e {
-                Effect::Broadcast(Message::Lost { reason, .. }) => Some(reason.clone()),
+                Effect::Broadcast(Message::Lost(Loss { reason, .. })) => Some(reason.clone()),
                 _ => None,
             })
             .unwrap();
@@ -1287,22 +1381,22 @@ mod tests {
         ));
         let reason = "the job hangs: suspect trainer id 5 on pod b on node n7: furthest behind, at step 9 (2 ranks at later steps), last progress 30.0 s ago; found by pod a on node n7 at 2026-11-23T10:00:00Z: trainer-1 made no progress for 30 s";
         assert!(
-            effects.contains(&Effect::Broadcast(Message::Lost {
+            effects.contains(&Effect::Broadcast(Message::Lost(Loss {
                 reason: reason.into(),
                 restart: true,
                 hang: true,
                 preempted: false,
                 grown: false,
-            })),
+            }))),
             "{effects:?}"
         );
-        assert!(effects.contains(&Effect::Hear(Heard::Lost {
+        assert!(effects.contains(&Effect::Hear(Heard::Lost(Loss {
             reason: reason.into(),
             restart: true,
             hang: true,
             preempted: false,
             grown: false,
-        })));
+        }))));
     }
 
     /// A member finished and lingers (its pserver serves), then another fails: the job cannot
@@ -1321,7 +1415,7 @@ mod tests {
             },
         ));
         assert!(effects.contains(&Effect::Broadcast(Message::Verdict { restart: false })));
-        assert_eq!(core.decided, Some(false));
+        assert_eq!(core.verdict(), Some(false));
     }
 
     /// An elastic job's coordinator of `me`, `a` and `b`, both joined: arrivals are gathered for
@@ -1416,7 +1510,14 @@ mod tests {
         let mut training = elastic_both_joined(at, 5);
         let effects = training.step(two(joined(9, "c")));
         assert!(turned(&effects, 9), "{effects:?}");
-        assert!(training.arrivals.is_empty() && training.arrived_at.is_none());
+        assert!(training.arrivals.is_empty());
+        assert!(matches!(
+            training.stage,
+            Stage::Running {
+                growing: Growing::No,
+                ..
+            }
+        ));
         assert!(matches!(training.stage, Stage::Running { .. }));
         // Gathering: c is a member the API found, and differs.
         let mut gathering = elastic(at, &["a", "c"], 0);
@@ -1442,9 +1543,9 @@ mod tests {
 
     fn lost_of(effects: &[Effect]) -> Option<(bool, bool)> {
         effects.iter().find_map(|e| match e {
-            Effect::Broadcast(Message::Lost {
+            Effect::Broadcast(Message::Lost(Loss {
                 restart, preempted, ..
-            }) => Some((*restart, *preempted)),
+            })) => Some((*restart, *preempted)),
             _ => None,
         })
     }
@@ -1481,9 +1582,10 @@ mod tests {
         let ended = core.step(Input::Tick(at + Duration::from_secs(75)));
         assert_eq!(lost_of(&ended), Some((true, true)), "{ended:?}");
         assert!(
-            ended
-                .iter()
-                .any(|e| matches!(e, Effect::Broadcast(Message::Lost { grown: true, .. }))),
+            ended.iter().any(|e| matches!(
+                e,
+                Effect::Broadcast(Message::Lost(Loss { grown: true, .. }))
+            )),
             "told as a grow: {ended:?}"
         );
         core.step(said(1, "a", Message::Stopped));
@@ -1491,7 +1593,7 @@ mod tests {
         let decided = core.step(Input::Own(Request::Stopped));
         for link in [3, 4] {
             let told = decided.iter().any(|e| {
-                matches!(e, Effect::Send { link: l, message: Message::Lost { restart: true, preempted: true, .. } } if *l == link)
+                matches!(e, Effect::Send { link: l, message: Message::Lost(Loss { restart: true, preempted: true, .. }) } if *l == link)
             });
             assert!(told, "link {link}: {decided:?}");
         }
@@ -1515,13 +1617,13 @@ mod tests {
         core.step(Input::Tick(at + Duration::from_secs(60)));
         let ended = core.step(said(1, "a", failed()));
         let told = ended.iter().find_map(|e| match e {
-            Effect::Broadcast(Message::Lost {
+            Effect::Broadcast(Message::Lost(Loss {
                 reason,
                 restart,
                 hang,
                 preempted,
                 grown,
-            }) => Some((reason.clone(), *restart, *hang, *preempted, *grown)),
+            })) => Some((reason.clone(), *restart, *hang, *preempted, *grown)),
             _ => None,
         });
         let reason = "the job grows: c joined (1 pod); then: pod a: trainer exited with status 3";
@@ -1532,12 +1634,12 @@ mod tests {
         core.step(Input::Tick(at + Duration::from_secs(59)));
         let ended = core.step(said(1, "a", failed()));
         let told = ended.iter().find_map(|e| match e {
-            Effect::Broadcast(Message::Lost {
+            Effect::Broadcast(Message::Lost(Loss {
                 reason,
                 hang,
                 preempted,
                 ..
-            }) => Some((reason.starts_with("the job hangs"), *hang, *preempted)),
+            })) => Some((reason.starts_with("the job hangs"), *hang, *preempted)),
             _ => None,
         });
         assert_eq!(told, Some((true, true, false)), "{ended:?}");
@@ -1554,13 +1656,13 @@ mod tests {
         let at = Instant::now();
         let lost = |effects: &[Effect]| {
             effects.iter().find_map(|e| match e {
-                Effect::Broadcast(Message::Lost {
+                Effect::Broadcast(Message::Lost(Loss {
                     reason,
                     hang,
                     preempted,
                     grown,
                     ..
-                }) => Some((reason.clone(), *hang, *preempted, *grown)),
+                })) => Some((reason.clone(), *hang, *preempted, *grown)),
                 _ => None,
             })
         };
@@ -1719,7 +1821,7 @@ mod tests {
     fn b_replaced_after_a_restartable_loss() -> Core {
         let mut core = both_joined(Instant::now());
         core.step(ended(2, "b", WireError::Closed));
-        assert_eq!(core.lost.as_ref().map(|l| l.1), Some(true));
+        assert_eq!(core.loss().map(|loss| loss.restart), Some(true));
         assert!(
             core.step(joined(3, "b")).is_empty(),
             "told before the verdict"
@@ -1738,10 +1840,10 @@ mod tests {
             e,
             Effect::Send {
                 link: 3,
-                message: Message::Lost { restart: false, .. }
+                message: Message::Lost(Loss { restart: false, .. })
             }
         )));
-        assert_eq!(core.decided, Some(false));
+        assert_eq!(core.verdict(), Some(false));
     }
 
     /// The usual replacement: a pod is lost, its replacement joins while the others stop, and
@@ -1756,7 +1858,7 @@ mod tests {
                 e,
                 Effect::Send {
                     link: 3,
-                    message: Message::Lost { restart: true, .. }
+                    message: Message::Lost(Loss { restart: true, .. })
                 }
             )
         });
@@ -1782,7 +1884,7 @@ mod tests {
                 "b did not join the control channel within 60 s".into()
             ))
         );
-        assert_eq!(core.stage, Stage::Closing);
+        assert_eq!(core.stage, Stage::Closing(None));
     }
 
     /// Many pods without a hello: eight are named, and how many more there are.

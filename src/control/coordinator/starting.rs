@@ -6,12 +6,14 @@ use super::*;
 impl Core {
     /// Everyone (this launcher too) discovers the job again.
     pub(super) fn regather(&mut self, reason: String, effects: &mut Vec<Effect>) {
-        info!("control channel: {reason}: discovering the job again");
+        self.info(format!(
+            "control channel: {reason}: discovering the job again"
+        ));
         effects.push(Effect::Broadcast(Message::Regather {
             reason: cut(&reason),
         }));
         effects.push(Effect::Hear(Heard::Regather(reason)));
-        self.stage = Stage::Closing;
+        self.stage = Stage::Closing(None);
     }
 
     pub(super) fn joined(
@@ -23,10 +25,7 @@ impl Core {
         effects: &mut Vec<Effect>,
     ) {
         if !self.is_other.contains(&pod) {
-            if pod != self.me
-                && self.growth.is_some()
-                && matches!(self.stage, Stage::Running { .. })
-            {
+            if pod != self.me && self.growth.is_some() && self.started() {
                 match self.differs(&pod, &terms) {
                     Some(why) => self.turn_away(&[(pod, link)], &why, effects),
                     None => self.arrive(link, pod, effects),
@@ -36,7 +35,7 @@ impl Core {
             }
             return;
         }
-        if let Some(reason) = &self.refused {
+        if let Stage::Refused(reason) = &self.stage {
             let message = Message::Refused {
                 reason: reason.clone(),
             };
@@ -46,11 +45,13 @@ impl Core {
             return;
         }
         if self.links.contains_key(&pod) {
-            warn!("control channel: closed a second connection of {pod}: it is already connected");
+            self.warn(format!(
+                "control channel: closed a second connection of {pod}: it is already connected"
+            ));
             effects.push(Effect::Close(link));
             return;
         }
-        info!("control channel: {pod} joined");
+        self.info(format!("control channel: {pod} joined"));
         self.links.insert(pod.clone(), link);
         match &mut self.stage {
             // An empty view: a follower that takes the membership from `Go`.
@@ -62,34 +63,28 @@ impl Core {
                 format!("{pod} found other pods than this launcher"),
                 effects,
             ),
-            Stage::Running { .. } => match (&self.lost, self.decided) {
-                // It ran nothing in this attempt: it hears the verdict, once there is one.
-                (Some(_), Some(restart)) => {
-                    let message = self.loss_told(restart);
-                    effects.push(Effect::Send { link, message });
-                    self.told.insert(pod);
-                }
-                (Some(_), None) => {
-                    self.held.insert(pod, link);
-                }
-                // A pod that had served its part, back (its container restarted in place, or
-                // replaced under the same name): nothing for it in this attempt; it hears how
-                // the attempt ends.
-                (None, _) if self.served.contains(&pod) => {
-                    info!("control channel: {pod}, which had served its part, joined again: it waits for the attempt's end");
-                    self.held.insert(pod, link);
-                }
-                // Its earlier connection ended, which already counted as a loss.
-                (None, _) => self.lose(
-                    format!("the launcher of peer pod {pod} joined again (it restarted)"),
-                    &pod,
-                    true,
-                    true,
-                    false,
-                    effects,
-                ),
-            },
-            Stage::Closing => {}
+            // It ran nothing in this attempt: it hears the verdict, once there is one.
+            Stage::Decided(loss) => {
+                let message = loss_told(loss);
+                effects.push(Effect::Send { link, message });
+                self.told.insert(pod);
+            }
+            Stage::Lost { .. } => {
+                self.held.insert(pod, link);
+            }
+            // A pod that had served its part, back (its container restarted in place, or
+            // replaced under the same name): nothing for it in this attempt; it hears how the
+            // attempt ends.
+            Stage::Running { .. } if self.served.contains(&pod) => {
+                self.info(format!("control channel: {pod}, which had served its part, joined again: it waits for the attempt's end"));
+                self.held.insert(pod, link);
+            }
+            // Its earlier connection ended, which already counted as a loss.
+            Stage::Running { .. } => {
+                let reason = format!("the launcher of peer pod {pod} joined again (it restarted)");
+                self.lose(&pod, Ending::failure(reason, true, false), effects)
+            }
+            _ => {}
         }
     }
 
@@ -129,7 +124,7 @@ impl Core {
         }
         if let Some((pod, terms)) = others.first() {
             let reason = self.differs(pod, terms).unwrap_or_default();
-            warn!("control channel: {reason}");
+            self.warn(format!("control channel: {reason}"));
             effects.push(Effect::Broadcast(Message::Refused {
                 reason: reason.clone(),
             }));
@@ -137,35 +132,46 @@ impl Core {
             // Served on to whoever joins again (a link that broke before the word reached
             // it), until every member has heard it: closed its link once told, or been told
             // as it joined again.
-            self.refused = Some(reason);
-            self.ending = true;
-            self.stage = Stage::Closing;
+            self.stage = Stage::Refused(reason);
             return;
         }
         let ledger = own.ledger.agree(ready.values().map(|member| member.ledger));
-        let max_restarts = ledger.max_restarts;
-        if ready
-            .values()
-            .any(|r| r.ledger.max_restarts != own.ledger.max_restarts)
-        {
-            warn!("control channel: the launchers were given different restart budgets (PADDLE_LAUNCHER_MAX_RESTARTS): the job has the smallest, {max_restarts}");
+        let differ =
+            |of: fn(&Ledger) -> u32| ready.values().any(|r| of(&r.ledger) != of(&own.ledger));
+        let budgets_differ = differ(|ledger| ledger.max_restarts);
+        let preemptions_differ = differ(|ledger| ledger.max_preemptions);
+        self.go(ledger, budgets_differ, preemptions_differ, effects);
+    }
+
+    /// Every member is here and agrees: the attempt of `ledger` starts. The launchers' budgets
+    /// may have differed: the job has the smallest (said).
+    fn go(
+        &mut self,
+        ledger: Ledger,
+        budgets_differ: bool,
+        preemptions_differ: bool,
+        effects: &mut Vec<Effect>,
+    ) {
+        if budgets_differ {
+            self.warn(format!("control channel: the launchers were given different restart budgets (PADDLE_LAUNCHER_MAX_RESTARTS): the job has the smallest, {}", ledger.max_restarts));
         }
-        if ready
-            .values()
-            .any(|r| r.ledger.max_preemptions != own.ledger.max_preemptions)
-        {
-            warn!("control channel: the launchers were given different numbers of free preemptions (PADDLE_LAUNCHER_MAX_PREEMPTIONS): the job has the smallest, {}", crate::verdict::describe_max_preemptions(ledger.max_preemptions));
+        if preemptions_differ {
+            self.warn(format!("control channel: the launchers were given different numbers of free preemptions (PADDLE_LAUNCHER_MAX_PREEMPTIONS): the job has the smallest, {}", crate::verdict::describe_max_preemptions(ledger.max_preemptions)));
         }
-        info!(
+        self.info(format!(
             "control channel: all {} are here: starting restart epoch {}",
             crate::vocabulary::count(self.others.len() + 1, "launcher"),
             ledger.epoch
-        );
+        ));
         effects.push(Effect::Broadcast(Message::Go {
             membership: self.membership.clone(),
             ledger,
         }));
-        self.stage = Stage::Running(ledger);
+        self.stage = Stage::Running {
+            ledger,
+            preempted: None,
+            growing: Growing::No,
+        };
         effects.push(Effect::Hear(Heard::Go {
             membership: None,
             ledger,
@@ -176,27 +182,34 @@ impl Core {
     /// loss it hears it at once (it gathers with the others); else it is held until the
     /// attempt ends, and the first arrival opens the window in which others may follow.
     pub(super) fn arrive(&mut self, link: u64, pod: String, effects: &mut Vec<Effect>) {
-        if let (Some(_), Some(restart)) = (&self.lost, self.decided) {
-            let message = self.loss_told(restart);
+        if let Stage::Decided(loss) = &self.stage {
+            let message = loss_told(loss);
             effects.push(Effect::Send { link, message });
             return;
         }
         if let Some(earlier) = self.arrivals.insert(pod.clone(), link) {
             effects.push(Effect::Close(earlier));
         }
-        let training = self.lost.is_none() && self.growing.is_none();
-        match (self.growth, self.arrived_at) {
-            (Some(growth), None) if training => {
-                self.arrived_at = Some(self.now);
-                info!(
-                    "control channel: {pod} arrived to join the job: it grows in {} s, with any pod that arrives meanwhile",
-                    growth.window.as_secs()
-                );
+        let window = match (&mut self.stage, self.growth) {
+            (
+                Stage::Running {
+                    growing: growing @ Growing::No,
+                    ..
+                },
+                Some(growth),
+            ) => {
+                *growing = Growing::Since(self.now);
+                Some(growth.window)
             }
-            _ => {
-                info!("control channel: {pod} arrived to join the job: it joins at the next start")
-            }
-        }
+            _ => None,
+        };
+        self.info(match window {
+            Some(window) => format!(
+                "control channel: {pod} arrived to join the job: it grows in {} s, with any pod that arrives meanwhile",
+                window.as_secs()
+            ),
+            None => format!("control channel: {pod} arrived to join the job: it joins at the next start"),
+        });
     }
 
     /// Why `pod`, which says `terms`, cannot train with this launcher's pod: it runs another
@@ -229,7 +242,9 @@ impl Core {
         effects: &mut Vec<Effect>,
     ) {
         for (pod, link) in pods {
-            warn!("control channel: {pod} cannot join the job, turned away: {why}");
+            self.warn(format!(
+                "control channel: {pod} cannot join the job, turned away: {why}"
+            ));
             let message = Message::Refused {
                 reason: cut(&format!("{TURNED_AWAY}: {why}")),
             };
@@ -250,19 +265,21 @@ impl Core {
         let Some(growth) = self.growth else {
             return;
         };
-        // A preemption asked every trainer for a checkpoint already: its end restarts the job,
-        // with the arrivals.
-        let training = matches!(self.stage, Stage::Running { .. })
-            && self.lost.is_none()
-            && self.done.is_empty()
-            && !self.own_success
-            && self.preempted.is_none();
-        if !training {
-            // A member finished (the job is ending, and the arrivals hear how), or was
-            // preempted (its end restarts the job, with them).
+        // A member finished (the job is ending, and the arrivals hear how), or was preempted
+        // (a preemption asked every trainer for a checkpoint already: its end restarts the
+        // job, with the arrivals), or the attempt is lost: no growth.
+        let Stage::Running {
+            preempted: None,
+            growing,
+            ..
+        } = &self.stage
+        else {
+            return;
+        };
+        if !self.done.is_empty() {
             return;
         }
-        if let (Some(first), None) = (self.arrived_at, &self.growing) {
+        if let Growing::Since(first) = *growing {
             if now.saturating_duration_since(first) < growth.window || self.arrivals.is_empty() {
                 return;
             }
@@ -274,18 +291,25 @@ impl Core {
                 crate::vocabulary::count(pods.len(), "pod")
             ));
             if !growth.checkpoint_window.is_zero() {
-                warn!("control channel: {reason}: asking every trainer for a checkpoint, {} s before the restart", growth.checkpoint_window.as_secs());
+                self.warn(format!("control channel: {reason}: asking every trainer for a checkpoint, {} s before the restart", growth.checkpoint_window.as_secs()));
                 effects.push(Effect::Broadcast(Message::Checkpoint {
                     reason: reason.clone(),
                 }));
                 effects.push(Effect::Checkpoint(reason.clone()));
             }
-            self.growing = Some((now + growth.checkpoint_window, reason));
+            if let Stage::Running { growing, .. } = &mut self.stage {
+                let at = now + growth.checkpoint_window;
+                *growing = Growing::Due { at, reason };
+            }
         }
-        if let Some((at, reason)) = self.growing.clone() {
-            if now >= at {
-                self.losing_by_growth = true;
-                self.lose(reason, "", true, true, false, effects);
+        if let Stage::Running {
+            growing: Growing::Due { at, reason },
+            ..
+        } = &self.stage
+        {
+            if now >= *at {
+                let reason = reason.clone();
+                self.lose("", Ending::growth(reason), effects);
             }
         }
     }
