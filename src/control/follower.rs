@@ -15,38 +15,30 @@ use super::net::{Net, Reader, Writer};
 use super::wire::*;
 use super::{Ends, Heard, Joining, Recheck, Request, RECHECK_FIRST, RECHECK_LAST};
 
-/// A follower's side of one attempt: connect (retrying while the coordinator is not up yet),
-/// say hello, wait for `Go`, then beat and listen until this launcher finishes.
-pub(super) async fn follow(
-    joining: Joining,
+/// Connects to the coordinator and says hello, knocking again (at most every 250 ms, said
+/// once in ten seconds) until it answers, its name moves to another pod, the join grace ends
+/// (the job gathers again) or the launcher closes the channel (None).
+async fn connect(
+    joining: &Joining,
     coordinator: SocketAddr,
-    recheck: Option<Recheck>,
-    mut ends: Ends,
-) {
-    let limit = joining.heartbeat_timeout;
+    recheck: Option<&Recheck>,
+    ends: &mut Ends,
+) -> Option<(Challenge, Reader, Writer)> {
     let started = Instant::now();
     let mut pause = Duration::from_millis(50);
     let mut last_said = None;
     let mut last_recheck = Instant::now();
     let mut recheck_every = RECHECK_FIRST;
-    let (challenge, reader, mut writer) = loop {
+    loop {
         // A stop (the launcher closing the channel) ends every wait here, even a connect that
         // takes its whole timeout.
-        let Some(connected) = unless_finished(&mut ends, handshake(&joining, coordinator)).await
-        else {
-            return;
-        };
+        let connected = unless_finished(ends, handshake(joining, coordinator)).await?;
         let why = match connected {
-            Ok(connected) => break connected,
+            Ok(connected) => return Some(connected),
             Err(why) => why,
         };
-        if let Some(recheck) = recheck
-            .as_ref()
-            .filter(|_| last_recheck.elapsed() >= recheck_every)
-        {
-            let Some(answer) = unless_finished(&mut ends, recheck()).await else {
-                return;
-            };
+        if let Some(recheck) = recheck.filter(|_| last_recheck.elapsed() >= recheck_every) {
+            let answer = unless_finished(ends, recheck()).await?;
             last_recheck = Instant::now();
             recheck_every = (recheck_every * 2).min(RECHECK_LAST);
             // Only a definite answer moves the follower: a failed lookup keeps it knocking at
@@ -56,7 +48,7 @@ pub(super) async fn follow(
                 ends.hear(Heard::Regather(format!(
                     "the coordinating launcher at {coordinator} cannot be reached ({why}) and {moved}"
                 )));
-                return;
+                return None;
             }
         }
         if started.elapsed() > joining.join_grace {
@@ -64,7 +56,7 @@ pub(super) async fn follow(
                 "the coordinating launcher at {coordinator} could not be reached for {} s ({why})",
                 joining.join_grace.as_secs()
             )));
-            return;
+            return None;
         }
         // The first refusal and then one line in ten seconds: it may take a while.
         if last_said.is_none_or(|at: Instant| at.elapsed() > Duration::from_secs(10)) {
@@ -74,12 +66,28 @@ pub(super) async fn follow(
         tokio::select! {
             _ = sleep(pause) => {}
             request = ends.requests.recv() => match request {
-                Some(Request::Finish { .. }) | None => return,
+                Some(Request::Finish { .. }) | None => return None,
                 // Only a coordinator's launcher routes the pods it sees lost to its channel.
                 Some(Request::Failed { .. } | Request::Done | Request::PodLost(_) | Request::Stopped | Request::Preempted(_)) => {}
             },
         }
         pause = (pause * 2).min(Duration::from_millis(250));
+    }
+}
+
+/// A follower's side of one attempt: connect (retrying while the coordinator is not up yet),
+/// say hello, wait for `Go`, then beat and listen until this launcher finishes.
+pub(super) async fn follow(
+    joining: Joining,
+    coordinator: SocketAddr,
+    recheck: Option<Recheck>,
+    mut ends: Ends,
+) {
+    let limit = joining.heartbeat_timeout;
+    let Some((challenge, reader, mut writer)) =
+        connect(&joining, coordinator, recheck.as_ref(), &mut ends).await
+    else {
+        return;
     };
     ends.said_hello.send_replace(true);
     let mut out = Session::new(&joining.secret, challenge, false);

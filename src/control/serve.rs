@@ -424,6 +424,19 @@ impl LinkTimeouts {
     }
 }
 
+/// What a follower said as it joined, its handshake done.
+struct Greeted {
+    challenge: Challenge,
+    /// The session its frames are read with (the hello read).
+    session: Session,
+    /// The member it is (or an elastic job's arrival).
+    pod: String,
+    view: String,
+    heartbeat_ms: u64,
+    who: String,
+    terms: Terms,
+}
+
 /// One follower's connection: challenge, hello (naming the member of this address), then
 /// heartbeats both ways until it ends. Returns the pod (once known) and why it ended.
 pub(super) async fn serve(
@@ -433,83 +446,19 @@ pub(super) async fn serve(
     peer: SocketAddr,
     to_coordinator: &mpsc::UnboundedSender<FromLink>,
 ) -> (Option<String>, WireError) {
-    let server = match nonce() {
-        Ok(server) => server,
-        Err(e) => return (None, e),
-    };
-    let greeted = async {
-        timeout(HANDSHAKE, writer.write_all(&server))
-            .await
-            .map_err(|_| WireError::Io("no room to send the challenge".into()))?
-            .map_err(io)?;
-        let mut client = [0u8; NONCE_LEN];
-        let no_hello = || WireError::Io(format!("no hello within {} s", HANDSHAKE.as_secs()));
-        timeout(HANDSHAKE, reader.read_exact(&mut client))
-            .await
-            .map_err(|_| no_hello())?
-            .map_err(io)?;
-        let challenge = both(server, client);
-        let mut session = Session::new(&shared.secret, challenge, true);
-        let hello = timeout(HANDSHAKE, session.read(&mut reader))
-            .await
-            .map_err(|_| no_hello())??;
-        let ledger = hello.ledger();
-        let Message::Hello {
-            pod,
-            view,
-            heartbeat_ms,
-            who,
-            nproc_per_pod,
-            ..
-        } = hello
-        else {
-            return Err(WireError::Malformed(
-                "the first frame is not a hello".into(),
-            ));
-        };
-        if !heartbeat_said_fits(heartbeat_ms) {
-            return Err(WireError::Malformed(format!(
-                "a heartbeat timeout of {heartbeat_ms} ms, outside 1 s to 7 days"
-            )));
-        }
-        // A follower without a pod name is known by its address, when that is one pod's.
-        let at_address: Vec<&PodAddress> =
-            shared.others.iter().filter(|m| m.ip == peer.ip()).collect();
-        let member = match pod.as_str() {
-            "" if at_address.len() == 1 => Some(at_address[0]),
-            "" => None,
-            name => at_address.into_iter().find(|m| m.name == name),
-        };
-        let name = match member {
-            Some(member) => member.name.clone(),
-            // An elastic job's arrival: the name it says (the job's secret vouches for it;
-            // the API decides whether it trains, at the next start).
-            None if shared.admits_arrivals
-                && at_address_is_none(&shared.others, peer.ip())
-                && !shared.others.iter().any(|m| m.name == pod)
-                && pod.len() <= 253
-                && crate::selector::is_dns_subdomain(&pod) =>
-            {
-                pod.clone()
-            }
-            None => {
-                return Err(WireError::Malformed(format!(
-                    "{pod} is not a member of this job at {}",
-                    peer.ip()
-                )))
-            }
-        };
-        let terms = Terms {
-            // Some: the frame is a hello.
-            ledger: ledger.unwrap_or(Ledger::first(0)),
-            nproc_per_pod,
-        };
-        Ok((challenge, session, name, view, heartbeat_ms, who, terms))
-    };
-    let (challenge, session, pod, view, heartbeat_ms, who, terms) = match greeted.await {
+    let greeted = match greet(shared, (&mut reader, &mut writer), peer).await {
         Ok(greeted) => greeted,
         Err(e) => return (None, e),
     };
+    let Greeted {
+        challenge,
+        session,
+        pod,
+        view,
+        heartbeat_ms,
+        who,
+        terms,
+    } = greeted;
     let (to_link, mut rx) = mpsc::unbounded_channel();
     let _ = to_coordinator.send(FromLink::Joined {
         link,
@@ -527,37 +476,130 @@ pub(super) async fn serve(
             shared.heartbeat_timeout.as_secs_f64()
         );
     }
-    let why = talk(
-        shared,
+    let joined = Link {
+        id: link,
+        pod: &pod,
         timeouts,
-        link,
-        &pod,
+        challenge,
+        to_coordinator,
+    };
+    let why = talk(shared, joined, (session, reader), &mut writer, &mut rx).await;
+    (Some(pod), why)
+}
+
+/// The handshake: this end's challenge, the follower's, its hello, checked (a member of this
+/// address, or an elastic job's arrival; a heartbeat timeout that fits), each read bounded.
+async fn greet(
+    shared: &Shared,
+    (reader, writer): (&mut Reader, &mut Writer),
+    peer: SocketAddr,
+) -> Result<Greeted, WireError> {
+    let server = nonce()?;
+    timeout(HANDSHAKE, writer.write_all(&server))
+        .await
+        .map_err(|_| WireError::Io("no room to send the challenge".into()))?
+        .map_err(io)?;
+    let mut client = [0u8; NONCE_LEN];
+    let no_hello = || WireError::Io(format!("no hello within {} s", HANDSHAKE.as_secs()));
+    timeout(HANDSHAKE, reader.read_exact(&mut client))
+        .await
+        .map_err(|_| no_hello())?
+        .map_err(io)?;
+    let challenge = both(server, client);
+    let mut session = Session::new(&shared.secret, challenge, true);
+    let hello = timeout(HANDSHAKE, session.read(reader))
+        .await
+        .map_err(|_| no_hello())??;
+    let ledger = hello.ledger();
+    let Message::Hello {
+        pod,
+        view,
+        heartbeat_ms,
+        who,
+        nproc_per_pod,
+        ..
+    } = hello
+    else {
+        return Err(WireError::Malformed(
+            "the first frame is not a hello".into(),
+        ));
+    };
+    if !heartbeat_said_fits(heartbeat_ms) {
+        return Err(WireError::Malformed(format!(
+            "a heartbeat timeout of {heartbeat_ms} ms, outside 1 s to 7 days"
+        )));
+    }
+    let name = member_named(shared, pod, peer)?;
+    let terms = Terms {
+        // Some: the frame is a hello.
+        ledger: ledger.unwrap_or(Ledger::first(0)),
+        nproc_per_pod,
+    };
+    Ok(Greeted {
         challenge,
         session,
-        reader,
-        &mut writer,
-        &mut rx,
-        to_coordinator,
-    )
-    .await;
-    (Some(pod), why)
+        pod: name,
+        view,
+        heartbeat_ms,
+        who,
+        terms,
+    })
+}
+
+/// The member a hello names (`pod`) from `peer`: the pod of that name at that address (a
+/// hello without a name: the one pod there), or an elastic job's arrival.
+fn member_named(shared: &Shared, pod: String, peer: SocketAddr) -> Result<String, WireError> {
+    // A follower without a pod name is known by its address, when that is one pod's.
+    let at_address: Vec<&PodAddress> = shared.others.iter().filter(|m| m.ip == peer.ip()).collect();
+    let member = match pod.as_str() {
+        "" if at_address.len() == 1 => Some(at_address[0]),
+        "" => None,
+        name => at_address.into_iter().find(|m| m.name == name),
+    };
+    match member {
+        Some(member) => Ok(member.name.clone()),
+        // An elastic job's arrival: the name it says (the job's secret vouches for it;
+        // the API decides whether it trains, at the next start).
+        None if shared.admits_arrivals
+            && at_address_is_none(&shared.others, peer.ip())
+            && !shared.others.iter().any(|m| m.name == pod)
+            && pod.len() <= 253
+            && crate::selector::is_dns_subdomain(&pod) =>
+        {
+            Ok(pod)
+        }
+        None => Err(WireError::Malformed(format!(
+            "{pod} is not a member of this job at {}",
+            peer.ip()
+        ))),
+    }
+}
+
+/// A joined follower's link, as `talk` serves it.
+struct Link<'a> {
+    id: u64,
+    pod: &'a str,
+    timeouts: LinkTimeouts,
+    challenge: Challenge,
+    to_coordinator: &'a mpsc::UnboundedSender<FromLink>,
 }
 
 /// A joined follower's connection, until it ends (the reason). Whatever the coordinator
 /// queued goes out first, so a `Lost` or `Bye` is written before the connection closes.
-#[allow(clippy::too_many_arguments)]
-pub(super) async fn talk(
+async fn talk(
     shared: &Shared,
-    timeouts: LinkTimeouts,
-    link: u64,
-    pod: &str,
-    challenge: Challenge,
-    reading: Session,
-    reader: Reader,
+    joined: Link<'_>,
+    (reading, reader): (Session, Reader),
     writer: &mut Writer,
     rx: &mut mpsc::UnboundedReceiver<Arc<Encoded>>,
-    to_coordinator: &mpsc::UnboundedSender<FromLink>,
 ) -> WireError {
+    let Link {
+        id: link,
+        pod,
+        timeouts,
+        challenge,
+        to_coordinator,
+    } = joined;
     let limit = timeouts.silent_after;
     let (mut incoming, _reader) = frames(reading, reader);
     let mut out = Session::new(&shared.secret, challenge, true);

@@ -121,12 +121,16 @@ pub(super) async fn gather(
                         coordinator,
                         (my_ip, inputs),
                         ledger,
-                        &mut began,
                     )
                     .await?
                     {
-                        Some(gathered) => return Ok(gathered),
-                        None => continue,
+                        Followed::Gathered(gathered) => return Ok(gathered),
+                        // The wait for a place in the job starts again.
+                        Followed::TurnedAway => {
+                            began = Instant::now();
+                            continue;
+                        }
+                        Followed::Again => continue,
                     }
                 }
                 Found::At(_) | Found::ThisPod | Found::NotNamed | Found::NoChannel => {}
@@ -188,7 +192,6 @@ pub(super) async fn gather(
             config,
             &membership,
             &me,
-            ledger,
             members_before.is_empty(),
         )
         .await?
@@ -421,8 +424,18 @@ pub(super) async fn wait_for_peers(
     .await?
 }
 
+/// What following a coordinator that sends the membership came to.
+pub(super) enum Followed {
+    Gathered(Gathered),
+    /// Gather again (the job regathers, lost before its start, or sent no membership).
+    Again,
+    /// Turned away (another number of processes): gather again, the wait for a place in the
+    /// job counted from now.
+    TurnedAway,
+}
+
 /// One attempt of a follower that does not discover the pods: join the coordinator, and plan
-/// with the membership it sends. None: gather again.
+/// with the membership it sends.
 pub(super) async fn follow_coordinator(
     config: &mut Config,
     supervisor: &mut Supervisor,
@@ -430,8 +443,7 @@ pub(super) async fn follow_coordinator(
     coordinator: SocketAddr,
     (my_ip, inputs): (IpAddr, &InputFiles),
     ledger: Ledger,
-    began: &mut Instant,
-) -> Result<Option<Gathered>, Error> {
+) -> Result<Followed, Error> {
     let role = ControlRole::Follower {
         coordinator,
         recheck: recheck_of(config),
@@ -471,15 +483,14 @@ pub(super) async fn follow_coordinator(
         Word::Heard(heard) => heard,
         Word::JobSucceeded(reason) => {
             channel.close().await;
-            return Ok(Some(Gathered::JobSucceeded(reason)));
+            return Ok(Followed::Gathered(Gathered::JobSucceeded(reason)));
         }
     };
     if let Heard::Refused(reason) = &heard {
         if reason.starts_with(control::TURNED_AWAY) {
             channel.close().await;
             turned_away(reason, supervisor).await?;
-            *began = Instant::now();
-            return Ok(None);
+            return Ok(Followed::TurnedAway);
         }
     }
     let Some(Start { ledger, membership }) = started(
@@ -490,17 +501,17 @@ pub(super) async fn follow_coordinator(
     )
     .await?
     else {
-        return Ok(None);
+        return Ok(Followed::Again);
     };
     let Some(membership) = membership else {
         info!(
             "the coordinator at {coordinator} sent no membership: discovering the job's pods again"
         );
         channel.close().await;
-        return Ok(None);
+        return Ok(Followed::Again);
     };
     let attempt = attempt_from_coordinator(config, (my_ip, inputs), membership, ledger, channel)?;
-    Ok(Some(Gathered::Attempt(Box::new(attempt))))
+    Ok(Followed::Gathered(Gathered::Attempt(Box::new(attempt))))
 }
 
 /// Turned away (it runs another number of processes than the elastic job): the job trains on

@@ -23,7 +23,6 @@ use super::coordination;
 use super::processes::{progress_check, CONNECT_TIMEOUT};
 use super::ready::{Attempt, UnjoinedCoordinator};
 use super::record::JobRecord;
-use super::setup::who;
 
 /// How long the launchers of an attempt may take to join its control channel, besides the
 /// grace period they may spend stopping their children first.
@@ -245,12 +244,11 @@ pub(super) async fn join_channel(
     config: &Config,
     membership: &Membership,
     me: &Me,
-    ledger: Ledger,
     first_attempt: bool,
 ) -> Result<Found<Channel>, Error> {
     let control = &config.control;
     let members = membership.pod_addresses();
-    let who = who(&me.name, &attempt.plan, config);
+    let ledger = attempt.ledger;
     let api = attempt.api.as_ref().filter(|_| first_attempt);
     let Some(plan) = &attempt.plan.control else {
         return Ok(Found::NoChannel);
@@ -295,7 +293,7 @@ pub(super) async fn join_channel(
         members,
         join_grace: join_grace(config, growth.is_some()),
         membership: Some(membership.clone()),
-        who,
+        who: attempt.who.clone(),
         served: attempt.served.clone(),
         ..joining(config, secret, me.address(), role, ledger)
     })
