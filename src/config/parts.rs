@@ -227,52 +227,11 @@ impl Control {
     }
 
     pub fn from_args(args: &JobArgs) -> Result<Control, ConfigError> {
-        // Blank is unset, as for every option (`channel_asked` says the same); the blanks
-        // around it are no part of it, as in the file that may hold it instead.
-        let secret = match args
-            .job_secret
-            .as_deref()
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-        {
-            // The value is not echoed: it is a secret.
-            Some(text) if text.len() < MIN_SECRET_LEN => {
-                return Err(ConfigError::new(
-                    JOB_SECRET,
-                    "(hidden)",
-                    "at least 32 characters, e.g. from `openssl rand -hex 16` in a Secret",
-                ))
-            }
-            secret => secret.map(|s| Secret(s.as_bytes().to_vec())),
-        };
-        let secret_file = present(&args.job_secret_file).map(PathBuf::from);
-        if let (Some(_), Some(file)) = (&secret, &secret_file) {
-            return Err(ConfigError::new(
-                JOB_SECRET_FILE,
-                &file.display().to_string(),
-                "either the secret or its file, not both",
-            ));
-        }
+        let (secret, secret_file) = job_secret(args)?;
         let port = |text: &str, variable| {
             parse_int(text, variable, 1, 65535, "a TCP port").map(|n| n as u16)
         };
-        let coordinator = present(&args.coordinator)
-            .map(|text| {
-                let bad = || {
-                    ConfigError::new(
-                        COORDINATOR,
-                        text,
-                        "HOST:PORT, e.g. my-job-0.my-job:6171 or 10.1.2.3:6171 ([v6]:port for IPv6)",
-                    )
-                };
-                let (host, number) = text.rsplit_once(':').ok_or_else(bad)?;
-                let host = host.trim_start_matches('[').trim_end_matches(']');
-                if host.is_empty() || host.contains(char::is_whitespace) {
-                    return Err(bad());
-                }
-                Ok((host.to_string(), port(number, COORDINATOR).map_err(|_| bad())?))
-            })
-            .transpose()?;
+        let coordinator = coordinator(args)?;
         let max_restarts = present(&args.max_restarts)
             .map(|text| parse_int(text, MAX_RESTARTS, 0, 10_000, "a number of restarts"))
             .transpose()?
@@ -327,6 +286,59 @@ impl Control {
             },
         })
     }
+}
+
+/// The job secret (--job-secret, never echoed) or its file (--job-secret-file), not both.
+fn job_secret(args: &JobArgs) -> Result<(Option<Secret>, Option<PathBuf>), ConfigError> {
+    // Blank is unset, as for every option (`channel_asked` says the same); the blanks
+    // around it are no part of it, as in the file that may hold it instead.
+    let secret = match args
+        .job_secret
+        .as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
+        // The value is not echoed: it is a secret.
+        Some(text) if text.len() < MIN_SECRET_LEN => {
+            return Err(ConfigError::new(
+                JOB_SECRET,
+                "(hidden)",
+                "at least 32 characters, e.g. from `openssl rand -hex 16` in a Secret",
+            ))
+        }
+        secret => secret.map(|s| Secret(s.as_bytes().to_vec())),
+    };
+    let secret_file = present(&args.job_secret_file).map(PathBuf::from);
+    if let (Some(_), Some(file)) = (&secret, &secret_file) {
+        return Err(ConfigError::new(
+            JOB_SECRET_FILE,
+            &file.display().to_string(),
+            "either the secret or its file, not both",
+        ));
+    }
+    Ok((secret, secret_file))
+}
+
+/// --coordinator: HOST:PORT of the coordinating launcher, if given.
+fn coordinator(args: &JobArgs) -> Result<Option<(String, u16)>, ConfigError> {
+    let port = |text: &str| parse_int(text, COORDINATOR, 1, 65535, "a TCP port").map(|n| n as u16);
+    present(&args.coordinator)
+        .map(|text| {
+            let bad = || {
+                ConfigError::new(
+                    COORDINATOR,
+                    text,
+                    "HOST:PORT, e.g. my-job-0.my-job:6171 or 10.1.2.3:6171 ([v6]:port for IPv6)",
+                )
+            };
+            let (host, number) = text.rsplit_once(':').ok_or_else(bad)?;
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            if host.is_empty() || host.contains(char::is_whitespace) {
+                return Err(bad());
+            }
+            Ok((host.to_string(), port(number).map_err(|_| bad())?))
+        })
+        .transpose()
 }
 
 impl Workspace {

@@ -9,57 +9,9 @@ use crate::cli::Opt;
 
 impl Topology {
     pub fn from_args(args: &JobArgs) -> Result<Topology, ConfigError> {
-        let job_name = required(
-            &args.job_name,
-            JOB_NAME,
-            format!(
-                "the job's name: set it, or run in a pod of a Job, JobSet, Volcano job, LeaderWorkerSet or PaddleJob, which {} auto reads",
-                RUNTIME
-            )
-            .as_str(),
-        )?;
-        if !(job_name.len() <= 63 && is_dns_subdomain(&job_name)) {
-            return Err(ConfigError::new(
-                JOB_NAME,
-                &job_name,
-                "a Kubernetes job name: 1-63 lowercase letters, digits, '-' or '.', alphanumeric at both ends",
-            ));
-        }
-        let namespace = match present(&args.namespace) {
-            Some(ns) if !is_dns_label(ns) => {
-                return Err(ConfigError::new(
-                    NAMESPACE,
-                    ns,
-                    "a namespace name: 1-63 lowercase letters, digits or '-'",
-                ))
-            }
-            ns => ns.map(str::to_string),
-        };
-        let role = match present(&args.role).unwrap_or("both") {
-            "both" => PodRole::Both,
-            "pserver" => PodRole::Pserver,
-            "trainer" => PodRole::Trainer,
-            other => {
-                return Err(ConfigError::new(
-                    ROLE,
-                    other,
-                    "one of both, pserver, trainer",
-                ))
-            }
-        };
-        let protocol = match present(&args.protocol).unwrap_or("v1") {
-            "v1" => Protocol::V1,
-            "v2" => Protocol::V2,
-            "fleet" => Protocol::Fleet,
-            "collective" => Protocol::Collective,
-            other => {
-                return Err(ConfigError::new(
-                    PROTOCOL,
-                    other,
-                    "one of v1, v2, fleet, collective",
-                ))
-            }
-        };
+        let job_name = job_name(args)?;
+        let namespace = namespace(args)?;
+        let (role, protocol) = (role(args)?, protocol(args)?);
         if role == PodRole::Pserver && !protocol.has_pservers() {
             return Err(ConfigError::new(
                 ROLE,
@@ -76,16 +28,7 @@ impl Topology {
                 })
             })
             .transpose()?;
-        let pod_name = match present(&args.pod_name) {
-            Some(name) if !is_dns_subdomain(name) => {
-                return Err(ConfigError::new(
-                    POD_NAME,
-                    name,
-                    "a pod name: lowercase letters, digits, '-' and '.'",
-                ))
-            }
-            name => name.map(str::to_string),
-        };
+        let pod_name = pod_name(args)?;
         let layout = if role == PodRole::Both {
             colocated(args, &job_name, protocol, gradient_num, peers)?
         } else {
@@ -112,6 +55,92 @@ impl Topology {
             processes,
         })
     }
+}
+
+/// The job's name (--job-name): required, and a Kubernetes name.
+fn job_name(args: &JobArgs) -> Result<String, ConfigError> {
+    let job_name = required(
+        &args.job_name,
+        JOB_NAME,
+        format!(
+            "the job's name: set it, or run in a pod of a Job, JobSet, Volcano job, LeaderWorkerSet or PaddleJob, which {} auto reads",
+            RUNTIME
+        )
+        .as_str(),
+    )?;
+    if !(job_name.len() <= 63 && is_dns_subdomain(&job_name)) {
+        return Err(ConfigError::new(
+            JOB_NAME,
+            &job_name,
+            "a Kubernetes job name: 1-63 lowercase letters, digits, '-' or '.', alphanumeric at both ends",
+        ));
+    }
+    Ok(job_name)
+}
+
+/// --namespace: a namespace's name, if given.
+fn namespace(args: &JobArgs) -> Result<Option<String>, ConfigError> {
+    let namespace = match present(&args.namespace) {
+        Some(ns) if !is_dns_label(ns) => {
+            return Err(ConfigError::new(
+                NAMESPACE,
+                ns,
+                "a namespace name: 1-63 lowercase letters, digits or '-'",
+            ))
+        }
+        ns => ns.map(str::to_string),
+    };
+    Ok(namespace)
+}
+
+/// --role: both (the default), pserver or trainer.
+fn role(args: &JobArgs) -> Result<PodRole, ConfigError> {
+    let role = match present(&args.role).unwrap_or("both") {
+        "both" => PodRole::Both,
+        "pserver" => PodRole::Pserver,
+        "trainer" => PodRole::Trainer,
+        other => {
+            return Err(ConfigError::new(
+                ROLE,
+                other,
+                "one of both, pserver, trainer",
+            ))
+        }
+    };
+    Ok(role)
+}
+
+/// --protocol: v1 (the default), v2, fleet or collective.
+fn protocol(args: &JobArgs) -> Result<Protocol, ConfigError> {
+    let protocol = match present(&args.protocol).unwrap_or("v1") {
+        "v1" => Protocol::V1,
+        "v2" => Protocol::V2,
+        "fleet" => Protocol::Fleet,
+        "collective" => Protocol::Collective,
+        other => {
+            return Err(ConfigError::new(
+                PROTOCOL,
+                other,
+                "one of v1, v2, fleet, collective",
+            ))
+        }
+    };
+    Ok(protocol)
+}
+
+/// --pod-name: this pod's name, if given.
+fn pod_name(args: &JobArgs) -> Result<Option<String>, ConfigError> {
+    let pod_name = match present(&args.pod_name) {
+        Some(name) if !is_dns_subdomain(name) => {
+            return Err(ConfigError::new(
+                POD_NAME,
+                name,
+                "a pod name: lowercase letters, digits, '-' and '.'",
+            ))
+        }
+        name => name.map(str::to_string),
+    };
+    Ok(pod_name)
 }
 
 /// --nproc-per-pod: a count from 1 to `MAX_NPROC_PER_POD`, or `auto`; more than one only where

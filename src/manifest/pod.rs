@@ -102,65 +102,15 @@ pub(super) fn container_trainer_args(request: &ManifestArgs, kind: &PodKind) -> 
 }
 
 pub(super) fn job(request: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
-    let trainer_args = container_trainer_args(request, kind);
-    let mut args = vec!["run".to_string()];
-    if !trainer_args.is_empty() {
-        args.push("--".to_string());
-        args.extend(trainer_args);
-    }
-    let mut ports: Vec<Value> = Vec::new();
-    if kind.role != PodRole::Trainer && request.protocol.has_pservers() {
-        // In u32: the launcher's validation keeps the range below 65536, and nothing here can
-        // overflow whatever it is given.
-        let first = u32::from(request.port);
-        let count = u32::from(request.ports_num) + u32::from(request.ports_num_sparse);
-        ports.extend(
-            (0..count).map(|i| json!({"name": format!("pserver-{i}"), "containerPort": first + i})),
-        );
-    }
-    if kind.role != PodRole::Pserver && request.protocol.trainers_listen() {
-        let trainers = trainer_ports(request);
-        for (local, port) in trainers.iter().enumerate() {
-            let name = match trainers.len() {
-                1 => "trainer".to_string(),
-                _ => format!("trainer-{local}"),
-            };
-            ports.push(json!({"name": name, "containerPort": port}));
-        }
-    }
-    ports.push(json!({"name": "control", "containerPort": DEFAULT_CONTROL_PORT}));
+    let args = run_args(request, kind);
+    let ports = container_ports(request, kind);
     let mut labels = kind.labels.clone();
     labels[JOB_LABEL] = json!(request.job_name);
     let mut resources = json!({"cpu": kind.cpu, "memory": kind.memory});
     if kind.gpu > 0 {
         resources["nvidia.com/gpu"] = json!(kind.gpu.to_string());
     }
-    let mut mounts = vec![
-        json!({"name": "tmp", "mountPath": "/tmp"}),
-        json!({"name": "scratch", "mountPath": WORKDIR}),
-        json!({"name": "home", "mountPath": HOME}),
-    ];
-    let mut volumes = vec![
-        json!({"name": "tmp", "emptyDir": {}}),
-        json!({"name": "scratch", "emptyDir": {}}),
-        json!({"name": "home", "emptyDir": {}}),
-    ];
-    if kind.role != PodRole::Pserver && (kind.gpu > 0 || request.shm_size.is_some()) {
-        let size = request.shm_size.as_deref().unwrap_or(kind.memory);
-        mounts.push(json!({"name": "shm", "mountPath": "/dev/shm"}));
-        volumes.push(json!({"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": size}}));
-    }
-    // A file, not an environment variable: it does not show in `ps` or `kubectl describe`.
-    // Optional, so that a pod started before the Secret exists runs its launcher, which says
-    // what it waits for, instead of waiting in ContainerCreating unexplained.
-    let secret = json!({"secretName": secret_name(request), "optional": true,
-                        "items": [{"key": SECRET_KEY, "path": SECRET_KEY}]});
-    mounts.push(json!({"name": "job-secret", "mountPath": SECRET_DIR, "readOnly": true}));
-    volumes.push(json!({"name": "job-secret", "secret": secret}));
-    if let Some(claim) = &request.volume_claim {
-        mounts.push(json!({"name": "jobpath", "mountPath": request.job_path}));
-        volumes.push(json!({"name": "jobpath", "persistentVolumeClaim": {"claimName": claim}}));
-    }
+    let (mounts, volumes) = storage(request, kind);
     let mut container = json!({
         "name": container_name(kind),
         "image": request.image,
@@ -212,6 +162,94 @@ pub(super) fn job(request: &ManifestArgs, name: &str, kind: &PodKind, account: &
     if named_coordinator(request) {
         spec["template"]["spec"]["subdomain"] = json!(dns_name(request));
     }
+    restarts(request, kind, &mut spec);
+    let pod = &mut spec["template"]["spec"];
+    place_pods(request, pod);
+    if request.dns {
+        // DNS membership needs no API access: no token in the pod.
+        pod["automountServiceAccountToken"] = json!(false);
+    } else {
+        pod["serviceAccountName"] = json!(account);
+    }
+    json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": request.namespace},
+        "spec": spec,
+    })
+}
+
+/// The container's arguments: `run`, and the program's after `--`.
+fn run_args(request: &ManifestArgs, kind: &PodKind) -> Vec<String> {
+    let trainer_args = container_trainer_args(request, kind);
+    let mut args = vec!["run".to_string()];
+    if !trainer_args.is_empty() {
+        args.push("--".to_string());
+        args.extend(trainer_args);
+    }
+    args
+}
+
+/// The container's ports: the pservers', the trainers' where they listen, the channel's.
+fn container_ports(request: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
+    let mut ports: Vec<Value> = Vec::new();
+    if kind.role != PodRole::Trainer && request.protocol.has_pservers() {
+        // In u32: the launcher's validation keeps the range below 65536, and nothing here can
+        // overflow whatever it is given.
+        let first = u32::from(request.port);
+        let count = u32::from(request.ports_num) + u32::from(request.ports_num_sparse);
+        ports.extend(
+            (0..count).map(|i| json!({"name": format!("pserver-{i}"), "containerPort": first + i})),
+        );
+    }
+    if kind.role != PodRole::Pserver && request.protocol.trainers_listen() {
+        let trainers = trainer_ports(request);
+        for (local, port) in trainers.iter().enumerate() {
+            let name = match trainers.len() {
+                1 => "trainer".to_string(),
+                _ => format!("trainer-{local}"),
+            };
+            ports.push(json!({"name": name, "containerPort": port}));
+        }
+    }
+    ports.push(json!({"name": "control", "containerPort": DEFAULT_CONTROL_PORT}));
+    ports
+}
+
+/// The container's mounts and the pod's volumes: writable scratch on a read-only root, shared
+/// memory for GPU trainers (NCCL), the job secret as a file, the job's volume claim.
+fn storage(request: &ManifestArgs, kind: &PodKind) -> (Vec<Value>, Vec<Value>) {
+    let mut mounts = vec![
+        json!({"name": "tmp", "mountPath": "/tmp"}),
+        json!({"name": "scratch", "mountPath": WORKDIR}),
+        json!({"name": "home", "mountPath": HOME}),
+    ];
+    let mut volumes = vec![
+        json!({"name": "tmp", "emptyDir": {}}),
+        json!({"name": "scratch", "emptyDir": {}}),
+        json!({"name": "home", "emptyDir": {}}),
+    ];
+    if kind.role != PodRole::Pserver && (kind.gpu > 0 || request.shm_size.is_some()) {
+        let size = request.shm_size.as_deref().unwrap_or(kind.memory);
+        mounts.push(json!({"name": "shm", "mountPath": "/dev/shm"}));
+        volumes.push(json!({"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": size}}));
+    }
+    // A file, not an environment variable: it does not show in `ps` or `kubectl describe`.
+    // Optional, so that a pod started before the Secret exists runs its launcher, which says
+    // what it waits for, instead of waiting in ContainerCreating unexplained.
+    let secret = json!({"secretName": secret_name(request), "optional": true,
+                    "items": [{"key": SECRET_KEY, "path": SECRET_KEY}]});
+    mounts.push(json!({"name": "job-secret", "mountPath": SECRET_DIR, "readOnly": true}));
+    volumes.push(json!({"name": "job-secret", "secret": secret}));
+    if let Some(claim) = &request.volume_claim {
+        mounts.push(json!({"name": "jobpath", "mountPath": request.job_path}));
+        volumes.push(json!({"name": "jobpath", "persistentVolumeClaim": {"claimName": claim}}));
+    }
+    (mounts, volumes)
+}
+
+/// How the Job counts its pods' failures when the launchers restart in place.
+fn restarts(request: &ManifestArgs, kind: &PodKind, spec: &mut Value) {
     if request.max_restarts > 0 {
         // The launchers restart in place: the Job only replaces a pod that is gone, and that
         // costs it one failure (each one also costs the launchers one restart, so the two
@@ -233,20 +271,6 @@ pub(super) fn job(request: &ManifestArgs, name: &str, kind: &PodKind, account: &
                 "operator": "NotIn", "values": [137, 143]}},
         ]});
     }
-    let pod = &mut spec["template"]["spec"];
-    place_pods(request, pod);
-    if request.dns {
-        // DNS membership needs no API access: no token in the pod.
-        pod["automountServiceAccountToken"] = json!(false);
-    } else {
-        pod["serviceAccountName"] = json!(account);
-    }
-    json!({
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": request.namespace},
-        "spec": spec,
-    })
 }
 
 /// Where the pods may run, as a GPU pool asks: its node labels, its taints tolerated, a

@@ -2,18 +2,22 @@
 //! watcher: relists on 410 Gone, resumes from bookmarks, backs off on errors).
 
 mod job_object;
+mod waiting;
 
 pub use job_object::{jobset, own_marks, record_restarts, recorded_restarts};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::time::Duration;
+#[cfg(test)]
+use waiting::all_gated;
+pub use waiting::wait_until_ready;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
-use tokio::time::{interval_at, sleep_until, Instant};
-use tracing::{info, warn};
+use tokio::time::Instant;
+use tracing::warn;
 
 use crate::config::{Elastic, Group, GroupKind, Ranking};
 use crate::error::Error;
@@ -293,242 +297,11 @@ pub async fn all_succeeded(server: ApiServer, group: Group) -> Result<String, St
     }
 }
 
-/// Waits until, in every group, exactly the expected number of live pods match and are Running
-/// with an IP; returns each group's ready pods, and the watch for what happens next.
-pub async fn wait_until_ready(
-    server: &ApiServer,
-    groups: &[Group],
-    timeout: Option<Duration>,
-    max_failed_trainers: Option<u32>,
-    round: super::Round<'_>,
-    elastic: Option<Elastic>,
-) -> Result<(Vec<Vec<PodView>>, PodWatch), Error> {
-    let members_before = round.members_before;
-    let mut watch = PodWatch::start(server, groups);
-    let started = Instant::now();
-    // When an elastic job may go on without the pods that are not Running: from the
-    // gathering's start, so that a round after one whose hellos did not all come starts at once.
-    let elastic_at = elastic.map(|e| round.since + e.wait);
-    let mut deadline = timeout.map(|t| started + t);
-    // Since when every pod of the job has been held by a scheduling gate: the job is queued
-    // (Kueue), and the wait timeout does not run meanwhile.
-    let mut gated_since: Option<Instant> = None;
-    let wanted: Vec<String> = groups
-        .iter()
-        .map(|g| {
-            format!(
-                "{} {} matching `{}`",
-                g.expected,
-                group_name(g.kind),
-                g.selector
-            )
-        })
-        .collect();
-    info!(
-        "waiting for {} in namespace {} to be Running (API server {}, timeout: {})",
-        wanted.join(" and "),
-        server.namespace,
-        server.url,
-        timeout.map_or("none".to_string(), |t| format!("{} s", t.as_secs()))
-    );
-    if let Some(e) = elastic {
-        info!(
-            "elastic job (--min-pods {}): after {} s (--elastic-wait) it starts with the pods that are Running then, if at least {} are",
-            e.min_pods,
-            e.wait.as_secs(),
-            e.min_pods
-        );
-    }
-    let mut status = format!(
-        "no answer from the Kubernetes API server at {} yet",
-        server.url
-    );
-    let mut errors = Repeats::default();
-    let mut last_error = String::from("no answer yet");
-    let mut progress = interval_at(started + PROGRESS_EVERY, PROGRESS_EVERY);
-    // When a deleted pod the job waits for may no longer run: judged again then, with no event
-    // (on a settled view only: not on a half-relisted one, nor while the API fails).
-    let mut judge_again: Option<Instant> = None;
-    let mut settled = false;
-    // When this launcher first saw each deleted pod (`bound_deletions`).
-    let mut deletions: BTreeMap<String, i64> = BTreeMap::new();
-    // Since when the job has been held by deleted pods alone: the wait timeout does not run
-    // meanwhile (their grace periods bound it).
-    let mut held_since: Option<Instant> = None;
-    loop {
-        tokio::select! {
-            change = watch.next_change() => {
-                settled = matches!(change, Change::Settled);
-                match change {
-                    Change::Settled => {}
-                    Change::Unsettled => continue,
-                    Change::Error(e) => {
-                        errors.warn(&format!(
-                            "the Kubernetes API server at {} failed, retrying with backoff: {e}",
-                            server.url
-                        ));
-                        status = format!("last API error: {e}");
-                        last_error = e;
-                        continue;
-                    }
-                    Change::Refused(e) => return Err(e),
-                }
-            }
-            _ = async { sleep_until(judge_again.unwrap_or(started)).await }, if judge_again.is_some() && settled => {}
-            _ = async { sleep_until(elastic_at.unwrap_or(started)).await }, if elastic_at.is_some_and(|at| Instant::now() < at) => {}
-            _ = progress.tick() => {
-                info!("still waiting after {} s: {status}", started.elapsed().as_secs());
-                continue;
-            }
-            _ = async { sleep_until(deadline.unwrap_or(started)).await }, if deadline.is_some() && gated_since.is_none() && held_since.is_none() => {
-                let waited_s = started.elapsed().as_secs();
-                if !watch.answered {
-                    return Err(Error::Unreachable { url: server.url.clone(), waited_s, last_error: last_error.clone() });
-                }
-                return Err(Error::PeersTimeout { waited_s, status });
-            }
-        }
-        let mut pods: Vec<Vec<PodView>> = (0..groups.len())
-            .map(|i| watch.views.group(i).pods())
-            .collect();
-        if let Some(e) = elastic {
-            leave_out(&mut pods, round.absent, e.min_pods as usize);
-        }
-        let now = seconds_since_epoch();
-        let mut seen: Vec<PodView> = (0..groups.len())
-            .flat_map(|i| watch.views.group(i).all())
-            .collect();
-        bound_deletions(&mut seen, &mut deletions, now);
-        let verdict = judge(
-            groups,
-            &pods,
-            max_failed_trainers,
-            members_before,
-            &seen,
-            now,
-        );
-        if let Some((failed, max)) = verdict.too_many_failed {
-            return Err(Error::TooManyFailures { failed, max });
-        }
-        // A restart decided as another pod finished (a crossing the channel could not undo in
-        // time): it can never gather, so it ends now rather than at the timeout.
-        if let Some(pod) = verdict.finished {
-            return Err(Error::PeerLost {
-                reason: format!("pod {pod} of the attempt that ended has Succeeded: the job cannot start again as a whole"),
-                stopped: "nothing (no process had started)".into(),
-            });
-        }
-        if let Some(ready) = verdict.ready() {
-            info!(
-                "all pods are Running after {:.1} s",
-                started.elapsed().as_secs_f64()
-            );
-            return Ok((ready, watch));
-        }
-        if let Some(e) = elastic {
-            let expected = groups[0].expected as usize;
-            let waited = elastic_at.is_some_and(|at| Instant::now() >= at);
-            let min = e.min_pods as usize;
-            if let Some(ready) =
-                elastic_start(&verdict, &pods, expected, min, waited, members_before)
-            {
-                let names: Vec<&str> = ready.iter().map(|p| p.name.as_str()).collect();
-                let why = if waited {
-                    format!(
-                        "the others are not Running after the elastic wait of {} s",
-                        e.wait.as_secs()
-                    )
-                } else {
-                    "every pod of the last attempt is back, with more".to_string()
-                };
-                info!(
-                    "elastic job: starting with {} of {expected} pods ({}) after {:.1} s: {why}",
-                    ready.len(),
-                    names.join(", "),
-                    started.elapsed().as_secs_f64()
-                );
-                return Ok((vec![ready], watch));
-            }
-        }
-        judge_again = verdict
-            .judge_again_at()
-            .map(|at| Instant::now() + Duration::from_secs(u64::try_from(at - now).unwrap_or(0)));
-        let held = !verdict.still_running.is_empty()
-            && verdict
-                .groups
-                .iter()
-                .all(|r| matches!(r, Readiness::Ready(_)));
-        match (held, held_since) {
-            (true, None) => held_since = Some(Instant::now()),
-            (false, Some(since)) => {
-                deadline = deadline.map(|d| d + since.elapsed());
-                held_since = None;
-            }
-            _ => {}
-        }
-        match (all_gated(&pods), gated_since) {
-            (true, None) => {
-                info!("every pod of the job is held by a scheduling gate: waiting for its admission, without a timeout");
-                gated_since = Some(Instant::now());
-            }
-            (false, Some(since)) => {
-                deadline = deadline.map(|d| d + since.elapsed());
-                gated_since = None;
-            }
-            _ => {}
-        }
-        let mut line = waiting_line(groups, &verdict);
-        if let (Some(e), Readiness::Waiting(wait)) = (elastic, &verdict.groups[0]) {
-            line.push_str(&format!(
-                " | elastic (--min-pods {}): {} Running, {}",
-                e.min_pods,
-                wait.ready,
-                if wait.ready < e.min_pods as usize {
-                    format!(
-                        "fewer than {}: no pod trains until {} are",
-                        e.min_pods, e.min_pods
-                    )
-                } else {
-                    format!(
-                        "it starts without the others {} s after the wait began",
-                        e.wait.as_secs()
-                    )
-                }
-            ));
-        }
-        if line != status {
-            info!("waiting: {line}");
-            status = line;
-        }
-    }
-}
-
 /// The wall clock in seconds since the epoch, as the API's timestamps count.
 pub fn seconds_since_epoch() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-}
-
-/// Whether the job is queued: it has pods, and each live one is held by a scheduling gate.
-fn all_gated(groups: &[Vec<PodView>]) -> bool {
-    let mut live = groups.iter().flatten().filter(|p| p.is_live()).peekable();
-    live.peek().is_some() && live.all(|p| !p.gates.is_empty())
-}
-
-/// What the groups that are not ready wait for, in one line.
-fn waiting_line(groups: &[Group], verdict: &Verdict) -> String {
-    let mut waiting: Vec<String> = groups
-        .iter()
-        .zip(&verdict.groups)
-        .filter_map(|(group, readiness)| match readiness {
-            Readiness::Ready(_) => None,
-            Readiness::Waiting(wait) if groups.len() == 1 => Some(wait.to_string()),
-            Readiness::Waiting(wait) => Some(format!("{}: {wait}", group_name(group.kind))),
-        })
-        .collect();
-    waiting.extend(verdict.held_by());
-    waiting.join(" | ")
 }
 
 /// Logs a failure once, then the same failure at most every `PROGRESS_EVERY` with a count:
