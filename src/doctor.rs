@@ -103,52 +103,41 @@ pub async fn doctor(
     let mut lines = Vec::new();
     // A misspelt variable would not apply in `run` either.
     lines.extend(crate::cli::unread_in_environment());
-    let mut config = match crate::batch::discover::configure(args, interfaces, &hostname_ip).await {
-        Ok(config) => config,
-        Err(e) => {
-            return (
-                lines,
-                Outcome::new(e.exit_code(), format!("configuration: {e}")),
-            )
-        }
+    let outcome = match configured(args, interfaces, &hostname_ip, &mut lines).await {
+        Ok((config, my_ip)) => peers_said(&config, my_ip, &mut lines).await,
+        Err(outcome) => outcome,
     };
+    (lines, outcome)
+}
+
+/// "configuration: {e}", with the error's status.
+fn configuration(e: impl std::fmt::Display, code: i32) -> Outcome {
+    Outcome::new(code, format!("configuration: {e}"))
+}
+
+/// The configuration as `run` completes it (the coordinator, the devices, this pod's address
+/// and sockets), each step said; the first that fails is the outcome.
+async fn configured(
+    args: &JobArgs,
+    interfaces: &Interfaces,
+    hostname_ip: &impl Fn() -> Option<std::net::IpAddr>,
+    lines: &mut Vec<String>,
+) -> Result<(Config, IpAddr), Outcome> {
+    let mut config = crate::batch::discover::configure(args, interfaces, hostname_ip)
+        .await
+        .map_err(|e| configuration(&e, e.exit_code()))?;
     if let Some(runtime) = &config.runtime {
         for setting in &runtime.settings {
             lines.push(format!("batch system {}: {setting}", runtime.system.name()));
         }
     }
     // What `run` waits for about the channel, said before anything else.
-    if let Some(path) = &config.control.secret_file {
-        match crate::launch::read_secret_file(path) {
-            Ok(Some(_)) => lines.push(format!(
-                "control channel: the job secret at {} is readable",
-                path.display()
-            )),
-            Ok(None) => {
-                let reason = format!(
-                    "the job would not start: no job secret at {} yet; `run` waits for it (--wait-timeout), then exits 2: create the Secret mounted there (`{}`)",
-                    path.display(),
-                    crate::launch::create_secret_command(&config)
-                );
-                return (lines, Outcome::new(exit::INVALID_CONFIG, reason));
-            }
-            Err(e) => {
-                return (
-                    lines,
-                    Outcome::new(e.exit_code(), format!("configuration: {e}")),
-                )
-            }
-        }
-    }
+    secret_file_said(&config, lines)?;
     if config.control.is_on() {
         crate::launch::derive_coordinator(&mut config);
     }
-    if let Err(e) = crate::launch::coordination::elastic_needs_a_named_coordinator(&config) {
-        return (
-            lines,
-            Outcome::new(exit::INVALID_CONFIG, format!("configuration: {e}")),
-        );
-    }
+    crate::launch::coordination::elastic_needs_a_named_coordinator(&config)
+        .map_err(|e| configuration(e, exit::INVALID_CONFIG))?;
     lines.push(format!(
         "configuration: OK (job {}, {}, {}, protocol {})",
         config.topology.job_name,
@@ -160,22 +149,49 @@ pub async fn doctor(
         lines.push(elastic_line(elastic));
     }
     let seen = crate::devices::seen();
-    if let Err(e) = crate::devices::resolve(&mut config, &seen, crate::devices::cpus()) {
-        return (
-            lines,
-            Outcome::new(exit::INVALID_CONFIG, format!("configuration: {e}")),
-        );
-    }
+    crate::devices::resolve(&mut config, &seen, crate::devices::cpus())
+        .map_err(|e| configuration(e, exit::INVALID_CONFIG))?;
     if !config.topology.processes.found.is_empty() {
         lines.push(format!("processes: {}", config.topology.processes.found));
     }
-    let my_ip = match own_ip(&config, interfaces, hostname_ip) {
-        Ok(ip) => ip,
-        Err(e) => {
-            let reason = format!("this pod's address: {e}");
-            return (lines, Outcome::new(e.exit_code(), reason));
-        }
+    let my_ip = own_ip(&config, interfaces, hostname_ip)
+        .map_err(|e| Outcome::new(e.exit_code(), format!("this pod's address: {e}")))?;
+    lines.push(this_pod_line(&config, my_ip));
+    config.ports.sockets = crate::address::sockets(&config, my_ip, interfaces);
+    for setting in &config.ports.sockets {
+        lines.push(format!("network: {}", crate::address::said(setting)));
+    }
+    lines.push(format!("preemption: {}", preemption_said(&config.timing)));
+    Ok((config, my_ip))
+}
+
+/// Whether the job secret's file (when one is named) is there to read.
+fn secret_file_said(config: &Config, lines: &mut Vec<String>) -> Result<(), Outcome> {
+    let Some(path) = &config.control.secret_file else {
+        return Ok(());
     };
+    match crate::launch::read_secret_file(path) {
+        Ok(Some(_)) => {
+            lines.push(format!(
+                "control channel: the job secret at {} is readable",
+                path.display()
+            ));
+            Ok(())
+        }
+        Ok(None) => {
+            let reason = format!(
+                "the job would not start: no job secret at {} yet; `run` waits for it (--wait-timeout), then exits 2: create the Secret mounted there (`{}`)",
+                path.display(),
+                crate::launch::create_secret_command(config)
+            );
+            Err(Outcome::new(exit::INVALID_CONFIG, reason))
+        }
+        Err(e) => Err(configuration(&e, e.exit_code())),
+    }
+}
+
+/// "this pod: p-0 on 10.0.0.1 (Paddle's --nics eth0)".
+fn this_pod_line(config: &Config, my_ip: IpAddr) -> String {
     // The NIC is what v1 and v2 give Paddle (--nics); the other protocols' interfaces are
     // NCCL's and gloo's, said below.
     let nic = match config.topology.protocol {
@@ -184,20 +200,19 @@ pub async fn doctor(
         }
         _ => String::new(),
     };
-    lines.push(format!(
+    format!(
         "this pod: {} on {my_ip}{nic}",
         config
             .topology
             .pod_name
             .as_deref()
             .unwrap_or("(no POD_NAME)"),
-    ));
-    config.ports.sockets = crate::address::sockets(&config, my_ip, interfaces);
-    for setting in &config.ports.sockets {
-        lines.push(format!("network: {}", crate::address::said(setting)));
-    }
-    lines.push(format!("preemption: {}", preemption_said(&config.timing)));
-    let groups = match &config.topology.discovery {
+    )
+}
+
+/// The peers as `run` would find them now, and whether the job would start.
+async fn peers_said(config: &Config, my_ip: IpAddr, lines: &mut Vec<String>) -> Outcome {
+    match &config.topology.discovery {
         Discovery::Static { ips } => {
             lines.push(format!(
                 "peers: a static list of {}, no Kubernetes needed",
@@ -206,53 +221,71 @@ pub async fn doctor(
             let members = static_list::members(&config.topology.job_name, ips);
             let membership =
                 Membership::from_groups(config.topology.protocol, vec![(GroupKind::Job, members)]);
-            return would_start(&config, &membership, my_ip, lines);
+            would_start(config, &membership, my_ip, lines)
         }
         Discovery::Dns { name, server } => {
             lines.push(format!(
                 "peers: the DNS records of {name} (no Kubernetes API, no RBAC needed)"
             ));
-            let expected = config.topology.trainers as usize;
-            return match crate::peers::dns::resolve_once(name, *server).await {
-                Err(e) => (lines, e.into()),
-                Ok(Ok(ips)) if ips.len() == expected && ips.contains(&my_ip) => {
-                    lines.push(format!("{name} resolves to all {expected} addresses"));
-                    let members = crate::peers::dns::members(name, &ips);
-                    let membership = Membership::from_groups(
-                        config.topology.protocol,
-                        vec![(GroupKind::Job, members)],
-                    );
-                    would_start(&config, &membership, my_ip, lines)
-                }
-                Ok(Ok(ips)) => {
-                    let list: Vec<String> = ips.iter().map(ToString::to_string).collect();
-                    let why = if ips.contains(&my_ip) {
-                        ""
-                    } else {
-                        "; this pod's address is not among them"
-                    };
-                    let reason = format!(
-                        "{name} resolves to {} of {expected} addresses [{}]{why}: the job would not start yet",
-                        ips.len(),
-                        list.join(", ")
-                    );
-                    (lines, Outcome::new(exit::PEERS_TIMEOUT, reason))
-                }
-                Ok(Err(e)) => (lines, Outcome::new(exit::PEERS_TIMEOUT, e)),
-            };
+            dns_said(config, (name, *server), my_ip, lines).await
         }
-        Discovery::Kubernetes { groups } => groups,
-    };
-    if let Some(verdict) = follower_check(&config, my_ip, &mut lines).await {
-        return (lines, verdict);
+        Discovery::Kubernetes { groups } => kubernetes_said(config, groups, my_ip, lines).await,
+    }
+}
+
+/// The job's DNS name resolved once: every pod's address, this one's among them, or what
+/// the job would wait for.
+async fn dns_said(
+    config: &Config,
+    (name, server): (&str, Option<SocketAddr>),
+    my_ip: IpAddr,
+    lines: &mut Vec<String>,
+) -> Outcome {
+    let expected = config.topology.trainers as usize;
+    match crate::peers::dns::resolve_once(name, server).await {
+        Err(e) => e.into(),
+        Ok(Ok(ips)) if ips.len() == expected && ips.contains(&my_ip) => {
+            lines.push(format!("{name} resolves to all {expected} addresses"));
+            let members = crate::peers::dns::members(name, &ips);
+            let membership =
+                Membership::from_groups(config.topology.protocol, vec![(GroupKind::Job, members)]);
+            would_start(config, &membership, my_ip, lines)
+        }
+        Ok(Ok(ips)) => {
+            let list: Vec<String> = ips.iter().map(ToString::to_string).collect();
+            let why = if ips.contains(&my_ip) {
+                ""
+            } else {
+                "; this pod's address is not among them"
+            };
+            let reason = format!(
+                "{name} resolves to {} of {expected} addresses [{}]{why}: the job would not start yet",
+                ips.len(),
+                list.join(", ")
+            );
+            Outcome::new(exit::PEERS_TIMEOUT, reason)
+        }
+        Ok(Err(e)) => Outcome::new(exit::PEERS_TIMEOUT, e),
+    }
+}
+
+/// The job's pods listed once through the API, judged by the rule of `run`'s wait.
+async fn kubernetes_said(
+    config: &Config,
+    groups: &[crate::config::Group],
+    my_ip: IpAddr,
+    lines: &mut Vec<String>,
+) -> Outcome {
+    if let Some(verdict) = follower_check(config, my_ip, lines).await {
+        return verdict;
     }
     let server = match kubernetes::connect(config.topology.namespace.as_deref()).await {
         Ok(server) => server,
-        Err(e) => return (lines, e.into()),
+        Err(e) => return e.into(),
     };
     let lists = match kubernetes::list_once(&server, groups).await {
         Ok(lists) => lists,
-        Err(e) => return (lines, e.into()),
+        Err(e) => return e.into(),
     };
     lines.push(format!(
         "Kubernetes: {} reachable; pods can be listed in namespace {}",
@@ -276,6 +309,31 @@ pub async fn doctor(
         now,
     );
     lines.extend(verdict.held_by());
+    readiness_said(groups, &verdict, lines);
+    if let Some((failed, max)) = verdict.too_many_failed {
+        return Error::TooManyFailures { failed, max }.into();
+    }
+    let Some(ready) = verdict.ready() else {
+        return Outcome::new(
+            exit::PEERS_TIMEOUT,
+            "the job would not start yet: see above",
+        );
+    };
+    let ranked = groups
+        .iter()
+        .zip(ready)
+        .map(|(group, pods)| (group.kind, rank(&pods)))
+        .collect();
+    let membership = Membership::from_groups(config.topology.protocol, ranked);
+    would_start(config, &membership, my_ip, lines)
+}
+
+/// Each group's readiness, a line each (and what a group short of pods lacks).
+fn readiness_said(
+    groups: &[crate::config::Group],
+    verdict: &crate::membership::Verdict,
+    lines: &mut Vec<String>,
+) {
     for (group, readiness) in groups.iter().zip(&verdict.groups) {
         let name = kubernetes::describe_group(group.kind);
         match readiness {
@@ -295,25 +353,6 @@ pub async fn doctor(
             }
         }
     }
-    if let Some((failed, max)) = verdict.too_many_failed {
-        return (lines, Error::TooManyFailures { failed, max }.into());
-    }
-    let Some(ready) = verdict.ready() else {
-        return (
-            lines,
-            Outcome::new(
-                exit::PEERS_TIMEOUT,
-                "the job would not start yet: see above",
-            ),
-        );
-    };
-    let ranked = groups
-        .iter()
-        .zip(ready)
-        .map(|(group, pods)| (group.kind, rank(&pods)))
-        .collect();
-    let membership = Membership::from_groups(config.topology.protocol, ranked);
-    would_start(&config, &membership, my_ip, lines)
 }
 
 /// "trainer id 5 of 8 (local rank 1): endpoint 10.0.0.2:6172, GPU 1 of CUDA_VISIBLE_DEVICES,
@@ -338,11 +377,11 @@ fn would_start(
     config: &Config,
     membership: &Membership,
     my_ip: IpAddr,
-    mut lines: Vec<String>,
-) -> (Vec<String>, Outcome) {
+    lines: &mut Vec<String>,
+) -> Outcome {
     let me = match crate::launch::locate_self(config, membership, my_ip) {
         Ok(me) => me,
-        Err(e) => return (lines, e.into()),
+        Err(e) => return e.into(),
     };
     let id = |r: Option<usize>| r.map_or("-".to_string(), |r| r.to_string());
     lines.push(format!(
@@ -387,13 +426,10 @@ fn would_start(
                 "cannot start the {} command `{command}`: {why} (the command is {option}, or the program after --)",
                 process.name
             );
-            return (lines, Outcome::new(code, reason));
+            return Outcome::new(code, reason);
         }
     }
-    (
-        lines,
-        Outcome::new(exit::SUCCESS, "the job would start now"),
-    )
+    Outcome::new(exit::SUCCESS, "the job would start now")
 }
 
 /// Why `command` would not start with `path`, and the status `run` would end with (127: not

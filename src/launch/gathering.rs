@@ -63,84 +63,158 @@ pub(super) async fn gather(
     ledger: Ledger,
     members_before: &[PodAddress],
 ) -> Result<Gathered, Error> {
-    // Since when this pod has gathered; a pod turned away (the job trains without it) counts
-    // from its last turning away.
-    let mut began = Instant::now();
-    let mut rounds: u32 = 0;
-    // An elastic job's pods whose launchers did not say hello within the elastic wait: no
-    // member of this gathering's start (their node may be dead, their pod Running for minutes).
-    let mut absent: std::collections::BTreeSet<String> = Default::default();
-    // Why the last round ended when it was the coordinator's name that had no address.
-    let mut no_coordinator: Option<String> = None;
+    let mut gathering = Gathering {
+        secret,
+        my_ip,
+        inputs,
+        ledger,
+        members_before,
+        began: Instant::now(),
+        rounds: 0,
+        absent: Default::default(),
+        no_coordinator: None,
+    };
     loop {
-        if rounds > 0 {
-            // Gathering again: a launcher that never agrees (another job name, a frozen one
-            // whose pod still runs) or a coordinator that never comes back must not keep the
-            // job in a loop it never leaves.
-            if let Some(limit) = config.timing.wait_timeout {
-                if began.elapsed() > limit {
-                    let status = match no_coordinator {
-                        Some(why) => format!("the coordinating launcher's address: {why}"),
-                        None => format!(
-                            "the job's launchers did not agree on a start in {rounds} rounds of gathering (the lines above say why each ended)"
-                        ),
-                    };
-                    return Err(Error::PeersTimeout {
-                        waited_s: began.elapsed().as_secs(),
-                        status,
-                    });
-                }
-            }
-            let pause = REGATHER_PAUSE_FIRST * 2u32.saturating_pow(rounds.min(8) - 1);
-            let pause = pause.min(REGATHER_PAUSE_LAST);
-            interruptible(
-                Some(&mut *supervisor),
-                "waiting to gather again",
-                Breaks::AlsoHup,
-                sleep(pause),
-            )
-            .await?;
+        if gathering.rounds > 0 {
+            gathering.pause(config, supervisor).await?;
         }
-        rounds += 1;
-        no_coordinator = None;
-        if let Some(secret) = secret {
+        gathering.rounds += 1;
+        gathering.no_coordinator = None;
+        if let Some(ended) = gathering.round(config, supervisor).await? {
+            return Ok(ended);
+        }
+    }
+}
+
+/// A gathering: what it starts from, and where its rounds stand.
+struct Gathering<'a> {
+    secret: Option<&'a Secret>,
+    my_ip: IpAddr,
+    inputs: &'a InputFiles,
+    ledger: Ledger,
+    /// For a restart, the members of the attempt that ended.
+    members_before: &'a [PodAddress],
+    /// Since when this pod has gathered; a pod turned away (the job trains without it) counts
+    /// from its last turning away.
+    began: Instant,
+    rounds: u32,
+    /// An elastic job's pods whose launchers did not say hello within the elastic wait: no
+    /// member of this gathering's start (their node may be dead, their pod Running for
+    /// minutes).
+    absent: std::collections::BTreeSet<String>,
+    /// Why the last round ended when it was the coordinator's name that had no address.
+    no_coordinator: Option<String>,
+}
+
+impl Gathering<'_> {
+    /// Between two rounds: a pause that doubles, within the wait timeout. A launcher that
+    /// never agrees (another job name, a frozen one whose pod still runs) or a coordinator
+    /// that never comes back must not keep the job in a loop it never leaves.
+    async fn pause(&self, config: &Config, supervisor: &mut Supervisor) -> Result<(), Error> {
+        let rounds = self.rounds;
+        if let Some(limit) = config.timing.wait_timeout {
+            if self.began.elapsed() > limit {
+                let status = match &self.no_coordinator {
+                    Some(why) => format!("the coordinating launcher's address: {why}"),
+                    None => format!(
+                        "the job's launchers did not agree on a start in {rounds} rounds of gathering (the lines above say why each ended)"
+                    ),
+                };
+                return Err(Error::PeersTimeout {
+                    waited_s: self.began.elapsed().as_secs(),
+                    status,
+                });
+            }
+        }
+        let pause = REGATHER_PAUSE_FIRST * 2u32.saturating_pow(rounds.min(8) - 1);
+        let pause = pause.min(REGATHER_PAUSE_LAST);
+        interruptible(
+            Some(supervisor),
+            "waiting to gather again",
+            Breaks::AlsoHup,
+            sleep(pause),
+        )
+        .await
+    }
+
+    /// One round: the attempt gathered (or the job's end), or None to gather again.
+    async fn round(
+        &mut self,
+        config: &mut Config,
+        supervisor: &mut Supervisor,
+    ) -> Result<Option<Gathered>, Error> {
+        if let Some(secret) = self.secret {
             // A coordinator named by DNS whose name has no address yet: there is nothing to
             // join, so the pods are not listed again meanwhile. (`join_channel` resolves it
             // again after discovery, which may take long: by then the name may have moved.)
-            match coordinator_elsewhere(config, my_ip).await? {
+            match coordinator_elsewhere(config, self.my_ip).await? {
                 Found::NotYet(why) => {
-                    info!("control channel: waiting for the coordinator's address: {why}");
-                    no_coordinator = Some(why);
-                    continue;
+                    self.coordinator_not_yet(why);
+                    return Ok(None);
                 }
                 Found::At(coordinator) if coordination::membership_from_coordinator(config) => {
-                    match follow_coordinator(
+                    let inputs = (self.my_ip, self.inputs);
+                    let followed = follow_coordinator(
                         config,
                         supervisor,
                         secret,
                         coordinator,
-                        (my_ip, inputs),
-                        ledger,
-                    )
-                    .await?
-                    {
-                        Followed::Gathered(gathered) => return Ok(gathered),
+                        inputs,
+                        self.ledger,
+                    );
+                    return match followed.await? {
+                        Followed::Gathered(gathered) => Ok(Some(gathered)),
                         // The wait for a place in the job starts again.
                         Followed::TurnedAway => {
-                            began = Instant::now();
-                            continue;
+                            self.began = Instant::now();
+                            Ok(None)
                         }
-                        Followed::Again => continue,
-                    }
+                        Followed::Again => Ok(None),
+                    };
                 }
                 Found::At(_) | Found::ThisPod | Found::NotNamed | Found::NoChannel => {}
             }
         }
+        let (mut attempt, membership, me) = self.discover(config, supervisor).await?;
+        let Some(secret) = self.secret else {
+            attempt.plan = attempt.plan.for_restart(self.ledger.epoch);
+            attempt.coordinator_unjoined = coordinator_without_secret(config, &membership, &me);
+            return Ok(Some(Gathered::Attempt(Box::new(attempt))));
+        };
+        let first = self.members_before.is_empty();
+        let joined = join_channel(secret.clone(), &attempt, config, &membership, &me, first);
+        let channel = match joined.await? {
+            Found::NoChannel | Found::ThisPod | Found::NotNamed => {
+                attempt.plan = attempt.plan.for_restart(self.ledger.epoch);
+                return Ok(Some(Gathered::Attempt(Box::new(attempt))));
+            }
+            Found::At(channel) => channel,
+            Found::NotYet(why) => {
+                self.coordinator_not_yet(why);
+                return Ok(None);
+            }
+        };
+        self.start(config, supervisor, attempt, channel).await
+    }
+
+    fn coordinator_not_yet(&mut self, why: String) {
+        info!("control channel: waiting for the coordinator's address: {why}");
+        self.no_coordinator = Some(why);
+    }
+
+    /// Finds the job's pods and plans this pod's part: the attempt (without its channel yet),
+    /// the membership and this pod in it.
+    async fn discover(
+        &self,
+        config: &mut Config,
+        supervisor: &mut Supervisor,
+    ) -> Result<(Attempt, Membership, crate::membership::Me), Error> {
+        let members_before = self.members_before;
         let names: Vec<String> = members_before.iter().map(|m| m.name.clone()).collect();
         let round = peers::Round {
             members_before: &names,
-            absent: &absent,
-            since: began,
+            absent: &self.absent,
+            since: self.began,
         };
         let found = match wait_for_peers(config, Some(&mut *supervisor), round).await {
             // Followers that learn the job only from this coordinator would wait for it until
@@ -150,15 +224,16 @@ pub(super) async fn gather(
                     && coordination::membership_from_coordinator(config)
                     && !matches!(error, Error::Stopped { .. }) =>
             {
-                if let Some(secret) = secret {
+                if let Some(secret) = self.secret {
                     let reason = format!("the coordinating launcher ended the job: {error}");
+                    let my_ip = self.my_ip;
                     tell_followers_the_end(config, secret, my_ip, members_before, reason).await;
                 }
                 return Err(error);
             }
             found => found?,
         };
-        let (plan, membership, me) = plan_for(config, &found, my_ip, inputs)?;
+        let (plan, membership, me) = plan_for(config, &found, self.my_ip, self.inputs)?;
         if let Some(pod_grace) = found.own_grace {
             grace_from_the_pod(config, supervisor, pod_grace);
         }
@@ -170,43 +245,30 @@ pub(super) async fn gather(
             ..
         } = found;
         let who = who(&me.name, &plan, config);
-        let mut attempt = Attempt {
+        let attempt = Attempt {
             plan,
             who,
             channel: None,
             peer_loss,
             trainers_done,
-            ledger,
+            ledger: self.ledger,
             api,
             served,
             coordinator_unjoined: None,
         };
-        let Some(secret) = secret else {
-            attempt.plan = attempt.plan.for_restart(ledger.epoch);
-            attempt.coordinator_unjoined = coordinator_without_secret(config, &membership, &me);
-            return Ok(Gathered::Attempt(Box::new(attempt)));
-        };
-        let mut channel = match join_channel(
-            secret.clone(),
-            &attempt,
-            config,
-            &membership,
-            &me,
-            members_before.is_empty(),
-        )
-        .await?
-        {
-            Found::NoChannel | Found::ThisPod | Found::NotNamed => {
-                attempt.plan = attempt.plan.for_restart(ledger.epoch);
-                return Ok(Gathered::Attempt(Box::new(attempt)));
-            }
-            Found::At(channel) => channel,
-            Found::NotYet(why) => {
-                info!("control channel: waiting for the coordinator's address: {why}");
-                no_coordinator = Some(why);
-                continue;
-            }
-        };
+        Ok((attempt, membership, me))
+    }
+
+    /// Joined: waits for the coordinator's word. `Go`: the attempt, with its channel and the
+    /// agreed ledger; the job's success; or None to gather again (the pods the coordinator
+    /// left out of the next start remembered).
+    async fn start(
+        &mut self,
+        config: &Config,
+        supervisor: &mut Supervisor,
+        mut attempt: Attempt,
+        mut channel: Channel,
+    ) -> Result<Option<Gathered>, Error> {
         // The trainers' watch, started anew if the API refuses it while this pod gathers: the
         // attempt judges a refusal at its start, as it always did.
         let watched = attempt
@@ -236,31 +298,32 @@ pub(super) async fn gather(
             Word::Heard(heard) => heard,
             Word::JobSucceeded(reason) => {
                 channel.close().await;
-                return Ok(Gathered::JobSucceeded(reason));
+                return Ok(Some(Gathered::JobSucceeded(reason)));
             }
         };
-        if let Some(start) = started(
-            heard,
-            &mut channel,
-            config.topology.processes.per_pod,
-            refusal_served(config),
-        )
-        .await?
-        {
+        let per_pod = config.topology.processes.per_pod;
+        let served = refusal_served(config);
+        if let Some(start) = started(heard, &mut channel, per_pod, served).await? {
             attempt.plan = attempt.plan.for_restart(start.ledger.epoch);
             attempt.ledger = start.ledger;
             attempt.channel = Some(channel);
-            return Ok(Gathered::Attempt(Box::new(attempt)));
+            return Ok(Some(Gathered::Attempt(Box::new(attempt))));
         }
-        // Only by a coordinator that has run an attempt: every trainer of the job was then its
-        // own, and a live member has heard the end, stopped its children and said hello
-        // within the join grace. A fresh coordinator may find a pod still training an attempt
-        // it never ran (the one before its pod's replacement): it awaits every pod.
+        self.leave_out(&channel);
+        Ok(None)
+    }
+
+    /// What the coordinator leaves out of the next start. Only by a coordinator that has run
+    /// an attempt: every trainer of the job was then its own, and a live member has heard the
+    /// end, stopped its children and said hello within the join grace. A fresh coordinator
+    /// may find a pod still training an attempt it never ran (the one before its pod's
+    /// replacement): it awaits every pod.
+    fn leave_out(&mut self, channel: &Channel) {
         let left_out = channel.left_out();
         let silent: Vec<String> = left_out
             .silent
             .into_iter()
-            .filter(|_| !names.is_empty())
+            .filter(|_| !self.members_before.is_empty())
             .collect();
         if !silent.is_empty() {
             info!(
@@ -268,7 +331,8 @@ pub(super) async fn gather(
                 silent.join(", ")
             );
         }
-        absent.extend(silent.into_iter().chain(left_out.turned_away));
+        self.absent
+            .extend(silent.into_iter().chain(left_out.turned_away));
     }
 }
 

@@ -108,268 +108,319 @@ pub(super) async fn drive(
     channel: Option<&Channel>,
     who: &str,
 ) -> Result<Outcome, Error> {
-    let label = |role| {
-        plan.process(role)
-            .map(|p| p.name.clone())
-            .unwrap_or_default()
-    };
     let trainers: Vec<&ProcessSpec> = plan.trainers().collect();
-    let several = trainers.len() > 1;
-    // Each of several processes is named by its place in the job, where its end or hang is told.
-    let process_name = |spec: &ProcessSpec| match (&spec.place, several) {
-        (Some(place), true) => place.named(),
-        _ => label(Role::Trainer),
+    let mut driver = Driver {
+        several: trainers.len() > 1,
+        trainers,
+        sup,
+        plan,
+        config,
+        channel,
+        who,
+        children: Vec::new(),
+        probe: None,
+        linger: None,
+        stack_dump: None,
+        window: None,
+        // The job asks for a checkpoint (a member is preempted): at most once an attempt.
+        checkpoint_asked: channel
+            .filter(|_| config.timing.checkpoint().is_some())
+            .map(Channel::checkpoint_asked),
+        watch: None,
     };
-    let trainer_label = match (trainers.first(), trainers.last()) {
-        (Some(first), Some(last)) if several => {
-            let id = |spec: &ProcessSpec| spec.place.as_ref().map_or(0, |p| p.trainer_id);
-            format!("trainers {}-{}", id(first), id(last))
-        }
-        _ => label(Role::Trainer),
-    };
-    let trainer = !trainers.is_empty();
-    // Collective ranks wait for one another at every step: a pod is judged by any of them.
-    let ranks = match config.topology.protocol {
-        Protocol::Collective => progress::Ranks::Lockstep,
-        _ => progress::Ranks::Alone,
-    };
-    let pod_label = trainer_label.clone();
-    let (mut machine, first) = Lifecycle::start(Setup {
-        pserver: plan.process(Role::Pserver).is_some(),
-        trainer,
-        gate_on_pservers: trainer && !plan.pserver_endpoints.is_empty(),
-        protocol: config.topology.protocol,
-        linger: config.timing.linger,
-        trainer_label,
-        trainers: trainers.len(),
-        trainer_names: match several {
-            true => trainers.iter().map(|spec| process_name(spec)).collect(),
-            false => Vec::new(),
-        },
-        pserver_label: label(Role::Pserver),
-        // A pserver-only pod too: preempted, it serves the job's checkpoint through its window.
-        checkpoint: config.timing.checkpoint(),
-        waits_for_the_job: !trainer && channel.is_some(),
-    });
+    let (mut machine, first) = Lifecycle::start(driver.setup());
     let mut commands: VecDeque<Command> = first.into();
-    // The supervisor's child index of each started process: its role and local rank.
-    let mut children: Vec<(Role, usize, usize)> = Vec::new();
-    let mut probe: Option<BoxFuture<'static, Input>> = None;
-    let mut linger: Option<Pin<Box<tokio::time::Sleep>>> = None;
-    let mut stack_dump: Option<Pin<Box<tokio::time::Sleep>>> = None;
-    let mut window: Option<Pin<Box<tokio::time::Sleep>>> = None;
-    // The job asks for a checkpoint (a member is preempted): at most once an attempt.
-    let mut checkpoint_asked = channel
-        .filter(|_| config.timing.checkpoint().is_some())
-        .map(Channel::checkpoint_asked);
-    // While the trainer runs and a hang timeout is set: its processes' clocks, the next look.
-    let mut watch: Option<HangWatch> = None;
     loop {
         while let Some(command) = commands.pop_front() {
             let input = match command {
-                Command::Spawn(role) => {
-                    // The progress files' watch starts before the trainer: its first look is
-                    // the time an earlier attempt left.
-                    let limits = config.timing.hang_timeout.map(|timeout| progress::Limits {
-                        timeout,
-                        first_window: config.timing.hang_first_window,
-                    });
-                    let specs: Vec<&ProcessSpec> = match role {
-                        Role::Trainer => trainers.clone(),
-                        Role::Pserver => plan.process(role).into_iter().collect(),
-                    };
-                    let mut failed = None;
-                    let mut watched = Vec::new();
-                    for (local, spec) in specs.into_iter().enumerate() {
-                        let file = limits.filter(|_| role == Role::Trainer).map(|limits| {
-                            let every = progress::check_every(limits);
-                            let path = spec.place.as_ref().map_or_else(
-                                || config.workspace.progress_file.clone(),
-                                |place| place.progress_file.clone(),
-                            );
-                            ProgressFileClock::start(path, every)
-                        });
-                        match spawn(sup, spec) {
-                            Ok(child) => {
-                                children.push((role, local, child));
-                                if let Some(file) = file {
-                                    let output = sup.output_clock(child);
-                                    watched.push(Watched {
-                                        local,
-                                        ended: None,
-                                        trainer_id: spec
-                                            .place
-                                            .as_ref()
-                                            .filter(|_| several)
-                                            .map(|p| p.trainer_id as u32),
-                                        output,
-                                        file,
-                                        label: process_name(spec),
-                                    });
-                                }
-                            }
-                            Err(error) => {
-                                failed = Some(Input::SpawnFailed { role, local, error });
-                                break;
-                            }
-                        }
-                    }
-                    if let (Some(limits), false) = (limits, watched.is_empty()) {
-                        let margin = control::progress_margin(
-                            config.control.heartbeat_timeout,
-                            progress_check(config),
-                        );
-                        watch = Some(HangWatch::new(
-                            watched,
-                            limits,
-                            margin,
-                            (ranks, pod_label.clone()),
-                        ));
-                    }
-                    failed
-                }
-                Command::Forward(sig) => {
-                    sup.forward(sig);
-                    None
-                }
-                Command::ProbePservers => {
-                    let endpoints = plan.pserver_endpoints.clone();
-                    probe = Some(probe_pservers(endpoints, config.timing.pserver_timeout).boxed());
-                    None
-                }
-                Command::Linger(how_long) => {
-                    linger = Some(Box::pin(sleep(how_long)));
-                    None
-                }
-                Command::TellHang(reason) => {
-                    if let Some(channel) = channel {
-                        channel.tell_hang(&format!("{who} at {}: {reason}", now_utc()));
-                    }
-                    None
-                }
-                Command::TellFailed {
-                    reason,
-                    restartable,
-                } => {
-                    match channel {
-                        Some(channel) => {
-                            let said = format!("{who} at {}: {reason}", now_utc());
-                            // Heard by the job before the siblings' stop can fail another pod
-                            // first (the runtime has one thread: a frame queued is not yet
-                            // sent). What happens meanwhile, a stop signal above all, goes to
-                            // the lifecycle as it comes, not left for the stop to misread.
-                            let told = channel.failed(&said, restartable, false, TOLD_BEFORE_STOP);
-                            tokio::select! {
-                                _ = told => None,
-                                event = sup.next_event() => input_of(event, &children, &mut watch),
-                            }
-                        }
-                        None => None,
-                    }
-                }
-                Command::TellPreempted(reason) => {
-                    if let Some(channel) = channel {
-                        channel.preempted(&format!("{who} at {}: {reason}", now_utc()));
-                    }
-                    None
-                }
-                Command::TellLeaving(reason) => {
-                    if let Some(channel) = channel {
-                        channel.leaving(&format!("{who} at {}: {reason}", now_utc()));
-                    }
-                    None
-                }
-                Command::AskCheckpoint => {
-                    let trainer: Vec<usize> = children
-                        .iter()
-                        .filter(|(role, _, _)| *role == Role::Trainer)
-                        .map(|(_, _, child)| *child)
-                        .collect();
-                    let signal = config.timing.checkpoint_signal.unwrap_or(0);
-                    match sup.signal_handlers(&trainer, signal) {
-                        0 => Some(Input::CheckpointUnheeded),
-                        _ => None,
-                    }
-                }
-                Command::Window(how_long) => {
-                    window = Some(Box::pin(sleep(how_long)));
-                    None
-                }
-                Command::DumpStacks => {
-                    watch = None;
-                    let trainer: Vec<usize> = children
-                        .iter()
-                        .filter(|(role, _, _)| *role == Role::Trainer)
-                        .map(|(_, _, child)| *child)
-                        .collect();
-                    sup.signal(&trainer, progress::STACK_SIGNAL);
-                    stack_dump = Some(Box::pin(sleep(lifecycle::STACK_DUMP_WAIT)));
-                    None
-                }
-                Command::Stop { roles, signal } => {
-                    probe = None;
-                    linger = None;
-                    stack_dump = None;
-                    window = None;
-                    watch = None;
-                    let stopping: Vec<usize> = children
-                        .iter()
-                        .filter(|(role, _, _)| roles.contains(role))
-                        .map(|(_, _, child)| *child)
-                        .collect();
-                    sup.stop(&stopping, signal).await;
-                    Some(Input::Stopped)
-                }
-                Command::Log(line) => {
-                    info!("{line}");
-                    None
-                }
-                Command::TellDone => {
-                    if let Some(channel) = channel {
-                        channel.done();
-                    }
-                    None
-                }
                 Command::Finish(result) => return result,
+                command => driver.execute(command).await,
             };
             if let Some(input) = input {
                 commands.extend(machine.step(input));
             }
         }
-        let input = tokio::select! {
-            // What happened to the processes first: a trainer's exit already queued is seen
-            // before a timer or a hang check says anything of it.
-            biased;
-            event = sup.next_event() => match input_of(event, &children, &mut watch) {
-                Some(input) => input,
-                None => continue,
+        if let Some(input) = driver.next_input().await {
+            commands.extend(machine.step(input));
+        }
+    }
+}
+
+/// What carries out the lifecycle's commands for one attempt, and what it waits on.
+struct Driver<'a> {
+    sup: &'a mut Supervisor,
+    plan: &'a Plan,
+    config: &'a Config,
+    channel: Option<&'a Channel>,
+    /// How this pod is named in what it tells the job.
+    who: &'a str,
+    trainers: Vec<&'a ProcessSpec>,
+    several: bool,
+    /// The supervisor's child index of each started process: its role and local rank.
+    children: Vec<(Role, usize, usize)>,
+    probe: Option<BoxFuture<'static, Input>>,
+    linger: Option<Pin<Box<tokio::time::Sleep>>>,
+    stack_dump: Option<Pin<Box<tokio::time::Sleep>>>,
+    window: Option<Pin<Box<tokio::time::Sleep>>>,
+    checkpoint_asked: Option<BoxFuture<'static, String>>,
+    /// While the trainer runs and a hang timeout is set: its processes' clocks, the next look.
+    watch: Option<HangWatch>,
+}
+
+impl Driver<'_> {
+    fn label(&self, role: Role) -> String {
+        self.plan
+            .process(role)
+            .map(|p| p.name.clone())
+            .unwrap_or_default()
+    }
+
+    /// Each of several processes is named by its place in the job, where its end or hang is
+    /// told.
+    fn process_name(&self, spec: &ProcessSpec) -> String {
+        match (&spec.place, self.several) {
+            (Some(place), true) => place.named(),
+            _ => self.label(Role::Trainer),
+        }
+    }
+
+    /// "trainers 0-7" for several, else the trainer's name.
+    fn trainer_label(&self) -> String {
+        match (self.trainers.first(), self.trainers.last()) {
+            (Some(first), Some(last)) if self.several => {
+                let id = |spec: &ProcessSpec| spec.place.as_ref().map_or(0, |p| p.trainer_id);
+                format!("trainers {}-{}", id(first), id(last))
+            }
+            _ => self.label(Role::Trainer),
+        }
+    }
+
+    fn setup(&self) -> Setup {
+        let trainer = !self.trainers.is_empty();
+        Setup {
+            pserver: self.plan.process(Role::Pserver).is_some(),
+            trainer,
+            gate_on_pservers: trainer && !self.plan.pserver_endpoints.is_empty(),
+            protocol: self.config.topology.protocol,
+            linger: self.config.timing.linger,
+            trainer_label: self.trainer_label(),
+            trainers: self.trainers.len(),
+            trainer_names: match self.several {
+                true => self.trainers.iter().map(|s| self.process_name(s)).collect(),
+                false => Vec::new(),
             },
-            input = or_never(probe.as_mut()), if probe.is_some() => {
-                probe = None;
+            pserver_label: self.label(Role::Pserver),
+            // A pserver-only pod too: preempted, it serves the job's checkpoint through its
+            // window.
+            checkpoint: self.config.timing.checkpoint(),
+            waits_for_the_job: !trainer && self.channel.is_some(),
+        }
+    }
+
+    /// The supervisor's indexes of the processes of `roles`.
+    fn children_of(&self, roles: &[Role]) -> Vec<usize> {
+        self.children
+            .iter()
+            .filter(|(role, _, _)| roles.contains(role))
+            .map(|(_, _, child)| *child)
+            .collect()
+    }
+
+    /// "p-0 on node n7 at 12:00:00Z: why", as the job is told it.
+    fn said(&self, reason: &str) -> String {
+        format!("{} at {}: {reason}", self.who, now_utc())
+    }
+
+    /// Carries out one command (not `Finish`, which ends the drive): what it made happen at
+    /// once, if anything.
+    async fn execute(&mut self, command: Command) -> Option<Input> {
+        let channel = self.channel;
+        match command {
+            Command::Spawn(role) => self.spawn_role(role),
+            Command::Forward(sig) => {
+                self.sup.forward(sig);
+                None
+            }
+            Command::ProbePservers => {
+                let endpoints = self.plan.pserver_endpoints.clone();
+                let timeout = self.config.timing.pserver_timeout;
+                self.probe = Some(probe_pservers(endpoints, timeout).boxed());
+                None
+            }
+            Command::Linger(how_long) => {
+                self.linger = Some(Box::pin(sleep(how_long)));
+                None
+            }
+            Command::TellFailed {
+                reason,
+                restartable,
+            } => {
+                let channel = channel?;
+                let said = self.said(&reason);
+                // Heard by the job before the siblings' stop can fail another pod first (the
+                // runtime has one thread: a frame queued is not yet sent). What happens
+                // meanwhile, a stop signal above all, goes to the lifecycle as it comes, not
+                // left for the stop to misread.
+                let told = channel.failed(&said, restartable, false, TOLD_BEFORE_STOP);
+                tokio::select! {
+                    _ = told => None,
+                    event = self.sup.next_event() => input_of(event, &self.children, &mut self.watch),
+                }
+            }
+            Command::TellHang(_)
+            | Command::TellPreempted(_)
+            | Command::TellLeaving(_)
+            | Command::TellDone => {
+                self.tell(command);
+                None
+            }
+            Command::AskCheckpoint => {
+                let trainer = self.children_of(&[Role::Trainer]);
+                let signal = self.config.timing.checkpoint_signal.unwrap_or(0);
+                match self.sup.signal_handlers(&trainer, signal) {
+                    0 => Some(Input::CheckpointUnheeded),
+                    _ => None,
+                }
+            }
+            Command::Window(how_long) => {
+                self.window = Some(Box::pin(sleep(how_long)));
+                None
+            }
+            Command::DumpStacks => {
+                self.watch = None;
+                let trainer = self.children_of(&[Role::Trainer]);
+                self.sup.signal(&trainer, progress::STACK_SIGNAL);
+                self.stack_dump = Some(Box::pin(sleep(lifecycle::STACK_DUMP_WAIT)));
+                None
+            }
+            Command::Stop { roles, signal } => {
+                self.probe = None;
+                self.linger = None;
+                self.stack_dump = None;
+                self.window = None;
+                self.watch = None;
+                let stopping = self.children_of(&roles);
+                self.sup.stop(&stopping, signal).await;
+                Some(Input::Stopped)
+            }
+            Command::Log(line) => {
+                info!("{line}");
+                None
+            }
+            // `drive` ends with it.
+            Command::Finish(_) => None,
+        }
+    }
+
+    /// Tells the job's channel, if there is one, what this pod's processes came to.
+    fn tell(&self, command: Command) {
+        let Some(channel) = self.channel else {
+            return;
+        };
+        match command {
+            Command::TellHang(reason) => channel.tell_hang(&self.said(&reason)),
+            Command::TellPreempted(reason) => channel.preempted(&self.said(&reason)),
+            Command::TellLeaving(reason) => channel.leaving(&self.said(&reason)),
+            Command::TellDone => channel.done(),
+            _ => {}
+        }
+    }
+
+    /// Starts the processes of `role`; the first that cannot start, as the lifecycle hears
+    /// it. The progress files' watch starts before the trainer: its first look is the time an
+    /// earlier attempt left.
+    fn spawn_role(&mut self, role: Role) -> Option<Input> {
+        let config = self.config;
+        let limits = config.timing.hang_timeout.map(|timeout| progress::Limits {
+            timeout,
+            first_window: config.timing.hang_first_window,
+        });
+        let specs: Vec<&ProcessSpec> = match role {
+            Role::Trainer => self.trainers.clone(),
+            Role::Pserver => self.plan.process(role).into_iter().collect(),
+        };
+        let mut failed = None;
+        let mut watched = Vec::new();
+        for (local, spec) in specs.into_iter().enumerate() {
+            let file = limits.filter(|_| role == Role::Trainer).map(|limits| {
+                let every = progress::check_every(limits);
+                let path = spec.place.as_ref().map_or_else(
+                    || config.workspace.progress_file.clone(),
+                    |place| place.progress_file.clone(),
+                );
+                ProgressFileClock::start(path, every)
+            });
+            match spawn(self.sup, spec) {
+                Ok(child) => {
+                    self.children.push((role, local, child));
+                    if let Some(file) = file {
+                        watched.push(Watched {
+                            local,
+                            ended: None,
+                            trainer_id: spec
+                                .place
+                                .as_ref()
+                                .filter(|_| self.several)
+                                .map(|p| p.trainer_id as u32),
+                            output: self.sup.output_clock(child),
+                            file,
+                            label: self.process_name(spec),
+                        });
+                    }
+                }
+                Err(error) => {
+                    failed = Some(Input::SpawnFailed { role, local, error });
+                    break;
+                }
+            }
+        }
+        if let (Some(limits), false) = (limits, watched.is_empty()) {
+            let margin =
+                control::progress_margin(config.control.heartbeat_timeout, progress_check(config));
+            // Collective ranks wait for one another at every step: a pod is judged by any of
+            // them.
+            let ranks = match config.topology.protocol {
+                Protocol::Collective => progress::Ranks::Lockstep,
+                _ => progress::Ranks::Alone,
+            };
+            let pod = (ranks, self.trainer_label());
+            self.watch = Some(HangWatch::new(watched, limits, margin, pod));
+        }
+        failed
+    }
+
+    /// What happens next: to the processes first (a trainer's exit already queued is seen
+    /// before a timer or a hang check says anything of it), then the timers, the job's
+    /// checkpoint, a hang. None: an event of no child of this attempt.
+    async fn next_input(&mut self) -> Option<Input> {
+        Some(tokio::select! {
+            biased;
+            event = self.sup.next_event() => return input_of(event, &self.children, &mut self.watch),
+            input = or_never(self.probe.as_mut()), if self.probe.is_some() => {
+                self.probe = None;
                 input
             }
-            _ = or_never(linger.as_mut()), if linger.is_some() => {
-                linger = None;
+            _ = or_never(self.linger.as_mut()), if self.linger.is_some() => {
+                self.linger = None;
                 Input::LingerOver
             }
-            _ = or_never(stack_dump.as_mut()), if stack_dump.is_some() => {
-                stack_dump = None;
+            _ = or_never(self.stack_dump.as_mut()), if self.stack_dump.is_some() => {
+                self.stack_dump = None;
                 Input::DumpOver
             }
-            _ = or_never(window.as_mut()), if window.is_some() => {
-                window = None;
+            _ = or_never(self.window.as_mut()), if self.window.is_some() => {
+                self.window = None;
                 Input::WindowOver
             }
-            reason = or_never(checkpoint_asked.as_mut()), if checkpoint_asked.is_some() => {
-                checkpoint_asked = None;
+            reason = or_never(self.checkpoint_asked.as_mut()), if self.checkpoint_asked.is_some() => {
+                self.checkpoint_asked = None;
                 Input::CheckpointAsked(reason)
             }
-            hung = HangWatch::next_hang_of(watch.as_mut(), channel), if watch.is_some() => {
-                watch = None;
+            hung = HangWatch::next_hang_of(self.watch.as_mut(), self.channel), if self.watch.is_some() => {
+                self.watch = None;
                 Input::Hung(hung)
             }
-        };
-        commands.extend(machine.step(input));
+        })
     }
 }
 
