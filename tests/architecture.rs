@@ -375,3 +375,40 @@ fn the_checks_find_a_planted_cycle_and_shell_import() {
     assert_eq!(found, ["a", "b", "c", "a"]);
     assert!(is_core("config::topology") && !is_core("launch") && !is_core("batch::discover"));
 }
+
+/// Where the configuration may be changed: while it is built, before anything runs (the
+/// options, the batch system's fill-in, the devices, and `launch::setup::configure`, which
+/// completes it: address, sockets, coordinator, namespace, the pod's grace period). Every
+/// other module gets it complete and reads it (`doctor` builds its own, as `run` does, to say
+/// each step).
+const BUILDS_THE_CONFIGURATION: &[&str] = &[
+    "config",
+    "batch::discover",
+    "devices",
+    "launch::setup",
+    "doctor",
+];
+
+#[test]
+fn the_configuration_is_built_in_one_place_and_never_amended() {
+    let mut wrong = Vec::new();
+    for (module, code) in modules() {
+        let builds = BUILDS_THE_CONFIGURATION
+            .iter()
+            .any(|m| module == *m || module.starts_with(&format!("{m}::")));
+        let amends = [
+            "&mut Config",
+            "mut config: Config",
+            "config: &mut crate::config::Config",
+        ]
+        .iter()
+        .any(|pattern| code.contains(pattern));
+        if amends && !builds {
+            wrong.push(module);
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "these modules change the configuration after it is built: {wrong:?}"
+    );
+}

@@ -23,7 +23,6 @@ use crate::supervise::{or_never, Supervisor};
 
 use super::coordination;
 use super::ending::{tell_followers_the_end, VERDICT_STOP_MARGIN};
-use super::processes::grace_from_the_pod;
 use super::ready::Attempt;
 use super::rendezvous::{
     coordinator_elsewhere, coordinator_without_secret, join_channel, joining, recheck_of, Found,
@@ -56,7 +55,7 @@ pub(super) const REFUSAL_SERVED_AT_MOST: Duration = Duration::from_secs(25);
 /// With a named coordinator (`--coordinator`, Kubernetes discovery), only the coordinator finds
 /// the pods: every other launcher learns them from it and makes no API request at all.
 pub(super) async fn gather(
-    config: &mut Config,
+    config: &Config,
     supervisor: &mut Supervisor,
     secret: Option<&Secret>,
     (my_ip, inputs): (IpAddr, &InputFiles),
@@ -140,7 +139,7 @@ impl Gathering<'_> {
     /// One round: the attempt gathered (or the job's end), or None to gather again.
     async fn round(
         &mut self,
-        config: &mut Config,
+        config: &Config,
         supervisor: &mut Supervisor,
     ) -> Result<Option<Gathered>, Error> {
         if let Some(secret) = self.secret {
@@ -206,7 +205,7 @@ impl Gathering<'_> {
     /// the membership and this pod in it.
     async fn discover(
         &self,
-        config: &mut Config,
+        config: &Config,
         supervisor: &mut Supervisor,
     ) -> Result<(Attempt, Membership, crate::membership::Me), Error> {
         let members_before = self.members_before;
@@ -234,9 +233,6 @@ impl Gathering<'_> {
             found => found?,
         };
         let (plan, membership, me) = plan_for(config, &found, self.my_ip, self.inputs)?;
-        if let Some(pod_grace) = found.own_grace {
-            grace_from_the_pod(config, supervisor, pod_grace);
-        }
         let peers::Found {
             peer_loss,
             trainers_done,
@@ -501,7 +497,7 @@ pub(super) enum Followed {
 /// One attempt of a follower that does not discover the pods: join the coordinator, and plan
 /// with the membership it sends.
 pub(super) async fn follow_coordinator(
-    config: &mut Config,
+    config: &Config,
     supervisor: &mut Supervisor,
     secret: &Secret,
     coordinator: SocketAddr,
@@ -594,7 +590,7 @@ async fn turned_away(reason: &str, supervisor: &mut Supervisor) -> Result<(), Er
 /// A follower's attempt from the membership its coordinator sent: planned as if it had found
 /// the pods itself, watching nothing of the API.
 fn attempt_from_coordinator(
-    config: &mut Config,
+    config: &Config,
     (my_ip, inputs): (IpAddr, &InputFiles),
     membership: Membership,
     ledger: Ledger,
@@ -602,9 +598,7 @@ fn attempt_from_coordinator(
 ) -> Result<Attempt, Error> {
     let found = peers::Found {
         membership,
-        namespace: None,
         api: None,
-        own_grace: None,
         peer_loss: None,
         trainers_done: None,
         served: Served::default(),

@@ -65,16 +65,16 @@ pub async fn launch(args: &JobArgs, plan_only: bool) -> Outcome {
 /// job ends — each gathered (discover, plan, join), begun, run and judged, then restarted in
 /// place or finished.
 async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error> {
-    let (mut config, my_ip) = configure(args, plan_only).await?;
+    let (config, my_ip) = configure(args, plan_only).await?;
     let pod = config
         .topology
         .pod_name
         .clone()
         .unwrap_or_else(|| my_ip.to_string());
     tracing::Span::current().record("pod", tracing::field::display(&pod));
-    let own = own_parts(&mut config, plan_only).await?;
+    let own = own_parts(&config, plan_only).await?;
     let Some(mut supervisor) = own.supervisor else {
-        return print_plan(&mut config, my_ip, &own.inputs).await;
+        return print_plan(&config, my_ip, &own.inputs).await;
     };
     let (mut attempts, ledger) = Attempts::new(&config);
     let (mut machine, mut command) = AttemptLoop::start(ledger, verdict_limits(&config));
@@ -85,7 +85,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                 members_before,
             } => {
                 let gathered = gather(
-                    &mut config,
+                    &config,
                     &mut supervisor,
                     own.secret.as_ref(),
                     (my_ip, &own.inputs),
@@ -132,14 +132,8 @@ struct Own {
 /// are reaped from the start when it is PID 1), the job's secret (waited for while its file is
 /// not yet mounted), the coordinator derived where the Job names it, and the input files,
 /// which are on the pod's own or a shared filesystem, not in the membership: checked first.
-async fn own_parts(config: &mut Config, plan_only: bool) -> Result<Own, Error> {
+async fn own_parts(config: &Config, plan_only: bool) -> Result<Own, Error> {
     let secret = job_secret(&config.control)?;
-    // Before any wait for the secret's file: an elastic job without a named coordinator is
-    // refused at once.
-    if !matches!(secret, JobSecret::None) {
-        derive_coordinator(config);
-    }
-    coordination::elastic_needs_a_named_coordinator(config)?;
     let mut supervisor = if plan_only {
         None
     } else {
@@ -173,11 +167,7 @@ async fn own_parts(config: &mut Config, plan_only: bool) -> Result<Own, Error> {
 }
 
 /// `plan`: the job's pods found once, ranked, and the plan printed; nothing started.
-async fn print_plan(
-    config: &mut Config,
-    my_ip: IpAddr,
-    inputs: &InputFiles,
-) -> Result<Outcome, Error> {
+async fn print_plan(config: &Config, my_ip: IpAddr, inputs: &InputFiles) -> Result<Outcome, Error> {
     let round = peers::Round {
         members_before: &[],
         absent: &Default::default(),

@@ -11,7 +11,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use tokio::net::TcpStream;
 use tokio::time::{sleep, sleep_until, timeout, Instant};
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::config::Config;
 use crate::control::{self, Channel};
@@ -38,41 +38,6 @@ pub(super) const PROBE_PAUSE_FIRST: Duration = Duration::from_millis(2);
 pub(super) const PROBE_PAUSE_LAST: Duration = Duration::from_millis(100);
 
 pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// The pod's grace period as its spec says (read with the pods): the children's follows it,
-/// unless --grace-period or --pod-grace-period said otherwise.
-pub(super) fn grace_from_the_pod(
-    config: &mut Config,
-    supervisor: &mut Supervisor,
-    pod_grace: Duration,
-) {
-    let timing = &mut config.timing;
-    if timing.pod_grace.is_some() {
-        return;
-    }
-    timing.pod_grace = Some(pod_grace);
-    if let Some(given) = timing.grace_given.filter(|given| *given > pod_grace) {
-        warn!(
-            "{} is {} s, longer than this pod's terminationGracePeriodSeconds ({} s): the kubelet will kill the children before it ends",
-            crate::config::GRACE_PERIOD,
-            given.as_secs(),
-            pod_grace.as_secs()
-        );
-        return;
-    }
-    let channel = config.control.is_on();
-    if let Ok(grace) = crate::config::children_grace(timing.grace_given, Some(pod_grace), channel) {
-        if grace != timing.grace_period {
-            info!(
-                "the children's grace period: {} s (this pod's terminationGracePeriodSeconds is {} s)",
-                grace.as_secs(),
-                pod_grace.as_secs()
-            );
-        }
-        timing.grace_period = grace;
-        supervisor.grace = grace;
-    }
-}
 
 /// How often this pod's trainer's progress is looked at (zero with hang detection off).
 pub(super) fn progress_check(config: &Config) -> Duration {

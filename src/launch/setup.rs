@@ -19,9 +19,11 @@ use crate::{peers, protocol};
 
 use super::{coordination, progress};
 
-/// The first stage: the configuration as this pod runs it — the batch system's names read,
-/// the pod's devices and processes settled, its address and network settings chosen, the
-/// progress file made — all checked before any wait for the peers.
+/// The first stage: the configuration as this pod runs it, complete and checked before
+/// anything runs or waits, and never amended afterwards — the batch system's names read, the
+/// pod's devices and processes settled, its address and network settings chosen, the
+/// coordinator derived where the Job names it, the namespace and the pod's grace period
+/// known, the progress file made.
 pub(super) async fn configure(args: &JobArgs, plan_only: bool) -> Result<(Config, IpAddr), Error> {
     let interfaces = crate::address::host_interfaces();
     let mut config =
@@ -36,6 +38,15 @@ pub(super) async fn configure(args: &JobArgs, plan_only: bool) -> Result<(Config
         for setting in &config.ports.sockets {
             info!("{}", crate::address::said(setting));
         }
+    }
+    // Before any wait for the secret's file: an elastic job without a named coordinator is
+    // refused at once.
+    if config.control.is_on() {
+        derive_coordinator(&mut config);
+    }
+    coordination::elastic_needs_a_named_coordinator(&config)?;
+    if matches!(config.topology.discovery, Discovery::Kubernetes { .. }) {
+        from_the_api(&mut config).await?;
     }
     // Only a pod with a trainer, with hang detection on, needs its progress file.
     let watches_hangs = config.timing.hang_timeout.is_some()
@@ -52,6 +63,58 @@ pub(super) async fn configure(args: &JobArgs, plan_only: bool) -> Result<(Config
         }
     }
     Ok((config, my_ip))
+}
+
+/// What the API says of this pod's configuration, asked once before anything runs: the
+/// namespace when none is given (the service account's, or the kubeconfig's context's), and
+/// the pod's grace period when POD_GRACE_PERIOD does not say it (its spec's: one request,
+/// which `manifest`'s pods never make; a pod the API cannot show keeps the default).
+async fn from_the_api(config: &mut Config) -> Result<(), Error> {
+    let server = peers::kubernetes::connect(config.topology.namespace.as_deref()).await?;
+    config.topology.namespace = Some(server.namespace.clone());
+    let Some(name) = config.topology.pod_name.clone() else {
+        return Ok(());
+    };
+    if config.timing.pod_grace.is_some() {
+        return Ok(());
+    }
+    match peers::kubernetes::grace_of(&server, &name).await {
+        Ok(Some(grace)) => grace_from_the_pod(config, grace),
+        Ok(None) => {}
+        Err(e) => warn!(
+            "this pod's grace period could not be read ({e}): the children get {} s; {} sets it",
+            config.timing.grace_period.as_secs(),
+            crate::config::POD_GRACE_PERIOD
+        ),
+    }
+    Ok(())
+}
+
+/// The pod's grace period as its spec says: the children's follows it, unless --grace-period
+/// said otherwise.
+fn grace_from_the_pod(config: &mut Config, pod_grace: std::time::Duration) {
+    let timing = &mut config.timing;
+    timing.pod_grace = Some(pod_grace);
+    if let Some(given) = timing.grace_given.filter(|given| *given > pod_grace) {
+        warn!(
+            "{} is {} s, longer than this pod's terminationGracePeriodSeconds ({} s): the kubelet will kill the children before it ends",
+            crate::config::GRACE_PERIOD,
+            given.as_secs(),
+            pod_grace.as_secs()
+        );
+        return;
+    }
+    let channel = config.control.is_on();
+    if let Ok(grace) = crate::config::children_grace(timing.grace_given, Some(pod_grace), channel) {
+        if grace != timing.grace_period {
+            info!(
+                "the children's grace period: {} s (this pod's terminationGracePeriodSeconds is {} s)",
+                grace.as_secs(),
+                pod_grace.as_secs()
+            );
+        }
+        timing.grace_period = grace;
+    }
 }
 
 /// `path` with its `.` dropped and each `..` taking the name before it, without looking at the
@@ -78,14 +141,11 @@ pub(super) fn now_utc() -> String {
 
 /// The plan for what discovery found: this pod located among the members, ranked.
 pub(super) fn plan_for(
-    config: &mut Config,
+    config: &Config,
     found: &peers::Found,
     my_ip: IpAddr,
     inputs: &InputFiles,
 ) -> Result<(Plan, Membership, Me), Error> {
-    if found.namespace.is_some() {
-        config.topology.namespace = found.namespace.clone();
-    }
     let membership = found.membership.clone();
     let epoch = config.for_epoch(membership.trainers.len());
     let me = locate_self(&epoch, &membership, my_ip)?;
