@@ -38,7 +38,7 @@ pub const GIVEN: &[&str] = &[
 
 /// The GPUs found, and where from (a log line's words).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Found {
+pub struct DeviceCount {
     pub devices: u32,
     pub from: String,
 }
@@ -76,7 +76,7 @@ pub fn is_gpu_device_file(name: &str) -> bool {
 /// path (the device plugin's volume-mounts mode) counts the devices mounted there, `all` and
 /// `void` (what CDI sets while it injects the device files itself) count the device files;
 /// else the device files.
-pub fn detect(seen: &Seen) -> Found {
+pub fn detect(seen: &Seen) -> DeviceCount {
     let files = seen.device_files.len() as u32;
     let set = |value: &Option<String>| value.as_deref().map(str::trim).map(str::to_string);
     if let Some(raw) = &seen.cuda_visible_devices {
@@ -88,16 +88,16 @@ pub fn detect(seen: &Seen) -> Found {
             ),
             (_, None) => format!("CUDA_VISIBLE_DEVICES={} lists {devices}", raw.trim()),
         };
-        return Found { devices, from };
+        return DeviceCount { devices, from };
     }
     if let Some(value) = set(&seen.nvidia_visible_devices) {
         return match value.as_str() {
-            "none" | "" => Found {
+            "none" | "" => DeviceCount {
                 devices: 0,
                 from: format!("NVIDIA_VISIBLE_DEVICES={value:?} gives the container no GPU"),
             },
             path if path.starts_with('/') => match &seen.mounted {
-                Some(Ok(devices)) => Found {
+                Some(Ok(devices)) => DeviceCount {
                     devices: *devices,
                     from: format!("NVIDIA_VISIBLE_DEVICES={path} mounts {devices}"),
                 },
@@ -107,7 +107,7 @@ pub fn detect(seen: &Seen) -> Found {
                         Some(Err(why)) => why.as_str(),
                         _ => "not read",
                     };
-                    Found {
+                    DeviceCount {
                         devices: files,
                         from: format!(
                             "NVIDIA_VISIBLE_DEVICES={path} cannot be read ({why}), and /dev has {files} GPU device files"
@@ -115,7 +115,7 @@ pub fn detect(seen: &Seen) -> Found {
                     }
                 }
             },
-            "all" | "void" => Found {
+            "all" | "void" => DeviceCount {
                 devices: files,
                 from: format!(
                     "NVIDIA_VISIBLE_DEVICES={value} and /dev has {files} GPU device files (a privileged container sees the node's)"
@@ -123,7 +123,7 @@ pub fn detect(seen: &Seen) -> Found {
             },
             list => {
                 let devices = entries(list);
-                Found {
+                DeviceCount {
                     devices,
                     from: format!("NVIDIA_VISIBLE_DEVICES={list} lists {devices}"),
                 }
@@ -132,11 +132,11 @@ pub fn detect(seen: &Seen) -> Found {
     }
 
     match files {
-        0 => Found {
+        0 => DeviceCount {
             devices: 0,
             from: "no GPU: CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES are unset and /dev has no nvidiaN file".into(),
         },
-        n => Found {
+        n => DeviceCount {
             devices: n,
             from: format!("/dev has {n} GPU device files"),
         },
@@ -146,7 +146,7 @@ pub fn detect(seen: &Seen) -> Found {
 /// The processes per pod from what was asked and what was found: `auto` runs one per device
 /// (one when none), a count runs that many, never more than the devices listed when there are
 /// any. The line says what was found and why.
-pub fn decide(asked: PerPod, found: &Found) -> Result<(u32, String), ConfigError> {
+pub fn decide(asked: PerPod, found: &DeviceCount) -> Result<(u32, String), ConfigError> {
     let from = &found.from;
     match asked {
         PerPod::Auto if found.devices == 0 => Ok((

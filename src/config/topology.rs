@@ -197,9 +197,8 @@ fn parse_peers(text: &str) -> Result<Vec<IpAddr>, ConfigError> {
         .collect()
 }
 
-/// --dns-server: for --dns, and for a coordinator named by DNS.
 /// What a layout decides: the counts, and how the pods are found.
-struct Layout {
+struct LayoutDecided {
     trainers: u32,
     pservers: u32,
     trainers_to_finish: Option<Group>,
@@ -214,7 +213,7 @@ fn colocated(
     protocol: Protocol,
     gradient_num: Option<u32>,
     peers: Option<Vec<IpAddr>>,
-) -> Result<Layout, ConfigError> {
+) -> Result<LayoutDecided, ConfigError> {
     let trainers = match (gradient_num, &peers) {
         (Some(n), _) => n,
         (None, Some(ips)) => ips.len() as u32,
@@ -266,7 +265,7 @@ fn colocated(
         },
     };
     let pservers = if protocol.has_pservers() { trainers } else { 0 };
-    Ok(Layout {
+    Ok(LayoutDecided {
         trainers,
         pservers,
         trainers_to_finish: None,
@@ -302,7 +301,7 @@ fn split(
     role: PodRole,
     protocol: Protocol,
     gradient_num: Option<u32>,
-) -> Result<Layout, ConfigError> {
+) -> Result<LayoutDecided, ConfigError> {
     if let Some(text) = present(&args.peers) {
         return Err(ConfigError::new(
                 PEERS,
@@ -368,7 +367,7 @@ fn split(
     if role == PodRole::Trainer || channel_asked(args) {
         groups.push(trainer_group);
     }
-    Ok(Layout {
+    Ok(LayoutDecided {
         trainers,
         pservers,
         trainers_to_finish,
@@ -394,6 +393,7 @@ fn selector(
     })
 }
 
+/// --dns-server: for --dns, and for a coordinator named by DNS.
 pub(super) fn dns_server(args: &JobArgs) -> Result<Option<SocketAddr>, ConfigError> {
     present(&args.dns_server)
         .map(|text| {

@@ -72,7 +72,7 @@ pub type Progress = Option<(Option<u64>, Instant, Option<u32>)>;
 pub type Recheck = Arc<dyn Fn() -> BoxFuture<'static, Option<BTreeSet<IpAddr>>> + Send + Sync>;
 
 /// Where this launcher stands in the channel.
-pub enum Role {
+pub enum ChannelRole {
     Coordinator {
         listen: SocketAddr,
     },
@@ -93,7 +93,7 @@ const RECHECK_LAST: Duration = Duration::from_secs(10);
 
 /// Everything a launcher brings to one attempt's channel.
 pub struct Joining {
-    pub role: Role,
+    pub role: ChannelRole,
     pub secret: Secret,
     pub me: PodAddress,
     /// Every member of the job, this one included.
@@ -463,9 +463,9 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
         verdict: verdict_tx,
     };
     let limit = joining.heartbeat_timeout.as_secs();
-    let coordinates = matches!(joining.role, Role::Coordinator { .. });
+    let coordinates = matches!(joining.role, ChannelRole::Coordinator { .. });
     let task = match joining.role {
-        Role::Coordinator { listen } => {
+        ChannelRole::Coordinator { listen } => {
             let listener = joining.network.0.listen(listen).await?;
             info!(
                 "control channel: coordinating {} on {listen} (heartbeat timeout {limit} s)",
@@ -474,7 +474,7 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
             let coordinator = Coordinator::new(joining);
             tokio::spawn(coordinator.run(listener, ends).in_current_span())
         }
-        Role::Follower {
+        ChannelRole::Follower {
             coordinator,
             ref recheck,
         } => {
@@ -830,11 +830,11 @@ mod tests {
         let coordinator = SocketAddr::new(members[0].ip, port);
         Joining {
             role: if index == 0 {
-                Role::Coordinator {
+                ChannelRole::Coordinator {
                     listen: coordinator,
                 }
             } else {
-                Role::Follower {
+                ChannelRole::Follower {
                     coordinator,
                     recheck: None,
                 }

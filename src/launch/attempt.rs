@@ -195,7 +195,7 @@ fn tell_the_start(
 /// coordinator this pod cannot join (what it found is set in the cell returned) — and for a
 /// pserver pod the trainers' end.
 fn watch_the_attempt(
-    (peer_loss, trainers_done, coordinator_unjoined): Watched,
+    (peer_loss, trainers_done, coordinator_unjoined): Watches,
     channel: &mut Option<Channel>,
     config: &Config,
     supervisor: &mut Supervisor,
@@ -242,7 +242,7 @@ fn watch_the_attempt(
 
 /// What `begin` hands the watches: the API's watch of the peers, a pserver pod's watch of the
 /// trainers, and the coordinator a pod without the secret cannot join.
-type Watched = (
+type Watches = (
     Option<BoxFuture<'static, String>>,
     Option<BoxFuture<'static, Result<String, String>>>,
     Option<UnjoinedCoordinator>,

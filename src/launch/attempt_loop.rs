@@ -153,7 +153,7 @@ pub(crate) enum Command {
 
 /// An attempt's end, being judged.
 #[derive(Debug)]
-struct Ended {
+struct AttemptEnd {
     result: Result<Outcome, Error>,
     /// "pod p-1 (...) at <time>": this pod's end as told to the job, and the whole line.
     who_at: String,
@@ -168,10 +168,10 @@ struct Ended {
 enum Stage {
     Gathering,
     Running(Begun),
-    Telling(Begun, Ended),
-    Judging(Begun, Ended),
+    Telling(Begun, AttemptEnd),
+    Judging(Begun, AttemptEnd),
     Restarting,
-    Closing(Begun, Ended),
+    Closing(Begun, AttemptEnd),
     Done,
 }
 
@@ -266,7 +266,7 @@ impl AttemptLoop {
             restartable: lifecycle::others_may_restart(&result),
             hang: matches!(result, Err(Error::Hung { .. })),
         };
-        let ended = Ended {
+        let ended = AttemptEnd {
             result,
             who_at,
             said,
@@ -284,7 +284,7 @@ impl AttemptLoop {
     /// Told (or nothing to tell): a preemption recorded as soon as it is known — it may take
     /// every pod at once (a Kueue suspension), and the pods created again count it — then the
     /// verdict waited for when the channel's word can change this pod's end.
-    fn told(&mut self, attempt: Begun, mut ended: Ended, word: Word) -> Command {
+    fn told(&mut self, attempt: Begun, mut ended: AttemptEnd, word: Word) -> Command {
         let record = self.record_preemption(&attempt, &mut ended, &word);
         let wait = match (attempt.channel, ended.succeeded) {
             (true, false) => verdict_wait(&word, &ended.result, attempt.ledger, self.limits),
@@ -315,7 +315,7 @@ impl AttemptLoop {
     fn record_preemption(
         &self,
         attempt: &Begun,
-        ended: &mut Ended,
+        ended: &mut AttemptEnd,
         word: &Word,
     ) -> Option<Recorded> {
         if !attempt.records || !word.preempted() || ended.recorded {
@@ -337,7 +337,7 @@ impl AttemptLoop {
     fn judged(
         &mut self,
         attempt: Begun,
-        mut ended: Ended,
+        mut ended: AttemptEnd,
         verdict: Result<bool, Error>,
         word: Word,
     ) -> Command {
@@ -372,7 +372,7 @@ impl AttemptLoop {
     fn restart(
         &mut self,
         attempt: Begun,
-        ended: &Ended,
+        ended: &AttemptEnd,
         reason: String,
         word: Word,
         record: Option<Recorded>,
@@ -409,7 +409,7 @@ impl AttemptLoop {
     /// The channel is closed: the pod's last line — the job's first cause first when another
     /// pod's — and the job's end in its story (the job's, not this pod's: a coordinator that
     /// succeeded while another pod failed tells the failure).
-    fn closed(&mut self, attempt: Begun, ended: Ended, word: Word) -> Command {
+    fn closed(&mut self, attempt: Begun, ended: AttemptEnd, word: Word) -> Command {
         let cause = word.cause;
         let reason = cause.as_ref().map(|cause| cause.reason.clone());
         let outcome = for_the_job(ended.result, &ended.who_at, &ended.said, reason);

@@ -42,7 +42,7 @@ use tokio::time::{sleep, Instant};
 use crate::config::Secret;
 use crate::config::{Group, GroupKind};
 use crate::control::sim_net::SimNet;
-use crate::control::{self, Channel, Joining, Role};
+use crate::control::{self, Channel, ChannelRole, Joining};
 use crate::error::Error;
 use crate::exit::{self, Outcome};
 use crate::membership::{self, Member, Membership, PodAddress, PodView, Served};
@@ -805,10 +805,10 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
             };
             let joined = control::join(Joining {
                 role: match coordinates {
-                    true => Role::Coordinator {
+                    true => ChannelRole::Coordinator {
                         listen: coordinator,
                     },
-                    false => Role::Follower {
+                    false => ChannelRole::Follower {
                         coordinator,
                         recheck: None,
                     },
@@ -1055,7 +1055,7 @@ fn joining(
     count: Ledger,
 ) -> Joining {
     Joining {
-        role: Role::Coordinator {
+        role: ChannelRole::Coordinator {
             listen: std::net::SocketAddr::new(ip, PORT),
         },
         secret: secret(),
@@ -1118,7 +1118,7 @@ async fn follow(
         futures::FutureExt::boxed(async move { Some(ip.into_iter().collect()) })
     });
     let joined = control::join(Joining {
-        role: Role::Follower {
+        role: ChannelRole::Follower {
             coordinator: std::net::SocketAddr::new(coordinator, PORT),
             recheck: Some(recheck),
         },

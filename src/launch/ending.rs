@@ -9,7 +9,7 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use crate::config::{Config, Secret};
-use crate::control::{self, Channel, Joining, Role as ControlRole};
+use crate::control::{self, Channel, ChannelRole, Joining};
 use crate::ledger::Ledger;
 use crate::membership::PodAddress;
 
@@ -98,7 +98,7 @@ pub(super) async fn tell_followers_the_end(
     // The followers decided to restart when this launcher did, and are connecting as soon as
     // their children are stopped; a member that is gone never will.
     let grace = config.timing.grace_period + TELL_THE_END;
-    let role = ControlRole::Coordinator {
+    let role = ChannelRole::Coordinator {
         listen: SocketAddr::new(my_ip, *port),
     };
     // Its ledger says nothing: the job has ended.
@@ -139,7 +139,7 @@ pub(super) async fn tell_the_end(joining: Joining, grace: Duration) {
 mod tests {
     use super::super::attempt_loop::verdict_wait;
     use super::*;
-    use crate::control::{self, Heard, Joining, Role};
+    use crate::control::{self, ChannelRole, Heard, Joining};
     use crate::error::Error;
     use crate::exit::Outcome;
     use crate::membership::{PodAddress, Served};
@@ -163,7 +163,7 @@ mod tests {
             view: control::fingerprint(std::slice::from_ref(&me)),
             members: vec![me.clone()],
             growth,
-            ..joining_as(me, Role::Coordinator { listen }, 1)
+            ..joining_as(me, ChannelRole::Coordinator { listen }, 1)
         })
         .await
         .unwrap();
@@ -187,7 +187,7 @@ mod tests {
     /// `me` joining the test's channel as `role`, with no view (a follower asking for the
     /// membership).
     /// A test launcher's channel: of `me`, as `role`, starting `epoch`, with a budget of 1.
-    fn joining_as(me: PodAddress, role: Role, epoch: u32) -> Joining {
+    fn joining_as(me: PodAddress, role: ChannelRole, epoch: u32) -> Joining {
         Joining {
             role,
             secret: crate::config::Secret(b"ending-test-secret-0123456789abcdef".to_vec()),
@@ -253,7 +253,7 @@ mod tests {
         let (channel, port) = alone_at("127.0.7.3", Some(growth)).await;
         let coordinator = std::net::SocketAddr::new("127.0.7.3".parse().unwrap(), port);
         let arrival = pod("p-1", "127.0.7.4".parse().unwrap());
-        let role = Role::Follower {
+        let role = ChannelRole::Follower {
             coordinator,
             recheck: None,
         };

@@ -25,12 +25,12 @@ use super::coordination;
 use super::ending::{tell_followers_the_end, VERDICT_STOP_MARGIN};
 use super::ready::Attempt;
 use super::rendezvous::{
-    coordinator_elsewhere, coordinator_without_secret, join_channel, joining, recheck_of, Found,
+    coordinator_elsewhere, coordinator_without_secret, join_channel, joining, recheck_of, Located,
 };
 use super::setup::on_node;
 use super::setup::{plan_for, who};
 use super::waits::{interruptible, Breaks};
-use crate::control::{self, Joining, Role as ControlRole};
+use crate::control::{self, ChannelRole, Joining};
 use std::net::SocketAddr;
 use tracing::warn;
 
@@ -147,11 +147,11 @@ impl Gathering<'_> {
             // join, so the pods are not listed again meanwhile. (`join_channel` resolves it
             // again after discovery, which may take long: by then the name may have moved.)
             match coordinator_elsewhere(config, self.my_ip).await? {
-                Found::NotYet(why) => {
+                Located::NotYet(why) => {
                     self.coordinator_not_yet(why);
                     return Ok(None);
                 }
-                Found::At(coordinator) if coordination::membership_from_coordinator(config) => {
+                Located::At(coordinator) if coordination::membership_from_coordinator(config) => {
                     let inputs = (self.my_ip, self.inputs);
                     let followed = follow_coordinator(
                         config,
@@ -171,7 +171,7 @@ impl Gathering<'_> {
                         Followed::Again => Ok(None),
                     };
                 }
-                Found::At(_) | Found::ThisPod | Found::NotNamed | Found::NoChannel => {}
+                Located::At(_) | Located::ThisPod | Located::NotNamed | Located::NoChannel => {}
             }
         }
         let (mut attempt, membership, me) = self.discover(config, supervisor).await?;
@@ -183,12 +183,12 @@ impl Gathering<'_> {
         let first = self.members_before.is_empty();
         let joined = join_channel(secret.clone(), &attempt, config, &membership, &me, first);
         let channel = match joined.await? {
-            Found::NoChannel | Found::ThisPod | Found::NotNamed => {
+            Located::NoChannel | Located::ThisPod | Located::NotNamed => {
                 attempt.plan = attempt.plan.for_restart(self.ledger.epoch);
                 return Ok(Some(Gathered::Attempt(Box::new(attempt))));
             }
-            Found::At(channel) => channel,
-            Found::NotYet(why) => {
+            Located::At(channel) => channel,
+            Located::NotYet(why) => {
                 self.coordinator_not_yet(why);
                 return Ok(None);
             }
@@ -291,8 +291,8 @@ impl Gathering<'_> {
         )
         .await?;
         let heard = match heard {
-            Word::Heard(heard) => heard,
-            Word::JobSucceeded(reason) => {
+            News::Heard(heard) => heard,
+            News::JobSucceeded(reason) => {
                 channel.close().await;
                 return Ok(Some(Gathered::JobSucceeded(reason)));
             }
@@ -344,17 +344,17 @@ pub(super) async fn heard_or_lost(
     channel: &mut Channel,
     peer_loss: &mut Option<BoxFuture<'static, String>>,
     trainers: TrainersWatch<'_>,
-) -> Word {
+) -> News {
     let mut job_succeeded = channel.job_succeeded();
     let mut watching_trainers = true;
     loop {
         let lost = tokio::select! {
             biased;
-            heard = channel.heard() => return Word::Heard(heard),
-            reason = &mut job_succeeded => return Word::JobSucceeded(reason),
+            heard = channel.heard() => return News::Heard(heard),
+            reason = &mut job_succeeded => return News::JobSucceeded(reason),
             done = or_never(trainers.done.as_mut()), if watching_trainers => {
                 match done {
-                    Ok(reason) => return Word::JobSucceeded(reason),
+                    Ok(reason) => return News::JobSucceeded(reason),
                     Err(refusal) => {
                         info!("{refusal}: the trainer pods are watched again when the attempt starts");
                         *trainers.done = (trainers.again)();
@@ -372,7 +372,7 @@ pub(super) async fn heard_or_lost(
         } else if channel.said_hello() {
             info!("{lost}: waiting for the coordinator's word");
         } else {
-            return Word::Heard(Heard::Regather(lost));
+            return News::Heard(Heard::Regather(lost));
         }
     }
 }
@@ -392,7 +392,7 @@ pub(super) enum Gathered {
 }
 
 /// What the channel said while a gathering waited, or the job's success.
-pub(super) enum Word {
+pub(super) enum News {
     Heard(Heard),
     JobSucceeded(String),
 }
@@ -504,7 +504,7 @@ pub(super) async fn follow_coordinator(
     (my_ip, inputs): (IpAddr, &InputFiles),
     ledger: Ledger,
 ) -> Result<Followed, Error> {
-    let role = ControlRole::Follower {
+    let role = ChannelRole::Follower {
         coordinator,
         recheck: recheck_of(config),
     };
@@ -540,8 +540,8 @@ pub(super) async fn follow_coordinator(
     )
     .await?;
     let heard = match word {
-        Word::Heard(heard) => heard,
-        Word::JobSucceeded(reason) => {
+        News::Heard(heard) => heard,
+        News::JobSucceeded(reason) => {
             channel.close().await;
             return Ok(Followed::Gathered(Gathered::JobSucceeded(reason)));
         }

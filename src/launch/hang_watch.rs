@@ -16,7 +16,7 @@ use super::progress;
 
 /// The shell's side of hang detection for the pod's trainer processes: looks at each one's
 /// last output and progress file's time every `check_every`, and asks the rule
-/// (`progress::judge`).
+/// (`progress::hung_by`).
 pub(super) struct HangWatch {
     pub(super) processes: Vec<Watched>,
     pub(super) started: std::time::Instant,

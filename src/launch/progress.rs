@@ -51,7 +51,7 @@ pub fn last_progress(seen: &Observed) -> (Option<Instant>, &'static str) {
 }
 
 /// None while the trainer progresses.
-pub fn judge(limits: Limits, seen: Observed) -> Option<Hung> {
+pub fn hung_by(limits: Limits, seen: Observed) -> Option<Hung> {
     let (last, by) = last_progress(&seen);
     let silent = seen
         .now
@@ -102,7 +102,7 @@ pub fn judge_pod(limits: Limits, ranks: Ranks, seen: &[Observed]) -> Option<(usi
         Ranks::Alone => seen
             .iter()
             .enumerate()
-            .filter_map(|(i, s)| Some((i, judge(limits, *s)?)))
+            .filter_map(|(i, s)| Some((i, hung_by(limits, *s)?)))
             .max_by_key(|(_, hung)| hung.silent),
         Ranks::Lockstep => {
             let first = seen.first()?;
@@ -112,7 +112,7 @@ pub fn judge_pod(limits: Limits, ranks: Ranks, seen: &[Observed]) -> Option<(usi
                 ..*first
             };
             let newest = (0..seen.len()).max_by_key(|&i| last_progress(&seen[i]).0)?;
-            Some((newest, judge(limits, pod)?))
+            Some((newest, hung_by(limits, pod)?))
         }
     }
 }
@@ -421,7 +421,7 @@ mod tests {
             first_window: s(60),
         };
         let at = |now: u64, output: Option<u64>, file: Option<u64>| {
-            judge(
+            hung_by(
                 limits,
                 Observed {
                     started: t0 + s(100),

@@ -11,7 +11,7 @@ use tokio::time::{sleep, Instant};
 use tracing::{info, warn};
 
 use crate::config::{Config, Secret};
-use crate::control::{self, Channel, Joining, Role as ControlRole};
+use crate::control::{self, Channel, ChannelRole, Joining};
 use crate::error::ConfigError;
 use crate::error::Error;
 use crate::ledger::Ledger;
@@ -29,7 +29,7 @@ use super::record::JobRecord;
 pub(super) const JOIN_GRACE: Duration = Duration::from_secs(60);
 
 /// What one try to reach the coordinator found.
-pub(super) enum Found<T> {
+pub(super) enum Located<T> {
     /// The coordinator is this pod.
     ThisPod,
     /// No coordinator is named (--coordinator): the pod of rank 0 coordinates, found later.
@@ -46,15 +46,15 @@ pub(super) enum Found<T> {
 pub(super) async fn coordinator_elsewhere(
     config: &Config,
     my_ip: IpAddr,
-) -> Result<Found<SocketAddr>, Error> {
+) -> Result<Located<SocketAddr>, Error> {
     let Some((host, port)) = &config.control.coordinator else {
-        return Ok(Found::NotNamed);
+        return Ok(Located::NotNamed);
     };
     Ok(
         match resolve(host, *port, config.control.dns_server).await? {
-            Ok(address) if address.ip() == my_ip => Found::ThisPod,
-            Ok(address) => Found::At(address),
-            Err(why) => Found::NotYet(why),
+            Ok(address) if address.ip() == my_ip => Located::ThisPod,
+            Ok(address) => Located::At(address),
+            Err(why) => Located::NotYet(why),
         },
     )
 }
@@ -66,7 +66,7 @@ pub(super) fn joining(
     config: &Config,
     secret: Secret,
     me: PodAddress,
-    role: ControlRole,
+    role: ChannelRole,
     ledger: Ledger,
 ) -> Joining {
     Joining {
@@ -245,45 +245,45 @@ pub(super) async fn join_channel(
     membership: &Membership,
     me: &Me,
     first_attempt: bool,
-) -> Result<Found<Channel>, Error> {
+) -> Result<Located<Channel>, Error> {
     let control = &config.control;
     let members = membership.pod_addresses();
     let ledger = attempt.ledger;
     let api = attempt.api.as_ref().filter(|_| first_attempt);
     let Some(plan) = &attempt.plan.control else {
-        return Ok(Found::NoChannel);
+        return Ok(Located::NoChannel);
     };
     let role = match (
         plan.this_pod_coordinates,
         plan.coordinator.parse::<SocketAddr>(),
     ) {
-        (Some(true), Ok(listen)) => ControlRole::Coordinator { listen },
-        (Some(false), Ok(coordinator)) => ControlRole::Follower {
+        (Some(true), Ok(listen)) => ChannelRole::Coordinator { listen },
+        (Some(false), Ok(coordinator)) => ChannelRole::Follower {
             coordinator,
             recheck: None,
         },
         // A DNS name: whoever has its address serves.
         _ => {
             let Some((host, port)) = &control.coordinator else {
-                return Ok(Found::NoChannel);
+                return Ok(Located::NoChannel);
             };
             match resolve(host, *port, config.control.dns_server).await? {
-                Ok(address) if address.ip() == me.ip => ControlRole::Coordinator {
+                Ok(address) if address.ip() == me.ip => ChannelRole::Coordinator {
                     listen: SocketAddr::new(me.ip, *port),
                 },
-                Ok(coordinator) => ControlRole::Follower {
+                Ok(coordinator) => ChannelRole::Follower {
                     coordinator,
                     recheck: recheck_of(config),
                 },
-                Err(why) => return Ok(Found::NotYet(why)),
+                Err(why) => return Ok(Located::NotYet(why)),
             }
         }
     };
-    if matches!(role, ControlRole::Coordinator { .. }) && attempt.plan.trainer_id.is_none() {
+    if matches!(role, ChannelRole::Coordinator { .. }) && attempt.plan.trainer_id.is_none() {
         warn!("control channel: this pserver pod coordinates (--coordinator names it): its own end, a deletion or an eviction, ends the attempt for every pod even once its pserver has ended; name a trainer pod instead");
     }
     let ledger = match (&role, JobRecord::of(config, api)) {
-        (ControlRole::Coordinator { .. }, Some(record)) => record.ledger_from(ledger).await,
+        (ChannelRole::Coordinator { .. }, Some(record)) => record.ledger_from(ledger).await,
         _ => ledger,
     };
     let growth = growing(config, &role, members.len());
@@ -299,7 +299,7 @@ pub(super) async fn join_channel(
     })
     .await
     .map_err(|e| Error::io("cannot serve the control channel", e))?;
-    Ok(Found::At(channel))
+    Ok(Located::At(channel))
 }
 
 /// How long a gathering waits for the members' hellos. The others may still be stopping their
@@ -322,11 +322,11 @@ pub(super) fn join_grace(config: &Config, elastic: bool) -> Duration {
 /// signal) before the restart.
 pub(super) fn growing(
     config: &Config,
-    role: &ControlRole,
+    role: &ChannelRole,
     members: usize,
 ) -> Option<control::Growing> {
     let elastic = config.control.elastic?;
-    if !matches!(role, ControlRole::Coordinator { .. }) {
+    if !matches!(role, ChannelRole::Coordinator { .. }) {
         return None;
     }
     let checkpoint_window = config
@@ -380,10 +380,10 @@ mod tests {
         assert_eq!(join_grace(&config("120", true), false), usual);
         assert_eq!(join_grace(&config("120", false), true), usual);
         let elastic = config("120", true);
-        let coordinator = ControlRole::Coordinator {
+        let coordinator = ChannelRole::Coordinator {
             listen: "10.0.0.1:6171".parse().unwrap(),
         };
-        let follower = ControlRole::Follower {
+        let follower = ChannelRole::Follower {
             coordinator: "10.0.0.1:6171".parse().unwrap(),
             recheck: None,
         };

@@ -203,7 +203,7 @@ impl Core {
         // window is judged as that restart would be, by the coordinator and by a follower
         // cut off from it alike.
         let due = match growing {
-            Some(Growing::Due { reason, .. }) if !grown && self.done.is_empty() => Some(reason),
+            Some(GrowthState::Due { reason, .. }) if !grown && self.done.is_empty() => Some(reason),
             _ => None,
         };
         let reason = match (preempted, hang) {
@@ -378,7 +378,7 @@ impl Core {
         };
         let reason = printable(&reason);
         // The job's growth asked every trainer for a checkpoint already: once is enough.
-        if matches!(growing, Growing::Due { .. }) {
+        if matches!(growing, GrowthState::Due { .. }) {
             self.warn(format!("control channel: {reason}: every trainer was asked for a checkpoint already, for the job's growth"));
         } else {
             self.warn(format!(
@@ -400,7 +400,7 @@ impl Core {
     /// live links (not a replaced connection's), of members still training (one that finished
     /// stopped progressing for good, and is no suspect).
     pub(super) fn suspect(&self) -> String {
-        let live = |pod: &String, report: &Progress| {
+        let live = |pod: &String, report: &Reported| {
             let linked = match report.link {
                 None => *pod == self.me,
                 Some(link) => self.links.get(pod) == Some(&link),

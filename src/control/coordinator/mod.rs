@@ -116,7 +116,7 @@ pub(super) enum Stage {
         /// end, whatever ends it, is the preemption's (a trainer whose peer left fails too),
         /// which spends no restart.
         preempted: Option<Preempted>,
-        growing: Growing,
+        growing: GrowthState,
     },
     /// The started attempt is lost, told to every member. The verdict waits until the members
     /// joined then have stopped or gone (`awaiting`), and this launcher's children too: each
@@ -158,7 +158,7 @@ pub(super) struct Preempted {
 
 /// An elastic job's growth in the running attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Growing {
+pub(super) enum GrowthState {
     /// No pod waits to join (none came, or every arrival left before the window ended).
     No,
     /// The first arrival came then: the window in which others may follow runs.
@@ -200,7 +200,7 @@ pub(super) struct Core {
     who: HashMap<String, String>,
     /// Each member's last progress report (this launcher's too): the link it came on (None:
     /// this launcher's), the step, and when the member last progressed (as of `at`, `quiet`).
-    progress: HashMap<String, Progress>,
+    progress: HashMap<String, Reported>,
     /// The last tick's time: what "how long ago" is measured from.
     now: Instant,
     /// How far apart two members' last progress must be for the older to stand out: what a
@@ -301,7 +301,7 @@ pub struct Growth {
 
 /// One member's last progress report.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Progress {
+pub(super) struct Reported {
     link: Option<u64>,
     step: Option<u64>,
     quiet: Duration,
@@ -393,7 +393,7 @@ impl Core {
             } => {
                 if self.links.get(&pod) == Some(&link) {
                     let link = Some(link);
-                    let report = Progress {
+                    let report = Reported {
                         link,
                         step,
                         quiet,
@@ -405,7 +405,7 @@ impl Core {
                 return effects;
             }
             Input::OwnProgress { step, last, behind } => {
-                let report = Progress {
+                let report = Reported {
                     link: None,
                     step,
                     quiet: Duration::ZERO,
@@ -537,8 +537,8 @@ impl Core {
             ));
             self.arrivals.remove(&pod);
             if let Stage::Running { growing, .. } = &mut self.stage {
-                if self.arrivals.is_empty() && matches!(growing, Growing::Since(_)) {
-                    *growing = Growing::No;
+                if self.arrivals.is_empty() && matches!(growing, GrowthState::Since(_)) {
+                    *growing = GrowthState::No;
                 }
             }
             return;
@@ -1514,7 +1514,7 @@ mod tests {
         assert!(matches!(
             training.stage,
             Stage::Running {
-                growing: Growing::No,
+                growing: GrowthState::No,
                 ..
             }
         ));

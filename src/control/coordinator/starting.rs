@@ -170,7 +170,7 @@ impl Core {
         self.stage = Stage::Running {
             ledger,
             preempted: None,
-            growing: Growing::No,
+            growing: GrowthState::No,
         };
         effects.push(Effect::Hear(Heard::Go {
             membership: None,
@@ -193,12 +193,12 @@ impl Core {
         let window = match (&mut self.stage, self.growth) {
             (
                 Stage::Running {
-                    growing: growing @ Growing::No,
+                    growing: growing @ GrowthState::No,
                     ..
                 },
                 Some(growth),
             ) => {
-                *growing = Growing::Since(self.now);
+                *growing = GrowthState::Since(self.now);
                 Some(growth.window)
             }
             _ => None,
@@ -279,7 +279,7 @@ impl Core {
         if !self.done.is_empty() {
             return;
         }
-        if let Growing::Since(first) = *growing {
+        if let GrowthState::Since(first) = *growing {
             if now.saturating_duration_since(first) < growth.window || self.arrivals.is_empty() {
                 return;
             }
@@ -299,11 +299,11 @@ impl Core {
             }
             if let Stage::Running { growing, .. } = &mut self.stage {
                 let at = now + growth.checkpoint_window;
-                *growing = Growing::Due { at, reason };
+                *growing = GrowthState::Due { at, reason };
             }
         }
         if let Stage::Running {
-            growing: Growing::Due { at, reason },
+            growing: GrowthState::Due { at, reason },
             ..
         } = &self.stage
         {
