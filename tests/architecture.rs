@@ -378,7 +378,7 @@ fn the_checks_find_a_planted_cycle_and_shell_import() {
 
 /// Where the configuration may be changed: while it is built, before anything runs (the
 /// options, the batch system's fill-in, the devices, and `launch::setup::configure`, which
-/// completes it: address, sockets, coordinator, namespace, the pod's grace period). Every
+/// completes it: address, sockets, the coordinator, the progress file). Every
 /// other module gets it complete and reads it (`doctor` builds its own, as `run` does, to say
 /// each step).
 const BUILDS_THE_CONFIGURATION: &[&str] = &[

@@ -136,15 +136,13 @@ fn three_pods_agree_on_ranks_and_train_against_each_others_pservers() {
     ranks.sort();
     assert_eq!(ranks, [0, 1, 2]);
     assert_eq!(survivors(&pid_dir), Vec::<String>::new());
-    // Per launcher, one get of its own pod (its grace period, read while it configures:
-    // POD_GRACE_PERIOD is not set here, as `manifest` sets it), one list and one watch, and at
-    // most one more get: no polling.
+    // One list and one watch per launcher: no polling.
     let pod_requests = api
         .requests()
         .iter()
         .filter(|r| r.contains("/pods"))
         .count();
-    assert!(pod_requests <= 3 * 4, "{:#?}", api.requests());
+    assert!(pod_requests <= 3 * 3, "{:#?}", api.requests());
 }
 
 #[test]

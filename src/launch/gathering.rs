@@ -28,7 +28,7 @@ use super::rendezvous::{
     coordinator_elsewhere, coordinator_without_secret, join_channel, joining, recheck_of, Located,
 };
 use super::setup::on_node;
-use super::setup::{plan_for, who};
+use super::setup::{children_grace_seen, plan_for, who};
 use super::waits::{interruptible, Breaks};
 use crate::control::{self, ChannelRole, Joining};
 use std::net::SocketAddr;
@@ -233,6 +233,11 @@ impl Gathering<'_> {
             found => found?,
         };
         let (plan, membership, me) = plan_for(config, &found, self.my_ip, self.inputs)?;
+        let children_grace = match found.own_grace {
+            Some(pod) => children_grace_seen(config, pod),
+            None => config.timing.grace_period,
+        };
+        supervisor.grace = children_grace;
         let peers::Found {
             peer_loss,
             trainers_done,
@@ -251,6 +256,7 @@ impl Gathering<'_> {
             api,
             served,
             coordinator_unjoined: None,
+            children_grace,
         };
         Ok((attempt, membership, me))
     }
@@ -598,7 +604,9 @@ fn attempt_from_coordinator(
 ) -> Result<Attempt, Error> {
     let found = peers::Found {
         membership,
+        namespace: None,
         api: None,
+        own_grace: None,
         peer_loss: None,
         trainers_done: None,
         served: Served::default(),
@@ -616,6 +624,7 @@ fn attempt_from_coordinator(
         // Nothing of the API is watched here.
         served: Served::default(),
         coordinator_unjoined: None,
+        children_grace: config.timing.grace_period,
     })
 }
 

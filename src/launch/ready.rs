@@ -30,6 +30,9 @@ pub(super) struct Attempt {
     /// another pod's (a pod the secret did not reach must not train alone while the others
     /// wait for its hello).
     pub(super) coordinator_unjoined: Option<UnjoinedCoordinator>,
+    /// The children's grace period in this attempt: the configuration's, or what this pod's
+    /// spec says when discovery read it (`setup::children_grace_seen`).
+    pub(super) children_grace: std::time::Duration,
 }
 
 /// Without a job secret: where the job's channel would be served, when that may be another

@@ -291,7 +291,7 @@ pub(super) async fn join_channel(
         growth,
         view: control::fingerprint(&members),
         members,
-        join_grace: join_grace(config, growth.is_some()),
+        join_grace: join_grace(config, attempt.children_grace, growth.is_some()),
         membership: Some(membership.clone()),
         who: attempt.who.clone(),
         served: attempt.served.clone(),
@@ -308,12 +308,12 @@ pub(super) async fn join_channel(
 /// next start (`leave_out`); but never less than a live member may take to hear the loss
 /// (a heartbeat timeout) and stop its children (a grace period), lest the job start without a
 /// member that still trains.
-pub(super) fn join_grace(config: &Config, elastic: bool) -> Duration {
+pub(super) fn join_grace(config: &Config, children_grace: Duration, elastic: bool) -> Duration {
     match config.control.elastic {
         Some(e) if elastic => e
             .wait
-            .max(config.control.heartbeat_timeout + config.timing.grace_period),
-        _ => JOIN_GRACE + config.timing.grace_period,
+            .max(config.control.heartbeat_timeout + children_grace),
+        _ => JOIN_GRACE + children_grace,
     }
 }
 
@@ -373,12 +373,12 @@ mod tests {
             })
         };
         let s = Duration::from_secs;
-        assert_eq!(join_grace(&config("120", true), true), s(120));
+        assert_eq!(join_grace(&config("120", true), s(20), true), s(120));
         // Shorter than a member's stop: the stop.
-        assert_eq!(join_grace(&config("5", true), true), s(10 + 20));
+        assert_eq!(join_grace(&config("5", true), s(20), true), s(10 + 20));
         let usual = JOIN_GRACE + s(20);
-        assert_eq!(join_grace(&config("120", true), false), usual);
-        assert_eq!(join_grace(&config("120", false), true), usual);
+        assert_eq!(join_grace(&config("120", true), s(20), false), usual);
+        assert_eq!(join_grace(&config("120", false), s(20), true), usual);
         let elastic = config("120", true);
         let coordinator = ChannelRole::Coordinator {
             listen: "10.0.0.1:6171".parse().unwrap(),

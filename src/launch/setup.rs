@@ -4,6 +4,7 @@
 
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use tracing::{info, warn};
 
@@ -22,8 +23,9 @@ use super::{coordination, progress};
 /// The first stage: the configuration as this pod runs it, complete and checked before
 /// anything runs or waits, and never amended afterwards — the batch system's names read, the
 /// pod's devices and processes settled, its address and network settings chosen, the
-/// coordinator derived where the Job names it, the namespace and the pod's grace period
-/// known, the progress file made.
+/// coordinator derived where the Job names it, the progress file made. What discovery later
+/// finds (the pods, their namespace, this pod's own grace period) goes into the attempt and
+/// its plan, not here.
 pub(super) async fn configure(args: &JobArgs, plan_only: bool) -> Result<(Config, IpAddr), Error> {
     let interfaces = crate::address::host_interfaces();
     let mut config =
@@ -45,9 +47,6 @@ pub(super) async fn configure(args: &JobArgs, plan_only: bool) -> Result<(Config
         derive_coordinator(&mut config);
     }
     coordination::elastic_needs_a_named_coordinator(&config)?;
-    if matches!(config.topology.discovery, Discovery::Kubernetes { .. }) {
-        from_the_api(&mut config).await?;
-    }
     // Only a pod with a trainer, with hang detection on, needs its progress file.
     let watches_hangs = config.timing.hang_timeout.is_some()
         && config.topology.role != crate::vocabulary::PodRole::Pserver;
@@ -65,36 +64,15 @@ pub(super) async fn configure(args: &JobArgs, plan_only: bool) -> Result<(Config
     Ok((config, my_ip))
 }
 
-/// What the API says of this pod's configuration, asked once before anything runs: the
-/// namespace when none is given (the service account's, or the kubeconfig's context's), and
-/// the pod's grace period when POD_GRACE_PERIOD does not say it (its spec's: one request,
-/// which `manifest`'s pods never make; a pod the API cannot show keeps the default).
-async fn from_the_api(config: &mut Config) -> Result<(), Error> {
-    let server = peers::kubernetes::connect(config.topology.namespace.as_deref()).await?;
-    config.topology.namespace = Some(server.namespace.clone());
-    let Some(name) = config.topology.pod_name.clone() else {
-        return Ok(());
-    };
-    if config.timing.pod_grace.is_some() {
-        return Ok(());
+/// The children's grace period when discovery read this pod's own (its spec's
+/// terminationGracePeriodSeconds, read with the pods): it follows the pod's, unless
+/// --grace-period said otherwise. Runtime state (the supervisor's, the attempt's), not the
+/// configuration, which stays as built.
+pub(super) fn children_grace_seen(config: &Config, pod_grace: Duration) -> Duration {
+    let timing = &config.timing;
+    if timing.pod_grace.is_some() {
+        return timing.grace_period;
     }
-    match peers::kubernetes::grace_of(&server, &name).await {
-        Ok(Some(grace)) => grace_from_the_pod(config, grace),
-        Ok(None) => {}
-        Err(e) => warn!(
-            "this pod's grace period could not be read ({e}): the children get {} s; {} sets it",
-            config.timing.grace_period.as_secs(),
-            crate::config::POD_GRACE_PERIOD
-        ),
-    }
-    Ok(())
-}
-
-/// The pod's grace period as its spec says: the children's follows it, unless --grace-period
-/// said otherwise.
-fn grace_from_the_pod(config: &mut Config, pod_grace: std::time::Duration) {
-    let timing = &mut config.timing;
-    timing.pod_grace = Some(pod_grace);
     if let Some(given) = timing.grace_given.filter(|given| *given > pod_grace) {
         warn!(
             "{} is {} s, longer than this pod's terminationGracePeriodSeconds ({} s): the kubelet will kill the children before it ends",
@@ -102,18 +80,21 @@ fn grace_from_the_pod(config: &mut Config, pod_grace: std::time::Duration) {
             given.as_secs(),
             pod_grace.as_secs()
         );
-        return;
+        return timing.grace_period;
     }
     let channel = config.control.is_on();
-    if let Ok(grace) = crate::config::children_grace(timing.grace_given, Some(pod_grace), channel) {
-        if grace != timing.grace_period {
-            info!(
-                "the children's grace period: {} s (this pod's terminationGracePeriodSeconds is {} s)",
-                grace.as_secs(),
-                pod_grace.as_secs()
-            );
+    match crate::config::children_grace(timing.grace_given, Some(pod_grace), channel) {
+        Ok(grace) => {
+            if grace != timing.grace_period {
+                info!(
+                    "the children's grace period: {} s (this pod's terminationGracePeriodSeconds is {} s)",
+                    grace.as_secs(),
+                    pod_grace.as_secs()
+                );
+            }
+            grace
         }
-        timing.grace_period = grace;
+        Err(_) => timing.grace_period,
     }
 }
 
@@ -153,9 +134,13 @@ pub(super) fn plan_for(
         .timing
         .hang_timeout
         .map(|_| progress::stack_dump_dir(&config.workspace.progress_file));
-    let plan = protocol::plan(&epoch, &membership, &me, inputs)
+    let mut plan = protocol::plan(&epoch, &membership, &me, inputs)
         .with_launcher_env(|name| std::env::var(name).ok(), stack_handler.as_deref())
         .for_restart(0);
+    // The namespace the API found the pods in, when none was given.
+    if found.namespace.is_some() {
+        plan.namespace = found.namespace.clone();
+    }
     info!("{} pod {}: {}", me.name, me.ip, ranks_line(&plan, config));
     Ok((plan, membership, me))
 }

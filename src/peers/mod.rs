@@ -10,12 +10,15 @@ use crate::membership::{rank, Member, Membership, Served};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
-/// What discovery found: the members by role in rank order, and a watch that reports the
-/// first lost peer (when the backend can tell).
+/// What discovery found: the members by role in rank order, the namespace (when the backend
+/// has one), and a watch that reports the first lost peer (when the backend can tell).
 pub struct Found {
     pub membership: Membership,
+    pub namespace: Option<String>,
     /// The API server the pods were found through, when they were.
     pub api: Option<kubernetes::ApiServer>,
+    /// This pod's terminationGracePeriodSeconds, when its spec was read.
+    pub own_grace: Option<std::time::Duration>,
     pub peer_loss: Option<BoxFuture<'static, String>>,
     /// For a pserver of the split layout: resolves when every trainer pod has Succeeded.
     pub trainers_done: Option<BoxFuture<'static, Result<String, String>>>,
@@ -40,11 +43,12 @@ pub struct Round<'a> {
 pub async fn discover(config: &Config, round: Round<'_>) -> Result<Found, Error> {
     let mut trainers_done = None;
     let mut api = None;
+    let mut own_grace = None;
     let served = Served::default();
-    let (groups, peer_loss) = match &config.topology.discovery {
+    let (groups, namespace, peer_loss) = match &config.topology.discovery {
         Discovery::Static { ips } => {
             let members = static_list::members(&config.topology.job_name, ips);
-            (vec![(GroupKind::Job, members)], None)
+            (vec![(GroupKind::Job, members)], None, None)
         }
         Discovery::Dns { name, server } => {
             let members = dns::wait_until_stable(
@@ -54,7 +58,7 @@ pub async fn discover(config: &Config, round: Round<'_>) -> Result<Found, Error>
                 config.timing.wait_timeout,
             )
             .await?;
-            (vec![(GroupKind::Job, members)], None)
+            (vec![(GroupKind::Job, members)], None, None)
         }
         Discovery::Kubernetes { groups } => {
             let server = kubernetes::connect(config.topology.namespace.as_deref()).await?;
@@ -71,6 +75,16 @@ pub async fn discover(config: &Config, round: Round<'_>) -> Result<Found, Error>
                 config.control.elastic,
             )
             .await?;
+            let topology = &config.topology;
+            own_grace = ready
+                .iter()
+                .flatten()
+                .find(|pod| {
+                    topology.pod_name.as_deref() == Some(pod.name.as_str())
+                        || (topology.pod_name.is_none() && pod.ip == topology.pod_ip)
+                })
+                .and_then(|pod| pod.grace_period)
+                .map(std::time::Duration::from_secs);
             let ranked: Vec<(GroupKind, Vec<Member>)> = groups
                 .iter()
                 .zip(ready)
@@ -84,12 +98,14 @@ pub async fn discover(config: &Config, round: Round<'_>) -> Result<Found, Error>
                 .first_loss(members, terminating_is_loss, served.clone())
                 .boxed();
             api = Some(server.clone());
-            (ranked, Some(peer_loss))
+            (ranked, Some(server.namespace), Some(peer_loss))
         }
     };
     Ok(Found {
         membership: Membership::from_groups(config.topology.protocol, groups),
+        namespace,
         api,
+        own_grace,
         peer_loss,
         trainers_done,
         served,

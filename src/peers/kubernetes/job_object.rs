@@ -16,29 +16,6 @@ use crate::ledger::Recorded;
 
 use super::{ApiServer, OWN_POD_WAIT};
 
-/// How long this pod's grace period is asked for before the launcher goes on without it.
-const GRACE_ASKED_FOR: Duration = Duration::from_secs(10);
-
-/// This pod's grace period (its spec's terminationGracePeriodSeconds), asked once; None when
-/// the API shows no pod of that name.
-pub async fn grace_of(server: &ApiServer, name: &str) -> Result<Option<Duration>, String> {
-    let api: Api<Pod> = Api::namespaced(server.client.clone(), &server.namespace);
-    let pod = tokio::time::timeout(GRACE_ASKED_FOR, api.get_opt(name))
-        .await
-        .map_err(|_| {
-            format!(
-                "no answer from {} within {} s",
-                server.url,
-                GRACE_ASKED_FOR.as_secs()
-            )
-        })?
-        .map_err(|e| format!("{} answered: {e}", server.url))?;
-    Ok(pod
-        .and_then(|pod| pod.spec?.termination_grace_period_seconds)
-        .and_then(|seconds| u64::try_from(seconds).ok())
-        .map(Duration::from_secs))
-}
-
 /// This pod's labels and annotations in one map (annotations win): found by POD_NAME, else by
 /// its IP (a field selector), waiting up to a minute for the kubelet to publish the IP.
 pub async fn own_marks(
