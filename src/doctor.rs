@@ -101,7 +101,10 @@ pub async fn doctor(
     hostname_ip: impl Fn() -> Option<std::net::IpAddr>,
 ) -> (Vec<String>, Outcome) {
     let mut lines = Vec::new();
-    // A misspelt variable would not apply in `run` either.
+    // A misspelt variable would not apply in `run` either: a near miss ends `run` at once.
+    if let Some(near_miss) = crate::cli::near_miss_in_environment() {
+        return (lines, configuration(&near_miss, exit::INVALID_CONFIG));
+    }
     lines.extend(crate::cli::unread_in_environment());
     let outcome = match configured(args, interfaces, &hostname_ip, &mut lines).await {
         Ok((config, my_ip)) => peers_said(&config, my_ip, &mut lines).await,
@@ -131,13 +134,14 @@ async fn configured(
             lines.push(format!("batch system {}: {setting}", runtime.system.name()));
         }
     }
-    // What `run` waits for about the channel, said before anything else.
-    secret_file_said(&config, lines)?;
+    // In `run`'s order: the coordinator while the configuration is built, then what `run`
+    // waits for about the channel.
     if config.control.is_on() {
         crate::launch::derive_coordinator(&mut config);
     }
     crate::launch::coordination::elastic_needs_a_named_coordinator(&config)
         .map_err(|e| configuration(e, exit::INVALID_CONFIG))?;
+    secret_file_said(&config, lines)?;
     lines.push(format!(
         "configuration: OK (job {}, {}, {}, protocol {})",
         config.topology.job_name,

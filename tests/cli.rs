@@ -269,23 +269,49 @@ fn plan_shows_the_variables_added_at_the_start() {
     assert_eq!(env["PYTHONPATH"], format!("{handler}:/opt/lib").as_str());
 }
 
-/// A misspelt variable would silently not apply: the launcher names it and the one it meant.
+/// A misspelt variable near a known one would silently not apply (8 GPUs run as 1 process):
+/// refused with status 2, naming it and the one it meant; a secret's value is not shown. A
+/// name far from every known one is only warned of.
 #[test]
 fn a_misspelt_variable_gets_a_did_you_mean() {
-    let out = launcher(
-        &["plan", "--", "x.py"],
-        &[
-            ("JOB_NAME", "typo"),
-            ("PADDLE_LAUNCHER_PEERS", "127.0.0.2"),
-            ("POD_IP", "127.0.0.2"),
-            ("CONF_PADDLE_NIC", "lo"),
-            ("CONF_PADDLE_GRADIENT_NUMS", "3"),
-        ],
-    );
-    assert_eq!(out.status.code(), Some(0));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let base = [
+        ("JOB_NAME", "typo"),
+        ("PADDLE_LAUNCHER_PEERS", "127.0.0.2"),
+        ("POD_IP", "127.0.0.2"),
+        ("CONF_PADDLE_NIC", "lo"),
+    ];
+    let run = |extra: (&str, &str)| {
+        let mut env = base.to_vec();
+        env.push(extra);
+        let out = launcher(&["plan", "--", "x.py"], &env);
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = run(("PADDLE_LAUNCHER_NPROC_PER_NODE", "8"));
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(
-        stderr.contains("CONF_PADDLE_GRADIENT_NUMS is set but no option reads it: did you mean CONF_PADDLE_GRADIENT_NUM?"),
+        stderr.contains("invalid PADDLE_LAUNCHER_NPROC_PER_NODE: \"8\": expected a variable the launcher reads: did you mean PADDLE_LAUNCHER_NPROC_PER_POD?"),
+        "{stderr}"
+    );
+    let (code, stderr) = run((
+        "PADDLE_LAUNCHER_JOB_SECRT",
+        "0123456789abcdef0123456789abcdef",
+    ));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("did you mean PADDLE_LAUNCHER_JOB_SECRET?"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("0123456789abcdef"),
+        "the secret was shown: {stderr}"
+    );
+    let (code, stderr) = run(("PADDLE_LAUNCHER_SOMETHING_ELSE_ENTIRELY", "1"));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("PADDLE_LAUNCHER_SOMETHING_ELSE_ENTIRELY is set but no option reads it"),
         "{stderr}"
     );
 }

@@ -1045,6 +1045,54 @@ fn the_bound_on_free_preemptions_reaches_every_pod() {
     );
 }
 
+/// GPUs without a protocol generate Paddle 3's collective job (one process per GPU), not
+/// v1's flags, with which a Paddle 3 trainer ends 75; a protocol given is kept, and CPU pods
+/// keep the seed's v1.
+#[test]
+fn gpu_pods_without_a_protocol_are_collective() {
+    let env = |extra: &[&str]| -> Vec<(String, String)> {
+        let mut args = vec!["--job-name", "g", "--image", "example.com/t/p:v1"];
+        args.extend(extra);
+        args.extend(["--", "python", "/t.py"]);
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&manifest(&args)).unwrap();
+        let job = docs.iter().find(|d| d["kind"] == "Job").unwrap();
+        each(
+            &job["spec"]["template"]["spec"]["containers"][0]["env"],
+            &[],
+        )
+        .into_iter()
+        .filter_map(|v| {
+            Some((
+                v["name"].as_str()?.to_string(),
+                v["value"].as_str()?.to_string(),
+            ))
+        })
+        .collect()
+    };
+    let value = |env: &[(String, String)], name: &str| {
+        env.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
+    };
+    let gpu = env(&["--gpu", "8"]);
+    assert_eq!(
+        value(&gpu, "PADDLE_LAUNCHER_PROTOCOL").as_deref(),
+        Some("collective")
+    );
+    assert_eq!(
+        value(&gpu, "PADDLE_LAUNCHER_NPROC_PER_POD").as_deref(),
+        Some("auto")
+    );
+    let chosen = env(&["--gpu", "8", "--protocol", "v2"]);
+    assert_eq!(
+        value(&chosen, "PADDLE_LAUNCHER_PROTOCOL").as_deref(),
+        Some("v2")
+    );
+    let cpu = env(&[]);
+    assert_eq!(
+        value(&cpu, "PADDLE_LAUNCHER_PROTOCOL").as_deref(),
+        Some("v1")
+    );
+}
+
 /// GPU pods of the collective protocol run one trainer process per GPU (`auto`), each with
 /// its own port declared; a count above the GPUs is refused in one line; CPU pods run what is
 /// asked.

@@ -2052,18 +2052,38 @@ fn a_named_coordinators_replacement_takes_over_at_the_same_name() {
 
 /// The job secret authenticates the launchers, and nothing else may see it: a training program
 /// that prints its whole environment (as crash handlers and experiment trackers do) prints no
-/// secret, neither the one a pod is given nor the one `local` makes up.
+/// secret, neither the one a pod is given nor the one `local` makes up. Nor does it get the
+/// launcher's other settings: of PADDLE_LAUNCHER_*, only the contract (the restart count, the
+/// full world size, the progress file).
 #[test]
 fn the_training_program_never_sees_the_job_secret() {
     let mut job = Job::new("nosee", 2, 1);
     job.program = ["sh", "-c", "env; echo count=$PADDLE_LAUNCHER_RESTART_COUNT"]
         .map(String::from)
         .to_vec();
+    job.extra_env = vec![("PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT", "10".to_string())];
     job.create_pods(2);
+    const CONTRACT: [&str; 3] = [
+        "PADDLE_LAUNCHER_RESTART_COUNT",
+        "PADDLE_LAUNCHER_FULL_WORLD_SIZE",
+        "PADDLE_LAUNCHER_PROGRESS_FILE",
+    ];
     for out in job.all_finish() {
         assert_contains(&out, "PADDLE_TRAINER_ID=");
+        assert_contains(&out, "PADDLE_LAUNCHER_RESTART_COUNT=0");
         assert!(!out.contains(SECRET), "{out}");
         assert!(!out.contains("PADDLE_LAUNCHER_JOB_SECRET"), "{out}");
+        // Each line may carry the launcher's mark before the program's own text.
+        let settings: Vec<&str> = out
+            .lines()
+            .filter_map(|line| line.find("PADDLE_LAUNCHER_").map(|at| &line[at..]))
+            .filter_map(|text| text.split_once('=').map(|(name, _)| name))
+            .filter(|name| !CONTRACT.contains(name))
+            .collect();
+        assert!(
+            settings.is_empty(),
+            "the launcher's settings reached the program: {settings:?}"
+        );
     }
 
     let dir = tempfile::tempdir().unwrap();

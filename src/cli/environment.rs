@@ -15,6 +15,33 @@ pub fn unread_in_environment() -> Vec<String> {
     unread_variables(names.iter().map(String::as_str))
 }
 
+/// The first variable of the launcher's prefixes that no option reads but that is a near miss
+/// of one that does (`PADDLE_LAUNCHER_NPROC_PER_NODE` for `..._PER_POD`): an error, since the
+/// setting meant would silently not apply (a job of 8 GPUs run as 1 process). A name far from
+/// every known one stays a warning (`unread_in_environment`). Its value is not echoed when
+/// the name looks like a secret's.
+pub fn near_miss_in_environment() -> Option<crate::error::ConfigError> {
+    let known = known_variables();
+    std::env::vars_os()
+        .filter_map(|(name, value)| Some((name.into_string().ok()?, value)))
+        .find_map(|(name, value)| {
+            let nearest = unread_in(&name, &known)??;
+            // A misspelt secret's name is near a secret's: neither's value is shown.
+            let secret = ["SECRET", "TOKEN", "PASSWORD", "KEY"]
+                .iter()
+                .any(|word| name.contains(word) || nearest.contains(word));
+            let value = match secret {
+                true => "(hidden)".to_string(),
+                false => value.to_string_lossy().into_owned(),
+            };
+            Some(crate::error::ConfigError::new(
+                &name,
+                &value,
+                format!("a variable the launcher reads: did you mean {nearest}? (unset {name}, or rename it)"),
+            ))
+        })
+}
+
 /// `unread_in_environment`'s rule, for the given names.
 pub(super) fn unread_variables<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String> {
     let known = known_variables();

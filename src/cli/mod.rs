@@ -78,9 +78,10 @@ pub struct ManifestArgs {
     pub indexed: bool,
     /// Contract with the training program: `v1` flags, `v2` PADDLE_INIT_* variables, `fleet`
     /// (parameter server, Paddle 2.x) or `collective` (data parallel, no pserver); see
-    /// docs/roles-and-protocols.md for the Paddle versions each needs.
-    #[arg(long, value_enum, default_value_t = crate::vocabulary::Protocol::V1)]
-    pub protocol: crate::vocabulary::Protocol,
+    /// docs/roles-and-protocols.md for the Paddle versions each needs [default: collective
+    /// with --gpu (Paddle 3 on GPUs), else v1].
+    #[arg(long = "protocol", value_enum)]
+    pub protocol_given: Option<crate::vocabulary::Protocol>,
     /// The training program as one shell line (v2, fleet, collective).
     #[arg(long)]
     pub entry: Option<String>,
@@ -201,6 +202,19 @@ pub struct ManifestArgs {
     /// Arguments after `--` become the trainer's arguments (the container's args after `run --`).
     #[arg(last = true, value_name = "TRAINER_ARGS")]
     pub trainer_args: Vec<String>,
+}
+
+impl ManifestArgs {
+    /// The protocol generated: as given, else `collective` for GPU pods (what Paddle 3 runs on
+    /// GPUs: v1's trainers would end 75 there), else `v1` (the seed's contract).
+    pub fn protocol(&self) -> crate::vocabulary::Protocol {
+        use crate::vocabulary::Protocol;
+        match (self.protocol_given, self.gpu) {
+            (Some(given), _) => given,
+            (None, 0) => Protocol::V1,
+            (None, _) => Protocol::Collective,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -666,7 +680,9 @@ impl std::fmt::Display for Opt {
     }
 }
 use environment::{definitions, known_variables, unread_in};
-pub use environment::{near_subcommand, options_table, unread_in_environment};
+pub use environment::{
+    near_miss_in_environment, near_subcommand, options_table, unread_in_environment,
+};
 
 #[cfg(test)]
 mod tests {

@@ -53,6 +53,10 @@ pub async fn launch(args: &JobArgs, plan_only: bool) -> Outcome {
         env!("CARGO_PKG_VERSION"),
         std::process::id()
     );
+    // A near miss of a known name would silently not apply: refused. Others are warned of.
+    if let Some(near_miss) = crate::cli::near_miss_in_environment() {
+        return Outcome::from(Error::from(near_miss));
+    }
     for unread in crate::cli::unread_in_environment() {
         warn!("{unread}");
     }
@@ -130,8 +134,8 @@ struct Own {
 
 /// The second stage: the signal handlers first (a TERM then ends the pod at once, and zombies
 /// are reaped from the start when it is PID 1), the job's secret (waited for while its file is
-/// not yet mounted), the coordinator derived where the Job names it, and the input files,
-/// which are on the pod's own or a shared filesystem, not in the membership: checked first.
+/// not yet mounted), and the input files, which are on the pod's own or a shared filesystem,
+/// not in the membership: checked first.
 async fn own_parts(config: &Config, plan_only: bool) -> Result<Own, Error> {
     let secret = job_secret(&config.control)?;
     let mut supervisor = if plan_only {

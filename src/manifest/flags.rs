@@ -333,7 +333,7 @@ pub(super) fn check_layout(request: &ManifestArgs) -> Result<(), ConfigError> {
             ));
         }
     }
-    if request.split && (request.pservers == 0 || !request.protocol.has_pservers()) {
+    if request.split && (request.pservers == 0 || !request.protocol().has_pservers()) {
         return Err(invalid(
             "--split",
             "true",

@@ -106,7 +106,7 @@ fn service(request: &ManifestArgs) -> Option<Value> {
     }
     let mut ports = Vec::new();
     if request.dns {
-        ports.push(match request.protocol.trainers_listen() {
+        ports.push(match request.protocol().trainers_listen() {
             true => json!({"name": "trainer", "port": request.trainer_port}),
             false => json!({"name": "pserver", "port": request.port}),
         });

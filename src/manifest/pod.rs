@@ -72,7 +72,7 @@ pub(super) fn container_env(request: &ManifestArgs, kind: &PodKind) -> Vec<Value
         format!("{SECRET_DIR}/{SECRET_KEY}"),
     ));
     if let Some(passes) = request.passes {
-        match request.protocol {
+        match request.protocol() {
             Protocol::V1 => {}
             Protocol::V2 => env.push(env_value("PADDLE_INIT_NUM_PASSES", passes)),
             Protocol::Fleet | Protocol::Collective => env.push(env_value("NUM_PASSES", passes)),
@@ -91,11 +91,11 @@ pub(super) fn container_trainer_args(request: &ManifestArgs, kind: &PodKind) -> 
     // A v1 pserver takes no pass-through (it is `paddle pserver`, started from the launcher's
     // own options). The launcher of every other protocol needs the program even in a pserver
     // pod: fleet runs it as the pserver, and v2's pserver pods validate it like any other.
-    if kind.role == PodRole::Pserver && request.protocol == Protocol::V1 {
+    if kind.role == PodRole::Pserver && request.protocol() == Protocol::V1 {
         return Vec::new();
     }
     let mut trainer_args = request.trainer_args.clone();
-    if let (Some(passes), Protocol::V1) = (request.passes, request.protocol) {
+    if let (Some(passes), Protocol::V1) = (request.passes, request.protocol()) {
         trainer_args.push(format!("--num_passes={passes}"));
     }
     trainer_args
@@ -193,7 +193,7 @@ fn run_args(request: &ManifestArgs, kind: &PodKind) -> Vec<String> {
 /// The container's ports: the pservers', the trainers' where they listen, the channel's.
 fn container_ports(request: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
     let mut ports: Vec<Value> = Vec::new();
-    if kind.role != PodRole::Trainer && request.protocol.has_pservers() {
+    if kind.role != PodRole::Trainer && request.protocol().has_pservers() {
         // In u32: the launcher's validation keeps the range below 65536, and nothing here can
         // overflow whatever it is given.
         let first = u32::from(request.port);
@@ -202,7 +202,7 @@ fn container_ports(request: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
             (0..count).map(|i| json!({"name": format!("pserver-{i}"), "containerPort": first + i})),
         );
     }
-    if kind.role != PodRole::Pserver && request.protocol.trainers_listen() {
+    if kind.role != PodRole::Pserver && request.protocol().trainers_listen() {
         let trainers = trainer_ports(request);
         for (local, port) in trainers.iter().enumerate() {
             let name = match trainers.len() {
@@ -444,7 +444,7 @@ pub(super) fn options_from_flags(
         (
             options::PROTOCOL,
             "--protocol",
-            request.protocol.to_string(),
+            request.protocol().to_string(),
         ),
         (options::PORT, "--port", request.port.to_string()),
         (
@@ -540,7 +540,7 @@ pub(super) fn nproc_asked(request: &ManifestArgs) -> Option<String> {
     let given = request.nproc_per_pod.as_deref().map(str::trim);
     match given.filter(|n| !n.is_empty()) {
         Some(n) => Some(n.to_string()),
-        None if request.gpu > 0 && request.protocol == Protocol::Collective => {
+        None if request.gpu > 0 && request.protocol() == Protocol::Collective => {
             Some("auto".to_string())
         }
         None => None,

@@ -28,6 +28,9 @@ use crate::loss::Loss;
 
 /// Never passed on to a child.
 const JOB_SECRET_VARIABLE: &str = "PADDLE_LAUNCHER_JOB_SECRET";
+
+/// The launcher's own settings' prefix: kept from its children.
+const LAUNCHER_PREFIX: &str = "PADDLE_LAUNCHER_";
 /// How often `stop` looks whether a group is empty when no SIGCHLD tells.
 const GROUP_POLL: Duration = Duration::from_millis(50);
 
@@ -87,6 +90,9 @@ pub struct SpawnSpec<'a> {
     pub env: &'a BTreeMap<String, String>,
     pub cwd: &'a Path,
     pub output: Output,
+    /// A launcher of `local`'s simulated pods: it keeps the settings (PADDLE_LAUNCHER_*) this
+    /// launcher was given through its environment. A training program does not.
+    pub inherits_settings: bool,
 }
 
 struct Child {
@@ -179,11 +185,19 @@ impl Supervisor {
     /// a shell. A missing or non-executable command becomes 127 / 126, as in a shell.
     pub fn spawn(&mut self, spec: SpawnSpec<'_>) -> Result<usize, Error> {
         let mut command = Command::new(&spec.argv[0]);
+        command.args(&spec.argv[1..]);
+        // The children get the contract (Paddle's variables, the restart count, the progress
+        // file: in `spec.env`), not the launcher's own configuration: a program that read
+        // PADDLE_LAUNCHER_* would depend on how its launcher was set up. The job secret above
+        // all authenticates the launchers only: a program (or its crash handler, or an
+        // experiment tracker) that dumps its environment would print it. Only `local` gives
+        // it on purpose, in `spec.env`, to the launchers of its simulated pods.
+        for (name, _) in std::env::vars_os().filter(|_| !spec.inherits_settings) {
+            if name.to_string_lossy().starts_with(LAUNCHER_PREFIX) {
+                command.env_remove(name);
+            }
+        }
         command
-            .args(&spec.argv[1..])
-            // The job secret authenticates the launchers only: a program (or its crash
-            // handler, or an experiment tracker) that dumps its environment would print it.
-            // Only `local` gives it on purpose, to the launchers of its simulated pods.
             .env_remove(JOB_SECRET_VARIABLE)
             .envs(spec.env)
             .current_dir(spec.cwd)
@@ -765,6 +779,7 @@ mod tests {
             env: &env,
             cwd: Path::new("."),
             output: Output::Inherit,
+            inherits_settings: false,
         };
         let child = sup.spawn(spec).unwrap();
         let exited = async { while !matches!(sup.next_event().await, Event::Exited { .. }) {} };
