@@ -184,6 +184,7 @@ async fn run_instances(
             env,
             cwd: &cwd,
             output: Output::Inherit,
+            unset: &[],
             inherits_settings: true,
         };
         match sup.spawn(spec) {

@@ -41,6 +41,10 @@ pub struct ProcessSpec {
     /// A trainer's place in the job (one row of the plan's processes); None for a pserver.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub place: Option<TrainerPlace>,
+    /// Variables of the launcher's environment the process does not get (a Paddle 2/3 trainer's
+    /// `http_proxy` and `https_proxy`, kept as `*_original`, as Paddle's launcher does).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unset: Vec<String>,
 }
 
 /// A trainer process's place in the job: what `plan` and `doctor` show of it.
@@ -214,6 +218,19 @@ impl Plan {
                     process.env.insert(variable.into(), "1".into());
                 }
             }
+            // Paddle's launcher (2.x and 3.x: `context/args_envs.py`) takes the proxies from its
+            // workers "to ensure stable NCCL communication", backed up as `*_original`: the
+            // collective and fleet trainers get the same environment here.
+            let paddle_launched = matches!(self.protocol, Protocol::Collective | Protocol::Fleet);
+            for proxy in ["http_proxy", "https_proxy"] {
+                let Some(value) = inherited(proxy).filter(|_| paddle_launched) else {
+                    continue;
+                };
+                if process.role == Role::Trainer && !process.env.contains_key(proxy) {
+                    process.env.insert(format!("{proxy}_original"), value);
+                    process.unset.push(proxy.to_string());
+                }
+            }
             if let (Role::Trainer, Some(ours)) = (process.role, stack_handler) {
                 let theirs = process
                     .env
@@ -285,7 +302,49 @@ pub(crate) mod tests {
             cwd: PathBuf::from("/work"),
             log: None,
             place: None,
+            unset: Vec::new(),
         }
+    }
+
+    /// As Paddle's launcher does for its workers, a Paddle 2/3 trainer (collective, fleet)
+    /// gets no http(s)_proxy, kept as `*_original`; a pserver, and the seed's protocols, keep
+    /// theirs; a proxy the plan itself sets stands.
+    #[test]
+    fn paddle_trainers_get_the_proxies_as_originals() {
+        let processes = vec![
+            process(Role::Pserver, &[]),
+            process(Role::Trainer, &[]),
+            process(Role::Trainer, &[("https_proxy", "http://plan:3128")]),
+        ];
+        let plan = plan_of(processes, Vec::new(), IpAddr::from([127, 0, 0, 1]));
+        let pod = |name: &str| match name {
+            "http_proxy" | "https_proxy" => Some("http://proxy:3128".to_string()),
+            _ => None,
+        };
+        let collective = plan.clone().with_launcher_env(pod, None);
+        let unset = |plan: &Plan, i: usize| plan.processes[i].unset.clone();
+        let original = |plan: &Plan, i: usize, name: &str| {
+            plan.processes[i]
+                .env
+                .get(&format!("{name}_original"))
+                .cloned()
+        };
+        assert_eq!(unset(&collective, 0), Vec::<String>::new(), "a pserver");
+        assert_eq!(unset(&collective, 1), ["http_proxy", "https_proxy"]);
+        assert_eq!(
+            original(&collective, 1, "https_proxy").as_deref(),
+            Some("http://proxy:3128")
+        );
+        assert_eq!(
+            unset(&collective, 2),
+            ["http_proxy"],
+            "the plan's own stands"
+        );
+        let mut v1 = plan;
+        v1.protocol = Protocol::V1;
+        let v1 = v1.with_launcher_env(pod, None);
+        assert_eq!(unset(&v1, 1), Vec::<String>::new());
+        assert_eq!(original(&v1, 1, "http_proxy"), None);
     }
 
     /// The pod's own values and the plan's stand; the stack handler comes first on a trainer's

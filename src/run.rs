@@ -82,7 +82,14 @@ fn parse(command: &clap::Command) -> (clap::ArgMatches, Cli) {
                     eprintln!("error: unrecognized subcommand '{first}': did you mean '{near}'? (--help lists them)");
                     std::process::exit(exit::INVALID_CONFIG);
                 }
-                _ => e.exit(),
+                _ => match usage_hint(&e, command) {
+                    Some(hint) => {
+                        let _ = e.print();
+                        eprintln!("{hint}");
+                        std::process::exit(e.exit_code());
+                    }
+                    None => e.exit(),
+                },
             }
         }
     };
@@ -91,6 +98,26 @@ fn parse(command: &clap::Command) -> (clap::ArgMatches, Cli) {
         Err(e) => e.exit(),
     };
     (matches, cli)
+}
+
+/// What clap's bare "unexpected argument" does not say: a subcommand comes before the options
+/// (`--log-format json plan`), and the program's own words go after `--` (`run python t.py`).
+fn usage_hint(e: &clap::Error, command: &clap::Command) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue};
+    if e.kind() != clap::error::ErrorKind::UnknownArgument {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    if command.get_subcommands().any(|sub| sub.get_name() == arg) {
+        return Some(format!(
+            "hint: the subcommand comes first, then the options: `paddle-launcher {arg} [OPTIONS]` (e.g. `paddle-launcher {arg} --log-format json`)"
+        ));
+    }
+    (!arg.starts_with('-')).then(|| {
+        "hint: the training program and its own arguments go after `--`: `paddle-launcher run -- python train.py --lr 0.1`".to_string()
+    })
 }
 
 /// The launcher's log on stderr, as text or JSON.

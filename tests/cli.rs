@@ -543,3 +543,26 @@ fn auto_runs_one_process_per_listed_gpu_and_says_why() {
         "{said}"
     );
 }
+
+/// clap's "unexpected argument" alone leaves a newcomer guessing: a subcommand after the
+/// options is told to come first, a program's words without `--` to go after it; both are
+/// usage errors (status 2).
+#[test]
+fn a_misplaced_subcommand_or_program_gets_a_hint() {
+    let out = launcher(&["--log-format", "json", "plan"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "hint: the subcommand comes first, then the options: `paddle-launcher plan [OPTIONS]`"
+        ),
+        "{stderr}"
+    );
+    let out = launcher(&["run", "python", "train.py", "--lr", "0.1"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("hint: the training program and its own arguments go after `--`"),
+        "{stderr}"
+    );
+}

@@ -416,3 +416,27 @@ spans lines](docs/page.md#twice-2), [up](../outside.md).
     assert!(problems[5].starts_with("README.md:16: "), "{}", problems[5]);
     assert!(broken_links(root, Path::new("docs/page.md")).is_empty());
 }
+
+/// One truth on Trainer v2 with `--max-restarts` (a recovering TrainJob, as `manifest`
+/// generates it and tests/batch_manifests.rs validates it): the batch systems' page does not
+/// list it among what Trainer refuses, and the manifests' recovery table has Trainer's row.
+#[test]
+fn trainer_v2_recovery_is_told_the_same_on_both_pages() {
+    let read = |page: &str| std::fs::read_to_string(root().join("docs").join(page)).unwrap();
+    let batch = read("batch-systems.md");
+    let refused = batch
+        .split("What Trainer cannot express is refused:")
+        .nth(1)
+        .and_then(|rest| rest.split('.').next())
+        .expect("batch-systems.md says what Trainer refuses");
+    assert!(
+        !refused.contains("--max-restarts"),
+        "batch-systems.md refuses --max-restarts under Trainer: {refused}"
+    );
+    assert!(batch.contains("`--max-restarts` works as under JobSet"));
+    let manifests = read("manifests-and-rbac.md");
+    assert!(
+        manifests.contains("| `trainer` | the same, for the JobSet each TrainJob becomes"),
+        "manifests-and-rbac.md has no Trainer row in its recovery table"
+    );
+}

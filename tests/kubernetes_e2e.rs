@@ -613,3 +613,97 @@ fn the_childrens_grace_period_is_the_pods_less_the_launchers_own_exit() {
         "stopping trainer-0 with SIGTERM (SIGKILL after 6 s)",
     );
 }
+
+/// A forward proxy on loopback that serves CONNECT (what a Kubernetes client's proxy speaks)
+/// and counts the tunnels it opened.
+struct ConnectProxy {
+    port: u16,
+    tunnels: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl ConnectProxy {
+    fn start() -> ConnectProxy {
+        use std::io::{BufRead, BufReader, Write};
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let tunnels = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = tunnels.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let counted = counted.clone();
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(client.try_clone().unwrap());
+                    let mut first = String::new();
+                    reader.read_line(&mut first).unwrap();
+                    // The headers, to the empty line.
+                    loop {
+                        let mut line = String::new();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                            break;
+                        }
+                    }
+                    let Some(target) = first.strip_prefix("CONNECT ") else {
+                        return;
+                    };
+                    let target = target.split_whitespace().next().unwrap().to_string();
+                    let Ok(upstream) = std::net::TcpStream::connect(&target) else {
+                        return;
+                    };
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    let mut client = client;
+                    client
+                        .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                        .unwrap();
+                    let (mut up_read, mut up_write) = (upstream.try_clone().unwrap(), upstream);
+                    let mut client_write = client.try_clone().unwrap();
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut reader, &mut up_write);
+                        let _ = up_write.shutdown(std::net::Shutdown::Write);
+                    });
+                    let _ = std::io::copy(&mut up_read, &mut client_write);
+                    let _ = client_write.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        });
+        ConnectProxy { port, tunnels }
+    }
+
+    fn tunnels(&self) -> usize {
+        self.tunnels.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// Behind a proxy (a workstation's `plan` or `doctor` with a kubeconfig), the launcher reaches
+/// the API through `https_proxy` as kubectl does, and directly where `NO_PROXY` names the
+/// server.
+#[test]
+fn the_api_is_reached_through_the_proxy_unless_no_proxy_names_it() {
+    let cluster = Cluster::new();
+    let mut pod = job_pod("px", "px-0");
+    pod["status"] = json!({"phase": "Running", "podIP": "127.0.0.71"});
+    cluster.api.put_pod(pod);
+    let proxy = ConnectProxy::start();
+    let mut env = cluster.env("px", 1);
+    env.extend([
+        ("POD_IP", "127.0.0.71".to_string()),
+        ("POD_NAME", "px-0".to_string()),
+        ("https_proxy", format!("http://127.0.0.1:{}", proxy.port)),
+    ]);
+    env.extend(["pserver", "train"].map(support::standin_cmd));
+    let done = Launcher::start(cluster.dir.path(), "proxied", &["plan"], &env).wait(LIMIT);
+    assert_eq!(done.code(), 0, "{}", done.stderr);
+    assert!(
+        proxy.tunnels() > 0,
+        "the API was not reached through the proxy"
+    );
+    let through_the_proxy = proxy.tunnels();
+    env.push(("NO_PROXY", "127.0.0.1".to_string()));
+    let done = Launcher::start(cluster.dir.path(), "direct", &["plan"], &env).wait(LIMIT);
+    assert_eq!(done.code(), 0, "{}", done.stderr);
+    assert_eq!(
+        proxy.tunnels(),
+        through_the_proxy,
+        "NO_PROXY names the server"
+    );
+}

@@ -2054,23 +2054,31 @@ fn a_named_coordinators_replacement_takes_over_at_the_same_name() {
 /// that prints its whole environment (as crash handlers and experiment trackers do) prints no
 /// secret, neither the one a pod is given nor the one `local` makes up. Nor does it get the
 /// launcher's other settings: of PADDLE_LAUNCHER_*, only the contract (the restart count, the
-/// full world size, the progress file).
+/// full world size, the progress file, the checkpoint signal). Its http_proxy is kept as http_proxy_original, as
+/// Paddle's launcher keeps it.
 #[test]
 fn the_training_program_never_sees_the_job_secret() {
     let mut job = Job::new("nosee", 2, 1);
     job.program = ["sh", "-c", "env; echo count=$PADDLE_LAUNCHER_RESTART_COUNT"]
         .map(String::from)
         .to_vec();
-    job.extra_env = vec![("PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT", "10".to_string())];
+    job.extra_env = vec![
+        ("PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT", "10".to_string()),
+        // As Paddle's launcher does, a collective trainer's proxy is kept aside.
+        ("http_proxy", "http://proxy.example:3128".to_string()),
+    ];
     job.create_pods(2);
-    const CONTRACT: [&str; 3] = [
+    const CONTRACT: [&str; 4] = [
         "PADDLE_LAUNCHER_RESTART_COUNT",
         "PADDLE_LAUNCHER_FULL_WORLD_SIZE",
         "PADDLE_LAUNCHER_PROGRESS_FILE",
+        "PADDLE_LAUNCHER_CHECKPOINT_SIGNAL",
     ];
     for out in job.all_finish() {
         assert_contains(&out, "PADDLE_TRAINER_ID=");
         assert_contains(&out, "PADDLE_LAUNCHER_RESTART_COUNT=0");
+        assert_contains(&out, "http_proxy_original=http://proxy.example:3128");
+        assert!(!out.contains("http_proxy=http"), "{out}");
         assert!(!out.contains(SECRET), "{out}");
         assert!(!out.contains("PADDLE_LAUNCHER_JOB_SECRET"), "{out}");
         // Each line may carry the launcher's mark before the program's own text.

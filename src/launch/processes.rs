@@ -61,6 +61,7 @@ pub(super) fn spawn(sup: &mut Supervisor, spec: &ProcessSpec) -> Result<usize, E
         output: Output::Prefixed {
             log: spec.log.clone(),
         },
+        unset: &spec.unset,
         inherits_settings: false,
     })
 }

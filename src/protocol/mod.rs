@@ -185,6 +185,7 @@ fn process_in(
         cwd: config.workspace.workdir.clone(),
         log: log_file(config, job_dir, role, rank, slot.local),
         place,
+        unset: Vec::new(),
     }
 }
 

@@ -90,6 +90,8 @@ pub struct SpawnSpec<'a> {
     pub env: &'a BTreeMap<String, String>,
     pub cwd: &'a Path,
     pub output: Output,
+    /// Variables of the launcher's environment it does not get.
+    pub unset: &'a [String],
     /// A launcher of `local`'s simulated pods: it keeps the settings (PADDLE_LAUNCHER_*) this
     /// launcher was given through its environment. A training program does not.
     pub inherits_settings: bool,
@@ -196,6 +198,9 @@ impl Supervisor {
             if name.to_string_lossy().starts_with(LAUNCHER_PREFIX) {
                 command.env_remove(name);
             }
+        }
+        for name in spec.unset {
+            command.env_remove(name);
         }
         command
             .env_remove(JOB_SECRET_VARIABLE)
@@ -779,6 +784,7 @@ mod tests {
             env: &env,
             cwd: Path::new("."),
             output: Output::Inherit,
+            unset: &[],
             inherits_settings: false,
         };
         let child = sup.spawn(spec).unwrap();
