@@ -948,3 +948,118 @@ fn launchers_of_a_rendered_trainjob_plan_the_job() {
         );
     }
 }
+
+/// Every pod template under `value` (an object's `template` whose spec has containers).
+fn pod_templates(value: &Value) -> Vec<&Value> {
+    match value {
+        Value::Object(map) => map
+            .iter()
+            .flat_map(|(key, child)| {
+                if key == "template" && child["spec"]["containers"].is_array() {
+                    vec![child]
+                } else {
+                    pod_templates(child)
+                }
+            })
+            .collect(),
+        Value::Array(items) => items.iter().flat_map(pod_templates).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A platform's labels, annotations, pull Secrets and pull policy reach the workload object
+/// and every pod of each runtime as generated (the objects still pass their CRDs), and a bad
+/// one, or a label the launcher finds its pods by, is refused in one line with status 2.
+#[test]
+fn labels_annotations_and_pull_secrets_reach_every_runtime() {
+    let extra = [
+        "--label",
+        "example.com/cost-center=ml-42",
+        "--label",
+        "kueue.x-k8s.io/priority-class=high",
+        "--annotation",
+        "example.com/topology=rack 1, then rack 2",
+        "--image-pull-secret",
+        "regcred",
+        "--image-pull-policy",
+        "IfNotPresent",
+    ];
+    let with_extra = |args: &[&'static str]| -> Vec<&'static str> {
+        let end = args.iter().position(|a| *a == "--").unwrap();
+        let mut args = args.to_vec();
+        args.splice(end..end, extra);
+        args
+    };
+    let jobsets = Crd::load("jobset.x-k8s.io_jobsets.yaml");
+    let runtimes = Crd::load("trainer.kubeflow.org_clustertrainingruntimes.yaml");
+    let volcano = Crd::load("batch.volcano.sh_jobs.yaml");
+    for (args, kind, crd) in [
+        (JOBSET, "JobSet", Some(&jobsets)),
+        (TRAINER, "ClusterTrainingRuntime", Some(&runtimes)),
+        (COLOCATED_VOLCANO, "Job", Some(&volcano)),
+    ] {
+        let docs = manifest(&with_extra(args)).unwrap();
+        let object = find(&docs, kind);
+        if let Some(crd) = crd {
+            assert_eq!(crd.violations(object), Vec::<String>::new(), "{kind}");
+        }
+        let labels = &object["metadata"]["labels"];
+        assert_eq!(labels["example.com/cost-center"], "ml-42", "{kind}");
+        assert_eq!(labels["kueue.x-k8s.io/priority-class"], "high", "{kind}");
+        let annotations = &object["metadata"]["annotations"];
+        assert_eq!(
+            annotations["example.com/topology"], "rack 1, then rack 2",
+            "{kind}"
+        );
+        let pods = pod_templates(object);
+        assert!(!pods.is_empty(), "{kind} has no pod template");
+        for pod in pods {
+            assert_eq!(
+                pod["metadata"]["labels"]["example.com/cost-center"], "ml-42",
+                "{kind}"
+            );
+            assert_eq!(
+                pod["metadata"]["annotations"]["example.com/topology"], "rack 1, then rack 2",
+                "{kind}"
+            );
+            assert_eq!(
+                pod["spec"]["imagePullSecrets"],
+                json!([{"name": "regcred"}]),
+                "{kind}"
+            );
+            for container in pod["spec"]["containers"].as_array().unwrap() {
+                assert_eq!(container["imagePullPolicy"], "IfNotPresent", "{kind}");
+            }
+        }
+        // The objects that are no workload get none of it.
+        let account = find(&docs, "ServiceAccount");
+        assert!(account["metadata"]["labels"]["example.com/cost-center"].is_null());
+    }
+    for (flag, value, expected) in [
+        (
+            "--label",
+            "bad key=v",
+            "invalid --label: \"bad key=v\": expected a label key",
+        ),
+        (
+            "--label",
+            "team=not a value",
+            "invalid --label: \"team=not a value\": expected a label value",
+        ),
+        (
+            "--annotation",
+            "novalue",
+            "invalid --annotation: \"novalue\": expected KEY=VALUE",
+        ),
+        (
+            "--image-pull-secret",
+            "Reg_Cred",
+            "invalid --image-pull-secret: \"Reg_Cred\": expected a Secret's name",
+        ),
+    ] {
+        let mut args = JOBSET.to_vec();
+        args.splice(0..0, [flag, value]);
+        let error = manifest(&args).unwrap_err();
+        assert!(error.contains(expected), "{flag} {value}: {error}");
+    }
+}

@@ -1270,3 +1270,137 @@ fn an_elastic_job_is_generated_with_its_range_and_a_success_policy() {
     let job = docs.iter().find(|d| d["kind"] == "Job").unwrap();
     assert!(job["spec"]["successPolicy"].is_null(), "{job}");
 }
+
+/// A label the launcher finds its pods by cannot be replaced by a platform's: refused in one
+/// line (status 2) rather than generating a job whose pods its launchers never find; the same
+/// value is no conflict.
+#[test]
+fn a_label_the_launcher_sets_is_not_overwritten() {
+    let mut args = Vec::new();
+    args.extend(["--label", "paddle-launcher/job=other"]);
+    let (code, stdout, stderr) = manifest_output(&args);
+    assert_eq!((code, stdout.as_str()), (Some(2), ""), "{stderr}");
+    assert!(
+        stderr.contains("invalid --label: \"paddle-launcher/job=other\": expected a key the launcher does not set itself (paddle-launcher/job is \"bad\""),
+        "{stderr}"
+    );
+    let args = ["--label", "paddle-launcher/job=bad"];
+    let (code, _, stderr) = manifest_output(&args);
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+/// An existing ServiceAccount: the pods run as it, no ServiceAccount, Role or RoleBinding is
+/// generated, and the note says the verbs it needs; the NetworkPolicy stays unless
+/// --no-network-policy; the documents still pass the official schemas.
+#[test]
+fn an_existing_service_account_gets_no_rbac_and_its_verbs_are_said() {
+    let base = ["--service-account", "trainers"];
+    let (code, stdout, stderr) = manifest_output(&base);
+    assert_eq!(code, Some(0), "{stderr}");
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&stdout).unwrap();
+    let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    for generated in ["ServiceAccount", "Role", "RoleBinding"] {
+        assert!(
+            !kinds.contains(&generated),
+            "{generated} generated: {kinds:?}"
+        );
+    }
+    assert!(kinds.contains(&"NetworkPolicy"), "{kinds:?}");
+    let job = docs.iter().find(|d| d["kind"] == "Job").unwrap();
+    assert_eq!(
+        job["spec"]["template"]["spec"]["serviceAccountName"],
+        "trainers"
+    );
+    assert!(
+        stderr.contains("The pods run as the existing ServiceAccount trainers, for which no Role is generated: in namespace default, it needs get, list, watch on pods; create on events; get, patch on jobs bad"),
+        "{stderr}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("sa.yaml");
+    std::fs::write(&file, &stdout).unwrap();
+    support::assert_valid_on_every_kubernetes(&file, "--service-account");
+    let mut args = base.to_vec();
+    args.push("--no-network-policy");
+    let (code, stdout, stderr) = manifest_output(&args);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stdout.contains("kind: NetworkPolicy"), "{stdout}");
+    let (code, _, stderr) = manifest_output(&["--service-account", "Bad_Name"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("invalid --service-account: \"Bad_Name\""),
+        "{stderr}"
+    );
+}
+
+/// A GPU fleet's pod options: another GPU resource (a MIG profile), RDMA devices, IPC_LOCK,
+/// root, the node's network — each where the API expects it, the documents still valid; a bad
+/// value refused in one line (status 2).
+#[test]
+fn a_gpu_fleets_pod_options_reach_the_pods() {
+    let args = [
+        "--protocol",
+        "collective",
+        "--gpu",
+        "8",
+        "--gpu-resource",
+        "nvidia.com/mig-1g.10gb",
+        "--resource",
+        "rdma/hca_shared_devices_a=1",
+        "--add-capability",
+        "IPC_LOCK",
+        "--run-as-root",
+        "--host-network",
+        "--",
+        "python",
+        "/t.py",
+    ];
+    let (code, stdout, stderr) = manifest_output(&args);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("--host-network: each pod uses its node's network"),
+        "{stderr}"
+    );
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&stdout).unwrap();
+    let job = docs.iter().find(|d| d["kind"] == "Job").unwrap();
+    let pod = &job["spec"]["template"]["spec"];
+    assert_eq!(pod["hostNetwork"], true);
+    assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet");
+    assert_eq!(pod["securityContext"]["runAsUser"], 0);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], false);
+    let container = &pod["containers"][0];
+    for side in ["requests", "limits"] {
+        let resources = &container["resources"][side];
+        assert_eq!(resources["nvidia.com/mig-1g.10gb"], "8", "{side}");
+        assert!(resources["nvidia.com/gpu"].is_null(), "{side}");
+        assert_eq!(resources["rdma/hca_shared_devices_a"], "1", "{side}");
+    }
+    assert_eq!(
+        container["securityContext"]["capabilities"]["add"],
+        json!(["IPC_LOCK"])
+    );
+    assert_eq!(container["securityContext"]["runAsUser"], 0);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("fleet.yaml");
+    std::fs::write(&file, &stdout).unwrap();
+    support::assert_valid_on_every_kubernetes(&file, "a GPU fleet's pod options");
+    for (extra, expected) in [
+        (
+            &["--add-capability", "ipc_lock"][..],
+            "invalid --add-capability: \"ipc_lock\"",
+        ),
+        (
+            &["--resource", "rdma/hca=0"][..],
+            "invalid --resource: \"rdma/hca=0\": expected a Kubernetes quantity above 0",
+        ),
+        (
+            &["--gpu-resource", "not a name"][..],
+            "invalid --gpu-resource: \"not a name\"",
+        ),
+    ] {
+        let (code, _, stderr) = manifest_output(extra);
+        assert_eq!(code, Some(2), "{extra:?}: {stderr}");
+        assert!(stderr.contains(expected), "{extra:?}: {stderr}");
+    }
+    let (code, _, stderr) = manifest_output(&["--run-as-root", "--run-as-user", "5"]);
+    assert_eq!(code, Some(2), "{stderr}");
+}

@@ -192,6 +192,49 @@ pub struct ManifestArgs {
     /// suspended; Kueue admits them), or the Volcano Job's `spec.queue`.
     #[arg(long)]
     pub queue: Option<String>,
+    /// A label on the workload object (Job, JobSet, TrainingRuntime and TrainJob, Volcano Job)
+    /// and its pods, KEY=VALUE: cost labels, Kueue's `kueue.x-k8s.io/priority-class`;
+    /// repeatable.
+    #[arg(long = "label", value_name = "KEY=VALUE")]
+    pub labels: Vec<String>,
+    /// An annotation on the workload object and its pods, KEY=VALUE (topology, scheduling
+    /// hints); repeatable.
+    #[arg(long = "annotation", value_name = "KEY=VALUE")]
+    pub annotations: Vec<String>,
+    /// A Secret the pods pull the image with (`imagePullSecrets`); repeatable.
+    #[arg(long = "image-pull-secret", value_name = "NAME")]
+    pub image_pull_secrets: Vec<String>,
+    /// An existing ServiceAccount the pods run as: no ServiceAccount, Role or RoleBinding is
+    /// generated (docs/manifests-and-rbac.md lists the verbs it needs).
+    #[arg(long, value_name = "NAME")]
+    pub service_account: Option<String>,
+    /// The extended resource the GPUs are asked as (another vendor's, a MIG profile such as
+    /// `nvidia.com/mig-1g.10gb`).
+    #[arg(long, value_name = "NAME", default_value = "nvidia.com/gpu")]
+    pub gpu_resource: String,
+    /// Another resource each pod asks for (requests and limits), NAME=QUANTITY (RDMA devices
+    /// such as `rdma/hca_shared_devices_a=1`); repeatable.
+    #[arg(long = "resource", value_name = "NAME=QUANTITY")]
+    pub resources: Vec<String>,
+    /// A Linux capability added to the containers (IPC_LOCK for RDMA); repeatable.
+    #[arg(long = "add-capability", value_name = "CAPABILITY")]
+    pub add_capabilities: Vec<String>,
+    /// The user the containers run as (NGC and Paddle images often assume one of their own).
+    #[arg(long, value_name = "UID", conflicts_with = "run_as_root")]
+    pub run_as_user: Option<u32>,
+    /// Run the containers as root (images that assume it).
+    #[arg(long)]
+    pub run_as_root: bool,
+    /// Pods on the node's network (RDMA pools without a pod network): dnsPolicy
+    /// ClusterFirstWithHostNet; the launcher's ports must then be free on each node.
+    #[arg(long)]
+    pub host_network: bool,
+    /// Generate no NetworkPolicy (the platform has its own).
+    #[arg(long)]
+    pub no_network_policy: bool,
+    /// The containers' `imagePullPolicy`.
+    #[arg(long, value_parser = ["Always", "IfNotPresent", "Never"], default_value = "Always")]
+    pub image_pull_policy: String,
     /// A PersistentVolumeClaim mounted at --job-path: the shared job directory of the workspace
     /// layout (output/node_<rank>/ logs, per-rank data, TRAIN_CONFIG_DIR).
     #[arg(long)]

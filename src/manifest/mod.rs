@@ -8,6 +8,7 @@
 //! validation (`Config::from_args`) on each container's environment and arguments before it
 //! prints anything, so a bad value is an error here and not a Job whose pods all exit 2.
 
+mod custom;
 mod flags;
 mod pod;
 mod runtimes;
@@ -83,17 +84,26 @@ pub fn documents(request: &ManifestArgs) -> Result<Vec<Value>, ConfigError> {
     check_resources(request)?;
     check_placement(request)?;
     check_job_path(request)?;
+    let marks = custom::check_custom(request)?;
     for kind in &kinds {
         validate_pods(request, kind)?;
     }
-    let account = format!("{}-launcher", request.job_name);
+    let own = format!("{}-launcher", request.job_name);
+    let account = request
+        .service_account
+        .clone()
+        .unwrap_or_else(|| own.clone());
     let mut docs = Vec::new();
     docs.extend(service(request));
-    if !request.dns {
+    // A job found by DNS needs no API access; an existing account has its own.
+    if !request.dns && request.service_account.is_none() {
         docs.extend(rbac(request, &account));
     }
-    docs.push(network_policy(request, &account));
+    if !request.no_network_policy {
+        docs.push(network_policy(request, &own));
+    }
     docs.extend(runtime_objects(request, &kinds, &account));
+    custom::customize(request, &marks, &mut docs)?;
     Ok(docs)
 }
 
@@ -224,7 +234,48 @@ pub fn notes(request: &ManifestArgs) -> Vec<String> {
             request.image
         ));
     }
+    if request.host_network {
+        notes.push(
+            "--host-network: each pod uses its node's network, so the ports its container declares (the control channel's 6171, the trainers' from --trainer-port, the pservers' from --port) must be free on every node, with one pod of the job per node".to_string(),
+        );
+    }
+    if let (Some(account), false) = (&request.service_account, request.dns) {
+        notes.push(format!(
+            "The pods run as the existing ServiceAccount {account}, for which no Role is generated: in namespace {}, it needs {}",
+            request.namespace,
+            verbs_needed(request)
+        ));
+    }
     notes
+}
+
+/// The Role's rules in words: "get, list, watch on pods; create on events; ...".
+fn verbs_needed(request: &ManifestArgs) -> String {
+    let rules = role_rules(request);
+    let words = |value: &Value| -> String {
+        let items = value.as_array().into_iter().flatten();
+        items
+            .filter_map(Value::as_str)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let said: Vec<String> = rules
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|rule| {
+            let named = match words(&rule["resourceNames"]) {
+                names if names.is_empty() => String::new(),
+                names => format!(" {names}"),
+            };
+            format!(
+                "{} on {}{named}",
+                words(&rule["verbs"]),
+                words(&rule["resources"])
+            )
+        })
+        .collect();
+    said.join("; ")
 }
 
 /// A digest, or a tag other than `latest` (a registry's port is no tag).

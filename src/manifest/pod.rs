@@ -108,7 +108,7 @@ pub(super) fn job(request: &ManifestArgs, name: &str, kind: &PodKind, account: &
     labels[JOB_LABEL] = json!(request.job_name);
     let mut resources = json!({"cpu": kind.cpu, "memory": kind.memory});
     if kind.gpu > 0 {
-        resources["nvidia.com/gpu"] = json!(kind.gpu.to_string());
+        resources[request.gpu_resource.as_str()] = json!(kind.gpu.to_string());
     }
     let (mounts, volumes) = storage(request, kind);
     let mut container = json!({

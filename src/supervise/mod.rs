@@ -137,6 +137,25 @@ pub struct Supervisor {
     pub grace: Duration,
 }
 
+/// The child's environment: the launcher's, less its own settings and the variables the spec
+/// unsets, plus the spec's. The children get the contract (Paddle's variables, the restart
+/// count, the progress file: in `spec.env`), not the launcher's own configuration: a program
+/// that read PADDLE_LAUNCHER_* would depend on how its launcher was set up. The job secret
+/// above all authenticates the launchers only: a program (or its crash handler, or an
+/// experiment tracker) that dumps its environment would print it. Only `local` gives it on
+/// purpose, in `spec.env`, to the launchers of its simulated pods.
+fn environment(command: &mut Command, spec: &SpawnSpec<'_>) {
+    for (name, _) in std::env::vars_os().filter(|_| !spec.inherits_settings) {
+        if name.to_string_lossy().starts_with(LAUNCHER_PREFIX) {
+            command.env_remove(name);
+        }
+    }
+    for name in spec.unset {
+        command.env_remove(name);
+    }
+    command.env_remove(JOB_SECRET_VARIABLE).envs(spec.env);
+}
+
 impl Supervisor {
     pub fn new(signals: Signals, grace: Duration) -> Self {
         // Orphans of our children must come to us to be reaped even when we are not PID 1
@@ -188,23 +207,8 @@ impl Supervisor {
     pub fn spawn(&mut self, spec: SpawnSpec<'_>) -> Result<usize, Error> {
         let mut command = Command::new(&spec.argv[0]);
         command.args(&spec.argv[1..]);
-        // The children get the contract (Paddle's variables, the restart count, the progress
-        // file: in `spec.env`), not the launcher's own configuration: a program that read
-        // PADDLE_LAUNCHER_* would depend on how its launcher was set up. The job secret above
-        // all authenticates the launchers only: a program (or its crash handler, or an
-        // experiment tracker) that dumps its environment would print it. Only `local` gives
-        // it on purpose, in `spec.env`, to the launchers of its simulated pods.
-        for (name, _) in std::env::vars_os().filter(|_| !spec.inherits_settings) {
-            if name.to_string_lossy().starts_with(LAUNCHER_PREFIX) {
-                command.env_remove(name);
-            }
-        }
-        for name in spec.unset {
-            command.env_remove(name);
-        }
+        environment(&mut command, &spec);
         command
-            .env_remove(JOB_SECRET_VARIABLE)
-            .envs(spec.env)
             .current_dir(spec.cwd)
             .stdin(Stdio::null())
             .process_group(0);
