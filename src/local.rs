@@ -132,6 +132,10 @@ async fn run_instances(
     matches: &ArgMatches,
     command: &clap::Command,
 ) -> Result<Outcome, Error> {
+    // Once here, not in each simulated pod's launcher.
+    if let Some(near_miss) = crate::cli::near_miss_in_environment() {
+        return Err(near_miss.into());
+    }
     let trainers = match args.trainers.trim().parse::<u64>() {
         Ok(n) if (1..=MAX_LOCAL_PODS).contains(&n) => n as usize,
         _ => {

@@ -41,8 +41,9 @@ pub struct ProcessSpec {
     /// A trainer's place in the job (one row of the plan's processes); None for a pserver.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub place: Option<TrainerPlace>,
-    /// Variables of the launcher's environment the process does not get (a Paddle 2/3 trainer's
-    /// `http_proxy` and `https_proxy`, kept as `*_original`, as Paddle's launcher does).
+    /// Variables of the launcher's environment the process does not get (a collective or fleet
+    /// process's `http_proxy` and `https_proxy`, kept as `*_original`, as Paddle 3.x's launcher
+    /// does).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unset: Vec<String>,
 }
@@ -218,15 +219,15 @@ impl Plan {
                     process.env.insert(variable.into(), "1".into());
                 }
             }
-            // Paddle's launcher (2.x and 3.x: `context/args_envs.py`) takes the proxies from its
-            // workers "to ensure stable NCCL communication", backed up as `*_original`: the
-            // collective and fleet trainers get the same environment here.
+            // Paddle 3.x's launcher (`context/args_envs.py`) takes the proxies from every process
+            // it starts "to ensure stable NCCL communication", backed up as `*_original`: the
+            // collective and fleet processes get the same environment here.
             let paddle_launched = matches!(self.protocol, Protocol::Collective | Protocol::Fleet);
             for proxy in ["http_proxy", "https_proxy"] {
                 let Some(value) = inherited(proxy).filter(|_| paddle_launched) else {
                     continue;
                 };
-                if process.role == Role::Trainer && !process.env.contains_key(proxy) {
+                if !process.env.contains_key(proxy) {
                     process.env.insert(format!("{proxy}_original"), value);
                     process.unset.push(proxy.to_string());
                 }
@@ -306,9 +307,9 @@ pub(crate) mod tests {
         }
     }
 
-    /// As Paddle's launcher does for its workers, a Paddle 2/3 trainer (collective, fleet)
-    /// gets no http(s)_proxy, kept as `*_original`; a pserver, and the seed's protocols, keep
-    /// theirs; a proxy the plan itself sets stands.
+    /// As Paddle 3.x's launcher does for every process it starts, a collective or fleet
+    /// process gets no http(s)_proxy, kept as `*_original`; the seed's protocols keep theirs; a
+    /// proxy the plan itself sets stands.
     #[test]
     fn paddle_trainers_get_the_proxies_as_originals() {
         let processes = vec![
@@ -329,7 +330,11 @@ pub(crate) mod tests {
                 .get(&format!("{name}_original"))
                 .cloned()
         };
-        assert_eq!(unset(&collective, 0), Vec::<String>::new(), "a pserver");
+        assert_eq!(
+            unset(&collective, 0),
+            ["http_proxy", "https_proxy"],
+            "a pserver too"
+        );
         assert_eq!(unset(&collective, 1), ["http_proxy", "https_proxy"]);
         assert_eq!(
             original(&collective, 1, "https_proxy").as_deref(),

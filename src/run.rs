@@ -112,11 +112,17 @@ fn usage_hint(e: &clap::Error, command: &clap::Command) -> Option<String> {
     };
     if command.get_subcommands().any(|sub| sub.get_name() == arg) {
         return Some(format!(
-            "hint: the subcommand comes first, then the options: `paddle-launcher {arg} [OPTIONS]` (e.g. `paddle-launcher {arg} --log-format json`)"
+            "hint: the subcommand comes first, then the options: `paddle-launcher {arg} [OPTIONS]` (`paddle-launcher {arg} --help` lists them)"
         ));
     }
-    (!arg.starts_with('-')).then(|| {
-        "hint: the training program and its own arguments go after `--`: `paddle-launcher run -- python train.py --lr 0.1`".to_string()
+    // The subcommand in use, as the hint names it (`run` when none: the root runs it).
+    let used = std::env::args()
+        .skip(1)
+        .find(|word| command.get_subcommands().any(|sub| sub.get_name() == word))
+        .unwrap_or_else(|| "run".to_string());
+    let takes_a_program = ["run", "plan", "local", "manifest"].contains(&used.as_str());
+    (takes_a_program && !arg.starts_with('-')).then(|| {
+        format!("hint: the training program and its own arguments go after `--`: `paddle-launcher {used} [OPTIONS] -- python train.py --lr 0.1` (an on/off flag takes no value)")
     })
 }
 

@@ -308,6 +308,14 @@ fn a_misspelt_variable_gets_a_did_you_mean() {
         !stderr.contains("0123456789abcdef"),
         "the secret was shown: {stderr}"
     );
+    // What Kubernetes gives a pod for a Service named paddle-launcher (service links) is near
+    // PADDLE_LAUNCHER_LOG, and no misspelling: a warning.
+    let (code, stderr) = run(("PADDLE_LAUNCHER_PORT", "tcp://10.0.0.1:80"));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("PADDLE_LAUNCHER_PORT is set but no option reads it"),
+        "{stderr}"
+    );
     let (code, stderr) = run(("PADDLE_LAUNCHER_SOMETHING_ELSE_ENTIRELY", "1"));
     assert_eq!(code, Some(0), "{stderr}");
     assert!(

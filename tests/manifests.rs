@@ -1324,6 +1324,19 @@ fn an_existing_service_account_gets_no_rbac_and_its_verbs_are_said() {
     let (code, stdout, stderr) = manifest_output(&args);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(!stdout.contains("kind: NetworkPolicy"), "{stdout}");
+    // Found by DNS: no token in the pods, but the account given all the same.
+    let (code, stdout, stderr) = manifest_output(&["--dns", "--service-account", "trainers"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&stdout).unwrap();
+    let job = docs.iter().find(|d| d["kind"] == "Job").unwrap();
+    assert_eq!(
+        job["spec"]["template"]["spec"]["serviceAccountName"],
+        "trainers"
+    );
+    assert_eq!(
+        job["spec"]["template"]["spec"]["automountServiceAccountToken"],
+        false
+    );
     let (code, _, stderr) = manifest_output(&["--service-account", "Bad_Name"]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(
@@ -1401,6 +1414,13 @@ fn a_gpu_fleets_pod_options_reach_the_pods() {
         assert_eq!(code, Some(2), "{extra:?}: {stderr}");
         assert!(stderr.contains(expected), "{extra:?}: {stderr}");
     }
+    // A capability without root has no effect: said.
+    let (code, _, stderr) = manifest_output(&["--add-capability", "IPC_LOCK"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("--add-capability IPC_LOCK: Kubernetes gives added capabilities"),
+        "{stderr}"
+    );
     let (code, _, stderr) = manifest_output(&["--run-as-root", "--run-as-user", "5"]);
     assert_eq!(code, Some(2), "{stderr}");
 }

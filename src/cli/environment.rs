@@ -24,6 +24,7 @@ pub fn near_miss_in_environment() -> Option<crate::error::ConfigError> {
     let known = known_variables();
     std::env::vars_os()
         .filter_map(|(name, value)| Some((name.into_string().ok()?, value)))
+        .filter(|(name, _)| !is_service_link(name))
         .find_map(|(name, value)| {
             let nearest = unread_in(&name, &known)??;
             // A misspelt secret's name is near a secret's: neither's value is shown.
@@ -40,6 +41,19 @@ pub fn near_miss_in_environment() -> Option<crate::error::ConfigError> {
                 format!("a variable the launcher reads: did you mean {nearest}? (unset {name}, or rename it)"),
             ))
         })
+}
+
+/// A variable Kubernetes gives every pod for each Service of its namespace (service links:
+/// `<SERVICE>_PORT`, `<SERVICE>_SERVICE_HOST`, `<SERVICE>_PORT_6171_TCP_ADDR`, ...): a
+/// Service named `paddle-launcher` gives `PADDLE_LAUNCHER_PORT`, near `PADDLE_LAUNCHER_LOG`. No
+/// error for those (a warning, as for any name no option reads).
+fn is_service_link(name: &str) -> bool {
+    name.ends_with("_PORT")
+        || name.contains("_SERVICE_HOST")
+        || name.contains("_SERVICE_PORT")
+        || name
+            .split_once("_PORT_")
+            .is_some_and(|(_, rest)| rest.starts_with(|c: char| c.is_ascii_digit()))
 }
 
 /// `unread_in_environment`'s rule, for the given names.

@@ -94,7 +94,8 @@ pub struct ManifestArgs {
     /// Memory of each trainer pod (request = limit), e.g. 8Gi.
     #[arg(long, default_value = "2Gi")]
     pub memory: String,
-    /// GPUs of each trainer pod (nvidia.com/gpu).
+    /// GPUs of each trainer pod (--gpu-resource, nvidia.com/gpu by default); without
+    /// --protocol and pservers, GPU pods run the collective protocol.
     #[arg(long, default_value_t = 0)]
     pub gpu: u32,
     /// Trainer processes each trainer pod runs (PADDLE_LAUNCHER_NPROC_PER_POD): N, or `auto`,
@@ -248,13 +249,17 @@ pub struct ManifestArgs {
 }
 
 impl ManifestArgs {
-    /// The protocol generated: as given, else `collective` for GPU pods (what Paddle 3 runs on
-    /// GPUs: v1's trainers would end 75 there), else `v1` (the seed's contract).
+    /// The protocol generated: as given, else `collective` for GPU pods without pservers (what
+    /// Paddle 3 runs on GPUs: v1's trainers would end 75 there), else `v1` (the seed's
+    /// contract).
     pub fn protocol(&self) -> crate::vocabulary::Protocol {
         use crate::vocabulary::Protocol;
+        // A pserver layout is the seed's (v1) unless a protocol says otherwise.
+        let pservers = self.split || self.pservers > 0;
         match (self.protocol_given, self.gpu) {
             (Some(given), _) => given,
             (None, 0) => Protocol::V1,
+            (None, _) if pservers => Protocol::V1,
             (None, _) => Protocol::Collective,
         }
     }

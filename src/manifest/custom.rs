@@ -113,11 +113,11 @@ fn pod_options(request: &ManifestArgs, spec: &mut Value) {
         (false, user) => user,
     };
     if let Some(user) = user {
+        // The group (and the volumes' fsGroup) stays the generated one: a UID says nothing of
+        // the image's groups.
         let context = &mut spec["securityContext"];
         context["runAsNonRoot"] = json!(user != 0);
         context["runAsUser"] = json!(user);
-        context["runAsGroup"] = json!(user);
-        context["fsGroup"] = json!(user);
     }
     let Some(containers) = spec["containers"].as_array_mut() else {
         return;

@@ -236,8 +236,15 @@ pub fn notes(request: &ManifestArgs) -> Vec<String> {
     }
     if request.host_network {
         notes.push(
-            "--host-network: each pod uses its node's network, so the ports its container declares (the control channel's 6171, the trainers' from --trainer-port, the pservers' from --port) must be free on every node, with one pod of the job per node".to_string(),
+            "--host-network: each pod uses its node's network, so the ports its container declares (the control channel's 6171, the trainers' from --trainer-port, the pservers' from --port) must be free on every node, with one pod of the job per node (the scheduler keeps two such jobs apart); the NetworkPolicy does not apply to host-network pods; v1 and v2 need the nodes' interface name (CONF_PADDLE_NIC, eth0 by default)".to_string(),
         );
+    }
+    let root = request.run_as_root || request.run_as_user == Some(0);
+    if !request.add_capabilities.is_empty() && !root {
+        notes.push(format!(
+            "--add-capability {}: Kubernetes gives added capabilities to a container's root processes only; with the default user (or --run-as-user other than 0) they have no effect: add --run-as-root if the image allows it",
+            request.add_capabilities.join(",")
+        ));
     }
     if let (Some(account), false) = (&request.service_account, request.dns) {
         notes.push(format!(

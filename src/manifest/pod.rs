@@ -168,7 +168,10 @@ pub(super) fn job(request: &ManifestArgs, name: &str, kind: &PodKind, account: &
     if request.dns {
         // DNS membership needs no API access: no token in the pod.
         pod["automountServiceAccountToken"] = json!(false);
-    } else {
+    }
+    // The generated account, or one given (which may carry pull secrets or a cloud identity,
+    // with DNS membership too).
+    if !request.dns || request.service_account.is_some() {
         pod["serviceAccountName"] = json!(account);
     }
     json!({
@@ -540,8 +543,12 @@ pub(super) fn nproc_asked(request: &ManifestArgs) -> Option<String> {
     let given = request.nproc_per_pod.as_deref().map(str::trim);
     match given.filter(|n| !n.is_empty()) {
         Some(n) => Some(n.to_string()),
+        // `auto` counts the devices NVIDIA's plugin shows; another vendor's: as many as asked.
         None if request.gpu > 0 && request.protocol() == Protocol::Collective => {
-            Some("auto".to_string())
+            match request.gpu_resource.starts_with("nvidia.com/") {
+                true => Some("auto".to_string()),
+                false => Some(request.gpu.to_string()),
+            }
         }
         None => None,
     }
