@@ -122,6 +122,10 @@ fn random_secret() -> Result<String, ConfigError> {
 }
 
 pub async fn local(args: &LocalArgs, matches: &ArgMatches, command: &clap::Command) -> Outcome {
+    // Once here, not in each simulated pod's launcher.
+    if let Some(near_miss) = crate::cli::near_miss_in_environment() {
+        return Outcome::from(Error::from(near_miss));
+    }
     run_instances(args, matches, command)
         .await
         .unwrap_or_else(Outcome::from)
@@ -132,10 +136,6 @@ async fn run_instances(
     matches: &ArgMatches,
     command: &clap::Command,
 ) -> Result<Outcome, Error> {
-    // Once here, not in each simulated pod's launcher.
-    if let Some(near_miss) = crate::cli::near_miss_in_environment() {
-        return Err(near_miss.into());
-    }
     let trainers = match args.trainers.trim().parse::<u64>() {
         Ok(n) if (1..=MAX_LOCAL_PODS).contains(&n) => n as usize,
         _ => {
