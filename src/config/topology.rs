@@ -95,37 +95,40 @@ fn namespace(args: &JobArgs) -> Result<Option<String>, ConfigError> {
 
 /// --role: both (the default), pserver or trainer.
 fn role(args: &JobArgs) -> Result<PodRole, ConfigError> {
-    let role = match present(&args.role).unwrap_or("both") {
-        "both" => PodRole::Both,
-        "pserver" => PodRole::Pserver,
-        "trainer" => PodRole::Trainer,
-        other => {
-            return Err(ConfigError::new(
-                ROLE,
-                other,
-                "one of both, pserver, trainer",
-            ))
-        }
-    };
-    Ok(role)
+    let choices = [
+        ("both", PodRole::Both),
+        ("pserver", PodRole::Pserver),
+        ("trainer", PodRole::Trainer),
+    ];
+    one_of(present(&args.role), ROLE, &choices)
 }
 
 /// --protocol: v1 (the default), v2, fleet or collective.
 fn protocol(args: &JobArgs) -> Result<Protocol, ConfigError> {
-    let protocol = match present(&args.protocol).unwrap_or("v1") {
-        "v1" => Protocol::V1,
-        "v2" => Protocol::V2,
-        "fleet" => Protocol::Fleet,
-        "collective" => Protocol::Collective,
-        other => {
-            return Err(ConfigError::new(
-                PROTOCOL,
-                other,
-                "one of v1, v2, fleet, collective",
-            ))
+    let choices = [
+        ("v1", Protocol::V1),
+        ("v2", Protocol::V2),
+        ("fleet", Protocol::Fleet),
+        ("collective", Protocol::Collective),
+    ];
+    one_of(present(&args.protocol), PROTOCOL, &choices)
+}
+
+/// The choice `given` names, the first when none is given; else "one of a, b, c".
+fn one_of<T: Copy>(
+    given: Option<&str>,
+    option: impl std::fmt::Display,
+    choices: &[(&str, T)],
+) -> Result<T, ConfigError> {
+    let text = given.unwrap_or(choices[0].0);
+    match choices.iter().find(|(name, _)| *name == text) {
+        Some((_, value)) => Ok(*value),
+        None => {
+            let names: Vec<&str> = choices.iter().map(|(name, _)| *name).collect();
+            let expected = format!("one of {}", names.join(", "));
+            Err(ConfigError::new(option, text, expected))
         }
-    };
-    Ok(protocol)
+    }
 }
 
 /// --pod-name: this pod's name, if given.

@@ -474,7 +474,8 @@ impl Core {
     pub(super) fn verdict(&self) -> Option<bool> {
         match self.stage.last() {
             Stage::Decided(loss) => Some(loss.restart),
-            Stage::Lost { loss, .. } | Stage::Closing(Some(loss)) if !loss.restart => Some(false),
+            // A loss before the start that may not restart (a started one is `Decided` at once).
+            Stage::Closing(Some(loss)) if !loss.restart => Some(false),
             _ => None,
         }
     }
