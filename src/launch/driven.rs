@@ -398,6 +398,13 @@ struct World {
     /// The epochs fresh launchers went on by beyond the budget, from the Job's record (the
     /// job restarted whole: every member's container restarted or replaced).
     restarted_whole: u32,
+    /// Pod slots whose launcher, running now and not frozen, has run an epoch: none left
+    /// when an epoch starts means the job restarted whole (Kubernetes replaced or restarted
+    /// every member), whatever the budget.
+    veterans: BTreeSet<usize>,
+    /// Of the preemptions made, those the job forgot when it restarted whole (made since the
+    /// Job's record was last written, by pods that are gone).
+    preemptions_forgotten: u32,
     /// When each pod's launcher last started (its pod scheduled, or its container restarted in
     /// place): a launcher's end is bounded from it.
     created: Vec<Duration>,
@@ -470,6 +477,8 @@ impl World {
             trainer_ends: Vec::new(),
             held_during: BTreeSet::new(),
             restarted_whole: 0,
+            veterans: BTreeSet::new(),
+            preemptions_forgotten: 0,
             elastic: false,
             created: Vec::new(),
             deleted: Vec::new(),
@@ -631,6 +640,7 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
         w.ended.insert(slot, (at, code, epoch, cause));
         w.pods[slot].2 = PodState::Ended(code);
         w.training.remove(&slot);
+        w.veterans.remove(&slot);
     };
     // Since when this follower of an elastic job has been gathering (bounded by the wait
     // timeout, as the attempt loop's gathering is).
@@ -890,10 +900,19 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
             // launchers only, each at its first attempt: the job restarted whole by its Job,
             // which goes on from the epoch the Job records, whatever the budget.)
             let mut w = world.lock().unwrap();
+            // The job restarted whole (no launcher that ran an epoch is left to count): it
+            // goes on from the Job's record, and a preemption made since the record was
+            // written is forgotten with the pods that knew it (a coordinator killed inside its
+            // preemption's window never records it: the restart is Kubernetes', not a free
+            // one of the launcher's).
+            if !ran_before && w.veterans.is_empty() {
+                let known = recorded.map_or(0, |(_, preemptions, _)| preemptions);
+                w.preemptions_forgotten = w.preemptions_made.saturating_sub(known);
+            }
             // An elastic job's grows are free too, and so is the job restarted whole (the
             // epochs a fresh launcher went on by, from the Job's record).
             let allowed = scenario.max_restarts
-                + w.preemptions_made.min(scenario.max_preemptions)
+                + (w.preemptions_made - w.preemptions_forgotten).min(scenario.max_preemptions)
                 + w.grown.len() as u32
                 + w.restarted_whole;
             if !ran_before && epoch > fresh_bound.max(allowed) {
@@ -902,9 +921,10 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                 );
                 w.violation(what);
             }
-            if !ran_before && epoch > allowed {
+            if !ran_before && w.veterans.is_empty() && epoch > allowed {
                 w.restarted_whole += epoch - allowed;
             }
+            w.veterans.insert(slot);
             if ran_before && epoch > allowed {
                 let what = format!(
                     "epoch {epoch} started after {} preemptions, {} grows and {} restarts of the whole job with a budget of {}",
@@ -1331,6 +1351,7 @@ fn kill(launchers: &mut BTreeMap<usize, tokio::task::JoinHandle<()>>, world: &Sh
     let mut w = world.lock().unwrap();
     w.pods[slot].2 = PodState::Ended(137);
     w.training.remove(&slot);
+    w.veterans.remove(&slot);
     let at = w.started.elapsed();
     w.ended.insert(slot, (at, 137, String::new(), None));
 }
@@ -1458,6 +1479,7 @@ async fn run(scenario: Scenario) -> World {
                         w.frozen_training.push((at, slot, others));
                     }
                     w.frozen.insert(slot);
+                    w.veterans.remove(&slot);
                     drop(w);
                     // Its replacement comes once the taint manager deletes it (below); a pod
                     // deleted for its preemption already has one owed.
@@ -1470,6 +1492,7 @@ async fn run(scenario: Scenario) -> World {
                     let mut w = world.lock().unwrap();
                     w.training.remove(&slot);
                     w.listening.remove(&slot);
+                    w.veterans.remove(&slot);
                     drop(w);
                     restarting.push((now + Duration::from_secs(2), slot));
                 }
