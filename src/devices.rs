@@ -23,7 +23,7 @@ pub struct Seen {
 }
 
 /// Variables of the processes' contract a pod may set itself: the user's backend and thread
-/// count win; a size or a per-process value that contradicts the launcher's is refused.
+/// count win (and one process's GPUs); a size or a per-process value that contradicts the launcher's is refused.
 pub const GIVEN: &[&str] = &[
     "PADDLE_DISTRI_BACKEND",
     "OMP_NUM_THREADS",
@@ -168,6 +168,12 @@ pub fn decide(asked: PerPod, found: &DeviceCount) -> Result<(u32, String), Confi
                 found.devices
             ),
         )),
+        PerPod::Count(1) if found.devices > 1 => Ok((
+            1,
+            format!(
+                "1 trainer process per pod; {from}: all given to it (FLAGS_selected_gpus), as Paddle's launcher gives them to one process"
+            ),
+        )),
         PerPod::Count(n) if found.devices > n => Ok((
             n,
             format!(
@@ -214,20 +220,21 @@ pub fn seen() -> Seen {
     }
 }
 
-/// Settles the pod's processes from what it shows (`seen`) and the CPUs it may use. One
-/// process asked (the default) looks at nothing: the seed's contract, byte for byte.
-pub fn resolve(config: &mut Config, seen: &Seen, cpus: u32) -> Result<(), ConfigError> {
+/// Settles the pod's processes from what it shows (`seen`). One process of a protocol other
+/// than collective (its only choice) looks at nothing: the seed's contract, byte for byte; one
+/// collective process asked is given every GPU found, as Paddle's launcher gives it.
+pub fn resolve(config: &mut Config, seen: &Seen) -> Result<(), ConfigError> {
+    let collective = config.topology.protocol == crate::vocabulary::Protocol::Collective;
     let processes = &mut config.topology.processes;
-    if processes.asked == PerPod::Count(1) {
+    processes.given = seen.given.clone();
+    if processes.asked == PerPod::Count(1) && !collective {
         return Ok(());
     }
     let found = detect(seen);
     let (per_pod, line) = decide(processes.asked, &found)?;
     processes.per_pod = per_pod;
     processes.devices = found.devices;
-    processes.cpus = cpus.max(1);
     processes.found = line;
-    processes.given = seen.given.clone();
     config.settle_trainer_ports()?;
     config.one_list_per_pod()?;
     contradictions(config)
@@ -282,11 +289,6 @@ pub fn contradictions(config: &Config) -> Result<(), ConfigError> {
         }
     }
     Ok(())
-}
-
-/// The CPUs this container may use (its cgroup's quota and affinity count).
-pub fn cpus() -> u32 {
-    std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
 }
 
 #[cfg(test)]
@@ -419,6 +421,35 @@ mod tests {
         );
     }
 
+    /// A collective pod runs one process per visible GPU unless told otherwise, as Paddle's
+    /// launcher does; one asked is given them all; without GPUs it runs one; the seed's
+    /// protocols look at nothing.
+    #[test]
+    fn a_collective_pod_runs_one_process_per_gpu_by_default() {
+        let resolved = |protocol: &str, nproc: Option<&str>, cuda: Option<&str>| {
+            let mut config = crate::protocol::tests::config(|args| {
+                args.protocol = Some(protocol.into());
+                args.entry = (protocol != "v1").then(|| "python train.py".into());
+                args.nproc_per_pod = nproc.map(str::to_string);
+            });
+            resolve(&mut config, &seen(cuda, None, &[])).unwrap();
+            let p = &config.topology.processes;
+            (p.per_pod, p.devices, p.found.clone())
+        };
+        let (n, devices, line) = resolved("collective", None, Some("4,5,6,7"));
+        assert_eq!((n, devices), (4, 4), "{line}");
+        assert!(line.contains("auto"), "the plan says why: {line}");
+        assert_eq!(resolved("collective", None, None).0, 1);
+        let (n, devices, line) = resolved("collective", Some("1"), Some("4,5,6,7"));
+        assert_eq!((n, devices), (1, 4));
+        assert!(line.contains("all given to it"), "{line}");
+        assert_eq!(
+            resolved("fleet", None, Some("4,5,6,7")),
+            (1, 0, String::new())
+        );
+        assert_eq!(resolved("v1", None, Some("0,1")), (1, 0, String::new()));
+    }
+
     /// The pod's own values: a size that agrees, the backend and threads are the pod's to
     /// set; a size that differs, or any per-process value, is refused naming it. One process
     /// asked looks at nothing.
@@ -435,7 +466,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect();
-            resolve(&mut config, &pod, 8).map(|()| config.topology.processes.per_pod)
+            resolve(&mut config, &pod).map(|()| config.topology.processes.per_pod)
         };
         // 3 pods (the tutorial job) x 2 processes.
         assert_eq!(resolved("2", &[("PADDLE_TRAINERS_NUM", "6")]), Ok(2));

@@ -153,7 +153,7 @@ async fn configured(
         lines.push(elastic_line(elastic));
     }
     let seen = crate::devices::seen();
-    crate::devices::resolve(&mut config, &seen, crate::devices::cpus())
+    crate::devices::resolve(&mut config, &seen)
         .map_err(|e| configuration(e, exit::INVALID_CONFIG))?;
     if !config.topology.processes.found.is_empty() {
         lines.push(format!("processes: {}", config.topology.processes.found));

@@ -88,7 +88,7 @@ pub struct ManifestArgs {
     /// Number of passes: `--num_passes` for v1, PADDLE_INIT_NUM_PASSES for v2, NUM_PASSES else.
     #[arg(long)]
     pub passes: Option<u32>,
-    /// CPU of each trainer pod (request = limit), e.g. 4 or 500m.
+    /// CPU each trainer pod asks for, e.g. 4 or 500m (the limit too with --cpu-limit).
     #[arg(long, default_value = "1")]
     pub cpu: String,
     /// Memory of each trainer pod (request = limit), e.g. 8Gi.
@@ -103,7 +103,7 @@ pub struct ManifestArgs {
     /// else 1].
     #[arg(long)]
     pub nproc_per_pod: Option<String>,
-    /// CPU of each pserver pod (split layout).
+    /// CPU each pserver pod asks for (split layout; the limit too with --cpu-limit).
     #[arg(long, default_value = "1")]
     pub pscpu: String,
     /// Memory of each pserver pod (split layout).
@@ -230,6 +230,22 @@ pub struct ManifestArgs {
     /// ClusterFirstWithHostNet; the launcher's ports must then be free on each node.
     #[arg(long)]
     pub host_network: bool,
+    /// A CPU limit equal to the request (--cpu, --pscpu): without it the pods ask for CPU and
+    /// are not throttled to it (a limit throttles data loaders and NCCL's threads in bursts).
+    #[arg(long)]
+    pub cpu_limit: bool,
+    /// A node label the pods' nodes must have one of the values of, KEY=VALUE[,VALUE...]
+    /// (required node affinity, e.g. a GPU model or a pool); repeatable, all must hold.
+    #[arg(long = "affinity", value_name = "KEY=VALUE[,VALUE...]")]
+    pub affinities: Vec<String>,
+    /// A node label to spread the job's pods over, at most one apart between its values
+    /// (a topology spread constraint, e.g. kubernetes.io/hostname: one pod per node).
+    #[arg(long, value_name = "TOPOLOGY_KEY")]
+    pub spread_by: Option<String>,
+    /// A node label to keep the job's pods together under, where the scheduler can (preferred
+    /// pod affinity, e.g. a rack's or a network block's label: NCCL's rings stay near).
+    #[arg(long, value_name = "TOPOLOGY_KEY")]
+    pub pack_by: Option<String>,
     /// Generate no NetworkPolicy (the platform has its own).
     #[arg(long)]
     pub no_network_policy: bool,
@@ -448,7 +464,8 @@ pub struct JobArgs {
     /// devices CUDA_VISIBLE_DEVICES makes visible when it is set: `-1` or empty is none; else
     /// NVIDIA_VISIBLE_DEVICES, else the /dev/nvidiaN files, else 1). The process of local rank l on the pod ranked r is trainer
     /// id r x N + l, on the l-th port from --trainer-port up (the control port skipped)
-    /// [default: 1].
+    /// [default: `auto` with the collective protocol (one process per visible GPU, one
+    /// without), else 1].
     #[arg(
         long,
         env = "PADDLE_LAUNCHER_NPROC_PER_POD",
@@ -615,6 +632,13 @@ pub struct JobArgs {
     /// Working directory of the pserver and the trainer [default: the current directory].
     #[arg(long, env = "PADDLE_LAUNCHER_WORKDIR", help_heading = "Files and logs")]
     pub workdir: Option<String>,
+    /// Directory of each process's own log file, named as Paddle's launcher names them
+    /// (`workerlog.<local rank>`, `serverlog.0`) and given to the processes as `PADDLE_LOG_DIR`
+    /// (collective, fleet); empty disables. --job-path's `output/node_<rank>/` files come first
+    /// where both are given [default: `<workdir>/log` with collective and fleet, none with v1
+    /// and v2].
+    #[arg(long, env = "PADDLE_LAUNCHER_LOG_DIR", help_heading = "Files and logs")]
+    pub log_dir: Option<String>,
     /// Directory that receives the files `trainer_id` and `trainer_count`; empty disables
     /// [default: /].
     #[arg(long, env = "PADDLE_LAUNCHER_ID_DIR", help_heading = "Files and logs")]

@@ -226,13 +226,10 @@ pub struct Processes {
     pub per_pod: u32,
     /// The GPUs this pod sees (0: none, the processes use gloo on CPUs).
     pub devices: u32,
-    /// The CPUs the container may use: each of N > 1 processes gets `cpus / N` OpenMP threads
-    /// unless OMP_NUM_THREADS is set.
-    pub cpus: u32,
     /// What the launcher found and why it runs `per_pod` processes (a log line).
     pub found: String,
     /// The pod's own values of the variables the processes would otherwise be given
-    /// (PADDLE_DISTRI_BACKEND, OMP_NUM_THREADS: the user's win).
+    /// (PADDLE_DISTRI_BACKEND, FLAGS_selected_gpus for one process: the user's win).
     pub given: std::collections::BTreeMap<String, String>,
 }
 
@@ -242,17 +239,9 @@ impl Processes {
             asked: PerPod::Count(1),
             per_pod: 1,
             devices: 0,
-            cpus: 1,
             found: String::new(),
             given: Default::default(),
         }
-    }
-
-    /// OpenMP threads per process when OMP_NUM_THREADS is unset: the container's CPUs shared
-    /// out, at least one. (torchrun's 1 starves a CPU job's kernels; none oversubscribes the
-    /// CPUs N times over.)
-    pub fn omp_threads(&self) -> u32 {
-        (self.cpus / self.per_pod.max(1)).max(1)
     }
 
     /// Several processes per pod: the per-node contract of `paddle.distributed.launch`; one is
@@ -356,6 +345,8 @@ pub struct Workspace {
     pub test_list: PathBuf,
     /// The trainer's progress file (`PADDLE_LAUNCHER_PROGRESS_FILE`).
     pub progress_file: PathBuf,
+    /// The directory of the processes' own log files (`PADDLE_LOG_DIR`); None: not written.
+    pub log_dir: Option<PathBuf>,
 }
 
 impl Config {
@@ -365,7 +356,7 @@ impl Config {
         let ports = Ports::from_args(args)?;
         let program = Program::from_args(args, &topology, &ports)?;
         let timing = Timing::from_args(args)?;
-        let workspace = Workspace::from_args(args)?;
+        let workspace = Workspace::from_args(args, topology.protocol)?;
         let control = Control::from_args(args)?;
         let mut config = Config {
             runtime: None,
@@ -887,18 +878,41 @@ mod tests {
 
     #[test]
     fn workspace_lists_follow_the_workdir_and_an_empty_id_dir_is_off() {
-        let w = Workspace::from_args(&JobArgs {
+        let args = JobArgs {
             workdir: Some("/w".into()),
             id_dir: Some(String::new()),
             test_list: Some("/lists/test".into()),
             ..JobArgs::default()
-        })
-        .unwrap();
+        };
+        let w = Workspace::from_args(&args, Protocol::V1).unwrap();
         assert_eq!(w.train_list, PathBuf::from("/w/train.list"));
         assert_eq!(w.test_list, PathBuf::from("/lists/test"));
         assert_eq!(w.id_dir, None);
-        let default = Workspace::from_args(&JobArgs::default()).unwrap();
+        let default = Workspace::from_args(&JobArgs::default(), Protocol::V1).unwrap();
         assert_eq!(default.id_dir, Some(PathBuf::from("/")));
+        // Paddle 3's protocols write each process's log under <workdir>/log, as Paddle's
+        // launcher does; the seed's protocols none, unless asked; empty is off.
+        assert_eq!(w.log_dir, None);
+        for protocol in [Protocol::Collective, Protocol::Fleet] {
+            let w = Workspace::from_args(&args, protocol).unwrap();
+            assert_eq!(w.log_dir, Some(PathBuf::from("/w/log")));
+        }
+        let off = JobArgs {
+            log_dir: Some(String::new()),
+            ..args.clone()
+        };
+        assert_eq!(
+            Workspace::from_args(&off, Protocol::Collective)
+                .unwrap()
+                .log_dir,
+            None
+        );
+        let asked = JobArgs {
+            log_dir: Some("/logs".into()),
+            ..args
+        };
+        let w = Workspace::from_args(&asked, Protocol::V2).unwrap();
+        assert_eq!(w.log_dir, Some(PathBuf::from("/logs")));
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub const POD_GRACE_PERIOD: Opt = Opt("pod_grace_period");
 pub const HANG_TIMEOUT: Opt = Opt("hang_timeout");
 pub const HANG_FIRST_WINDOW: Opt = Opt("hang_first_window");
 pub const PROGRESS_FILE: Opt = Opt("progress_file");
+pub const LOG_DIR: Opt = Opt("log_dir");
 pub const CHECKPOINT_SIGNAL: Opt = Opt("checkpoint_signal");
 pub const CHECKPOINT_WINDOW: Opt = Opt("checkpoint_window");
 pub const TRAINER_ARGS: &str = "trainer argument (after --)";
@@ -85,6 +86,7 @@ pub(super) const NAMED_OPTIONS: &[Opt] = &[
     HANG_TIMEOUT,
     HANG_FIRST_WINDOW,
     PROGRESS_FILE,
+    LOG_DIR,
     CHECKPOINT_SIGNAL,
     CHECKPOINT_WINDOW,
     ROLE,

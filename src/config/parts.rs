@@ -342,7 +342,7 @@ fn coordinator(args: &JobArgs) -> Result<Option<(String, u16)>, ConfigError> {
 }
 
 impl Workspace {
-    pub fn from_args(args: &JobArgs) -> Result<Workspace, ConfigError> {
+    pub fn from_args(args: &JobArgs, protocol: Protocol) -> Result<Workspace, ConfigError> {
         let job_path = present(&args.job_path).map(PathBuf::from);
         let train_config_dir = match present(&args.train_config_dir) {
             Some(dir) if job_path.is_none() => return Err(ConfigError::new(
@@ -376,6 +376,13 @@ impl Workspace {
         let train_list = list_path(&args.train_list, "train.list");
         let test_list = list_path(&args.test_list, "test.list");
         let progress_file = list_path(&args.progress_file, "progress");
+        // Paddle 3's launcher writes its processes' logs under `--log_dir log`.
+        let paddle_3 = matches!(protocol, Protocol::Collective | Protocol::Fleet);
+        let log_dir = match args.log_dir.as_deref().map(str::trim) {
+            Some("") => None,
+            Some(dir) => Some(PathBuf::from(dir)),
+            None => paddle_3.then(|| workdir.join("log")),
+        };
         Ok(Workspace {
             job_path,
             train_config_dir,
@@ -390,6 +397,7 @@ impl Workspace {
             train_list,
             test_list,
             progress_file,
+            log_dir,
         })
     }
 }

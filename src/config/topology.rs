@@ -148,10 +148,17 @@ fn pod_name(args: &JobArgs) -> Result<Option<String>, ConfigError> {
 
 /// --nproc-per-pod: a count from 1 to `MAX_NPROC_PER_POD`, or `auto`; more than one only where
 /// a protocol has several trainers per pod (collective: v1 has its own `--trainer_count`
-/// threads, v2 and fleet one trainer per pod).
+/// threads, v2 and fleet one trainer per pod). Unset, a collective pod runs `auto`, as
+/// Paddle's own launcher starts one process per visible device (one without GPUs).
 fn processes(args: &JobArgs, protocol: Protocol) -> Result<Processes, ConfigError> {
     let Some(text) = present(&args.nproc_per_pod) else {
-        return Ok(Processes::one());
+        return Ok(match protocol {
+            Protocol::Collective => Processes {
+                asked: PerPod::Auto,
+                ..Processes::one()
+            },
+            _ => Processes::one(),
+        });
     };
     let asked = match text {
         "auto" => PerPod::Auto,

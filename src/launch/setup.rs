@@ -30,7 +30,7 @@ pub(super) async fn configure(args: &JobArgs, plan_only: bool) -> Result<(Config
     let interfaces = crate::address::host_interfaces();
     let mut config =
         crate::batch::discover::configure(args, &interfaces, crate::address::hostname_ip).await?;
-    crate::devices::resolve(&mut config, &crate::devices::seen(), crate::devices::cpus())?;
+    crate::devices::resolve(&mut config, &crate::devices::seen())?;
     if !config.topology.processes.found.is_empty() {
         info!("{}", config.topology.processes.found);
     }
@@ -51,6 +51,7 @@ pub(super) async fn configure(args: &JobArgs, plan_only: bool) -> Result<(Config
     let watches_hangs = config.timing.hang_timeout.is_some()
         && config.topology.role != crate::vocabulary::PodRole::Pserver;
     progress_file(&mut config.workspace, watches_hangs && !plan_only)?;
+    log_dir(&mut config.workspace)?;
     let workspace = &config.workspace;
     if let (true, Some(shared)) = (watches_hangs, &workspace.job_path) {
         if lexically(&workspace.progress_file).starts_with(lexically(shared)) {
@@ -312,6 +313,24 @@ pub(super) fn progress_file(
         write_whole(&dir, "sitecustomize.py", progress::SITECUSTOMIZE).map_err(bad)?;
     }
     workspace.progress_file = absolute;
+    Ok(())
+}
+
+/// The processes' log directory as an absolute path, as Paddle's launcher gives
+/// `PADDLE_LOG_DIR` (the processes run in the work directory); made by each log's writer.
+fn log_dir(workspace: &mut crate::config::Workspace) -> Result<(), ConfigError> {
+    let Some(dir) = &workspace.log_dir else {
+        return Ok(());
+    };
+    let absolute = std::path::absolute(dir).map_err(|e| {
+        let value = dir.display().to_string();
+        ConfigError::new(
+            crate::config::LOG_DIR,
+            &value,
+            format!("a directory path ({e})"),
+        )
+    })?;
+    workspace.log_dir = Some(absolute);
     Ok(())
 }
 

@@ -53,8 +53,18 @@ pub fn trainer_env(
         ("PADDLE_MASTER", master),
         ("PADDLE_NNODES", config.topology.trainers.to_string()),
         ("PADDLE_JOB_ID", config.topology.job_name.clone()),
+        // Paddle's launcher's default (`--auto_cluster_config 0`), read by its auto-parallel
+        // engine.
+        ("PADDLE_AUTO_CLUSTER", "0".to_string()),
     ];
     let processes = &config.topology.processes;
+    let given = |name: &str| processes.given.contains_key(name);
+    if !processes.several() && processes.devices > 0 && !given("FLAGS_selected_gpus") {
+        // One process is given every GPU found, as Paddle's launcher gives `--nproc_per_node 1`
+        // its device list (indices into CUDA_VISIBLE_DEVICES).
+        let all: Vec<String> = (0..processes.devices).map(|d| d.to_string()).collect();
+        vars.push(("FLAGS_selected_gpus", all.join(",")));
+    }
     if processes.several() {
         let local = slot.local.to_string();
         vars.extend([
@@ -68,11 +78,8 @@ pub fn trainer_env(
         // else gloo on CPUs.
         if processes.devices > 0 {
             vars.push(("FLAGS_selected_gpus", local));
-        } else if !processes.given.contains_key("PADDLE_DISTRI_BACKEND") {
+        } else if !given("PADDLE_DISTRI_BACKEND") {
             vars.push(("PADDLE_DISTRI_BACKEND", "gloo".to_string()));
-        }
-        if !processes.given.contains_key("OMP_NUM_THREADS") {
-            vars.push(("OMP_NUM_THREADS", processes.omp_threads().to_string()));
         }
     }
     env(vars)
@@ -96,7 +103,6 @@ mod tests {
                 a.id_dir = Some("/ids".into());
                 a.trainer_args = vec!["python".into(), "train.py".into()];
             });
-            cfg.topology.processes.cpus = 8;
             edit(&mut cfg.topology.processes);
             cfg
         };
@@ -115,7 +121,8 @@ mod tests {
         assert_eq!(
             given,
             [
-                ("OMP_NUM_THREADS", "4"),
+                ("OMP_NUM_THREADS", "1"),
+                ("PADDLE_AUTO_CLUSTER", "0"),
                 ("PADDLE_CURRENT_ENDPOINT", "10.0.1.2:6172"),
                 ("PADDLE_DISTRI_BACKEND", "gloo"),
                 ("PADDLE_GLOBAL_RANK", "3"),
@@ -123,6 +130,7 @@ mod tests {
                 ("PADDLE_JOB_ID", "paddle-cluster-job"),
                 ("PADDLE_LOCAL_RANK", "1"),
                 ("PADDLE_LOCAL_SIZE", "2"),
+                ("PADDLE_LOG_DIR", "./log"),
                 ("PADDLE_MASTER", "10.0.1.1:6170"),
                 ("PADDLE_NNODES", "3"),
                 ("PADDLE_RANK_IN_NODE", "1"),
@@ -165,7 +173,46 @@ mod tests {
         });
         let p = plan(&given, &m, &me, &InputFiles::default());
         let env = &p.processes[0].env;
-        assert!(!env.contains_key("PADDLE_DISTRI_BACKEND") && !env.contains_key("OMP_NUM_THREADS"));
+        assert!(!env.contains_key("PADDLE_DISTRI_BACKEND"));
+        // The pod's own thread count passes on; otherwise Paddle's launcher's 1.
+        assert!(!env.contains_key("OMP_NUM_THREADS"), "{env:?}");
+    }
+
+    /// One process on a pod with GPUs is given them all, as Paddle's launcher gives
+    /// `--nproc_per_node 1` (measured: `FLAGS_selected_gpus=2,3` for two devices of four); the
+    /// pod's own value wins. Its output goes to Paddle's `workerlog.0` in the log directory.
+    #[test]
+    fn one_process_on_a_gpu_pod_is_given_every_gpu_and_paddles_log_file() {
+        let mut cfg = config(|a| {
+            a.protocol = Some("collective".into());
+            a.nproc_per_pod = Some("1".into());
+            a.trainer_args = vec!["python".into(), "train.py".into()];
+        });
+        cfg.topology.processes.devices = 4;
+        let m = membership(&cfg);
+        let me = m.locate(&cfg, None, "10.0.1.2".parse().unwrap()).unwrap();
+        let p = plan(&cfg, &m, &me, &InputFiles::default());
+        let process = &p.processes[0];
+        assert_eq!(process.env["FLAGS_selected_gpus"], "0,1,2,3");
+        assert_eq!(
+            process.place.as_ref().unwrap().device.as_deref(),
+            Some("0,1,2,3")
+        );
+        assert_eq!(
+            process.log.as_deref(),
+            Some(std::path::Path::new("./log/workerlog.0"))
+        );
+        cfg.topology
+            .processes
+            .given
+            .insert("FLAGS_selected_gpus".into(), "1".into());
+        let p = plan(&cfg, &m, &me, &InputFiles::default());
+        assert!(!p.processes[0].env.contains_key("FLAGS_selected_gpus"));
+        // Without GPUs, one process is given none (the seed's contract).
+        cfg.topology.processes.devices = 0;
+        cfg.topology.processes.given.clear();
+        let p = plan(&cfg, &m, &me, &InputFiles::default());
+        assert!(!p.processes[0].env.contains_key("FLAGS_selected_gpus"));
     }
 
     #[test]
@@ -186,8 +233,11 @@ mod tests {
         assert_eq!(
             pairs,
             [
+                ("OMP_NUM_THREADS", "1"),
+                ("PADDLE_AUTO_CLUSTER", "0"),
                 ("PADDLE_CURRENT_ENDPOINT", "10.0.1.3:6170"),
                 ("PADDLE_JOB_ID", "paddle-cluster-job"),
+                ("PADDLE_LOG_DIR", "./log"),
                 ("PADDLE_MASTER", "10.0.1.1:6170"),
                 ("PADDLE_NNODES", "3"),
                 ("PADDLE_TRAINERS_NUM", "3"),

@@ -83,6 +83,8 @@ mod tests {
         assert_eq!(
             keys(&pserver.env),
             [
+                "OMP_NUM_THREADS",
+                "PADDLE_LOG_DIR",
                 "PADDLE_PORT",
                 "PADDLE_PSERVERS_IP_PORT_LIST",
                 "PADDLE_PSERVER_NUMS",
@@ -113,6 +115,8 @@ mod tests {
         assert_eq!(
             keys(&trainer.env),
             [
+                "OMP_NUM_THREADS",
+                "PADDLE_LOG_DIR",
                 "PADDLE_PORT",
                 "PADDLE_PSERVERS_IP_PORT_LIST",
                 "PADDLE_PSERVER_NUMS",

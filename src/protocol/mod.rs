@@ -39,7 +39,9 @@ impl JobDir {
 
 /// Where a process's output is copied: `output/node_<rank>/{server,train}.log` as in PaddlePaddle's tutorial;
 /// pserver pods of the split layout use `output/pserver_<rank>/server.log`; a pod of several
-/// trainer processes `train.<local rank>.log`.
+/// trainer processes `train.<local rank>.log`. Without a job path, the log directory's
+/// files, named as Paddle 3's launcher names them (`workerlog.<local rank>`, `serverlog.0`:
+/// a pod runs one pserver).
 pub fn log_file(
     config: &Config,
     job_dir: Option<&JobDir>,
@@ -56,7 +58,14 @@ pub fn log_file(
         Role::Trainer if config.topology.processes.several() => format!("train.{local}.log"),
         Role::Trainer => "train.log".to_string(),
     };
-    job_dir.map(|d| d.output().join(dir).join(file))
+    if let Some(job_dir) = job_dir {
+        return Some(job_dir.output().join(dir).join(file));
+    }
+    let paddles = match role {
+        Role::Pserver => "serverlog.0".to_string(),
+        Role::Trainer => format!("workerlog.{local}"),
+    };
+    Some(config.workspace.log_dir.as_ref()?.join(paddles))
 }
 
 /// The progress file of the pod's trainer process `local`: the one configured when the pod
@@ -165,6 +174,22 @@ fn process_in(
             let name = crate::exit::signal_name(checkpoint.signal);
             env.insert(crate::config::CHECKPOINT_SIGNAL.env().to_string(), name);
         }
+    }
+    // Paddle 3's launcher tells each process where its log is (collective and fleet only:
+    // the seed's protocols have none unless asked, and then the file is the launcher's).
+    let paddle_3 = matches!(
+        config.topology.protocol,
+        Protocol::Collective | Protocol::Fleet
+    );
+    if let Some(dir) = config.workspace.log_dir.as_ref().filter(|_| paddle_3) {
+        env.insert("PADDLE_LOG_DIR".to_string(), dir.display().to_string());
+    }
+    // As Paddle's launcher gives its processes, unless the pod sets it: its import of paddle
+    // sets 1 in its own environment (`paddle/base/__init__.py`, `__bootstrap__`), which every
+    // process copies; above 1, every process prints a warning at import.
+    let threads = "OMP_NUM_THREADS";
+    if paddle_3 && !config.topology.processes.given.contains_key(threads) {
+        env.insert(threads.to_string(), "1".to_string());
     }
     // NCCL's and gloo's interface: the pod IP's (only collective and fleet get any).
     for socket in &config.ports.sockets {
