@@ -85,6 +85,30 @@ fn check_pods(request: &ManifestArgs) -> Result<(), ConfigError> {
             return Err(invalid("--resource", text, QUANTITY));
         }
     }
+    for text in &request.affinities {
+        let (key, values) = text
+            .split_once('=')
+            .ok_or_else(|| invalid("--affinity", text, "KEY=VALUE[,VALUE...]"))?;
+        label_key(key).map_err(|why| invalid("--affinity", text, &why))?;
+        for value in values.split(',') {
+            if value.is_empty() {
+                return Err(invalid(
+                    "--affinity",
+                    text,
+                    "KEY=VALUE[,VALUE...], no value empty",
+                ));
+            }
+            label_value(value).map_err(|why| invalid("--affinity", text, &why))?;
+        }
+    }
+    for (flag, key) in [
+        ("--spread-by", &request.spread_by),
+        ("--pack-by", &request.pack_by),
+    ] {
+        if let Some(key) = key {
+            label_key(key).map_err(|why| invalid(flag, key, &why))?;
+        }
+    }
     for capability in &request.add_capabilities {
         let fits = !capability.is_empty()
             && capability
@@ -99,6 +123,36 @@ fn check_pods(request: &ManifestArgs) -> Result<(), ConfigError> {
         }
     }
     Ok(())
+}
+
+/// Where the scheduler puts the pods: the nodes' labels (required node affinity), spread
+/// over a topology key or kept together under one, each by the pods' own labels (those of
+/// the template: the job's pods, whatever runs them).
+fn placement(request: &ManifestArgs, labels: &Value, spec: &mut Value) {
+    let expressions: Vec<Value> = request
+        .affinities
+        .iter()
+        .filter_map(|text| text.split_once('='))
+        .map(|(key, values)| {
+            json!({"key": key, "operator": "In", "values": values.split(',').collect::<Vec<_>>()})
+        })
+        .collect();
+    if !expressions.is_empty() {
+        spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
+            json!({"nodeSelectorTerms": [{"matchExpressions": expressions}]});
+    }
+    let selector = json!({"matchLabels": labels});
+    if let Some(key) = &request.spread_by {
+        spec["topologySpreadConstraints"] = json!([{
+            "maxSkew": 1,
+            "topologyKey": key,
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": selector,
+        }]);
+    }
+    if let Some(key) = &request.pack_by {
+        spec["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] = json!([{"weight": 100, "podAffinityTerm": {"labelSelector": selector, "topologyKey": key}}]);
+    }
 }
 
 /// The pod template's spec as the pod options ask: resources, capabilities, the user, the
@@ -156,8 +210,10 @@ pub(super) fn customize(
         pod_templates(doc, &mut templates);
         for template in templates {
             mark(&mut template["metadata"], marks)?;
+            let labels = template["metadata"]["labels"].clone();
             let spec = &mut template["spec"];
             pod_options(request, spec);
+            placement(request, &labels, spec);
             if !request.image_pull_secrets.is_empty() {
                 let secrets: Vec<Value> = request
                     .image_pull_secrets

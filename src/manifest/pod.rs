@@ -101,15 +101,26 @@ pub(super) fn container_trainer_args(request: &ManifestArgs, kind: &PodKind) -> 
     trainer_args
 }
 
+/// A pod's requests and limits: no CPU limit unless asked (`--cpu-limit`), since CFS throttles
+/// a limited container in bursts; the rest, limit = request.
+fn resources(request: &ManifestArgs, kind: &PodKind) -> (Value, Value) {
+    let mut requests = json!({"cpu": kind.cpu, "memory": kind.memory});
+    if kind.gpu > 0 {
+        requests[request.gpu_resource.as_str()] = json!(kind.gpu.to_string());
+    }
+    let mut limits = requests.clone();
+    if !request.cpu_limit {
+        limits.as_object_mut().map(|l| l.remove("cpu"));
+    }
+    (requests, limits)
+}
+
 pub(super) fn job(request: &ManifestArgs, name: &str, kind: &PodKind, account: &str) -> Value {
     let args = run_args(request, kind);
     let ports = container_ports(request, kind);
     let mut labels = kind.labels.clone();
     labels[JOB_LABEL] = json!(request.job_name);
-    let mut resources = json!({"cpu": kind.cpu, "memory": kind.memory});
-    if kind.gpu > 0 {
-        resources[request.gpu_resource.as_str()] = json!(kind.gpu.to_string());
-    }
+    let (resources, limits) = resources(request, kind);
     let (mounts, volumes) = storage(request, kind);
     let mut container = json!({
         "name": container_name(kind),
@@ -117,7 +128,7 @@ pub(super) fn job(request: &ManifestArgs, name: &str, kind: &PodKind, account: &
         "imagePullPolicy": "Always",
         "args": args,
         "env": container_env(request, kind),
-        "resources": {"requests": resources, "limits": resources},
+        "resources": {"requests": resources, "limits": limits},
         "volumeMounts": mounts,
         "securityContext": {
             "allowPrivilegeEscalation": false,
