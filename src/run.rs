@@ -31,8 +31,16 @@ pub fn main() -> ! {
             None,
         ),
     };
-    // Launcher logs carry the pod's name or IP once known: local mode interleaves several.
-    let span = tracing::info_span!("launcher", pod = tracing::field::Empty);
+    // Launcher logs carry the job, the pod's name or IP and its rank, and the restart, once
+    // known: local mode interleaves several pods, and a log pipeline filters by them (JSON).
+    let empty = tracing::field::Empty;
+    let span = tracing::info_span!(
+        "launcher",
+        job = empty,
+        pod = empty,
+        rank = empty,
+        restart = empty
+    );
     let launch = |args: &JobArgs, plan_only: bool| {
         runtime.block_on(launch::launch(args, plan_only).instrument(span.clone()))
     };
@@ -195,10 +203,11 @@ fn print_manifest(args: &ManifestArgs) -> Outcome {
 }
 
 fn log_outcome(outcome: &Outcome) {
-    if outcome.code == 0 {
-        info!("{}", outcome.reason);
+    let status = outcome.code;
+    if status == 0 {
+        info!(status, "{}", outcome.reason);
     } else {
-        error!("exiting with status {}: {}", outcome.code, outcome.reason);
+        error!(status, "exiting with status {status}: {}", outcome.reason);
     }
 }
 

@@ -6,9 +6,13 @@ use std::process::Command;
 
 use support::LAUNCHER;
 
+/// The launcher run in a directory of its own (what it writes by default, the processes' log
+/// directory among it, goes there), with only `env`.
 fn launcher(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let cwd = tempfile::tempdir().unwrap();
     Command::new(LAUNCHER)
         .args(args)
+        .current_dir(cwd.path())
         .env_clear()
         .env("PADDLE_LAUNCHER_TERMINATION_LOG", "")
         .envs(env.iter().copied())
@@ -34,6 +38,64 @@ fn completions_are_printed_for_bash_and_know_the_subcommands() {
     for word in ["local", "plan", "--trainer-port", "--watch-peers"] {
         assert!(script.contains(word), "no {word} in the completions");
     }
+}
+
+/// A log pipeline filters the JSON lines by their fields, not by parsing messages: every
+/// line names the job and the pod, and once ranked the pod's rank and the restart; a process's
+/// start and end name the process (and its pid, its status), the last line the launcher's
+/// status.
+#[test]
+fn json_logs_carry_the_fields_a_log_pipeline_filters_by() {
+    let dir = tempfile::tempdir().unwrap();
+    let workdir = dir.path().display().to_string();
+    let env = [
+        ("JOB_NAME", "fields"),
+        ("PADDLE_LAUNCHER_PEERS", "127.0.0.51"),
+        ("POD_IP", "127.0.0.51"),
+        ("CONF_PADDLE_NIC", "lo"),
+        ("PADDLE_LAUNCHER_PROTOCOL", "collective"),
+        ("PADDLE_LAUNCHER_ID_DIR", ""),
+        ("PADDLE_LAUNCHER_WORKDIR", workdir.as_str()),
+        ("PADDLE_LAUNCHER_LOG_FORMAT", "json"),
+    ];
+    let out = launcher(&["run", "--", "sh", "-c", "echo hi; exit 3"], &env);
+    assert_eq!(out.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let with = |field: &str, value: serde_json::Value| -> &serde_json::Value {
+        lines
+            .iter()
+            .find(|l| l["fields"][field] == value)
+            .unwrap_or_else(|| panic!("no line with {field} = {value}: {stderr}"))
+    };
+    let started = with("process", "trainer-0".into());
+    assert!(
+        started["fields"]["pid"].as_u64().is_some_and(|p| p > 1),
+        "{started}"
+    );
+    let ended = lines
+        .iter()
+        .find(|l| l["fields"]["process"] == "trainer-0" && l["fields"]["status"] == 3)
+        .unwrap_or_else(|| panic!("no end of trainer-0 with its status: {stderr}"));
+    let last = lines.last().unwrap();
+    assert_eq!(
+        (last["level"].as_str(), &last["fields"]["status"]),
+        (Some("ERROR"), &3.into())
+    );
+    for line in [started, ended, last] {
+        let span = &line["span"];
+        assert_eq!(
+            (&span["job"], &span["pod"], &span["rank"], &span["restart"]),
+            (&"fields".into(), &"127.0.0.51".into(), &0.into(), &0.into()),
+            "{line}"
+        );
+    }
+    // The process's own log file, named as Paddle's launcher names it.
+    let log = std::fs::read_to_string(dir.path().join("log/workerlog.0")).unwrap();
+    assert_eq!(log, "hi\n");
 }
 
 #[test]

@@ -116,6 +116,12 @@ pub(super) fn begin(
         coordinator_unjoined,
         ..
     } = attempt;
+    // The log's fields from here on (JSON): this pod's rank and the attempt's restart.
+    let span = tracing::Span::current();
+    if let Some(rank) = plan.trainer_id {
+        span.record("rank", rank);
+    }
+    span.record("restart", plan.restart_count);
     let posts = match &channel {
         Some(channel) => channel.coordinates(),
         None => plan.trainer_id == Some(0),

@@ -75,7 +75,9 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
         .pod_name
         .clone()
         .unwrap_or_else(|| my_ip.to_string());
-    tracing::Span::current().record("pod", tracing::field::display(&pod));
+    let span = tracing::Span::current();
+    span.record("pod", tracing::field::display(&pod));
+    span.record("job", tracing::field::display(&config.topology.job_name));
     let own = own_parts(&config, plan_only).await?;
     let Some(mut supervisor) = own.supervisor else {
         return print_plan(&config, my_ip, &own.inputs).await;

@@ -247,7 +247,13 @@ impl Supervisor {
             }
         })?;
         let pid = Pid::from_raw(child.id() as i32);
-        info!("started {} (pid {pid}): {}", spec.label, quoted(spec.argv));
+        let process = spec.label.as_str();
+        info!(
+            process,
+            pid = pid.as_raw(),
+            "started {process} (pid {pid}): {}",
+            quoted(spec.argv)
+        );
         let output = OutputClock::new();
         if let Output::Prefixed { log } = spec.output {
             // Opened by the pumps, off the runtime thread: the log is often on a shared
@@ -418,9 +424,11 @@ impl Supervisor {
     fn record(&mut self, pid: Pid, ended: Ended) {
         match self.children.iter().position(|c| c.pid == pid) {
             Some(i) => {
+                let (process, status) = (self.children[i].label.as_str(), ended.exit_code());
                 info!(
-                    "{} (pid {pid}) {}",
-                    self.children[i].label,
+                    process,
+                    status,
+                    "{process} (pid {pid}) {}",
                     ended.describe()
                 );
                 self.children[i].ended = Some(ended);
