@@ -12,8 +12,8 @@ use tracing::info;
 
 use crate::cli::LocalArgs;
 use crate::config::{
-    present, Config, GRADIENT_NUM, ID_DIR, JOB_SECRET, NIC, PEERS, POD_IP, POD_NAME, PROGRESS_FILE,
-    SELECTOR, TERMINATION_LOG, WORKDIR,
+    present, Config, GRADIENT_NUM, ID_DIR, JOB_SECRET, LOG_DIR, NIC, PEERS, POD_IP, POD_NAME,
+    PROGRESS_FILE, SELECTOR, TERMINATION_LOG, WORKDIR,
 };
 use crate::error::ConfigError;
 use crate::error::Error;
@@ -53,6 +53,7 @@ fn instance_env(
             GRADIENT_NUM,
             SELECTOR,
             PROGRESS_FILE,
+            LOG_DIR,
         ]
         .into_iter()
         .find(|opt| opt.0 == id);

@@ -38,7 +38,7 @@ pub fn main() -> ! {
         "launcher",
         job = empty,
         pod = empty,
-        rank = empty,
+        pod_rank = empty,
         restart = empty
     );
     let launch = |args: &JobArgs, plan_only: bool| {
@@ -155,10 +155,72 @@ fn init_logs(format: LogFormat) {
         .with_target(false);
     let registry = tracing_subscriber::registry();
     match format {
-        LogFormat::Text => registry.with(logs.with_filter(filter)).init(),
+        LogFormat::Text => registry
+            .with(logs.fmt_fields(TextFields).with_filter(filter))
+            .init(),
         LogFormat::Json => registry
             .with(logs.json().with_current_span(true).with_filter(filter))
             .init(),
+    }
+}
+
+/// The text log's fields: an event's message, the launcher's span's pod (local mode
+/// interleaves several pods). The others (the job, the pod's rank, a process's name and
+/// status) are for a log pipeline, in `--log-format json`: the text stays the sentence.
+struct TextFields;
+
+impl<'w> tracing_subscriber::fmt::FormatFields<'w> for TextFields {
+    fn format_fields<R: tracing_subscriber::field::RecordFields>(
+        &self,
+        mut writer: tracing_subscriber::fmt::format::Writer<'w>,
+        fields: R,
+    ) -> std::fmt::Result {
+        let mut visitor = TextVisitor {
+            writer: &mut writer,
+            result: Ok(()),
+        };
+        fields.record(&mut visitor);
+        visitor.result
+    }
+
+    /// A field recorded later (the pod's name once known) is added only when it is shown:
+    /// the others would leave the span's braces with blanks.
+    fn add_fields(
+        &self,
+        current: &'w mut tracing_subscriber::fmt::FormattedFields<Self>,
+        fields: &tracing::span::Record<'_>,
+    ) -> std::fmt::Result {
+        let mut more = String::new();
+        self.format_fields(
+            tracing_subscriber::fmt::format::Writer::new(&mut more),
+            fields,
+        )?;
+        if !more.is_empty() && !current.fields.is_empty() {
+            current.fields.push(' ');
+        }
+        current.fields.push_str(&more);
+        Ok(())
+    }
+}
+
+struct TextVisitor<'a, 'w> {
+    writer: &'a mut tracing_subscriber::fmt::format::Writer<'w>,
+    result: std::fmt::Result,
+}
+
+impl tracing::field::Visit for TextVisitor<'_, '_> {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.record_debug(field, &format_args!("{value}"));
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if self.result.is_ok() {
+            self.result = match field.name() {
+                "message" => write!(self.writer, "{value:?}"),
+                "pod" => write!(self.writer, "pod={value:?}"),
+                _ => Ok(()),
+            };
+        }
     }
 }
 

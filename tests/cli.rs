@@ -88,7 +88,12 @@ fn json_logs_carry_the_fields_a_log_pipeline_filters_by() {
     for line in [started, ended, last] {
         let span = &line["span"];
         assert_eq!(
-            (&span["job"], &span["pod"], &span["rank"], &span["restart"]),
+            (
+                &span["job"],
+                &span["pod"],
+                &span["pod_rank"],
+                &span["restart"]
+            ),
             (&"fields".into(), &"127.0.0.51".into(), &0.into(), &0.into()),
             "{line}"
         );
@@ -633,6 +638,47 @@ fn a_misplaced_subcommand_or_program_gets_a_hint() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("hint: the training program and its own arguments go after `--`"),
+        "{stderr}"
+    );
+}
+
+/// The processes' log directory by default is best effort (a read-only work directory runs
+/// the job without the files, and says so); one given that cannot be made is refused, status
+/// 2, naming it.
+#[test]
+fn a_log_directory_that_cannot_be_made_is_said_or_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let workdir = dir.path().join("work");
+    std::fs::create_dir_all(&workdir).unwrap();
+    // A file where the directory would be: no directory can be made there, even by root.
+    std::fs::write(workdir.join("log"), "not a directory").unwrap();
+    let workdir_s = workdir.display().to_string();
+    let env = [
+        ("JOB_NAME", "logs"),
+        ("PADDLE_LAUNCHER_PEERS", "127.0.0.52"),
+        ("POD_IP", "127.0.0.52"),
+        ("CONF_PADDLE_NIC", "lo"),
+        ("PADDLE_LAUNCHER_PROTOCOL", "collective"),
+        ("PADDLE_LAUNCHER_ID_DIR", ""),
+        ("PADDLE_LAUNCHER_WORKDIR", workdir_s.as_str()),
+    ];
+    let out = launcher(&["run", "--", "sh", "-c", "echo trained"], &env);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "no per-process log files: cannot create {workdir_s}/log"
+        )),
+        "{stderr}"
+    );
+    let given = format!("{workdir_s}/log");
+    let mut refused = env.to_vec();
+    refused.push(("PADDLE_LAUNCHER_LOG_DIR", given.as_str()));
+    let out = launcher(&["run", "--", "true"], &refused);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("invalid PADDLE_LAUNCHER_LOG_DIR (--log-dir): \"{given}\": expected a directory the launcher can create")),
         "{stderr}"
     );
 }

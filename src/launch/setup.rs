@@ -51,7 +51,7 @@ pub(super) async fn configure(args: &JobArgs, plan_only: bool) -> Result<(Config
     let watches_hangs = config.timing.hang_timeout.is_some()
         && config.topology.role != crate::vocabulary::PodRole::Pserver;
     progress_file(&mut config.workspace, watches_hangs && !plan_only)?;
-    log_dir(&mut config.workspace)?;
+    log_dir(&mut config.workspace, !plan_only)?;
     let workspace = &config.workspace;
     if let (true, Some(shared)) = (watches_hangs, &workspace.job_path) {
         if lexically(&workspace.progress_file).starts_with(lexically(shared)) {
@@ -317,20 +317,29 @@ pub(super) fn progress_file(
 }
 
 /// The processes' log directory as an absolute path, as Paddle's launcher gives
-/// `PADDLE_LOG_DIR` (the processes run in the work directory); made by each log's writer.
-fn log_dir(workspace: &mut crate::config::Workspace) -> Result<(), ConfigError> {
+/// `PADDLE_LOG_DIR` (a relative one is the launcher's, as Paddle's `--log_dir` is), made
+/// (`create`; `plan` touches nothing). One given that cannot be made is bad input; the
+/// default's (the work directory may be read-only) is said, and no file is written.
+fn log_dir(workspace: &mut crate::config::Workspace, create: bool) -> Result<(), ConfigError> {
     let Some(dir) = &workspace.log_dir else {
         return Ok(());
     };
-    let absolute = std::path::absolute(dir).map_err(|e| {
-        let value = dir.display().to_string();
-        ConfigError::new(
-            crate::config::LOG_DIR,
-            &value,
-            format!("a directory path ({e})"),
-        )
-    })?;
-    workspace.log_dir = Some(absolute);
+    let value = dir.display().to_string();
+    let made = std::path::absolute(dir).and_then(|absolute| match create {
+        true => std::fs::create_dir_all(&absolute).map(|()| absolute),
+        false => Ok(absolute),
+    });
+    workspace.log_dir = match (made, workspace.log_dir_given) {
+        (Ok(absolute), _) => Some(absolute),
+        (Err(e), true) => {
+            let expected = format!("a directory the launcher can create ({e})");
+            return Err(ConfigError::new(crate::config::LOG_DIR, &value, expected));
+        }
+        (Err(e), false) => {
+            warn!("no per-process log files: cannot create {value} ({e}); give --log-dir a writable directory, or empty for none");
+            None
+        }
+    };
     Ok(())
 }
 

@@ -6,7 +6,9 @@
 use serde_json::{json, Map, Value};
 
 use super::flags::{invalid, is_positive_quantity, QUANTITY};
+use super::JOB_LABEL;
 use crate::cli::ManifestArgs;
+use crate::config::DEFAULT_METRICS_PORT;
 use crate::error::ConfigError;
 use crate::selector::{is_dns_subdomain, label_key, label_value};
 
@@ -126,9 +128,10 @@ fn check_pods(request: &ManifestArgs) -> Result<(), ConfigError> {
 }
 
 /// Where the scheduler puts the pods: the nodes' labels (required node affinity), spread
-/// over a topology key or kept together under one, each by the pods' own labels (those of
-/// the template: the job's pods, whatever runs them).
-fn placement(request: &ManifestArgs, labels: &Value, spec: &mut Value) {
+/// over a topology key or kept together under one, each over every pod of the job (the label
+/// every template has, pservers' and trainers' alike).
+fn placement(request: &ManifestArgs, spec: &mut Value) {
+    let labels = json!({JOB_LABEL: request.job_name});
     let expressions: Vec<Value> = request
         .affinities
         .iter()
@@ -210,10 +213,12 @@ pub(super) fn customize(
         pod_templates(doc, &mut templates);
         for template in templates {
             mark(&mut template["metadata"], marks)?;
-            let labels = template["metadata"]["labels"].clone();
+            if request.metrics {
+                scraped(&mut template["metadata"]);
+            }
             let spec = &mut template["spec"];
             pod_options(request, spec);
-            placement(request, &labels, spec);
+            placement(request, spec);
             if !request.image_pull_secrets.is_empty() {
                 let secrets: Vec<Value> = request
                     .image_pull_secrets
@@ -230,6 +235,18 @@ pub(super) fn customize(
         }
     }
     Ok(())
+}
+
+/// The annotations Prometheus' Kubernetes discovery is commonly configured to follow
+/// (`prometheus.io/scrape`, `port`, `path`).
+fn scraped(metadata: &mut Value) {
+    if !metadata["annotations"].is_object() {
+        metadata["annotations"] = Value::Object(Map::new());
+    }
+    let annotations = &mut metadata["annotations"];
+    annotations["prometheus.io/scrape"] = json!("true");
+    annotations["prometheus.io/port"] = json!(DEFAULT_METRICS_PORT.to_string());
+    annotations["prometheus.io/path"] = json!("/metrics");
 }
 
 /// The labels and annotations asked, added to `metadata`; one the launcher set already with

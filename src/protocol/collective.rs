@@ -65,6 +65,11 @@ pub fn trainer_env(
         let all: Vec<String> = (0..processes.devices).map(|d| d.to_string()).collect();
         vars.push(("FLAGS_selected_gpus", all.join(",")));
     }
+    if !processes.several() && processes.devices == 0 && !given("PADDLE_DISTRI_BACKEND") {
+        // Without GPUs Paddle's launcher gives gloo to one process too (`collective.py`: no
+        // device list): a CUDA build of Paddle on a CPU node otherwise looks for a GPU.
+        vars.push(("PADDLE_DISTRI_BACKEND", "gloo".to_string()));
+    }
     if processes.several() {
         let local = slot.local.to_string();
         vars.extend([
@@ -130,7 +135,8 @@ mod tests {
                 ("PADDLE_JOB_ID", "paddle-cluster-job"),
                 ("PADDLE_LOCAL_RANK", "1"),
                 ("PADDLE_LOCAL_SIZE", "2"),
-                ("PADDLE_LOG_DIR", "./log"),
+                // Where its log file is: --job-path's output directory comes first.
+                ("PADDLE_LOG_DIR", "/jobs/paddle-cluster-job/output/node_1"),
                 ("PADDLE_MASTER", "10.0.1.1:6170"),
                 ("PADDLE_NNODES", "3"),
                 ("PADDLE_RANK_IN_NODE", "1"),
@@ -208,11 +214,17 @@ mod tests {
             .insert("FLAGS_selected_gpus".into(), "1".into());
         let p = plan(&cfg, &m, &me, &InputFiles::default());
         assert!(!p.processes[0].env.contains_key("FLAGS_selected_gpus"));
-        // Without GPUs, one process is given none (the seed's contract).
+        assert_eq!(
+            p.processes[0].env.get("PADDLE_DISTRI_BACKEND"),
+            None,
+            "a GPU's"
+        );
+        // Without GPUs, one process is given none, and gloo as Paddle's launcher gives it.
         cfg.topology.processes.devices = 0;
         cfg.topology.processes.given.clear();
         let p = plan(&cfg, &m, &me, &InputFiles::default());
         assert!(!p.processes[0].env.contains_key("FLAGS_selected_gpus"));
+        assert_eq!(p.processes[0].env["PADDLE_DISTRI_BACKEND"], "gloo");
     }
 
     #[test]
@@ -236,6 +248,7 @@ mod tests {
                 ("OMP_NUM_THREADS", "1"),
                 ("PADDLE_AUTO_CLUSTER", "0"),
                 ("PADDLE_CURRENT_ENDPOINT", "10.0.1.3:6170"),
+                ("PADDLE_DISTRI_BACKEND", "gloo"),
                 ("PADDLE_JOB_ID", "paddle-cluster-job"),
                 ("PADDLE_LOG_DIR", "./log"),
                 ("PADDLE_MASTER", "10.0.1.1:6170"),

@@ -181,7 +181,10 @@ fn process_in(
         config.topology.protocol,
         Protocol::Collective | Protocol::Fleet
     );
-    if let Some(dir) = config.workspace.log_dir.as_ref().filter(|_| paddle_3) {
+    // Where its log file is: the log directory's, or --job-path's output directory, which
+    // comes first.
+    let log = log_file(config, job_dir, role, rank, slot.local);
+    if let Some(dir) = log.as_ref().and_then(|l| l.parent()).filter(|_| paddle_3) {
         env.insert("PADDLE_LOG_DIR".to_string(), dir.display().to_string());
     }
     // As Paddle's launcher gives its processes, unless the pod sets it: its import of paddle
@@ -208,7 +211,7 @@ fn process_in(
         argv,
         env,
         cwd: config.workspace.workdir.clone(),
-        log: log_file(config, job_dir, role, rank, slot.local),
+        log,
         place,
         unset: Vec::new(),
     }
