@@ -30,6 +30,7 @@ pub(crate) mod local;
 pub(crate) mod loss;
 pub(crate) mod manifest;
 pub(crate) mod membership;
+pub(crate) mod metrics;
 pub(crate) mod network;
 pub(crate) mod peers;
 pub(crate) mod plan;

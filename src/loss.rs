@@ -49,3 +49,39 @@ impl Loss {
         }
     }
 }
+
+/// Why the job restarted in place, by kind (a metric's label, the restart's line says more).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Cause {
+    /// A trainer or pserver failed, or a pod of the job was lost (deleted, silent).
+    Failure,
+    /// The job hung (no progress within --hang-timeout).
+    Hang,
+    /// A pod of the job was preempted (a free restart, or one that spent the budget).
+    Preemption,
+    /// An elastic job grew with pods that arrived.
+    Grow,
+}
+
+impl Cause {
+    pub const ALL: [Cause; 4] = [Cause::Failure, Cause::Hang, Cause::Preemption, Cause::Grow];
+
+    /// The kind of an attempt's end: a grow is a preemption of the attempt that also grows.
+    pub fn of(preempted: bool, grown: bool, hang: bool) -> Cause {
+        match (preempted, grown, hang) {
+            (true, true, _) => Cause::Grow,
+            (true, false, _) => Cause::Preemption,
+            (false, _, true) => Cause::Hang,
+            (false, _, false) => Cause::Failure,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Cause::Failure => "failure",
+            Cause::Hang => "hang",
+            Cause::Preemption => "preemption",
+            Cause::Grow => "grow",
+        }
+    }
+}

@@ -1142,7 +1142,11 @@ fn gpu_pods_run_one_trainer_process_per_gpu() {
     );
     let cpu = container(&["--nproc-per-pod", "2"]);
     assert_eq!(nproc(&cpu).as_deref(), Some("2"));
-    assert_eq!(nproc(&container(&[])), None, "one process: nothing set");
+    assert_eq!(
+        nproc(&container(&[])).as_deref(),
+        Some("1"),
+        "a collective pod without GPUs: one, not the launcher's own default (auto)"
+    );
     let (code, stdout, stderr) = manifest_output(&[
         "--gpu",
         "2",
@@ -1432,8 +1436,9 @@ fn a_gpu_fleets_pod_options_reach_the_pods() {
 
 /// CPU and placement: no CPU limit unless asked (requests kept, memory's limit kept); with
 /// --cpu-limit the limit is the request. Required node affinity, a topology spread and a
-/// preferred pod affinity reach the pod template of every runtime, selecting the job's pods by
-/// the template's own labels; the documents stay valid; a bad value is refused in one line.
+/// preferred pod affinity reach the pod templates of every runtime and layout, selecting every
+/// pod of the job (pservers and trainers alike) by its job label; the documents stay valid; a
+/// bad value is refused in one line.
 #[test]
 fn cpu_limits_are_asked_and_placement_reaches_every_runtime() {
     let job_pod = |extra: &[&str]| -> Value {
@@ -1460,8 +1465,17 @@ fn cpu_limits_are_asked_and_placement_reaches_every_runtime() {
         "topology.kubernetes.io/zone",
     ];
     let dir = tempfile::tempdir().unwrap();
-    for runtime in ["job", "jobset", "volcano", "trainer"] {
+    // The split layout's pservers and trainers are one job: placed together.
+    let split = ["--split", "--pservers", "2", "--protocol", "fleet"];
+    for (runtime, layout) in [
+        ("job", &[][..]),
+        ("job", &split[..]),
+        ("jobset", &[]),
+        ("volcano", &[]),
+        ("trainer", &[]),
+    ] {
         let mut args = vec!["--runtime", runtime, "--gpu", "8", "--trainers", "4"];
+        args.extend(layout);
         args.extend(placement);
         args.extend(["--", "python", "/t.py"]);
         let (code, stdout, stderr) = manifest_output(&args);
@@ -1471,11 +1485,9 @@ fn cpu_limits_are_asked_and_placement_reaches_every_runtime() {
         for doc in &docs {
             for template in pod_templates(doc) {
                 templates += 1;
-                let labels = &template["metadata"]["labels"];
-                assert!(
-                    labels.as_object().is_some_and(|l| !l.is_empty()),
-                    "{runtime}"
-                );
+                let job = json!({"paddle-launcher/job": "bad"});
+                let labels = &job;
+                assert_eq!(template["metadata"]["labels"]["paddle-launcher/job"], "bad");
                 let spec = &template["spec"];
                 let terms = &spec["affinity"]["nodeAffinity"]
                     ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
@@ -1501,8 +1513,12 @@ fn cpu_limits_are_asked_and_placement_reaches_every_runtime() {
                 );
             }
         }
-        assert!(templates > 0, "{runtime}: no pod template");
-        if runtime == "job" {
+        let expected = if layout.is_empty() { 1 } else { 2 };
+        assert_eq!(
+            templates, expected,
+            "{runtime} {layout:?}: its pod templates"
+        );
+        if runtime == "job" && layout.is_empty() {
             let file = dir.path().join("placed.yaml");
             std::fs::write(&file, &stdout).unwrap();
             support::assert_valid_on_every_kubernetes(&file, "placement");
@@ -1611,4 +1627,57 @@ fn a_kustomize_overlay_patches_the_generated_job() {
     let file = dir.path().join("patched.yaml");
     std::fs::write(&file, &patched).unwrap();
     support::assert_valid_on_every_kubernetes(&file, "the kustomize overlay's output");
+}
+
+/// `--metrics`: each pod declares the metrics port and carries the scrape annotations, and the
+/// NetworkPolicy admits that port alone from any namespace (a Prometheus in `monitoring`);
+/// without it, only the job's own pods reach its pods. Valid on every Kubernetes checked.
+#[test]
+fn metrics_are_declared_annotated_and_admitted_when_asked() {
+    let policy_and_pods = |extra: &[&str]| -> (Value, Vec<Value>) {
+        let mut args = extra.to_vec();
+        args.extend(["--", "python", "/t.py"]);
+        let (code, stdout, stderr) = manifest_output(&args);
+        assert_eq!(code, Some(0), "{stderr}");
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&stdout).unwrap();
+        let policy = docs
+            .iter()
+            .find(|d| d["kind"] == "NetworkPolicy")
+            .unwrap()
+            .clone();
+        let pods = docs.iter().flat_map(pod_templates).cloned().collect();
+        (policy, pods)
+    };
+    let (policy, pods) = policy_and_pods(&[]);
+    assert_eq!(policy["spec"]["ingress"].as_array().map(Vec::len), Some(1));
+    assert!(pods[0]["metadata"]["annotations"]["prometheus.io/scrape"].is_null());
+    for runtime in ["job", "jobset"] {
+        let (policy, pods) = policy_and_pods(&["--metrics", "--runtime", runtime]);
+        let scrape = &policy["spec"]["ingress"][1];
+        assert_eq!(
+            scrape["from"],
+            json!([{"namespaceSelector": {}}]),
+            "{runtime}"
+        );
+        assert_eq!(scrape["ports"], json!([{"protocol": "TCP", "port": 9410}]));
+        assert!(!pods.is_empty());
+        for pod in pods {
+            let annotations = &pod["metadata"]["annotations"];
+            assert_eq!(annotations["prometheus.io/scrape"], "true", "{runtime}");
+            assert_eq!(annotations["prometheus.io/port"], "9410");
+            assert_eq!(annotations["prometheus.io/path"], "/metrics");
+            let ports = &pod["spec"]["containers"][0]["ports"];
+            let declared = ports
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["name"] == "metrics" && p["containerPort"] == 9410);
+            assert!(declared, "{runtime}: {ports}");
+        }
+    }
+    let (_, stdout, _) = manifest_output(&["--metrics", "--", "python", "/t.py"]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("metrics.yaml");
+    std::fs::write(&file, stdout).unwrap();
+    support::assert_valid_on_every_kubernetes(&file, "--metrics");
 }

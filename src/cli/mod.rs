@@ -230,6 +230,12 @@ pub struct ManifestArgs {
     /// ClusterFirstWithHostNet; the launcher's ports must then be free on each node.
     #[arg(long)]
     pub host_network: bool,
+    /// Prometheus scrapes the launchers (docs/observability.md): each pod declares the
+    /// metrics port (9410, named `metrics`) and carries the `prometheus.io/scrape`, `port` and
+    /// `path` annotations, and the NetworkPolicy admits that port, and only it, from any
+    /// namespace.
+    #[arg(long)]
+    pub metrics: bool,
     /// A CPU limit equal to the request (--cpu, --pscpu): without it the pods ask for CPU and
     /// are not throttled to it (a limit throttles data loaders and NCCL's threads in bursts).
     #[arg(long)]
@@ -238,8 +244,9 @@ pub struct ManifestArgs {
     /// (required node affinity, e.g. a GPU model or a pool); repeatable, all must hold.
     #[arg(long = "affinity", value_name = "KEY=VALUE[,VALUE...]")]
     pub affinities: Vec<String>,
-    /// A node label to spread the job's pods over, at most one apart between its values
-    /// (a topology spread constraint, e.g. kubernetes.io/hostname: one pod per node).
+    /// A node label to spread the job's pods over, at most one apart between its values (a
+    /// topology spread constraint, e.g. kubernetes.io/hostname: one pod per node while there
+    /// are as many nodes as pods, else as even as the nodes allow).
     #[arg(long, value_name = "TOPOLOGY_KEY")]
     pub spread_by: Option<String>,
     /// A node label to keep the job's pods together under, where the scheduler can (preferred
@@ -608,6 +615,10 @@ pub struct JobArgs {
     /// Port of each trainer's own endpoint (fleet, collective) [default: 6170].
     #[arg(long, env = "PADDLE_LAUNCHER_TRAINER_PORT", help_heading = "Network")]
     pub trainer_port: Option<String>,
+    /// Port of the launcher's metrics for Prometheus (`GET /metrics`, read-only: docs/observability.md);
+    /// 0 turns them off [default: 9410].
+    #[arg(long, env = "PADDLE_LAUNCHER_METRICS_PORT", help_heading = "Network")]
+    pub metrics_port: Option<String>,
     /// Before a collective trainer starts, check that every peer pod's trainer endpoint answers
     /// a TCP connection from this pod's address (accepted or refused, within 3 s): an
     /// unreachable peer ends the pod at once (status 81), naming it, instead of a hang in

@@ -263,6 +263,8 @@ pub struct Ports {
     pub trainers: Vec<u16>,
     /// Before a collective trainer starts, check that every peer's address answers.
     pub check_peers: bool,
+    /// The metrics endpoint's port; None: off.
+    pub metrics: Option<u16>,
     /// The socket interfaces chosen for NCCL and gloo, and why (filled in once the pod's own
     /// address and the host's interfaces are known: see `network::choose`).
     pub sockets: Vec<crate::network::SocketSetting>,
@@ -347,6 +349,9 @@ pub struct Workspace {
     pub progress_file: PathBuf,
     /// The directory of the processes' own log files (`PADDLE_LOG_DIR`); None: not written.
     pub log_dir: Option<PathBuf>,
+    /// --log-dir was given (a directory that cannot be made is then bad input; the default's
+    /// is only said, and the files not written).
+    pub log_dir_given: bool,
 }
 
 impl Config {
@@ -401,10 +406,11 @@ impl Config {
         let first = self.ports.trainer;
         let per_pod = self.topology.processes.per_pod as usize;
         let coordinator = self.control.coordinator.as_ref().map(|(_, port)| *port);
-        let control: Vec<u16> = std::iter::once(self.control.port)
+        let taken: Vec<u16> = std::iter::once(self.control.port)
             .chain(coordinator)
+            .chain(self.ports.metrics)
             .collect();
-        let ports = trainer_ports(first, per_pod, &control);
+        let ports = trainer_ports(first, per_pod, &taken);
         if ports.len() < per_pod {
             return Err(ConfigError::new(
                 TRAINER_PORT,
@@ -415,7 +421,33 @@ impl Config {
             ));
         }
         self.ports.trainers = ports;
-        Ok(())
+        self.metrics_port_is_free()
+    }
+
+    /// The metrics port is none of the launcher's others (the trainers', the pservers', the
+    /// control channel's): one listener would take it from the other.
+    fn metrics_port_is_free(&self) -> Result<(), ConfigError> {
+        let Some(metrics) = self.ports.metrics else {
+            return Ok(());
+        };
+        let taken = |port: &u16| *port == metrics;
+        let used_by = if self.control.port == metrics {
+            Some(format!("the control channel's (--control-port {metrics})"))
+        } else if self.ports.trainers.iter().any(taken) {
+            Some("a trainer process's (--trainer-port and up)".to_string())
+        } else if self.ports.pserver.ports().any(|p| taken(&p)) {
+            Some("a pserver's (CONF_PADDLE_PORT and up)".to_string())
+        } else {
+            None
+        };
+        match used_by {
+            Some(used_by) => Err(ConfigError::new(
+                METRICS_PORT,
+                &metrics.to_string(),
+                format!("a port the launcher uses for nothing else: it is {used_by}; or 0 for no metrics"),
+            )),
+            None => Ok(()),
+        }
     }
 
     /// The restarts the job has had as a whole before this pod started: its batch system's
@@ -874,6 +906,40 @@ mod tests {
             (t.pserver_timeout, t.grace_period),
             (Duration::from_secs(300), Duration::from_secs(10))
         );
+    }
+
+    /// The metrics are on by default at their own port, off with 0, and refused on a port the
+    /// launcher uses for something else, naming what.
+    #[test]
+    fn the_metrics_port_is_one_of_its_own_or_none() {
+        assert_eq!(
+            with(|_| {}).unwrap().ports.metrics,
+            Some(DEFAULT_METRICS_PORT)
+        );
+        let off = with(|a| a.metrics_port = Some("0".into())).unwrap();
+        assert_eq!(off.ports.metrics, None);
+        for (port, what) in [
+            ("6171", "the control channel's"),
+            ("6170", "a trainer process's"),
+            ("7164", "a pserver's"),
+        ] {
+            let err = with(|a| a.metrics_port = Some(port.into()))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("PADDLE_LAUNCHER_METRICS_PORT") && err.contains(what),
+                "{err}"
+            );
+        }
+        // Several processes' ports go round it, as round the control port.
+        let several = with(|a| {
+            a.protocol = Some("collective".into());
+            a.entry = Some("python t.py".into());
+            a.nproc_per_pod = Some("3".into());
+            a.metrics_port = Some("6172".into());
+        })
+        .unwrap();
+        assert_eq!(several.ports.trainers, [6170, 6173, 6174]);
     }
 
     #[test]

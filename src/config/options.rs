@@ -27,6 +27,7 @@ pub const HANG_TIMEOUT: Opt = Opt("hang_timeout");
 pub const HANG_FIRST_WINDOW: Opt = Opt("hang_first_window");
 pub const PROGRESS_FILE: Opt = Opt("progress_file");
 pub const LOG_DIR: Opt = Opt("log_dir");
+pub const METRICS_PORT: Opt = Opt("metrics_port");
 pub const CHECKPOINT_SIGNAL: Opt = Opt("checkpoint_signal");
 pub const CHECKPOINT_WINDOW: Opt = Opt("checkpoint_window");
 pub const TRAINER_ARGS: &str = "trainer argument (after --)";
@@ -87,6 +88,7 @@ pub(super) const NAMED_OPTIONS: &[Opt] = &[
     HANG_FIRST_WINDOW,
     PROGRESS_FILE,
     LOG_DIR,
+    METRICS_PORT,
     CHECKPOINT_SIGNAL,
     CHECKPOINT_WINDOW,
     ROLE,
@@ -129,6 +131,10 @@ pub const DEFAULT_TRAINER_PORT: u16 = 6170;
 pub const DEFAULT_NIC: &str = "eth0";
 /// Next to paddle.distributed.launch's 6170.
 pub const DEFAULT_CONTROL_PORT: u16 = 6171;
+/// The port of the metrics endpoint when none is given (`--metrics-port`): outside the
+/// launcher's other ports (the trainers' from 6170, the control channel's 6171, the pservers'
+/// from 7164), in the range Prometheus exporters use.
+pub const DEFAULT_METRICS_PORT: u16 = 9410;
 pub const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
 /// The first window of hang detection when none is given: set-up may take long.
 pub const DEFAULT_HANG_FIRST_WINDOW: Duration = Duration::from_secs(1800);

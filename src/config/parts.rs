@@ -21,9 +21,16 @@ impl Ports {
             Some(text) => parse_int(text, TRAINER_PORT, 1, 65535, "a TCP port")? as u16,
             None => DEFAULT_TRAINER_PORT,
         };
+        let metrics = match present(&args.metrics_port) {
+            Some(text) => {
+                parse_int(text, METRICS_PORT, 0, 65535, "a TCP port, or 0 for none")? as u16
+            }
+            None => DEFAULT_METRICS_PORT,
+        };
         Ok(Ports {
             nic,
             pserver: ports,
+            metrics: (metrics != 0).then_some(metrics),
             trainer: trainer_port,
             trainers: vec![trainer_port],
             check_peers: parse_bool(&args.check_peers, CHECK_PEERS, true)?,
@@ -398,6 +405,7 @@ impl Workspace {
             test_list,
             progress_file,
             log_dir,
+            log_dir_given: args.log_dir.is_some(),
         })
     }
 }

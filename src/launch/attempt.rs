@@ -32,6 +32,8 @@ use crate::ledger::Ledger;
 use crate::ledger::Recorded;
 use crate::loss::Loss;
 use crate::membership::PodAddress;
+use crate::metrics::serve::Shared;
+use crate::metrics::{Size, State};
 use crate::plan::{Plan, PodEntry};
 use crate::supervise::Supervisor;
 use crate::vocabulary::EventKind;
@@ -47,12 +49,14 @@ pub(super) struct Attempts {
     recording: Option<JoinHandle<()>>,
     /// The job's Kubernetes events, once this launcher is the one that posts them.
     events: Option<JobEvents>,
+    /// What the metrics endpoint shows, when it is on.
+    board: Option<Shared>,
 }
 
 impl Attempts {
     /// The executor, and the ledger the loop starts from: where the batch system's own
     /// restarts of the job left it, with this launcher's allowances.
-    pub fn new(config: &Config) -> (Attempts, Ledger) {
+    pub fn new(config: &Config, board: Option<Shared>) -> (Attempts, Ledger) {
         let ledger = Ledger {
             epoch: config.restarts_before(),
             max_preemptions: config.control.max_preemptions,
@@ -69,8 +73,16 @@ impl Attempts {
             preparing_before: None,
             recording: None,
             events: None,
+            board,
         };
         (attempts, ledger)
+    }
+
+    /// Writes on the metrics' board, if there is one.
+    fn show(&self, write: impl FnOnce(&mut crate::metrics::Board)) {
+        if let Some(board) = &self.board {
+            write(&mut board.lock().unwrap_or_else(|p| p.into_inner()));
+        }
     }
 
     fn channel(&self) -> Option<&Channel> {
@@ -119,7 +131,7 @@ pub(super) fn begin(
     // The log's fields from here on (JSON): this pod's rank and the attempt's restart.
     let span = tracing::Span::current();
     if let Some(rank) = plan.trainer_id {
-        span.record("rank", rank);
+        span.record("pod_rank", rank);
     }
     span.record("restart", plan.restart_count);
     let posts = match &channel {
@@ -259,12 +271,31 @@ type Watches = (
 /// supervised until they end. The attempt's end; or (the outer error) the workspace's own
 /// failure, which ends this pod at once: its channel dropped, the others see a loss they may
 /// restart from, as from a pod that died.
+/// The job's size as this attempt has it, for the metrics: its trainer pods, its trainer
+/// processes (every process knows the world's size), an elastic job's range.
+fn size_of(plan: &Plan, config: &Config) -> Size {
+    let pods = plan.num_gradient_servers;
+    let ranks = plan
+        .processes
+        .iter()
+        .find_map(|p| p.place.as_ref().map(|place| place.of));
+    Size {
+        pods,
+        ranks: ranks.map_or(pods, |n| n as u32),
+        elastic: config
+            .control
+            .elastic
+            .as_ref()
+            .map(|e| (e.min_pods, e.max_pods)),
+    }
+}
+
 async fn run(
     running: &Running,
     preparing_before: &mut Option<JoinHandle<Result<(), Error>>>,
     config: &Config,
     supervisor: &mut Supervisor,
-    my_ip: IpAddr,
+    (my_ip, board): (IpAddr, Option<&Shared>),
 ) -> Result<Result<Outcome, Error>, Error> {
     let plan = &running.plan;
     let for_workspace = plan.clone();
@@ -305,7 +336,7 @@ async fn run(
     let channel = running.channel.as_ref();
     let result = match checked {
         Ok(silent) if silent.is_empty() => {
-            drive(supervisor, plan, config, channel, &running.who).await
+            drive(supervisor, plan, config, channel, (&running.who, board)).await
         }
         Ok(silent) => Err(Error::PeersUnreachable {
             peers: named_peers(&silent),
@@ -349,8 +380,10 @@ impl Attempts {
                 let Some(running) = self.running.as_ref() else {
                     return Err(out_of_order("a run with no attempt begun"));
                 };
+                self.show(|b| b.training(size_of(&running.plan, config)));
                 let preparing = &mut self.preparing_before;
-                let result = run(running, preparing, config, supervisor, my_ip).await?;
+                let board = self.board.as_ref();
+                let result = run(running, preparing, config, supervisor, (my_ip, board)).await?;
                 let word = self.word();
                 Input::Ran {
                     result,
@@ -394,7 +427,9 @@ impl Attempts {
                 line,
                 posts,
                 record,
+                cause,
             } => {
+                self.show(|b| b.restarting(cause));
                 self.record(record, config);
                 self.restart(&line, posts, supervisor).await?;
                 Input::Restarted
@@ -496,6 +531,7 @@ impl Attempts {
         posts: Vec<Post>,
         supervisor: &mut Supervisor,
     ) -> Outcome {
+        self.show(|b| b.set_state(State::Ending));
         supervisor.finish();
         let mut posts = posts;
         let (Some(last), Some(_)) = (posts.pop(), self.events.as_ref()) else {

@@ -15,7 +15,7 @@ use crate::error::Error;
 use crate::exit::{self, Outcome};
 use crate::ledger::Ledger;
 use crate::ledger::Recorded;
-use crate::loss::Loss;
+use crate::loss::{Cause, Loss};
 use crate::membership::PodAddress;
 use crate::vocabulary::EventKind;
 use crate::vocabulary::JOB_STOPPED;
@@ -140,6 +140,7 @@ pub(crate) enum Command {
         line: String,
         posts: Vec<Post>,
         record: Option<Recorded>,
+        cause: Cause,
     },
     /// The pod ends: wait for the preemption's record (if one is being written), close the
     /// channel telling whether this pod succeeded; record a preemption, if asked.
@@ -403,6 +404,7 @@ impl AttemptLoop {
             line: format!("{reason}: restarting the job ({restart})"),
             posts,
             record,
+            cause: Cause::of(preempted, grown, hang),
         }
     }
 
@@ -742,6 +744,7 @@ mod tests {
             line,
             posts,
             record,
+            cause,
         } = machine.step(verdict(true, Word::default()))
         else {
             panic!("no restart");
@@ -753,6 +756,7 @@ mod tests {
             "trainer exited with status 3: restarting the job (restart 1 of 2)"
         );
         assert_eq!(record, None);
+        assert_eq!(cause, Cause::Failure);
         assert_eq!(posts.len(), 1);
         assert_eq!(
             (posts[0].kind, posts[0].reason),
@@ -835,10 +839,17 @@ mod tests {
             panic!("no verdict waited for: a preemption may restart whatever was spent");
         };
         assert_eq!(record, Some((1, 1, 0)));
-        let Command::Restart { line, record, .. } = machine.step(verdict(true, preempted)) else {
+        let Command::Restart {
+            line,
+            record,
+            cause: kind,
+            ..
+        } = machine.step(verdict(true, preempted))
+        else {
             panic!("no restart");
         };
         assert_eq!(record, None, "recorded once");
+        assert_eq!(kind, Cause::Preemption);
         assert!(
             line.ends_with("(restart 2 after a preemption, which spends none of the 1 restarts)"),
             "{line}"

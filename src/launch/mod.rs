@@ -82,7 +82,8 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
     let Some(mut supervisor) = own.supervisor else {
         return print_plan(&config, my_ip, &own.inputs).await;
     };
-    let (mut attempts, ledger) = Attempts::new(&config);
+    let board = crate::metrics::serve::start_for(&config, my_ip, &pod).await;
+    let (mut attempts, ledger) = Attempts::new(&config, board);
     let (mut machine, mut command) = AttemptLoop::start(ledger, verdict_limits(&config));
     loop {
         let input = match command {

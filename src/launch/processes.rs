@@ -5,6 +5,7 @@
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -18,6 +19,7 @@ use crate::control::{self, Channel};
 use crate::error::Error;
 use crate::exit::Outcome;
 use crate::loss::Loss;
+use crate::metrics::{self, serve::Shared};
 use crate::plan::{Plan, ProcessSpec, Role};
 use crate::supervise::{or_never, Event, Output, SpawnSpec, Supervisor};
 use crate::vocabulary::Protocol;
@@ -38,6 +40,10 @@ pub(super) const PROBE_PAUSE_FIRST: Duration = Duration::from_millis(2);
 pub(super) const PROBE_PAUSE_LAST: Duration = Duration::from_millis(100);
 
 pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How often a progress file is looked at for the metrics alone (no hang detection): a stat
+/// a second, and a read of its end when it changed.
+const METRICS_CHECK: Duration = Duration::from_secs(1);
 
 /// How often this pod's trainer's progress is looked at (zero with hang detection off).
 pub(super) fn progress_check(config: &Config) -> Duration {
@@ -73,7 +79,7 @@ pub(super) async fn drive(
     plan: &Plan,
     config: &Config,
     channel: Option<&Channel>,
-    who: &str,
+    (who, board): (&str, Option<&Shared>),
 ) -> Result<Outcome, Error> {
     let trainers: Vec<&ProcessSpec> = plan.trainers().collect();
     let mut driver = Driver {
@@ -84,6 +90,7 @@ pub(super) async fn drive(
         config,
         channel,
         who,
+        board,
         children: Vec::new(),
         probe: None,
         linger: None,
@@ -121,6 +128,8 @@ struct Driver<'a> {
     channel: Option<&'a Channel>,
     /// How this pod is named in what it tells the job.
     who: &'a str,
+    /// The metrics' board, which shows each trainer process's progress, when they are on.
+    board: Option<&'a Shared>,
     trainers: Vec<&'a ProcessSpec>,
     several: bool,
     /// The supervisor's child index of each started process: its role and local rank.
@@ -293,6 +302,44 @@ impl Driver<'_> {
         }
     }
 
+    /// How a trainer process's progress is followed: by the metrics (its source) and, with a
+    /// hang timeout, by the hang watch, which then keeps its file's reader (else the board does).
+    fn watched(
+        &self,
+        spec: &ProcessSpec,
+        (local, child): (usize, usize),
+        file: ProgressFileClock,
+        hangs: bool,
+    ) -> (metrics::Source, Option<Watched>) {
+        let output = self.sup.output_clock(child);
+        let mut source = metrics::Source {
+            trainer_id: spec.place.as_ref().map_or(0, |p| p.trainer_id as u32),
+            local_rank: local as u32,
+            step: file.step.clone(),
+            file: file.changed.clone(),
+            output: output.clone(),
+            started: std::time::Instant::now(),
+            keep: None,
+        };
+        if !hangs {
+            source.keep = Some(Arc::new(file));
+            return (source, None);
+        }
+        let watch = Watched {
+            local,
+            ended: None,
+            trainer_id: spec
+                .place
+                .as_ref()
+                .filter(|_| self.several)
+                .map(|p| p.trainer_id as u32),
+            output,
+            file,
+            label: self.process_name(spec),
+        };
+        (source, Some(watch))
+    }
+
     /// Starts the processes of `role`; the first that cannot start, as the lifecycle hears
     /// it. The progress files' watch starts before the trainer: its first look is the time an
     /// earlier attempt left.
@@ -308,9 +355,12 @@ impl Driver<'_> {
         };
         let mut failed = None;
         let mut watched = Vec::new();
+        let mut sources = Vec::new();
+        // The progress files are read for hang detection, and for the metrics.
+        let every = limits.map_or(METRICS_CHECK, progress::check_every);
+        let read_files = limits.is_some() || self.board.is_some();
         for (local, spec) in specs.into_iter().enumerate() {
-            let file = limits.filter(|_| role == Role::Trainer).map(|limits| {
-                let every = progress::check_every(limits);
+            let file = (read_files && role == Role::Trainer).then(|| {
                 let path = spec.place.as_ref().map_or_else(
                     || config.workspace.progress_file.clone(),
                     |place| place.progress_file.clone(),
@@ -320,26 +370,23 @@ impl Driver<'_> {
             match spawn(self.sup, spec) {
                 Ok(child) => {
                     self.children.push((role, local, child));
-                    if let Some(file) = file {
-                        watched.push(Watched {
-                            local,
-                            ended: None,
-                            trainer_id: spec
-                                .place
-                                .as_ref()
-                                .filter(|_| self.several)
-                                .map(|p| p.trainer_id as u32),
-                            output: self.sup.output_clock(child),
-                            file,
-                            label: self.process_name(spec),
-                        });
-                    }
+                    let Some(file) = file else { continue };
+                    let (source, watch) =
+                        self.watched(spec, (local, child), file, limits.is_some());
+                    sources.push(source);
+                    watched.extend(watch);
                 }
                 Err(error) => {
                     failed = Some(Input::SpawnFailed { role, local, error });
                     break;
                 }
             }
+        }
+        if let (Some(board), Role::Trainer) = (self.board, role) {
+            board
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .watch(sources);
         }
         if let (Some(limits), false) = (limits, watched.is_empty()) {
             let margin =

@@ -15,7 +15,7 @@ mod runtimes;
 use serde_json::{json, Value};
 
 use crate::cli::{ManifestArgs, ManifestRuntime};
-use crate::config::DEFAULT_CONTROL_PORT;
+use crate::config::{DEFAULT_CONTROL_PORT, DEFAULT_METRICS_PORT};
 use crate::error::ConfigError;
 use crate::vocabulary::PodRole;
 
@@ -30,7 +30,7 @@ pub const WORKDIR: &str = "/var/lib/paddle-launcher";
 const SECRET_DIR: &str = "/etc/paddle-launcher";
 const SECRET_KEY: &str = "secret";
 /// On every pod of the job: what its NetworkPolicy selects.
-const JOB_LABEL: &str = "paddle-launcher/job";
+pub(super) const JOB_LABEL: &str = "paddle-launcher/job";
 /// A high UID, not one of the image's users (checkov: CKV_K8S_40).
 const USER: u32 = 10001;
 
@@ -147,8 +147,16 @@ fn rbac(request: &ManifestArgs, account: &str) -> [Value; 3] {
     ]
 }
 
-/// Only the job's own pods may connect to its pods.
+/// Only the job's own pods may connect to its pods; with --metrics, a scraper in any
+/// namespace to the metrics port alone.
 fn network_policy(request: &ManifestArgs, account: &str) -> Value {
+    // Any port: gloo and the pservers' peers connect on ports of their own choosing.
+    let mut ingress =
+        vec![json!({"from": [{"podSelector": {"matchLabels": {JOB_LABEL: request.job_name}}}]})];
+    if request.metrics {
+        ingress.push(json!({"from": [{"namespaceSelector": {}}],
+            "ports": [{"protocol": "TCP", "port": DEFAULT_METRICS_PORT}]}));
+    }
     json!({
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -156,8 +164,7 @@ fn network_policy(request: &ManifestArgs, account: &str) -> Value {
         "spec": {
             "podSelector": {"matchLabels": {JOB_LABEL: request.job_name}},
             "policyTypes": ["Ingress"],
-            // Any port: gloo and the pservers' peers connect on ports of their own choosing.
-            "ingress": [{"from": [{"podSelector": {"matchLabels": {JOB_LABEL: request.job_name}}}]}],
+            "ingress": ingress,
         },
     })
 }

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use crate::cli::Opt;
 use crate::cli::{ManifestArgs, ManifestRuntime};
 use crate::config::options;
-use crate::config::DEFAULT_CONTROL_PORT;
+use crate::config::{DEFAULT_CONTROL_PORT, DEFAULT_METRICS_PORT};
 use crate::vocabulary::{PodRole, Protocol};
 
 use super::{
@@ -227,6 +227,9 @@ fn container_ports(request: &ManifestArgs, kind: &PodKind) -> Vec<Value> {
         }
     }
     ports.push(json!({"name": "control", "containerPort": DEFAULT_CONTROL_PORT}));
+    if request.metrics {
+        ports.push(json!({"name": "metrics", "containerPort": DEFAULT_METRICS_PORT}));
+    }
     ports
 }
 
@@ -549,7 +552,9 @@ fn counts_from_flags(request: &ManifestArgs, kind: &PodKind) -> Vec<(Opt, &'stat
 }
 
 /// --nproc-per-pod as the trainer pods get it: as given, else `auto` on GPU pods of the
-/// collective protocol (one process per GPU the device plugin gives), else unset (one).
+/// collective protocol (one process per GPU the device plugin gives), else 1 for a collective
+/// pod without GPUs (the launcher's own default there is `auto`, which a node's visible
+/// devices could turn into more), else unset (one).
 pub(super) fn nproc_asked(request: &ManifestArgs) -> Option<String> {
     let given = request.nproc_per_pod.as_deref().map(str::trim);
     match given.filter(|n| !n.is_empty()) {
@@ -561,6 +566,7 @@ pub(super) fn nproc_asked(request: &ManifestArgs) -> Option<String> {
                 false => Some(request.gpu.to_string()),
             }
         }
+        None if request.protocol() == Protocol::Collective => Some("1".to_string()),
         None => None,
     }
 }

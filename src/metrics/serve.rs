@@ -1,0 +1,179 @@
+//! The metrics endpoint: `GET /metrics` over HTTP/1.1, one answer per connection. A port open
+//! to the cluster is an attack surface: it is read-only (nothing a request says changes
+//! anything), shows nothing secret, reads at most `HEAD_LIMIT` bytes of a request within
+//! `READ_TIMEOUT`, answers at most `CONNECTIONS` clients at once (the rest are closed at once)
+//! and gives each answer `WRITE_TIMEOUT` to leave.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tracing::{info, warn};
+
+use super::Board;
+use crate::config::Config;
+
+/// A request's head may hold this much: a scraper's is a few hundred bytes.
+pub const HEAD_LIMIT: usize = 8192;
+pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+pub const CONNECTIONS: usize = 8;
+/// How often each process's step is sampled for its rate.
+pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
+
+/// The board the launcher writes and the endpoint reads.
+pub type Shared = Arc<Mutex<Board>>;
+
+/// The launcher's board, its endpoint started on `--metrics-port` (None: off). It listens on
+/// every address, but on the pod's own when that is a loopback one (`local`'s pods, one
+/// machine's: each its own), so that `kubectl port-forward` reaches it too.
+pub async fn start_for(config: &Config, pod_ip: IpAddr, pod: &str) -> Option<Shared> {
+    let port = config.ports.metrics?;
+    let host = match pod_ip {
+        ip if ip.is_loopback() => ip,
+        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+    };
+    let board = Arc::new(Mutex::new(Board::new(&config.topology.job_name, pod)));
+    start(SocketAddr::new(host, port), board.clone()).await;
+    Some(board)
+}
+
+/// Listens on `at` and answers until the launcher ends; a port that cannot be had is said, and
+/// the launcher runs without metrics (a job is not failed for them).
+pub async fn start(at: SocketAddr, board: Shared) {
+    let listener = match TcpListener::bind(at).await {
+        Ok(listener) => listener,
+        Err(e) => {
+            warn!("no metrics: cannot listen on {at} ({e}); give another --metrics-port, or 0");
+            return;
+        }
+    };
+    info!("metrics for Prometheus on http://{at}/metrics");
+    tokio::spawn(serve(listener, board));
+}
+
+async fn serve(listener: TcpListener, board: Shared) {
+    let permits = Arc::new(Semaphore::new(CONNECTIONS));
+    let mut sample = tokio::time::interval(SAMPLE_EVERY);
+    loop {
+        tokio::select! {
+            _ = sample.tick() => lock(&board).sample(std::time::Instant::now()),
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else {
+                    // Out of descriptors, say: a pause rather than a spin.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
+                let Ok(permit) = permits.clone().try_acquire_owned() else {
+                    continue;
+                };
+                let board = board.clone();
+                tokio::spawn(async move {
+                    answer(stream, &board).await;
+                    drop(permit);
+                });
+            }
+        }
+    }
+}
+
+fn lock(board: &Shared) -> std::sync::MutexGuard<'_, Board> {
+    // A panic while holding it leaves the board as it was: still worth showing.
+    board
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+async fn answer(mut stream: TcpStream, board: &Shared) {
+    let head = match tokio::time::timeout(READ_TIMEOUT, read_head(&mut stream)).await {
+        Ok(Some(head)) => head,
+        Ok(None) => Head::TooLarge,
+        // Silent past the limit: closed without a word.
+        Err(_) => return,
+    };
+    let (status, body) = respond(&head, || lock(board).render(std::time::Instant::now()));
+    let response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        content_type(status),
+        body.len()
+    );
+    let write = stream.write_all(response.as_bytes());
+    let _ = tokio::time::timeout(WRITE_TIMEOUT, write).await;
+}
+
+/// A request's head as read: its first line, or too large to read.
+#[derive(Debug, PartialEq, Eq)]
+enum Head {
+    Line(String),
+    TooLarge,
+}
+
+/// Reads up to the blank line that ends the head, at most `HEAD_LIMIT` bytes; None when it is
+/// larger. A connection closed early gives what came.
+async fn read_head(stream: &mut TcpStream) -> Option<Head> {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = stream.read(&mut buf).await.ok()?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&buf[..n]);
+        if head.len() > HEAD_LIMIT {
+            return None;
+        }
+    }
+    let text = String::from_utf8_lossy(&head);
+    Some(Head::Line(text.lines().next().unwrap_or("").to_string()))
+}
+
+/// The status and body for a request: the metrics for `GET /metrics`; nothing else is served.
+fn respond(head: &Head, metrics: impl FnOnce() -> String) -> (&'static str, String) {
+    let line = match head {
+        Head::Line(line) => line,
+        Head::TooLarge => return ("431 Request Header Fields Too Large", String::new()),
+    };
+    let mut words = line.split(' ');
+    let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    match (method, path) {
+        ("GET", "/metrics") => ("200 OK", metrics()),
+        ("GET", _) => ("404 Not Found", "only /metrics is served\n".to_string()),
+        _ => ("405 Method Not Allowed", "only GET is served\n".to_string()),
+    }
+}
+
+fn content_type(status: &str) -> &'static str {
+    match status {
+        "200 OK" => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        _ => "text/plain; charset=utf-8",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_get_of_the_metrics_is_answered_with_them() {
+        let line = |l: &str| Head::Line(l.to_string());
+        let metrics = || "m 1\n# EOF\n".to_string();
+        assert_eq!(respond(&line("GET /metrics HTTP/1.1"), metrics).0, "200 OK");
+        assert_eq!(
+            respond(&line("GET /metrics?x=1 HTTP/1.1"), metrics).1,
+            "m 1\n# EOF\n"
+        );
+        assert_eq!(respond(&line("GET / HTTP/1.1"), metrics).0, "404 Not Found");
+        assert_eq!(
+            respond(&line("POST /metrics HTTP/1.1"), metrics).0,
+            "405 Method Not Allowed"
+        );
+        assert_eq!(respond(&line(""), metrics).0, "405 Method Not Allowed");
+        let large = respond(&Head::TooLarge, metrics);
+        assert_eq!(large.0, "431 Request Header Fields Too Large");
+    }
+}
