@@ -1,7 +1,7 @@
 //! Measures the launcher on this machine; prints a Markdown report (BENCHMARKS.md keeps it).
 //!
 //!     cargo bench --bench launch              # everything (about 5 minutes)
-//!     cargo bench --bench launch -- latency   # one part: latency | api | footprint | old | recovery | scale | coordinator | hang | preemption | processes | elastic
+//!     cargo bench --bench launch -- latency   # one part: latency | api | footprint | old | recovery | scale | coordinator | hang | preemption | processes | elastic | observability
 //!
 //! Launchers are real processes (the release build) against the tests' fake Kubernetes API, one
 //! loopback IP per simulated pod. The pserver and trainer are this binary itself in stand-in mode
@@ -64,6 +64,9 @@ fn main() {
     }
     if wants("processes") {
         processes();
+    }
+    if wants("observability") {
+        observability();
     }
     if wants("elastic") {
         elastic();
@@ -1403,5 +1406,30 @@ fn scale() {
     for timeline in timelines {
         println!("- {timeline}");
     }
+    println!();
+}
+
+/// What the metrics and the straggler rule cost (pure, no processes): one scrape of a launcher
+/// of 8 processes (a node of 8 GPUs; every launcher renders its own, so a 32-pod job's 32
+/// scrapes cost 32 of these spread over 32 pods), and one straggler window at 1,000 and 10,000
+/// ranks.
+fn observability() {
+    println!("## Observability (pure, no processes)\n");
+    println!("| measured | per call |");
+    println!("|---|---|");
+    let (scrape, window_1k) = paddle_launcher::measure_observability(8, 1_000, 200);
+    let (_, window_10k) = paddle_launcher::measure_observability(8, 10_000, 50);
+    println!(
+        "| one scrape of a launcher of 8 processes (rendered, with a rate sample) | {:.1} us |",
+        scrape.as_secs_f64() * 1e6
+    );
+    println!(
+        "| a straggler window over 1,000 ranks | {:.2} ms |",
+        window_1k.as_secs_f64() * 1e3
+    );
+    println!(
+        "| a straggler window over 10,000 ranks | {:.2} ms |",
+        window_10k.as_secs_f64() * 1e3
+    );
     println!();
 }

@@ -37,6 +37,7 @@ pub(crate) mod plan;
 pub(crate) mod protocol;
 pub mod run;
 pub(crate) mod selector;
+pub(crate) mod straggler;
 pub(crate) mod supervise;
 pub(crate) mod verdict;
 pub(crate) mod vocabulary;
@@ -49,6 +50,8 @@ pub use control::{measure_coordinator, measure_progress, CoordinatorCost, Progre
 /// For the tests' hostile clients of the control channel.
 pub use control::{Message as ControlMessage, Session as ControlSession};
 pub use membership::{rank, readiness, PodPhase, PodView, Readiness};
+#[doc(hidden)]
+pub use metrics::measure as measure_observability;
 pub use peers::kubernetes::pod_view;
 pub use selector::LabelSelector;
 

@@ -38,6 +38,7 @@ const CORE: &[&str] = &[
     "ledger",
     "loss",
     "launch::attempt_loop",
+    "straggler",
 ];
 
 /// Core modules that still log directly, each with why it is not yet a machine that returns

@@ -13,14 +13,14 @@ use support::{free_ports, Launcher};
 const LIMIT: Duration = Duration::from_secs(120);
 const SECRET: &str = "metrics-test-secret-0123456789abcdef";
 
-/// Numbers 60 steps (or as many as the test asks), one each 0.2 s, in its progress file (the
-/// line a program writes).
+/// Numbers 60 steps (or as many as the test asks), one each 0.2 s, in its progress file, with
+/// how long each computed (the line a program writes).
 const STEPS: &str = r#"
 import os, time
 path = os.environ["PADDLE_LAUNCHER_PROGRESS_FILE"]
 for step in range(1, 61):
     with open(path, "w") as f:
-        f.write(f"{step}\n")
+        f.write(f"{step} compute_ms=200\n")
     time.sleep(0.2)
 "#;
 
@@ -85,8 +85,9 @@ fn pod(dir: &std::path::Path, ip: &str, port: u16, steps: u32) -> Launcher {
     )
 }
 
-/// A training pod's scrape: its state, its size, its process's step and steps per second (two
-/// samples 5 s apart), with the labels Prometheus users filter by; nothing secret in it.
+/// A training pod's scrape: its state, its size, its process's step, steps per second (two
+/// samples 5 s apart) and its step's time as its progress file says it, with the labels
+/// Prometheus users filter by; nothing secret in it.
 #[test]
 fn a_training_pod_shows_its_state_size_and_each_processs_steps() {
     let dir = tempfile::tempdir().unwrap();
@@ -125,6 +126,8 @@ fn a_training_pod_shows_its_state_size_and_each_processs_steps() {
         steps_per_second > 0.0 && steps_per_second <= 6.0,
         "{scrape}"
     );
+    let compute = "paddle_launcher_process_step_compute_seconds{";
+    assert_eq!(value(&scrape, compute, &process), Some(0.2), "{scrape}");
     assert!(!scrape.contains(SECRET), "the job secret in the metrics");
     assert!(scrape.ends_with("# EOF\n"), "{scrape}");
 }

@@ -51,6 +51,8 @@ pub(super) struct ProgressFileClock {
     pub(super) changed: OutputClock,
     /// The step its last change said (`progress::step_of`); `NO_STEP` when none.
     pub(super) step: Arc<AtomicU64>,
+    /// How long that step computed, if the line said (`compute_ms=`); `NO_STEP` when not.
+    pub(super) compute_ms: Arc<AtomicU64>,
     pub(super) stop: Arc<AtomicBool>,
 }
 
@@ -65,8 +67,10 @@ impl ProgressFileClock {
     pub(super) fn start(path: PathBuf, every: Duration) -> ProgressFileClock {
         let changed = OutputClock::new();
         let step = Arc::new(AtomicU64::new(NO_STEP));
+        let compute_ms = Arc::new(AtomicU64::new(NO_STEP));
         let stop = Arc::new(AtomicBool::new(false));
         let (clock, said, stopped) = (changed.clone(), step.clone(), stop.clone());
+        let timed = compute_ms.clone();
         // Without a thread (the pod's process limit), the file is not watched: output still is.
         let looked = std::thread::Builder::new().spawn(move || {
             let time_of = || std::fs::metadata(&path).and_then(|m| m.modified()).ok();
@@ -80,8 +84,9 @@ impl ProgressFileClock {
                     // Read between the writer's truncation and its write, the file says
                     // nothing: the step it said before stands (a touch-only file, or one with
                     // no number, keeps none; its time alone is progress).
-                    if let Some(step) = step_in(&path) {
+                    if let (Some(step), compute) = step_in(&path) {
                         said.store(step, Ordering::Relaxed);
+                        timed.store(compute.unwrap_or(NO_STEP), Ordering::Relaxed);
                     }
                 }
             }
@@ -92,6 +97,7 @@ impl ProgressFileClock {
         ProgressFileClock {
             changed,
             step,
+            compute_ms,
             stop,
         }
     }
@@ -104,15 +110,20 @@ impl ProgressFileClock {
 
 /// The step at the end of the progress file: its last `STEP_READ` bytes are read, however
 /// long the file has grown (a trainer may append a line a step).
-pub(super) fn step_in(path: &std::path::Path) -> Option<u64> {
+pub(super) fn step_in(path: &std::path::Path) -> (Option<u64>, Option<u64>) {
     use std::io::{Read, Seek, SeekFrom};
-    let mut file = std::fs::File::open(path).ok()?;
-    let length = file.metadata().ok()?.len();
-    file.seek(SeekFrom::Start(length.saturating_sub(STEP_READ)))
-        .ok()?;
-    let mut tail = Vec::new();
-    file.take(STEP_READ).read_to_end(&mut tail).ok()?;
-    progress::step_of(&String::from_utf8_lossy(&tail))
+    let tail = || -> Option<Vec<u8>> {
+        let mut file = std::fs::File::open(path).ok()?;
+        let length = file.metadata().ok()?.len();
+        file.seek(SeekFrom::Start(length.saturating_sub(STEP_READ)))
+            .ok()?;
+        let mut tail = Vec::new();
+        file.take(STEP_READ).read_to_end(&mut tail).ok()?;
+        Some(tail)
+    };
+    tail().map_or((None, None), |t| {
+        progress::measure_of(&String::from_utf8_lossy(&t))
+    })
 }
 
 impl Drop for ProgressFileClock {

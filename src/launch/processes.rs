@@ -316,6 +316,7 @@ impl Driver<'_> {
             trainer_id: spec.place.as_ref().map_or(0, |p| p.trainer_id as u32),
             local_rank: local as u32,
             step: file.step.clone(),
+            compute_ms: file.compute_ms.clone(),
             file: file.changed.clone(),
             output: output.clone(),
             started: std::time::Instant::now(),

@@ -142,10 +142,11 @@ pub fn check_every(limits: Limits) -> Duration {
 }
 
 /// The step a progress file says: the first word of its last non-empty line, when that is a
-/// number ("1200", "1200 loss=0.3"); a touch, or any other text, says none.
-pub fn step_of(text: &str) -> Option<u64> {
-    let line = text.lines().rev().find(|line| !line.trim().is_empty())?;
-    line.split_whitespace().next()?.parse().ok()
+/// number ("1200", "1200 loss=0.3"); a touch, or any other text, says none. And, if its line
+/// says it, how long that step computed (`1200 compute_ms=85`: `straggler::measure_of`).
+pub fn measure_of(text: &str) -> (Option<u64>, Option<u64>) {
+    let line = text.lines().rev().find(|line| !line.trim().is_empty());
+    line.map_or((None, None), crate::straggler::measure_of)
 }
 
 /// One launcher's last report of its trainer's progress, as the coordinator has it.
@@ -458,11 +459,11 @@ mod tests {
 
     #[test]
     fn a_step_is_the_first_word_of_the_last_line_when_a_number() {
-        assert_eq!(step_of("1200\n"), Some(1200));
-        assert_eq!(step_of("1\n2 loss=0.3\n\n"), Some(2));
-        assert_eq!(step_of(""), None);
-        assert_eq!(step_of("epoch 3\n"), None);
-        assert_eq!(step_of("-4\n"), None);
+        assert_eq!(measure_of("1200\n").0, Some(1200));
+        assert_eq!(measure_of("1\n2 loss=0.3\n\n").0, Some(2));
+        assert_eq!(measure_of("").0, None);
+        assert_eq!(measure_of("epoch 3\n").0, None);
+        assert_eq!(measure_of("-4\n").0, None);
     }
 
     #[test]

@@ -63,6 +63,8 @@ pub struct Source {
     pub trainer_id: u32,
     pub local_rank: u32,
     pub step: Arc<AtomicU64>,
+    /// How long its last step computed, in ms, if its progress file says (`u64::MAX`: not).
+    pub compute_ms: Arc<AtomicU64>,
     pub file: OutputClock,
     pub output: OutputClock,
     pub started: Instant,
@@ -249,6 +251,11 @@ impl Board {
             "process_seconds_since_progress",
             "Seconds since the process's last progress: its progress file once written, else its output",
         );
+        let compute = family(
+            registry,
+            "process_step_compute_seconds",
+            "How long the process's last step computed, as its progress file says (compute_ms=)",
+        );
         for (source, samples) in self.sources.iter().zip(&self.samples) {
             let labels = self.labels(&[
                 ("rank", source.trainer_id.to_string()),
@@ -259,6 +266,10 @@ impl Board {
             }
             if let Some(r) = samples.rate() {
                 rate.get_or_create(&labels).set(r);
+            }
+            let ms = source.compute_ms.load(Ordering::Relaxed);
+            if ms != u64::MAX {
+                compute.get_or_create(&labels).set(ms as f64 / 1000.0);
             }
             let since = |t: Option<Instant>| t.filter(|t| *t >= source.started);
             let last = since(source.file.last()).or(since(source.output.last()));
@@ -281,6 +292,54 @@ fn step_of(source: &Source) -> Option<u64> {
     Some(source.step.load(Ordering::Relaxed)).filter(|s| *s != u64::MAX)
 }
 
+/// What observability costs, measured by `cargo bench --bench launch -- observability`: one
+/// scrape's rendering of a launcher of `processes` trainer processes, and one straggler window
+/// over `ranks` ranks (each the mean of `rounds`).
+#[doc(hidden)]
+pub fn measure(processes: u32, ranks: u32, rounds: u32) -> (Duration, Duration) {
+    let mut board = Board::new("bench", "bench-0");
+    board.training(Size {
+        pods: 32,
+        ranks: 32 * processes,
+        elastic: None,
+    });
+    let sources = (0..processes)
+        .map(|local| Source {
+            trainer_id: local,
+            local_rank: local,
+            step: Arc::new(AtomicU64::new(120_000 + u64::from(local))),
+            compute_ms: Arc::new(AtomicU64::new(85)),
+            file: OutputClock::new(),
+            output: OutputClock::new(),
+            started: Instant::now(),
+            keep: None,
+        })
+        .collect();
+    board.watch(sources);
+    let began = Instant::now();
+    for round in 0..rounds {
+        board.sample(began + Duration::from_secs(u64::from(round) * 5));
+        std::hint::black_box(board.render(Instant::now()));
+    }
+    let scrape = began.elapsed() / rounds.max(1);
+    let mut judge = crate::straggler::Judge::new(crate::straggler::Rules::default());
+    let measures = |window: u64| -> Vec<crate::straggler::Measure> {
+        (0..ranks)
+            .map(|rank| crate::straggler::Measure {
+                rank,
+                step: window * 100,
+                compute_ms: Some(80 + u64::from(rank % 7) + 40 * u64::from(rank == 3)),
+            })
+            .collect()
+    };
+    let windows: Vec<_> = (0..u64::from(rounds)).map(measures).collect();
+    let began = Instant::now();
+    for window in &windows {
+        std::hint::black_box(judge.window(window));
+    }
+    (scrape, began.elapsed() / rounds.max(1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -290,6 +349,7 @@ mod tests {
             trainer_id,
             local_rank: trainer_id % 2,
             step: step.clone(),
+            compute_ms: Arc::new(AtomicU64::new(if trainer_id == 3 { 250 } else { u64::MAX })),
             file: OutputClock::new(),
             output: OutputClock::new(),
             started: Instant::now(),
@@ -363,6 +423,10 @@ mod tests {
             value(&text, "paddle_launcher_process_steps_per_second{", three),
             Some(3.0)
         );
+        // Its step's time, as its progress file says it; none said, none shown.
+        let compute = "paddle_launcher_process_step_compute_seconds{";
+        assert_eq!(value(&text, compute, three), Some(0.25));
+        assert_eq!(value(&text, compute, "rank=\"2\""), None);
         // A process that wrote no step has none, and no rate; its silence is shown.
         assert!(
             !text.contains("paddle_launcher_process_step{job_name=\"dp\",pod=\"dp-0\",rank=\"2\""),
