@@ -27,6 +27,7 @@ pub struct Seen {
 pub const GIVEN: &[&str] = &[
     "PADDLE_DISTRI_BACKEND",
     "OMP_NUM_THREADS",
+    "PADDLE_ENV_LIMIT_LEN",
     "PADDLE_TRAINERS_NUM",
     "PADDLE_GLOBAL_SIZE",
     "PADDLE_LOCAL_SIZE",

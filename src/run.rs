@@ -84,7 +84,11 @@ fn parse(command: &clap::Command) -> (clap::ArgMatches, Cli) {
         Err(e) => {
             // "unexpected argument 'docter'" says nothing of `doctor`: clap suggests
             // subcommands only where the root takes no options of its own.
-            let first = std::env::args().nth(1).unwrap_or_default();
+            // The word clap did not expect, wherever it is (`--log-format json docter`).
+            let first = match e.get(clap::error::ContextKind::InvalidArg) {
+                Some(clap::error::ContextValue::String(word)) => word.clone(),
+                _ => std::env::args().nth(1).unwrap_or_default(),
+            };
             match (e.kind(), crate::cli::near_subcommand(&first)) {
                 (clap::error::ErrorKind::UnknownArgument, Some(near)) => {
                     eprintln!("error: unrecognized subcommand '{first}': did you mean '{near}'? (--help lists them)");

@@ -195,6 +195,14 @@ fn a_mistyped_subcommand_is_suggested() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert_eq!(said.lines().count(), 1, "{said}");
     assert!(said.contains("did you mean 'doctor'?"), "{said}");
+    // After the global options too.
+    let out = launcher(&["--log-format", "json", "docter"], &[]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("unrecognized subcommand 'docter': did you mean 'doctor'?"),
+        "{said}"
+    );
     let out = launcher(&["python3"], &[]);
     assert_eq!(out.status.code(), Some(2));
     let said = String::from_utf8_lossy(&out.stderr);

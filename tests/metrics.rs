@@ -184,3 +184,114 @@ fn a_hostile_client_gets_nothing_but_the_metrics() {
     let done = launcher.wait(LIMIT);
     assert_eq!(done.code(), 0, "{}", done.stderr);
 }
+
+/// Kills Prometheus when the test ends, however it ends.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A PromQL query's result through Prometheus's HTTP API: each series' labels and value.
+fn query(prometheus: &str, promql: &str) -> Vec<(serde_json::Value, f64)> {
+    let encoded: String = promql
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let get = format!(
+        "GET /api/v1/query?query={encoded} HTTP/1.1\r\nHost: p\r\nConnection: close\r\n\r\n"
+    );
+    let answer = TcpStream::connect(prometheus)
+        .ok()
+        .map(|_| request(prometheus, get.as_bytes()))
+        .unwrap_or_default();
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or("");
+    let parsed: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+    parsed["data"]["result"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|series| {
+            let value = series["value"][1].as_str()?.parse().ok()?;
+            Some((series["metric"].clone(), value))
+        })
+        .collect()
+}
+
+/// A real Prometheus server (Debian's package, as `.ci/run` installs it) scrapes the launchers of
+/// a `local` job, 2 pods x 2 processes numbering their steps, and a PromQL query returns the
+/// step rate of each of the 4 ranks.
+#[test]
+fn a_real_prometheus_gets_each_ranks_step_rate() {
+    let binary = "/usr/bin/prometheus";
+    assert!(
+        std::path::Path::new(binary).exists(),
+        "{binary} is missing: `bash .ci/run` installs Debian's prometheus package"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_ports(1);
+    let program = STEPS.replace("61", "151");
+    let env = [
+        ("PADDLE_LAUNCHER_METRICS_PORT", port.to_string()),
+        ("PADDLE_LAUNCHER_NPROC_PER_POD", "2".to_string()),
+    ];
+    let args = [
+        "local",
+        "--trainers",
+        "2",
+        "--job-name",
+        "prom",
+        "--protocol",
+        "collective",
+    ];
+    let mut argv: Vec<&str> = args.to_vec();
+    argv.extend(["--", "python3", "-c", &program]);
+    let launcher = Launcher::start(dir.path(), "local", &argv, &env);
+    let config = dir.path().join("prometheus.yml");
+    let targets = format!("['127.0.0.2:{port}', '127.0.0.3:{port}']");
+    let scrape = format!(
+        "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: paddle\n    static_configs:\n      - targets: {targets}\n"
+    );
+    std::fs::write(&config, scrape).unwrap();
+    let web = format!("127.0.0.1:{}", free_ports(1));
+    let server = std::process::Command::new(binary)
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.path().join("tsdb").display()
+        ))
+        .arg(format!("--web.listen-address={web}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("prometheus.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let _server = Killed(server);
+    let promql = "sum by (rank) (deriv(paddle_launcher_process_step{job_name=\"prom\"}[10s]))";
+    let deadline = Instant::now() + LIMIT;
+    let mut rates = Vec::new();
+    while Instant::now() < deadline {
+        rates = query(&web, promql);
+        if rates.len() == 4 && rates.iter().all(|(_, rate)| *rate > 0.0) {
+            break;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let log = std::fs::read_to_string(dir.path().join("prometheus.log")).unwrap_or_default();
+    let mut ranks: Vec<String> = rates
+        .iter()
+        .map(|(labels, _)| labels["rank"].as_str().unwrap_or("").to_string())
+        .collect();
+    ranks.sort();
+    assert_eq!(ranks, ["0", "1", "2", "3"], "{rates:?}\n{log}");
+    // 5 steps a second at most each (fewer on a loaded machine).
+    assert!(rates.iter().all(|(_, r)| *r > 0.0 && *r < 6.0), "{rates:?}");
+    let done = launcher.wait(LIMIT);
+    assert_eq!(done.code(), 0, "{}", done.stderr);
+}

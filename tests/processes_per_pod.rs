@@ -112,6 +112,69 @@ fn real_paddle_trains_data_parallel_with_two_processes_in_each_of_two_pods() {
     }
 }
 
+/// The endpoint list kept out of the environment, as Paddle's launcher does with a long one
+/// (here made "long" by the pod's PADDLE_ENV_LIMIT_LEN, as Paddle's launcher reads it): each
+/// real PaddlePaddle 3.3.1 process, 2 pods x 2, finds no list in its environment, reads it back
+/// from its backup file with Paddle's own `getenv_or_backup`, and all-reduces with the others.
+#[test]
+fn real_paddle_reads_an_endpoint_list_kept_out_of_the_environment() {
+    const CHECK: &str = r#"
+import json, os, sys
+absent = "PADDLE_TRAINER_ENDPOINTS" not in os.environ
+import paddle
+import paddle.distributed as dist
+from paddle.distributed.backup_env import getenv_or_backup
+os.environ.setdefault("PADDLE_DISTRI_BACKEND", "gloo")
+endpoints = getenv_or_backup("PADDLE_TRAINER_ENDPOINTS")
+dist.init_parallel_env()
+total = paddle.to_tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(total)
+me = os.environ["PADDLE_TRAINER_ID"]
+with open(os.path.join(sys.argv[1], f"check-{me}.json"), "w") as f:
+    json.dump({"absent": absent, "endpoints": endpoints, "sum": float(total.numpy()[0]),
+               "world": dist.get_world_size()}, f)
+"#;
+    let python = paddle_python();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let out_s = out.display().to_string();
+    let launchers = two_pods(
+        dir.path(),
+        ["127.0.0.36", "127.0.0.37"],
+        &["run", "--", &python, "-c", CHECK, &out_s],
+        &[("PADDLE_ENV_LIMIT_LEN", "10".to_string())],
+    );
+    for (i, launcher) in launchers.into_iter().enumerate() {
+        let done = launcher.wait(LIMIT);
+        assert_eq!(done.code(), 0, "pod {i}:\n{}\n{}", done.stdout, done.stderr);
+        for local in 0..2 {
+            let rank = i * 2 + local;
+            let backup = dir
+                .path()
+                .join(format!("pod-{i}/log/backup_env.{rank}.json"));
+            let text = std::fs::read_to_string(&backup).unwrap();
+            let lists: BTreeMap<String, String> = serde_json::from_str(&text).unwrap();
+            assert_eq!(
+                lists["PADDLE_TRAINER_ENDPOINTS"].split(',').count(),
+                4,
+                "{text}"
+            );
+        }
+    }
+    for rank in 0..4 {
+        let text = std::fs::read_to_string(out.join(format!("check-{rank}.json"))).unwrap();
+        let check: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(check["absent"], true, "rank {rank}: {text}");
+        let endpoints = check["endpoints"].as_str().unwrap_or("");
+        assert_eq!(endpoints.split(',').count(), 4, "rank {rank}: {text}");
+        assert_eq!(
+            (check["sum"].as_f64(), check["world"].as_u64()),
+            (Some(10.0), Some(4))
+        );
+    }
+}
+
 /// Real PaddlePaddle, 2 pods x 2 processes, printing and numbering steps on local rank 0 alone
 /// (as PaddleNLP does), with a hang timeout far shorter than the training: the quiet ranks are
 /// no hang while their pod trains (each process judged alone, both pods ended 80 after the

@@ -69,8 +69,13 @@ pub(super) fn unread_variables<'a>(names: impl Iterator<Item = &'a str>) -> Vec<
         .collect()
 }
 
+/// Paddle's own variables within two letters of the launcher's prefix: they are read, by
+/// Paddle (`PADDLE_LAUNCH_WITH_ARGS`: `paddle.distributed.launch`'s), so no warning.
+const PADDLES_OWN: &[&str] = &["PADDLE_LAUNCH_WITH_ARGS"];
+
 pub(super) fn unread_in(name: &str, known: &[String]) -> Option<Option<String>> {
-    if !has_our_prefix(name) || known.iter().any(|k| k == name) {
+    let read = known.iter().any(|k| k == name) || PADDLES_OWN.contains(&name);
+    if !has_our_prefix(name) || read {
         return None;
     }
     let nearest = known

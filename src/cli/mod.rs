@@ -840,6 +840,8 @@ mod tests {
             "PADDLE_CURRENT_ENDPOINT",
             "PADDLE_LUANCHER_WAIT_TIMEOUT",
             "CONFIG_PATH",
+            // Paddle's launcher's own, two letters from the prefix: read, by Paddle.
+            "PADDLE_LAUNCH_WITH_ARGS",
         ];
         assert_eq!(
             unread_variables(names.into_iter()),

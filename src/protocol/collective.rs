@@ -227,6 +227,73 @@ mod tests {
         assert_eq!(p.processes[0].env["PADDLE_DISTRI_BACKEND"], "gloo");
     }
 
+    /// 1,000 pods x 8 processes: the endpoint list (over 100 KB, near Linux's 128 KiB bound on
+    /// one exec string) is left out of each process's environment and written to its
+    /// `backup_env.<trainer id>.json`, named by PADDLE_BACKUP_ENV_PATH, as Paddle's launcher
+    /// does; a short list stays in the environment, with no file.
+    #[test]
+    fn an_endpoint_list_too_long_for_the_environment_goes_to_paddles_backup_file() {
+        let cfg = |pods: u32| {
+            let mut cfg = config(|a| {
+                a.protocol = Some("collective".into());
+                a.gradient_num = Some(pods.to_string());
+                a.nproc_per_pod = Some("8".into());
+                a.trainer_args = vec!["python".into(), "train.py".into()];
+                a.log_dir = Some("/logs".into());
+            });
+            cfg.topology.processes.devices = 8;
+            cfg
+        };
+        let ips: Vec<String> = (0..1000)
+            .map(|i| format!("10.1.{}.{}", i / 250, i % 250 + 1))
+            .collect();
+        let ips: Vec<&str> = ips.iter().map(String::as_str).collect();
+        let big = cfg(1000);
+        let m = crate::membership::Membership::from_groups(
+            crate::vocabulary::Protocol::Collective,
+            vec![(
+                crate::config::GroupKind::Job,
+                crate::protocol::tests::members("t", &ips),
+            )],
+        );
+        let me = m.locate(&big, None, "10.1.0.2".parse().unwrap()).unwrap();
+        let p = plan(&big, &m, &me, &InputFiles::default());
+        let second = &p.processes[1];
+        assert!(!second.env.contains_key("PADDLE_TRAINER_ENDPOINTS"));
+        assert_eq!(
+            second.env["PADDLE_BACKUP_ENV_PATH"],
+            "/logs/backup_env.9.json"
+        );
+        let file = p
+            .files
+            .iter()
+            .find(|f| f.path.ends_with("backup_env.9.json"))
+            .unwrap();
+        let backup: std::collections::BTreeMap<String, String> =
+            serde_json::from_str(&file.content).unwrap();
+        let list = &backup["PADDLE_TRAINER_ENDPOINTS"];
+        assert!(list.len() > 100_000, "{}", list.len());
+        assert_eq!(list.split(',').count(), 8000);
+        assert_eq!(
+            p.files
+                .iter()
+                .filter(|f| f.path.to_string_lossy().contains("backup_env"))
+                .count(),
+            8
+        );
+        // Three pods: in the environment, no file.
+        let small = cfg(3);
+        let m = membership(&small);
+        let me = m.locate(&small, None, "10.0.1.2".parse().unwrap()).unwrap();
+        let p = plan(&small, &m, &me, &InputFiles::default());
+        assert!(p.processes[0].env.contains_key("PADDLE_TRAINER_ENDPOINTS"));
+        assert!(!p.processes[0].env.contains_key("PADDLE_BACKUP_ENV_PATH"));
+        assert!(p
+            .files
+            .iter()
+            .all(|f| !f.path.to_string_lossy().contains("backup_env")));
+    }
+
     #[test]
     fn every_pod_is_a_trainer_with_the_full_endpoint_list() {
         let cfg = config(|a| {

@@ -321,7 +321,7 @@ pub fn plan(config: &Config, membership: &Membership, me: &Me, inputs: &InputFil
     let job_dir = JobDir::new(config);
     let rank = me.trainer_rank.or(me.pserver_rank).unwrap_or(0);
     let copies = copies_of(config, job_dir.as_ref(), me, rank);
-    let files = files_of(config, me, inputs);
+    let mut files = files_of(config, me, inputs);
     let jd = job_dir.as_ref();
     let pserver = me
         .pserver_rank
@@ -340,6 +340,11 @@ pub fn plan(config: &Config, membership: &Membership, me: &Me, inputs: &InputFil
             process.env.insert(FULL_WORLD_SIZE.into(), full.to_string());
         }
     }
+    files.extend(
+        processes
+            .iter_mut()
+            .filter_map(|p| backup_long_lists(config, p)),
+    );
     let gate = if me.trainer_rank.is_some() {
         pserver_endpoints(config, membership)
     } else {
@@ -428,6 +433,52 @@ fn files_of(config: &Config, me: &Me, inputs: &InputFiles) -> Vec<FileSpec> {
 
 /// An elastic job's world size when every pod trains (each trainer's environment).
 pub const FULL_WORLD_SIZE: &str = "PADDLE_LAUNCHER_FULL_WORLD_SIZE";
+
+/// The lists Paddle's launcher keeps out of a process's environment when they are this long or
+/// longer (`launch/utils/process_context.py`: `LIMIT_LEN_ENVS`; the pod's `PADDLE_ENV_LIMIT_LEN`
+/// instead, as there): Linux
+/// refuses an exec with one string over 128 KiB (MAX_ARG_STRLEN), which 8 GPUs on 1,000 nodes
+/// reach.
+const LONG_LISTS: [&str; 2] = ["TRAINER_IP_PORT_LIST", "PADDLE_TRAINER_ENDPOINTS"];
+pub const ENV_LIMIT_LEN: usize = 48_000;
+
+/// A process's lists too long for its environment, as Paddle's launcher handles them: left out
+/// and written, as JSON, to `backup_env.<trainer id>.json` in its log directory (else its work
+/// directory), whose path it is given as `PADDLE_BACKUP_ENV_PATH`; Paddle reads the lists back
+/// from there (`paddle.distributed.backup_env.getenv_or_backup`). None when none is that long.
+fn backup_long_lists(config: &Config, process: &mut ProcessSpec) -> Option<FileSpec> {
+    // The pod's own limit, as Paddle's launcher reads it.
+    let limit = (config.topology.processes.given.get("PADDLE_ENV_LIMIT_LEN"))
+        .and_then(|text| text.trim().parse().ok())
+        .unwrap_or(ENV_LIMIT_LEN);
+    let names: Vec<&str> = LONG_LISTS
+        .into_iter()
+        .filter(|name| process.env.get(*name).is_some_and(|v| v.len() >= limit))
+        .collect();
+    let long: BTreeMap<String, String> = names
+        .into_iter()
+        .filter_map(|name| process.env.remove_entry(name))
+        .collect();
+    if long.is_empty() {
+        return None;
+    }
+    let id = process.place.as_ref().map_or(0, |p| p.trainer_id);
+    let name = format!("backup_env.{id}.json");
+    // The log directory is absolute; a relative work directory is the process's own.
+    let workdir = &config.workspace.workdir;
+    let (written, given) = match process.env.get("PADDLE_LOG_DIR") {
+        Some(dir) => (Path::new(dir).join(&name), Path::new(dir).join(&name)),
+        None if workdir.is_absolute() => (workdir.join(&name), workdir.join(&name)),
+        None => (workdir.join(&name), PathBuf::from(&name)),
+    };
+    let env = "PADDLE_BACKUP_ENV_PATH".to_string();
+    process.env.insert(env, given.display().to_string());
+    Some(FileSpec {
+        path: written,
+        content: serde_json::to_string(&long).unwrap_or_default(),
+        required: true,
+    })
+}
 
 /// Every pod with its rank and what it runs; a pod in both lists is listed once as "both".
 fn pod_entries(membership: &Membership) -> Vec<PodEntry> {
