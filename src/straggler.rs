@@ -116,9 +116,10 @@ impl Judge {
                 .map(|(rank, t)| (rank, best as f64 / t as f64))
                 .collect();
         }
+        // A step count that went back (the program started again) is counted from there on.
         let made: Vec<(u32, u64)> = measures
             .iter()
-            .filter_map(|m| Some((m.rank, m.step.saturating_sub(*self.last_step.get(&m.rank)?))))
+            .filter_map(|m| Some((m.rank, m.step.checked_sub(*self.last_step.get(&m.rank)?)?)))
             .collect();
         let most = made.iter().map(|(_, n)| *n).max().unwrap_or(0);
         if most == 0 {
@@ -220,6 +221,14 @@ mod tests {
             .is_empty());
         let stalled = lockstep.window(&[stepped(0, 80), stepped(1, 80)]);
         assert!(stalled.scores.is_empty() && stalled.named.is_empty());
+        // A count that went back (the program started again) is not a slow rank.
+        let mut restarted = Judge::new(rules);
+        restarted.window(&[stepped(0, 500), stepped(1, 500)]);
+        let window = restarted.window(&[stepped(0, 600), stepped(1, 20)]);
+        assert!(
+            window.named.is_empty() && !window.scores.contains_key(&1),
+            "{window:?}"
+        );
         // One rank without a time: judged by steps, all of them.
         let mut mixed = Judge::new(rules);
         mixed.window(&[timed(0, 0, 10), stepped(1, 0)]);

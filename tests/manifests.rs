@@ -1675,6 +1675,30 @@ fn metrics_are_declared_annotated_and_admitted_when_asked() {
             assert!(declared, "{runtime}: {ports}");
         }
     }
+    // The port is the manifest's: another one through --env is refused, not scraped where
+    // nothing listens.
+    let other = ["--metrics", "--env", "PADDLE_LAUNCHER_METRICS_PORT=9500"];
+    let (code, _, stderr) = manifest_output(&other);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("invalid --env: \"PADDLE_LAUNCHER_METRICS_PORT=9500\""),
+        "{stderr}"
+    );
+    // Trainer ports go round it as the launcher places them; a sidecar lets the scrape through.
+    let (policy, pods) = policy_and_pods(&["--metrics", "--gpu", "8", "--trainer-port", "9403"]);
+    assert_eq!(policy["spec"]["ingress"].as_array().map(Vec::len), Some(2));
+    let ports = &pods[0]["spec"]["containers"][0]["ports"];
+    let nine_four_ten: Vec<&Value> = ports
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["containerPort"] == 9410)
+        .collect();
+    assert_eq!(nine_four_ten.len(), 1, "{ports}");
+    assert_eq!(nine_four_ten[0]["name"], "metrics");
+    let inbound =
+        &pods[0]["metadata"]["annotations"]["traffic.sidecar.istio.io/excludeInboundPorts"];
+    assert_eq!(inbound, "6171,9410");
     let (_, stdout, _) = manifest_output(&["--metrics", "--", "python", "/t.py"]);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("metrics.yaml");

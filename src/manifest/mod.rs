@@ -231,7 +231,7 @@ fn role_rules(request: &ManifestArgs) -> Value {
 /// belong in a file kept with the job), and an image that is not pinned.
 pub fn notes(request: &ManifestArgs) -> Vec<String> {
     let mut notes = vec![format!(
-        "Create the Secret {name} first (the pods wait for it, then exit 2): kubectl create secret generic {name} -n {ns} --from-literal=secret=$(openssl rand -hex 16)",
+        "Create the Secret {name} first (the pods wait for it, and exit 2 if it is not there within --wait-timeout): kubectl create secret generic {name} -n {ns} --from-literal=secret=$(openssl rand -hex 16)",
         name = secret_name(request),
         ns = request.namespace
     )];

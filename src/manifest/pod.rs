@@ -63,6 +63,11 @@ pub(super) fn container_env(request: &ManifestArgs, kind: &PodKind) -> Vec<Value
     ));
     env.push(env_value("HOME", HOME));
     env.push(env_value("XDG_CACHE_HOME", format!("{HOME}/.cache")));
+    // The port the annotations, the container port and the NetworkPolicy name: set, so that an
+    // --env of another is refused rather than scraped where nothing listens.
+    if request.metrics {
+        env.push(env_value(options::METRICS_PORT.env(), DEFAULT_METRICS_PORT));
+    }
     // The root filesystem is read-only: the id files go to the work directory.
     env.push(env_value(options::ID_DIR.env(), WORKDIR));
     // From the Secret `<job>-launcher`: a pod without it waits for it (--wait-timeout),
@@ -166,7 +171,7 @@ pub(super) fn job(request: &ManifestArgs, name: &str, kind: &PodKind, account: &
             },
         },
     });
-    spec["template"]["metadata"]["annotations"] = sidecar_annotations();
+    spec["template"]["metadata"]["annotations"] = sidecar_annotations(request);
     if request.indexed || named_coordinator(request) {
         spec["completionMode"] = json!("Indexed");
     }
@@ -436,10 +441,16 @@ pub(super) fn coordinator_host(request: &ManifestArgs) -> String {
 /// A sidecar proxy (Istio's) would accept the control port's connections for the pod and
 /// forward them from 127.0.0.6, an address that is no member's, so the coordinator would refuse
 /// every follower: the port is kept out of the mesh both ways.
-pub(super) fn sidecar_annotations() -> Value {
+/// With --metrics the metrics port is kept out inbound too: a scraper reaches the launcher
+/// itself.
+pub(super) fn sidecar_annotations(request: &ManifestArgs) -> Value {
     let port = DEFAULT_CONTROL_PORT.to_string();
+    let inbound = match request.metrics {
+        true => format!("{port},{DEFAULT_METRICS_PORT}"),
+        false => port.clone(),
+    };
     json!({
-        "traffic.sidecar.istio.io/excludeInboundPorts": port,
+        "traffic.sidecar.istio.io/excludeInboundPorts": inbound,
         "traffic.sidecar.istio.io/excludeOutboundPorts": port,
     })
 }
@@ -584,7 +595,9 @@ pub(super) fn nproc_expected(request: &ManifestArgs) -> u32 {
 /// control port skipped when there are several.
 pub(super) fn trainer_ports(request: &ManifestArgs) -> Vec<u16> {
     let n = nproc_expected(request).max(1) as usize;
-    crate::config::trainer_ports(request.trainer_port, n, &[DEFAULT_CONTROL_PORT])
+    // The launcher skips its control and metrics ports (the metrics are on by default).
+    let taken = [DEFAULT_CONTROL_PORT, DEFAULT_METRICS_PORT];
+    crate::config::trainer_ports(request.trainer_port, n, &taken)
 }
 
 pub(super) fn is_qualified_name(key: &str) -> bool {

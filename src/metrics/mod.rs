@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -185,16 +186,15 @@ impl Board {
                 .get_or_create(&with(&[("state", each.name().into())]))
                 .set(value);
         }
-        let restarts = family(
-            &mut registry,
-            "job_restarts",
-            "Restarts of the job in place this launcher took part in, by cause",
-        );
+        // A counter (`_total`): it only goes up while this launcher runs.
+        let restarts = Family::<Vec<(String, String)>, Counter>::default();
+        let help = "Restarts of the job in place this launcher took part in, by cause";
+        registry.register("job_restarts", help, restarts.clone());
         for cause in Cause::ALL {
             let n = self.restarts.get(&cause).copied().unwrap_or(0);
             restarts
                 .get_or_create(&with(&[("cause", cause.name().into())]))
-                .set(n as f64);
+                .inc_by(n);
         }
         for (name, help, value) in [
             ("job_pods", "The job's pods in this attempt", self.size.pods),
@@ -402,11 +402,19 @@ mod tests {
             Some(0.0)
         );
         assert_eq!(
-            value(&text, "paddle_launcher_job_restarts{", "cause=\"hang\""),
+            value(
+                &text,
+                "paddle_launcher_job_restarts_total{",
+                "cause=\"hang\""
+            ),
             Some(2.0)
         );
         assert_eq!(
-            value(&text, "paddle_launcher_job_restarts{", "cause=\"grow\""),
+            value(
+                &text,
+                "paddle_launcher_job_restarts_total{",
+                "cause=\"grow\""
+            ),
             Some(0.0)
         );
         assert_eq!(value(&text, "paddle_launcher_job_ranks{", me), Some(8.0));
