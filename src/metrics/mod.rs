@@ -447,6 +447,35 @@ mod tests {
         )
         .is_some());
         assert!(text.ends_with("# EOF\n"), "{text}");
+        assert_eq!(
+            value(
+                &text,
+                "paddle_launcher_job_restarts_total{",
+                "cause=\"preemption\""
+            ),
+            Some(1.0)
+        );
+        // The pod ends; a restart takes the attempt's processes off the board.
+        board.set_state(State::Ending);
+        let ending = board.render(t0);
+        assert_eq!(
+            value(&ending, "paddle_launcher_state{", "state=\"ending\""),
+            Some(1.0)
+        );
+        board.restarting(Cause::Failure);
+        let restarting = board.render(t0);
+        assert_eq!(
+            value(
+                &restarting,
+                "paddle_launcher_state{",
+                "state=\"restarting\""
+            ),
+            Some(1.0)
+        );
+        assert!(
+            !restarting.contains("paddle_launcher_process_step{"),
+            "{restarting}"
+        );
     }
 
     /// The rate is over the last minute only, and a step count that goes back (a new attempt)
@@ -462,5 +491,13 @@ mod tests {
         assert_eq!(samples.rate(), Some(2.0));
         samples.note(t0 + Duration::from_secs(101), 3);
         assert_eq!(samples.rate(), None, "one sample since the count went back");
+        // A stalled process: the same step is a rate of 0, not a new window.
+        samples.note(t0 + Duration::from_secs(111), 3);
+        assert_eq!(samples.rate(), Some(0.0));
+        // A sample exactly a minute old is still in the window.
+        let mut minute = Samples::default();
+        minute.note(t0, 0);
+        minute.note(t0 + RATE_WINDOW, 120);
+        assert_eq!(minute.rate(), Some(2.0));
     }
 }
