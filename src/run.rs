@@ -273,7 +273,8 @@ fn log_outcome(outcome: &Outcome) {
     if status == 0 {
         info!(status, "{}", outcome.reason);
     } else {
-        error!(status, "exiting with status {status}: {}", outcome.reason);
+        let cause = outcome.reason.as_str();
+        error!(status, cause, "exiting with status {status}: {cause}");
     }
 }
 

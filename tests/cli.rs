@@ -85,6 +85,9 @@ fn json_logs_carry_the_fields_a_log_pipeline_filters_by() {
         (last["level"].as_str(), &last["fields"]["status"]),
         (Some("ERROR"), &3.into())
     );
+    // The job's cause, as the termination message says it.
+    let cause = last["fields"]["cause"].as_str().unwrap_or("");
+    assert!(cause.ends_with("trainer exited with status 3"), "{last}");
     for line in [started, ended, last] {
         let span = &line["span"];
         assert_eq!(
