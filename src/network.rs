@@ -36,7 +36,7 @@ pub fn choose(
     interfaces: &[(String, IpAddr)],
     user: impl Fn(&str) -> Option<String>,
 ) -> Vec<SocketSetting> {
-    if !matches!(protocol, Protocol::Collective | Protocol::Fleet) {
+    if !protocol.paddles_launcher() {
         return Vec::new();
     }
     // Every loopback address is the loopback interface's (local simulated pods use 127.0.0.x).

@@ -222,7 +222,7 @@ impl Plan {
             // Paddle 3.x's launcher (`context/args_envs.py`) takes the proxies from every process
             // it starts "to ensure stable NCCL communication", backed up as `*_original`: the
             // collective and fleet processes get the same environment here.
-            let paddle_launched = matches!(self.protocol, Protocol::Collective | Protocol::Fleet);
+            let paddle_launched = self.protocol.paddles_launcher();
             for proxy in ["http_proxy", "https_proxy"] {
                 let Some(value) = inherited(proxy).filter(|_| paddle_launched) else {
                     continue;

@@ -57,6 +57,13 @@ impl Protocol {
         self != Protocol::Collective
     }
 
+    /// The protocols of Paddle's own `paddle.distributed.launch` (2.x, 3.x), whose rules for
+    /// its processes' environment the launcher follows (proxies kept aside, the log directory,
+    /// OpenMP threads, the socket interfaces).
+    pub fn paddles_launcher(self) -> bool {
+        matches!(self, Protocol::Collective | Protocol::Fleet)
+    }
+
     /// Trainers listen on their own endpoint: two of them cannot share an IP.
     pub fn trainers_listen(self) -> bool {
         matches!(self, Protocol::Fleet | Protocol::Collective)

@@ -384,11 +384,10 @@ impl Workspace {
         let test_list = list_path(&args.test_list, "test.list");
         let progress_file = list_path(&args.progress_file, "progress");
         // Paddle 3's launcher writes its processes' logs under `--log_dir log`.
-        let paddle_3 = matches!(protocol, Protocol::Collective | Protocol::Fleet);
         let log_dir = match args.log_dir.as_deref().map(str::trim) {
             Some("") => None,
             Some(dir) => Some(PathBuf::from(dir)),
-            None => paddle_3.then(|| workdir.join("log")),
+            None => protocol.paddles_launcher().then(|| workdir.join("log")),
         };
         Ok(Workspace {
             job_path,

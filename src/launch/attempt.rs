@@ -81,7 +81,7 @@ impl Attempts {
     /// Writes on the metrics' board, if there is one.
     fn show(&self, write: impl FnOnce(&mut crate::metrics::Board)) {
         if let Some(board) = &self.board {
-            write(&mut board.lock().unwrap_or_else(|p| p.into_inner()));
+            write(&mut crate::metrics::serve::lock(board));
         }
     }
 

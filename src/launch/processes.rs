@@ -384,10 +384,7 @@ impl Driver<'_> {
             }
         }
         if let (Some(board), Role::Trainer) = (self.board, role) {
-            board
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .watch(sources);
+            metrics::serve::lock(board).watch(sources);
         }
         if let (Some(limits), false) = (limits, watched.is_empty()) {
             let margin =

@@ -81,7 +81,7 @@ async fn serve(listener: TcpListener, board: Shared) {
     }
 }
 
-fn lock(board: &Shared) -> std::sync::MutexGuard<'_, Board> {
+pub fn lock(board: &Shared) -> std::sync::MutexGuard<'_, Board> {
     // A panic while holding it leaves the board as it was: still worth showing.
     board
         .lock()

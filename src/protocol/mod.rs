@@ -177,10 +177,7 @@ fn process_in(
     }
     // Paddle 3's launcher tells each process where its log is (collective and fleet only:
     // the seed's protocols have none unless asked, and then the file is the launcher's).
-    let paddle_3 = matches!(
-        config.topology.protocol,
-        Protocol::Collective | Protocol::Fleet
-    );
+    let paddle_3 = config.topology.protocol.paddles_launcher();
     // Where its log file is: the log directory's, or --job-path's output directory, which
     // comes first.
     let log = log_file(config, job_dir, role, rank, slot.local);
