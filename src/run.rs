@@ -55,6 +55,14 @@ pub fn main() -> ! {
         Some(Command::Plan(args)) => (launch(args, true), None),
         Some(Command::Manifest(args)) => (print_manifest(args), None),
         Some(Command::Doctor(args)) => (runtime.block_on(run_doctor(args)), None),
+        Some(Command::Status(args)) => {
+            let (table, outcome) = crate::status::status(args);
+            match table {
+                Some(table) => print!("{table}"),
+                None => eprintln!("error: {}", outcome.reason),
+            }
+            (outcome, None)
+        }
         Some(Command::Completions { shell }) => {
             let mut command = Cli::command();
             let name = "paddle-launcher";
@@ -68,7 +76,12 @@ pub fn main() -> ! {
     // too; completions print a script and nothing else.
     let logs_outcome = !matches!(
         cli.command,
-        Some(Command::Local(_) | Command::Doctor(_) | Command::Completions { .. })
+        Some(
+            Command::Local(_)
+                | Command::Doctor(_)
+                | Command::Completions { .. }
+                | Command::Status(_)
+        )
     );
     if logs_outcome {
         let _in_span = span.enter();

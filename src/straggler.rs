@@ -21,13 +21,20 @@ pub struct Rules {
     pub threshold: f64,
     /// Slow in this many windows in a row is a straggler.
     pub windows: u32,
+    /// How long a window is.
+    pub window: std::time::Duration,
 }
+
+// The threshold is a number from the configuration, above 0 and below 1: never NaN, so equal
+// to itself.
+impl Eq for Rules {}
 
 impl Default for Rules {
     fn default() -> Rules {
         Rules {
             threshold: 0.75,
             windows: 3,
+            window: std::time::Duration::from_secs(30),
         }
     }
 }
@@ -201,8 +208,8 @@ mod tests {
     #[test]
     fn without_times_ranks_are_judged_by_the_steps_they_make() {
         let rules = Rules {
-            threshold: 0.75,
             windows: 1,
+            ..Rules::default()
         };
         let mut judge = Judge::new(rules);
         // The first window sees each rank for the first time: no steps made to count.

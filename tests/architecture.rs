@@ -39,6 +39,7 @@ const CORE: &[&str] = &[
     "loss",
     "launch::attempt_loop",
     "straggler",
+    "report",
 ];
 
 /// Core modules that still log directly, each with why it is not yet a machine that returns

@@ -1,6 +1,7 @@
 //! Several trainer processes per pod (`--nproc-per-pod`): real PaddlePaddle trains over them,
 //! each process is given what Paddle's own launcher gives it, and each one is supervised as a
-//! pod's one trainer is: checkpoint signals and hangs reach every process.
+//! pod's one trainer is: checkpoint signals and hangs reach every process, and a slow one is
+//! named a straggler.
 
 mod support;
 
@@ -423,6 +424,114 @@ while True:
 
 /// The control channel's settings for a test job (a job secret, a free control port), and
 /// `more`.
+/// Real PaddlePaddle, 2 pods x 2 processes (ranks 0-3), STEPS steps of `own` seconds of each
+/// rank's own work, rank 3's `slow` seconds longer; 2 s straggler windows, heartbeats every
+/// second; `status` asked of pod-1 (a follower) until `wanted` is in the job's table (None:
+/// not asked). Each pod's end, and the table.
+fn real_paddle_with_a_rank_slowed(
+    ips: [&str; 2],
+    (own, slow): (&str, &str),
+    wanted: Option<&str>,
+) -> (Vec<support::Finished>, String) {
+    let python = paddle_python();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let train = manifest_dir().join("examples/collective/train.py");
+    let (train, out_s) = (train.display().to_string(), out.display().to_string());
+    let metrics = free_ports(1).to_string();
+    let extra = with_channel(&[
+        ("STEPS", "60"),
+        ("STEP_SECONDS", own),
+        ("SLOW_RANK", "3"),
+        ("SLOW_SECONDS", slow),
+        ("PADDLE_LAUNCHER_STRAGGLER_WINDOW", "2"),
+        ("PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT", "3"),
+        ("PADDLE_LAUNCHER_METRICS_PORT", &metrics),
+    ]);
+    let args = ["run", "--", &python, &train, &out_s];
+    let launchers = two_pods(dir.path(), ips, &args, &extra);
+    let mut table = String::new();
+    if let Some(wanted) = wanted {
+        let deadline = std::time::Instant::now() + LIMIT;
+        while !table.contains(wanted) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(500));
+            let asked = Command::new(support::LAUNCHER)
+                .args(["status", "--host", ips[1], "--metrics-port", &metrics])
+                .env_remove("PADDLE_LAUNCHER_METRICS_PORT")
+                .output()
+                .unwrap();
+            table = String::from_utf8_lossy(&asked.stdout).to_string();
+        }
+    }
+    let ends = launchers.into_iter().map(|l| l.wait(LIMIT)).collect();
+    (ends, table)
+}
+
+/// The job's step a straggler line says it was named at.
+fn named_at(line: &str) -> u64 {
+    let (_, after) = line.split_once("at the job's step ").unwrap();
+    after.split(';').next().unwrap().parse().unwrap()
+}
+
+/// One rank of real PaddlePaddle slowed (its own work 0.5 s a step where the others' is 0.2,
+/// a slow GPU or data loader; the others then wait for it in every all-reduce): the rank is
+/// named a straggler on every pod, by its compute time, within 40 of the 60 steps (steps are
+/// at least 0.5 s apart, and the rule wants 3 windows of 2 s once every rank has reported a
+/// time), no other rank is named, the job is not restarted and completes; `status` in the
+/// follower pod prints the coordinator's table, every rank in it and the straggler marked.
+#[test]
+fn real_paddle_a_slowed_rank_is_named_a_straggler_on_every_pod() {
+    let (ends, table) = real_paddle_with_a_rank_slowed(
+        ["127.0.0.71", "127.0.0.72"],
+        ("0.2", "0.3"),
+        Some("straggler"),
+    );
+    for (i, done) in ends.iter().enumerate() {
+        assert_eq!(done.code(), 0, "pod {i}:\n{}\n{}", done.stdout, done.stderr);
+        let named: Vec<&str> = done
+            .stderr
+            .lines()
+            .filter(|l| l.contains("straggler: rank"))
+            .collect();
+        assert_eq!(named.len(), 1, "pod {i}: {named:?}");
+        assert_contains(named[0], "straggler: rank 3 (pod np-1 ");
+        assert_contains(named[0], "by its steps' compute time");
+        let step = named_at(named[0]);
+        assert!(step <= 40, "named at step {step}: {}", named[0]);
+        assert!(
+            !done.stderr.contains("restarting the job"),
+            "{}",
+            done.stderr
+        );
+    }
+    assert!(table.starts_with("job np: step "), "{table}");
+    for rank in 0..4 {
+        let pod = if rank < 2 { "np-0" } else { "np-1" };
+        let row = table
+            .lines()
+            .find(|l| l.starts_with(pod) && l.split_whitespace().nth(1) == Some(&rank.to_string()))
+            .unwrap_or_else(|| panic!("no row for rank {rank}:\n{table}"));
+        assert_eq!(row.contains("straggler"), rank == 3, "{table}");
+    }
+}
+
+/// The same job with no rank slowed (every rank's own work 0.4 s a step): no rank is ever
+/// named.
+#[test]
+fn real_paddle_ranks_alike_are_never_named_stragglers() {
+    let (ends, _) =
+        real_paddle_with_a_rank_slowed(["127.0.0.73", "127.0.0.74"], ("0.4", "0"), None);
+    for (i, done) in ends.iter().enumerate() {
+        assert_eq!(done.code(), 0, "pod {i}:\n{}\n{}", done.stdout, done.stderr);
+        assert!(
+            !done.stderr.contains("straggler:"),
+            "pod {i}: {}",
+            done.stderr
+        );
+    }
+}
+
 fn with_channel(more: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
     let mut env = vec![
         (

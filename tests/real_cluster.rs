@@ -373,6 +373,96 @@ fn failing_once(dir: &std::path::Path, failing: u32) -> Vec<String> {
     vec!["python3".to_string(), script.display().to_string()]
 }
 
+/// A program for the pods: 80 steps, each of its own work (0.1 s; rank `slow`'s 0.3 s), its
+/// time in the progress file's line as docs/observability.md shows; no exchange between ranks.
+fn one_rank_slow(dir: &std::path::Path, slow: u32) -> Vec<String> {
+    let script = dir.join("one_slow.py");
+    std::fs::write(
+        &script,
+        format!(
+            "import os, time\n\
+             own = 0.3 if os.environ['PADDLE_TRAINER_ID'] == '{slow}' else 0.1\n\
+             path = os.environ['PADDLE_LAUNCHER_PROGRESS_FILE']\n\
+             for step in range(1, 81):\n    \
+             began = time.monotonic()\n    time.sleep(own)\n    \
+             compute_ms = (time.monotonic() - began) * 1000\n    \
+             open(path, 'w').write(f'{{step}} compute_ms={{compute_ms:.0f}}\\n')\n"
+        ),
+    )
+    .unwrap();
+    vec!["python3".to_string(), script.display().to_string()]
+}
+
+/// The words of a documented shell line, its single quotes taken off (no shell runs it).
+fn words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let (mut word, mut quoted) = (String::new(), false);
+    for c in line.chars() {
+        match c {
+            '\'' => quoted = !quoted,
+            ' ' if !quoted => {
+                words.extend(Some(std::mem::take(&mut word)).filter(|w| !w.is_empty()))
+            }
+            c => word.push(c),
+        }
+    }
+    words.extend(Some(word).filter(|w| !w.is_empty()));
+    words
+}
+
+/// One rank slower than the other in a Job from `manifest --max-restarts 1` (2 s straggler
+/// windows): the coordinator names it in every pod's log and in a `Straggler` event on the Job
+/// (accepted by the real API, the generated Role allowing it), keeps the job's progress on the
+/// Job with a real merge patch, which docs/observability.md's `kubectl get job -o
+/// custom-columns` line shows, and the job completes without a restart.
+#[test]
+fn a_slow_rank_is_named_on_the_job_and_its_progress_kept_there() {
+    let (plane, agent) = (control_plane(), agent());
+    let namespace = plane.namespace("strag");
+    let dir = test_dir(plane, &namespace);
+    let options = ["--trainers", "2", "--max-restarts", "1"];
+    let mut objects = generated(
+        plane,
+        &namespace,
+        "strag",
+        &options,
+        &one_rank_slow(&dir, 1),
+    );
+    set_env(&mut objects, "PADDLE_LAUNCHER_STRAGGLER_WINDOW", "2");
+    create(plane, &namespace, &objects);
+
+    let (end, reason) = wait_job_end(plane, agent, &namespace, "strag");
+    let logs = agent.all_logs(&namespace);
+    assert_eq!(
+        (end.as_str(), reason.as_str()),
+        ("Complete", "CompletionsReached"),
+        "{logs}"
+    );
+    for pod in pods(plane, &namespace, "strag") {
+        let name = pod["metadata"]["name"].as_str().unwrap();
+        let log = agent.logs(&namespace, name);
+        assert_contains(&log, "straggler: rank 1 (pod strag-");
+        assert!(!log.contains("straggler: rank 0"), "{log}");
+        assert!(!log.contains("restarting the job"), "{log}");
+    }
+    let ours = launcher_events(plane, &namespace);
+    assert!(
+        ours.contains(&("Job".to_string(), "Straggler".to_string())),
+        "no Straggler event: {ours:?}"
+    );
+    let described = plane.kubectl_must(&["describe", "job", "-n", &namespace, "strag"]);
+    assert_contains(&described, "straggler: rank 1 (pod strag-");
+    let documented = doc_block("docs/observability.md", "sh", "kubectl get job");
+    let line = documented.lines().next().unwrap();
+    let line = line.replace("llm", "strag").replace("team-a", &namespace);
+    let args = words(&line);
+    assert_eq!(args[..3], ["kubectl", "get", "job"], "{line}");
+    let shown = plane.kubectl_must(&args[1..].iter().map(String::as_str).collect::<Vec<_>>());
+    let row = shown.lines().nth(1).unwrap_or_default();
+    assert!(row.starts_with("strag "), "{shown}");
+    assert_contains(row, "ranks reporting, restarts 0 of 1");
+}
+
 /// A trainer failing once in a Job from `manifest --max-restarts 2`: the launchers restart the
 /// job in place (the same pods, no container restarted, the Job controller's backoff untouched),
 /// the coordinator records the restart on the Job with a real patch, and the Job completes.

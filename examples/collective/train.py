@@ -25,6 +25,12 @@ training loop, not the log, and a rank that never began the step the others bloc
 HANG_RANK and HANG_AT_STEP inject a hang for tests: in the first run of the job (restart count
 0) that rank stops before that step's all-reduce, and every other rank blocks in it.
 
+Stragglers: the progress line also says how long the rank's own work of its last step took
+(`<step> compute_ms=<ms>`: its data and forward pass, before the all-reduce, where every rank
+waits for the slowest), so that the launcher names a rank that is slow before it becomes a hang
+(docs/observability.md). STEP_SECONDS stands for that work; SLOW_RANK's takes SLOW_SECONDS more
+(a slow GPU, a slow data loader). STEPS (default 40) is how many steps the job trains.
+
 QUIET_RANKS=1 makes the program behave as most do (PaddleNLP's, for one): only local rank 0
 (PADDLE_LOCAL_RANK) prints and writes the progress file; the pod's other ranks say nothing.
 """
@@ -81,7 +87,12 @@ def main():
         signal.signal(getattr(signal, asked_by), lambda *_: asked.__setitem__(0, True))
     checkpointed_on_signal = []
     losses = []
-    for step in range(start + 1, 41):
+    steps = int(os.environ.get("STEPS", "40"))
+    own_work = step_seconds
+    if os.environ.get("SLOW_RANK") == str(rank):
+        own_work += float(os.environ.get("SLOW_SECONDS", "0"))
+    compute_ms = None
+    for step in range(start + 1, steps + 1):
         if restart == 0 and hang_rank == str(rank) and step == hang_at:
             say(f"rank {rank}: hanging before step {step} (HANG_RANK)")
             while True:
@@ -90,8 +101,13 @@ def main():
         # the one behind, which the launcher names when the job hangs.
         if progress:
             with open(progress, "w") as f:
-                f.write(f"{step}\n")
-        loss = paddle.nn.functional.mse_loss(model(x), y)
+                timed = "" if compute_ms is None else f" compute_ms={compute_ms}"
+                f.write(f"{step}{timed}\n")
+        began = time.monotonic()
+        time.sleep(own_work)
+        predicted = model(x)
+        compute_ms = int((time.monotonic() - began) * 1000)
+        loss = paddle.nn.functional.mse_loss(predicted, y)
         loss.backward()
         optimizer.step()
         optimizer.clear_grad()
@@ -110,7 +126,6 @@ def main():
                 if rank == 0:
                     save(layer, step, checkpoint_dir)
         say(f"rank {rank}: step {step} loss {losses[-1]:.6f}")
-        time.sleep(step_seconds)
 
     result = {
         "restart_count": restart,

@@ -3,7 +3,9 @@
 //! one-line error naming the variable, the value and what is expected.
 
 mod environment;
+mod status;
 use clap::{Args, Parser, Subcommand};
+pub use status::StatusArgs;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -42,6 +44,10 @@ pub enum Command {
     /// the ServiceAccount, Role and RoleBinding. The values are checked as each pod's launcher
     /// will check them: a value the pods would refuse is refused here (status 2).
     Manifest(ManifestArgs),
+    /// Print the job's table as its coordinating launcher knows it (pods, ranks, steps, steps
+    /// per second, stragglers, restarts): run it in any pod of the job, `kubectl exec POD --
+    /// paddle-launcher status`. Asks the pod's launcher over its metrics port.
+    Status(StatusArgs),
     /// Print a shell completion script, e.g. `paddle-launcher completions bash > /etc/bash_completion.d/paddle-launcher`.
     Completions {
         #[arg(value_enum)]
@@ -563,6 +569,27 @@ pub struct JobArgs {
     /// under the same name, its directory created [default: <workdir>/progress].
     #[arg(long, env = "PADDLE_LAUNCHER_PROGRESS_FILE", help_heading = "Hangs")]
     pub progress_file: Option<String>,
+    /// Seconds of each window in which the coordinator compares the ranks' speed (their
+    /// steps' compute_ms, else the steps they made) to name stragglers; 0 = never judged
+    /// [default: 30].
+    #[arg(long, env = "PADDLE_LAUNCHER_STRAGGLER_WINDOW", help_heading = "Hangs")]
+    pub straggler_window: Option<String>,
+    /// A rank whose speed is below this share of the best rank's is slow in a window: a
+    /// number above 0 and below 1 [default: 0.75].
+    #[arg(
+        long,
+        env = "PADDLE_LAUNCHER_STRAGGLER_THRESHOLD",
+        help_heading = "Hangs"
+    )]
+    pub straggler_threshold: Option<String>,
+    /// Windows in a row a rank must be slow in to be named a straggler (a log line on every
+    /// pod, a Straggler event, the metrics; never a restart) [default: 3].
+    #[arg(
+        long,
+        env = "PADDLE_LAUNCHER_STRAGGLER_WINDOWS",
+        help_heading = "Hangs"
+    )]
+    pub straggler_windows: Option<String>,
     /// Seconds between forwarding SIGTERM and sending SIGKILL to the children [default: what
     /// the pod allows (--pod-grace-period, or its spec read from the API) less 5 s for the
     /// launcher's own exit, halved with a control channel (the coordinator may wait as long for

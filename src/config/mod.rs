@@ -297,6 +297,8 @@ pub struct Timing {
     pub hang_timeout: Option<Duration>,
     /// How long it may take to its first progress.
     pub hang_first_window: Duration,
+    /// When the coordinator names a rank a straggler; None: never.
+    pub stragglers: Option<crate::straggler::Rules>,
     /// The signal that asks a trainer for a checkpoint; None: never asked.
     pub checkpoint_signal: Option<i32>,
     /// --checkpoint-window as given; None: see `checkpoint`.
@@ -940,6 +942,34 @@ mod tests {
         })
         .unwrap();
         assert_eq!(several.ports.trainers, [6170, 6173, 6174]);
+    }
+
+    /// Stragglers are judged by default (30 s windows, 0.75, 3 in a row), never with a window
+    /// of 0; a threshold outside (0, 1) or no windows is refused, naming the variable.
+    #[test]
+    fn straggler_rules_have_defaults_and_refuse_what_judges_nothing() {
+        let rules = with(|_| {}).unwrap().timing.stragglers.unwrap();
+        assert_eq!(rules, crate::straggler::Rules::default());
+        assert_eq!(rules.window, Duration::from_secs(30));
+        let off = with(|a| a.straggler_window = Some("0".into())).unwrap();
+        assert_eq!(off.timing.stragglers, None);
+        let given = with(|a| {
+            a.straggler_threshold = Some("0.5".into());
+            a.straggler_windows = Some("5".into());
+        })
+        .unwrap();
+        let given = given.timing.stragglers.unwrap();
+        assert_eq!((given.threshold, given.windows), (0.5, 5));
+        for bad in ["0", "1", "1.5", "-0.2", "NaN", "half"] {
+            let err = with(|a| a.straggler_threshold = Some(bad.into()))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("PADDLE_LAUNCHER_STRAGGLER_THRESHOLD"), "{err}");
+        }
+        let err = with(|a| a.straggler_windows = Some("0".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("PADDLE_LAUNCHER_STRAGGLER_WINDOWS"), "{err}");
     }
 
     #[test]

@@ -28,6 +28,9 @@ pub const HANG_FIRST_WINDOW: Opt = Opt("hang_first_window");
 pub const PROGRESS_FILE: Opt = Opt("progress_file");
 pub const LOG_DIR: Opt = Opt("log_dir");
 pub const METRICS_PORT: Opt = Opt("metrics_port");
+pub const STRAGGLER_WINDOW: Opt = Opt("straggler_window");
+pub const STRAGGLER_THRESHOLD: Opt = Opt("straggler_threshold");
+pub const STRAGGLER_WINDOWS: Opt = Opt("straggler_windows");
 pub const CHECKPOINT_SIGNAL: Opt = Opt("checkpoint_signal");
 pub const CHECKPOINT_WINDOW: Opt = Opt("checkpoint_window");
 pub const TRAINER_ARGS: &str = "trainer argument (after --)";
@@ -89,6 +92,9 @@ pub(super) const NAMED_OPTIONS: &[Opt] = &[
     PROGRESS_FILE,
     LOG_DIR,
     METRICS_PORT,
+    STRAGGLER_WINDOW,
+    STRAGGLER_THRESHOLD,
+    STRAGGLER_WINDOWS,
     CHECKPOINT_SIGNAL,
     CHECKPOINT_WINDOW,
     ROLE,

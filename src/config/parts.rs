@@ -220,11 +220,43 @@ impl Timing {
             pod_grace,
             hang_timeout,
             hang_first_window,
+            stragglers: stragglers(args)?,
             checkpoint_signal,
             checkpoint_window,
             channel,
         })
     }
+}
+
+/// The straggler rules from --straggler-window, --straggler-threshold and
+/// --straggler-windows; None when the window is 0.
+fn stragglers(args: &JobArgs) -> Result<Option<crate::straggler::Rules>, ConfigError> {
+    let rules = crate::straggler::Rules::default();
+    let window = seconds(
+        &args.straggler_window,
+        STRAGGLER_WINDOW,
+        rules.window.as_secs(),
+    )?;
+    let threshold = match present(&args.straggler_threshold) {
+        None => rules.threshold,
+        Some(text) => match text.parse::<f64>() {
+            Ok(t) if t > 0.0 && t < 1.0 => t,
+            _ => {
+                let expected = "a number above 0 and below 1 (a share of the best rank's speed)";
+                return Err(ConfigError::new(STRAGGLER_THRESHOLD, text, expected));
+            }
+        },
+    };
+    let windows = match present(&args.straggler_windows) {
+        None => rules.windows,
+        Some(text) => parse_int(text, STRAGGLER_WINDOWS, 1, 1000, "windows in a row")? as u32,
+    };
+    Ok(Some(crate::straggler::Rules {
+        threshold,
+        windows,
+        window,
+    })
+    .filter(|_| !window.is_zero()))
 }
 
 impl Control {

@@ -99,10 +99,11 @@ pub fn measure_progress(members: usize) -> ProgressCost {
             step: Some(120_000 + i as u64 % 7),
             quiet_ms: 4_000 + i as u64,
             behind: None,
+            ranks: Vec::new(),
         };
         frames.push(follower.seal(&message));
         beat_frame = Session::new(secret, [3; 32], false)
-            .seal(&Message::Beat)
+            .seal(&Message::beat())
             .len();
     }
     let progress_frame = frames.first().map_or(0, Vec::len);
@@ -115,6 +116,7 @@ pub fn measure_progress(members: usize) -> ProgressCost {
             step,
             quiet_ms,
             behind,
+            ..
         }) = link.open(payload, mac)
         {
             core.step(Input::Progress {

@@ -90,6 +90,8 @@ pub(super) async fn follow(
         return;
     };
     ends.said_hello.send_replace(true);
+    let news = super::reporting::JobNews::CoordinatorAt(coordinator);
+    joining.reporting.tell(news);
     let mut out = Session::new(&joining.secret, challenge, false);
     out.sent = 1; // the hello
     let (mut incoming, _reader) = frames(Session::new(&joining.secret, challenge, false), reader);
@@ -156,14 +158,17 @@ pub(super) async fn follow(
 
 /// A heartbeat: with the trainer's progress when this launcher reports it (hang detection on),
 /// so that the coordinator can name the rank a hang points at.
+/// With its processes' steps when it reads them (the coordinator's view of the job).
 fn beat_of(ends: &Ends) -> Message {
+    let ranks = super::reporting::read(&ends.gauges);
     match *ends.progress.borrow() {
         Some((step, last, behind)) => Message::Progress {
             step,
             quiet_ms: last.elapsed().as_millis().min(u64::MAX as u128) as u64,
             behind,
+            ranks,
         },
-        None => Message::Beat,
+        None => Message::Beat { ranks, note: None },
     }
 }
 

@@ -81,6 +81,12 @@ fn info(line: String) -> Effect {
     Effect::Log(LogLine::Info(line))
 }
 
+/// The job's news for every pod's log (a straggler named), without control characters: the
+/// line is the coordinator's, the log this pod's.
+fn noted(line: String) -> Effect {
+    info(line.chars().filter(|c| !c.is_control()).collect())
+}
+
 impl Following {
     pub(super) fn new(coordinator: String) -> Following {
         Following {
@@ -162,7 +168,7 @@ impl Following {
     /// What the coordinator says before the attempt's end is known here.
     fn heard(&mut self, message: Message) -> Vec<Effect> {
         match message {
-            Message::Beat => Vec::new(),
+            Message::Beat { note, .. } => note.map(noted).into_iter().collect(),
             Message::Go { membership, ledger } if !self.running => {
                 self.running = true;
                 self.ledger = ledger;

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::ledger::Ledger;
 use crate::loss::Loss;
 use crate::membership::Membership;
+pub use crate::report::RankStep;
 
 /// Longer reasons are cut: a frame must stay within `wire::MAX_PAYLOAD`.
 pub(super) const MAX_REASON: usize = 400;
@@ -31,6 +32,21 @@ impl Message {
                 grows,
             }),
             _ => None,
+        }
+    }
+}
+
+/// How many of a pod's processes one heartbeat carries at most: with the beat's other fields
+/// and the largest numbers, they fit `wire::MAX_PAYLOAD`. A pod that runs more (none does with
+/// one process per GPU) reports those furthest behind.
+pub const MAX_RANKS_PER_BEAT: usize = 16;
+
+impl Message {
+    /// A heartbeat that says nothing more.
+    pub fn beat() -> Message {
+        Message::Beat {
+            ranks: Vec::new(),
+            note: None,
         }
     }
 }
@@ -73,7 +89,16 @@ pub enum Message {
         #[serde(default = "one", rename = "nproc")]
         nproc_per_pod: u32,
     },
-    Beat,
+    /// A heartbeat. A follower's carries its trainer processes' progress when it reads it
+    /// (for the coordinator's view of the job: its table, its stragglers); the coordinator's
+    /// may carry a line for every launcher's log (a straggler named). Both fields are absent
+    /// on the wire when empty, and a launcher from before them reads the frame as a beat.
+    Beat {
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        ranks: Vec<RankStep>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        note: Option<String>,
+    },
     /// A follower's heartbeat while hang detection is on: its trainer's progress, the step it
     /// last wrote to its progress file (if it writes numbers) and how long ago any progress was.
     Progress {
@@ -83,6 +108,9 @@ pub enum Message {
         /// (whose step and progress these are); none when the pod runs one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         behind: Option<u32>,
+        /// Its trainer processes' progress, as a beat's.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        ranks: Vec<RankStep>,
     },
     /// Coordinator: every member is here with the same view: start restart epoch `epoch`, with
     /// this membership (which a follower that did not discover the pods itself needs).
@@ -115,44 +143,30 @@ pub enum Message {
     /// drained or deleted): it has asked its trainer for a checkpoint, and the job's other
     /// trainers must checkpoint with it. Said before its checkpoint window; its end follows
     /// as a `Failed` (or the connection's end), which then spends no restart.
-    Preempted {
-        reason: String,
-    },
+    Preempted { reason: String },
     /// Coordinator: a member is preempted (the reason): ask the trainer for a checkpoint now.
-    Checkpoint {
-        reason: String,
-    },
+    Checkpoint { reason: String },
     /// Coordinator: the membership is not what everyone agrees on yet: discover the job again.
-    Regather {
-        reason: String,
-    },
+    Regather { reason: String },
     /// Coordinator: the members were configured so that no start can work (the trainer
     /// processes per pod differ): every launcher ends with status 2.
-    Refused {
-        reason: String,
-    },
+    Refused { reason: String },
     /// The coordinator ends normally, after every follower is done.
     Bye,
     /// Coordinator: this member without a trainer (a split layout's pserver pod) has served
     /// its part: its pod's end (deleted, evicted) is no loss to the job. Told to everyone, who
     /// watch its pod through the API too.
-    Served {
-        pod: String,
-    },
+    Served { pod: String },
     /// Coordinator: this member's trainer succeeded, so the job can no longer start again as a
     /// whole. Told to every follower, so that none restarts and waits for that pod if the
     /// coordinator itself is lost later.
-    Finished {
-        pod: String,
-    },
+    Finished { pod: String },
     /// A follower, after a loss: its children are stopped. Said after any `Done` of its own
     /// (one connection keeps its order), so once every member has said it (or is gone), the
     /// coordinator knows every success there was.
     Stopped,
     /// Coordinator: whether the job restarts, decided once, after every member stopped.
-    Verdict {
-        restart: bool,
-    },
+    Verdict { restart: bool },
 }
 
 fn unbounded() -> u32 {
@@ -189,4 +203,76 @@ pub enum WireError {
     Silent(u64),
     #[error("the connection was closed")]
     Closed,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The two heartbeats as a launcher from before their progress fields declared them.
+    #[derive(Debug, PartialEq, Deserialize)]
+    #[serde(tag = "kind", rename_all = "lowercase")]
+    enum Older {
+        Beat,
+        Progress {
+            step: Option<u64>,
+            quiet_ms: u64,
+            #[serde(default)]
+            behind: Option<u32>,
+        },
+    }
+
+    /// A beat with a note or ranks, and a progress report with ranks, are still a beat and a
+    /// progress report to a launcher from before them; an empty beat is the frame it was.
+    #[test]
+    fn an_older_launcher_reads_the_new_heartbeats_as_heartbeats() {
+        let beat = Message::Beat {
+            ranks: vec![(3, 120, Some(85)), (4, 119, None)],
+            note: Some("straggler: rank 4".into()),
+        };
+        let json = serde_json::to_string(&beat).unwrap();
+        assert_eq!(serde_json::from_str::<Older>(&json).unwrap(), Older::Beat);
+        assert_eq!(serde_json::from_str::<Message>(&json).unwrap(), beat);
+        let progress = Message::Progress {
+            step: Some(120),
+            quiet_ms: 10,
+            behind: None,
+            ranks: vec![(3, 120, Some(85))],
+        };
+        let json = serde_json::to_string(&progress).unwrap();
+        let older = Older::Progress {
+            step: Some(120),
+            quiet_ms: 10,
+            behind: None,
+        };
+        assert_eq!(serde_json::from_str::<Older>(&json).unwrap(), older);
+        assert_eq!(
+            serde_json::to_string(&Message::beat()).unwrap(),
+            r#"{"kind":"beat"}"#
+        );
+        // What an older follower sends, a newer coordinator reads.
+        let old = r#"{"kind":"progress","step":7,"quiet_ms":3}"#;
+        assert!(matches!(
+            serde_json::from_str::<Message>(old).unwrap(),
+            Message::Progress { step: Some(7), ranks, .. } if ranks.is_empty()
+        ));
+    }
+
+    /// The largest progress report a heartbeat carries fits a frame.
+    #[test]
+    fn a_full_progress_report_fits_a_frame() {
+        let ranks = vec![(u32::MAX, u64::MAX, Some(u64::MAX)); MAX_RANKS_PER_BEAT];
+        let report = Message::Progress {
+            step: Some(u64::MAX),
+            quiet_ms: u64::MAX,
+            behind: Some(u32::MAX),
+            ranks,
+        };
+        let json = serde_json::to_string(&report).unwrap();
+        assert!(
+            json.len() <= super::super::wire::MAX_PAYLOAD,
+            "{}",
+            json.len()
+        );
+    }
 }

@@ -31,6 +31,7 @@ mod following;
 pub(crate) mod heard;
 mod message;
 mod net;
+mod reporting;
 #[cfg(test)]
 pub(crate) mod sim_net;
 #[cfg(test)]
@@ -47,6 +48,7 @@ use heard::Request;
 use message::cut;
 pub use message::Message;
 pub use net::{tcp, Net};
+pub use reporting::{Gauges, JobNews, RankGauge, Reporting, NO_STEP};
 pub use wire::Session;
 
 /// Writes what a pure machine of the channel said for the log.
@@ -126,6 +128,8 @@ pub struct Joining {
     pub network: Net,
     /// The coordinator's, in an elastic job: pods that are no member may join while it trains.
     pub growth: Option<Growing>,
+    /// What the job reports of its progress, and where.
+    pub reporting: Reporting,
 }
 
 /// An elastic job's coordinator: how it grows the job, and the pods it may grow by (the job's
@@ -174,6 +178,8 @@ pub struct Channel {
     succeeded: watch::Receiver<bool>,
     /// An elastic job's coordinator: the pods its gathering leaves out.
     left_out: watch::Receiver<LeftOut>,
+    /// This launcher's trainer processes' progress, read at each heartbeat.
+    gauges: Gauges,
 }
 
 /// Adds the `pods` that `list` does not have yet.
@@ -403,6 +409,11 @@ impl Channel {
         self.progress.send_replace(Some((step, last, behind)));
     }
 
+    /// The attempt's trainer processes, whose progress each heartbeat carries from now on.
+    pub fn watch_ranks(&self, gauges: Vec<RankGauge>) {
+        *self.gauges.lock().unwrap_or_else(|p| p.into_inner()) = gauges;
+    }
+
     /// A coordinator serving the job's end: waits until every member has been told, or
     /// `limit` has passed.
     pub async fn told_everyone(&mut self, limit: Duration) {
@@ -448,7 +459,9 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
     let (checkpoint_tx, checkpoint) = watch::channel(None);
     let (succeeded_tx, succeeded) = watch::channel(false);
     let (left_out_tx, left_out) = watch::channel(LeftOut::default());
+    let gauges = Gauges::default();
     let ends = Ends {
+        gauges: gauges.clone(),
         left_out: left_out_tx,
         served: joining.served.clone(),
         succeeded: succeeded_tx,
@@ -497,6 +510,7 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
         checkpoint,
         succeeded,
         left_out,
+        gauges,
     })
 }
 
@@ -511,6 +525,8 @@ struct Ends {
     said_hello: watch::Sender<bool>,
     /// This launcher's trainer's progress, as last reported.
     progress: watch::Receiver<Progress>,
+    /// This launcher's trainer processes' progress (`Channel::watch_ranks`).
+    gauges: Gauges,
     cause: watch::Sender<Option<Loss>>,
     checkpoint: watch::Sender<Option<String>>,
     /// The coordinator said every trainer of the job succeeded (`Bye`).
@@ -677,7 +693,7 @@ mod tests {
     #[tokio::test]
     async fn a_failed_links_last_words_keep_every_report() {
         let said = [
-            Message::Beat,
+            Message::beat(),
             Message::Preempted {
                 reason: "pod p-1: preempted (SIGTERM while training)".into(),
             },
@@ -857,6 +873,7 @@ mod tests {
             served: Served::default(),
             network: tcp(),
             growth: None,
+            reporting: Reporting::default(),
         }
     }
 

@@ -12,13 +12,15 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::{sleep, timeout, Instant};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::config::Secret;
 use crate::ledger::Ledger;
 use crate::membership::PodAddress;
 
 use super::coordinator::{Core, Effect, Input, Setup, Terms};
+use super::reporting::{self, JobNews, Reporting};
+use crate::report::{JobView, RankStep, Report};
 
 use super::heard::Request;
 use super::message::Message;
@@ -73,6 +75,13 @@ pub(super) enum FromLink {
         at: Instant,
         behind: Option<u32>,
     },
+    /// A joined member's trainer processes' progress, read `at`.
+    Ranks {
+        link: u64,
+        pod: String,
+        ranks: Vec<RankStep>,
+        at: Instant,
+    },
     Said {
         link: u64,
         pod: String,
@@ -104,6 +113,9 @@ pub(super) struct Coordinator {
     pub(super) strangers_open: usize,
     /// What the core said at its start, carried out once the task runs.
     pub(super) first: Vec<Effect>,
+    /// The job's progress as the members report it, and where its news go.
+    pub(super) view: JobView,
+    pub(super) reporting: Reporting,
 }
 
 /// What connection tasks read: the followers, the secret, the timeout.
@@ -126,6 +138,12 @@ impl Coordinator {
             .into_iter()
             .filter(|m| m.name != me)
             .collect();
+        let view = JobView::new(
+            &joining.reporting.job,
+            joining.reporting.stragglers,
+            Instant::now(),
+        );
+        let reporting = joining.reporting.clone();
         let (mut core, first) = Core::start(
             Setup {
                 me,
@@ -162,6 +180,8 @@ impl Coordinator {
             stranger_slots: joining.growth.map_or(0, |g| g.room * PER_ADDRESS),
             strangers_open: 0,
             first,
+            view,
+            reporting,
         }
     }
 
@@ -251,6 +271,7 @@ impl Coordinator {
                     None => self.step(Input::Own(Request::Finish { succeeded: false })),
                 },
                 _ = ticks.tick() => {
+                    self.report(&ends);
                     let mut effects = self.step(Input::Tick(Instant::now()));
                     if ends.progress.has_changed().unwrap_or(false) {
                         if let Some((step, last, behind)) = *ends.progress.borrow_and_update() {
@@ -319,6 +340,17 @@ impl Coordinator {
                 at,
                 behind,
             }),
+            FromLink::Ranks {
+                link,
+                pod,
+                ranks,
+                at,
+            } => {
+                if self.core.links.get(&pod) == Some(&link) {
+                    self.view.note(&pod, self.core.who(&pod), &ranks, at);
+                }
+                None
+            }
             FromLink::Said { link, pod, message } => Some(Input::Said { link, pod, message }),
             FromLink::Ended { link, ip, pod, why } => {
                 if let Some(open) = self.open.get_mut(&ip) {
@@ -331,11 +363,44 @@ impl Coordinator {
                     }
                 }
                 self.senders.remove(&link);
+                if let Some(pod) = pod
+                    .as_ref()
+                    .filter(|p| self.core.links.get(*p) == Some(&link))
+                {
+                    self.view.forget(pod);
+                }
                 let Some(pod) = pod else {
                     warn!("control channel: closed the connection from {ip}: {why}");
                     return None;
                 };
                 Some(Input::Ended { link, pod, why })
+            }
+        }
+    }
+
+    /// The job's view on the clock: this launcher's own processes noted, and what is due
+    /// said (in the log, to every member, to the launcher's reports).
+    fn report(&mut self, ends: &Ends) {
+        let now = Instant::now();
+        let me = self.core.me.clone();
+        let own = reporting::read(&ends.gauges);
+        if !own.is_empty() {
+            self.view.note(&me, self.core.who(&me), &own, now);
+        }
+        for report in self.view.tick(now, self.core.attempt()) {
+            match report {
+                Report::Line(line) => info!("{line}"),
+                Report::Note(line) => {
+                    warn!("{line}");
+                    let note = Message::Beat {
+                        ranks: Vec::new(),
+                        note: Some(cut(&line)),
+                    };
+                    self.carry_out(vec![Effect::Broadcast(note)], ends);
+                }
+                Report::Straggler(message) => self.reporting.tell(JobNews::Straggler(message)),
+                Report::Summary(summary) => self.reporting.tell(JobNews::Summary(summary)),
+                Report::Table(table) => self.reporting.tell(JobNews::Table(table)),
             }
         }
     }
@@ -609,6 +674,7 @@ async fn talk(
     // faster (a flood, with the secret) costs its link task, not the one loop that decides.
     let report_every = timeouts.beat_every / 2;
     let mut reported: Option<Instant> = None;
+    let mut ranked: Option<Instant> = None;
     loop {
         let result = tokio::select! {
             biased;
@@ -624,17 +690,23 @@ async fn talk(
                 }
             },
             frame = incoming.recv() => match frame {
-                Some(Ok(Message::Beat)) => {
-                    idle_until = Instant::now() + limit;
-                    Ok(())
-                }
-                Some(Ok(Message::Progress { step, quiet_ms, behind })) => {
+                Some(Ok(Message::Beat { ranks, .. })) => {
                     let at = Instant::now();
                     idle_until = at + limit;
-                    if reported.is_none_or(|last| at.duration_since(last) >= report_every) {
-                        reported = Some(at);
+                    if !ranks.is_empty() && due(&mut ranked, at, report_every) {
+                        let _ = to_coordinator.send(FromLink::Ranks { link, pod: pod.to_string(), ranks, at });
+                    }
+                    Ok(())
+                }
+                Some(Ok(Message::Progress { step, quiet_ms, behind, ranks })) => {
+                    let at = Instant::now();
+                    idle_until = at + limit;
+                    if due(&mut reported, at, report_every) {
                         let quiet = Duration::from_millis(quiet_ms);
                         let _ = to_coordinator.send(FromLink::Progress { link, pod: pod.to_string(), step, quiet, at, behind });
+                        if !ranks.is_empty() {
+                            let _ = to_coordinator.send(FromLink::Ranks { link, pod: pod.to_string(), ranks, at });
+                        }
                     }
                     Ok(())
                 }
@@ -648,7 +720,7 @@ async fn talk(
                 None => Err(WireError::Closed),
             },
             _ = tokio::time::sleep_until(idle_until) => Err(WireError::Silent(limit.as_secs())),
-            _ = beat.tick() => out.write(writer, &Message::Beat, limit).await,
+            _ = beat.tick() => out.write(writer, &Message::beat(), limit).await,
         };
         if let Err(why) = result {
             // A write that failed because the follower has just closed (after its last word)
@@ -658,6 +730,16 @@ async fn talk(
             return why;
         }
     }
+}
+
+/// Whether a report read `at` goes on to the coordinator: none went on within `every` before
+/// (then it is the last that did).
+fn due(last: &mut Option<Instant>, at: Instant, every: Duration) -> bool {
+    let due = last.is_none_or(|last| at.duration_since(last) >= every);
+    if due {
+        *last = Some(at);
+    }
+    due
 }
 
 /// What a follower says that the coordinator decides on (besides its heartbeats): the same on

@@ -328,13 +328,13 @@ mod tests {
         let mut client = Session::new(&secret(), challenge, false);
         let mut server = Session::new(&secret(), challenge, true);
         let sealed = client.seal(&hello("j-1"));
-        let beat = client.seal(&Message::Beat);
+        let beat = client.seal(&Message::beat());
         let (p, m) = split(&sealed);
         assert_eq!(server.open(p, m), Ok(hello("j-1")));
         // Replaying the hello (sequence 0 again) fails; the next frame in order passes.
         assert_eq!(server.open(p, m), Err(WireError::BadMac));
         let (p2, m2) = split(&beat);
-        assert_eq!(server.open(p2, m2), Ok(Message::Beat));
+        assert_eq!(server.open(p2, m2), Ok(Message::beat()));
         // Another secret, another server or client challenge, or the wrong direction: refused.
         for mut other in [
             Session::new(
@@ -396,7 +396,7 @@ mod tests {
         assert_eq!(cut(&fits), fits);
         assert_eq!(cut(&format!("{fits}y")), fits);
         let mut session = Session::new(&secret(), [0u8; 2 * NONCE_LEN], true);
-        for message in [Message::Beat, hello("j-1")] {
+        for message in [Message::beat(), hello("j-1")] {
             let encoded = Encoded::new(&message);
             let frame = session.seal_encoded(&encoded);
             assert_eq!(encoded.frame_len(), frame.len() as u64, "{message:?}");

@@ -21,6 +21,7 @@ use super::processes::drive;
 use super::ready::{Attempt, UnjoinedCoordinator};
 use super::record::{JobRecord, PREEMPTION_RECORD_WAIT};
 use super::rendezvous::{channel_without_secret, UNJOINED_LOOK_UNBOUNDED};
+use super::reporter::{Posting, Reporter};
 use super::setup::{node_name, now_utc};
 use super::waits::{interruptible, Breaks};
 use crate::config::Config;
@@ -51,6 +52,8 @@ pub(super) struct Attempts {
     events: Option<JobEvents>,
     /// What the metrics endpoint shows, when it is on.
     board: Option<Shared>,
+    /// The job's reports: where the channel's news go.
+    pub(super) reporter: Reporter,
 }
 
 impl Attempts {
@@ -73,6 +76,7 @@ impl Attempts {
             preparing_before: None,
             recording: None,
             events: None,
+            reporter: Reporter::start(config, board.clone()),
             board,
         };
         (attempts, ledger)
@@ -144,15 +148,22 @@ pub(super) fn begin(
         // In the background: the start is not held back by it.
         drop(record.write(ledger.recorded()));
     }
+    // POD_NAME, else the pod's name as found by its address (under hostNetwork pods share
+    // one, so the name given wins).
+    let own = plan.pods.iter().find(|entry| entry.ip == plan.pod_ip);
+    let name = match (&config.topology.pod_name, own) {
+        (Some(name), _) => name.clone(),
+        (None, Some(entry)) => entry.name.clone(),
+        (None, None) => pod.to_string(),
+    };
+    if let (true, Some(api)) = (coordinates, &api) {
+        attempts.reporter.post_to(Posting {
+            api: api.clone(),
+            pod: name.clone(),
+            job: super::coordination::job_keeping_the_count(config).map(str::to_string),
+        });
+    }
     if let (true, None, Some(api)) = (posts, &attempts.events, api) {
-        // POD_NAME, else the pod's name as found by its address (under hostNetwork pods
-        // share one, so the name given wins).
-        let own = plan.pods.iter().find(|entry| entry.ip == plan.pod_ip);
-        let name = match (&config.topology.pod_name, own) {
-            (Some(name), _) => name.clone(),
-            (None, Some(entry)) => entry.name.clone(),
-            (None, None) => pod.to_string(),
-        };
         attempts.events = Some(JobEvents::start(api, name, node_name()));
     }
     if let Some(events) = attempts.events.as_mut().filter(|_| posts) {

@@ -1096,6 +1096,7 @@ fn joining(
         served: Served::default(),
         network: net.net(),
         growth: None,
+        reporting: control::Reporting::default(),
     }
 }
 

@@ -204,6 +204,7 @@ mod tests {
             served: Served::default(),
             network: control::tcp(),
             growth: None,
+            reporting: control::Reporting::default(),
             ledger: Ledger {
                 epoch,
                 ..Ledger::first(1)

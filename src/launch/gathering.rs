@@ -57,13 +57,14 @@ pub(super) const REFUSAL_SERVED_AT_MOST: Duration = Duration::from_secs(25);
 pub(super) async fn gather(
     config: &Config,
     supervisor: &mut Supervisor,
-    secret: Option<&Secret>,
+    (secret, reporting): (Option<&Secret>, &control::Reporting),
     (my_ip, inputs): (IpAddr, &InputFiles),
     ledger: Ledger,
     members_before: &[PodAddress],
 ) -> Result<Gathered, Error> {
     let mut gathering = Gathering {
         secret,
+        reporting,
         my_ip,
         inputs,
         ledger,
@@ -88,6 +89,8 @@ pub(super) async fn gather(
 /// A gathering: what it starts from, and where its rounds stand.
 struct Gathering<'a> {
     secret: Option<&'a Secret>,
+    /// What the channel reports of the job's progress, and where.
+    reporting: &'a control::Reporting,
     my_ip: IpAddr,
     inputs: &'a InputFiles,
     ledger: Ledger,
@@ -156,7 +159,7 @@ impl Gathering<'_> {
                     let followed = follow_coordinator(
                         config,
                         supervisor,
-                        secret,
+                        (secret, self.reporting),
                         coordinator,
                         inputs,
                         self.ledger,
@@ -181,7 +184,8 @@ impl Gathering<'_> {
             return Ok(Some(Gathered::Attempt(Box::new(attempt))));
         };
         let first = self.members_before.is_empty();
-        let joined = join_channel(secret.clone(), &attempt, config, &membership, &me, first);
+        let keys = (secret.clone(), self.reporting);
+        let joined = join_channel(keys, &attempt, config, &membership, &me, first);
         let channel = match joined.await? {
             Located::NoChannel | Located::ThisPod | Located::NotNamed => {
                 attempt.plan = attempt.plan.for_restart(self.ledger.epoch);
@@ -505,7 +509,7 @@ pub(super) enum Followed {
 pub(super) async fn follow_coordinator(
     config: &Config,
     supervisor: &mut Supervisor,
-    secret: &Secret,
+    (secret, reporting): (&Secret, &control::Reporting),
     coordinator: SocketAddr,
     (my_ip, inputs): (IpAddr, &InputFiles),
     ledger: Ledger,
@@ -525,6 +529,7 @@ pub(super) async fn follow_coordinator(
     let shown = shown.unwrap_or_else(|| my_ip.to_string());
     let mut channel = control::join(Joining {
         who: format!("pod {shown}{}", on_node()),
+        reporting: reporting.clone(),
         ..joining(config, secret.clone(), me, role, ledger)
     })
     .await

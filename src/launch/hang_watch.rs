@@ -56,7 +56,7 @@ pub(super) struct ProgressFileClock {
     pub(super) stop: Arc<AtomicBool>,
 }
 
-pub(super) const NO_STEP: u64 = u64::MAX;
+pub(super) use crate::control::NO_STEP;
 
 /// How much of the progress file's end is read for its step: a line, with room to spare.
 pub(super) const STEP_READ: u64 = 4096;

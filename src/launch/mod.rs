@@ -17,6 +17,7 @@ pub mod progress;
 mod ready;
 mod record;
 mod rendezvous;
+mod reporter;
 mod secret;
 mod setup;
 mod waits;
@@ -94,7 +95,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                 let gathered = gather(
                     &config,
                     &mut supervisor,
-                    own.secret.as_ref(),
+                    (own.secret.as_ref(), &attempts.reporter.reporting),
                     (my_ip, &own.inputs),
                     ledger,
                     &members_before,

@@ -357,9 +357,10 @@ impl Driver<'_> {
         let mut failed = None;
         let mut watched = Vec::new();
         let mut sources = Vec::new();
-        // The progress files are read for hang detection, and for the metrics.
+        // The progress files are read for hang detection, for the metrics, and for the job's
+        // view on its channel (its table, its stragglers).
         let every = limits.map_or(METRICS_CHECK, progress::check_every);
-        let read_files = limits.is_some() || self.board.is_some();
+        let read_files = limits.is_some() || self.board.is_some() || self.channel.is_some();
         for (local, spec) in specs.into_iter().enumerate() {
             let file = (read_files && role == Role::Trainer).then(|| {
                 let path = spec.place.as_ref().map_or_else(
@@ -382,6 +383,9 @@ impl Driver<'_> {
                     break;
                 }
             }
+        }
+        if let (Some(channel), Role::Trainer) = (self.channel, role) {
+            channel.watch_ranks(sources.iter().map(metrics::Source::gauge).collect());
         }
         if let (Some(board), Role::Trainer) = (self.board, role) {
             metrics::serve::lock(board).watch(sources);

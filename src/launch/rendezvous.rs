@@ -87,6 +87,7 @@ pub(super) fn joining(
         served: Served::default(),
         network: control::tcp(),
         growth: None,
+        reporting: control::Reporting::default(),
     }
 }
 
@@ -239,7 +240,7 @@ pub(super) fn recheck_of(config: &Config) -> Option<control::Recheck> {
 /// `first_attempt`: this launcher's first, when a coordinator reads the count recorded on its
 /// Job (later ones count from the attempt that ended here, which the record can only trail).
 pub(super) async fn join_channel(
-    secret: Secret,
+    (secret, reporting): (Secret, &control::Reporting),
     attempt: &Attempt,
     config: &Config,
     membership: &Membership,
@@ -295,6 +296,7 @@ pub(super) async fn join_channel(
         membership: Some(membership.clone()),
         who: attempt.who.clone(),
         served: attempt.served.clone(),
+        reporting: reporting.clone(),
         ..joining(config, secret, me.address(), role, ledger)
     })
     .await

@@ -8,7 +8,9 @@
 //! name would be renamed `exported_job`), `pod`, and per process `rank` (its trainer id) and
 //! `local_rank`. Each value is bounded by the job's size: no label takes unbounded values.
 
+mod job;
 pub mod serve;
+pub use job::Status;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -73,6 +75,17 @@ pub struct Source {
     pub keep: Option<Arc<dyn Send + Sync>>,
 }
 
+impl Source {
+    /// What the job's channel reads of it at each heartbeat.
+    pub fn gauge(&self) -> crate::control::RankGauge {
+        crate::control::RankGauge {
+            trainer_id: self.trainer_id,
+            step: self.step.clone(),
+            compute_ms: self.compute_ms.clone(),
+        }
+    }
+}
+
 /// A process's progress as sampled: (when, step) over the last `RATE_WINDOW`.
 #[derive(Default)]
 struct Samples(VecDeque<(Instant, u64)>);
@@ -119,6 +132,10 @@ pub struct Board {
     size: Size,
     sources: Vec<Source>,
     samples: Vec<Samples>,
+    /// The coordinator's: its view of the job (`job.rs`).
+    view: Option<crate::report::Table>,
+    /// A follower's: the coordinator's metrics endpoint.
+    coordinator: Option<std::net::SocketAddr>,
 }
 
 impl Board {
@@ -131,6 +148,8 @@ impl Board {
             size: Size::default(),
             sources: Vec::new(),
             samples: Vec::new(),
+            view: None,
+            coordinator: None,
         }
     }
 
@@ -219,6 +238,7 @@ impl Board {
                 .set(f64::from(max));
         }
         self.render_processes(&mut registry, now);
+        self.render_job(&mut registry);
         let mut text = String::new();
         // Writing into a String cannot fail.
         let _ = encode(&mut text, &registry);

@@ -13,7 +13,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tracing::{info, warn};
 
-use super::Board;
+use super::{Board, Status};
 use crate::config::Config;
 
 /// A request's head may hold this much: a scraper's is a few hundred bytes.
@@ -95,10 +95,25 @@ async fn answer(mut stream: TcpStream, board: &Shared) {
         // Silent past the limit: closed without a word.
         Err(_) => return,
     };
-    let (status, body) = respond(&head, || lock(board).render(std::time::Instant::now()));
+    const TEXT: &str = "text/plain; charset=utf-8";
+    let (status, kind, body, location) = match respond(&head) {
+        Route::Metrics => {
+            let metrics = lock(board).render(std::time::Instant::now());
+            ("200 OK", METRICS_TYPE, metrics, None)
+        }
+        Route::Status => match lock(board).status() {
+            Status::Job(text) | Status::Pod(text) => ("200 OK", TEXT, text, None),
+            Status::Elsewhere(at) => {
+                let body = format!("the job's table is on its coordinator: http://{at}/status\n");
+                let location = Some(format!("http://{at}/status"));
+                ("307 Temporary Redirect", TEXT, body, location)
+            }
+        },
+        Route::Refused(status, body) => (status, TEXT, body.to_string(), None),
+    };
+    let location = location.map_or(String::new(), |l| format!("Location: {l}\r\n"));
     let response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        content_type(status),
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\n{location}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     let write = stream.write_all(response.as_bytes());
@@ -131,49 +146,57 @@ async fn read_head(stream: &mut TcpStream) -> Option<Head> {
     Some(Head::Line(text.lines().next().unwrap_or("").to_string()))
 }
 
-/// The status and body for a request: the metrics for `GET /metrics`; nothing else is served.
-fn respond(head: &Head, metrics: impl FnOnce() -> String) -> (&'static str, String) {
+/// What a request asks for: the metrics (`GET /metrics`), the job's table (`GET /status`,
+/// what `paddle-launcher status` prints); nothing else is served.
+#[derive(Debug, PartialEq, Eq)]
+enum Route {
+    Metrics,
+    Status,
+    Refused(&'static str, &'static str),
+}
+
+fn respond(head: &Head) -> Route {
     let line = match head {
         Head::Line(line) => line,
-        Head::TooLarge => return ("431 Request Header Fields Too Large", String::new()),
+        Head::TooLarge => return Route::Refused("431 Request Header Fields Too Large", ""),
     };
     let mut words = line.split(' ');
     let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
     let path = target.split('?').next().unwrap_or("");
     match (method, path) {
-        ("GET", "/metrics") => ("200 OK", metrics()),
-        ("GET", _) => ("404 Not Found", "only /metrics is served\n".to_string()),
-        _ => ("405 Method Not Allowed", "only GET is served\n".to_string()),
+        ("GET", "/metrics") => Route::Metrics,
+        ("GET", "/status") => Route::Status,
+        ("GET", _) => Route::Refused("404 Not Found", "only /metrics and /status are served\n"),
+        _ => Route::Refused("405 Method Not Allowed", "only GET is served\n"),
     }
 }
 
-fn content_type(status: &str) -> &'static str {
-    match status {
-        "200 OK" => "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        _ => "text/plain; charset=utf-8",
-    }
-}
+const METRICS_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn only_get_of_the_metrics_is_answered_with_them() {
-        let line = |l: &str| Head::Line(l.to_string());
-        let metrics = || "m 1\n# EOF\n".to_string();
-        assert_eq!(respond(&line("GET /metrics HTTP/1.1"), metrics).0, "200 OK");
-        assert_eq!(
-            respond(&line("GET /metrics?x=1 HTTP/1.1"), metrics).1,
-            "m 1\n# EOF\n"
-        );
-        assert_eq!(respond(&line("GET / HTTP/1.1"), metrics).0, "404 Not Found");
-        assert_eq!(
-            respond(&line("POST /metrics HTTP/1.1"), metrics).0,
-            "405 Method Not Allowed"
-        );
-        assert_eq!(respond(&line(""), metrics).0, "405 Method Not Allowed");
-        let large = respond(&Head::TooLarge, metrics);
-        assert_eq!(large.0, "431 Request Header Fields Too Large");
+    fn only_get_of_the_metrics_and_the_status_is_answered() {
+        let line = |l: &str| respond(&Head::Line(l.to_string()));
+        assert_eq!(line("GET /metrics HTTP/1.1"), Route::Metrics);
+        assert_eq!(line("GET /metrics?x=1 HTTP/1.1"), Route::Metrics);
+        assert_eq!(line("GET /status HTTP/1.1"), Route::Status);
+        assert!(matches!(
+            line("GET / HTTP/1.1"),
+            Route::Refused("404 Not Found", _)
+        ));
+        let post = line("POST /metrics HTTP/1.1");
+        assert!(matches!(post, Route::Refused("405 Method Not Allowed", _)));
+        assert!(matches!(
+            line(""),
+            Route::Refused("405 Method Not Allowed", _)
+        ));
+        let large = respond(&Head::TooLarge);
+        assert!(matches!(
+            large,
+            Route::Refused("431 Request Header Fields Too Large", _)
+        ));
     }
 }

@@ -480,6 +480,26 @@ impl Core {
         }
     }
 
+    /// How a member names itself in the job's lines (its pod's name when it said nothing).
+    pub(super) fn who<'a>(&'a self, pod: &'a str) -> &'a str {
+        self.who.get(pod).map_or(pod, String::as_str)
+    }
+
+    /// The attempt under way, for the job's view: its ledger, the pods joined (this one
+    /// too) and the trainer processes of the members with a trainer. None before the start
+    /// and once anything is lost.
+    pub(super) fn attempt(&self) -> Option<crate::report::Attempt> {
+        let Stage::Running { ledger, .. } = &self.stage else {
+            return None;
+        };
+        let trainers = (self.others.len() + 1).saturating_sub(self.serving.len()) as u32;
+        Some(crate::report::Attempt {
+            ledger: *ledger,
+            pods: self.links.len() as u32 + 1,
+            ranks: trainers * self.own.nproc_per_pod,
+        })
+    }
+
     /// Followers with a trainer that have neither said they are done nor gone.
     pub(super) fn waiting_for(&self) -> Vec<String> {
         self.others

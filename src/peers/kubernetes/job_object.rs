@@ -130,6 +130,22 @@ pub(super) const MAX_RECORDED: u32 = 1_000_000;
 /// How many times a record is written over a Job that keeps changing.
 pub(super) const WRITE_TRIES: u32 = 10;
 
+/// The job's progress as its coordinator last summed it up (`report::JobView::summary`), kept
+/// on the Job for `kubectl get job -o custom-columns=...` (docs/observability.md).
+pub const PROGRESS_ANNOTATION: &str = "paddle-launcher.paddlepaddle.org/progress";
+
+/// Keeps the job's progress summary on its Job: one merge patch of the annotation alone, no
+/// read (a summary overwritten by a later one loses nothing).
+pub async fn annotate_progress(server: &ApiServer, job: &str, summary: &str) -> Result<(), String> {
+    let patch = serde_json::json!({"metadata": {"annotations": {PROGRESS_ANNOTATION: summary}}});
+    let params = kube::api::PatchParams::default();
+    jobs(server)
+        .patch(job, &params, &kube::api::Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+        .map_err(|e| job_refusal(server, job, "patch", e))
+}
+
 /// What the Job `job` records of the restarts (`Recorded`), if anything; why not, when it
 /// cannot be read.
 pub async fn recorded_restarts(server: &ApiServer, job: &str) -> Result<Option<Recorded>, String> {

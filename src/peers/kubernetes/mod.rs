@@ -4,7 +4,7 @@
 mod job_object;
 mod waiting;
 
-pub use job_object::{jobset, own_marks, record_restarts, recorded_restarts};
+pub use job_object::{annotate_progress, jobset, own_marks, record_restarts, recorded_restarts};
 use std::collections::HashSet;
 use std::time::Duration;
 #[cfg(test)]

@@ -1,0 +1,533 @@
+//! What a job reports of itself, as its coordinator sees it: every rank's step from the
+//! members' heartbeats, judged for stragglers each window (`straggler`), summed up in a line
+//! for the coordinator's log (at most one a minute), a summary for the Job's annotation (at
+//! most one every 30 s: the API load of one patch, whatever the job's size), and the job's
+//! table (`paddle-launcher status`) with the figures the coordinator's metrics show. Pure:
+//! reports and the clock in, what to say out; the coordinator's task carries it out.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::ledger::Ledger;
+use crate::straggler::{Judge, Measure, Rules};
+
+/// At most one progress line in the coordinator's log this often.
+pub const LINE_EVERY: Duration = Duration::from_secs(60);
+/// At most one summary on the Job this often.
+pub const SUMMARY_EVERY: Duration = Duration::from_secs(30);
+/// The job's table and figures are made again this often.
+pub const TABLE_EVERY: Duration = Duration::from_secs(5);
+/// Without straggler judgement, rates are measured over periods this long.
+pub const RATE_PERIOD: Duration = Duration::from_secs(30);
+
+/// One trainer process's progress as a heartbeat carries it, on the wire `[trainer id, step,
+/// ms its last step computed or null]`: short, as a pod's several must fit one frame.
+pub type RankStep = (u32, u64, Option<u64>);
+
+/// The attempt under way, as the coordinator agreed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attempt {
+    pub ledger: Ledger,
+    /// The pods joined (this one too), and the trainer processes the job runs.
+    pub pods: u32,
+    pub ranks: u32,
+}
+
+/// What the view says.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Report {
+    /// A line for this launcher's log.
+    Line(String),
+    /// A line for every launcher's log (this one's too): told to every member.
+    Note(String),
+    /// A rank named a straggler: the message of a `Straggler` event.
+    Straggler(String),
+    /// The job's one-line summary, kept on the Job.
+    Summary(String),
+    /// The job's table and figures, made again.
+    Table(Table),
+}
+
+/// The job as `paddle-launcher status` prints it, and its figures.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Table {
+    pub text: String,
+    pub figures: Figures,
+}
+
+/// What the coordinator's metrics show of the job.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Figures {
+    /// The lowest and highest step any rank reports.
+    pub steps: Option<(u64, u64)>,
+    /// The slowest rank: the lowest score in the last window, else the lowest step; how many
+    /// steps it is behind the furthest rank, and its score if judged.
+    pub slowest: Option<(u32, u64, Option<f64>)>,
+    /// The ranks named stragglers, with their last score.
+    pub stragglers: Vec<(u32, f64)>,
+}
+
+/// One rank as last reported, and its step times since the last window.
+#[derive(Debug, Clone, Default)]
+struct Rank {
+    step: u64,
+    ms: Option<u64>,
+    ms_sum: u64,
+    ms_steps: u64,
+    /// The step at the last period's end, for its rate.
+    period_step: Option<u64>,
+    rate: Option<f64>,
+}
+
+/// A member's processes as its last heartbeat said.
+#[derive(Debug, Clone)]
+struct Member {
+    at: Instant,
+    ranks: BTreeMap<u32, Rank>,
+}
+
+/// The coordinator's view of the job's progress.
+#[derive(Debug)]
+pub struct JobView {
+    job: String,
+    judge: Option<Judge>,
+    rules: Option<Rules>,
+    members: BTreeMap<String, Member>,
+    /// How each member names itself ("pod p-1 on node n7").
+    who: BTreeMap<String, String>,
+    /// Each rank's score in the last window, and the ranks named.
+    scores: BTreeMap<u32, f64>,
+    named: BTreeMap<u32, f64>,
+    period_end: Instant,
+    next_line: Instant,
+    next_summary: Instant,
+    next_table: Instant,
+    /// The job's step (its slowest rank's) at the last period's end, and its rate since.
+    job_step: Option<u64>,
+    job_rate: Option<f64>,
+}
+
+impl JobView {
+    /// A view from `now`, judging stragglers by `rules` (None: not judged).
+    pub fn new(job: &str, rules: Option<Rules>, now: Instant) -> JobView {
+        let period = rules.map_or(RATE_PERIOD, |r| r.window);
+        JobView {
+            job: job.to_string(),
+            judge: rules.map(Judge::new),
+            rules,
+            members: BTreeMap::new(),
+            who: BTreeMap::new(),
+            scores: BTreeMap::new(),
+            named: BTreeMap::new(),
+            period_end: now + period,
+            next_line: now + LINE_EVERY,
+            // The first once the first rates are measured (a short window: sooner).
+            next_summary: now + period.min(SUMMARY_EVERY),
+            next_table: now,
+            job_step: None,
+            job_rate: None,
+        }
+    }
+
+    fn period(&self) -> Duration {
+        self.rules.map_or(RATE_PERIOD, |r| r.window)
+    }
+
+    /// A member's processes' progress, reported `at`; `who` is how it names itself.
+    pub fn note(&mut self, pod: &str, who: &str, ranks: &[RankStep], at: Instant) {
+        if !self.who.contains_key(pod) {
+            self.who.insert(pod.to_string(), who.to_string());
+        }
+        let member = self.members.entry(pod.to_string()).or_insert(Member {
+            at,
+            ranks: BTreeMap::new(),
+        });
+        member.at = at;
+        member
+            .ranks
+            .retain(|id, _| ranks.iter().any(|(r, ..)| r == id));
+        for &(id, step, ms) in ranks {
+            let rank = member.ranks.entry(id).or_default();
+            // Each step's time is counted once, however many beats repeat it.
+            if let (true, Some(ms)) = (step != rank.step || rank.ms.is_none(), ms) {
+                rank.ms_sum += ms;
+                rank.ms_steps += 1;
+            }
+            (rank.step, rank.ms) = (step, ms);
+        }
+    }
+
+    /// A member left: its processes are no longer shown.
+    pub fn forget(&mut self, pod: &str) {
+        self.members.remove(pod);
+    }
+
+    /// The clock, with the attempt under way (None: none trains now): what is due.
+    pub fn tick(&mut self, now: Instant, attempt: Option<Attempt>) -> Vec<Report> {
+        let mut reports = Vec::new();
+        let Some(attempt) = attempt else {
+            return reports;
+        };
+        if now >= self.period_end {
+            self.period_end = now + self.period();
+            self.period_ended(&mut reports);
+        }
+        if now >= self.next_table {
+            self.next_table = now + TABLE_EVERY;
+            reports.push(Report::Table(self.table(now, attempt)));
+        }
+        if now >= self.next_summary {
+            self.next_summary = now + SUMMARY_EVERY;
+            reports.push(Report::Summary(self.summary(attempt)));
+        }
+        if now >= self.next_line {
+            self.next_line = now + LINE_EVERY;
+            reports.push(Report::Line(format!(
+                "job progress: {}",
+                self.summary(attempt)
+            )));
+        }
+        reports
+    }
+
+    /// Every rank's measures now, with the mean time of the steps it made since the last
+    /// window (the last step's when it made none).
+    fn measures(&mut self) -> Vec<Measure> {
+        let mut measures = Vec::new();
+        for member in self.members.values_mut() {
+            for (&id, rank) in &mut member.ranks {
+                let mean = (rank.ms_steps > 0).then(|| rank.ms_sum / rank.ms_steps);
+                measures.push(Measure {
+                    rank: id,
+                    step: rank.step,
+                    compute_ms: mean.or(rank.ms),
+                });
+                (rank.ms_sum, rank.ms_steps) = (0, 0);
+            }
+        }
+        measures
+    }
+
+    /// A period's end: rates measured, and stragglers judged when they are.
+    fn period_ended(&mut self, reports: &mut Vec<Report>) {
+        let seconds = self.period().as_secs_f64().max(0.001);
+        for rank in self.members.values_mut().flat_map(|m| m.ranks.values_mut()) {
+            rank.rate = rank
+                .period_step
+                .and_then(|then| rank.step.checked_sub(then))
+                .map(|made| made as f64 / seconds);
+            rank.period_step = Some(rank.step);
+        }
+        let step = self.lowest_step();
+        self.job_rate = match (self.job_step, step) {
+            (Some(then), Some(now)) => now.checked_sub(then).map(|n| n as f64 / seconds),
+            _ => None,
+        };
+        self.job_step = step;
+        let measures = self.measures();
+        let Some(judge) = self.judge.as_mut() else {
+            return;
+        };
+        let window = judge.window(&measures);
+        self.scores = window.scores;
+        let by = match measures.iter().all(|m| m.compute_ms.is_some()) {
+            true => "its steps' compute time",
+            false => "the steps it made",
+        };
+        for rank in window.named {
+            let score = self.scores.get(&rank).copied().unwrap_or(0.0);
+            self.named.insert(rank, score);
+            let line = self.named_line(rank, score, by);
+            reports.push(Report::Note(line.clone()));
+            reports.push(Report::Straggler(line));
+        }
+        for rank in window.recovered {
+            self.named.remove(&rank);
+            let score = self.scores.get(&rank).copied().unwrap_or(1.0);
+            let line = format!("straggler: rank {rank} is no longer slow (score {score:.2})");
+            reports.push(Report::Note(line));
+        }
+        for (rank, score) in self.named.iter_mut() {
+            *score = self.scores.get(rank).copied().unwrap_or(*score);
+        }
+    }
+
+    fn named_line(&self, rank: u32, score: f64, by: &str) -> String {
+        let rules = self.rules.unwrap_or_default();
+        let step = self.lowest_step().unwrap_or(0);
+        format!(
+            "straggler: rank {rank} ({}) scored {score:.2} of the best rank by {by}, below {:.2} in {} windows of {} s in a row, at the job's step {step}; named, not restarted",
+            self.whose(rank),
+            rules.threshold,
+            rules.windows,
+            rules.window.as_secs()
+        )
+    }
+
+    /// How the pod that runs `rank` names itself.
+    fn whose(&self, rank: u32) -> &str {
+        let pod = self
+            .members
+            .iter()
+            .find(|(_, m)| m.ranks.contains_key(&rank));
+        pod.map_or("its pod unknown", |(pod, _)| {
+            self.who.get(pod).map_or(pod.as_str(), String::as_str)
+        })
+    }
+
+    fn lowest_step(&self) -> Option<u64> {
+        self.ranks().map(|(_, _, r)| r.step).min()
+    }
+
+    fn ranks(&self) -> impl Iterator<Item = (&str, u32, &Rank)> {
+        self.members
+            .iter()
+            .flat_map(|(pod, m)| m.ranks.iter().map(move |(id, r)| (pod.as_str(), *id, r)))
+    }
+
+    /// The job's figures now.
+    pub fn figures(&self) -> Figures {
+        let lowest = self.ranks().map(|(_, _, r)| r.step).min();
+        let highest = self.ranks().map(|(_, _, r)| r.step).max();
+        let by_score = self
+            .scores
+            .iter()
+            .min_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(rank, score)| (*rank, Some(*score)));
+        let by_step = self
+            .ranks()
+            .min_by_key(|(_, id, r)| (r.step, *id))
+            .map(|(_, id, _)| (id, None));
+        let slowest = by_score.or(by_step).and_then(|(rank, score)| {
+            let step = self.ranks().find(|(_, id, _)| *id == rank)?.2.step;
+            Some((rank, highest? - step.min(highest?), score))
+        });
+        Figures {
+            steps: lowest.zip(highest),
+            slowest,
+            stragglers: self.named.iter().map(|(r, s)| (*r, *s)).collect(),
+        }
+    }
+
+    /// "step 1200, 3.20 steps/s, 32 of 32 ranks reporting, restarts 1 of 3 (0 preemptions),
+    /// slowest rank 5 (12 steps behind, score 0.41), stragglers: 5".
+    pub fn summary(&self, attempt: Attempt) -> String {
+        let figures = self.figures();
+        let reporting = self.ranks().count();
+        let mut line = match figures.steps {
+            Some((lowest, _)) => format!("step {lowest}"),
+            None => "no step reported yet".to_string(),
+        };
+        if let Some(rate) = self.job_rate {
+            let _ = write!(line, ", {rate:.2} steps/s");
+        }
+        let ledger = attempt.ledger;
+        let _ = write!(
+            line,
+            ", {reporting} of {} ranks reporting, restarts {} of {} ({} free)",
+            attempt.ranks,
+            ledger.spent(),
+            ledger.max_restarts,
+            ledger.preemptions
+        );
+        if let Some((rank, behind, score)) = figures.slowest {
+            let _ = write!(line, ", slowest rank {rank} ({behind} steps behind");
+            if let Some(score) = score {
+                let _ = write!(line, ", score {score:.2}");
+            }
+            line.push(')');
+        }
+        if !figures.stragglers.is_empty() {
+            let named: Vec<String> = figures
+                .stragglers
+                .iter()
+                .map(|(r, _)| r.to_string())
+                .collect();
+            let _ = write!(line, ", stragglers: {}", named.join(" "));
+        }
+        line
+    }
+
+    /// The table `paddle-launcher status` prints.
+    pub fn table(&self, now: Instant, attempt: Attempt) -> Table {
+        let mut text = format!("job {}: {}\n", self.job, self.summary(attempt));
+        let _ = writeln!(
+            text,
+            "{:<40} {:>6} {:>10} {:>9} {:>12} {:>6}",
+            "POD", "RANK", "STEP", "STEPS/S", "REPORTED", "SCORE"
+        );
+        for (pod, id, rank) in self.ranks() {
+            let at = self.members.get(pod).map_or(now, |m| m.at);
+            let ago = now.saturating_duration_since(at).as_secs_f64();
+            let rate = rank.rate.map_or("-".to_string(), |r| format!("{r:.2}"));
+            let mut score = self
+                .scores
+                .get(&id)
+                .map_or("-".into(), |s| format!("{s:.2}"));
+            if self.named.contains_key(&id) {
+                score.push_str(" straggler");
+            }
+            let _ = writeln!(
+                text,
+                "{pod:<40} {id:>6} {:>10} {rate:>9} {:>10.1} s {score:>6}",
+                rank.step, ago
+            );
+        }
+        Table {
+            text,
+            figures: self.figures(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    fn attempt() -> Attempt {
+        Attempt {
+            ledger: Ledger::first(3),
+            pods: 2,
+            ranks: 4,
+        }
+    }
+
+    fn rules() -> Rules {
+        Rules {
+            window: 10 * S,
+            ..Rules::default()
+        }
+    }
+
+    /// Two pods of two ranks each, one rank computing `slow_ms` a step where the others take
+    /// 100: reported every second, with a tick after each report.
+    fn run(view: &mut JobView, from: Instant, seconds: u64, slow_ms: u64) -> Vec<Report> {
+        let mut reports = Vec::new();
+        for second in 1..=seconds {
+            let at = from + S * second as u32;
+            let step = second * 3;
+            let ms = |rank| if rank == 3 { slow_ms } else { 100 };
+            let pod = |ranks: [u32; 2]| -> Vec<RankStep> {
+                ranks.iter().map(|&r| (r, step, Some(ms(r)))).collect()
+            };
+            view.note("p-0", "pod p-0 on node n1", &pod([0, 1]), at);
+            view.note("p-1", "pod p-1 on node n7", &pod([2, 3]), at);
+            reports.extend(view.tick(at, Some(attempt())));
+        }
+        reports
+    }
+
+    fn notes(reports: &[Report]) -> Vec<&str> {
+        reports
+            .iter()
+            .filter_map(|r| match r {
+                Report::Note(line) => Some(line.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A rank slow in compute time for three windows is named once, on every pod (a note) and
+    /// as an event, with its pod and node; no other rank is; it is said when it recovers.
+    #[test]
+    fn a_rank_slow_for_three_windows_is_named_with_its_pod_and_node() {
+        let start = Instant::now();
+        let mut view = JobView::new("j", Some(rules()), start);
+        let reports = run(&mut view, start, 29, 250);
+        assert!(notes(&reports).is_empty(), "two windows: {reports:?}");
+        let reports = run(&mut view, start + 29 * S, 11, 250);
+        let named = notes(&reports);
+        assert_eq!(named.len(), 1, "{reports:?}");
+        assert!(
+            named[0].starts_with("straggler: rank 3 (pod p-1 on node n7) scored 0.40"),
+            "{}",
+            named[0]
+        );
+        assert!(reports.contains(&Report::Straggler(named[0].to_string())));
+        assert_eq!(view.figures().stragglers, [(3, 0.4)]);
+        assert_eq!(view.figures().slowest.map(|s| s.0), Some(3));
+        let again = run(&mut view, start + 40 * S, 20, 250);
+        assert!(notes(&again).is_empty(), "named once: {again:?}");
+        let recovered = run(&mut view, start + 60 * S, 10, 100);
+        assert_eq!(
+            notes(&recovered),
+            ["straggler: rank 3 is no longer slow (score 1.00)"]
+        );
+        assert!(view.figures().stragglers.is_empty());
+    }
+
+    /// Ranks as fast as one another are never named, however long the job runs; without
+    /// rules nothing is judged even with a slow rank.
+    #[test]
+    fn ranks_alike_or_no_rules_name_nobody() {
+        let start = Instant::now();
+        let mut view = JobView::new("j", Some(rules()), start);
+        let reports = run(&mut view, start, 300, 110);
+        assert!(notes(&reports).is_empty(), "{reports:?}");
+        let mut off = JobView::new("j", None, start);
+        let reports = run(&mut off, start, 300, 900);
+        assert!(notes(&reports).is_empty());
+        assert!(!reports.iter().any(|r| matches!(r, Report::Straggler(_))));
+    }
+
+    /// The progress line at most once a minute, the summary once every 30 s, whatever the
+    /// number of reports; nothing while no attempt trains.
+    #[test]
+    fn lines_and_summaries_are_bounded_in_time_not_by_the_reports() {
+        let start = Instant::now();
+        let mut view = JobView::new("j", None, start);
+        let reports = run(&mut view, start, 180, 100);
+        let count = |f: fn(&Report) -> bool| reports.iter().filter(|r| f(r)).count();
+        assert_eq!(count(|r| matches!(r, Report::Line(_))), 3);
+        assert_eq!(count(|r| matches!(r, Report::Summary(_))), 6);
+        let mut short = JobView::new("j", Some(rules()), start);
+        let early = run(&mut short, start, 60, 100);
+        let summaries = early.iter().filter(|r| matches!(r, Report::Summary(_)));
+        assert_eq!(
+            summaries.count(),
+            2,
+            "the first after a 10 s window, then one in 30 s"
+        );
+        let line = reports
+            .iter()
+            .find_map(|r| match r {
+                Report::Line(line) => Some(line.clone()),
+                _ => None,
+            })
+            .unwrap();
+        assert!(
+            line.starts_with("job progress: step 180, 3.00 steps/s, 4 of 4 ranks reporting, restarts 0 of 3 (0 free), slowest rank 0 (0 steps behind)"),
+            "{line}"
+        );
+        assert!(view.tick(start + 1000 * S, None).is_empty());
+    }
+
+    /// The table names every rank with its pod, step and rate; the figures say the spread and
+    /// the rank furthest behind.
+    #[test]
+    fn the_table_and_figures_show_every_rank_and_the_slowest() {
+        let start = Instant::now();
+        let mut view = JobView::new("j", None, start);
+        view.note("p-0", "pod p-0", &[(0, 100, None), (1, 90, None)], start);
+        view.note("p-1", "pod p-1", &[(2, 120, None)], start);
+        let figures = view.figures();
+        assert_eq!(figures.steps, Some((90, 120)));
+        assert_eq!(figures.slowest, Some((1, 30, None)));
+        let table = view.table(start + 2 * S, attempt()).text;
+        assert!(
+            table.starts_with("job j: step 90, 3 of 4 ranks reporting"),
+            "{table}"
+        );
+        assert_eq!(table.lines().count(), 5, "{table}");
+        assert!(table.contains("p-1"), "{table}");
+        // A pod that left is no longer shown; ranks a pod no longer runs neither.
+        view.forget("p-1");
+        view.note("p-0", "pod p-0", &[(0, 101, None)], start);
+        assert_eq!(view.figures().steps, Some((101, 101)));
+    }
+}
