@@ -48,7 +48,10 @@ pub(crate) mod workspace;
 pub use config::Config;
 /// For the bench harness: what coordinating a big job costs (`cargo bench -- coordinator`).
 #[doc(hidden)]
-pub use control::{measure_coordinator, measure_progress, CoordinatorCost, ProgressCost};
+pub use control::{
+    measure_coordinator, measure_heartbeats, measure_progress, CoordinatorCost, HeartbeatCost,
+    ProgressCost,
+};
 /// For the tests' hostile clients of the control channel.
 pub use control::{Message as ControlMessage, Session as ControlSession};
 pub use membership::{rank, readiness, PodPhase, PodView, Readiness};

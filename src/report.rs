@@ -20,6 +20,8 @@ pub const LINE_EVERY: Duration = Duration::from_secs(60);
 pub const SUMMARY_EVERY: Duration = Duration::from_secs(30);
 /// The job's table and figures are made again this often.
 pub const TABLE_EVERY: Duration = Duration::from_secs(5);
+/// The table shows this many ranks at most, the slowest: a job of 10,000 pods has 80,000.
+pub const TABLE_ROWS: usize = 200;
 /// Without straggler judgement, rates are measured over periods this long.
 pub const RATE_PERIOD: Duration = Duration::from_secs(30);
 
@@ -70,17 +72,28 @@ pub struct Figures {
     pub stragglers: Vec<(u32, f64)>,
 }
 
-/// One rank as last reported, and its step times since the last window.
+/// One rank as last reported, and what it reported since the last window.
 #[derive(Debug, Clone, Default)]
 struct Rank {
     step: u64,
     ms: Option<u64>,
     ms_sum: u64,
     ms_steps: u64,
-    /// The step at the last period's end, for its rate.
-    period_step: Option<u64>,
+    /// When it was first reported in the window under way (the last report of the window
+    /// before), and its step then: its rate is measured between that report and the last.
+    since: Option<(Instant, u64)>,
+    /// When it was last reported.
+    at: Option<Instant>,
+    /// Its rate over the last window, if measured.
     rate: Option<f64>,
 }
+
+/// A step's time above this is no time (a day): what a follower says is bounded before it is
+/// summed.
+const MAX_STEP_MS: u64 = 24 * 3600 * 1000;
+
+/// A rate is measured between reports at least this far apart.
+const MIN_SPAN: Duration = Duration::from_secs(1);
 
 /// A member's processes as its last heartbeat said.
 #[derive(Debug, Clone)]
@@ -138,25 +151,33 @@ impl JobView {
 
     /// A member's processes' progress, reported `at`; `who` is how it names itself.
     pub fn note(&mut self, pod: &str, who: &str, ranks: &[RankStep], at: Instant) {
-        if !self.who.contains_key(pod) {
+        // A thousand pods report every few seconds: nothing is allocated for a known one.
+        if !self.members.contains_key(pod) {
             self.who.insert(pod.to_string(), who.to_string());
+            let ranks = BTreeMap::new();
+            self.members.insert(pod.to_string(), Member { at, ranks });
         }
-        let member = self.members.entry(pod.to_string()).or_insert(Member {
-            at,
-            ranks: BTreeMap::new(),
-        });
+        let Some(member) = self.members.get_mut(pod) else {
+            return;
+        };
         member.at = at;
         member
             .ranks
             .retain(|id, _| ranks.iter().any(|(r, ..)| r == id));
         for &(id, step, ms) in ranks {
             let rank = member.ranks.entry(id).or_default();
+            let ms = ms.filter(|ms| *ms <= MAX_STEP_MS);
+            // A count that went back (the program started again) is measured from here on.
+            if step < rank.step {
+                (rank.since, rank.ms_sum, rank.ms_steps) = (None, 0, 0);
+            }
+            rank.since.get_or_insert((at, step));
             // Each step's time is counted once, however many beats repeat it.
             if let (true, Some(ms)) = (step != rank.step || rank.ms.is_none(), ms) {
-                rank.ms_sum += ms;
+                rank.ms_sum = rank.ms_sum.saturating_add(ms);
                 rank.ms_steps += 1;
             }
-            (rank.step, rank.ms) = (step, ms);
+            (rank.step, rank.ms, rank.at) = (step, ms, Some(at));
         }
     }
 
@@ -193,20 +214,32 @@ impl JobView {
         reports
     }
 
-    /// Every rank's measures now, with the mean time of the steps it made since the last
-    /// window (the last step's when it made none).
+    /// The measures of the ranks reported in the window that ends: the rate between their
+    /// first and last report in it, the mean time of the steps they made in it. A rank with
+    /// no new report is left out (what it said is as old as its last beat, not this window's).
+    /// The next window is measured from each rank's last report.
     fn measures(&mut self) -> Vec<Measure> {
         let mut measures = Vec::new();
-        for member in self.members.values_mut() {
-            for (&id, rank) in &mut member.ranks {
-                let mean = (rank.ms_steps > 0).then(|| rank.ms_sum / rank.ms_steps);
+        for rank_of in self.members.values_mut().flat_map(|m| m.ranks.iter_mut()) {
+            let (&id, rank) = rank_of;
+            rank.rate = match (rank.since, rank.at) {
+                (Some((t0, s0)), Some(t1)) if t1.saturating_duration_since(t0) >= MIN_SPAN => {
+                    let made = rank.step.saturating_sub(s0) as f64;
+                    Some(made / t1.duration_since(t0).as_secs_f64())
+                }
+                _ => None,
+            };
+            let mean = (rank.ms_steps > 0).then(|| rank.ms_sum / rank.ms_steps);
+            if rank.rate.is_some() || mean.is_some() {
+                let (rate, compute_ms) = (rank.rate, mean);
                 measures.push(Measure {
                     rank: id,
-                    step: rank.step,
-                    compute_ms: mean.or(rank.ms),
+                    rate,
+                    compute_ms,
                 });
-                (rank.ms_sum, rank.ms_steps) = (0, 0);
             }
+            (rank.ms_sum, rank.ms_steps) = (0, 0);
+            rank.since = rank.at.map(|at| (at, rank.step));
         }
         measures
     }
@@ -214,13 +247,6 @@ impl JobView {
     /// A period's end: rates measured, and stragglers judged when they are.
     fn period_ended(&mut self, reports: &mut Vec<Report>) {
         let seconds = self.period().as_secs_f64().max(0.001);
-        for rank in self.members.values_mut().flat_map(|m| m.ranks.values_mut()) {
-            rank.rate = rank
-                .period_step
-                .and_then(|then| rank.step.checked_sub(then))
-                .map(|made| made as f64 / seconds);
-            rank.period_step = Some(rank.step);
-        }
         let step = self.lowest_step();
         self.job_rate = match (self.job_step, step) {
             (Some(then), Some(now)) => now.checked_sub(then).map(|n| n as f64 / seconds),
@@ -235,7 +261,7 @@ impl JobView {
         self.scores = window.scores;
         let by = match measures.iter().all(|m| m.compute_ms.is_some()) {
             true => "its steps' compute time",
-            false => "the steps it made",
+            false => "its rate of steps",
         };
         for rank in window.named {
             let score = self.scores.get(&rank).copied().unwrap_or(0.0);
@@ -259,7 +285,7 @@ impl JobView {
         let rules = self.rules.unwrap_or_default();
         let step = self.lowest_step().unwrap_or(0);
         format!(
-            "straggler: rank {rank} ({}) scored {score:.2} of the best rank by {by}, below {:.2} in {} windows of {} s in a row, at the job's step {step}; named, not restarted",
+            "straggler: rank {rank} ({}) scored {score:.2} (its speed over the median rank's) by {by}, below {:.2} in {} windows of {} s in a row, at the job's step {step}; named, not restarted",
             self.whose(rank),
             rules.threshold,
             rules.windows,
@@ -288,34 +314,47 @@ impl JobView {
             .flat_map(|(pod, m)| m.ranks.iter().map(move |(id, r)| (pod.as_str(), *id, r)))
     }
 
-    /// The job's figures now.
+    /// The job's figures now, in one pass over the ranks.
     pub fn figures(&self) -> Figures {
-        let lowest = self.ranks().map(|(_, _, r)| r.step).min();
-        let highest = self.ranks().map(|(_, _, r)| r.step).max();
-        let by_score = self
+        let mut steps: Option<(u64, u64)> = None;
+        // The rank with the lowest step (the lowest id of those), and its step.
+        let mut behind: Option<(u64, u32)> = None;
+        for (_, id, rank) in self.ranks() {
+            steps = Some(steps.map_or((rank.step, rank.step), |(lo, hi)| {
+                (lo.min(rank.step), hi.max(rank.step))
+            }));
+            behind = behind.min(Some((rank.step, id))).or(Some((rank.step, id)));
+        }
+        let judged = self
             .scores
             .iter()
             .min_by(|a, b| a.1.total_cmp(b.1))
-            .map(|(rank, score)| (*rank, Some(*score)));
-        let by_step = self
-            .ranks()
-            .min_by_key(|(_, id, r)| (r.step, *id))
-            .map(|(_, id, _)| (id, None));
-        let slowest = by_score.or(by_step).and_then(|(rank, score)| {
-            let step = self.ranks().find(|(_, id, _)| *id == rank)?.2.step;
-            Some((rank, highest? - step.min(highest?), score))
-        });
+            .and_then(|(rank, score)| Some((*rank, self.step_of(*rank)?, Some(*score))));
+        let slowest = judged
+            .or(behind.map(|(step, id)| (id, step, None)))
+            .zip(steps)
+            .map(|((rank, step, score), (_, highest))| (rank, highest.saturating_sub(step), score));
         Figures {
-            steps: lowest.zip(highest),
+            steps,
             slowest,
             stragglers: self.named.iter().map(|(r, s)| (*r, *s)).collect(),
         }
     }
 
-    /// "step 1200, 3.20 steps/s, 32 of 32 ranks reporting, restarts 1 of 3 (0 preemptions),
+    /// The step `rank` last reported, if it is in the view.
+    fn step_of(&self, rank: u32) -> Option<u64> {
+        self.members
+            .values()
+            .find_map(|m| m.ranks.get(&rank).map(|r| r.step))
+    }
+
+    /// "step 1200, 3.20 steps/s, 32 of 32 ranks reporting, restarts 1 of 3 (0 free),
     /// slowest rank 5 (12 steps behind, score 0.41), stragglers: 5".
     pub fn summary(&self, attempt: Attempt) -> String {
-        let figures = self.figures();
+        self.summed(attempt, &self.figures())
+    }
+
+    fn summed(&self, attempt: Attempt, figures: &Figures) -> String {
         let reporting = self.ranks().count();
         let mut line = match figures.steps {
             Some((lowest, _)) => format!("step {lowest}"),
@@ -351,23 +390,41 @@ impl JobView {
         line
     }
 
-    /// The table `paddle-launcher status` prints.
+    /// The table `paddle-launcher status` prints: the summary, then a row for each of the
+    /// `TABLE_ROWS` slowest ranks (the named stragglers, then by score, then by step), and
+    /// how many more there are.
     pub fn table(&self, now: Instant, attempt: Attempt) -> Table {
-        let mut text = format!("job {}: {}\n", self.job, self.summary(attempt));
+        let figures = self.figures();
+        let mut text = format!("job {}: {}\n", self.job, self.summed(attempt, &figures));
         let _ = writeln!(
             text,
             "{:<40} {:>6} {:>10} {:>9} {:>12} {:>6}",
             "POD", "RANK", "STEP", "STEPS/S", "REPORTED", "SCORE"
         );
-        for (pod, id, rank) in self.ranks() {
-            let at = self.members.get(pod).map_or(now, |m| m.at);
+        let mut rows: Vec<(&str, u32, &Rank)> = self.ranks().collect();
+        let all = rows.len();
+        let order = |&(_, id, rank): &(&str, u32, &Rank)| {
+            let score = self.scores.get(&id).copied().unwrap_or(f64::INFINITY);
+            (!self.named.contains_key(&id), score, rank.step, id)
+        };
+        let slowest = |a: &(&str, u32, &Rank), b: &(&str, u32, &Rank)| {
+            let (a, b) = (order(a), order(b));
+            (a.0, a.1.total_cmp(&b.1), a.2, a.3).cmp(&(b.0, std::cmp::Ordering::Equal, b.2, b.3))
+        };
+        if all > TABLE_ROWS {
+            rows.select_nth_unstable_by(TABLE_ROWS, slowest);
+            rows.truncate(TABLE_ROWS);
+        }
+        rows.sort_by(slowest);
+        for (pod, id, rank) in &rows {
+            let at = self.members.get(*pod).map_or(now, |m| m.at);
             let ago = now.saturating_duration_since(at).as_secs_f64();
             let rate = rank.rate.map_or("-".to_string(), |r| format!("{r:.2}"));
             let mut score = self
                 .scores
-                .get(&id)
+                .get(id)
                 .map_or("-".into(), |s| format!("{s:.2}"));
-            if self.named.contains_key(&id) {
+            if self.named.contains_key(id) {
                 score.push_str(" straggler");
             }
             let _ = writeln!(
@@ -376,10 +433,10 @@ impl JobView {
                 rank.step, ago
             );
         }
-        Table {
-            text,
-            figures: self.figures(),
+        if all > rows.len() {
+            let _ = writeln!(text, "... and {} more ranks, none slower", all - rows.len());
         }
+        Table { text, figures }
     }
 }
 
@@ -444,7 +501,7 @@ mod tests {
         let named = notes(&reports);
         assert_eq!(named.len(), 1, "{reports:?}");
         assert!(
-            named[0].starts_with("straggler: rank 3 (pod p-1 on node n7) scored 0.40"),
+            named[0].starts_with("straggler: rank 3 (pod p-1 on node n7) scored 0.40 (its speed over the median rank's) by its steps' compute time"),
             "{}",
             named[0]
         );
@@ -505,6 +562,39 @@ mod tests {
             "{line}"
         );
         assert!(view.tick(start + 1000 * S, None).is_empty());
+    }
+
+    /// Ranks in lockstep without times, one pod reporting every 250 ms and the other only
+    /// every 10 s (its beat), with windows of 2 s: its stale steps are not a slow rate, so
+    /// nobody is named; a step time past bounds is no time and no overflow.
+    #[test]
+    fn stale_or_absurd_reports_name_nobody() {
+        let start = Instant::now();
+        let rules = Rules {
+            window: 2 * S,
+            ..Rules::default()
+        };
+        let mut view = JobView::new("j", Some(rules), start);
+        let mut reports = Vec::new();
+        let quarter = Duration::from_millis(250);
+        for tick in 1..=480u32 {
+            let at = start + quarter * tick;
+            let step = u64::from(tick) * 5 / 4;
+            view.note("p-0", "pod p-0", &[(0, step, None)], at);
+            if tick % 40 == 0 {
+                view.note("p-1", "pod p-1", &[(1, step, None)], at);
+            }
+            reports.extend(view.tick(at, Some(attempt())));
+        }
+        assert!(notes(&reports).is_empty(), "{:?}", notes(&reports));
+        let mut absurd = JobView::new("j", Some(rules), start);
+        for second in 1..=20u32 {
+            let at = start + S * second;
+            let step = u64::from(second);
+            absurd.note("p-0", "pod p-0", &[(0, step, Some(100))], at);
+            absurd.note("p-1", "pod p-1", &[(1, step, Some(u64::MAX))], at);
+            assert!(notes(&absurd.tick(at, Some(attempt()))).is_empty());
+        }
     }
 
     /// The table names every rank with its pod, step and rate; the figures say the spread and

@@ -3,16 +3,16 @@
 //! endpoint (`GET /status`); a follower's answers where the coordinator's is, followed once.
 //! Every wait is bounded; the answer read is bounded too.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
 
 use crate::cli::StatusArgs;
 use crate::config::{DEFAULT_METRICS_PORT, METRICS_PORT};
 use crate::error::ConfigError;
 use crate::exit::{self, Outcome};
 
-/// How long connecting, and then reading the answer, may take.
+/// How long connecting may take, and then the whole answer.
 const TIMEOUT: Duration = Duration::from_secs(10);
 /// The most of an answer read: a 10,000-rank job's table is about 1 MB.
 const MAX_ANSWER: u64 = 16 << 20;
@@ -31,14 +31,24 @@ pub fn status(args: &StatusArgs) -> (Option<String>, Outcome) {
             Ok(port) => port,
         },
     };
-    let first = format!("{}:{port}", args.host);
-    match ask(&first).and_then(|answer| match answer {
+    let Ok(host) = args.host.trim().parse::<IpAddr>() else {
+        let why = format!(
+            "--host={}: expected the IP address the launcher's metrics endpoint listens on, such as 127.0.0.1 (no name is looked up)",
+            args.host
+        );
+        return (None, Outcome::new(exit::INVALID_CONFIG, why));
+    };
+    let first = SocketAddr::new(host, port);
+    match ask(first).and_then(|answer| match answer {
         Answer::Table(text) => Ok(text),
         // A follower's launcher names the coordinator's endpoint: asked once, not followed on.
-        Answer::Elsewhere(at) => match ask(&at)? {
+        Answer::Elsewhere(at) if at.port() == port => match ask(at)? {
             Answer::Table(text) => Ok(text),
             Answer::Elsewhere(again) => Err(format!("{at} sent it on to {again} as well")),
         },
+        Answer::Elsewhere(at) => Err(format!(
+            "{first} sent it on to {at}, another port than the launchers' metrics port {port}: not followed"
+        )),
     }) {
         Ok(text) => (Some(text), Outcome::new(exit::SUCCESS, "status printed")),
         Err(why) => (
@@ -50,30 +60,49 @@ pub fn status(args: &StatusArgs) -> (Option<String>, Outcome) {
 
 enum Answer {
     Table(String),
-    Elsewhere(String),
+    Elsewhere(SocketAddr),
 }
 
-/// `GET /status` of the launcher at `at` (host:port).
-fn ask(at: &str) -> Result<Answer, String> {
-    let address: SocketAddr = at
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut found| found.next())
-        .ok_or_else(|| format!("{at} is no address"))?;
+/// `GET /status` of the launcher at `at`, within `TIMEOUT` in all (a server that trickles its
+/// answer is cut off, not waited for).
+fn ask(at: SocketAddr) -> Result<Answer, String> {
+    ask_within(at, TIMEOUT)
+}
+
+fn ask_within(at: SocketAddr, limit: Duration) -> Result<Answer, String> {
+    let deadline = Instant::now() + limit;
     let refused = |e: std::io::Error| {
         format!("no launcher answers at {at} ({e}): run it in a pod of the job, whose launcher serves its metrics port (--metrics-port, PADDLE_LAUNCHER_METRICS_PORT)")
     };
-    let mut stream = TcpStream::connect_timeout(&address, TIMEOUT).map_err(refused)?;
+    let mut stream = TcpStream::connect_timeout(&at, TIMEOUT).map_err(refused)?;
     let broken = |e: std::io::Error| format!("the launcher at {at} did not answer in full: {e}");
-    stream.set_read_timeout(Some(TIMEOUT)).map_err(broken)?;
     stream.set_write_timeout(Some(TIMEOUT)).map_err(broken)?;
     let request = format!("GET /status HTTP/1.1\r\nHost: {at}\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).map_err(broken)?;
     let mut answer = Vec::new();
-    stream
-        .take(MAX_ANSWER)
-        .read_to_end(&mut answer)
-        .map_err(broken)?;
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            let seconds = limit.as_secs_f64();
+            return Err(format!(
+                "the launcher at {at} did not answer in full within {seconds} s"
+            ));
+        }
+        stream.set_read_timeout(Some(left)).map_err(broken)?;
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+            // The time left ran out in this read: said as the deadline, next time round.
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) => return Err(broken(e)),
+        }
+        if answer.len() as u64 > MAX_ANSWER {
+            return Err(format!(
+                "the launcher at {at} answered more than {MAX_ANSWER} bytes"
+            ));
+        }
+    }
     let text = String::from_utf8_lossy(&answer);
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let status = head.lines().next().unwrap_or("");
@@ -84,13 +113,97 @@ fn ask(at: &str) -> Result<Answer, String> {
         let (name, value) = l.split_once(':')?;
         name.eq_ignore_ascii_case("location").then(|| value.trim())
     });
-    match (status.starts_with("HTTP/1.1 307"), location) {
-        (true, Some(url)) => {
-            let rest = url.strip_prefix("http://").unwrap_or(url);
-            Ok(Answer::Elsewhere(
-                rest.trim_end_matches("/status").to_string(),
-            ))
-        }
+    // Where a follower's launcher sends it: http://<ip>:<port>/status, nothing else.
+    let elsewhere = location
+        .and_then(|url| url.strip_prefix("http://")?.strip_suffix("/status"))
+        .and_then(|address| address.parse::<SocketAddr>().ok());
+    match (status.starts_with("HTTP/1.1 307"), elsewhere) {
+        (true, Some(next)) => Ok(Answer::Elsewhere(next)),
         _ => Err(format!("the launcher at {at} answered {status:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// A server on loopback that answers one connection with `parts`, `pause` apart.
+    fn serving(parts: Vec<String>, pause: Duration) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut head = [0u8; 1024];
+            let _ = stream.read(&mut head);
+            for part in parts {
+                if stream.write_all(part.as_bytes()).is_err() {
+                    return;
+                }
+                std::thread::sleep(pause);
+            }
+        });
+        at
+    }
+
+    /// A server that trickles its answer a byte at a time is cut off at the limit, not
+    /// waited for; a whole answer is read; a redirect is taken only to an address.
+    #[test]
+    fn an_answer_is_bounded_in_time_and_a_redirect_must_name_an_address() {
+        let trickle: Vec<String> = "HTTP/1.1 200 OK\r\n\r\nslow"
+            .chars()
+            .map(String::from)
+            .collect();
+        let slow = serving(trickle, Duration::from_millis(300));
+        let began = Instant::now();
+        let err = ask_within(slow, Duration::from_secs(1)).err().unwrap();
+        assert!(
+            began.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            began.elapsed()
+        );
+        assert!(err.contains("did not answer in full within 1 s"), "{err}");
+        let whole = serving(
+            vec!["HTTP/1.1 200 OK\r\n\r\njob j: step 3\n".into()],
+            Duration::ZERO,
+        );
+        match ask_within(whole, Duration::from_secs(5)) {
+            Ok(Answer::Table(text)) => assert_eq!(text, "job j: step 3\n"),
+            _ => panic!("no table"),
+        }
+        let moved =
+            "HTTP/1.1 307 Temporary Redirect\r\nLocation: http://10.0.0.7:9410/status\r\n\r\n";
+        let follower = serving(vec![moved.into()], Duration::ZERO);
+        match ask_within(follower, Duration::from_secs(5)) {
+            Ok(Answer::Elsewhere(at)) => assert_eq!(at, "10.0.0.7:9410".parse().unwrap()),
+            _ => panic!("no redirect"),
+        }
+        let named =
+            "HTTP/1.1 307 Temporary Redirect\r\nLocation: http://evil.example/status\r\n\r\n";
+        let by_name = serving(vec![named.into()], Duration::ZERO);
+        assert!(ask_within(by_name, Duration::from_secs(5)).is_err());
+    }
+
+    /// A host that is no IP address, or a port of 0, is refused (status 2), naming it.
+    #[test]
+    fn a_host_or_port_that_cannot_be_asked_is_refused() {
+        let args = |host: &str, port: Option<&str>| StatusArgs {
+            host: host.into(),
+            metrics_port: port.map(String::from),
+        };
+        let (_, outcome) = status(&args("launcher.local", None));
+        assert_eq!(outcome.code, exit::INVALID_CONFIG);
+        assert!(
+            outcome.reason.contains("--host=launcher.local"),
+            "{}",
+            outcome.reason
+        );
+        let (_, outcome) = status(&args("127.0.0.1", Some("0")));
+        assert_eq!(outcome.code, exit::INVALID_CONFIG);
+        assert!(
+            outcome.reason.contains("PADDLE_LAUNCHER_METRICS_PORT"),
+            "{}",
+            outcome.reason
+        );
     }
 }

@@ -2,14 +2,19 @@
 //! hangs — and never a restart by itself. Pure: each window's measures in, the scores and the
 //! ranks named (or no longer named) out.
 //!
-//! A rank's score in a window is relative to the best rank's, as NVIDIA's resiliency extension
-//! scores its ranks (1 is the best, lower is slower): by time where every rank says how long its
-//! last step computed (the progress file's `compute_ms=`: in a synchronous data-parallel job
-//! every rank makes the same steps, so a slow rank shows as time, not as steps), the best time
-//! over the rank's; else by steps made in the window (pipelines, parameter servers, asynchronous
-//! jobs), the rank's over the most any rank made. A rank scoring below the threshold in
-//! `windows` windows in a row is named; one named is named no more once it scores at or above
-//! the threshold again. A window in which no rank made a step judges nothing (that is a hang's
+//! A rank's score in a window is its speed relative to the job's, as NVIDIA's resiliency
+//! extension scores its ranks (1 is the best, lower is slower): by time where every rank judged
+//! says how long its steps computed (the progress file's `compute_ms=`: in a synchronous
+//! data-parallel job every rank makes the same steps, so a slow rank shows as time, not as
+//! steps), the reference time over the rank's; else by its rate of steps (pipelines, parameter
+//! servers, asynchronous jobs), the rank's over the reference rate. The reference is the median
+//! rank's (of the two middle ones, the faster), not the best's: one rank that says 0 ms, or a
+//! step it cannot have made, must not make every other rank slow. A rank at most
+//! `NOISE_MS` slower than the reference is not slow (integer milliseconds of steps that take
+//! one or two would otherwise halve a score). A rank scoring below the threshold in `windows`
+//! judged windows in a row is named; a window that judges others but not it (no new report, a
+//! restarted count) starts its count again; one named is named no more once it scores at or
+//! above the threshold. A window in which no rank made a step judges nothing (that is a hang's
 //! business, not a straggler's).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -39,12 +44,15 @@ impl Default for Rules {
     }
 }
 
-/// A rank's measures at a window's end: the step it last wrote, and how long that step
-/// computed, if it says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How much slower than the reference a step's time must be to count at all.
+pub const NOISE_MS: u64 = 5;
+
+/// A rank's measures over a window: its rate of steps (steps per second between its first and
+/// last report in the window; None: not measured) and how long its steps computed, if it says.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Measure {
     pub rank: u32,
-    pub step: u64,
+    pub rate: Option<f64>,
     pub compute_ms: Option<u64>,
 }
 
@@ -63,9 +71,7 @@ pub struct Window {
 #[derive(Debug, Clone, Default)]
 pub struct Judge {
     rules: Rules,
-    /// Each rank's step at the last window's end.
-    last_step: BTreeMap<u32, u64>,
-    /// Each rank's windows in a row below the threshold.
+    /// Each rank's judged windows in a row below the threshold.
     slow: BTreeMap<u32, u32>,
     named: BTreeSet<u32>,
 }
@@ -84,13 +90,15 @@ impl Judge {
         &self.named
     }
 
-    /// A window's end with every rank's measures: its scores, and who is named or recovered.
+    /// A window's end with the measures of the ranks it saw: its scores, and who is named or
+    /// recovered.
     pub fn window(&mut self, measures: &[Measure]) -> Window {
-        let scores = self.scores(measures);
-        for m in measures {
-            self.last_step.insert(m.rank, m.step);
-        }
+        let scores = scores(measures);
         let mut window = Window::default();
+        // A rank the window did not judge, while it judged others, is slow in a row no more.
+        if !scores.is_empty() {
+            self.slow.retain(|rank, _| scores.contains_key(rank));
+        }
         for (&rank, &score) in &scores {
             let slow = self.slow.entry(rank).or_default();
             if score < self.rules.threshold {
@@ -108,34 +116,49 @@ impl Judge {
         window.scores = scores;
         window
     }
+}
 
-    /// By time when every rank says its step's time, else by steps made since the last window
-    /// (a rank first seen has made none that can be counted: it is not judged yet).
-    fn scores(&self, measures: &[Measure]) -> BTreeMap<u32, f64> {
-        let times: Option<Vec<(u32, u64)>> = measures
-            .iter()
-            .map(|m| Some((m.rank, m.compute_ms?.max(1))))
+/// By time when every rank measured says its steps' time, else by rate.
+fn scores(measures: &[Measure]) -> BTreeMap<u32, f64> {
+    let times: Option<Vec<(u32, u64)>> = measures
+        .iter()
+        .map(|m| Some((m.rank, m.compute_ms?.max(1))))
+        .collect();
+    if let Some(times) = times.filter(|t| !t.is_empty()) {
+        let mut sorted: Vec<u64> = times.iter().map(|(_, t)| *t).collect();
+        sorted.sort_unstable();
+        // Of the two middle ones, the faster (the shorter time).
+        let reference = sorted[(sorted.len() - 1) / 2];
+        return times
+            .into_iter()
+            .map(|(rank, t)| {
+                let slow = t > reference + NOISE_MS;
+                (
+                    rank,
+                    if slow {
+                        reference as f64 / t as f64
+                    } else {
+                        1.0
+                    },
+                )
+            })
             .collect();
-        if let Some(times) = times.filter(|t| !t.is_empty()) {
-            let best = times.iter().map(|(_, t)| *t).min().unwrap_or(1);
-            return times
-                .into_iter()
-                .map(|(rank, t)| (rank, best as f64 / t as f64))
-                .collect();
-        }
-        // A step count that went back (the program started again) is counted from there on.
-        let made: Vec<(u32, u64)> = measures
-            .iter()
-            .filter_map(|m| Some((m.rank, m.step.checked_sub(*self.last_step.get(&m.rank)?)?)))
-            .collect();
-        let most = made.iter().map(|(_, n)| *n).max().unwrap_or(0);
-        if most == 0 {
-            return BTreeMap::new();
-        }
-        made.into_iter()
-            .map(|(rank, n)| (rank, n as f64 / most as f64))
-            .collect()
     }
+    let rates: Vec<(u32, f64)> = measures
+        .iter()
+        .filter_map(|m| Some((m.rank, m.rate?)))
+        .filter(|(_, r)| r.is_finite() && *r >= 0.0)
+        .collect();
+    let mut sorted: Vec<f64> = rates.iter().map(|(_, r)| *r).collect();
+    sorted.sort_unstable_by(f64::total_cmp);
+    // Of the two middle ones, the faster (the higher rate).
+    let Some(&reference) = sorted.get(sorted.len() / 2).filter(|r| **r > 0.0) else {
+        return BTreeMap::new();
+    };
+    rates
+        .into_iter()
+        .map(|(rank, rate)| (rank, (rate / reference).min(1.0)))
+        .collect()
 }
 
 /// What a progress file's last line says: its step (the first word, a number) and, if the
@@ -154,18 +177,18 @@ pub fn measure_of(line: &str) -> (Option<u64>, Option<u64>) {
 mod tests {
     use super::*;
 
-    fn timed(rank: u32, step: u64, ms: u64) -> Measure {
+    fn timed(rank: u32, ms: u64) -> Measure {
         Measure {
             rank,
-            step,
+            rate: Some(1.0),
             compute_ms: Some(ms),
         }
     }
 
-    fn stepped(rank: u32, step: u64) -> Measure {
+    fn stepping(rank: u32, rate: f64) -> Measure {
         Measure {
             rank,
-            step,
+            rate: Some(rate),
             compute_ms: None,
         }
     }
@@ -175,72 +198,91 @@ mod tests {
     #[test]
     fn a_rank_slow_in_time_for_three_windows_is_named_once() {
         let mut judge = Judge::new(Rules::default());
-        let window = |judge: &mut Judge, step, slow_ms| {
-            judge.window(&[
-                timed(0, step, 100),
-                timed(1, step, slow_ms),
-                timed(2, step, 110),
-            ])
+        let window = |judge: &mut Judge, slow_ms| {
+            judge.window(&[timed(0, 100), timed(1, slow_ms), timed(2, 104)])
         };
-        assert!(window(&mut judge, 10, 200).named.is_empty());
-        let second = window(&mut judge, 20, 200);
-        assert_eq!(second.scores[&1], 0.5);
+        assert!(window(&mut judge, 200).named.is_empty());
+        let second = window(&mut judge, 200);
+        assert_eq!(second.scores[&1], 0.52);
         assert_eq!(second.scores[&0], 1.0);
+        assert_eq!(second.scores[&2], 1.0, "4 ms is noise");
         assert!(second.named.is_empty());
-        assert_eq!(window(&mut judge, 30, 200).named, [1]);
-        assert!(window(&mut judge, 40, 200).named.is_empty(), "named once");
+        assert_eq!(window(&mut judge, 200).named, [1]);
+        assert!(window(&mut judge, 200).named.is_empty(), "named once");
         assert_eq!(judge.stragglers(), &BTreeSet::from([1]));
         // A fast window in between starts the count again.
-        let recovered = window(&mut judge, 50, 100);
+        let recovered = window(&mut judge, 100);
         assert_eq!(recovered.recovered, [1]);
         assert!(judge.stragglers().is_empty());
-        window(&mut judge, 60, 200);
-        window(&mut judge, 70, 200);
-        window(&mut judge, 80, 100);
+        window(&mut judge, 200);
+        window(&mut judge, 200);
+        window(&mut judge, 100);
         assert!(
             judge.stragglers().is_empty(),
             "two slow windows are not three"
         );
     }
 
-    /// Without times, by steps made: a rank that makes half the steps of the best is slow; in
-    /// lockstep (the same steps) nobody is; a window where nobody moved judges nothing.
+    /// The reference is the median rank's: one rank that says 0 ms (a step under 1 ms, or a
+    /// lie) makes nobody slow; with two ranks, the faster is the reference.
     #[test]
-    fn without_times_ranks_are_judged_by_the_steps_they_make() {
+    fn one_fast_outlier_makes_nobody_slow() {
         let rules = Rules {
             windows: 1,
             ..Rules::default()
         };
         let mut judge = Judge::new(rules);
-        // The first window sees each rank for the first time: no steps made to count.
-        assert!(judge
-            .window(&[stepped(0, 0), stepped(1, 0)])
-            .scores
-            .is_empty());
-        let window = judge.window(&[stepped(0, 100), stepped(1, 50)]);
+        let window = judge.window(&[timed(0, 100), timed(1, 100), timed(2, 100), timed(3, 0)]);
+        assert!(window.named.is_empty(), "{window:?}");
+        assert!(window.scores.values().all(|s| *s == 1.0), "{window:?}");
+        let mut two = Judge::new(rules);
+        assert_eq!(two.window(&[timed(0, 100), timed(1, 300)]).named, [1]);
+        // Steps of 1 or 2 ms: the difference is noise.
+        let mut tiny = Judge::new(rules);
+        assert!(tiny.window(&[timed(0, 1), timed(1, 2)]).named.is_empty());
+    }
+
+    /// Without times, by rate: a rank that steps at half the job's rate is slow; in lockstep
+    /// nobody is; a window where nobody moved, or nobody was measured, judges nothing.
+    #[test]
+    fn without_times_ranks_are_judged_by_their_rate() {
+        let rules = Rules {
+            windows: 1,
+            ..Rules::default()
+        };
+        let mut judge = Judge::new(rules);
+        let window = judge.window(&[stepping(0, 10.0), stepping(1, 5.0)]);
         assert_eq!((window.scores[&0], window.scores[&1]), (1.0, 0.5));
         assert_eq!(window.named, [1]);
         let mut lockstep = Judge::new(rules);
-        lockstep.window(&[stepped(0, 0), stepped(1, 0)]);
-        assert!(lockstep
-            .window(&[stepped(0, 80), stepped(1, 80)])
-            .named
-            .is_empty());
-        let stalled = lockstep.window(&[stepped(0, 80), stepped(1, 80)]);
+        let same = lockstep.window(&[stepping(0, 8.0), stepping(1, 8.0)]);
+        assert!(same.named.is_empty());
+        let stalled = lockstep.window(&[stepping(0, 0.0), stepping(1, 0.0)]);
         assert!(stalled.scores.is_empty() && stalled.named.is_empty());
-        // A count that went back (the program started again) is not a slow rank.
-        let mut restarted = Judge::new(rules);
-        restarted.window(&[stepped(0, 500), stepped(1, 500)]);
-        let window = restarted.window(&[stepped(0, 600), stepped(1, 20)]);
-        assert!(
-            window.named.is_empty() && !window.scores.contains_key(&1),
-            "{window:?}"
-        );
-        // One rank without a time: judged by steps, all of them.
+        let unmeasured = Measure {
+            rank: 0,
+            rate: None,
+            compute_ms: None,
+        };
+        assert!(lockstep.window(&[unmeasured]).scores.is_empty());
+        // One rank without a time: judged by rate, all of them.
         let mut mixed = Judge::new(rules);
-        mixed.window(&[timed(0, 0, 10), stepped(1, 0)]);
-        let window = mixed.window(&[timed(0, 10, 10), stepped(1, 10)]);
+        let window = mixed.window(&[timed(0, 10), stepping(1, 1.0)]);
         assert_eq!(window.scores[&1], 1.0);
+    }
+
+    /// Slow, slow, then a window that judges the others but not it (no new report, a
+    /// restarted count), then slow: not three in a row.
+    #[test]
+    fn a_window_that_does_not_judge_a_rank_starts_its_count_again() {
+        let mut judge = Judge::new(Rules::default());
+        let slow = [timed(0, 100), timed(1, 100), timed(2, 300)];
+        judge.window(&slow);
+        judge.window(&slow);
+        judge.window(&[timed(0, 100), timed(1, 100)]);
+        assert!(judge.window(&slow).named.is_empty());
+        judge.window(&slow);
+        assert_eq!(judge.window(&slow).named, [2]);
     }
 
     #[test]

@@ -422,11 +422,9 @@ while True:
     time.sleep(0.5)
 "#;
 
-/// The control channel's settings for a test job (a job secret, a free control port), and
-/// `more`.
 /// Real PaddlePaddle, 2 pods x 2 processes (ranks 0-3), STEPS steps of `own` seconds of each
-/// rank's own work, rank 3's `slow` seconds longer; 2 s straggler windows, heartbeats every
-/// second; `status` asked of pod-1 (a follower) until `wanted` is in the job's table (None:
+/// rank's own work, rank 3's `slow` seconds longer; 2 s straggler windows, a heartbeat every
+/// 0.7 s (a 2 s timeout); `status` asked of pod-1 (a follower) until `wanted` is in the job's table (None:
 /// not asked). Each pod's end, and the table.
 fn real_paddle_with_a_rank_slowed(
     ips: [&str; 2],
@@ -446,7 +444,7 @@ fn real_paddle_with_a_rank_slowed(
         ("SLOW_RANK", "3"),
         ("SLOW_SECONDS", slow),
         ("PADDLE_LAUNCHER_STRAGGLER_WINDOW", "2"),
-        ("PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT", "3"),
+        ("PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT", "2"),
         ("PADDLE_LAUNCHER_METRICS_PORT", &metrics),
     ]);
     let args = ["run", "--", &python, &train, &out_s];
@@ -532,6 +530,8 @@ fn real_paddle_ranks_alike_are_never_named_stragglers() {
     }
 }
 
+/// The control channel's settings for a test job (a job secret, a free control port), and
+/// `more`.
 fn with_channel(more: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
     let mut env = vec![
         (

@@ -373,7 +373,7 @@ fn failing_once(dir: &std::path::Path, failing: u32) -> Vec<String> {
     vec!["python3".to_string(), script.display().to_string()]
 }
 
-/// A program for the pods: 80 steps, each of its own work (0.1 s; rank `slow`'s 0.3 s), its
+/// A program for the pods: 150 steps, each of its own work (0.1 s; rank `slow`'s 0.25 s), its
 /// time in the progress file's line as docs/observability.md shows; no exchange between ranks.
 fn one_rank_slow(dir: &std::path::Path, slow: u32) -> Vec<String> {
     let script = dir.join("one_slow.py");
@@ -381,9 +381,9 @@ fn one_rank_slow(dir: &std::path::Path, slow: u32) -> Vec<String> {
         &script,
         format!(
             "import os, time\n\
-             own = 0.3 if os.environ['PADDLE_TRAINER_ID'] == '{slow}' else 0.1\n\
+             own = 0.25 if os.environ['PADDLE_TRAINER_ID'] == '{slow}' else 0.1\n\
              path = os.environ['PADDLE_LAUNCHER_PROGRESS_FILE']\n\
-             for step in range(1, 81):\n    \
+             for step in range(1, 151):\n    \
              began = time.monotonic()\n    time.sleep(own)\n    \
              compute_ms = (time.monotonic() - began) * 1000\n    \
              open(path, 'w').write(f'{{step}} compute_ms={{compute_ms:.0f}}\\n')\n"
@@ -429,6 +429,7 @@ fn a_slow_rank_is_named_on_the_job_and_its_progress_kept_there() {
         &one_rank_slow(&dir, 1),
     );
     set_env(&mut objects, "PADDLE_LAUNCHER_STRAGGLER_WINDOW", "2");
+    set_env(&mut objects, "PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT", "2");
     create(plane, &namespace, &objects);
 
     let (end, reason) = wait_job_end(plane, agent, &namespace, "strag");

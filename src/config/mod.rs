@@ -376,8 +376,26 @@ impl Config {
         };
         config.settle_trainer_ports()?;
         config.one_list_per_pod()?;
+        config.straggler_window_fits()?;
         config.control.elastic = parts::elastic(args, &config)?;
         Ok(config)
+    }
+
+    /// A straggler window holds several of every launcher's reports: a window without a
+    /// launcher's report does not judge its ranks, so a shorter one would never name any.
+    fn straggler_window_fits(&self) -> Result<(), ConfigError> {
+        let heartbeat = self.control.heartbeat_timeout;
+        match self.timing.stragglers {
+            Some(rules) if rules.window < heartbeat => Err(ConfigError::new(
+                STRAGGLER_WINDOW,
+                &rules.window.as_secs().to_string(),
+                format!(
+                    "at least the heartbeat timeout, {} s ({HEARTBEAT_TIMEOUT}): every launcher reports its processes' steps once every third of it, and a window without a launcher's report does not judge its ranks; or 0 for none",
+                    heartbeat.as_secs()
+                ),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// --train-files and --test-files share the files out by pod (one list each): with
@@ -970,6 +988,21 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("PADDLE_LAUNCHER_STRAGGLER_WINDOWS"), "{err}");
+        // Shorter than the heartbeat timeout, a window would miss launchers' reports.
+        let err = with(|a| a.straggler_window = Some("5".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("PADDLE_LAUNCHER_STRAGGLER_WINDOW=5")
+                || err.contains("PADDLE_LAUNCHER_STRAGGLER_WINDOW"),
+            "{err}"
+        );
+        assert!(err.contains("heartbeat timeout, 10 s"), "{err}");
+        let fits = with(|a| {
+            a.straggler_window = Some("5".into());
+            a.heartbeat_timeout = Some("5".into());
+        });
+        assert!(fits.is_ok());
     }
 
     #[test]

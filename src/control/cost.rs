@@ -152,6 +152,85 @@ pub fn measure_progress(members: usize) -> ProgressCost {
     }
 }
 
+/// What a job's heartbeats cost once they carry every process's step.
+#[derive(Debug, Clone, Copy)]
+pub struct HeartbeatCost {
+    /// A follower's beat: its processes' gauges read, the frame encoded and sealed.
+    pub follower: Duration,
+    /// The coordinator's part of one beat of every follower: opened, parsed, noted in its
+    /// view of the job.
+    pub coordinator: Duration,
+    /// The bytes of one beat frame with the processes' steps, and without.
+    pub frame: usize,
+    pub bare_frame: usize,
+}
+
+/// Heartbeats of a job of `pods` pods of `per_pod` processes, each the mean of `rounds`.
+pub fn measure_heartbeats(pods: u32, per_pod: u32, rounds: u32) -> HeartbeatCost {
+    use super::reporting::{read, Gauges, RankGauge};
+    use std::sync::atomic::AtomicU64;
+    use std::sync::Arc;
+    let secret = &Secret(vec![7; 32]);
+    let gauges: Gauges = Default::default();
+    *gauges.lock().unwrap() = (0..per_pod)
+        .map(|i| RankGauge {
+            trainer_id: i,
+            step: Arc::new(AtomicU64::new(120_000 + u64::from(i))),
+            compute_ms: Arc::new(AtomicU64::new(85 + u64::from(i))),
+        })
+        .collect();
+    let mut follower = Session::new(secret, [3; 32], false);
+    let began = Instant::now();
+    let mut frame = Vec::new();
+    for _ in 0..rounds {
+        let beat = Message::Beat {
+            ranks: read(&gauges),
+            note: None,
+        };
+        frame = std::hint::black_box(follower.seal(&beat));
+    }
+    let follower_cost = began.elapsed() / rounds.max(1);
+    let bare_frame = Session::new(secret, [3; 32], false)
+        .seal(&Message::beat())
+        .len();
+    let start = tokio::time::Instant::now();
+    let mut view = crate::report::JobView::new("bench", None, start);
+    let names: Vec<String> = (1..pods).map(|p| format!("job-{p}")).collect();
+    let mut links: Vec<Session> = (1..pods)
+        .map(|_| Session::new(secret, [3; 32], true))
+        .collect();
+    let mut senders: Vec<Session> = (1..pods)
+        .map(|_| Session::new(secret, [3; 32], false))
+        .collect();
+    let mut spent = Duration::ZERO;
+    for _ in 0..rounds {
+        let frames: Vec<Vec<u8>> = senders
+            .iter_mut()
+            .map(|s| {
+                s.seal(&Message::Beat {
+                    ranks: read(&gauges),
+                    note: None,
+                })
+            })
+            .collect();
+        let began = Instant::now();
+        for ((frame, link), pod) in frames.iter().zip(&mut links).zip(&names) {
+            let length = u32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]) as usize;
+            let (payload, mac) = frame[4..].split_at(length);
+            if let Ok(Message::Beat { ranks, .. }) = link.open(payload, mac) {
+                view.note(pod, pod, &ranks, start);
+            }
+        }
+        spent += began.elapsed();
+    }
+    HeartbeatCost {
+        follower: follower_cost,
+        coordinator: spent / rounds.max(1),
+        frame: frame.len(),
+        bare_frame,
+    }
+}
+
 /// A coordinator of `names` (itself the first), gathering, and what it says at once.
 fn started(names: &[String], membership: Option<Membership>) -> (Core, Vec<Effect>) {
     let setup = Setup {

@@ -39,7 +39,10 @@ mod simulation;
 mod wire;
 
 pub use coordinator::{Growth, GROWS, TURNED_AWAY};
-pub use cost::{measure_coordinator, measure_progress, CoordinatorCost, ProgressCost};
+pub use cost::{
+    measure_coordinator, measure_heartbeats, measure_progress, CoordinatorCost, HeartbeatCost,
+    ProgressCost,
+};
 
 use follower::follow;
 pub use follower::serves_a_channel;

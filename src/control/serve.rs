@@ -23,8 +23,8 @@ use super::reporting::{self, JobNews, Reporting};
 use crate::report::{JobView, RankStep, Report};
 
 use super::heard::Request;
-use super::message::Message;
 use super::message::{cut, WireError};
+use super::message::{Message, MAX_RANKS_PER_BEAT};
 use super::net::{Listener, Reader, Writer};
 use super::wire::Session;
 use super::wire::*;
@@ -343,10 +343,18 @@ impl Coordinator {
             FromLink::Ranks {
                 link,
                 pod,
-                ranks,
+                mut ranks,
                 at,
             } => {
-                if self.core.links.get(&pod) == Some(&link) {
+                // A member reports of its own processes only, as many as a beat carries, and
+                // nothing once its trainer is done (its steps stand still: no slow rank).
+                let live =
+                    self.core.links.get(&pod) == Some(&link) && !self.core.done.contains(&pod);
+                if let Some(ids) = self.core.trainer_ids(&pod) {
+                    ranks.retain(|(id, ..)| ids.contains(id));
+                }
+                ranks.truncate(MAX_RANKS_PER_BEAT);
+                if live {
                     self.view.note(&pod, self.core.who(&pod), &ranks, at);
                 }
                 None
@@ -384,8 +392,12 @@ impl Coordinator {
         let now = Instant::now();
         let me = self.core.me.clone();
         let own = reporting::read(&ends.gauges);
-        if !own.is_empty() {
+        if !own.is_empty() && !self.core.done.contains(&me) {
             self.view.note(&me, self.core.who(&me), &own, now);
+        }
+        // A member whose trainer is done makes no more steps: it is no straggler.
+        for pod in &self.core.done {
+            self.view.forget(pod);
         }
         for report in self.view.tick(now, self.core.attempt()) {
             match report {
@@ -704,7 +716,7 @@ async fn talk(
                     if due(&mut reported, at, report_every) {
                         let quiet = Duration::from_millis(quiet_ms);
                         let _ = to_coordinator.send(FromLink::Progress { link, pod: pod.to_string(), step, quiet, at, behind });
-                        if !ranks.is_empty() {
+                        if !ranks.is_empty() && due(&mut ranked, at, report_every) {
                             let _ = to_coordinator.send(FromLink::Ranks { link, pod: pod.to_string(), ranks, at });
                         }
                     }

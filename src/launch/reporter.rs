@@ -15,6 +15,7 @@ use crate::control::{JobNews, Reporting};
 use crate::events::JobEvents;
 use crate::metrics::serve::{lock, Shared};
 use crate::peers::kubernetes::{annotate_progress, ApiServer};
+use crate::report::SUMMARY_EVERY;
 use crate::vocabulary::EventKind;
 
 use super::record::JOB_RECORD_TIMEOUT;
@@ -65,6 +66,9 @@ async fn report(
 ) {
     let mut events: Option<JobEvents> = None;
     let mut refused = false;
+    // Each attempt's view sums up on its own clock: the patches are spaced here, across
+    // restarts in place.
+    let mut patched: Option<tokio::time::Instant> = None;
     while let Some(item) = news.recv().await {
         match item {
             JobNews::Table(table) => show(&board, |b| b.job_view(table)),
@@ -89,6 +93,11 @@ async fn report(
                 else {
                     continue;
                 };
+                let now = tokio::time::Instant::now();
+                if patched.is_some_and(|at| now.duration_since(at) < SUMMARY_EVERY) {
+                    continue;
+                }
+                patched = Some(now);
                 let why = match timeout(JOB_RECORD_TIMEOUT, annotate_progress(&api, &job, &summary))
                     .await
                 {

@@ -313,8 +313,8 @@ fn step_of(source: &Source) -> Option<u64> {
 }
 
 /// What observability costs, measured by `cargo bench --bench launch -- observability`: one
-/// scrape's rendering of a launcher of `processes` trainer processes, and one straggler window
-/// over `ranks` ranks (each the mean of `rounds`).
+/// scrape's rendering of a launcher of `processes` trainer processes, and one window of the
+/// coordinator's view over `ranks` ranks (each the mean of `rounds`).
 #[doc(hidden)]
 pub fn measure(processes: u32, ranks: u32, rounds: u32) -> (Duration, Duration) {
     let mut board = Board::new("bench", "bench-0");
@@ -342,22 +342,49 @@ pub fn measure(processes: u32, ranks: u32, rounds: u32) -> (Duration, Duration) 
         std::hint::black_box(board.render(Instant::now()));
     }
     let scrape = began.elapsed() / rounds.max(1);
-    let mut judge = crate::straggler::Judge::new(crate::straggler::Rules::default());
-    let measures = |window: u64| -> Vec<crate::straggler::Measure> {
-        (0..ranks)
-            .map(|rank| crate::straggler::Measure {
-                rank,
-                step: window * 100,
-                compute_ms: Some(80 + u64::from(rank % 7) + 40 * u64::from(rank == 3)),
+    (scrape, view_window(ranks, rounds))
+}
+
+/// One window of the coordinator's view of `ranks` ranks in pods of 8 (each pod's report
+/// noted once, the window judged, the table and figures made), the mean of `rounds`.
+fn view_window(ranks: u32, rounds: u32) -> Duration {
+    use crate::report::{Attempt, JobView, RankStep};
+    let rules = crate::straggler::Rules::default();
+    let start = tokio::time::Instant::now();
+    let mut view = JobView::new("bench", Some(rules), start);
+    let pods: Vec<(String, Vec<u32>)> = (0..ranks.div_ceil(8))
+        .map(|p| {
+            (
+                format!("bench-{p}"),
+                (p * 8..(p * 8 + 8).min(ranks)).collect(),
+            )
+        })
+        .collect();
+    let attempt = Some(Attempt {
+        ledger: crate::ledger::Ledger::first(3),
+        pods: pods.len() as u32,
+        ranks,
+    });
+    let mut spent = Duration::ZERO;
+    for round in 0..rounds {
+        let at = start + rules.window * (round + 1);
+        let reports: Vec<Vec<RankStep>> = pods
+            .iter()
+            .map(|(_, ids)| {
+                let ms = |r: u32| 80 + u64::from(r % 7) + 40 * u64::from(r == 3);
+                ids.iter()
+                    .map(|&r| (r, u64::from(round) * 100, Some(ms(r))))
+                    .collect()
             })
-            .collect()
-    };
-    let windows: Vec<_> = (0..u64::from(rounds)).map(measures).collect();
-    let began = Instant::now();
-    for window in &windows {
-        std::hint::black_box(judge.window(window));
+            .collect();
+        let began = Instant::now();
+        for ((pod, _), ranks) in pods.iter().zip(&reports) {
+            view.note(pod, pod, ranks, at);
+        }
+        std::hint::black_box(view.tick(at, attempt));
+        spent += began.elapsed();
     }
-    (scrape, began.elapsed() / rounds.max(1))
+    spent / rounds.max(1)
 }
 
 #[cfg(test)]

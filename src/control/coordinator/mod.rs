@@ -485,6 +485,22 @@ impl Core {
         self.who.get(pod).map_or(pod, String::as_str)
     }
 
+    /// The trainer ids a member's processes have (its rank's, times the processes per pod):
+    /// what its heartbeats may report of; None when this coordinator has no membership to
+    /// say (none is checked then).
+    pub(super) fn trainer_ids(&self, pod: &str) -> Option<std::ops::Range<u32>> {
+        let membership = self.membership.as_ref()?;
+        let per_pod = self.own.nproc_per_pod;
+        let ids = match membership.trainers.iter().find(|m| m.name == pod) {
+            Some(member) => {
+                let first = (member.rank as u32).saturating_mul(per_pod);
+                first..first.saturating_add(per_pod)
+            }
+            None => 0..0,
+        };
+        Some(ids)
+    }
+
     /// The attempt under way, for the job's view: its ledger, the pods joined (this one
     /// too) and the trainer processes of the members with a trainer. None before the start
     /// and once anything is lost.
