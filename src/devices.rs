@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use crate::config::{Config, PerPod, NPROC_PER_POD};
 use crate::error::ConfigError;
+use crate::vocabulary::Protocol;
 
 /// What the container shows of its GPUs.
 #[derive(Debug, Clone, Default)]
@@ -184,6 +185,18 @@ pub fn decide(asked: PerPod, found: &DeviceCount) -> Result<(u32, String), Confi
         )),
         PerPod::Count(n) => Ok((n, format!("{n} trainer processes per pod; {from}"))),
     }
+}
+
+/// The seed's v1 contract by default (no --protocol given) on a pod that shows GPUs: most
+/// likely a Paddle 2 or 3 program that will be started as `paddle train` with flags.
+pub fn v1_on_gpus(protocol: Protocol, defaulted: bool, seen: &Seen) -> Option<String> {
+    let found = detect(seen);
+    (protocol == Protocol::V1 && defaulted && found.devices > 0).then(|| {
+        format!(
+            "no protocol given (PADDLE_LAUNCHER_PROTOCOL, --protocol), so v1 runs: PaddlePaddle 0.x/1.x's `paddle train` with flags, one process per pod; and {}: a Paddle 2 or 3 program wants PADDLE_LAUNCHER_PROTOCOL=collective (data parallel, one process per GPU) or fleet (parameter server)",
+            found.from
+        )
+    })
 }
 
 /// What this container shows.

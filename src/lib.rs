@@ -56,7 +56,7 @@ pub use control::{
 pub use control::{Message as ControlMessage, Session as ControlSession};
 pub use membership::{rank, readiness, PodPhase, PodView, Readiness};
 #[doc(hidden)]
-pub use metrics::measure as measure_observability;
+pub use metrics::{measure as measure_observability, measure_view};
 pub use peers::kubernetes::pod_view;
 pub use selector::LabelSelector;
 

@@ -95,6 +95,11 @@ const MAX_STEP_MS: u64 = 24 * 3600 * 1000;
 /// A rate is measured between reports at least this far apart.
 const MIN_SPAN: Duration = Duration::from_secs(1);
 
+/// A rank's place in the table's order: (not named, score, step, id).
+type Place = (bool, f64, u64, u32);
+/// A rank as the table shows it: its pod, id and what it reported.
+type Row<'a> = (&'a str, u32, &'a Rank);
+
 /// A member's processes as its last heartbeat said.
 #[derive(Debug, Clone)]
 struct Member {
@@ -112,7 +117,7 @@ pub struct JobView {
     /// How each member names itself ("pod p-1 on node n7").
     who: BTreeMap<String, String>,
     /// Each rank's score in the last window, and the ranks named.
-    scores: BTreeMap<u32, f64>,
+    scores: std::collections::HashMap<u32, f64>,
     named: BTreeMap<u32, f64>,
     period_end: Instant,
     next_line: Instant,
@@ -133,7 +138,7 @@ impl JobView {
             rules,
             members: BTreeMap::new(),
             who: BTreeMap::new(),
-            scores: BTreeMap::new(),
+            scores: Default::default(),
             named: BTreeMap::new(),
             period_end: now + period,
             next_line: now + LINE_EVERY,
@@ -328,7 +333,7 @@ impl JobView {
         let judged = self
             .scores
             .iter()
-            .min_by(|a, b| a.1.total_cmp(b.1))
+            .min_by(|a, b| a.1.total_cmp(b.1).then(a.0.cmp(b.0)))
             .and_then(|(rank, score)| Some((*rank, self.step_of(*rank)?, Some(*score))));
         let slowest = judged
             .or(behind.map(|(step, id)| (id, step, None)))
@@ -348,7 +353,7 @@ impl JobView {
             .find_map(|m| m.ranks.get(&rank).map(|r| r.step))
     }
 
-    /// "step 1200, 3.20 steps/s, 32 of 32 ranks reporting, restarts 1 of 3 (0 free),
+    /// "step 1200, 3.20 steps/s, 32 of 32 ranks reporting, restarts 1 of 3 (and 2 free),
     /// slowest rank 5 (12 steps behind, score 0.41), stragglers: 5".
     pub fn summary(&self, attempt: Attempt) -> String {
         self.summed(attempt, &self.figures())
@@ -366,12 +371,15 @@ impl JobView {
         let ledger = attempt.ledger;
         let _ = write!(
             line,
-            ", {reporting} of {} ranks reporting, restarts {} of {} ({} free)",
+            ", {reporting} of {} ranks reporting, restarts {} of {}",
             attempt.ranks,
             ledger.spent(),
             ledger.max_restarts,
-            ledger.preemptions
         );
+        // Preemptions and grows restart the job without spending a restart.
+        if ledger.preemptions > 0 {
+            let _ = write!(line, " (and {} free)", ledger.preemptions);
+        }
         if let Some((rank, behind, score)) = figures.slowest {
             let _ = write!(line, ", slowest rank {rank} ({behind} steps behind");
             if let Some(score) = score {
@@ -401,21 +409,30 @@ impl JobView {
             "{:<40} {:>6} {:>10} {:>9} {:>12} {:>6}",
             "POD", "RANK", "STEP", "STEPS/S", "REPORTED", "SCORE"
         );
-        let mut rows: Vec<(&str, u32, &Rank)> = self.ranks().collect();
+        // Each row's place in the order, looked up once: (not named, score, step, id).
+        let mut rows: Vec<(Place, Row)> = self
+            .ranks()
+            .map(|(pod, id, rank)| {
+                let score = self.scores.get(&id).copied().unwrap_or(f64::INFINITY);
+                (
+                    (!self.named.contains_key(&id), score, rank.step, id),
+                    (pod, id, rank),
+                )
+            })
+            .collect();
         let all = rows.len();
-        let order = |&(_, id, rank): &(&str, u32, &Rank)| {
-            let score = self.scores.get(&id).copied().unwrap_or(f64::INFINITY);
-            (!self.named.contains_key(&id), score, rank.step, id)
-        };
-        let slowest = |a: &(&str, u32, &Rank), b: &(&str, u32, &Rank)| {
-            let (a, b) = (order(a), order(b));
-            (a.0, a.1.total_cmp(&b.1), a.2, a.3).cmp(&(b.0, std::cmp::Ordering::Equal, b.2, b.3))
+        let slowest = |a: &(Place, Row), b: &(Place, Row)| {
+            let (a, b) = (a.0, b.0);
+            (a.0.cmp(&b.0))
+                .then(a.1.total_cmp(&b.1))
+                .then((a.2, a.3).cmp(&(b.2, b.3)))
         };
         if all > TABLE_ROWS {
             rows.select_nth_unstable_by(TABLE_ROWS, slowest);
             rows.truncate(TABLE_ROWS);
         }
         rows.sort_by(slowest);
+        let rows: Vec<Row> = rows.into_iter().map(|(_, row)| row).collect();
         for (pod, id, rank) in &rows {
             let at = self.members.get(*pod).map_or(now, |m| m.at);
             let ago = now.saturating_duration_since(at).as_secs_f64();
@@ -558,7 +575,7 @@ mod tests {
             })
             .unwrap();
         assert!(
-            line.starts_with("job progress: step 180, 3.00 steps/s, 4 of 4 ranks reporting, restarts 0 of 3 (0 free), slowest rank 0 (0 steps behind)"),
+            line.starts_with("job progress: step 180, 3.00 steps/s, 4 of 4 ranks reporting, restarts 0 of 3, slowest rank 0 (0 steps behind)"),
             "{line}"
         );
         assert!(view.tick(start + 1000 * S, None).is_empty());

@@ -1,5 +1,6 @@
 //! The command line: parse it, run one command, map the outcome to an exit status.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::{CommandFactory, FromArgMatches};
@@ -92,7 +93,9 @@ pub fn main() -> ! {
 
 /// The command line, or clap's error (with a near subcommand named) and its exit.
 fn parse(command: &clap::Command) -> (clap::ArgMatches, Cli) {
-    let matches = match command.clone().try_get_matches() {
+    let names: Vec<&str> = command.get_subcommands().map(|s| s.get_name()).collect();
+    let args = global_after_subcommand(std::env::args_os().collect(), &names);
+    let matches = match command.clone().try_get_matches_from(args) {
         Ok(matches) => matches,
         Err(e) => {
             // "unexpected argument 'docter'" says nothing of `doctor`: clap suggests
@@ -123,6 +126,23 @@ fn parse(command: &clap::Command) -> (clap::ArgMatches, Cli) {
         Err(e) => e.exit(),
     };
     (matches, cli)
+}
+
+/// `paddle-launcher --log-format json plan ...` as `paddle-launcher plan --log-format json
+/// ...`: the one option every subcommand takes may come first, as a user writes it (the root's
+/// own options, `run`'s, would otherwise forbid the subcommand after them).
+fn global_after_subcommand(mut args: Vec<OsString>, subcommands: &[&str]) -> Vec<OsString> {
+    let word = |i: usize| args.get(i).and_then(|a| a.to_str()).unwrap_or("");
+    let taken = match word(1) {
+        "--log-format" => 2,
+        w if w.starts_with("--log-format=") => 1,
+        _ => return args,
+    };
+    if subcommands.contains(&word(1 + taken)) {
+        let option: Vec<OsString> = args.drain(1..1 + taken).collect();
+        args.splice(2..2, option);
+    }
+    args
 }
 
 /// What clap's bare "unexpected argument" does not say: a subcommand comes before the options
@@ -297,4 +317,31 @@ fn finish(outcome: Outcome, termination_log: Option<PathBuf>) -> ! {
         write_termination_message(&path, &outcome.reason);
     }
     std::process::exit(outcome.code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_log_format_may_come_before_the_subcommand() {
+        let subcommands = ["run", "plan", "local"];
+        let args = |words: &[&str]| -> Vec<OsString> { words.iter().map(OsString::from).collect() };
+        assert_eq!(
+            global_after_subcommand(
+                args(&["pl", "--log-format", "json", "plan", "-x"]),
+                &subcommands
+            ),
+            args(&["pl", "plan", "--log-format", "json", "-x"])
+        );
+        assert_eq!(
+            global_after_subcommand(args(&["pl", "--log-format=json", "local"]), &subcommands),
+            args(&["pl", "local", "--log-format=json"])
+        );
+        // Not before a subcommand (run's options at the root): as given.
+        let root = args(&["pl", "--log-format", "json", "--", "python"]);
+        assert_eq!(global_after_subcommand(root.clone(), &subcommands), root);
+        let other = args(&["pl", "--job-name", "j", "plan"]);
+        assert_eq!(global_after_subcommand(other.clone(), &subcommands), other);
+    }
 }

@@ -17,7 +17,7 @@
 //! above the threshold. A window in which no rank made a step judges nothing (that is a hang's
 //! business, not a straggler's).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeSet, HashMap};
 
 /// When a rank is a straggler.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -60,7 +60,7 @@ pub struct Measure {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Window {
     /// Each rank's score (1 for the best).
-    pub scores: BTreeMap<u32, f64>,
+    pub scores: HashMap<u32, f64>,
     /// Ranks named stragglers at this window.
     pub named: Vec<u32>,
     /// Ranks named before that are no longer slow.
@@ -72,7 +72,7 @@ pub struct Window {
 pub struct Judge {
     rules: Rules,
     /// Each rank's judged windows in a row below the threshold.
-    slow: BTreeMap<u32, u32>,
+    slow: HashMap<u32, u32>,
     named: BTreeSet<u32>,
 }
 
@@ -95,40 +95,44 @@ impl Judge {
     pub fn window(&mut self, measures: &[Measure]) -> Window {
         let scores = scores(measures);
         let mut window = Window::default();
-        // A rank the window did not judge, while it judged others, is slow in a row no more.
+        // Only ranks slow in a row are kept. One the window did not judge, while it judged
+        // others, is slow in a row no more.
         if !scores.is_empty() {
             self.slow.retain(|rank, _| scores.contains_key(rank));
         }
         for (&rank, &score) in &scores {
-            let slow = self.slow.entry(rank).or_default();
             if score < self.rules.threshold {
+                let slow = self.slow.entry(rank).or_default();
                 *slow += 1;
                 if *slow >= self.rules.windows && self.named.insert(rank) {
                     window.named.push(rank);
                 }
             } else {
-                *slow = 0;
+                self.slow.remove(&rank);
                 if self.named.remove(&rank) {
                     window.recovered.push(rank);
                 }
             }
         }
+        // In rank order, whatever order the scores were in.
+        window.named.sort_unstable();
+        window.recovered.sort_unstable();
         window.scores = scores;
         window
     }
 }
 
 /// By time when every rank measured says its steps' time, else by rate.
-fn scores(measures: &[Measure]) -> BTreeMap<u32, f64> {
+fn scores(measures: &[Measure]) -> HashMap<u32, f64> {
     let times: Option<Vec<(u32, u64)>> = measures
         .iter()
         .map(|m| Some((m.rank, m.compute_ms?.max(1))))
         .collect();
     if let Some(times) = times.filter(|t| !t.is_empty()) {
         let mut sorted: Vec<u64> = times.iter().map(|(_, t)| *t).collect();
-        sorted.sort_unstable();
         // Of the two middle ones, the faster (the shorter time).
-        let reference = sorted[(sorted.len() - 1) / 2];
+        let middle = (sorted.len() - 1) / 2;
+        let reference = *sorted.select_nth_unstable(middle).1;
         return times
             .into_iter()
             .map(|(rank, t)| {
@@ -149,12 +153,16 @@ fn scores(measures: &[Measure]) -> BTreeMap<u32, f64> {
         .filter_map(|m| Some((m.rank, m.rate?)))
         .filter(|(_, r)| r.is_finite() && *r >= 0.0)
         .collect();
+    if rates.is_empty() {
+        return HashMap::new();
+    }
     let mut sorted: Vec<f64> = rates.iter().map(|(_, r)| *r).collect();
-    sorted.sort_unstable_by(f64::total_cmp);
     // Of the two middle ones, the faster (the higher rate).
-    let Some(&reference) = sorted.get(sorted.len() / 2).filter(|r| **r > 0.0) else {
-        return BTreeMap::new();
-    };
+    let middle = sorted.len() / 2;
+    let reference = *sorted.select_nth_unstable_by(middle, f64::total_cmp).1;
+    if reference <= 0.0 {
+        return HashMap::new();
+    }
     rates
         .into_iter()
         .map(|(rank, rate)| (rank, (rate / reference).min(1.0)))

@@ -635,13 +635,27 @@ fn auto_runs_one_process_per_listed_gpu_and_says_why() {
 /// usage errors (status 2).
 #[test]
 fn a_misplaced_subcommand_or_program_gets_a_hint() {
-    let out = launcher(&["--log-format", "json", "plan"], &[]);
+    let out = launcher(&["--job-name", "j", "plan"], &[]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains(
             "hint: the subcommand comes first, then the options: `paddle-launcher plan [OPTIONS]`"
         ),
+        "{stderr}"
+    );
+    // The log format, which every subcommand takes, may come first: `plan` runs, its lines
+    // JSON (here its refusal of the missing job name).
+    let out = launcher(&["--log-format", "json", "plan"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let last = stderr.lines().last().unwrap_or_default();
+    let line: serde_json::Value = serde_json::from_str(last).expect(last);
+    assert!(
+        line["fields"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("JOB_NAME"),
         "{stderr}"
     );
     let out = launcher(&["run", "python", "train.py", "--lr", "0.1"], &[]);
@@ -692,4 +706,39 @@ fn a_log_directory_that_cannot_be_made_is_said_or_refused() {
         stderr.contains(&format!("invalid PADDLE_LAUNCHER_LOG_DIR (--log-dir): \"{given}\": expected a directory the launcher can create")),
         "{stderr}"
     );
+}
+
+/// No protocol given on a pod that shows GPUs: the seed's v1 contract runs as the default,
+/// with a warning that names the protocols a Paddle 2 or 3 program wants; none when v1 is
+/// asked for, or no GPU is visible.
+#[test]
+fn the_default_v1_protocol_on_a_gpu_pod_is_warned_of() {
+    let plan = |extra: &[(&str, &str)]| {
+        let mut env = vec![
+            ("JOB_NAME", "p"),
+            ("PADDLE_LAUNCHER_PEERS", "127.0.0.2"),
+            ("POD_IP", "127.0.0.2"),
+            ("CONF_PADDLE_NIC", "lo"),
+        ];
+        env.extend_from_slice(extra);
+        let out = launcher(&["plan"], &env);
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        stderr
+    };
+    let gpus = ("CUDA_VISIBLE_DEVICES", "0,1");
+    let warned = plan(&[gpus]);
+    assert!(
+        warned.contains("no protocol given")
+            && warned.contains("PADDLE_LAUNCHER_PROTOCOL=collective"),
+        "{warned}"
+    );
+    assert!(
+        warned.contains("CUDA_VISIBLE_DEVICES=0,1 lists 2"),
+        "{warned}"
+    );
+    let asked = plan(&[gpus, ("PADDLE_LAUNCHER_PROTOCOL", "v1")]);
+    assert!(!asked.contains("no protocol given"), "{asked}");
+    let cpu = plan(&[("CUDA_VISIBLE_DEVICES", "")]);
+    assert!(!cpu.contains("no protocol given"), "{cpu}");
 }

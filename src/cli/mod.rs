@@ -12,7 +12,8 @@ pub use status::StatusArgs;
     name = "paddle-launcher",
     version,
     about = "Entrypoint for distributed PaddlePaddle jobs: finds the job's pods, assigns ranks, \
-             starts and supervises the parameter server and the trainer.",
+             starts and supervises its training processes (one per GPU with Paddle's collective \
+             protocol; parameter servers and trainers with fleet, v1 and v2).",
     args_conflicts_with_subcommands = true
 )]
 pub struct Cli {
@@ -570,11 +571,12 @@ pub struct JobArgs {
     #[arg(long, env = "PADDLE_LAUNCHER_PROGRESS_FILE", help_heading = "Hangs")]
     pub progress_file: Option<String>,
     /// Seconds of each window in which the coordinator compares the ranks' speed (their
-    /// steps' compute_ms, else the steps they made) to name stragglers; 0 = never judged
+    /// steps' compute_ms, else their rate of steps) to name stragglers: at least
+    /// --heartbeat-timeout (every launcher reports once every third of it); 0 = never judged
     /// [default: 30].
     #[arg(long, env = "PADDLE_LAUNCHER_STRAGGLER_WINDOW", help_heading = "Hangs")]
     pub straggler_window: Option<String>,
-    /// A rank whose speed is below this share of the best rank's is slow in a window: a
+    /// A rank whose speed is below this share of the median rank's is slow in a window: a
     /// number above 0 and below 1 [default: 0.75].
     #[arg(
         long,

@@ -242,7 +242,7 @@ fn stragglers(args: &JobArgs) -> Result<Option<crate::straggler::Rules>, ConfigE
         Some(text) => match text.parse::<f64>() {
             Ok(t) if t > 0.0 && t < 1.0 => t,
             _ => {
-                let expected = "a number above 0 and below 1 (a share of the best rank's speed)";
+                let expected = "a number above 0 and below 1 (a share of the median rank's speed)";
                 return Err(ConfigError::new(STRAGGLER_THRESHOLD, text, expected));
             }
         },

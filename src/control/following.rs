@@ -84,7 +84,10 @@ fn info(line: String) -> Effect {
 /// The job's news for every pod's log (a straggler named), without control characters: the
 /// line is the coordinator's, the log this pod's.
 fn noted(line: String) -> Effect {
-    info(line.chars().filter(|c| !c.is_control()).collect())
+    // As the coordinator says it: a warning (a straggler is news an operator acts on).
+    Effect::Log(LogLine::Warn(
+        line.chars().filter(|c| !c.is_control()).collect(),
+    ))
 }
 
 impl Following {

@@ -30,9 +30,14 @@ pub(super) async fn configure(args: &JobArgs, plan_only: bool) -> Result<(Config
     let interfaces = crate::address::host_interfaces();
     let mut config =
         crate::batch::discover::configure(args, &interfaces, crate::address::hostname_ip).await?;
-    crate::devices::resolve(&mut config, &crate::devices::seen())?;
+    let seen = crate::devices::seen();
+    crate::devices::resolve(&mut config, &seen)?;
     if !config.topology.processes.found.is_empty() {
         info!("{}", config.topology.processes.found);
+    }
+    let defaulted = crate::config::present(&args.protocol).is_none();
+    if let Some(line) = crate::devices::v1_on_gpus(config.topology.protocol, defaulted, &seen) {
+        warn!("{line}");
     }
     let my_ip = own_ip(&config, &interfaces, crate::address::hostname_ip)?;
     config.ports.sockets = crate::address::sockets(&config, my_ip, &interfaces);

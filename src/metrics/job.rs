@@ -94,7 +94,7 @@ impl Board {
                 .set(behind as f64);
             if let Some(score) = score {
                 let help =
-                    "The slowest rank's score: its speed over the best rank's (1 is the best)";
+                    "The slowest rank's score: its speed over the median rank's (1: as fast or faster)";
                 family(registry, "job_slowest_rank_score", help)
                     .get_or_create(&me)
                     .set(score);

@@ -313,10 +313,9 @@ fn step_of(source: &Source) -> Option<u64> {
 }
 
 /// What observability costs, measured by `cargo bench --bench launch -- observability`: one
-/// scrape's rendering of a launcher of `processes` trainer processes, and one window of the
-/// coordinator's view over `ranks` ranks (each the mean of `rounds`).
+/// scrape's rendering of a launcher of `processes` trainer processes (the mean of `rounds`).
 #[doc(hidden)]
-pub fn measure(processes: u32, ranks: u32, rounds: u32) -> (Duration, Duration) {
+pub fn measure(processes: u32, rounds: u32) -> Duration {
     let mut board = Board::new("bench", "bench-0");
     board.training(Size {
         pods: 32,
@@ -341,50 +340,58 @@ pub fn measure(processes: u32, ranks: u32, rounds: u32) -> (Duration, Duration) 
         board.sample(began + Duration::from_secs(u64::from(round) * 5));
         std::hint::black_box(board.render(Instant::now()));
     }
-    let scrape = began.elapsed() / rounds.max(1);
-    (scrape, view_window(ranks, rounds))
+    began.elapsed() / rounds.max(1)
 }
 
-/// One window of the coordinator's view of `ranks` ranks in pods of 8 (each pod's report
-/// noted once, the window judged, the table and figures made), the mean of `rounds`.
-fn view_window(ranks: u32, rounds: u32) -> Duration {
+/// The coordinator's view of a job of `pods` launchers of `per_pod` processes each, over
+/// `rounds` windows: what noting one report of every launcher costs, what the window's end
+/// costs (every rank measured and judged, the table and figures made), and the table alone;
+/// each the mean.
+#[doc(hidden)]
+pub fn measure_view(pods: u32, per_pod: u32, rounds: u32) -> (Duration, Duration, Duration) {
     use crate::report::{Attempt, JobView, RankStep};
     let rules = crate::straggler::Rules::default();
     let start = tokio::time::Instant::now();
     let mut view = JobView::new("bench", Some(rules), start);
-    let pods: Vec<(String, Vec<u32>)> = (0..ranks.div_ceil(8))
-        .map(|p| {
-            (
-                format!("bench-{p}"),
-                (p * 8..(p * 8 + 8).min(ranks)).collect(),
-            )
-        })
-        .collect();
+    let names: Vec<String> = (0..pods).map(|p| format!("bench-{p}")).collect();
     let attempt = Some(Attempt {
         ledger: crate::ledger::Ledger::first(3),
-        pods: pods.len() as u32,
-        ranks,
+        pods,
+        ranks: pods * per_pod,
     });
-    let mut spent = Duration::ZERO;
+    let (mut noting, mut ending, mut table) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
     for round in 0..rounds {
-        let at = start + rules.window * (round + 1);
-        let reports: Vec<Vec<RankStep>> = pods
-            .iter()
-            .map(|(_, ids)| {
-                let ms = |r: u32| 80 + u64::from(r % 7) + 40 * u64::from(r == 3);
-                ids.iter()
-                    .map(|&r| (r, u64::from(round) * 100, Some(ms(r))))
-                    .collect()
-            })
-            .collect();
-        let began = Instant::now();
-        for ((pod, _), ranks) in pods.iter().zip(&reports) {
-            view.note(pod, pod, ranks, at);
+        // Two reports of each launcher in the window, a rate between them.
+        for half in [1, 2] {
+            let at = start + rules.window * round + rules.window * half / 3;
+            let reports: Vec<Vec<RankStep>> = (0..pods)
+                .map(|p| {
+                    let ms = |r: u32| 80 + u64::from(r % 7) + 40 * u64::from(r == 3);
+                    let step = u64::from(round * 100 + half * 30);
+                    let first = p * per_pod;
+                    (first..first + per_pod)
+                        .map(|r| (r, step, Some(ms(r))))
+                        .collect()
+                })
+                .collect();
+            let began = Instant::now();
+            for (pod, ranks) in names.iter().zip(&reports) {
+                view.note(pod, pod, ranks, at);
+            }
+            noting += began.elapsed() / 2;
         }
-        std::hint::black_box(view.tick(at, attempt));
-        spent += began.elapsed();
+        let end = start + rules.window * (round + 1);
+        let began = Instant::now();
+        std::hint::black_box(view.tick(end, attempt));
+        ending += began.elapsed();
+        if let Some(attempt) = attempt {
+            let began = Instant::now();
+            std::hint::black_box(view.table(end, attempt));
+            table += began.elapsed();
+        }
     }
-    spent / rounds.max(1)
+    let n = rounds.max(1);
+    (noting / n, ending / n, table / n)
 }
 
 #[cfg(test)]
