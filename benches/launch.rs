@@ -1430,7 +1430,7 @@ fn observability() {
             noting.as_secs_f64() * 1e3
         );
         println!(
-            "| the same: a window's end ({ranks} ranks measured and judged; the table and figures made) | {:.2} ms (the table alone {:.2} ms) |",
+            "| the same: a window's end ({ranks} ranks measured and judged, the figures made) | {:.2} ms (a table `status` asks for: {:.2} ms) |",
             ending.as_secs_f64() * 1e3,
             table.as_secs_f64() * 1e3
         );

@@ -18,8 +18,10 @@ use crate::straggler::{Judge, Measure, Rules};
 pub const LINE_EVERY: Duration = Duration::from_secs(60);
 /// At most one summary on the Job this often.
 pub const SUMMARY_EVERY: Duration = Duration::from_secs(30);
-/// The job's table and figures are made again this often.
-pub const TABLE_EVERY: Duration = Duration::from_secs(5);
+/// The job's figures (the coordinator's metrics) are made again this often.
+pub const FIGURES_EVERY: Duration = Duration::from_secs(5);
+/// A table asked for is made at most this often (it goes over every rank).
+pub const TABLE_EVERY: Duration = Duration::from_secs(1);
 /// The table shows this many ranks at most, the slowest: a job of 10,000 pods has 80,000.
 pub const TABLE_ROWS: usize = 200;
 /// Without straggler judgement, rates are measured over periods this long.
@@ -49,7 +51,9 @@ pub enum Report {
     Straggler(String),
     /// The job's one-line summary, kept on the Job.
     Summary(String),
-    /// The job's table and figures, made again.
+    /// The job's figures, made again.
+    Figures(Figures),
+    /// The job's table, as it was asked for.
     Table(Table),
 }
 
@@ -122,6 +126,7 @@ pub struct JobView {
     period_end: Instant,
     next_line: Instant,
     next_summary: Instant,
+    next_figures: Instant,
     next_table: Instant,
     /// The job's step (its slowest rank's) at the last period's end, and its rate since.
     job_step: Option<u64>,
@@ -144,6 +149,7 @@ impl JobView {
             next_line: now + LINE_EVERY,
             // The first once the first rates are measured (a short window: sooner).
             next_summary: now + period.min(SUMMARY_EVERY),
+            next_figures: now,
             next_table: now,
             job_step: None,
             job_rate: None,
@@ -191,8 +197,9 @@ impl JobView {
         self.members.remove(pod);
     }
 
-    /// The clock, with the attempt under way (None: none trains now): what is due.
-    pub fn tick(&mut self, now: Instant, attempt: Option<Attempt>) -> Vec<Report> {
+    /// The clock, with the attempt under way (None: none trains now), and whether the table
+    /// is asked for: what is due.
+    pub fn tick(&mut self, now: Instant, attempt: Option<Attempt>, table: bool) -> Vec<Report> {
         let mut reports = Vec::new();
         let Some(attempt) = attempt else {
             return reports;
@@ -201,7 +208,11 @@ impl JobView {
             self.period_end = now + self.period();
             self.period_ended(&mut reports);
         }
-        if now >= self.next_table {
+        if now >= self.next_figures {
+            self.next_figures = now + FIGURES_EVERY;
+            reports.push(Report::Figures(self.figures()));
+        }
+        if table && now >= self.next_table {
             self.next_table = now + TABLE_EVERY;
             reports.push(Report::Table(self.table(now, attempt)));
         }
@@ -491,7 +502,7 @@ mod tests {
             };
             view.note("p-0", "pod p-0 on node n1", &pod([0, 1]), at);
             view.note("p-1", "pod p-1 on node n7", &pod([2, 3]), at);
-            reports.extend(view.tick(at, Some(attempt())));
+            reports.extend(view.tick(at, Some(attempt()), false));
         }
         reports
     }
@@ -578,7 +589,7 @@ mod tests {
             line.starts_with("job progress: step 180, 3.00 steps/s, 4 of 4 ranks reporting, restarts 0 of 3, slowest rank 0 (0 steps behind)"),
             "{line}"
         );
-        assert!(view.tick(start + 1000 * S, None).is_empty());
+        assert!(view.tick(start + 1000 * S, None, true).is_empty());
     }
 
     /// Ranks in lockstep without times, one pod reporting every 250 ms and the other only
@@ -601,7 +612,7 @@ mod tests {
             if tick % 40 == 0 {
                 view.note("p-1", "pod p-1", &[(1, step, None)], at);
             }
-            reports.extend(view.tick(at, Some(attempt())));
+            reports.extend(view.tick(at, Some(attempt()), false));
         }
         assert!(notes(&reports).is_empty(), "{:?}", notes(&reports));
         let mut absurd = JobView::new("j", Some(rules), start);
@@ -610,8 +621,31 @@ mod tests {
             let step = u64::from(second);
             absurd.note("p-0", "pod p-0", &[(0, step, Some(100))], at);
             absurd.note("p-1", "pod p-1", &[(1, step, Some(u64::MAX))], at);
-            assert!(notes(&absurd.tick(at, Some(attempt()))).is_empty());
+            assert!(notes(&absurd.tick(at, Some(attempt()), false)).is_empty());
         }
+    }
+
+    /// The figures every 5 s; the table only while asked for, at most once a second.
+    #[test]
+    fn the_table_is_made_only_when_asked() {
+        let start = Instant::now();
+        let mut view = JobView::new("j", None, start);
+        view.note("p-0", "pod p-0", &[(0, 1, None)], start);
+        let quarter = Duration::from_millis(250);
+        let mut figures = 0;
+        let mut tables = 0;
+        for tick in 0..40u32 {
+            let asked = tick >= 20;
+            for report in view.tick(start + quarter * tick, Some(attempt()), asked) {
+                match report {
+                    Report::Figures(_) => figures += 1,
+                    Report::Table(_) => tables += 1,
+                    _ => {}
+                }
+            }
+        }
+        assert_eq!(figures, 2, "at 0 s and 5 s");
+        assert_eq!(tables, 5, "asked from 5 s to 9.75 s: once a second");
     }
 
     /// The table names every rank with its pod, step and rate; the figures say the spread and

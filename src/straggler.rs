@@ -12,9 +12,9 @@
 //! step it cannot have made, must not make every other rank slow. A rank at most
 //! `NOISE_MS` slower than the reference is not slow (integer milliseconds of steps that take
 //! one or two would otherwise halve a score). A rank scoring below the threshold in `windows`
-//! judged windows in a row is named; a window that judges others but not it (no new report, a
-//! restarted count) starts its count again; one named is named no more once it scores at or
-//! above the threshold. A window in which no rank made a step judges nothing (that is a hang's
+//! judged windows with no judged window at or above it in between is named (a window that does
+//! not judge it, for want of a report in time, says nothing of it); one named is named no more
+//! once it scores at or above the threshold. A window in which no rank made a step judges nothing (that is a hang's
 //! business, not a straggler's).
 
 use std::collections::{BTreeSet, HashMap};
@@ -95,11 +95,8 @@ impl Judge {
     pub fn window(&mut self, measures: &[Measure]) -> Window {
         let scores = scores(measures);
         let mut window = Window::default();
-        // Only ranks slow in a row are kept. One the window did not judge, while it judged
-        // others, is slow in a row no more.
-        if !scores.is_empty() {
-            self.slow.retain(|rank, _| scores.contains_key(rank));
-        }
+        // Only ranks slow in a row are kept. A window that did not judge a rank (no report of
+        // it came in time: a late beat on a loaded node) says nothing of it: its count stands.
         for (&rank, &score) in &scores {
             if score < self.rules.threshold {
                 let slow = self.slow.entry(rank).or_default();
@@ -279,18 +276,23 @@ mod tests {
         assert_eq!(window.scores[&1], 1.0);
     }
 
-    /// Slow, slow, then a window that judges the others but not it (no new report, a
-    /// restarted count), then slow: not three in a row.
+    /// Slow, slow, then a window that judges the others but not it (its report late), then
+    /// slow: three judged slow windows with no fast one between, named; a fast one in between
+    /// starts the count again.
     #[test]
-    fn a_window_that_does_not_judge_a_rank_starts_its_count_again() {
+    fn a_window_that_does_not_judge_a_rank_says_nothing_of_it() {
         let mut judge = Judge::new(Rules::default());
         let slow = [timed(0, 100), timed(1, 100), timed(2, 300)];
+        let late = [timed(0, 100), timed(1, 100)];
         judge.window(&slow);
         judge.window(&slow);
-        judge.window(&[timed(0, 100), timed(1, 100)]);
-        assert!(judge.window(&slow).named.is_empty());
-        judge.window(&slow);
+        judge.window(&late);
         assert_eq!(judge.window(&slow).named, [2]);
+        let mut again = Judge::new(Rules::default());
+        again.window(&slow);
+        again.window(&slow);
+        again.window(&[timed(0, 100), timed(1, 100), timed(2, 100)]);
+        assert!(again.window(&slow).named.is_empty());
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
 use super::message::MAX_RANKS_PER_BEAT;
-use crate::report::{RankStep, Table};
+use crate::report::{Figures, RankStep, Table};
 use crate::straggler::Rules;
 
 /// A number a gauge holds when it has none.
@@ -35,19 +35,23 @@ pub enum JobNews {
     Straggler(String),
     /// The job's summary, for the Job's annotation.
     Summary(String),
-    /// The job's table and figures, as the coordinator knows them.
+    /// The job's figures, as the coordinator knows them (its metrics).
+    Figures(Figures),
+    /// The job's table, as `status` asked for it.
     Table(Table),
     /// A follower's: where its coordinator is (`paddle-launcher status` asks it).
     CoordinatorAt(SocketAddr),
 }
 
 /// What a launcher brings to the channel for its reports: the job's name, the straggler rules
-/// (None: not judged), and where its news go (None: nowhere).
+/// (None: not judged), where its news go (None: nowhere), and whether `status` asks for the
+/// job's table (set by the metrics endpoint, cleared once a table is sent).
 #[derive(Debug, Clone, Default)]
 pub struct Reporting {
     pub job: String,
     pub stragglers: Option<Rules>,
     pub news: Option<mpsc::UnboundedSender<JobNews>>,
+    pub table_asked: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Reporting {

@@ -399,7 +399,8 @@ impl Coordinator {
         for pod in &self.core.done {
             self.view.forget(pod);
         }
-        for report in self.view.tick(now, self.core.attempt()) {
+        let asked = self.reporting.table_asked.load(Ordering::Relaxed);
+        for report in self.view.tick(now, self.core.attempt(), asked) {
             match report {
                 Report::Line(line) => info!("{line}"),
                 Report::Note(line) => {
@@ -412,7 +413,11 @@ impl Coordinator {
                 }
                 Report::Straggler(message) => self.reporting.tell(JobNews::Straggler(message)),
                 Report::Summary(summary) => self.reporting.tell(JobNews::Summary(summary)),
-                Report::Table(table) => self.reporting.tell(JobNews::Table(table)),
+                Report::Figures(figures) => self.reporting.tell(JobNews::Figures(figures)),
+                Report::Table(table) => {
+                    self.reporting.table_asked.store(false, Ordering::Relaxed);
+                    self.reporting.tell(JobNews::Table(table));
+                }
             }
         }
     }

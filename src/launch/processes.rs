@@ -359,7 +359,11 @@ impl Driver<'_> {
         let mut sources = Vec::new();
         // The progress files are read for hang detection, for the metrics, and for the job's
         // view on its channel (its table, its stragglers).
-        let every = limits.map_or(METRICS_CHECK, progress::check_every);
+        // At least once a second: a long hang timeout looks seldom, the job's view needs
+        // every window's steps.
+        let every = limits.map_or(METRICS_CHECK, |l| {
+            progress::check_every(l).min(METRICS_CHECK)
+        });
         let read_files = limits.is_some() || self.board.is_some() || self.channel.is_some();
         for (local, spec) in specs.into_iter().enumerate() {
             let file = (read_files && role == Role::Trainer).then(|| {

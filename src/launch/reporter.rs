@@ -39,6 +39,11 @@ pub(super) struct Reporter {
 impl Reporter {
     pub(super) fn start(config: &Config, board: Option<Shared>) -> Reporter {
         let (news, heard) = mpsc::unbounded_channel();
+        // The endpoint's `GET /status` asks for the table through it.
+        let table_asked = board
+            .as_ref()
+            .map(|b| lock(b).table_asked())
+            .unwrap_or_default();
         let (posting, posts) = watch::channel(None);
         let metrics_port = config.ports.metrics;
         tokio::spawn(report(heard, board, metrics_port, posts));
@@ -47,6 +52,7 @@ impl Reporter {
                 job: config.topology.job_name.clone(),
                 stragglers: config.timing.stragglers,
                 news: Some(news),
+                table_asked,
             },
             posting,
         }
@@ -71,7 +77,8 @@ async fn report(
     let mut patched: Option<tokio::time::Instant> = None;
     while let Some(item) = news.recv().await {
         match item {
-            JobNews::Table(table) => show(&board, |b| b.job_view(table)),
+            JobNews::Figures(figures) => show(&board, |b| b.job_figures(figures)),
+            JobNews::Table(table) => show(&board, |b| b.job_table(table)),
             JobNews::CoordinatorAt(at) => {
                 let metrics = metrics_port.map(|port| SocketAddr::new(at.ip(), port));
                 show(&board, |b| b.coordinator_at(metrics));

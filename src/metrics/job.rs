@@ -4,11 +4,14 @@
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use prometheus_client::registry::Registry;
 
 use super::{family, step_of, Board};
-use crate::report::Table;
+use crate::report::{Figures, Table};
 
 /// What `GET /status` answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,28 +22,52 @@ pub enum Status {
     Elsewhere(SocketAddr),
     /// Only this pod's processes are known here (no control channel, or nothing said yet).
     Pod(String),
+    /// This launcher coordinates: its view is asked for a table (ask again shortly).
+    Asked,
 }
 
+/// How fresh a table must be to answer `GET /status` with it: older, a new one is asked for.
+pub const TABLE_FRESH: Duration = Duration::from_secs(2);
+
 impl Board {
-    /// The coordinator's table and figures, made again.
-    pub fn job_view(&mut self, table: Table) {
-        self.view = Some(table);
+    /// The coordinator's figures, made again.
+    pub fn job_figures(&mut self, figures: Figures) {
+        self.figures = Some(figures);
         self.coordinator = None;
+    }
+
+    /// The coordinator's table, as asked for.
+    pub fn job_table(&mut self, table: Table) {
+        self.table = Some((Instant::now(), table));
+    }
+
+    /// What `GET /status` sets to have the coordinator's view make a table.
+    pub fn table_asked(&self) -> Arc<AtomicBool> {
+        self.table_asked.clone()
     }
 
     /// A follower's: the coordinator's metrics endpoint (None: metrics are off here, so
     /// presumably there too).
     pub fn coordinator_at(&mut self, metrics: Option<SocketAddr>) {
         self.coordinator = metrics;
-        self.view = None;
+        (self.figures, self.table) = (None, None);
     }
 
-    pub fn status(&self) -> Status {
-        if let Some(table) = &self.view {
-            return Status::Job(table.text.clone());
-        }
+    /// What `GET /status` answers now; `Status::Asked` when this launcher coordinates and its
+    /// table is not fresh (asked for: try again shortly).
+    pub fn status(&self, now: Instant) -> Status {
         if let Some(at) = self.coordinator {
             return Status::Elsewhere(at);
+        }
+        match (&self.figures, &self.table) {
+            (_, Some((made, table))) if now.saturating_duration_since(*made) < TABLE_FRESH => {
+                return Status::Job(table.text.clone())
+            }
+            (Some(_), _) => {
+                self.table_asked.store(true, Ordering::Relaxed);
+                return Status::Asked;
+            }
+            _ => {}
         }
         let mut text = format!(
             "pod {} of job {}: {} (this launcher knows no job-wide view: the job has no control channel, or its coordinator has said nothing yet)\n",
@@ -67,10 +94,9 @@ impl Board {
 
     /// The coordinator's job-wide metrics, from its view's figures.
     pub(super) fn render_job(&self, registry: &mut Registry) {
-        let Some(table) = &self.view else {
+        let Some(figures) = &self.figures else {
             return;
         };
-        let figures = &table.figures;
         let with = |more: &[(&str, String)]| self.labels(more);
         if let Some((lowest, highest)) = figures.steps {
             let help = "The lowest and highest step any rank of the job reports (their spread)";
@@ -111,5 +137,46 @@ impl Board {
                 .get_or_create(&with(&[("rank", rank.to_string())]))
                 .set(*score);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The coordinator's board asks its view for a table when it has none fresh, and answers
+    /// with it once it comes; a follower's sends to the coordinator; a board without a job
+    /// view shows its own processes.
+    #[test]
+    fn status_is_the_fresh_table_the_coordinator_or_the_pod() {
+        let mut board = Board::new("j", "j-0");
+        assert!(
+            matches!(board.status(Instant::now()), Status::Pod(text) if text.contains("no job-wide view"))
+        );
+        board.job_figures(Figures::default());
+        let asked = board.table_asked();
+        assert_eq!(board.status(Instant::now()), Status::Asked);
+        assert!(
+            asked.load(Ordering::Relaxed),
+            "the view is asked for a table"
+        );
+        let table = Table {
+            text: "job j: step 3\n".into(),
+            figures: Figures::default(),
+        };
+        board.job_table(table);
+        assert_eq!(
+            board.status(Instant::now()),
+            Status::Job("job j: step 3\n".into())
+        );
+        let later = Instant::now() + TABLE_FRESH;
+        assert_eq!(
+            board.status(later),
+            Status::Asked,
+            "a stale table is asked for again"
+        );
+        let at: SocketAddr = "10.0.0.5:9410".parse().unwrap();
+        board.coordinator_at(Some(at));
+        assert_eq!(board.status(Instant::now()), Status::Elsewhere(at));
     }
 }

@@ -132,8 +132,11 @@ pub struct Board {
     size: Size,
     sources: Vec<Source>,
     samples: Vec<Samples>,
-    /// The coordinator's: its view of the job (`job.rs`).
-    view: Option<crate::report::Table>,
+    /// The coordinator's: its view's figures, and its last table and when it came (`job.rs`).
+    figures: Option<crate::report::Figures>,
+    table: Option<(Instant, crate::report::Table)>,
+    /// Set by `GET /status` on the coordinator: the view makes a table.
+    table_asked: Arc<std::sync::atomic::AtomicBool>,
     /// A follower's: the coordinator's metrics endpoint.
     coordinator: Option<std::net::SocketAddr>,
 }
@@ -148,7 +151,9 @@ impl Board {
             size: Size::default(),
             sources: Vec::new(),
             samples: Vec::new(),
-            view: None,
+            figures: None,
+            table: None,
+            table_asked: Arc::default(),
             coordinator: None,
         }
     }
@@ -382,7 +387,7 @@ pub fn measure_view(pods: u32, per_pod: u32, rounds: u32) -> (Duration, Duration
         }
         let end = start + rules.window * (round + 1);
         let began = Instant::now();
-        std::hint::black_box(view.tick(end, attempt));
+        std::hint::black_box(view.tick(end, attempt, false));
         ending += began.elapsed();
         if let Some(attempt) = attempt {
             let began = Instant::now();

@@ -101,12 +101,16 @@ async fn answer(mut stream: TcpStream, board: &Shared) {
             let metrics = lock(board).render(std::time::Instant::now());
             ("200 OK", METRICS_TYPE, metrics, None)
         }
-        Route::Status => match lock(board).status() {
+        Route::Status => match status_of(board).await {
             Status::Job(text) | Status::Pod(text) => ("200 OK", TEXT, text, None),
             Status::Elsewhere(at) => {
                 let body = format!("the job's table is on its coordinator: http://{at}/status\n");
                 let location = Some(format!("http://{at}/status"));
                 ("307 Temporary Redirect", TEXT, body, location)
+            }
+            Status::Asked => {
+                let body = "the job's table is being made: ask again\n".to_string();
+                ("503 Service Unavailable", TEXT, body, None)
             }
         },
         Route::Refused(status, body) => (status, TEXT, body.to_string(), None),
@@ -118,6 +122,22 @@ async fn answer(mut stream: TcpStream, board: &Shared) {
     );
     let write = stream.write_all(response.as_bytes());
     let _ = tokio::time::timeout(WRITE_TIMEOUT, write).await;
+}
+
+/// How long `GET /status` on the coordinator waits for the table it asked its view for (the
+/// view looks every 250 ms, and makes one at most every second).
+pub const TABLE_WAIT: Duration = Duration::from_secs(3);
+
+/// The status to answer: on the coordinator, a fresh table, asked for and waited for.
+async fn status_of(board: &Shared) -> Status {
+    let deadline = tokio::time::Instant::now() + TABLE_WAIT;
+    loop {
+        let status = lock(board).status(std::time::Instant::now());
+        if status != Status::Asked || tokio::time::Instant::now() >= deadline {
+            return status;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// A request's head as read: its first line, or too large to read.
