@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::ledger::Ledger;
-use crate::straggler::{Judge, Measure, Rules};
+use crate::straggler::{score_in, Judge, Measure, Rules};
 
 /// At most one progress line in the coordinator's log this often.
 pub const LINE_EVERY: Duration = Duration::from_secs(60);
@@ -121,7 +121,7 @@ pub struct JobView {
     /// How each member names itself ("pod p-1 on node n7").
     who: BTreeMap<String, String>,
     /// Each rank's score in the last window, and the ranks named.
-    scores: std::collections::HashMap<u32, f64>,
+    scores: Vec<(u32, f64)>,
     named: BTreeMap<u32, f64>,
     period_end: Instant,
     next_line: Instant,
@@ -143,7 +143,7 @@ impl JobView {
             rules,
             members: BTreeMap::new(),
             who: BTreeMap::new(),
-            scores: Default::default(),
+            scores: Vec::new(),
             named: BTreeMap::new(),
             period_end: now + period,
             next_line: now + LINE_EVERY,
@@ -280,7 +280,7 @@ impl JobView {
             false => "its rate of steps",
         };
         for rank in window.named {
-            let score = self.scores.get(&rank).copied().unwrap_or(0.0);
+            let score = score_in(&self.scores, rank).unwrap_or(0.0);
             self.named.insert(rank, score);
             let line = self.named_line(rank, score, by);
             reports.push(Report::Note(line.clone()));
@@ -288,12 +288,12 @@ impl JobView {
         }
         for rank in window.recovered {
             self.named.remove(&rank);
-            let score = self.scores.get(&rank).copied().unwrap_or(1.0);
+            let score = score_in(&self.scores, rank).unwrap_or(1.0);
             let line = format!("straggler: rank {rank} is no longer slow (score {score:.2})");
             reports.push(Report::Note(line));
         }
         for (rank, score) in self.named.iter_mut() {
-            *score = self.scores.get(rank).copied().unwrap_or(*score);
+            *score = score_in(&self.scores, *rank).unwrap_or(*score);
         }
     }
 
@@ -344,8 +344,8 @@ impl JobView {
         let judged = self
             .scores
             .iter()
-            .min_by(|a, b| a.1.total_cmp(b.1).then(a.0.cmp(b.0)))
-            .and_then(|(rank, score)| Some((*rank, self.step_of(*rank)?, Some(*score))));
+            .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)))
+            .and_then(|&(rank, score)| Some((rank, self.step_of(rank)?, Some(score))));
         let slowest = judged
             .or(behind.map(|(step, id)| (id, step, None)))
             .zip(steps)
@@ -421,10 +421,11 @@ impl JobView {
             "POD", "RANK", "STEP", "STEPS/S", "REPORTED", "SCORE"
         );
         // Each row's place in the order, looked up once: (not named, score, step, id).
+        let scores: std::collections::HashMap<u32, f64> = self.scores.iter().copied().collect();
         let mut rows: Vec<(Place, Row)> = self
             .ranks()
             .map(|(pod, id, rank)| {
-                let score = self.scores.get(&id).copied().unwrap_or(f64::INFINITY);
+                let score = scores.get(&id).copied().unwrap_or(f64::INFINITY);
                 (
                     (!self.named.contains_key(&id), score, rank.step, id),
                     (pod, id, rank),
@@ -448,10 +449,7 @@ impl JobView {
             let at = self.members.get(*pod).map_or(now, |m| m.at);
             let ago = now.saturating_duration_since(at).as_secs_f64();
             let rate = rank.rate.map_or("-".to_string(), |r| format!("{r:.2}"));
-            let mut score = self
-                .scores
-                .get(id)
-                .map_or("-".into(), |s| format!("{s:.2}"));
+            let mut score = scores.get(id).map_or("-".into(), |s| format!("{s:.2}"));
             if self.named.contains_key(id) {
                 score.push_str(" straggler");
             }

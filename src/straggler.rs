@@ -60,11 +60,25 @@ pub struct Measure {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Window {
     /// Each rank's score (1 for the best).
-    pub scores: HashMap<u32, f64>,
+    /// Each rank judged and its score, in the measures' order.
+    pub scores: Vec<(u32, f64)>,
     /// Ranks named stragglers at this window.
     pub named: Vec<u32>,
     /// Ranks named before that are no longer slow.
     pub recovered: Vec<u32>,
+}
+
+#[cfg(test)]
+impl Window {
+    /// `rank`'s score in this window, if it was judged.
+    pub fn score(&self, rank: u32) -> Option<f64> {
+        score_in(&self.scores, rank)
+    }
+}
+
+/// `rank`'s score among `scores`, if there.
+pub fn score_in(scores: &[(u32, f64)], rank: u32) -> Option<f64> {
+    scores.iter().find(|(r, _)| *r == rank).map(|(_, s)| *s)
 }
 
 /// The judgement over windows.
@@ -97,7 +111,7 @@ impl Judge {
         let mut window = Window::default();
         // Only ranks slow in a row are kept. A window that did not judge a rank (no report of
         // it came in time: a late beat on a loaded node) says nothing of it: its count stands.
-        for (&rank, &score) in &scores {
+        for &(rank, score) in &scores {
             if score < self.rules.threshold {
                 let slow = self.slow.entry(rank).or_default();
                 *slow += 1;
@@ -105,8 +119,11 @@ impl Judge {
                     window.named.push(rank);
                 }
             } else {
-                self.slow.remove(&rank);
-                if self.named.remove(&rank) {
+                // Most ranks are fast and none is slow: no lookup then.
+                if !self.slow.is_empty() {
+                    self.slow.remove(&rank);
+                }
+                if !self.named.is_empty() && self.named.remove(&rank) {
                     window.recovered.push(rank);
                 }
             }
@@ -120,7 +137,7 @@ impl Judge {
 }
 
 /// By time when every rank measured says its steps' time, else by rate.
-fn scores(measures: &[Measure]) -> HashMap<u32, f64> {
+fn scores(measures: &[Measure]) -> Vec<(u32, f64)> {
     let times: Option<Vec<(u32, u64)>> = measures
         .iter()
         .map(|m| Some((m.rank, m.compute_ms?.max(1))))
@@ -151,14 +168,14 @@ fn scores(measures: &[Measure]) -> HashMap<u32, f64> {
         .filter(|(_, r)| r.is_finite() && *r >= 0.0)
         .collect();
     if rates.is_empty() {
-        return HashMap::new();
+        return Vec::new();
     }
     let mut sorted: Vec<f64> = rates.iter().map(|(_, r)| *r).collect();
     // Of the two middle ones, the faster (the higher rate).
     let middle = sorted.len() / 2;
     let reference = *sorted.select_nth_unstable_by(middle, f64::total_cmp).1;
     if reference <= 0.0 {
-        return HashMap::new();
+        return Vec::new();
     }
     rates
         .into_iter()
@@ -208,9 +225,9 @@ mod tests {
         };
         assert!(window(&mut judge, 200).named.is_empty());
         let second = window(&mut judge, 200);
-        assert_eq!(second.scores[&1], 0.52);
-        assert_eq!(second.scores[&0], 1.0);
-        assert_eq!(second.scores[&2], 1.0, "4 ms is noise");
+        assert_eq!(second.score(1), Some(0.52));
+        assert_eq!(second.score(0), Some(1.0));
+        assert_eq!(second.score(2), Some(1.0), "4 ms is noise");
         assert!(second.named.is_empty());
         assert_eq!(window(&mut judge, 200).named, [1]);
         assert!(window(&mut judge, 200).named.is_empty(), "named once");
@@ -239,7 +256,7 @@ mod tests {
         let mut judge = Judge::new(rules);
         let window = judge.window(&[timed(0, 100), timed(1, 100), timed(2, 100), timed(3, 0)]);
         assert!(window.named.is_empty(), "{window:?}");
-        assert!(window.scores.values().all(|s| *s == 1.0), "{window:?}");
+        assert!(window.scores.iter().all(|(_, s)| *s == 1.0), "{window:?}");
         let mut two = Judge::new(rules);
         assert_eq!(two.window(&[timed(0, 100), timed(1, 300)]).named, [1]);
         // Steps of 1 or 2 ms: the difference is noise.
@@ -257,7 +274,7 @@ mod tests {
         };
         let mut judge = Judge::new(rules);
         let window = judge.window(&[stepping(0, 10.0), stepping(1, 5.0)]);
-        assert_eq!((window.scores[&0], window.scores[&1]), (1.0, 0.5));
+        assert_eq!((window.score(0), window.score(1)), (Some(1.0), Some(0.5)));
         assert_eq!(window.named, [1]);
         let mut lockstep = Judge::new(rules);
         let same = lockstep.window(&[stepping(0, 8.0), stepping(1, 8.0)]);
@@ -273,7 +290,7 @@ mod tests {
         // One rank without a time: judged by rate, all of them.
         let mut mixed = Judge::new(rules);
         let window = mixed.window(&[timed(0, 10), stepping(1, 1.0)]);
-        assert_eq!(window.scores[&1], 1.0);
+        assert_eq!(window.score(1), Some(1.0));
     }
 
     /// Slow, slow, then a window that judges the others but not it (its report late), then
