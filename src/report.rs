@@ -57,11 +57,10 @@ pub enum Report {
     Table(Table),
 }
 
-/// The job as `paddle-launcher status` prints it, and its figures.
+/// The job as `paddle-launcher status` prints it (its figures travel on their own).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Table {
     pub text: String,
-    pub figures: Figures,
 }
 
 /// What the coordinator's metrics show of the job.
@@ -462,7 +461,7 @@ impl JobView {
         if all > rows.len() {
             let _ = writeln!(text, "... and {} more ranks, none slower", all - rows.len());
         }
-        Table { text, figures }
+        Table { text }
     }
 }
 

@@ -162,7 +162,6 @@ mod tests {
         );
         let table = Table {
             text: "job j: step 3\n".into(),
-            figures: Figures::default(),
         };
         board.job_table(table);
         assert_eq!(
