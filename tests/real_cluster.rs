@@ -1128,6 +1128,7 @@ fn an_elastic_job_trains_on_without_a_dead_nodes_pod_still_in_the_api() {
 fn in_a_control_plane_of_its_own(name: &str) {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--exact", name, "--ignored", "--nocapture"])
+        .env(support::node_agent::IP_BLOCK_ENV, "1")
         .output()
         .unwrap();
     let (stdout, stderr) = (

@@ -659,6 +659,33 @@ async fn finish_deletion(client: &Client, pod: &Pod) -> Result<(), kube::Error> 
     }
 }
 
+/// The environment variable that gives a test process's node agent a block of pod addresses of
+/// its own: a test that runs in a process of its own (with a control plane and agent of its own,
+/// `in_a_control_plane_of_its_own`) runs beside the other tests' pods, and the same addresses
+/// in both processes made two pods bind the same address and port (EADDRINUSE, a trainer
+/// exiting with status 1 in CI).
+pub const IP_BLOCK_ENV: &str = "PADDLE_LAUNCHER_TEST_IP_BLOCK";
+
+/// This process's block of pod addresses (0 unless `IP_BLOCK_ENV` says 0..=1).
+fn ip_block() -> u32 {
+    std::env::var(IP_BLOCK_ENV)
+        .ok()
+        .and_then(|b| b.parse::<u32>().ok())
+        .filter(|b| *b <= 1)
+        .unwrap_or(0)
+}
+
+/// The `n`th pod address of `block`: 127.<240 + 5 block + n / 62500 % 5>.<n / 250 % 250>.<n %
+/// 250 + 2>, so blocks 0 and 1 never share an address (312,500 addresses each).
+fn pod_ip(block: u32, n: u32) -> String {
+    format!(
+        "127.{}.{}.{}",
+        240 + 5 * block + n / 62500 % 5,
+        n / 250 % 250,
+        n % 250 + 2
+    )
+}
+
 /// A pod newly bound to one of the agent's nodes: its directory, volumes, token and process.
 async fn admit(
     client: &Client,
@@ -677,13 +704,7 @@ async fn admit(
     let ip = {
         let mut s = shared.lock().unwrap();
         s.next_ip += 1;
-        let n = s.next_ip;
-        format!(
-            "127.{}.{}.{}",
-            240 + n / 62500 % 10,
-            n / 250 % 250,
-            n % 250 + 2
-        )
+        pod_ip(ip_block(), s.next_ip)
     };
     volumes(client, &pod, &namespace, &pod_dir).await?;
     let automount = pod
