@@ -10,7 +10,7 @@ use clap::ArgMatches;
 use nix::libc::SIGTERM;
 use tracing::info;
 
-use crate::cli::LocalArgs;
+use crate::cli::{LocalArgs, Opt};
 use crate::config::{
     present, Config, GRADIENT_NUM, ID_DIR, JOB_SECRET, LOG_DIR, NIC, PEERS, POD_IP, POD_NAME,
     PROGRESS_FILE, SELECTOR, TERMINATION_LOG, WORKDIR,
@@ -23,6 +23,28 @@ use crate::supervise::{Event, Output, Signals, SpawnSpec, Supervisor};
 
 /// 127.0.0.2 .. 127.0.0.201: all on `lo`, none of them 127.0.0.1 (which other services use).
 pub const MAX_LOCAL_PODS: u64 = 200;
+/// The options local mode sets for each simulated pod: refused when given (status 2), and left
+/// out of `local --help`, which lists only what a user may set.
+const SET_PER_POD: [Opt; 7] = [
+    POD_IP,
+    POD_NAME,
+    PEERS,
+    GRADIENT_NUM,
+    SELECTOR,
+    PROGRESS_FILE,
+    LOG_DIR,
+];
+
+/// The command line with `local`'s help leaving out the options it sets itself (they still
+/// parse, so that giving one is refused with a clear line rather than clap's "unexpected").
+pub fn hide_set_per_pod(command: clap::Command) -> clap::Command {
+    command.mut_subcommand("local", |local| {
+        SET_PER_POD
+            .into_iter()
+            .fold(local, |local, opt| local.mut_arg(opt.0, |a| a.hide(true)))
+    })
+}
+
 /// The file in each simulated pod's directory that takes its termination message.
 const TERMINATION_LOG_FILE: &str = "termination-log";
 
@@ -46,17 +68,7 @@ fn instance_env(
         };
         let env = env.to_string_lossy().to_string();
         let given_as_flag = matches.value_source(id) == Some(ValueSource::CommandLine);
-        let set_per_pod = [
-            POD_IP,
-            POD_NAME,
-            PEERS,
-            GRADIENT_NUM,
-            SELECTOR,
-            PROGRESS_FILE,
-            LOG_DIR,
-        ]
-        .into_iter()
-        .find(|opt| opt.0 == id);
+        let set_per_pod = SET_PER_POD.into_iter().find(|opt| opt.0 == id);
         if let (Some(opt), true) = (set_per_pod, given_as_flag) {
             return Err(ConfigError::new(
                 opt,

@@ -19,7 +19,7 @@ use crate::{doctor, launch, local, manifest};
 
 /// The whole program; `main.rs` only calls it, so every other module can stay crate-private.
 pub fn main() -> ! {
-    let command = Cli::command();
+    let command = local::hide_set_per_pod(Cli::command());
     let (matches, cli) = parse(&command);
     init_logs(cli.log_format);
     let runtime = match tokio::runtime::Builder::new_current_thread()

@@ -441,8 +441,33 @@ fn local_mode_fails_with_the_first_failing_pod_and_stops_the_rest() {
     assert_contains(&done.stderr, "unknown flag --no_such_flag");
 }
 
+/// Local mode sets each simulated pod's address, name, peers, size, selector, progress file and
+/// log directory: given, one is refused with a clear line; `local --help` leaves them out (it
+/// lists what a user may set), while `run --help` still lists them.
 #[test]
 fn local_mode_rejects_options_it_sets_itself() {
+    let help = |sub: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_paddle-launcher"))
+            .args([sub, "--help"])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let (local, run) = (help("local"), help("run"));
+    for flag in [
+        "--pod-ip",
+        "--pod-name",
+        "--peers ",
+        "--gradient-num",
+        "--selector",
+        "--progress-file",
+        "--log-dir",
+    ] {
+        assert!(!local.contains(flag), "local --help lists {flag}:\n{local}");
+        assert_contains(&run, flag);
+    }
+    assert_contains(&local, "--max-restarts");
     let dir = tempfile::tempdir().unwrap();
     let done = Launcher::start(
         dir.path(),
