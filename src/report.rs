@@ -622,6 +622,65 @@ mod tests {
         }
     }
 
+    /// A rank is measured from its own reports: beats that repeat a step (four a step here)
+    /// and a count that goes back (its program started again in place, at 10 s) leave its
+    /// rate measured over the window, not from its last report nor across the restart; two
+    /// ranks in lockstep are both judged in every window, neither slow.
+    #[test]
+    fn a_rank_is_measured_across_repeated_beats_and_a_restarted_count() {
+        let start = Instant::now();
+        let rules = Rules {
+            window: 4 * S,
+            ..Rules::default()
+        };
+        let mut view = JobView::new("j", Some(rules), start);
+        let quarter = Duration::from_millis(250);
+        let mut judged = 0;
+        for tick in 1..=96u32 {
+            let at = start + quarter * tick;
+            let step = u64::from(tick / 4);
+            let restarted = if tick > 40 { step - 9 } else { step };
+            view.note("p-0", "pod p-0", &[(0, step, None)], at);
+            view.note("p-1", "pod p-1", &[(1, restarted, None)], at);
+            let reports = view.tick(at, Some(attempt()), false);
+            assert!(notes(&reports).is_empty(), "{:?}", notes(&reports));
+            if tick % 16 == 0 && tick > 16 {
+                judged += 1;
+                for rank in [0, 1] {
+                    let score = score_in(&view.scores, rank);
+                    assert!(
+                        score.is_some_and(|s| s >= rules.threshold),
+                        "window {judged}: rank {rank} scored {score:?}: {:?}",
+                        view.scores
+                    );
+                }
+            }
+        }
+        assert_eq!(judged, 5);
+    }
+
+    /// A step's time up to a day is a time (a step that writes a checkpoint may take hours);
+    /// above a day it is no time.
+    #[test]
+    fn a_step_time_is_bounded_at_a_day() {
+        let start = Instant::now();
+        let mut view = JobView::new("j", Some(rules()), start);
+        let two_hours = 2 * 3600 * 1000;
+        let day = 24 * 3600 * 1000;
+        let ranks = [
+            (0, 1, Some(two_hours)),
+            (1, 1, Some(day)),
+            (2, 1, Some(day + 1)),
+        ];
+        view.note("p-0", "pod p-0", &ranks, start);
+        let measured: Vec<(u32, Option<u64>)> = view
+            .measures()
+            .iter()
+            .map(|m| (m.rank, m.compute_ms))
+            .collect();
+        assert_eq!(measured, [(0, Some(two_hours)), (1, Some(day))]);
+    }
+
     /// The figures every 5 s; the table only while asked for, at most once a second.
     #[test]
     fn the_table_is_made_only_when_asked() {
