@@ -5,14 +5,14 @@
 //! table (`paddle-launcher status`) with the figures the coordinator's metrics show. Pure:
 //! reports and the clock in, what to say out; the coordinator's task carries it out.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::ledger::Ledger;
-use crate::straggler::{score_in, Judge, Measure, Rules};
+use crate::straggler::{Judge, Measure, Rules};
 
 /// At most one progress line in the coordinator's log this often.
 pub const LINE_EVERY: Duration = Duration::from_secs(60);
@@ -130,7 +130,39 @@ pub struct JobView {
     /// The job's step (its slowest rank's) at the last period's end, and its rate since.
     job_step: Option<u64>,
     job_rate: Option<f64>,
+    /// The attempt under way at the last tick that had one.
+    last_attempt: Option<Attempt>,
 }
+
+/// One line for the ranks named in a window beyond the first `NAMED_LINES`.
+fn others_named(named: &[u32]) -> Option<String> {
+    let others = named.get(NAMED_LINES..).filter(|o| !o.is_empty())?;
+    let listed: Vec<String> = others
+        .iter()
+        .take(NAMED_LISTED)
+        .map(u32::to_string)
+        .collect();
+    let more = match others.len() > NAMED_LISTED {
+        true => format!(" and {} more", others.len() - NAMED_LISTED),
+        false => String::new(),
+    };
+    Some(format!(
+        "straggler: {} more ranks named in this window: {}{more} (`paddle-launcher status` lists them)",
+        others.len(),
+        listed.join(" ")
+    ))
+}
+
+/// The table's first line while no attempt trains.
+const BETWEEN_ATTEMPTS: &str =
+    "no attempt is training now (the job restarts or ends): the last one as seen\n";
+
+/// At most this many ranks named in a window are said one by one (a line on every pod, an
+/// event); the others in one line: half a job of 10,000 slower at once must not flood the
+/// followers' links nor take the coordinator's task for seconds.
+const NAMED_LINES: usize = 10;
+/// The ranks the line of the others lists by number.
+const NAMED_LISTED: usize = 100;
 
 impl JobView {
     /// A view from `now`, judging stragglers by `rules` (None: not judged).
@@ -152,6 +184,7 @@ impl JobView {
             next_table: now,
             job_step: None,
             job_rate: None,
+            last_attempt: None,
         }
     }
 
@@ -191,9 +224,19 @@ impl JobView {
         }
     }
 
-    /// A member left: its processes are no longer shown.
+    /// A member left (or its trainer is done): its processes are no longer shown, judged nor
+    /// named.
     pub fn forget(&mut self, pod: &str) {
-        self.members.remove(pod);
+        let Some(member) = self.members.remove(pod) else {
+            return;
+        };
+        self.who.remove(pod);
+        for rank in member.ranks.keys() {
+            self.named.remove(rank);
+            if let Some(judge) = self.judge.as_mut() {
+                judge.forget(*rank);
+            }
+        }
     }
 
     /// The clock, with the attempt under way (None: none trains now), and whether the table
@@ -201,8 +244,17 @@ impl JobView {
     pub fn tick(&mut self, now: Instant, attempt: Option<Attempt>, table: bool) -> Vec<Report> {
         let mut reports = Vec::new();
         let Some(attempt) = attempt else {
+            // Between attempts (a restart decided, the job ending) the table asked for is the
+            // last one's, said as such: `status` is most wanted then.
+            if let (true, Some(last)) = (table && now >= self.next_table, self.last_attempt) {
+                self.next_table = now + TABLE_EVERY;
+                let mut made = self.table(now, last);
+                made.text.insert_str(0, BETWEEN_ATTEMPTS);
+                reports.push(Report::Table(made));
+            }
             return reports;
         };
+        self.last_attempt = Some(attempt);
         if now >= self.period_end {
             self.period_end = now + self.period();
             self.period_ended(&mut reports);
@@ -269,54 +321,73 @@ impl JobView {
         };
         self.job_step = step;
         let measures = self.measures();
+        let reporting = self.ranks().count();
         let Some(judge) = self.judge.as_mut() else {
             return;
         };
-        let window = judge.window(&measures);
+        let window = judge.window(&measures, reporting);
         self.scores = window.scores;
-        let by = match measures.iter().all(|m| m.compute_ms.is_some()) {
+        if window.named.is_empty() && window.recovered.is_empty() && self.named.is_empty() {
+            return;
+        }
+        // Looked up once for all the ranks named, however many.
+        let scores: HashMap<u32, f64> = self.scores.iter().copied().collect();
+        let by = match window.by_time {
             true => "its steps' compute time",
             false => "its rate of steps",
         };
-        for rank in window.named {
-            let score = score_in(&self.scores, rank).unwrap_or(0.0);
+        let step = self.lowest_step().unwrap_or(0);
+        let pods = self.pods_of(&window.named);
+        for (i, &rank) in window.named.iter().enumerate() {
+            let score = scores.get(&rank).copied().unwrap_or(0.0);
             self.named.insert(rank, score);
-            let line = self.named_line(rank, score, by);
+            if i < NAMED_LINES {
+                let pod = pods.get(&rank).map_or("its pod unknown", |p| p.as_str());
+                let line = self.named_line((rank, pod), score, by, step);
+                reports.push(Report::Note(line.clone()));
+                reports.push(Report::Straggler(line));
+            }
+        }
+        if let Some(line) = others_named(&window.named) {
             reports.push(Report::Note(line.clone()));
             reports.push(Report::Straggler(line));
         }
         for rank in window.recovered {
             self.named.remove(&rank);
-            let score = score_in(&self.scores, rank).unwrap_or(1.0);
+            let score = scores.get(&rank).copied().unwrap_or(1.0);
             let line = format!("straggler: rank {rank} is no longer slow (score {score:.2})");
             reports.push(Report::Note(line));
         }
         for (rank, score) in self.named.iter_mut() {
-            *score = score_in(&self.scores, *rank).unwrap_or(*score);
+            *score = scores.get(rank).copied().unwrap_or(*score);
         }
     }
 
-    fn named_line(&self, rank: u32, score: f64, by: &str) -> String {
+    fn named_line(&self, (rank, pod): (u32, &str), score: f64, by: &str, step: u64) -> String {
         let rules = self.rules.unwrap_or_default();
-        let step = self.lowest_step().unwrap_or(0);
         format!(
-            "straggler: rank {rank} ({}) scored {score:.2} (its speed over the median rank's) by {by}, below {:.2} in {} windows of {} s in a row, at the job's step {step}; named, not restarted",
-            self.whose(rank),
+            "straggler: rank {rank} ({pod}) scored {score:.2} (its speed over the median rank's) by {by}, below {:.2} in {} windows of {} s in a row, at the job's step {step}; named, not restarted",
             rules.threshold,
             rules.windows,
             rules.window.as_secs()
         )
     }
 
-    /// How the pod that runs `rank` names itself.
-    fn whose(&self, rank: u32) -> &str {
-        let pod = self
-            .members
-            .iter()
-            .find(|(_, m)| m.ranks.contains_key(&rank));
-        pod.map_or("its pod unknown", |(pod, _)| {
-            self.who.get(pod).map_or(pod.as_str(), String::as_str)
-        })
+    /// How the pod that runs each of the first `NAMED_LINES` of `ranks` names itself, in one
+    /// pass over the pods.
+    fn pods_of(&self, ranks: &[u32]) -> HashMap<u32, String> {
+        let wanted: BTreeSet<u32> = ranks.iter().take(NAMED_LINES).copied().collect();
+        let mut pods = HashMap::new();
+        if wanted.is_empty() {
+            return pods;
+        }
+        for (pod, member) in &self.members {
+            for rank in member.ranks.keys().filter(|r| wanted.contains(r)) {
+                let who = self.who.get(pod).unwrap_or(pod);
+                pods.insert(*rank, who.clone());
+            }
+        }
+        pods
     }
 
     fn lowest_step(&self) -> Option<u64> {
@@ -468,6 +539,7 @@ impl JobView {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::straggler::score_in;
 
     const S: Duration = Duration::from_secs(1);
 
@@ -586,7 +658,76 @@ mod tests {
             line.starts_with("job progress: step 180, 3.00 steps/s, 4 of 4 ranks reporting, restarts 0 of 3, slowest rank 0 (0 steps behind)"),
             "{line}"
         );
-        assert!(view.tick(start + 1000 * S, None, true).is_empty());
+        assert!(view.tick(start + 1000 * S, None, false).is_empty());
+        // Asked between attempts: the last attempt's table, said as such; none before any.
+        let between = view.tick(start + 1001 * S, None, true);
+        assert!(
+            matches!(between.as_slice(), [Report::Table(t)] if t.text.starts_with(BETWEEN_ATTEMPTS) && t.text.contains("restarts 0 of 3")),
+            "{between:?}"
+        );
+        let mut never = JobView::new("j", None, start);
+        assert!(never.tick(start + S, None, true).is_empty());
+    }
+
+    /// A named rank whose pod is forgotten (its trainer done, its link gone) is named no more:
+    /// not in the figures, the summary, nor the metrics.
+    #[test]
+    fn a_forgotten_pods_named_rank_is_named_no_more() {
+        let start = Instant::now();
+        let mut view = JobView::new("j", Some(rules()), start);
+        let reports = run(&mut view, start, 31, 250);
+        assert_eq!(notes(&reports).len(), 1, "{:?}", notes(&reports));
+        assert_eq!(view.figures().stragglers.len(), 1);
+        view.forget("p-1");
+        assert!(view.figures().stragglers.is_empty());
+        assert!(!view.summary(attempt()).contains("stragglers"));
+        view.forget("p-1");
+    }
+
+    /// Half of a large job slower at once: every one named, in the figures, but only the first
+    /// `NAMED_LINES` said one by one (a line on every pod, an event each), the rest in one line.
+    #[test]
+    fn many_ranks_named_at_once_are_said_in_few_lines() {
+        let start = Instant::now();
+        let rules = Rules {
+            windows: 1,
+            ..rules()
+        };
+        let mut view = JobView::new("j", Some(rules), start);
+        let pods = 500u32;
+        let mut reports = Vec::new();
+        for second in 1..=10u32 {
+            let at = start + S * second;
+            for pod in 0..pods {
+                let ms = if pod % 2 == 1 { 200 } else { 100 };
+                let ranks: Vec<RankStep> = (0..2)
+                    .map(|l| (pod * 2 + l, u64::from(second), Some(ms)))
+                    .collect();
+                view.note(&format!("p-{pod}"), &format!("pod p-{pod}"), &ranks, at);
+            }
+            reports.extend(view.tick(at, Some(attempt()), false));
+        }
+        assert_eq!(view.figures().stragglers.len(), 500);
+        let said = notes(&reports);
+        assert_eq!(said.len(), NAMED_LINES + 1, "{said:?}");
+        assert!(
+            said[0].starts_with("straggler: rank 2 (pod p-1) scored 0.50"),
+            "{}",
+            said[0]
+        );
+        assert!(
+            said[NAMED_LINES]
+                .starts_with("straggler: 490 more ranks named in this window: 22 23 26 27 "),
+            "{}",
+            said[NAMED_LINES]
+        );
+        assert!(
+            said[NAMED_LINES].contains(" and 390 more "),
+            "{}",
+            said[NAMED_LINES]
+        );
+        let events = reports.iter().filter(|r| matches!(r, Report::Straggler(_)));
+        assert_eq!(events.count(), NAMED_LINES + 1);
     }
 
     /// Ranks in lockstep without times, one pod reporting every 250 ms and the other only
