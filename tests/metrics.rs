@@ -134,8 +134,9 @@ fn a_training_pod_shows_its_state_size_and_each_processs_steps() {
 
 /// A hostile client gets nothing but the read-only metrics: another method or path is
 /// refused, a head past the limit is refused and closed, a client that sends nothing is closed
-/// (not waited for), clients past the concurrent limit are closed at once while a scraper that
-/// comes after them is still answered; the job runs on.
+/// (not waited for), clients past the concurrent limit, or past one address's share of it, are
+/// closed at once while a scraper on another address, or that comes after them, is still
+/// answered; the job runs on.
 #[test]
 fn a_hostile_client_gets_nothing_but_the_metrics() {
     let dir = tempfile::tempdir().unwrap();
@@ -155,19 +156,29 @@ fn a_hostile_client_gets_nothing_but_the_metrics() {
     large.extend(std::iter::repeat_n(b'a', 20_000));
     let large = request(&at, &large);
     assert!(large.starts_with("HTTP/1.1 431 "), "{large}");
-    // Silent clients hold every slot; one more is closed at once, without an answer.
-    let silent: Vec<TcpStream> = (0..8).map(|_| TcpStream::connect(&at).unwrap()).collect();
+    // One address holds at most 4 slots: its fifth connection is closed at once, without an
+    // answer, while a scraper on another address is answered.
+    let mut silent: Vec<TcpStream> = (0..4).map(|_| connect_from("127.0.0.63", &at)).collect();
     std::thread::sleep(Duration::from_millis(500));
-    let mut extra = TcpStream::connect(&at).unwrap();
-    extra
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
     let mut buf = [0u8; 64];
-    assert_eq!(
-        extra.read(&mut buf).unwrap_or(0),
-        0,
-        "an answer past the limit"
+    // A connection given a slot would be answered: one refused gets nothing back.
+    let mut refused = |mut extra: TcpStream, why: &str| {
+        extra
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let _ = extra.write_all(b"GET /metrics HTTP/1.1\r\n\r\n");
+        assert_eq!(extra.read(&mut buf).unwrap_or(0), 0, "{why}");
+    };
+    refused(
+        connect_from("127.0.0.63", &at),
+        "an answer on a fifth slot for one address",
     );
+    let scraped = request(&at, b"GET /metrics HTTP/1.1\r\n\r\n");
+    assert!(scraped.starts_with("HTTP/1.1 200 "), "{scraped}");
+    // Silent clients of two addresses hold every slot; one more is closed at once.
+    silent.extend((0..4).map(|_| connect_from("127.0.0.64", &at)));
+    std::thread::sleep(Duration::from_millis(500));
+    refused(connect_from("127.0.0.65", &at), "an answer past the limit");
     // The silent ones are closed after the read timeout: each read ends (no answer).
     for mut client in silent {
         client
@@ -183,6 +194,16 @@ fn a_hostile_client_gets_nothing_but_the_metrics() {
     assert!(!after.contains(SECRET));
     let done = launcher.wait(LIMIT);
     assert_eq!(done.code(), 0, "{}", done.stderr);
+}
+
+/// A client on `from` (a loopback address of the test's choosing) connected to `at`.
+fn connect_from(from: &str, at: &str) -> TcpStream {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let from: std::net::SocketAddr = format!("{from}:0").parse().unwrap();
+    socket.bind(&from.into()).unwrap();
+    let to: std::net::SocketAddr = at.parse().unwrap();
+    socket.connect(&to.into()).unwrap();
+    socket.into()
 }
 
 /// Kills Prometheus when the test ends, however it ends.

@@ -1,8 +1,9 @@
 //! The metrics endpoint: `GET /metrics` over HTTP/1.1, one answer per connection. A port open
 //! to the cluster is an attack surface: it is read-only (nothing a request says changes
 //! anything), shows nothing secret, reads at most `HEAD_LIMIT` bytes of a request within
-//! `READ_TIMEOUT`, answers at most `CONNECTIONS` clients at once (the rest are closed at once)
-//! and gives each answer `WRITE_TIMEOUT` to leave.
+//! `READ_TIMEOUT`, answers at most `CONNECTIONS` clients at once and `PER_ADDRESS` of one
+//! address (the rest are closed at once: one client cannot hold every slot and keep Prometheus
+//! out) and gives each answer `WRITE_TIMEOUT` to leave.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
@@ -21,6 +22,8 @@ pub const HEAD_LIMIT: usize = 8192;
 pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const CONNECTIONS: usize = 8;
+/// Connections one address may hold at once.
+pub const PER_ADDRESS: usize = 4;
 /// How often each process's step is sampled for its rate.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
 
@@ -56,16 +59,50 @@ pub async fn start(at: SocketAddr, board: Shared) {
     tokio::spawn(serve(listener, board));
 }
 
+/// The connections each address holds now.
+type Holders = Arc<Mutex<std::collections::HashMap<IpAddr, usize>>>;
+
+/// One address's hold on a slot, given back when its connection ends.
+struct Held(Holders, IpAddr);
+
+impl Held {
+    fn take(holders: &Holders, ip: IpAddr) -> Option<Held> {
+        let mut held = holders.lock().unwrap_or_else(|p| p.into_inner());
+        let count = held.entry(ip).or_default();
+        if *count >= PER_ADDRESS {
+            return None;
+        }
+        *count += 1;
+        Some(Held(holders.clone(), ip))
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = held.get_mut(&self.1) {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(&self.1);
+            }
+        }
+    }
+}
+
 async fn serve(listener: TcpListener, board: Shared) {
     let permits = Arc::new(Semaphore::new(CONNECTIONS));
+    let holders = Holders::default();
     let mut sample = tokio::time::interval(SAMPLE_EVERY);
     loop {
         tokio::select! {
             _ = sample.tick() => lock(&board).sample(std::time::Instant::now()),
             accepted = listener.accept() => {
-                let Ok((stream, _)) = accepted else {
+                let Ok((stream, peer)) = accepted else {
                     // Out of descriptors, say: a pause rather than a spin.
                     tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
+                let Some(held) = Held::take(&holders, peer.ip()) else {
                     continue;
                 };
                 let Ok(permit) = permits.clone().try_acquire_owned() else {
@@ -74,7 +111,7 @@ async fn serve(listener: TcpListener, board: Shared) {
                 let board = board.clone();
                 tokio::spawn(async move {
                     answer(stream, &board).await;
-                    drop(permit);
+                    drop((permit, held));
                 });
             }
         }
