@@ -68,7 +68,7 @@ pub struct Table {
 pub struct Figures {
     /// The lowest and highest step any rank reports.
     pub steps: Option<(u64, u64)>,
-    /// The slowest rank: the lowest score in the last window, else the lowest step; how many
+    /// The slowest rank: the lowest score below 1 in the last window, else the lowest step; how many
     /// steps it is behind the furthest rank, and its score if judged.
     pub slowest: Option<(u32, u64, Option<f64>)>,
     /// The ranks named stragglers, with their last score.
@@ -411,9 +411,12 @@ impl JobView {
             }));
             behind = behind.min(Some((rank.step, id))).or(Some((rank.step, id)));
         }
+        // The lowest score if any is below 1 (slower than the reference), else the rank
+        // furthest behind: a score of 1 says nothing of steps.
         let judged = self
             .scores
             .iter()
+            .filter(|(_, score)| *score < 1.0)
             .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)))
             .and_then(|&(rank, score)| Some((rank, self.step_of(rank)?, Some(score))));
         let slowest = judged
@@ -490,12 +493,14 @@ impl JobView {
             "{:<40} {:>6} {:>10} {:>9} {:>12} {:>6}",
             "POD", "RANK", "STEP", "STEPS/S", "REPORTED", "SCORE"
         );
-        // Each row's place in the order, looked up once: (not named, score, step, id).
-        let scores: std::collections::HashMap<u32, f64> = self.scores.iter().copied().collect();
+        // Each row's place in the order, looked up once: (not named, score, step, id). A rank
+        // not judged in the last window is placed as one judged as fast as the reference, so
+        // that among those the furthest behind come first.
+        let scores: HashMap<u32, f64> = self.scores.iter().copied().collect();
         let mut rows: Vec<(Place, Row)> = self
             .ranks()
             .map(|(pod, id, rank)| {
-                let score = scores.get(&id).copied().unwrap_or(f64::INFINITY);
+                let score = scores.get(&id).copied().unwrap_or(1.0);
                 (
                     (!self.named.contains_key(&id), score, rank.step, id),
                     (pod, id, rank),
@@ -530,7 +535,11 @@ impl JobView {
             );
         }
         if all > rows.len() {
-            let _ = writeln!(text, "... and {} more ranks, none slower", all - rows.len());
+            let _ = writeln!(
+                text,
+                "... and {} more ranks, none named nor slower",
+                all - rows.len()
+            );
         }
         Table { text }
     }
@@ -798,6 +807,51 @@ mod tests {
             }
         }
         assert_eq!(judged, 5);
+    }
+
+    /// A window's measures are each rank's own: its rate between its first and last report
+    /// (at least a second apart), the mean time of the steps it made; a rank with a time but
+    /// one report is measured by its time alone, one with neither is not measured.
+    #[test]
+    fn a_windows_measures_are_each_ranks_rate_and_mean_time() {
+        let start = Instant::now();
+        let mut view = JobView::new("j", Some(rules()), start);
+        for second in 1..=10u32 {
+            let ms = if second % 2 == 0 { 200 } else { 100 };
+            let step = 2 * u64::from(second);
+            view.note("p-0", "pod p-0", &[(0, step, Some(ms))], start + S * second);
+        }
+        view.note("p-1", "pod p-1", &[(1, 5, Some(300))], start + 10 * S);
+        let half = Duration::from_millis(500);
+        view.note("p-2", "pod p-2", &[(2, 5, None)], start + 10 * S - half);
+        view.note("p-2", "pod p-2", &[(2, 6, None)], start + 10 * S);
+        let measured: Vec<(u32, Option<f64>, Option<u64>)> = view
+            .measures()
+            .iter()
+            .map(|m| (m.rank, m.rate, m.compute_ms))
+            .collect();
+        assert_eq!(measured, [(0, Some(2.0), Some(150)), (1, None, Some(300))]);
+    }
+
+    /// Scores of 1 say nothing of steps: the slowest is then the rank furthest behind, and in
+    /// the table a rank not judged in the last window comes among those as fast as the
+    /// reference, by its step, not after every judged rank.
+    #[test]
+    fn a_rank_far_behind_is_the_slowest_when_no_score_is_below_one() {
+        let start = Instant::now();
+        let mut view = JobView::new("j", Some(rules()), start);
+        view.note("p-0", "pod p-0", &[(0, 100, None), (1, 100, None)], start);
+        view.note("p-1", "pod p-1", &[(2, 40, None), (3, 100, None)], start);
+        view.scores = vec![(0, 1.0), (1, 1.0), (3, 1.0)];
+        assert_eq!(view.figures().slowest, Some((2, 60, None)));
+        let table = view.table(start, attempt()).text;
+        let first = table.lines().nth(2).unwrap_or_default();
+        assert!(
+            first.starts_with("p-1 ") && first.contains("     2 "),
+            "{table}"
+        );
+        view.scores = vec![(0, 1.0), (1, 0.5), (3, 1.0)];
+        assert_eq!(view.figures().slowest, Some((1, 0, Some(0.5))));
     }
 
     /// A step's time up to a day is a time (a step that writes a checkpoint may take hours);

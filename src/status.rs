@@ -63,8 +63,8 @@ enum Answer {
     Elsewhere(SocketAddr),
 }
 
-/// `GET /status` of the launcher at `at`, within `TIMEOUT` in all (a server that trickles its
-/// answer is cut off, not waited for).
+/// `GET /status` of the launcher at `at`, within `TIMEOUT` in all, connecting included (a
+/// server that trickles its answer is cut off, not waited for).
 fn ask(at: SocketAddr) -> Result<Answer, String> {
     ask_within(at, TIMEOUT)
 }
@@ -74,7 +74,7 @@ fn ask_within(at: SocketAddr, limit: Duration) -> Result<Answer, String> {
     let refused = |e: std::io::Error| {
         format!("no launcher answers at {at} ({e}): run it in a pod of the job, whose launcher serves its metrics port (--metrics-port, PADDLE_LAUNCHER_METRICS_PORT)")
     };
-    let mut stream = TcpStream::connect_timeout(&at, TIMEOUT).map_err(refused)?;
+    let mut stream = TcpStream::connect_timeout(&at, limit).map_err(refused)?;
     let broken = |e: std::io::Error| format!("the launcher at {at} did not answer in full: {e}");
     stream.set_write_timeout(Some(TIMEOUT)).map_err(broken)?;
     let request = format!("GET /status HTTP/1.1\r\nHost: {at}\r\nConnection: close\r\n\r\n");
@@ -107,7 +107,7 @@ fn ask_within(at: SocketAddr, limit: Duration) -> Result<Answer, String> {
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let status = head.lines().next().unwrap_or("");
     if status.starts_with("HTTP/1.1 200") {
-        return Ok(Answer::Table(body.to_string()));
+        return Ok(Answer::Table(printable(body)));
     }
     let location = head.lines().find_map(|l| {
         let (name, value) = l.split_once(':')?;
@@ -123,10 +123,22 @@ fn ask_within(at: SocketAddr, limit: Duration) -> Result<Answer, String> {
     }
 }
 
+/// The table as a terminal may show it: a control character (an escape sequence a hostile
+/// server sent) becomes U+FFFD; lines and tabs stay.
+fn printable(body: &str) -> String {
+    let shown = |c: char| match c.is_control() && c != '\n' && c != '\t' {
+        true => char::REPLACEMENT_CHARACTER,
+        false => c,
+    };
+    body.chars().map(shown).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::net::TcpListener;
+
+    const S5: Duration = Duration::from_secs(5);
 
     /// A server on loopback that answers one connection with `parts`, `pause` apart.
     fn serving(parts: Vec<String>, pause: Duration) -> SocketAddr {
@@ -169,6 +181,12 @@ mod tests {
         );
         match ask_within(whole, Duration::from_secs(5)) {
             Ok(Answer::Table(text)) => assert_eq!(text, "job j: step 3\n"),
+            _ => panic!("no table"),
+        }
+        // A terminal's escape sequence is not passed on to it.
+        let escape = "HTTP/1.1 200 OK\r\n\r\nrank 3\t\u{1b}[2Jslow\r\n";
+        match ask_within(serving(vec![escape.into()], Duration::ZERO), S5) {
+            Ok(Answer::Table(text)) => assert_eq!(text, "rank 3\t\u{fffd}[2Jslow\u{fffd}\n"),
             _ => panic!("no table"),
         }
         let moved =
