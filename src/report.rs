@@ -854,6 +854,64 @@ mod tests {
         assert_eq!(view.figures().slowest, Some((1, 0, Some(0.5))));
     }
 
+    /// The summary says the restarts spent of the budget, and the free ones only when any.
+    #[test]
+    fn the_summary_says_free_restarts_only_when_there_were_some() {
+        let start = Instant::now();
+        let mut view = JobView::new("j", None, start);
+        view.note("p-0", "pod p-0", &[(0, 7, None)], start);
+        let later = Attempt {
+            ledger: Ledger {
+                epoch: 3,
+                preemptions: 2,
+                ..Ledger::first(3)
+            },
+            ..attempt()
+        };
+        let summary = view.summary(later);
+        assert!(
+            summary.contains(", restarts 1 of 3 (and 2 free), "),
+            "{summary}"
+        );
+        let first = view.summary(attempt());
+        assert!(first.contains(", restarts 0 of 3, slowest"), "{first}");
+    }
+
+    /// The table lists the named stragglers first, whatever their score now, then the
+    /// slowest; of more than `TABLE_ROWS` ranks the slowest that many and a count of the rest.
+    #[test]
+    fn the_table_lists_the_named_first_and_at_most_its_rows() {
+        let start = Instant::now();
+        let mut view = JobView::new("j", None, start);
+        view.note("p-0", "pod p-0", &[(0, 9, None), (1, 9, None)], start);
+        view.scores = vec![(0, 0.8), (1, 0.5)];
+        view.named.insert(0, 0.8);
+        let table = view.table(start, attempt()).text;
+        let ranks: Vec<&str> = table
+            .lines()
+            .skip(2)
+            .filter_map(|l| l.split_whitespace().nth(1))
+            .collect();
+        assert_eq!(ranks, ["0", "1"], "{table}");
+        assert!(table.contains(" 0.80 straggler"), "{table}");
+        for (count, more) in [(TABLE_ROWS, None), (TABLE_ROWS + 1, Some(1))] {
+            let mut big = JobView::new("j", None, start);
+            for id in 0..count as u32 {
+                big.note(&format!("p-{id}"), "pod", &[(id, 5, None)], start);
+            }
+            let table = big.table(start, attempt()).text;
+            assert_eq!(
+                table.lines().count(),
+                2 + TABLE_ROWS + usize::from(more.is_some())
+            );
+            let said = more.map(|n| format!("... and {n} more ranks, none named nor slower"));
+            assert_eq!(
+                table.lines().last().filter(|l| l.starts_with("...")),
+                said.as_deref()
+            );
+        }
+    }
+
     /// A step's time up to a day is a time (a step that writes a checkpoint may take hours);
     /// above a day it is no time.
     #[test]
