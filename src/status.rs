@@ -142,7 +142,11 @@ mod tests {
 
     /// A server on loopback that answers one connection with `parts`, `pause` apart.
     fn serving(parts: Vec<String>, pause: Duration) -> SocketAddr {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        serving_on("127.0.0.1:0", parts, pause)
+    }
+
+    fn serving_on(on: &str, parts: Vec<String>, pause: Duration) -> SocketAddr {
+        let listener = TcpListener::bind(on).unwrap();
         let at = listener.local_addr().unwrap();
         std::thread::spawn(move || {
             let (mut stream, _) = listener.accept().unwrap();
@@ -200,6 +204,102 @@ mod tests {
             "HTTP/1.1 307 Temporary Redirect\r\nLocation: http://evil.example/status\r\n\r\n";
         let by_name = serving(vec![named.into()], Duration::ZERO);
         assert!(ask_within(by_name, Duration::from_secs(5)).is_err());
+    }
+
+    fn args(at: SocketAddr) -> StatusArgs {
+        StatusArgs {
+            host: at.ip().to_string(),
+            metrics_port: Some(at.port().to_string()),
+        }
+    }
+
+    /// A follower's redirect is followed once, to an address on the same port: the table
+    /// printed; a redirect to another port, or a second one, is not followed (status 1).
+    #[test]
+    fn a_redirect_is_followed_once_on_the_same_port_only() {
+        let table = "HTTP/1.1 200 OK\r\n\r\njob j: step 3\n".to_string();
+        let to = |at: SocketAddr| {
+            format!("HTTP/1.1 307 Temporary Redirect\r\nLocation: http://{at}/status\r\n\r\n")
+        };
+        let coordinator = serving_on("127.0.0.92:0", vec![table.clone()], Duration::ZERO);
+        let on_port = |ip: &str| format!("{ip}:{}", coordinator.port());
+        let follower = serving_on(
+            &on_port("127.0.0.91"),
+            vec![to(coordinator)],
+            Duration::ZERO,
+        );
+        let (printed, outcome) = status(&args(follower));
+        assert_eq!(
+            printed.as_deref(),
+            Some("job j: step 3\n"),
+            "{}",
+            outcome.reason
+        );
+        assert_eq!(outcome.code, exit::SUCCESS);
+
+        let other_port = serving_on("127.0.0.93:0", vec![table], Duration::ZERO);
+        let follower = serving_on("127.0.0.94:0", vec![to(other_port)], Duration::ZERO);
+        let (printed, outcome) = status(&args(follower));
+        assert!(printed.is_none());
+        assert_eq!(outcome.code, exit::INTERNAL);
+        assert!(
+            outcome
+                .reason
+                .contains("another port than the launchers' metrics port"),
+            "{}",
+            outcome.reason
+        );
+
+        let onward = serving_on("127.0.0.96:0", vec![], Duration::ZERO);
+        let again = serving_on(
+            &format!("127.0.0.95:{}", onward.port()),
+            vec![to(onward)],
+            Duration::ZERO,
+        );
+        let follower = serving_on(
+            &format!("127.0.0.97:{}", onward.port()),
+            vec![to(again)],
+            Duration::ZERO,
+        );
+        let (printed, outcome) = status(&args(follower));
+        assert!(printed.is_none());
+        assert!(outcome.reason.contains("as well"), "{}", outcome.reason);
+    }
+
+    /// An answer of exactly the most read is read; a byte more is refused. A connection reset
+    /// mid-answer is no table.
+    #[test]
+    fn an_answer_is_bounded_in_size_and_a_reset_is_no_table() {
+        let head = "HTTP/1.1 200 OK\r\n\r\n";
+        let body = |size: u64| "x".repeat(size as usize - head.len());
+        let most = serving(vec![format!("{head}{}", body(MAX_ANSWER))], Duration::ZERO);
+        match ask_within(most, S5) {
+            Ok(Answer::Table(text)) => {
+                assert_eq!(text.len() as u64, MAX_ANSWER - head.len() as u64)
+            }
+            _ => panic!("the largest answer refused"),
+        }
+        let more = serving(
+            vec![format!("{head}{}", body(MAX_ANSWER + 1))],
+            Duration::ZERO,
+        );
+        let refused = ask_within(more, S5).err().unwrap();
+        assert!(refused.contains("answered more than"), "{refused}");
+
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let _ = stream.read(&mut [0u8; 1024]);
+            stream.write_all(b"HTTP/1.1 200 OK\r\n").unwrap();
+            std::thread::sleep(Duration::from_millis(200));
+            // Closed with a linger of 0: the connection is reset, not ended.
+            socket2::SockRef::from(&stream)
+                .set_linger(Some(Duration::ZERO))
+                .unwrap();
+        });
+        let reset = ask_within(at, S5).err().unwrap();
+        assert!(reset.contains("did not answer in full: "), "{reset}");
     }
 
     /// A host that is no IP address, or a port of 0, is refused (status 2), naming it.
