@@ -392,6 +392,25 @@ mod tests {
         assert_eq!(judge.all(&slow).named, [2, 3]);
     }
 
+    /// A score exactly at the threshold is not slow; just below it is.
+    #[test]
+    fn a_score_at_the_threshold_is_not_slow() {
+        let rules = Rules {
+            windows: 1,
+            ..Rules::default()
+        };
+        let mut judge = Judge::new(rules);
+        let at = judge.all(&[timed(0, 75), timed(1, 75), timed(2, 100)]);
+        assert_eq!(at.score(2), Some(0.75));
+        assert!(at.named.is_empty(), "{at:?}");
+        assert_eq!(
+            judge
+                .all(&[timed(0, 75), timed(1, 75), timed(2, 101)])
+                .named,
+            [2]
+        );
+    }
+
     /// A time past any bound is a time, not an overflow.
     #[test]
     fn the_longest_time_is_no_overflow() {
