@@ -293,6 +293,10 @@ mod tests {
         // Steps of 1 or 2 ms: the difference is noise.
         let mut tiny = Judge::new(rules);
         assert!(tiny.all(&[timed(0, 1), timed(1, 2)]).named.is_empty());
+        // Exactly 5 ms slower is noise; 6 ms is a score.
+        let mut edge = Judge::new(rules);
+        assert_eq!(edge.all(&[timed(0, 10), timed(1, 15)]).score(1), Some(1.0));
+        assert_eq!(edge.all(&[timed(0, 10), timed(1, 16)]).score(1), Some(0.625));
     }
 
     /// Without times, by rate: a rank that steps at half the job's rate is slow; in lockstep
