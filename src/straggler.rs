@@ -296,7 +296,10 @@ mod tests {
         // Exactly 5 ms slower is noise; 6 ms is a score.
         let mut edge = Judge::new(rules);
         assert_eq!(edge.all(&[timed(0, 10), timed(1, 15)]).score(1), Some(1.0));
-        assert_eq!(edge.all(&[timed(0, 10), timed(1, 16)]).score(1), Some(0.625));
+        assert_eq!(
+            edge.all(&[timed(0, 10), timed(1, 16)]).score(1),
+            Some(0.625)
+        );
     }
 
     /// Without times, by rate: a rank that steps at half the job's rate is slow; in lockstep
@@ -322,6 +325,21 @@ mod tests {
             compute_ms: None,
         };
         assert!(lockstep.all(&[unmeasured]).scores.is_empty());
+        // A rate that cannot be (negative, infinite, not a number) is no rate.
+        let odd = [
+            stepping(0, 8.0),
+            stepping(1, 8.0),
+            stepping(2, -1.0),
+            stepping(3, f64::INFINITY),
+            stepping(4, f64::NAN),
+        ];
+        let judged: Vec<u32> = lockstep
+            .window(&odd, 3)
+            .scores
+            .iter()
+            .map(|s| s.0)
+            .collect();
+        assert_eq!(judged, [0, 1]);
         // Half the ranks without a time: judged by rate, all of them.
         let mut mixed = Judge::new(rules);
         let window = mixed.all(&[timed(0, 10), stepping(1, 1.0)]);
