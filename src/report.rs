@@ -912,6 +912,19 @@ mod tests {
         }
     }
 
+    /// The line of the others lists at most `NAMED_LISTED` ranks, and says how many more.
+    #[test]
+    fn the_line_of_the_others_lists_a_hundred() {
+        let named: Vec<u32> = (0..(NAMED_LINES + NAMED_LISTED) as u32).collect();
+        let line = others_named(&named).unwrap();
+        assert!(line.starts_with("straggler: 100 more ranks named in this window: 10 11 "));
+        assert!(line.contains(" 109 (`paddle-launcher status`"), "{line}");
+        let one_more: Vec<u32> = (0..=named.len() as u32).collect();
+        let line = others_named(&one_more).unwrap();
+        assert!(line.contains(" 109 and 1 more (`"), "{line}");
+        assert_eq!(others_named(&named[..NAMED_LINES]), None);
+    }
+
     /// A step's time up to a day is a time (a step that writes a checkpoint may take hours);
     /// above a day it is no time.
     #[test]

@@ -2504,7 +2504,10 @@ fn real_paddle_resumes_as_a_smaller_job_when_a_lost_pods_replacement_cannot_run(
     job.create_pending_pod();
     let outputs = job.all_finish();
     let results = example_results(&out, 2, &outputs);
-    assert_resumed_from_the_checkpoint(&results, &outputs);
+    // The launchers' logs too, should it fail: why an attempt ended is said there.
+    let mut said = outputs.clone();
+    said.extend((0..3).map(|i| job.stderr(i)));
+    assert_resumed_from_the_checkpoint(&results, &said);
     for (rank, result) in results.iter().enumerate() {
         assert_eq!(result["env_trainer_id"], rank, "rank {rank}");
     }
