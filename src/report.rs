@@ -134,6 +134,12 @@ pub struct JobView {
     last_attempt: Option<Attempt>,
 }
 
+/// A naming said on every pod (a note) and as an event on the job.
+fn named_said(reports: &mut Vec<Report>, line: String) {
+    reports.push(Report::Note(line.clone()));
+    reports.push(Report::Straggler(line));
+}
+
 /// One line for the ranks named in a window beyond the first `NAMED_LINES`.
 fn others_named(named: &[u32]) -> Option<String> {
     let others = named.get(NAMED_LINES..).filter(|o| !o.is_empty())?;
@@ -343,14 +349,11 @@ impl JobView {
             self.named.insert(rank, score);
             if i < NAMED_LINES {
                 let pod = pods.get(&rank).map_or("its pod unknown", |p| p.as_str());
-                let line = self.named_line((rank, pod), score, by, step);
-                reports.push(Report::Note(line.clone()));
-                reports.push(Report::Straggler(line));
+                named_said(reports, self.named_line((rank, pod), score, by, step));
             }
         }
         if let Some(line) = others_named(&window.named) {
-            reports.push(Report::Note(line.clone()));
-            reports.push(Report::Straggler(line));
+            named_said(reports, line);
         }
         for rank in window.recovered {
             self.named.remove(&rank);
@@ -560,11 +563,16 @@ mod tests {
         }
     }
 
-    fn rules() -> Rules {
+    /// The default rules with windows of `window`.
+    fn windows_of(window: Duration) -> Rules {
         Rules {
-            window: 10 * S,
+            window,
             ..Rules::default()
         }
+    }
+
+    fn rules() -> Rules {
+        windows_of(10 * S)
     }
 
     /// Two pods of two ranks each, one rank computing `slow_ms` a step where the others take
@@ -745,10 +753,7 @@ mod tests {
     #[test]
     fn stale_or_absurd_reports_name_nobody() {
         let start = Instant::now();
-        let rules = Rules {
-            window: 2 * S,
-            ..Rules::default()
-        };
+        let rules = windows_of(2 * S);
         let mut view = JobView::new("j", Some(rules), start);
         let mut reports = Vec::new();
         let quarter = Duration::from_millis(250);
@@ -779,10 +784,7 @@ mod tests {
     #[test]
     fn a_rank_is_measured_across_repeated_beats_and_a_restarted_count() {
         let start = Instant::now();
-        let rules = Rules {
-            window: 4 * S,
-            ..Rules::default()
-        };
+        let rules = windows_of(4 * S);
         let mut view = JobView::new("j", Some(rules), start);
         let quarter = Duration::from_millis(250);
         let mut judged = 0;

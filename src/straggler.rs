@@ -230,6 +230,14 @@ mod tests {
         }
     }
 
+    /// The default rules, a rank named after `windows` slow windows.
+    fn in_windows(windows: u32) -> Rules {
+        Rules {
+            windows,
+            ..Rules::default()
+        }
+    }
+
     fn timed(rank: u32, ms: u64) -> Measure {
         Measure {
             rank,
@@ -280,10 +288,7 @@ mod tests {
     /// lie) makes nobody slow; with two ranks, the faster is the reference.
     #[test]
     fn one_fast_outlier_makes_nobody_slow() {
-        let rules = Rules {
-            windows: 1,
-            ..Rules::default()
-        };
+        let rules = in_windows(1);
         let mut judge = Judge::new(rules);
         let window = judge.all(&[timed(0, 100), timed(1, 100), timed(2, 100), timed(3, 0)]);
         assert!(window.named.is_empty(), "{window:?}");
@@ -306,10 +311,7 @@ mod tests {
     /// nobody is; a window where nobody moved, or nobody was measured, judges nothing.
     #[test]
     fn without_times_ranks_are_judged_by_their_rate() {
-        let rules = Rules {
-            windows: 1,
-            ..Rules::default()
-        };
+        let rules = in_windows(1);
         let mut judge = Judge::new(rules);
         let window = judge.all(&[stepping(0, 10.0), stepping(1, 5.0)]);
         assert_eq!((window.score(0), window.score(1)), (Some(1.0), Some(0.5)));
@@ -397,10 +399,7 @@ mod tests {
     /// A rank forgotten (its pod done or gone) is named no more, and its count is gone.
     #[test]
     fn a_forgotten_rank_is_neither_named_nor_counted() {
-        let rules = Rules {
-            windows: 2,
-            ..Rules::default()
-        };
+        let rules = in_windows(2);
         let mut judge = Judge::new(rules);
         let slow = [timed(0, 100), timed(1, 100), timed(2, 300), timed(3, 300)];
         judge.all(&slow);
@@ -417,10 +416,7 @@ mod tests {
     /// A score exactly at the threshold is not slow; just below it is.
     #[test]
     fn a_score_at_the_threshold_is_not_slow() {
-        let rules = Rules {
-            windows: 1,
-            ..Rules::default()
-        };
+        let rules = in_windows(1);
         let mut judge = Judge::new(rules);
         let at = judge.all(&[timed(0, 75), timed(1, 75), timed(2, 100)]);
         assert_eq!(at.score(2), Some(0.75));

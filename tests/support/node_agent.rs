@@ -666,13 +666,13 @@ async fn finish_deletion(client: &Client, pod: &Pod) -> Result<(), kube::Error> 
 /// exiting with status 1 in CI).
 pub const IP_BLOCK_ENV: &str = "PADDLE_LAUNCHER_TEST_IP_BLOCK";
 
-/// This process's block of pod addresses (0 unless `IP_BLOCK_ENV` says 0..=1).
+/// This process's block of pod addresses: 0 unless `IP_BLOCK_ENV` says 1.
 fn ip_block() -> u32 {
-    std::env::var(IP_BLOCK_ENV)
-        .ok()
-        .and_then(|b| b.parse::<u32>().ok())
-        .filter(|b| *b <= 1)
-        .unwrap_or(0)
+    match std::env::var(IP_BLOCK_ENV).as_deref() {
+        Err(_) | Ok("0") => 0,
+        Ok("1") => 1,
+        Ok(other) => panic!("{IP_BLOCK_ENV}={other:?}: expected 0 or 1"),
+    }
 }
 
 /// The `n`th pod address of `block`: 127.<240 + 5 block + n / 62500 % 5>.<n / 250 % 250>.<n %
