@@ -96,6 +96,16 @@ pub enum Error {
     /// A stop signal ended the launcher; `doing` completes "received SIGTERM<doing>".
     #[error("received {}{doing}", signal_name(*signal))]
     Stopped { signal: i32, doing: String },
+    /// A port this launcher must listen on is held by another process (or another launcher
+    /// of the same pod): `flag` names where the port comes from.
+    #[error("cannot listen on {at} for {what}: the port is taken by another process ({source}); free it, or give the job another port with {flag}")]
+    PortTaken {
+        what: &'static str,
+        at: std::net::SocketAddr,
+        flag: String,
+        #[source]
+        source: io::Error,
+    },
     #[error("{what}: {source}")]
     Io {
         what: String,
@@ -124,6 +134,7 @@ impl Error {
             Error::PeerLost { .. } => exit::PEER_LOST,
             Error::Hung { .. } | Error::JobHung { .. } => exit::HANG,
             Error::PeersUnreachable { .. } => exit::PEERS_UNREACHABLE,
+            Error::PortTaken { .. } => exit::PORT_TAKEN,
             Error::Spawn { source, .. } => match source.kind() {
                 io::ErrorKind::NotFound => exit::NOT_FOUND,
                 io::ErrorKind::PermissionDenied => exit::CANNOT_EXECUTE,

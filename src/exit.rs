@@ -57,6 +57,10 @@ pub const HANG: i32 = 80;
 /// or gloo would hang at their init. A network matter (a NetworkPolicy, a route): not retried
 /// in place.
 pub const PEERS_UNREACHABLE: i32 = 81;
+/// A port the launcher must listen on (the control channel's) is taken by another process:
+/// the line names the address and the flag that chose it. Not retried in place: the port stays
+/// taken until whatever holds it ends.
+pub const PORT_TAKEN: i32 = 82;
 /// A command was found but could not be executed (shell convention).
 pub const CANNOT_EXECUTE: i32 = 126;
 /// A command was not found (shell convention).

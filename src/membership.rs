@@ -487,15 +487,29 @@ pub fn elastic_start(
     (!held && live <= expected && enough && (waited || grows)).then_some(ready)
 }
 
-/// An elastic job's pods that are not Ready (`PodView::not_ready`), or whose launcher did not
-/// say hello within the elastic wait (`absent`), are no member of the next epoch, though the
-/// API may show them Running: a node that died keeps its pods Running and Ready for the node
-/// monitor grace period (50 s by default), then Running but not Ready until the unreachable
-/// taint's toleration (300 s) has them deleted. They are left out (marked, and said why) while
-/// at least `min` pods are ready without them; with fewer, every pod is awaited again (a
-/// launcher that was only slow may have come).
-pub fn leave_out(pods: &mut [Vec<PodView>], absent: &BTreeSet<String>, min: usize) {
-    let out = |p: &PodView| p.not_ready || absent.contains(&p.name);
+/// An elastic job's pods that are not Ready (`PodView::not_ready`) and whose launcher is not
+/// known to be alive (`alive`), or whose launcher did not say hello within the elastic wait
+/// (`absent`), are no member of the next epoch, though the API may show them Running: a node
+/// that died keeps its pods Running and Ready for the node monitor grace period (50 s by
+/// default), then Running but not Ready until the unreachable taint's toleration (300 s) has
+/// them deleted. They are left out (marked, and said why) while at least `min` pods are ready
+/// without them; with fewer, every pod is awaited again (a launcher that was only slow may have
+/// come).
+///
+/// The Ready condition stands for a dead node's launcher, which is silent; a pod whose launcher
+/// is plainly alive is not judged by it: this launcher's own pod, and the pods whose launchers
+/// the coordinator heard at the last attempt's end (`alive`). A readiness gate, a finished
+/// sidecar or a kubelet that stopped reporting on a live container leave a pod Running and not
+/// Ready: leaving such a pod out made it arrive again, grow the job and be left out at the next
+/// gathering, a restart each time, forever.
+pub fn leave_out(
+    pods: &mut [Vec<PodView>],
+    absent: &BTreeSet<String>,
+    alive: &BTreeSet<String>,
+    min: usize,
+) {
+    let silent_not_ready = |p: &PodView| p.not_ready && !alive.contains(&p.name);
+    let out = |p: &PodView| silent_not_ready(p) || absent.contains(&p.name);
     let ready_without = pods
         .iter()
         .flatten()
@@ -505,8 +519,8 @@ pub fn leave_out(pods: &mut [Vec<PodView>], absent: &BTreeSet<String>, min: usiz
         return;
     }
     for pod in pods.iter_mut().flatten().filter(|p| p.is_ready()) {
-        let why = match (pod.not_ready, absent.contains(&pod.name)) {
-            (true, _) => "not Ready (its node stopped reporting, or a readiness probe fails)",
+        let why = match (silent_not_ready(pod), absent.contains(&pod.name)) {
+            (true, _) => "not Ready, and its launcher was not heard (its node stopped reporting, or a readiness probe fails)",
             (false, true) => "its launcher did not say hello within the elastic wait",
             (false, false) => continue,
         };
@@ -764,11 +778,11 @@ pub(crate) mod tests {
         let ready = |name: &str| pod(name, Some("10.0.0.1"), "Running");
         let absent: BTreeSet<String> = ["b".to_string()].into();
         let mut pods = vec![vec![ready("a"), ready("b"), ready("c")]];
-        leave_out(&mut pods, &absent, 2);
+        leave_out(&mut pods, &absent, &BTreeSet::new(), 2);
         let still: Vec<bool> = pods[0].iter().map(PodView::is_ready).collect();
         assert_eq!(still, [true, false, true]);
         let mut short = vec![vec![ready("a"), ready("b"), pod("c", None, "Pending")]];
-        leave_out(&mut short, &absent, 2);
+        leave_out(&mut short, &absent, &BTreeSet::new(), 2);
         assert!(short[0][1].is_ready());
         let group = Group {
             kind: GroupKind::Job,
@@ -780,6 +794,41 @@ pub(crate) mod tests {
         let started = elastic_start(&verdict, &pods, 3, 2, true, &[]).unwrap();
         let names: Vec<&str> = started.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["a", "c"]);
+    }
+
+    /// A pod Running but not Ready is left out of an elastic job only while its launcher is not
+    /// known to be alive: one the coordinator heard at the last attempt's end (or this
+    /// launcher's own pod, which the caller counts alive) stays a member, whatever its Ready
+    /// condition says (issue 51: such a pod arrived, grew the job and was left out again at
+    /// every gathering).
+    #[test]
+    fn a_not_ready_pod_whose_launcher_is_alive_is_not_left_out() {
+        let running = |name: &str, not_ready: bool| PodView {
+            not_ready,
+            ..pod(name, Some("10.0.0.1"), "Running")
+        };
+        let gathered = |alive: &[&str]| {
+            let alive: BTreeSet<String> = alive.iter().map(|s| s.to_string()).collect();
+            let mut pods = vec![vec![
+                running("a", false),
+                running("b", false),
+                running("c", true),
+            ]];
+            leave_out(&mut pods, &BTreeSet::new(), &alive, 2);
+            pods[0].iter().map(PodView::is_ready).collect::<Vec<_>>()
+        };
+        assert_eq!(gathered(&[]), [true, true, false]);
+        assert_eq!(gathered(&["a", "b"]), [true, true, false]);
+        assert_eq!(gathered(&["c"]), [true, true, true]);
+        // Absent (no hello within this gathering's wait) stands even for a pod heard before.
+        let absent: BTreeSet<String> = ["c".to_string()].into();
+        let mut pods = vec![vec![
+            running("a", false),
+            running("b", false),
+            running("c", false),
+        ]];
+        leave_out(&mut pods, &absent, &absent, 2);
+        assert!(!pods[0][2].is_ready());
     }
 
     /// A phase the launcher does not know (or the API's own `Unknown`, a lost node) is neither

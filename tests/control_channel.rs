@@ -457,6 +457,26 @@ fn launchers_that_never_agree_give_up_after_the_wait_timeout() {
     }
 }
 
+/// The control channel's port held by another process in the pod (a sidecar, another
+/// launcher on a hostNetwork node): the coordinator ends at once with its own status (82, not
+/// the 1 of a local failure), naming the address and the option that chose the port.
+#[test]
+fn a_control_port_taken_ends_with_its_own_status_naming_the_port_and_option() {
+    let job = Job::new(2);
+    let _holder = std::net::TcpListener::bind(job.coordinator()).unwrap();
+    let done = job.start(0, 30).wait(LIMIT);
+    assert_eq!(done.code(), 82, "{}", done.stderr);
+    let last = done.stderr.lines().last().unwrap_or_default().to_string();
+    assert_contains(
+        &last,
+        &format!(
+            "cannot listen on {} for the control channel: the port is taken by another process",
+            job.coordinator()
+        ),
+    );
+    assert_contains(&last, "PADDLE_LAUNCHER_CONTROL_PORT (--control-port)");
+}
+
 /// A sidecar proxy (Istio's) accepts the followers' connections and forwards them from
 /// 127.0.0.6, which is no member's address: the coordinator names it at once, and what to do,
 /// once however many connections come, instead of a count a minute later while the job never

@@ -718,6 +718,62 @@ time.sleep(11)
     }
 }
 
+/// Issue 51, defect 4: local rank 0 numbers the steps (its progress file) and ends first; its
+/// sibling prints on for twice the hang timeout (a teardown that logs, a shard of a
+/// checkpoint) and ends 0: no hang. The writer's end used to keep the pod judged by progress
+/// files alone, which nobody wrote any more: the printing sibling was judged hung (80). When
+/// the sibling then goes silent, the hang names it alone, not the rank that ended 0.
+#[test]
+fn a_sibling_printing_after_the_step_writer_ended_is_judged_by_its_output() {
+    const PROGRAM: &str = r#"
+import os, sys, time
+if os.environ["PADDLE_LOCAL_RANK"] == "0":
+    for step in range(1, 9):
+        with open(os.environ["PADDLE_LAUNCHER_PROGRESS_FILE"], "w") as f:
+            f.write(f"{step}\n")
+        time.sleep(0.5)
+    sys.exit(0)
+time.sleep(4)
+for i in range(16):
+    print(f"saving shard {i}", flush=True)
+    time.sleep(0.5)
+if os.environ.get("GO_SILENT") == "1":
+    time.sleep(600)
+"#;
+    let run = |ips: [&str; 2], silent: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut extra = with_channel(&[
+            ("PADDLE_LAUNCHER_HANG_TIMEOUT", "4"),
+            ("PADDLE_LAUNCHER_HANG_FIRST_WINDOW", "4"),
+        ]);
+        extra.push(("GO_SILENT", silent.to_string()));
+        let launchers = two_pods(
+            dir.path(),
+            ips,
+            &["run", "--", "python3", "-c", PROGRAM],
+            &extra,
+        );
+        let done: Vec<_> = launchers.into_iter().map(|l| l.wait(LIMIT)).collect();
+        (dir, done)
+    };
+    let (_dir, done) = run(["127.0.0.51", "127.0.0.52"], "0");
+    for (i, done) in done.iter().enumerate() {
+        assert_eq!(done.code(), 0, "pod {i}: {}", done.stderr);
+    }
+    let (_dir, done) = run(["127.0.0.53", "127.0.0.54"], "1");
+    let pod0 = &done[0];
+    assert_eq!(pod0.code(), 80, "{}", pod0.stderr);
+    assert_contains(
+        &pod0.stderr,
+        "trainer id 1 of 4 (local rank 1) made no progress for",
+    );
+    assert!(
+        !pod0.stderr.contains("trainers 0-1 made no progress"),
+        "{}",
+        pod0.stderr
+    );
+}
+
 fn now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -566,6 +566,13 @@ pub struct JobArgs {
         help_heading = "Hangs"
     )]
     pub hang_first_window: Option<String>,
+    /// What shows a trainer's progress: `output` (any output until it first writes its
+    /// progress file, then the file alone; in a pod of several collective processes, any
+    /// process's) or `file` (the progress file alone, from the start: a logging thread, a
+    /// progress bar or a data loader's prints cannot hide a stuck loop, and a program that
+    /// never writes the file is judged hung after its first window) [default: output].
+    #[arg(long, env = "PADDLE_LAUNCHER_HANG_PROGRESS", help_heading = "Hangs")]
+    pub hang_progress: Option<String>,
     /// File the trainer touches, or writes its step number to, to show progress; given to it
     /// under the same name, its directory created [default: <workdir>/progress].
     #[arg(long, env = "PADDLE_LAUNCHER_PROGRESS_FILE", help_heading = "Hangs")]

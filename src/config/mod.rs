@@ -297,6 +297,9 @@ pub struct Timing {
     pub hang_timeout: Option<Duration>,
     /// How long it may take to its first progress.
     pub hang_first_window: Duration,
+    /// Whether output shows progress (until the progress file is first written), or the
+    /// progress file alone does (`--hang-progress file`).
+    pub hang_output_counts: bool,
     /// When the coordinator names a rank a straggler; None: never.
     pub stragglers: Option<crate::straggler::Rules>,
     /// The signal that asks a trainer for a checkpoint; None: never asked.

@@ -25,6 +25,7 @@ pub const GRACE_PERIOD: Opt = Opt("grace_period");
 pub const POD_GRACE_PERIOD: Opt = Opt("pod_grace_period");
 pub const HANG_TIMEOUT: Opt = Opt("hang_timeout");
 pub const HANG_FIRST_WINDOW: Opt = Opt("hang_first_window");
+pub const HANG_PROGRESS: Opt = Opt("hang_progress");
 pub const PROGRESS_FILE: Opt = Opt("progress_file");
 pub const LOG_DIR: Opt = Opt("log_dir");
 pub const METRICS_PORT: Opt = Opt("metrics_port");
@@ -89,6 +90,7 @@ pub(super) const NAMED_OPTIONS: &[Opt] = &[
     POD_GRACE_PERIOD,
     HANG_TIMEOUT,
     HANG_FIRST_WINDOW,
+    HANG_PROGRESS,
     PROGRESS_FILE,
     LOG_DIR,
     METRICS_PORT,

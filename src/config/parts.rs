@@ -192,6 +192,17 @@ impl Timing {
                 "whole seconds of at least 1 (the time a trainer may take to its first progress)",
             ));
         }
+        let hang_output_counts = match present(&args.hang_progress) {
+            None | Some("output") => true,
+            Some("file") => false,
+            Some(other) => {
+                return Err(ConfigError::new(
+                    HANG_PROGRESS,
+                    other,
+                    "`output` (output until the progress file is first written, then the file) or `file` (the progress file alone)",
+                ))
+            }
+        };
         let hang_timeout = Some(hang_timeout).filter(|t| !t.is_zero());
         let checkpoint_signal = checkpoint_signal(&args.checkpoint_signal, hang_timeout.is_some())?;
         let checkpoint_window = present(&args.checkpoint_window)
@@ -220,6 +231,7 @@ impl Timing {
             pod_grace,
             hang_timeout,
             hang_first_window,
+            hang_output_counts,
             stragglers: stragglers(args)?,
             checkpoint_signal,
             checkpoint_window,

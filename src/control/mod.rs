@@ -180,7 +180,7 @@ pub struct Channel {
     checkpoint: watch::Receiver<Option<String>>,
     succeeded: watch::Receiver<bool>,
     /// An elastic job's coordinator: the pods its gathering leaves out.
-    left_out: watch::Receiver<LeftOut>,
+    attendance: watch::Receiver<Attendance>,
     /// This launcher's trainer processes' progress, read at each heartbeat.
     gauges: Gauges,
 }
@@ -194,13 +194,19 @@ fn once_each(list: &mut Vec<String>, pods: Vec<String>) {
     }
 }
 
-/// The pods an elastic job's coordinator leaves out of its next round of gathering.
+/// What an elastic job's coordinator knows of the launchers for its next gathering: the pods
+/// it leaves out of the next round, and the pods it heard alive at the attempt's end.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LeftOut {
+pub struct Attendance {
     /// Members that did not say hello within the elastic wait.
     pub silent: Vec<String>,
     /// Pods turned away: they cannot join (another number of processes).
     pub turned_away: Vec<String>,
+    /// The pods whose launchers were on the channel when the verdict on the attempt's loss
+    /// was told (members still connected, arrivals, members that joined again), or, for a
+    /// gathering that ended without a start, that had said hello in it: alive, whatever their
+    /// Ready condition says (`membership::leave_out`).
+    pub alive: Vec<String>,
 }
 
 impl Channel {
@@ -216,9 +222,9 @@ impl Channel {
     }
 
     /// An elastic job's coordinator, after its gathering ended: the pods it leaves out of the
-    /// next round (none otherwise).
-    pub fn left_out(&self) -> LeftOut {
-        self.left_out.borrow().clone()
+    /// next round (none otherwise); after an attempt's verdict, the pods it heard alive then.
+    pub fn attendance(&self) -> Attendance {
+        self.attendance.borrow().clone()
     }
 
     /// After `Go`: a future of the first loss the channel reports.
@@ -461,11 +467,11 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
     let (cause_tx, cause) = watch::channel(None);
     let (checkpoint_tx, checkpoint) = watch::channel(None);
     let (succeeded_tx, succeeded) = watch::channel(false);
-    let (left_out_tx, left_out) = watch::channel(LeftOut::default());
+    let (attendance_tx, attendance) = watch::channel(Attendance::default());
     let gauges = Gauges::default();
     let ends = Ends {
         gauges: gauges.clone(),
-        left_out: left_out_tx,
+        attendance: attendance_tx,
         served: joining.served.clone(),
         succeeded: succeeded_tx,
         checkpoint: checkpoint_tx,
@@ -512,7 +518,7 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
         cause,
         checkpoint,
         succeeded,
-        left_out,
+        attendance,
         gauges,
     })
 }
@@ -536,7 +542,7 @@ struct Ends {
     succeeded: watch::Sender<bool>,
     /// The members that served their part (`Served`), for the API watch of the peers.
     served: Served,
-    left_out: watch::Sender<LeftOut>,
+    attendance: watch::Sender<Attendance>,
 }
 
 impl Ends {

@@ -453,11 +453,12 @@ impl Coordinator {
                 Effect::Served(pod) => ends.served(&pod),
                 // Each pod once, however often it knocks.
                 Effect::Absent(pods) => ends
-                    .left_out
+                    .attendance
                     .send_modify(|left| once_each(&mut left.silent, pods)),
                 Effect::TurnedAway(pods) => ends
-                    .left_out
+                    .attendance
                     .send_modify(|left| once_each(&mut left.turned_away, pods)),
+                Effect::Alive(pods) => ends.attendance.send_modify(|seen| seen.alive = pods),
                 Effect::JobSucceeded => {
                     ends.succeeded.send_replace(true);
                 }

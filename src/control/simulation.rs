@@ -667,7 +667,10 @@ impl Sim {
                         a.link = None;
                     }
                 }
-                Effect::Hear(_)
+                // (Who the coordinator heard at the verdict: the drivers' simulation checks
+                // what the next gathering makes of it.)
+                Effect::Alive(_)
+                | Effect::Hear(_)
                 | Effect::KnowsLost(Loss { .. })
                 | Effect::KnowsVerdict { .. }
                 | Effect::Checkpoint(_)

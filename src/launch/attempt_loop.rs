@@ -35,6 +35,8 @@ pub(crate) struct Word {
     pub checkpoint_asked: bool,
     /// The checkpoint asked was the elastic job's growth's.
     pub growth_asked: bool,
+    /// The pods the coordinator heard alive as it told the verdict (`control::Attendance`).
+    pub alive: Vec<String>,
 }
 
 impl Word {
@@ -112,6 +114,8 @@ pub(crate) enum Command {
     Gather {
         ledger: Ledger,
         members_before: Vec<PodAddress>,
+        /// The pods the coordinator heard alive at the attempt's end (`Word::alive`).
+        alive: Vec<String>,
     },
     /// Begin and run the attempt gathered.
     Run,
@@ -184,6 +188,8 @@ pub(crate) struct AttemptLoop {
     ledger: Ledger,
     /// The pods of the attempt that ended, when restarting.
     members_before: Vec<PodAddress>,
+    /// The pods the coordinator heard alive at that attempt's end.
+    alive: Vec<String>,
     limits: VerdictLimits,
     stage: Stage,
 }
@@ -195,6 +201,7 @@ impl AttemptLoop {
         let machine = AttemptLoop {
             ledger,
             members_before: Vec::new(),
+            alive: Vec::new(),
             limits,
             stage: Stage::Gathering,
         };
@@ -206,6 +213,7 @@ impl AttemptLoop {
         Command::Gather {
             ledger: self.ledger,
             members_before: self.members_before.clone(),
+            alive: self.alive.clone(),
         }
     }
 
@@ -381,6 +389,7 @@ impl AttemptLoop {
         let preempted = word.preempted();
         let hang = word.cause.as_ref().map_or(ended.hung, |cause| cause.hang);
         let grown = word.grown();
+        self.alive = word.alive;
         let reason = word.cause.map_or(reason, |cause| cause.reason);
         let restart = attempt.ledger.restart_said(preempted, grown);
         let mut posts = Vec::new();
@@ -675,7 +684,8 @@ mod tests {
             first,
             Command::Gather {
                 ledger,
-                members_before: Vec::new()
+                members_before: Vec::new(),
+                alive: Vec::new(),
             }
         );
         assert_eq!(machine.step(Input::Begun(attempt)), Command::Run);
@@ -745,7 +755,13 @@ mod tests {
             posts,
             record,
             cause,
-        } = machine.step(verdict(true, Word::default()))
+        } = machine.step(verdict(
+            true,
+            Word {
+                alive: vec!["p-0".into(), "p-1".into(), "p-2".into()],
+                ..Word::default()
+            },
+        ))
         else {
             panic!("no restart");
         };
@@ -765,11 +781,15 @@ mod tests {
         let Command::Gather {
             ledger,
             members_before,
+            alive,
         } = machine.step(Input::Restarted)
         else {
             panic!("no gathering");
         };
         assert_eq!(members_before, vec![pod("p-0", 1), pod("p-1", 2)]);
+        // The launchers the coordinator heard at the verdict go to the next gathering (an
+        // arrival among them), whose elastic rule keeps them whatever their Ready condition.
+        assert_eq!(alive, ["p-0", "p-1", "p-2"]);
         assert_eq!((ledger.epoch, ledger.max_restarts), (1, 5));
     }
 

@@ -187,6 +187,10 @@ struct ElasticScenario {
     /// By pod slot (the last repeats): how long the pod stays Pending before it runs; None:
     /// it is never scheduled.
     pending_s: Vec<Option<u64>>,
+    /// The pod indexes whose Ready condition is False while their launchers are alive (a
+    /// readiness gate no controller sets, a finished sidecar): Running and not Ready, as the
+    /// API shows a dead node's pods after the node monitor grace period.
+    gated: Vec<usize>,
 }
 
 impl Scenario {
@@ -353,13 +357,16 @@ fn elastic_scenario() -> impl Strategy<Value = Scenario> {
                 Just(2),
                 Just(crate::verdict::UNBOUNDED_PREEMPTIONS)
             ],
+            // A pod Running but never Ready, its launcher alive (the coordinator's too).
+            prop_oneof![3 => Just(Vec::new()), 1 => (0..pods).prop_map(|i| vec![i])],
         )
             .prop_map(
-                |(mut scenario, min_pods, wait_s, pending_s, max_preemptions)| {
+                |(mut scenario, min_pods, wait_s, pending_s, max_preemptions, gated)| {
                     scenario.elastic = Some(ElasticScenario {
                         min_pods,
                         wait_s,
                         pending_s,
+                        gated,
                     });
                     scenario.max_preemptions = max_preemptions;
                     scenario
@@ -414,9 +421,13 @@ struct World {
     frozen: BTreeSet<usize>,
     /// Pods the API shows not Ready (their node's grace period is over), though Running.
     unready: BTreeSet<usize>,
+    /// The pod indexes Running but never Ready, their launchers alive (`ElasticScenario::gated`).
+    gated: BTreeSet<usize>,
+    /// How many launchers started (a pod scheduled, a container restarted in place).
+    launcher_starts: usize,
     /// An elastic job's members frozen while they trained, their coordinator elsewhere:
-    /// (when, pod slot, the other pods Running then). The job must train on without them in
-    /// time.
+    /// (when, pod slot, the other pods Running then, their launchers started). The job must
+    /// train on without them in time.
     frozen_training: Vec<(Duration, usize, usize)>,
     /// Each trainer's start: when, its epoch, the epoch's members.
     starts: Vec<(Duration, u32, Vec<String>)>,
@@ -484,6 +495,8 @@ impl World {
             deleted: Vec::new(),
             frozen: BTreeSet::new(),
             unready: BTreeSet::new(),
+            gated: BTreeSet::new(),
+            launcher_starts: 0,
             frozen_training: Vec::new(),
             starts: Vec::new(),
             own_ends: Vec::new(),
@@ -515,7 +528,7 @@ impl World {
             .map(|(slot, (((name, ip, state), deleted), index))| {
                 let mut view = membership::tests::pod(name, None, "Running");
                 view.ip = Some(*ip);
-                view.not_ready = self.unready.contains(&slot);
+                view.not_ready = self.unready.contains(&slot) || self.gated.contains(index);
                 // An Indexed Job's pods, as `manifest` generates an elastic job's.
                 if self.elastic {
                     view.index = Some(vec![*index as u64]);
@@ -650,6 +663,9 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
     // it, left out of the rounds that follow.
     let mut gathering_since: Option<Instant> = None;
     let mut absent: BTreeSet<String> = BTreeSet::new();
+    // And those whose launchers said hello in a round that ended without a start, as `gather`
+    // keeps them (`Gathering::alive`).
+    let mut heard_alive: BTreeSet<String> = BTreeSet::new();
     // The launcher's own attempt loop, its commands carried out here: the gathering by the
     // stand-ins below, the rest by the executor's own pieces (`ending`) over the real channel.
     let limits = VerdictLimits {
@@ -661,6 +677,7 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
         let Command::Gather {
             ledger: count,
             members_before,
+            alive,
         } = &command
         else {
             let what = format!("{name}: the attempt loop asked {command:?} before gathering");
@@ -727,7 +744,12 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                     membership::bound_deletions(&mut views, &mut deletions, now);
                     let mut pods = [views.clone()];
                     if let Some(e) = elastic {
-                        membership::leave_out(&mut pods, &absent, e.min_pods);
+                        // As `Round::alive_among`: those heard at the verdict and in the
+                        // gathering's rounds, and this pod.
+                        let mut alive: BTreeSet<String> = alive.iter().cloned().collect();
+                        alive.extend(heard_alive.iter().cloned());
+                        alive.insert(name.to_string());
+                        membership::leave_out(&mut pods, &absent, &alive, e.min_pods);
                     }
                     let verdict = membership::judge(
                         std::slice::from_ref(&group),
@@ -772,6 +794,10 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                 }
                 sleep(Duration::from_millis(100)).await;
             };
+            // As `plan_for` finds this pod among the members (`membership::find_self`).
+            if membership::find_self(&ranked, Some(&name), ip).is_err() {
+                return end(73, epoch_ran.clone(), None);
+            }
             let members: Vec<(String, IpAddr)> =
                 ranked.iter().map(|m| (m.name.clone(), m.ip)).collect();
             let addresses: Vec<PodAddress> = ranked.iter().map(Member::address).collect();
@@ -862,10 +888,11 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                 Ok(None) => {
                     // Only by a coordinator that has run an attempt, as `gather` leaves out, and
                     // the pods turned away.
-                    let left_out = channel.left_out();
+                    let left_out = channel.attendance();
                     let silent = left_out.silent.into_iter();
                     absent.extend(silent.filter(|_| !members_before.is_empty()));
                     absent.extend(left_out.turned_away);
+                    heard_alive.extend(left_out.alive);
                     sleep(Duration::from_millis(250)).await;
                     continue;
                 }
@@ -883,6 +910,7 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
         following_since = None;
         gathering_since = None;
         absent.clear();
+        heard_alive.clear();
         let agreed = start;
         let (epoch, agreed_restarts) = (agreed.epoch, agreed.max_restarts);
         if nprocs(&members).len() > 1 {
@@ -1363,6 +1391,11 @@ async fn run(scenario: Scenario) -> World {
     let net = SimNet::default();
     let world: Shared = Arc::new(Mutex::new(World {
         elastic: scenario.elastic.is_some(),
+        gated: scenario
+            .elastic
+            .iter()
+            .flat_map(|e| e.gated.iter().copied())
+            .collect(),
         ..World::empty()
     }));
     let mut launchers: BTreeMap<usize, tokio::task::JoinHandle<()>> = BTreeMap::new();
@@ -1376,6 +1409,7 @@ async fn run(scenario: Scenario) -> World {
             let mut w = world.lock().unwrap();
             w.pods[slot].2 = PodState::Running;
             w.created[slot] = w.started.elapsed();
+            w.launcher_starts += 1;
         }
         let task = launcher(slot, scenario.clone(), world.clone(), net.clone());
         launchers.insert(slot, tokio::spawn(freezable(task, frozen[slot].clone())));
@@ -1473,9 +1507,12 @@ async fn run(scenario: Scenario) -> World {
                     let training = w.training.contains_key(&slot) && !replaced;
                     if scenario.elastic.is_some() && training && !coordinates {
                         let at = w.started.elapsed();
+                        // (Those whose launchers have started: a late one cannot help the
+                        // job train on yet.)
                         let others = (0..w.pods.len())
                             .filter(|&s| s != slot && !w.frozen.contains(&s))
                             .filter(|&s| w.pods[s].2 == PodState::Running)
+                            .filter(|&s| w.created[s] + scenario.late(s) <= at)
                             .count();
                         w.frozen_training.push((at, slot, others));
                     }
@@ -1532,6 +1569,7 @@ async fn run(scenario: Scenario) -> World {
                 {
                     let mut w = world.lock().unwrap();
                     w.created[*slot] = w.started.elapsed();
+                    w.launcher_starts += 1;
                 }
                 let task = launcher(*slot, scenario.clone(), world.clone(), net.clone());
                 let task = tokio::spawn(freezable(task, frozen[*slot].clone()));
@@ -1774,6 +1812,43 @@ fn check_the_end(w: &mut World, scenario: &Scenario) {
             w.violation(format!("{epoch} ended with several first causes: {said:?}"));
         }
     }
+    // A growth takes an arrival, and a launcher arrives once: more grows than launcher starts
+    // is a pod left out and grown back again and again (issue 51: a live pod not Ready).
+    if w.grown.len() > w.launcher_starts {
+        let what = format!(
+            "the job grew {} times with {} launcher starts: a pod left out and grown back in a cycle",
+            w.grown.len(),
+            w.launcher_starts
+        );
+        w.violation(what);
+    }
+    // A live pod that is not Ready (a readiness gate) fails nobody's job: the coordinator
+    // never leaves itself out (73), and a pod alive but not Ready does not end for want of a
+    // start (71) while the pods that are Ready ended otherwise (a job that could not start
+    // at all, its coordinator never scheduled say, ends every pod 71 alike).
+    let gated = |slot: &usize| w.gated.contains(&w.index[*slot]);
+    let ready_ends: Vec<i32> = ends
+        .iter()
+        .filter(|(slot, _)| !gated(slot))
+        .map(|(_, (_, code, ..))| *code)
+        .collect();
+    let others_started = !ready_ends.is_empty() && ready_ends.iter().all(|c| !matches!(c, 71 | 73));
+    // (A launcher that started after the job's first end for good came to a job that was
+    // over, as a late pod does: the Job ends it.)
+    let late =
+        |slot: &usize| first_final.is_some_and(|at| at <= w.created[*slot] + scenario.late(*slot));
+    let failed: Vec<String> = ends
+        .iter()
+        .filter(|(slot, (_, code, ..))| {
+            *code == 73 || (*code == 71 && gated(slot) && others_started && !late(slot))
+        })
+        .map(|(slot, (_, code, ..))| {
+            format!("pod slot {slot} (index {}) ended {code}", w.index[*slot])
+        })
+        .collect();
+    for what in failed {
+        w.violation(what);
+    }
     let without_arrival: Vec<&u32> = w.grown.difference(&w.held_during).collect();
     if !without_arrival.is_empty() {
         let what = format!("epochs {without_arrival:?} grew with no pod held while they trained");
@@ -1865,6 +1940,7 @@ fn a_driven_elastic_job_shrinks_without_a_lost_pod_and_grows_back_when_it_runs()
             min_pods: 2,
             wait_s: 5,
             pending_s: vec![Some(0), Some(0), Some(0), Some(30)],
+            gated: Vec::new(),
         }),
         ..Scenario::quiet(3, 1)
     };
@@ -1903,6 +1979,7 @@ fn a_driven_elastic_job_trains_on_without_a_dead_nodes_pod_still_running() {
             min_pods: 2,
             wait_s: 5,
             pending_s: vec![Some(0)],
+            gated: Vec::new(),
         }),
         ..Scenario::quiet(3, 1)
     };
@@ -1921,6 +1998,55 @@ fn a_driven_elastic_job_trains_on_without_a_dead_nodes_pod_still_running() {
     assert_eq!(codes, vec![0, 0]);
 }
 
+/// Issue 51, defect 1: an elastic job of 3 pods, at least 2, whose pod 2 is Running but never
+/// Ready (a readiness gate no controller sets) while its launcher is healthy. The first
+/// gathering leaves it out (its launcher not heard yet), it arrives, and the job grows once;
+/// the coordinator heard it at the verdict, so the next gathering keeps it: the job completes
+/// with 3 pods, no pod ends 71. Before, every gathering left it out again: a growth every
+/// elastic wait and checkpoint window, for ever.
+#[test]
+fn a_driven_elastic_job_keeps_a_live_pod_that_is_not_ready() {
+    let scenario = Scenario {
+        trainings: vec![[60, 40].map(Training::lasting).to_vec()],
+        elastic: Some(ElasticScenario {
+            min_pods: 2,
+            wait_s: 3,
+            pending_s: vec![Some(0)],
+            gated: vec![2],
+        }),
+        ..Scenario::quiet(3, 1)
+    };
+    let world = simulate_world(scenario);
+    assert!(world.violations.is_empty(), "{:#?}", world.violations);
+    let sizes: Vec<usize> = world.epochs.values().map(|s| s[0].len()).collect();
+    assert_eq!(sizes.last(), Some(&3), "{sizes:?}");
+    assert!(world.grown.len() <= 1, "{:?}", world.grown);
+    let codes: Vec<i32> = world.ended.values().map(|e| e.1).collect();
+    assert_eq!(codes, vec![0, 0, 0]);
+}
+
+/// Issue 51, defect 2: the coordinator's own pod not Ready. Its launcher judges the rule, and
+/// is evidently alive: it never leaves itself out (it ended 73, "not among the job's pods",
+/// and the followers waited for a coordinator that was gone).
+#[test]
+fn a_driven_elastic_jobs_coordinator_that_is_not_ready_stays_in() {
+    let scenario = Scenario {
+        elastic: Some(ElasticScenario {
+            min_pods: 2,
+            wait_s: 3,
+            pending_s: vec![Some(0)],
+            gated: vec![0],
+        }),
+        ..Scenario::quiet(3, 1)
+    };
+    let world = simulate_world(scenario);
+    assert!(world.violations.is_empty(), "{:#?}", world.violations);
+    let (_, _, members) = world.starts.first().expect("an epoch started");
+    assert!(members.contains(&"p-0".to_string()), "{members:?}");
+    let codes: Vec<i32> = world.ended.values().map(|e| e.1).collect();
+    assert_eq!(codes, vec![0, 0, 0]);
+}
+
 /// An elastic job's grow is no preemption: 2 pods, at least 1, one free preemption and no
 /// budget. Pod 1 is Pending at first: pod 0 trains alone, pod 1 arrives and the job grows
 /// (restart 1, free); then pod 1 is preempted (restart 2, free: the job's first preemption, the
@@ -1934,6 +2060,7 @@ fn a_driven_elastic_jobs_grow_spends_none_of_its_free_preemptions() {
             min_pods: 1,
             wait_s: 2,
             pending_s: vec![Some(0), Some(10), Some(0)],
+            gated: Vec::new(),
         }),
         max_preemptions: 1,
         ..Scenario::quiet(2, 0)
@@ -1968,6 +2095,7 @@ fn a_trainer_failing_on_the_growths_checkpoint_is_the_growths_free_restart() {
             min_pods: 2,
             wait_s: 2,
             pending_s: vec![Some(0), Some(0), Some(3)],
+            gated: Vec::new(),
         }),
         ..Scenario::quiet(3, 0)
     };
@@ -2000,6 +2128,7 @@ fn a_follower_preempted_while_it_waits_for_the_start_is_no_member() {
             min_pods: 3,
             wait_s: 2,
             pending_s: vec![Some(0), Some(0), Some(15), Some(14)],
+            gated: Vec::new(),
         }),
         max_preemptions: 1,
         ..Scenario::quiet(4, 0)
@@ -2050,6 +2179,7 @@ fn a_fresh_coordinator_leaves_out_no_pod_it_never_ran_with() {
             min_pods: 2,
             wait_s: 2,
             pending_s: vec![Some(0), Some(24), Some(24), Some(7), Some(0)],
+            gated: Vec::new(),
         }),
         max_preemptions: 0,
     };

@@ -38,6 +38,7 @@ pub(crate) fn word(channel: Option<&Channel>) -> Word {
         cause: channel.cause(),
         checkpoint_asked: channel.checkpoint_was_asked(),
         growth_asked: channel.growth_asked(),
+        alive: channel.attendance().alive,
     }
 }
 

@@ -2,6 +2,7 @@
 //! the coordinator's word waited for — the start of an attempt (its epoch, its membership),
 //! a gathering again, or the job's end. Bounded by the wait timeout, whatever is waited for.
 
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -61,6 +62,7 @@ pub(super) async fn gather(
     (my_ip, inputs): (IpAddr, &InputFiles),
     ledger: Ledger,
     members_before: &[PodAddress],
+    alive: BTreeSet<String>,
 ) -> Result<Gathered, Error> {
     let mut gathering = Gathering {
         secret,
@@ -72,6 +74,7 @@ pub(super) async fn gather(
         began: Instant::now(),
         rounds: 0,
         absent: Default::default(),
+        alive,
         no_coordinator: None,
     };
     loop {
@@ -103,7 +106,10 @@ struct Gathering<'a> {
     /// An elastic job's pods whose launchers did not say hello within the elastic wait: no
     /// member of this gathering's start (their node may be dead, their pod Running for
     /// minutes).
-    absent: std::collections::BTreeSet<String>,
+    absent: BTreeSet<String>,
+    /// An elastic job's pods whose launchers the coordinator heard at the last attempt's end:
+    /// alive, whatever their Ready condition says.
+    alive: BTreeSet<String>,
     /// Why the last round ended when it was the coordinator's name that had no address.
     no_coordinator: Option<String>,
 }
@@ -218,6 +224,9 @@ impl Gathering<'_> {
             members_before: &names,
             absent: &self.absent,
             since: self.began,
+            alive: &self.alive,
+            own_name: config.topology.pod_name.as_deref(),
+            own_ip: self.my_ip,
         };
         let found = match wait_for_peers(config, Some(&mut *supervisor), round).await {
             // Followers that learn the job only from this coordinator would wait for it until
@@ -325,7 +334,7 @@ impl Gathering<'_> {
     /// may find a pod still training an attempt it never ran (the one before its pod's
     /// replacement): it awaits every pod.
     fn leave_out(&mut self, channel: &Channel) {
-        let left_out = channel.left_out();
+        let left_out = channel.attendance();
         let silent: Vec<String> = left_out
             .silent
             .into_iter()
@@ -339,6 +348,7 @@ impl Gathering<'_> {
         }
         self.absent
             .extend(silent.into_iter().chain(left_out.turned_away));
+        self.alive.extend(left_out.alive);
     }
 }
 

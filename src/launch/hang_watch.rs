@@ -220,17 +220,33 @@ impl HangWatch {
             let seen: Vec<progress::Observed> = looks.iter().map(|(seen, _)| *seen).collect();
             if let Some((i, mut hung)) = progress::judge_pod(self.limits, self.ranks, &seen) {
                 // In lockstep the pod's processes were judged together: said of them all.
-                let label = match (self.ranks, seen.len()) {
-                    (progress::Ranks::Lockstep, 2..) => {
+                // Those that ended (their part done) are not named: what is judged is the
+                // others' silence since.
+                let running: Vec<&Watched> = looks
+                    .iter()
+                    .map(|(_, p)| *p)
+                    .filter(|p| p.ended.is_none())
+                    .collect();
+                let label = match (self.ranks, running.as_slice()) {
+                    (progress::Ranks::Lockstep, [one]) if seen.len() > 1 => one.label.clone(),
+                    (progress::Ranks::Lockstep, _) if seen.len() > 1 => {
                         hung.by = match hung.by {
                             "output" => "their output",
                             _ => "their progress files",
                         };
-                        &self.pod_label
+                        if running.len() == seen.len() || running.is_empty() {
+                            self.pod_label.clone()
+                        } else {
+                            let ids: Vec<String> = running
+                                .iter()
+                                .map(|p| p.trainer_id.map_or(p.local as u32, |id| id).to_string())
+                                .collect();
+                            format!("trainers {}", ids.join(", "))
+                        }
                     }
-                    _ => &looks[i].1.label,
+                    _ => looks[i].1.label.clone(),
                 };
-                return hung_reason(label, &hung);
+                return hung_reason(&label, &hung);
             }
         }
     }
@@ -238,10 +254,17 @@ impl HangWatch {
 
 /// "trainer-0 made no progress for 31 s (...)": the line a hang is reported with.
 pub(super) fn hung_reason(label: &str, hung: &progress::Hung) -> String {
-    use crate::config::{HANG_FIRST_WINDOW, HANG_TIMEOUT};
+    use crate::config::{HANG_FIRST_WINDOW, HANG_PROGRESS, HANG_TIMEOUT};
     if hung.never {
+        // Judged by the file alone only where output does not count.
+        let nothing = match hung.by.contains("progress file") {
+            true => format!(
+                "no write to its progress file (output does not count: {HANG_PROGRESS} is file)"
+            ),
+            false => "no output, no write to its progress file".to_string(),
+        };
         format!(
-            "{label} made no progress in the {} s after its start ({HANG_FIRST_WINDOW}): no output, no write to its progress file",
+            "{label} made no progress in the {} s after its start ({HANG_FIRST_WINDOW}): {nothing}",
             hung.limit.as_secs()
         )
     } else {

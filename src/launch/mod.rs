@@ -91,6 +91,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
             Command::Gather {
                 ledger,
                 members_before,
+                alive,
             } => {
                 let gathered = gather(
                     &config,
@@ -99,6 +100,7 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                     (my_ip, &own.inputs),
                     ledger,
                     &members_before,
+                    alive.into_iter().collect(),
                 )
                 .await?;
                 match gathered {
@@ -180,6 +182,9 @@ async fn print_plan(config: &Config, my_ip: IpAddr, inputs: &InputFiles) -> Resu
         members_before: &[],
         absent: &Default::default(),
         since: Instant::now(),
+        alive: &Default::default(),
+        own_name: config.topology.pod_name.as_deref(),
+        own_ip: my_ip,
     };
     let found = wait_for_peers(config, None, round).await?;
     let (plan, _, _) = plan_for(config, &found, my_ip, inputs)?;

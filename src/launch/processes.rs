@@ -54,6 +54,7 @@ pub(super) fn progress_check(config: &Config) -> Duration {
             progress::check_every(progress::Limits {
                 timeout,
                 first_window: config.timing.hang_first_window,
+                output_counts: config.timing.hang_output_counts,
             })
         })
 }
@@ -349,6 +350,7 @@ impl Driver<'_> {
         let limits = config.timing.hang_timeout.map(|timeout| progress::Limits {
             timeout,
             first_window: config.timing.hang_first_window,
+            output_counts: config.timing.hang_output_counts,
         });
         let specs: Vec<&ProcessSpec> = match role {
             Role::Trainer => self.trainers.clone(),

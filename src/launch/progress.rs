@@ -13,11 +13,14 @@
 
 use std::time::{Duration, Instant};
 
-/// The limits: `first_window` from the start to the first progress, `timeout` after it.
+/// The limits: `first_window` from the start to the first progress, `timeout` after it; and
+/// whether output counts as progress until the progress file is first written
+/// (`--hang-progress output`), or the file alone counts from the start (`file`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     pub timeout: Duration,
     pub first_window: Duration,
+    pub output_counts: bool,
 }
 
 /// What the shell saw of one trainer.
@@ -52,13 +55,26 @@ pub fn last_progress(seen: &Observed) -> (Option<Instant>, &'static str) {
 
 /// None while the trainer progresses.
 pub fn hung_by(limits: Limits, seen: Observed) -> Option<Hung> {
-    let (last, by) = last_progress(&seen);
+    // `--hang-progress file`: output is no progress at all (a logging thread, a progress bar,
+    // a data-loader worker's prints cannot hide a loop that is stuck).
+    let seen = match limits.output_counts {
+        true => seen,
+        false => Observed {
+            last_output: None,
+            ..seen
+        },
+    };
+    let (last, by) = match limits.output_counts {
+        true => last_progress(&seen),
+        false => (last_progress(&seen).0, "its progress file"),
+    };
     let silent = seen
         .now
         .saturating_duration_since(last.unwrap_or(seen.started));
     let running = seen.now.saturating_duration_since(seen.started);
-    let file_in_use = by == "its progress file";
-    let in_first_window = !file_in_use && running < limits.first_window;
+    // The first write of the file ends the first window; output never does.
+    let file_written = seen.file_written.is_some_and(|t| t >= seen.started);
+    let in_first_window = !file_written && running < limits.first_window;
     if in_first_window || silent < limits.timeout {
         return None;
     }
@@ -118,19 +134,16 @@ pub fn judge_pod(limits: Limits, ranks: Ranks, seen: &[Observed]) -> Option<(usi
 }
 
 /// A process of a lockstep pod that has ended (its part done), as the pod's judgement keeps it:
-/// its end at `at` is its last progress, counted where its progress was counted (its progress
-/// file once written), so that a sibling still tearing down, or writing its own shard of a
-/// checkpoint, is judged from then and not from its own silent start.
+/// its end at `at` is its last progress, and nothing else of it counts, neither its output nor
+/// its progress file, so that a sibling still tearing down, or writing its own shard of a
+/// checkpoint, is judged from then by whatever shows its own progress. (Counted as a file
+/// write, the end of the rank that numbered the steps kept the pod judged by files alone: a
+/// sibling printing its teardown was judged hung.)
 pub fn ended(seen: Observed, at: Instant) -> Observed {
-    match last_progress(&seen).1 {
-        "its progress file" => Observed {
-            file_written: Some(at),
-            ..seen
-        },
-        _ => Observed {
-            last_output: Some(at),
-            ..seen
-        },
+    Observed {
+        last_output: Some(at),
+        file_written: None,
+        ..seen
     }
 }
 
@@ -336,6 +349,7 @@ mod tests {
         let limits = Limits {
             timeout: s(3),
             first_window: s(3),
+            output_counts: true,
         };
         let seen = |now: u64, file: Option<u64>| Observed {
             started: t0,
@@ -382,6 +396,14 @@ mod tests {
             judge_pod(limits, Ranks::Lockstep, &later).unwrap().1.silent,
             s(3)
         );
+        // The writer's end leaves its steps behind: a sibling that prints on (its teardown)
+        // is judged by its output from then, not by a progress file nobody writes any more.
+        let printing = Observed {
+            last_output: Some(t0 + s(14)),
+            ..seen(16, None)
+        };
+        let teardown = [ended(seen(16, Some(5)), t0 + s(9)), printing];
+        assert_eq!(judge_pod(limits, Ranks::Lockstep, &teardown), None);
         // A process that only printed ends as output.
         let printed = ended(seen(10, None), t0 + s(8));
         assert_eq!(
@@ -413,6 +435,49 @@ mod tests {
         );
     }
 
+    /// `--hang-progress file` (issue 51, defect 3): output is no progress, ever. A lockstep pod
+    /// whose local rank 0 prints from a logger thread while its training loop (and every
+    /// other rank, stuck in a collective) writes no step is judged hung by the timeout after
+    /// the last step; with output counting, the chatter hid it until the program wrote its
+    /// first step, and for ever in a program that writes none.
+    #[test]
+    fn with_the_file_alone_output_hides_no_hang() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let limits = |output_counts| Limits {
+            timeout: s(5),
+            first_window: s(30),
+            output_counts,
+        };
+        let seen = |output: Option<u64>, file: Option<u64>| Observed {
+            started: t0,
+            now: t0 + s(40),
+            last_output: output.map(|o| t0 + s(o)),
+            file_written: file.map(|f| t0 + s(f)),
+        };
+        // A logger thread printing at 39 s, no step ever written: hidden when output counts.
+        let chatty = [seen(Some(39), None), seen(None, None)];
+        assert_eq!(judge_pod(limits(true), Ranks::Lockstep, &chatty), None);
+        let judged = judge_pod(limits(false), Ranks::Lockstep, &chatty).unwrap();
+        assert!(
+            judged.1.never && judged.1.by == "its progress file",
+            "{judged:?}"
+        );
+        // Steps written until 20 s, then only the logger: the file alone says 20 s of silence.
+        let stuck = [seen(Some(39), Some(20)), seen(None, None)];
+        let judged = judge_pod(limits(false), Ranks::Lockstep, &stuck).unwrap();
+        assert_eq!((judged.1.silent, judged.1.never), (s(20), false));
+        // A pod that writes its steps is healthy either way; quiet ranks stay healthy.
+        let training = [seen(None, Some(38)), seen(None, None)];
+        assert_eq!(judge_pod(limits(false), Ranks::Lockstep, &training), None);
+        // Before its first window is over, nothing is judged.
+        let early = Observed {
+            now: t0 + s(29),
+            ..seen(Some(1), None)
+        };
+        assert_eq!(hung_by(limits(false), early), None);
+    }
+
     #[test]
     fn progress_is_output_until_the_file_is_written_then_the_file() {
         let t0 = Instant::now();
@@ -420,6 +485,7 @@ mod tests {
         let limits = Limits {
             timeout: s(10),
             first_window: s(60),
+            output_counts: true,
         };
         let at = |now: u64, output: Option<u64>, file: Option<u64>| {
             hung_by(
@@ -511,6 +577,7 @@ mod tests {
         let limits = |t, f| Limits {
             timeout: Duration::from_secs(t),
             first_window: Duration::from_secs(f),
+            output_counts: true,
         };
         assert_eq!(check_every(limits(30, 1800)), Duration::from_secs(3));
         assert_eq!(check_every(limits(1, 1)), Duration::from_millis(100));

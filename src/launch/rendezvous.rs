@@ -288,6 +288,10 @@ pub(super) async fn join_channel(
         _ => ledger,
     };
     let growth = growing(config, &role, members.len());
+    let listen = match role {
+        ChannelRole::Coordinator { listen } => Some(listen),
+        ChannelRole::Follower { .. } => None,
+    };
     let channel = control::join(Joining {
         growth,
         view: control::fingerprint(&members),
@@ -300,8 +304,25 @@ pub(super) async fn join_channel(
         ..joining(config, secret, me.address(), role, ledger)
     })
     .await
-    .map_err(|e| Error::io("cannot serve the control channel", e))?;
+    .map_err(|e| channel_refused(config, listen, e))?;
     Ok(Located::At(channel))
+}
+
+/// Why the channel could not be served: its port taken by another process is said with the
+/// address and the option that chose the port (`exit::PORT_TAKEN`); anything else is local.
+fn channel_refused(config: &Config, listen: Option<SocketAddr>, e: std::io::Error) -> Error {
+    match listen {
+        Some(at) if e.kind() == std::io::ErrorKind::AddrInUse => Error::PortTaken {
+            what: "the control channel",
+            at,
+            flag: match config.control.coordinator {
+                Some(_) => crate::config::options::COORDINATOR.to_string(),
+                None => crate::config::options::CONTROL_PORT.to_string(),
+            },
+            source: e,
+        },
+        _ => Error::io("cannot serve the control channel", e),
+    }
 }
 
 /// How long a gathering waits for the members' hellos. The others may still be stopping their

@@ -1,26 +1,36 @@
-//! The metrics endpoint: `GET /metrics` over HTTP/1.1, one answer per connection. A port open
-//! to the cluster is an attack surface: it is read-only (nothing a request says changes
-//! anything), shows nothing secret, reads at most `HEAD_LIMIT` bytes of a request within
-//! `READ_TIMEOUT`, answers at most `CONNECTIONS` clients at once and `PER_ADDRESS` of one
-//! address (the rest are closed at once: one client cannot hold every slot and keep Prometheus
-//! out) and gives each answer `WRITE_TIMEOUT` to leave.
+//! The metrics endpoint: `GET /metrics` (and `GET /status`) over HTTP/1.1, served by hyper, one
+//! answer per connection. A port open to the cluster is an attack surface: it is read-only
+//! (nothing a request says changes anything), shows nothing secret, reads at most `HEAD_LIMIT`
+//! bytes of a request head within `HEAD_TIMEOUT` (a scraper sends its head at once: seconds are
+//! a scraper's scale, not minutes), holds at most `CONNECTIONS` connections and `PER_ADDRESS`
+//! of one address, and ends every connection within `CONNECTION_TIMEOUT`. When every slot is
+//! held, a new connection takes the place of the oldest one that has not yet sent its request
+//! head (`Slots::admit`): clients that open connections and say nothing, from as many addresses
+//! as they like, cannot keep Prometheus or `status` out.
 
+use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::{Request, Response, StatusCode};
+use tokio::net::TcpListener;
 use tracing::{info, warn};
 
 use super::{Board, Status};
 use crate::config::Config;
 
-/// A request's head may hold this much: a scraper's is a few hundred bytes.
+/// A request's head may hold this much (hyper's smallest buffer): a scraper's is a few hundred
+/// bytes. A larger head is answered 431.
 pub const HEAD_LIMIT: usize = 8192;
-pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
-pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a connection may take to send its request head.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a connection may last in all (its head, the answer made and sent): the job's table
+/// waits up to `TABLE_WAIT`, a slow reader of a large answer no more than this.
+pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(15);
 pub const CONNECTIONS: usize = 8;
 /// Connections one address may hold at once.
 pub const PER_ADDRESS: usize = 4;
@@ -59,39 +69,75 @@ pub async fn start(at: SocketAddr, board: Shared) {
     tokio::spawn(serve(listener, board));
 }
 
-/// The connections each address holds now.
-type Holders = Arc<Mutex<std::collections::HashMap<IpAddr, usize>>>;
+/// The open connections, oldest first: each with its address, whether its request head has
+/// come (its answer is being made), and how to close it.
+#[derive(Default)]
+struct Slots {
+    open: Vec<Slot>,
+    next: u64,
+}
 
-/// One address's hold on a slot, given back when its connection ends.
-struct Held(Holders, IpAddr);
+struct Slot {
+    id: u64,
+    ip: IpAddr,
+    asked: Arc<AtomicBool>,
+    close: Option<tokio::task::AbortHandle>,
+}
 
-impl Held {
-    fn take(holders: &Holders, ip: IpAddr) -> Option<Held> {
-        let mut held = holders.lock().unwrap_or_else(|p| p.into_inner());
-        let count = held.entry(ip).or_default();
-        if *count >= PER_ADDRESS {
-            return None;
+/// Why a connection was not let in.
+#[derive(Debug, PartialEq, Eq)]
+enum Refused {
+    /// Its address holds `PER_ADDRESS` connections already.
+    AddressFull,
+    /// Every slot is held by a connection being answered.
+    Full,
+}
+
+impl Slots {
+    /// A place for a connection from `ip`: its id, and whether it had to close another to get
+    /// one. Past `PER_ADDRESS` of its address it is refused; with every slot held, the oldest
+    /// connection that has not sent its request head yet is closed for it (a scraper's head
+    /// comes at once: a connection that says nothing is the one that waits); only when every
+    /// held slot is being answered is it refused.
+    fn admit(&mut self, ip: IpAddr) -> Result<(u64, Option<Slot>), Refused> {
+        if self.open.iter().filter(|s| s.ip == ip).count() >= PER_ADDRESS {
+            return Err(Refused::AddressFull);
         }
-        *count += 1;
-        Some(Held(holders.clone(), ip))
+        let mut closed = None;
+        if self.open.len() >= CONNECTIONS {
+            let idle = self
+                .open
+                .iter()
+                .position(|s| !s.asked.load(Ordering::Relaxed))
+                .ok_or(Refused::Full)?;
+            closed = Some(self.open.remove(idle));
+        }
+        let id = self.next;
+        self.next += 1;
+        self.open.push(Slot {
+            id,
+            ip,
+            asked: Arc::default(),
+            close: None,
+        });
+        Ok((id, closed))
+    }
+
+    fn slot(&mut self, id: u64) -> Option<&mut Slot> {
+        self.open.iter_mut().find(|s| s.id == id)
+    }
+
+    fn leave(&mut self, id: u64) {
+        self.open.retain(|s| s.id != id);
     }
 }
 
-impl Drop for Held {
-    fn drop(&mut self) {
-        let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(count) = held.get_mut(&self.1) {
-            *count -= 1;
-            if *count == 0 {
-                held.remove(&self.1);
-            }
-        }
-    }
+fn locked(slots: &Mutex<Slots>) -> std::sync::MutexGuard<'_, Slots> {
+    slots.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 async fn serve(listener: TcpListener, board: Shared) {
-    let permits = Arc::new(Semaphore::new(CONNECTIONS));
-    let holders = Holders::default();
+    let slots: Arc<Mutex<Slots>> = Arc::default();
     let mut sample = tokio::time::interval(SAMPLE_EVERY);
     loop {
         tokio::select! {
@@ -102,17 +148,27 @@ async fn serve(listener: TcpListener, board: Shared) {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 };
-                let Some(held) = Held::take(&holders, peer.ip()) else {
-                    continue;
+                let admitted = locked(&slots).admit(peer.ip());
+                // Refused: closed at once, without a word.
+                let Ok((id, closed)) = admitted else { continue };
+                if let Some(close) = closed.and_then(|slot| slot.close) {
+                    close.abort();
+                }
+                let asked = match locked(&slots).slot(id) {
+                    Some(slot) => slot.asked.clone(),
+                    None => continue,
                 };
-                let Ok(permit) = permits.clone().try_acquire_owned() else {
-                    continue;
-                };
-                let board = board.clone();
-                tokio::spawn(async move {
-                    answer(stream, &board).await;
-                    drop((permit, held));
+                let (board, left) = (board.clone(), slots.clone());
+                let task = tokio::spawn(async move {
+                    let exchange = connection(stream, board, asked);
+                    let _ = tokio::time::timeout(CONNECTION_TIMEOUT, exchange).await;
+                    locked(&left).leave(id);
                 });
+                match locked(&slots).slot(id) {
+                    Some(slot) => slot.close = Some(task.abort_handle()),
+                    // Closed by a newer connection before it was registered: gone already.
+                    None => task.abort(),
+                }
             }
         }
     }
@@ -125,40 +181,57 @@ pub fn lock(board: &Shared) -> std::sync::MutexGuard<'_, Board> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-async fn answer(mut stream: TcpStream, board: &Shared) {
-    let head = match tokio::time::timeout(READ_TIMEOUT, read_head(&mut stream)).await {
-        Ok(Some(head)) => head,
-        Ok(None) => Head::TooLarge,
-        // Silent past the limit: closed without a word.
-        Err(_) => return,
-    };
+/// One connection, one answer: hyper reads the head (at most `HEAD_LIMIT` bytes within
+/// `HEAD_TIMEOUT`, else a 431 or a close), `asked` is set once it has come, and the connection
+/// closes after the answer.
+async fn connection(stream: tokio::net::TcpStream, board: Shared, asked: Arc<AtomicBool>) {
+    let answering = hyper::service::service_fn(move |request: Request<Incoming>| {
+        asked.store(true, Ordering::Relaxed);
+        let board = board.clone();
+        async move { Ok::<_, Infallible>(answer(&request, &board).await) }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEAD_TIMEOUT)
+        .max_buf_size(HEAD_LIMIT)
+        .keep_alive(false)
+        .title_case_headers(true)
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), answering)
+        .await;
+}
+
+async fn answer(request: &Request<Incoming>, board: &Shared) -> Response<Full<Bytes>> {
     const TEXT: &str = "text/plain; charset=utf-8";
-    let (status, kind, body, location) = match respond(&head) {
-        Route::Metrics => {
-            let metrics = lock(board).render(std::time::Instant::now());
-            ("200 OK", METRICS_TYPE, metrics, None)
-        }
-        Route::Status => match status_of(board).await {
-            Status::Job(text) | Status::Pod(text) => ("200 OK", TEXT, text, None),
-            Status::Elsewhere(at) => {
-                let body = format!("the job's table is on its coordinator: http://{at}/status\n");
-                let location = Some(format!("http://{at}/status"));
-                ("307 Temporary Redirect", TEXT, body, location)
+    let (status, kind, body, location) =
+        match respond(request.method().as_str(), request.uri().path()) {
+            Route::Metrics => {
+                let metrics = lock(board).render(std::time::Instant::now());
+                (StatusCode::OK, METRICS_TYPE, metrics, None)
             }
-            Status::Asked => {
-                let body = "the job's table is being made: ask again\n".to_string();
-                ("503 Service Unavailable", TEXT, body, None)
-            }
-        },
-        Route::Refused(status, body) => (status, TEXT, body.to_string(), None),
-    };
-    let location = location.map_or(String::new(), |l| format!("Location: {l}\r\n"));
-    let response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\n{location}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let write = stream.write_all(response.as_bytes());
-    let _ = tokio::time::timeout(WRITE_TIMEOUT, write).await;
+            Route::Status => match status_of(board).await {
+                Status::Job(text) | Status::Pod(text) => (StatusCode::OK, TEXT, text, None),
+                Status::Elsewhere(at) => {
+                    let body =
+                        format!("the job's table is on its coordinator: http://{at}/status\n");
+                    let location = Some(format!("http://{at}/status"));
+                    (StatusCode::TEMPORARY_REDIRECT, TEXT, body, location)
+                }
+                Status::Asked => {
+                    let body = "the job's table is being made: ask again\n".to_string();
+                    (StatusCode::SERVICE_UNAVAILABLE, TEXT, body, None)
+                }
+            },
+            Route::Refused(status, body) => (status, TEXT, body.to_string(), None),
+        };
+    let mut response = Response::builder()
+        .status(status)
+        .header("Content-Type", kind);
+    if let Some(location) = location {
+        response = response.header("Location", location);
+    }
+    response
+        .body(Full::new(Bytes::from(body)))
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
 }
 
 /// How long `GET /status` on the coordinator waits for the table it asked its view for (the
@@ -177,54 +250,24 @@ async fn status_of(board: &Shared) -> Status {
     }
 }
 
-/// A request's head as read: its first line, or too large to read.
-#[derive(Debug, PartialEq, Eq)]
-enum Head {
-    Line(String),
-    TooLarge,
-}
-
-/// Reads up to the blank line that ends the head, at most `HEAD_LIMIT` bytes; None when it is
-/// larger. A connection closed early gives what came.
-async fn read_head(stream: &mut TcpStream) -> Option<Head> {
-    let mut head = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = stream.read(&mut buf).await.ok()?;
-        if n == 0 {
-            break;
-        }
-        head.extend_from_slice(&buf[..n]);
-        if head.len() > HEAD_LIMIT {
-            return None;
-        }
-    }
-    let text = String::from_utf8_lossy(&head);
-    Some(Head::Line(text.lines().next().unwrap_or("").to_string()))
-}
-
 /// What a request asks for: the metrics (`GET /metrics`), the job's table (`GET /status`,
 /// what `paddle-launcher status` prints); nothing else is served.
 #[derive(Debug, PartialEq, Eq)]
 enum Route {
     Metrics,
     Status,
-    Refused(&'static str, &'static str),
+    Refused(StatusCode, &'static str),
 }
 
-fn respond(head: &Head) -> Route {
-    let line = match head {
-        Head::Line(line) => line,
-        Head::TooLarge => return Route::Refused("431 Request Header Fields Too Large", ""),
-    };
-    let mut words = line.split(' ');
-    let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
-    let path = target.split('?').next().unwrap_or("");
+fn respond(method: &str, path: &str) -> Route {
     match (method, path) {
         ("GET", "/metrics") => Route::Metrics,
         ("GET", "/status") => Route::Status,
-        ("GET", _) => Route::Refused("404 Not Found", "only /metrics and /status are served\n"),
-        _ => Route::Refused("405 Method Not Allowed", "only GET is served\n"),
+        ("GET", _) => Route::Refused(
+            StatusCode::NOT_FOUND,
+            "only /metrics and /status are served\n",
+        ),
+        _ => Route::Refused(StatusCode::METHOD_NOT_ALLOWED, "only GET is served\n"),
     }
 }
 
@@ -236,24 +279,43 @@ mod tests {
 
     #[test]
     fn only_get_of_the_metrics_and_the_status_is_answered() {
-        let line = |l: &str| respond(&Head::Line(l.to_string()));
-        assert_eq!(line("GET /metrics HTTP/1.1"), Route::Metrics);
-        assert_eq!(line("GET /metrics?x=1 HTTP/1.1"), Route::Metrics);
-        assert_eq!(line("GET /status HTTP/1.1"), Route::Status);
+        assert_eq!(respond("GET", "/metrics"), Route::Metrics);
+        assert_eq!(respond("GET", "/status"), Route::Status);
         assert!(matches!(
-            line("GET / HTTP/1.1"),
-            Route::Refused("404 Not Found", _)
+            respond("GET", "/"),
+            Route::Refused(StatusCode::NOT_FOUND, _)
         ));
-        let post = line("POST /metrics HTTP/1.1");
-        assert!(matches!(post, Route::Refused("405 Method Not Allowed", _)));
+        let post = respond("POST", "/metrics");
         assert!(matches!(
-            line(""),
-            Route::Refused("405 Method Not Allowed", _)
+            post,
+            Route::Refused(StatusCode::METHOD_NOT_ALLOWED, _)
         ));
-        let large = respond(&Head::TooLarge);
-        assert!(matches!(
-            large,
-            Route::Refused("431 Request Header Fields Too Large", _)
-        ));
+    }
+
+    /// Every slot held by connections that said nothing: a new one takes the oldest's place,
+    /// whatever its address; one address never holds more than its share; only connections
+    /// being answered keep a newcomer out (issue 51: two addresses of silent clients kept
+    /// every scrape out).
+    #[test]
+    fn a_newcomer_takes_the_place_of_the_oldest_silent_connection() {
+        let ip = |n: u8| IpAddr::V4(Ipv4Addr::new(10, 0, 0, n));
+        let mut slots = Slots::default();
+        for n in 0..CONNECTIONS {
+            let from = ip(1 + (n / PER_ADDRESS) as u8);
+            assert_eq!(slots.admit(from).map(|(_, c)| c.is_none()), Ok(true));
+        }
+        assert_eq!(slots.admit(ip(1)).err(), Some(Refused::AddressFull));
+        let (_, closed) = slots.admit(ip(9)).unwrap();
+        assert_eq!(closed.map(|c| (c.id, c.ip)), Some((0, ip(1))));
+        // The oldest that has not asked: the one being answered stays.
+        slots.open[0].asked.store(true, Ordering::Relaxed);
+        let (_, closed) = slots.admit(ip(8)).unwrap();
+        assert_eq!(closed.map(|c| c.id), Some(2));
+        for slot in &slots.open {
+            slot.asked.store(true, Ordering::Relaxed);
+        }
+        assert_eq!(slots.admit(ip(7)).err(), Some(Refused::Full));
+        slots.leave(1);
+        assert!(slots.admit(ip(7)).is_ok());
     }
 }

@@ -6,7 +6,7 @@ pub mod static_list;
 
 use crate::config::{Config, Discovery, GroupKind};
 use crate::error::Error;
-use crate::membership::{rank, Member, Membership, Served};
+use crate::membership::{rank, Member, Membership, PodView, Served};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
@@ -36,6 +36,26 @@ pub struct Round<'a> {
     pub absent: &'a std::collections::BTreeSet<String>,
     /// When the gathering began: an elastic job's wait runs from then, not from each round.
     pub since: tokio::time::Instant,
+    /// An elastic job's pods whose launchers the coordinator heard at the last attempt's end:
+    /// alive, whatever their Ready condition says (`membership::leave_out`).
+    pub alive: &'a std::collections::BTreeSet<String>,
+    /// This pod's name (POD_NAME), when given; else it is known by `own_ip`.
+    pub own_name: Option<&'a str>,
+    pub own_ip: std::net::IpAddr,
+}
+
+impl Round<'_> {
+    /// The launchers known alive among `pods`: those heard at the last attempt's end, and this
+    /// one's own pod (the launcher that judges is evidently alive).
+    pub fn alive_among(&self, pods: &[Vec<PodView>]) -> std::collections::BTreeSet<String> {
+        let own = pods.iter().flatten().filter(|p| match self.own_name {
+            Some(name) => p.name == name,
+            None => p.ip == Some(self.own_ip),
+        });
+        let mut alive = self.alive.clone();
+        alive.extend(own.map(|p| p.name.clone()));
+        alive
+    }
 }
 
 /// Waits until every group has exactly the expected number of ready pods. `members_before`:

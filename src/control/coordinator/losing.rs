@@ -306,10 +306,16 @@ impl Core {
                 self.told.insert(pod);
             }
         }
+        let mut alive: Vec<String> = self.links.keys().cloned().collect();
+        alive.extend(self.arrivals.keys().cloned());
+        alive.push(self.me.clone());
+        alive.sort_unstable();
+        alive.dedup();
         for (_, link) in std::mem::take(&mut self.arrivals) {
             let message = loss_told(loss);
             effects.push(Effect::Send { link, message });
         }
+        effects.push(Effect::Alive(alive));
         effects.push(Effect::Broadcast(Message::Verdict { restart }));
         effects.push(Effect::KnowsVerdict { restart });
     }

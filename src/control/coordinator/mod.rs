@@ -95,6 +95,10 @@ pub(super) enum Effect {
     /// An elastic job's pods that cannot join (another number of processes): turned away, and
     /// left out of the next round.
     TurnedAway(Vec<String>),
+    /// The pods whose launchers were on the channel as the verdict was told, or had said hello
+    /// in a gathering that ends without a start (this one's too): alive, whatever the API says
+    /// of their Ready condition.
+    Alive(Vec<String>),
     /// Nothing more to say: the channel ends.
     Stop,
 }
@@ -1635,6 +1639,34 @@ mod tests {
             assert!(told, "link {link}: {decided:?}");
         }
         assert!(decided.contains(&Effect::Broadcast(Message::Verdict { restart: true })));
+        // The launchers heard at the verdict, arrivals and this one included: alive for the
+        // next gathering, whatever their pods' Ready condition (issue 51).
+        let alive = ["a", "b", "c", "d", "me"].map(String::from).to_vec();
+        assert!(decided.contains(&Effect::Alive(alive)), "{decided:?}");
+    }
+
+    /// A member whose link went silent (its node dead) is not heard alive at the verdict: the
+    /// next gathering may leave it out by its Ready condition.
+    #[test]
+    fn a_silent_member_is_not_said_alive_at_the_verdict() {
+        let at = Instant::now();
+        let mut core = elastic_both_joined(at, 5);
+        core.step(Input::Ended {
+            link: 2,
+            pod: "b".into(),
+            why: WireError::Silent(10),
+        });
+        core.step(said(1, "a", Message::Stopped));
+        let decided = core.step(Input::Own(Request::Stopped));
+        let alive = decided.iter().find_map(|e| match e {
+            Effect::Alive(pods) => Some(pods.clone()),
+            _ => None,
+        });
+        assert_eq!(
+            alive,
+            Some(vec!["a".to_string(), "me".to_string()]),
+            "{decided:?}"
+        );
     }
 
     /// A trainer that ends once it has checkpointed for the growth (as a program may on the

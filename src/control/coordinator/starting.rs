@@ -4,11 +4,18 @@
 use super::*;
 
 impl Core {
-    /// Everyone (this launcher too) discovers the job again.
+    /// Everyone (this launcher too) discovers the job again. The members that said hello in
+    /// the gathering that ends are alive, for the next round's rule (`Effect::Alive`).
     pub(super) fn regather(&mut self, reason: String, effects: &mut Vec<Effect>) {
         self.info(format!(
             "control channel: {reason}: discovering the job again"
         ));
+        if let Stage::Gathering { ready, .. } = &self.stage {
+            let mut alive: Vec<String> = ready.keys().cloned().collect();
+            alive.push(self.me.clone());
+            alive.sort_unstable();
+            effects.push(Effect::Alive(alive));
+        }
         effects.push(Effect::Broadcast(Message::Regather {
             reason: cut(&reason),
         }));

@@ -678,7 +678,7 @@ mod tests {
         };
         let elastic = |ready: Option<&str>| {
             let mut pods = vec![vec![view(ready), running("other", "10.0.0.6")]];
-            crate::membership::leave_out(&mut pods, &Default::default(), 1);
+            crate::membership::leave_out(&mut pods, &Default::default(), &Default::default(), 1);
             pods[0][0].clone()
         };
         assert!(!elastic(Some("False")).is_ready());

@@ -212,7 +212,8 @@ impl Wait<'_> {
         let mut pods: Vec<Vec<PodView>> =
             (0..groups.len()).map(|i| views.group(i).pods()).collect();
         if let Some(e) = self.elastic {
-            leave_out(&mut pods, self.round.absent, e.min_pods as usize);
+            let alive = self.round.alive_among(&pods);
+            leave_out(&mut pods, self.round.absent, &alive, e.min_pods as usize);
         }
         let now = seconds_since_epoch();
         let mut seen: Vec<PodView> = (0..groups.len())
