@@ -628,6 +628,26 @@ mod tests {
         Config::from_args(&args)
     }
 
+    /// --hang-progress: output by default, the file alone when asked; anything else is refused
+    /// in one line naming the option, the value and the two choices.
+    #[test]
+    fn what_shows_progress_is_output_or_the_file_alone() {
+        assert!(with(|_| {}).unwrap().timing.hang_output_counts);
+        let file = with(|a| a.hang_progress = Some("file".into())).unwrap();
+        assert!(!file.timing.hang_output_counts);
+        let output = with(|a| a.hang_progress = Some("output".into())).unwrap();
+        assert!(output.timing.hang_output_counts);
+        let bad = with(|a| a.hang_progress = Some("stdout".into())).unwrap_err();
+        assert_eq!(
+            bad.variable,
+            "PADDLE_LAUNCHER_HANG_PROGRESS (--hang-progress)"
+        );
+        assert!(
+            bad.expected.contains("`output`") && bad.expected.contains("`file`"),
+            "{bad}"
+        );
+    }
+
     #[test]
     fn seed_defaults() {
         let c = with(|_| {}).unwrap();
