@@ -324,6 +324,15 @@ impl fmt::Display for WaitStatus {
     }
 }
 
+/// What a wait for the job's pods waits for now: the line its log says, and each pod it
+/// awaits with one word of why (the Kubernetes reason, `Unschedulable`, `ImagePullBackOff`,
+/// else the pod's phase).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Awaited {
+    pub line: String,
+    pub pods: Vec<(String, String)>,
+}
+
 pub enum Readiness {
     Ready(Vec<PodView>),
     Waiting(WaitStatus),

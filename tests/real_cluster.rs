@@ -864,6 +864,51 @@ fn wait_line(agent: &NodeAgent, namespace: &str, line: &str) {
     })
 }
 
+/// A job that cannot start says why on every pod (issue 51): 3 pods on 2 nodes of one pod
+/// each (the third Pending for real: the scheduler's `Unschedulable`), a named coordinator
+/// (`--max-restarts`). Whichever pod is Pending, every Running pod's log names the reason
+/// within its first minute: the coordinator from its watch, the followers (which make no
+/// request while the coordinator answers) from what the coordinator keeps on its Job, or, when
+/// the coordinator's own pod is the Pending one, from that pod. A third node: the job runs to
+/// Complete.
+#[test]
+fn every_pod_of_a_job_that_cannot_start_says_why() {
+    let (plane, agent) = (control_plane(), agent());
+    let namespace = plane.namespace("why");
+    create_pinned(
+        (plane, agent, &namespace, "why"),
+        (2, 1),
+        &["--trainers", "3", "--max-restarts", "1"],
+        "epoch >= 0",
+    );
+    let running = wait_for(
+        || format!("no pod Pending:\n{}", agent.all_logs(&namespace)),
+        || {
+            let pods = pods(plane, &namespace, "why");
+            let pending = pods.iter().any(|p| p["status"]["phase"] == "Pending");
+            let running: Vec<String> = pods
+                .iter()
+                .filter(|p| p["status"]["phase"] == "Running")
+                .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
+                .collect();
+            (pending && running.len() == 2).then_some(running)
+        },
+    );
+    for pod in &running {
+        let what = || format!("{pod} does not say why:\n{}", agent.logs(&namespace, pod));
+        wait_for(what, || {
+            let log = agent.logs(&namespace, pod);
+            let said = log
+                .lines()
+                .any(|l| l.contains("waiting: ") && l.contains("Unschedulable"));
+            said.then_some(())
+        });
+    }
+    agent.add_pool_node(&format!("{namespace}-node-2"), &namespace, 1);
+    let (end, _) = wait_job_end(plane, agent, &namespace, "why");
+    assert_eq!(end, "Complete", "{}", agent.all_logs(&namespace));
+}
+
 /// An elastic Job (`manifest --min-pods 2`) of 3 pods on nodes of its own: a pod deleted while
 /// its replacement cannot be scheduled (the nodes cordoned: Pending for real) -> the job trains
 /// on with 2 pods after the elastic wait; the nodes uncordoned -> the replacement is scheduled

@@ -342,6 +342,11 @@ impl Channel {
         *self.said_hello.borrow()
     }
 
+    /// `said_hello`, to be read while the channel is borrowed elsewhere.
+    pub fn hello_watch(&self) -> watch::Receiver<bool> {
+        self.said_hello.clone()
+    }
+
     /// The coordinator's launcher saw a member's pod lost through the API: the coordinator
     /// decides, in the one place that also decides `Go`, so the two cannot cross. Before the
     /// start everyone gathers again (free); after it, the loss is the job's, as any other.

@@ -41,6 +41,9 @@ pub enum JobNews {
     Table(Table),
     /// A follower's: where its coordinator is (`paddle-launcher status` asks it).
     CoordinatorAt(SocketAddr),
+    /// What this launcher waits for before the job can start (`status` and the metrics say
+    /// it); a follower's, what its coordinator does (`pods` empty: said in the line alone).
+    Waiting(crate::membership::Awaited),
 }
 
 /// What a launcher brings to the channel for its reports: the job's name, the straggler rules
@@ -55,6 +58,11 @@ pub struct Reporting {
 }
 
 impl Reporting {
+    /// What this launcher waits for now, for its board.
+    pub fn waiting(&self, awaited: &crate::membership::Awaited) {
+        self.tell(JobNews::Waiting(awaited.clone()));
+    }
+
     pub(super) fn tell(&self, news: JobNews) {
         if let Some(to) = &self.news {
             let _ = to.send(news);

@@ -31,6 +31,7 @@ use super::rendezvous::{
 use super::setup::on_node;
 use super::setup::{children_grace_seen, plan_for, who};
 use super::waits::{interruptible, Breaks};
+use super::why_waiting::WhyWaiting;
 use crate::control::{self, ChannelRole, Joining};
 use std::net::SocketAddr;
 use tracing::warn;
@@ -65,6 +66,7 @@ pub(super) async fn gather(
     alive: BTreeSet<String>,
 ) -> Result<Gathered, Error> {
     let mut gathering = Gathering {
+        why: WhyWaiting::of(config),
         secret,
         reporting,
         my_ip,
@@ -91,6 +93,8 @@ pub(super) async fn gather(
 
 /// A gathering: what it starts from, and where its rounds stand.
 struct Gathering<'a> {
+    /// A follower of a named coordinator: why it cannot reach it, asked of the API.
+    why: Option<WhyWaiting>,
     secret: Option<&'a Secret>,
     /// What the channel reports of the job's progress, and where.
     reporting: &'a control::Reporting,
@@ -157,6 +161,9 @@ impl Gathering<'_> {
             // again after discovery, which may take long: by then the name may have moved.)
             match coordinator_elsewhere(config, self.my_ip).await? {
                 Located::NotYet(why) => {
+                    if let Some(asked) = &mut self.why {
+                        asked.say(&why, self.reporting).await;
+                    }
                     self.coordinator_not_yet(why);
                     return Ok(None);
                 }
@@ -169,6 +176,7 @@ impl Gathering<'_> {
                         coordinator,
                         inputs,
                         self.ledger,
+                        self.why.as_mut(),
                     );
                     return match followed.await? {
                         Followed::Gathered(gathered) => Ok(Some(gathered)),
@@ -206,8 +214,12 @@ impl Gathering<'_> {
         self.start(config, supervisor, attempt, channel).await
     }
 
+    /// The coordinator's name has no address: said at first, then with why (`WhyWaiting`)
+    /// at most every 30 s, not at every round.
     fn coordinator_not_yet(&mut self, why: String) {
-        info!("control channel: waiting for the coordinator's address: {why}");
+        if self.no_coordinator.is_none() && self.rounds <= 1 {
+            info!("control channel: waiting for the coordinator's address: {why}");
+        }
         self.no_coordinator = Some(why);
     }
 
@@ -227,6 +239,10 @@ impl Gathering<'_> {
             alive: &self.alive,
             own_name: config.topology.pod_name.as_deref(),
             own_ip: self.my_ip,
+            told: Some(&|awaited| self.reporting.waiting(awaited)),
+            // Only a named coordinator finds the pods where its followers learn them from it.
+            keep_wait_on: coordination::job_keeping_the_count(config)
+                .filter(|_| coordination::membership_from_coordinator(config)),
         };
         let found = match wait_for_peers(config, Some(&mut *supervisor), round).await {
             // Followers that learn the job only from this coordinator would wait for it until
@@ -523,6 +539,7 @@ pub(super) async fn follow_coordinator(
     coordinator: SocketAddr,
     (my_ip, inputs): (IpAddr, &InputFiles),
     ledger: Ledger,
+    why: Option<&mut WhyWaiting>,
 ) -> Result<Followed, Error> {
     let role = ChannelRole::Follower {
         coordinator,
@@ -546,18 +563,27 @@ pub(super) async fn follow_coordinator(
     .map_err(|e| Error::io("cannot join the control channel", e))?;
     // A pod that arrives once the job has trained to its end (an elastic job's late pod) hears
     // its success instead of a membership.
+    let hello = channel.hello_watch();
+    let (mut no_loss, mut no_trainers) = (None, None);
+    let heard = heard_or_lost(
+        &mut channel,
+        &mut no_loss,
+        TrainersWatch {
+            done: &mut no_trainers,
+            again: &|| None,
+        },
+    );
+    let unreached = Unreached {
+        hello,
+        why,
+        reporting,
+        coordinator,
+    };
     let word = interruptible(
         Some(supervisor),
         "waiting for the coordinator's membership",
         Breaks::AlsoHup,
-        heard_or_lost(
-            &mut channel,
-            &mut None,
-            TrainersWatch {
-                done: &mut None,
-                again: &|| None,
-            },
-        ),
+        unreached.saying_why(heard),
     )
     .await?;
     let heard = match word {
@@ -593,6 +619,43 @@ pub(super) async fn follow_coordinator(
     };
     let attempt = attempt_from_coordinator(config, (my_ip, inputs), membership, ledger, channel)?;
     Ok(Followed::Gathered(Gathered::Attempt(Box::new(attempt))))
+}
+
+/// A follower that has not reached its coordinator yet, and how it finds out why.
+struct Unreached<'a> {
+    hello: tokio::sync::watch::Receiver<bool>,
+    why: Option<&'a mut WhyWaiting>,
+    reporting: &'a control::Reporting,
+    coordinator: SocketAddr,
+}
+
+impl Unreached<'_> {
+    /// `listened` to its end, saying meanwhile, until this follower has said hello, why the
+    /// coordinator cannot be reached (`WhyWaiting::say`, which paces itself); the question
+    /// to the API never holds back what the channel says.
+    async fn saying_why<T>(self, listened: impl std::future::Future<Output = T>) -> T {
+        let Some(why) = self.why else {
+            return listened.await;
+        };
+        tokio::pin!(listened);
+        let mut look = tokio::time::interval(Duration::from_secs(5));
+        let at = format!("at {}", self.coordinator);
+        loop {
+            tokio::select! {
+                out = &mut listened => return out,
+                _ = look.tick() => {
+                    if *self.hello.borrow() {
+                        continue;
+                    }
+                    tokio::select! {
+                        biased;
+                        out = &mut listened => return out,
+                        _ = why.say(&at, self.reporting) => {}
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Turned away (it runs another number of processes than the elastic job): the job trains on

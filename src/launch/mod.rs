@@ -21,6 +21,7 @@ mod reporter;
 mod secret;
 mod setup;
 mod waits;
+mod why_waiting;
 
 use std::net::IpAddr;
 
@@ -185,6 +186,8 @@ async fn print_plan(config: &Config, my_ip: IpAddr, inputs: &InputFiles) -> Resu
         alive: &Default::default(),
         own_name: config.topology.pod_name.as_deref(),
         own_ip: my_ip,
+        told: None,
+        keep_wait_on: None,
     };
     let found = wait_for_peers(config, None, round).await?;
     let (plan, _, _) = plan_for(config, &found, my_ip, inputs)?;

@@ -79,6 +79,7 @@ async fn report(
         match item {
             JobNews::Figures(figures) => show(&board, |b| b.job_figures(figures)),
             JobNews::Table(table) => show(&board, |b| b.job_table(table)),
+            JobNews::Waiting(awaited) => show(&board, |b| b.waiting(awaited)),
             JobNews::CoordinatorAt(at) => {
                 let metrics = metrics_port.map(|port| SocketAddr::new(at.ip(), port));
                 show(&board, |b| b.coordinator_at(metrics));

@@ -69,12 +69,18 @@ impl Board {
             }
             _ => {}
         }
-        let mut text = format!(
-            "pod {} of job {}: {} (this launcher knows no job-wide view: the job has no control channel, or its coordinator has said nothing yet)\n",
-            self.pod,
-            self.job,
-            self.state.name()
-        );
+        let mut text = match self.awaited() {
+            Some(awaited) => format!(
+                "pod {} of job {}: waiting: {}\n",
+                self.pod, self.job, awaited.line
+            ),
+            None => format!(
+                "pod {} of job {}: {} (this launcher knows no job-wide view: the job has no control channel, or its coordinator has said nothing yet)\n",
+                self.pod,
+                self.job,
+                self.state.name()
+            ),
+        };
         let _ = writeln!(
             text,
             "{:>6} {:>6} {:>10} {:>9}",
@@ -177,5 +183,33 @@ mod tests {
         let at: SocketAddr = "10.0.0.5:9410".parse().unwrap();
         board.coordinator_at(Some(at));
         assert_eq!(board.status(Instant::now()), Status::Elsewhere(at));
+    }
+
+    /// While the launcher waits, `status` and the metrics say what for (issue 51: they said
+    /// only "waiting", and that the job had no control channel); once it trains, neither does.
+    #[test]
+    fn a_waiting_launcher_says_what_it_waits_for() {
+        let mut board = Board::new("j", "j-0");
+        board.waiting(crate::membership::Awaited {
+            line: "2/3 pods Running with an IP; j-2: Pending (ImagePullBackOff: no such image)"
+                .into(),
+            pods: vec![("j-2".into(), "ImagePullBackOff".into())],
+        });
+        let Status::Pod(text) = board.status(Instant::now()) else {
+            panic!("no pod status");
+        };
+        assert!(
+            text.starts_with("pod j-0 of job j: waiting: 2/3 pods Running with an IP; j-2: Pending (ImagePullBackOff"),
+            "{text}"
+        );
+        let metrics = board.render(Instant::now());
+        let series = "paddle_launcher_awaited_pod{job_name=\"j\",pod=\"j-0\",awaited=\"j-2\",why=\"ImagePullBackOff\"} 1";
+        assert!(metrics.contains(series), "{metrics}");
+        board.training(super::super::Size::default());
+        assert!(!board.render(Instant::now()).contains("awaited_pod{"));
+        let Status::Pod(text) = board.status(Instant::now()) else {
+            panic!("no pod status");
+        };
+        assert!(!text.contains("waiting:"), "{text}");
     }
 }

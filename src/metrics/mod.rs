@@ -139,6 +139,8 @@ pub struct Board {
     table_asked: Arc<std::sync::atomic::AtomicBool>,
     /// A follower's: the coordinator's metrics endpoint.
     coordinator: Option<std::net::SocketAddr>,
+    /// What it waits for, while it waits (`State::Waiting`).
+    awaited: Option<crate::membership::Awaited>,
 }
 
 impl Board {
@@ -155,11 +157,24 @@ impl Board {
             table: None,
             table_asked: Arc::default(),
             coordinator: None,
+            awaited: None,
         }
     }
 
     pub fn set_state(&mut self, state: State) {
         self.state = state;
+    }
+
+    /// What the launcher waits for now (said while its state is `Waiting`).
+    pub fn waiting(&mut self, awaited: crate::membership::Awaited) {
+        self.awaited = Some(awaited);
+    }
+
+    /// What it waits for, while it waits.
+    fn awaited(&self) -> Option<&crate::membership::Awaited> {
+        self.awaited
+            .as_ref()
+            .filter(|_| self.state == State::Waiting)
     }
 
     pub fn restarted(&mut self, cause: Cause) {
@@ -241,6 +256,14 @@ impl Board {
             range
                 .get_or_create(&with(&[("bound", "max".into())]))
                 .set(f64::from(max));
+        }
+        if let Some(awaited) = self.awaited() {
+            let help = "While the launcher waits: 1 for each pod the job waits for, with one word of why (the Kubernetes reason, else the pod's phase)";
+            let pods = family(&mut registry, "awaited_pod", help);
+            for (pod, why) in &awaited.pods {
+                pods.get_or_create(&with(&[("awaited", pod.clone()), ("why", why.clone())]))
+                    .set(1.0);
+            }
         }
         self.render_processes(&mut registry, now);
         self.render_job(&mut registry);

@@ -6,7 +6,7 @@ pub mod static_list;
 
 use crate::config::{Config, Discovery, GroupKind};
 use crate::error::Error;
-use crate::membership::{rank, Member, Membership, PodView, Served};
+use crate::membership::{rank, Awaited, Member, Membership, PodView, Served};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
@@ -27,7 +27,7 @@ pub struct Found {
 }
 
 /// What one round of a gathering brings beyond the configuration.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct Round<'a> {
     /// For a restart, the members of the attempt that ended.
     pub members_before: &'a [String],
@@ -42,6 +42,12 @@ pub struct Round<'a> {
     /// This pod's name (POD_NAME), when given; else it is known by `own_ip`.
     pub own_name: Option<&'a str>,
     pub own_ip: std::net::IpAddr,
+    /// Where what the wait waits for goes besides the log, whenever it changes (the metrics
+    /// board: `status` and the metrics say it too).
+    pub told: Option<&'a (dyn Fn(&Awaited) + Sync)>,
+    /// The Job on which a named coordinator keeps what it waits for, for its followers, which
+    /// make no other API request (`kubernetes::WAITING_ANNOTATION`).
+    pub keep_wait_on: Option<&'a str>,
 }
 
 impl Round<'_> {

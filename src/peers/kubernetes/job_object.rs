@@ -146,6 +146,61 @@ pub async fn annotate_progress(server: &ApiServer, job: &str, summary: &str) -> 
         .map_err(|e| job_refusal(server, job, "patch", e))
 }
 
+/// What a named coordinator waits for while it gathers the job's pods, kept on its Job as
+/// `<seconds since the epoch> <line>` (written at most every 10 s, and at least every 30 s while
+/// it waits): its followers, which make no other API request and cannot reach it yet, read it
+/// and say it (`waiting_on_job`), and so does `kubectl describe job`.
+pub const WAITING_ANNOTATION: &str = "paddle-launcher.paddlepaddle.org/waiting";
+
+/// The longest line kept in `WAITING_ANNOTATION`: a job of thousands of pods lists the first.
+const WAITING_KEPT: usize = 2048;
+
+/// Keeps what the coordinator waits for on its Job: one merge patch of the annotation alone.
+pub async fn annotate_waiting(server: &ApiServer, job: &str, line: &str) -> Result<(), String> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut kept: String = line.chars().take(WAITING_KEPT).collect();
+    if kept.len() < line.len() {
+        kept.push_str(" ...");
+    }
+    let value = format!("{now} {kept}");
+    let patch = serde_json::json!({"metadata": {"annotations": {WAITING_ANNOTATION: value}}});
+    let params = kube::api::PatchParams::default();
+    jobs(server)
+        .patch(job, &params, &kube::api::Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+        .map_err(|e| job_refusal(server, job, "patch", e))
+}
+
+/// What the coordinator last said it waits for, kept on the Job `job`, and how many seconds
+/// ago (by this node's clock); None when it says nothing.
+pub async fn waiting_on_job(
+    server: &ApiServer,
+    job: &str,
+) -> Result<Option<(u64, String)>, String> {
+    let object = match jobs(server).get(job).await {
+        Ok(object) => object,
+        Err(kube::Error::Api(status)) if status.code == 404 => return Ok(None),
+        Err(e) => return Err(job_refusal(server, job, "get", e)),
+    };
+    let annotations = object.metadata.annotations.unwrap_or_default();
+    let Some((at, line)) = annotations
+        .get(WAITING_ANNOTATION)
+        .and_then(|value| value.split_once(' '))
+    else {
+        return Ok(None);
+    };
+    let Ok(at) = at.parse::<u64>() else {
+        return Ok(None);
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    Ok(Some((now.saturating_sub(at), line.to_string())))
+}
+
 /// What the Job `job` records of the restarts (`Recorded`), if anything; why not, when it
 /// cannot be read.
 pub async fn recorded_restarts(server: &ApiServer, job: &str) -> Result<Option<Recorded>, String> {

@@ -4,7 +4,10 @@
 mod job_object;
 mod waiting;
 
-pub use job_object::{annotate_progress, jobset, own_marks, record_restarts, recorded_restarts};
+pub use job_object::{
+    annotate_progress, annotate_waiting, jobset, own_marks, record_restarts, recorded_restarts,
+    waiting_on_job,
+};
 use std::collections::HashSet;
 use std::time::Duration;
 #[cfg(test)]
@@ -32,7 +35,6 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(30);
 /// the containers start.
 const OWN_POD_WAIT: Duration = Duration::from_secs(60);
 
-#[cfg(test)]
 use crate::vocabulary::COMPLETION_INDEX;
 use crate::vocabulary::JOB_STOPPED;
 
@@ -402,6 +404,45 @@ fn refusal(error: &watcher::Error) -> Option<Refusal> {
     }
 }
 
+/// The coordinator's own pod, as a follower that cannot reach it asks after it: the pods that
+/// match the job's `selector` and the coordinator's completion `index` (one, or none: a small
+/// list whatever the job's size), said in one line.
+pub async fn coordinators_pod(
+    server: &ApiServer,
+    selector: &str,
+    index: u64,
+) -> Result<String, String> {
+    let selector = format!("{selector},{COMPLETION_INDEX}={index}");
+    let pods: Api<Pod> = Api::namespaced(server.client.clone(), &server.namespace);
+    let params = kube::api::ListParams::default().labels(&selector);
+    let listed = pods.list(&params).await.map_err(|e| match e {
+        kube::Error::Api(status) if matches!(status.code, 401 | 403) => format!(
+            "the API refused to list the pods `{selector}` ({}): allow `list` on `pods` (`paddle-launcher manifest` grants it)",
+            status.message
+        ),
+        e => format!("the pods `{selector}` cannot be listed: {e}"),
+    })?;
+    let views: Vec<PodView> = listed.items.iter().map(pod_view).collect();
+    Ok(describe_coordinators_pod(&views, index))
+}
+
+/// "the coordinator's pod llm-0-x is Pending (Unschedulable: ...)": what its pods say.
+fn describe_coordinators_pod(pods: &[PodView], index: u64) -> String {
+    let Some(pod) = pods.iter().find(|p| p.is_live()).or(pods.first()) else {
+        return format!("no pod of completion index {index} (the coordinator's) exists: its Job has not created it yet, or it was deleted");
+    };
+    let mut said = format!("the coordinator's pod {} is ", pod.name);
+    match (pod.terminating, pod.phase, pod.ip) {
+        (true, ..) => said.push_str("being deleted"),
+        (false, PodPhase::Running, None) => said.push_str("Running without an IP yet"),
+        (false, phase, _) => said.push_str(phase.as_str()),
+    }
+    if let Some(why) = pod.waiting_reason.as_ref().or(pod.ended.as_ref()) {
+        said.push_str(&format!(" ({why})"));
+    }
+    said
+}
+
 /// What the readiness rule needs from a pod of an Indexed Job (or of none); tolerant of any
 /// missing field.
 pub fn pod_view(pod: &Pod) -> PodView {
@@ -689,6 +730,39 @@ mod tests {
         assert!(elastic(None).is_ready());
         // A job of every pod: the phase alone (a completed sidecar leaves a pod not Ready).
         assert!(view(Some("False")).is_ready());
+    }
+
+    /// What a follower says of its coordinator's pod: none yet, Pending and why, Running
+    /// without an address, being deleted.
+    #[test]
+    fn the_coordinators_pod_is_described_in_one_line() {
+        assert!(describe_coordinators_pod(&[], 0).starts_with("no pod of completion index 0"));
+        let pending = PodView {
+            waiting_reason: Some("Unschedulable: 0/2 nodes are available".into()),
+            ..crate::membership::tests::pod("j-0-abc", None, "Pending")
+        };
+        assert_eq!(
+            describe_coordinators_pod(std::slice::from_ref(&pending), 0),
+            "the coordinator's pod j-0-abc is Pending (Unschedulable: 0/2 nodes are available)"
+        );
+        let no_ip = crate::membership::tests::pod("j-0-abc", None, "Running");
+        assert_eq!(
+            describe_coordinators_pod(&[no_ip], 0),
+            "the coordinator's pod j-0-abc is Running without an IP yet"
+        );
+        let going = PodView {
+            terminating: true,
+            ..crate::membership::tests::pod("j-0-old", Some("10.0.0.1"), "Running")
+        };
+        // The live one is said before one that goes away.
+        assert_eq!(
+            describe_coordinators_pod(&[going.clone(), pending], 0),
+            "the coordinator's pod j-0-abc is Pending (Unschedulable: 0/2 nodes are available)"
+        );
+        assert_eq!(
+            describe_coordinators_pod(&[going], 0),
+            "the coordinator's pod j-0-old is being deleted"
+        );
     }
 
     fn running(name: &str, ip: &str) -> PodView {

@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tokio::time::{interval_at, sleep_until, Instant};
-use tracing::info;
+use tracing::{info, warn};
 
 use super::*;
+use crate::membership::Awaited;
 
 /// Says what the wait is for, where, and how long it may take.
 fn announce(
@@ -139,12 +140,16 @@ pub async fn wait_until_ready(
         ),
         judge_again: None,
         deletions: BTreeMap::new(),
+        awaited: Awaited::default(),
     };
     let mut errors = Repeats::default();
     let mut last_error = String::from("no answer yet");
     let mut progress = interval_at(started + PROGRESS_EVERY, PROGRESS_EVERY);
     let mut settled = false;
+    let mut kept = KeptWait::new(server, round.keep_wait_on);
     loop {
+        // What it waits for, said beyond the log (the board, the Job) whenever it changes.
+        kept.tell(&wait.awaited, round.told);
         let (judge_again, elastic_at) = (wait.judge_again, wait.elastic_at);
         tokio::select! {
             change = watch.next_change() => {
@@ -170,6 +175,7 @@ pub async fn wait_until_ready(
             _ = async { sleep_until(elastic_at.unwrap_or(started)).await }, if elastic_at.is_some_and(|at| Instant::now() < at) => {}
             _ = progress.tick() => {
                 info!("still waiting after {} s: {}", started.elapsed().as_secs(), wait.status);
+                kept.refresh(&wait.status);
                 continue;
             }
             _ = async { sleep_until(wait.deadline.at.unwrap_or(started)).await }, if wait.deadline.runs() => {
@@ -186,6 +192,73 @@ pub async fn wait_until_ready(
     }
 }
 
+/// What a named coordinator waits for, said on the board (`told`) when it changes and kept on
+/// its Job for its followers (`WAITING_ANNOTATION`): written when it changes, at most every
+/// `KEPT_EVERY_LEAST`, and again at every progress line (every 30 s) so that a follower can
+/// tell a coordinator that still waits from one that is gone. The writes run on their own: a
+/// slow API server never holds the wait back; a refusal is said once.
+struct KeptWait {
+    server: ApiServer,
+    job: Option<String>,
+    said: String,
+    written: Option<Instant>,
+    refused: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// The least time between two writes of what the coordinator waits for.
+const KEPT_EVERY_LEAST: Duration = Duration::from_secs(10);
+
+impl KeptWait {
+    fn new(server: &ApiServer, job: Option<&str>) -> KeptWait {
+        KeptWait {
+            server: server.clone(),
+            job: job.map(str::to_string),
+            said: String::new(),
+            written: None,
+            refused: Default::default(),
+        }
+    }
+
+    fn tell(&mut self, awaited: &Awaited, told: Option<&(dyn Fn(&Awaited) + Sync)>) {
+        if awaited.line == self.said {
+            return;
+        }
+        self.said = awaited.line.clone();
+        if let Some(told) = told {
+            told(awaited);
+        }
+        if self
+            .written
+            .is_none_or(|at| at.elapsed() >= KEPT_EVERY_LEAST)
+        {
+            self.write(&awaited.line);
+        }
+    }
+
+    fn refresh(&mut self, line: &str) {
+        self.write(line);
+    }
+
+    fn write(&mut self, line: &str) {
+        let Some(job) = self.job.clone() else {
+            return;
+        };
+        self.written = Some(Instant::now());
+        let (server, line, refused) = (self.server.clone(), line.to_string(), self.refused.clone());
+        tokio::spawn(async move {
+            let write = super::annotate_waiting(&server, &job, &line);
+            let why = match tokio::time::timeout(Duration::from_secs(10), write).await {
+                Ok(Ok(())) => return,
+                Ok(Err(why)) => why,
+                Err(_) => "no answer in 10 s".to_string(),
+            };
+            if !refused.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                warn!("keeping what the job waits for on Job {job}: {why}; the other pods cannot say it (said once)");
+            }
+        });
+    }
+}
+
 /// A wait for the job's pods, between two looks at the watch's view.
 struct Wait<'a> {
     groups: &'a [Group],
@@ -197,6 +270,8 @@ struct Wait<'a> {
     deadline: Deadline,
     /// What it waits for, as last said.
     status: String,
+    /// The same, with each pod awaited and why, for the board.
+    awaited: Awaited,
     /// When a deleted pod the job waits for may no longer run: judged again then, with no
     /// event.
     judge_again: Option<Instant>,
@@ -268,6 +343,10 @@ impl Wait<'_> {
         }
         if line != self.status {
             info!("waiting: {line}");
+            self.awaited = Awaited {
+                line: line.clone(),
+                pods: awaited_pods(&verdict),
+            };
             self.status = line;
         }
         Ok(None)
@@ -304,6 +383,28 @@ impl Wait<'_> {
 pub(super) fn all_gated(groups: &[Vec<PodView>]) -> bool {
     let mut live = groups.iter().flatten().filter(|p| p.is_live()).peekable();
     live.peek().is_some() && live.all(|p| !p.gates.is_empty())
+}
+
+/// Each pod the groups that are not ready await, with one word of why: the reason Kubernetes
+/// gives (`Unschedulable`, `ImagePullBackOff`, ...) or the pod's phase.
+fn awaited_pods(verdict: &Verdict) -> Vec<(String, String)> {
+    verdict
+        .groups
+        .iter()
+        .filter_map(|readiness| match readiness {
+            Readiness::Waiting(wait) => Some(&wait.not_ready),
+            Readiness::Ready(_) => None,
+        })
+        .flatten()
+        .map(|(name, phase, reason)| {
+            let word = reason
+                .as_deref()
+                .and_then(|r| r.split([':', ' ']).next())
+                .filter(|w| !w.is_empty() && w.chars().all(|c| c.is_ascii_alphanumeric()))
+                .unwrap_or(phase.as_str());
+            (name.clone(), word.to_string())
+        })
+        .collect()
 }
 
 /// What the groups that are not ready wait for, in one line.
