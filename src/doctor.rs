@@ -106,11 +106,54 @@ pub async fn doctor(
         return (lines, configuration(&near_miss, exit::INVALID_CONFIG));
     }
     lines.extend(crate::cli::unread_in_environment());
-    let outcome = match configured(args, interfaces, &hostname_ip, &mut lines).await {
-        Ok((config, my_ip)) => peers_said(&config, my_ip, &mut lines).await,
-        Err(outcome) => outcome,
-    };
-    (lines, outcome)
+    let mut problems = Problems::default();
+    match configured(args, interfaces, &hostname_ip, &mut lines, &mut problems).await {
+        Ok((config, my_ip)) => {
+            let peers = peers_said(&config, my_ip, &mut lines, &mut problems).await;
+            problems.add(peers);
+        }
+        Err(outcome) => problems.add(outcome),
+    }
+    (lines, problems.outcome())
+}
+
+/// Every problem doctor finds, not only the first: each would stop `run` on its own. A
+/// configuration that cannot be read ends the look there (nothing after it can be judged).
+#[derive(Default)]
+struct Problems {
+    found: Vec<Outcome>,
+    /// What a success says (the last one given).
+    fine: Option<Outcome>,
+}
+
+impl Problems {
+    /// An outcome: a problem unless it is a success.
+    fn add(&mut self, outcome: Outcome) {
+        match outcome.code {
+            exit::SUCCESS => self.fine = Some(outcome),
+            _ => self.found.push(outcome),
+        }
+    }
+
+    /// The first problem's status, with every problem said (one: as it is); else the success.
+    fn outcome(self) -> Outcome {
+        match self.found.as_slice() {
+            [] => self
+                .fine
+                .unwrap_or_else(|| Outcome::new(exit::SUCCESS, "the job would start now")),
+            [one] => one.clone(),
+            [first, ..] => {
+                let said: Vec<String> = self
+                    .found
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| format!("({}) {}", i + 1, p.reason))
+                    .collect();
+                let reason = format!("{} problems: {}", self.found.len(), said.join("; "));
+                Outcome::new(first.code, reason)
+            }
+        }
+    }
 }
 
 /// "configuration: {e}", with the error's status.
@@ -125,6 +168,7 @@ async fn configured(
     interfaces: &Interfaces,
     hostname_ip: &impl Fn() -> Option<std::net::IpAddr>,
     lines: &mut Vec<String>,
+    problems: &mut Problems,
 ) -> Result<(Config, IpAddr), Outcome> {
     let mut config = crate::batch::discover::configure(args, interfaces, hostname_ip)
         .await
@@ -141,7 +185,10 @@ async fn configured(
     }
     crate::launch::coordination::elastic_needs_a_named_coordinator(&config)
         .map_err(|e| configuration(e, exit::INVALID_CONFIG))?;
-    secret_file_said(&config, lines)?;
+    // A secret still missing is one problem; the rest can still be judged.
+    if let Err(missing) = secret_file_said(&config, lines) {
+        problems.add(missing);
+    }
     lines.push(format!(
         "configuration: OK (job {}, {}, {}, protocol {})",
         config.topology.job_name,
@@ -215,7 +262,12 @@ fn this_pod_line(config: &Config, my_ip: IpAddr) -> String {
 }
 
 /// The peers as `run` would find them now, and whether the job would start.
-async fn peers_said(config: &Config, my_ip: IpAddr, lines: &mut Vec<String>) -> Outcome {
+async fn peers_said(
+    config: &Config,
+    my_ip: IpAddr,
+    lines: &mut Vec<String>,
+    problems: &mut Problems,
+) -> Outcome {
     match &config.topology.discovery {
         Discovery::Static { ips } => {
             lines.push(format!(
@@ -225,15 +277,17 @@ async fn peers_said(config: &Config, my_ip: IpAddr, lines: &mut Vec<String>) -> 
             let members = static_list::members(&config.topology.job_name, ips);
             let membership =
                 Membership::from_groups(config.topology.protocol, vec![(GroupKind::Job, members)]);
-            would_start(config, &membership, my_ip, lines)
+            would_start(config, &membership, my_ip, lines, problems)
         }
         Discovery::Dns { name, server } => {
             lines.push(format!(
                 "peers: the DNS records of {name} (no Kubernetes API, no RBAC needed)"
             ));
-            dns_said(config, (name, *server), my_ip, lines).await
+            dns_said(config, (name, *server), my_ip, lines, problems).await
         }
-        Discovery::Kubernetes { groups } => kubernetes_said(config, groups, my_ip, lines).await,
+        Discovery::Kubernetes { groups } => {
+            kubernetes_said(config, groups, my_ip, lines, problems).await
+        }
     }
 }
 
@@ -244,6 +298,7 @@ async fn dns_said(
     (name, server): (&str, Option<SocketAddr>),
     my_ip: IpAddr,
     lines: &mut Vec<String>,
+    problems: &mut Problems,
 ) -> Outcome {
     let expected = config.topology.trainers as usize;
     match crate::peers::dns::resolve_once(name, server).await {
@@ -253,7 +308,7 @@ async fn dns_said(
             let members = crate::peers::dns::members(name, &ips);
             let membership =
                 Membership::from_groups(config.topology.protocol, vec![(GroupKind::Job, members)]);
-            would_start(config, &membership, my_ip, lines)
+            would_start(config, &membership, my_ip, lines, problems)
         }
         Ok(Ok(ips)) => {
             let list: Vec<String> = ips.iter().map(ToString::to_string).collect();
@@ -279,6 +334,7 @@ async fn kubernetes_said(
     groups: &[crate::config::Group],
     my_ip: IpAddr,
     lines: &mut Vec<String>,
+    problems: &mut Problems,
 ) -> Outcome {
     if let Some(verdict) = follower_check(config, my_ip, lines).await {
         return verdict;
@@ -329,7 +385,7 @@ async fn kubernetes_said(
         .map(|(group, pods)| (group.kind, rank(&pods)))
         .collect();
     let membership = Membership::from_groups(config.topology.protocol, ranked);
-    would_start(config, &membership, my_ip, lines)
+    would_start(config, &membership, my_ip, lines, problems)
 }
 
 /// Each group's readiness, a line each (and what a group short of pods lacks).
@@ -382,6 +438,7 @@ fn would_start(
     membership: &Membership,
     my_ip: IpAddr,
     lines: &mut Vec<String>,
+    problems: &mut Problems,
 ) -> Outcome {
     let me = match crate::launch::locate_self(config, membership, my_ip) {
         Ok(me) => me,
@@ -430,7 +487,8 @@ fn would_start(
                 "cannot start the {} command `{command}`: {why} (the command is {option}, or the program after --)",
                 process.name
             );
-            return Outcome::new(code, reason);
+            // Each command that cannot start is a problem of its own.
+            problems.add(Outcome::new(code, reason));
         }
     }
     Outcome::new(exit::SUCCESS, "the job would start now")
@@ -519,9 +577,11 @@ async fn follower_check(
             Ok(Ok(ips)) => ips.into_iter().collect(),
             Ok(Err(why)) => {
                 lines.push(format!("coordinator {host}:{port}: {why}"));
+                let pod = crate::launch::why_unreached(config).await;
+                let pod = pod.map_or(" its pod may not exist yet".into(), |why| format!(" {why}"));
                 return Some(Outcome::new(
                     exit::PEERS_TIMEOUT,
-                    format!("the coordinator's name {host} does not resolve yet: its pod may not exist yet"),
+                    format!("the coordinator's name {host} does not resolve yet:{pod}"),
                 ));
             }
             Err(e) => return Some(e.into()),
@@ -534,29 +594,35 @@ async fn follower_check(
         return None;
     }
     let Some(&ip) = addresses.first() else {
+        let why = crate::launch::why_unreached(config).await;
+        let why = why.map_or(String::new(), |why| format!(": {why}"));
         return Some(Outcome::new(
             exit::PEERS_TIMEOUT,
-            format!("the coordinator's name {host} has no address yet"),
+            format!("the coordinator's name {host} has no address yet{why}"),
         ));
     };
     lines.push(format!(
         "peers: from the coordinating launcher at {host}:{port} ({ip}); this pod makes no Kubernetes API request"
     ));
     let address = SocketAddr::new(ip, *port);
-    match tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(address)).await {
-        Ok(Ok(_)) => Some(Outcome::new(
+    let unreached = match tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(address)).await {
+        Ok(Ok(_)) => return Some(Outcome::new(
             exit::SUCCESS,
             format!("the coordinator at {address} accepts connections: the job would start once it has every pod"),
         )),
-        Ok(Err(e)) => Some(Outcome::new(
-            exit::PEERS_TIMEOUT,
-            format!("the coordinator at {address} does not accept connections ({e}): it listens once it has found every pod, or its pod is not running"),
-        )),
-        Err(_) => Some(Outcome::new(
-            exit::PEERS_TIMEOUT,
-            format!("the coordinator at {address} did not answer within 2 s"),
-        )),
-    }
+        Ok(Err(e)) => format!("the coordinator at {address} does not accept connections ({e}): it listens once it has found every pod, or its pod is not running"),
+        Err(_) => format!("the coordinator at {address} did not answer within 2 s"),
+    };
+    // Why, as a waiting follower finds out: what the coordinator keeps on its Job, else its
+    // own pod (one or two small requests).
+    let reason = match crate::launch::why_unreached(config).await {
+        Some(why) => {
+            lines.push(format!("the coordinator: {why}"));
+            format!("{unreached}; {why}")
+        }
+        None => unreached,
+    };
+    Some(Outcome::new(exit::PEERS_TIMEOUT, reason))
 }
 
 #[cfg(test)]

@@ -25,8 +25,14 @@ pub enum Error {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    #[error("{}", rbac_hint(namespace, message))]
-    Forbidden { namespace: String, message: String },
+    /// `job`: the Job the pods belong to, when their selector names one (its rule joins the
+    /// hint, as `manifest` grants it).
+    #[error("{}", rbac_hint(namespace, message, job.as_deref()))]
+    Forbidden {
+        namespace: String,
+        message: String,
+        job: Option<String>,
+    },
     #[error("gave up after {waited_s} s waiting for the job's pods (set --wait-timeout / PADDLE_LAUNCHER_WAIT_TIMEOUT to wait longer): {status}")]
     PeersTimeout { waited_s: u64, status: String },
     #[error("the Kubernetes API server at {url} did not answer{} ({last_error}); check KUBECONFIG or the in-cluster service", if *waited_s > 0 { format!(" in {waited_s} s") } else { String::new() })]
@@ -241,7 +247,7 @@ pub fn not_on_path(command: &str, path: Option<&str>) -> String {
 }
 
 /// The refusal plus the Role and RoleBinding that grant what the launcher needs.
-pub fn rbac_hint(namespace: &str, message: &str) -> String {
+pub fn rbac_hint(namespace: &str, message: &str, job: Option<&str>) -> String {
     // "User \"system:serviceaccount:<ns>:<name>\" cannot ..." names the pod's service account.
     let account = message
         .split("system:serviceaccount:")
@@ -249,9 +255,15 @@ pub fn rbac_hint(namespace: &str, message: &str) -> String {
         .and_then(|rest| rest.split('"').next())
         .and_then(|ns_name| ns_name.split_once(':'))
         .map_or("default".to_string(), |(_, name)| name.to_string());
+    // As `manifest` grants it: the Job's own rule where the pods are one Job's (the
+    // coordinator keeps the restart count and what it waits for there; followers read it).
+    let job_rule = job.map_or(String::new(), |job| {
+        format!("- apiGroups: [batch]\n  resources: [jobs]\n  resourceNames: [{job}]\n  verbs: [get, patch]\n")
+    });
     format!(
         "the Kubernetes API refused to list/watch pods: {message}\n\
-         The launcher needs pods get/list/watch in namespace {namespace}. Apply:\n\
+         The launcher needs pods get/list/watch in namespace {namespace}. Apply (what \
+         `paddle-launcher manifest` grants):\n\
          ---\n\
          apiVersion: rbac.authorization.k8s.io/v1\n\
          kind: Role\n\
@@ -259,6 +271,7 @@ pub fn rbac_hint(namespace: &str, message: &str) -> String {
          rules:\n\
          - apiGroups: [\"\"]\n  resources: [pods]\n  verbs: [get, list, watch]\n\
          - apiGroups: [\"\"]\n  resources: [events]\n  verbs: [create]\n\
+         {job_rule}\
          ---\n\
          apiVersion: rbac.authorization.k8s.io/v1\n\
          kind: RoleBinding\n\
@@ -322,6 +335,12 @@ mod tests {
         let hint = rbac_hint(
             "team-a",
             "403 pods is forbidden: User \"system:serviceaccount:team-a:trainer\" cannot list resource \"pods\"",
+            Some("llm"),
+        );
+        // What `manifest` grants, the Job's own rule included.
+        assert!(
+            hint.contains("resources: [jobs]\n  resourceNames: [llm]\n  verbs: [get, patch]"),
+            "{hint}"
         );
         assert!(hint.contains("name: trainer, namespace: team-a"), "{hint}");
         // A binding of its own: applying it replaces no other account's binding.

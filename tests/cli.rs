@@ -303,6 +303,31 @@ fn doctor_with_static_peers_judges_as_plan_and_run_do() {
         out.contains("a PaddlePaddle 2.x or 3.x image needs PADDLE_LAUNCHER_PROTOCOL=collective"),
         "{out}"
     );
+    // Every problem, not the first only (issue 51): the job secret's file missing and both
+    // commands missing are three, said together, with the first one's status.
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-secret");
+    let mut env = base("127.0.0.2,127.0.0.3", "127.0.0.2");
+    env.retain(|(k, _)| !k.ends_with("_CMD"));
+    env.push((
+        "PADDLE_LAUNCHER_JOB_SECRET_FILE",
+        missing.display().to_string(),
+    ));
+    let (code, out) = doctor(env);
+    assert_eq!(code, Some(2), "{out}");
+    let last = out.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("3 problems: (1) the job would not start: no job secret at "),
+        "{out}"
+    );
+    assert!(
+        last.contains("(2) cannot start the pserver-0 command `paddle`"),
+        "{out}"
+    );
+    assert!(
+        last.contains("(3) cannot start the trainer-0 command `paddle`"),
+        "{out}"
+    );
 }
 
 /// `plan` shows exactly what runs: the Python settings the launcher adds at the start (unless

@@ -101,8 +101,9 @@ fn followers_of_a_named_coordinator_make_no_api_request() {
     );
 }
 
-/// A follower's `doctor` asks the coordinator, not the API: refused while nothing listens
-/// there, fine once something does; no API request either way.
+/// A follower's `doctor` asks the coordinator, not the pods' API: refused while nothing
+/// listens there (and then the Job, for why: one small request), fine once something does;
+/// no list or watch of pods either way.
 #[test]
 fn doctor_of_a_follower_checks_the_coordinator_and_not_the_api() {
     let cluster = Cluster::new();
@@ -126,6 +127,12 @@ fn doctor_of_a_follower_checks_the_coordinator_and_not_the_api() {
     assert_contains(
         &done.stdout,
         &format!("the coordinator at {coordinator}:{port} does not accept connections"),
+    );
+    // Why, as a waiting follower asks: the Job keeps nothing (no coordinator wrote there), and
+    // a coordinator named by its address has no completion index to look its pod up by.
+    assert_contains(
+        &done.stdout,
+        "the coordinator: it has said nothing of what it waits for",
     );
     let listener = std::net::TcpListener::bind((coordinator.as_str(), port)).unwrap();
     let done = Launcher::start(cluster.dir.path(), "doctor2", &["doctor"], &env).wait(LIMIT);

@@ -22,6 +22,7 @@ mod secret;
 mod setup;
 mod waits;
 mod why_waiting;
+pub use why_waiting::why_unreached;
 
 use std::net::IpAddr;
 

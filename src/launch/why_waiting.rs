@@ -137,6 +137,12 @@ impl WhyWaiting {
     }
 }
 
+/// Why the coordinator cannot be reached, asked of the API once (`doctor` on a follower);
+/// None where no coordinator is named or the pods are not one Job's.
+pub async fn why_unreached(config: &Config) -> Option<String> {
+    Some(WhyWaiting::of(config)?.ask().await)
+}
+
 /// The coordinator's completion index from its DNS name, as `manifest` names it
 /// (`<job>-<index>.<service>`); None for any other name.
 pub(super) fn coordinator_index(host: &str, job: &str) -> Option<u64> {

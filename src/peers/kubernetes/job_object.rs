@@ -28,6 +28,7 @@ pub async fn own_marks(
         kube::Error::Api(status) if matches!(status.code, 401 | 403) => Error::Forbidden {
             namespace: server.namespace.clone(),
             message: status.message,
+            job: None,
         },
         e => Error::BatchSystem {
             what: format!("this pod's object from {}: {e}", server.url),
@@ -105,6 +106,7 @@ pub async fn jobset(server: &ApiServer, name: &str) -> Result<serde_json::Value,
                     "{} (the launcher reads its JobSet for the number of pods: grant `get` on jobsets.jobset.x-k8s.io, or set CONF_PADDLE_GRADIENT_NUM)",
                     status.message
                 ),
+                job: None,
             })
         }
         Err(e) => Err(Error::BatchSystem {

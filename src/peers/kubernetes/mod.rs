@@ -94,6 +94,8 @@ pub struct PodWatch {
     failing_since: Option<Instant>,
     /// Where each group's pods carry their rank and attempt.
     rankings: Vec<Ranking>,
+    /// The Job the pods belong to, when their selector names one (`job_of`).
+    job: Option<String>,
 }
 
 /// Every group's pods as its watch has shown them. A set may be judged only when every group
@@ -163,6 +165,7 @@ impl PodWatch {
             answered: false,
             failing_since: None,
             rankings: groups.iter().map(|g| g.ranking.clone()).collect(),
+            job: job_of(groups),
         }
     }
 
@@ -184,6 +187,7 @@ impl PodWatch {
                     Some(Refusal::Forbidden(message)) => Change::Refused(Error::Forbidden {
                         namespace: self.namespace.clone(),
                         message,
+                        job: self.job.clone(),
                     }),
                     Some(Refusal::NotFound(answer)) => Change::Refused(Error::NotAnApiServer {
                         url: self.url.clone(),
@@ -338,6 +342,21 @@ impl Repeats {
     }
 }
 
+/// The Job the pods of one group belong to, when its selector names one (`job-name=<job>`, as
+/// the Job controller labels its pods): the Role's rule for it joins the RBAC hint.
+fn job_of(groups: &[Group]) -> Option<String> {
+    let [group] = groups else {
+        return None;
+    };
+    let selector = group.selector.to_string();
+    selector.split(',').find_map(|term| {
+        let (key, value) = term.trim().split_once('=')?;
+        let key = key.trim_end_matches('=');
+        matches!(key, "job-name" | "batch.kubernetes.io/job-name")
+            .then(|| value.trim_start_matches('=').to_string())
+    })
+}
+
 /// One plain list of each group's pods, no watch, every pod the selector matches (of any
 /// attempt, replaced or not: `membership::current` picks the attempt's): for `doctor`.
 pub async fn list_once(server: &ApiServer, groups: &[Group]) -> Result<Vec<Vec<PodView>>, Error> {
@@ -356,6 +375,7 @@ pub async fn list_once(server: &ApiServer, groups: &[Group]) -> Result<Vec<Vec<P
                 return Err(Error::Forbidden {
                     namespace: server.namespace.clone(),
                     message: format!("{} {}", status.code, status.message),
+                    job: job_of(groups),
                 })
             }
             Err(kube::Error::Api(status)) if status.code == 404 => {
