@@ -507,17 +507,24 @@ pub fn elastic_start(
 ///
 /// The Ready condition stands for a dead node's launcher, which is silent; a pod whose launcher
 /// is plainly alive is not judged by it: this launcher's own pod, and the pods whose launchers
-/// the coordinator heard at the last attempt's end (`alive`). A readiness gate, a finished
-/// sidecar or a kubelet that stopped reporting on a live container leave a pod Running and not
-/// Ready: leaving such a pod out made it arrive again, grow the job and be left out at the next
-/// gathering, a restart each time, forever.
+/// the coordinator heard last (`alive`: at the last attempt's verdict, or in the gathering's
+/// last round). A readiness gate, a finished sidecar or a kubelet that stopped reporting on a
+/// live container leave a pod Running and not Ready: leaving such a pod out made it arrive
+/// again, grow the job and be left out at the next gathering, a restart each time, forever.
+/// And it is judged by it only by a coordinator that has run an attempt, once the gathering
+/// has lasted its hello wait (`not_ready_judged`: a heartbeat timeout and a grace period at
+/// least), as a silent pod is: a live launcher whose link the coordinator lost may still be
+/// training the attempt that ended until then, and one a fresh coordinator never ran with
+/// may be training the attempt before it; a start without it would train two epochs at once.
 pub fn leave_out(
     pods: &mut [Vec<PodView>],
     absent: &BTreeSet<String>,
     alive: &BTreeSet<String>,
     min: usize,
+    not_ready_judged: bool,
 ) {
-    let silent_not_ready = |p: &PodView| p.not_ready && !alive.contains(&p.name);
+    let silent_not_ready =
+        |p: &PodView| not_ready_judged && p.not_ready && !alive.contains(&p.name);
     let out = |p: &PodView| silent_not_ready(p) || absent.contains(&p.name);
     let ready_without = pods
         .iter()
@@ -787,11 +794,11 @@ pub(crate) mod tests {
         let ready = |name: &str| pod(name, Some("10.0.0.1"), "Running");
         let absent: BTreeSet<String> = ["b".to_string()].into();
         let mut pods = vec![vec![ready("a"), ready("b"), ready("c")]];
-        leave_out(&mut pods, &absent, &BTreeSet::new(), 2);
+        leave_out(&mut pods, &absent, &BTreeSet::new(), 2, true);
         let still: Vec<bool> = pods[0].iter().map(PodView::is_ready).collect();
         assert_eq!(still, [true, false, true]);
         let mut short = vec![vec![ready("a"), ready("b"), pod("c", None, "Pending")]];
-        leave_out(&mut short, &absent, &BTreeSet::new(), 2);
+        leave_out(&mut short, &absent, &BTreeSet::new(), 2, true);
         assert!(short[0][1].is_ready());
         let group = Group {
             kind: GroupKind::Job,
@@ -816,19 +823,22 @@ pub(crate) mod tests {
             not_ready,
             ..pod(name, Some("10.0.0.1"), "Running")
         };
-        let gathered = |alive: &[&str]| {
+        let gathered_by = |alive: &[&str], judged: bool| {
             let alive: BTreeSet<String> = alive.iter().map(|s| s.to_string()).collect();
             let mut pods = vec![vec![
                 running("a", false),
                 running("b", false),
                 running("c", true),
             ]];
-            leave_out(&mut pods, &BTreeSet::new(), &alive, 2);
+            leave_out(&mut pods, &BTreeSet::new(), &alive, 2, judged);
             pods[0].iter().map(PodView::is_ready).collect::<Vec<_>>()
         };
+        let gathered = |alive: &[&str]| gathered_by(alive, true);
         assert_eq!(gathered(&[]), [true, true, false]);
         assert_eq!(gathered(&["a", "b"]), [true, true, false]);
         assert_eq!(gathered(&["c"]), [true, true, true]);
+        // Before the gathering's hello wait, the Ready condition leaves nobody out.
+        assert_eq!(gathered_by(&[], false), [true, true, true]);
         // Absent (no hello within this gathering's wait) stands even for a pod heard before.
         let absent: BTreeSet<String> = ["c".to_string()].into();
         let mut pods = vec![vec![
@@ -836,7 +846,7 @@ pub(crate) mod tests {
             running("b", false),
             running("c", false),
         ]];
-        leave_out(&mut pods, &absent, &absent, 2);
+        leave_out(&mut pods, &absent, &absent, 2, true);
         assert!(!pods[0][2].is_ready());
     }
 

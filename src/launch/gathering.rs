@@ -26,7 +26,8 @@ use super::coordination;
 use super::ending::{tell_followers_the_end, VERDICT_STOP_MARGIN};
 use super::ready::Attempt;
 use super::rendezvous::{
-    coordinator_elsewhere, coordinator_without_secret, join_channel, joining, recheck_of, Located,
+    coordinator_elsewhere, coordinator_without_secret, join_channel, join_grace, joining,
+    recheck_of, Located,
 };
 use super::setup::on_node;
 use super::setup::{children_grace_seen, plan_for, who};
@@ -111,8 +112,9 @@ struct Gathering<'a> {
     /// member of this gathering's start (their node may be dead, their pod Running for
     /// minutes).
     absent: BTreeSet<String>,
-    /// An elastic job's pods whose launchers the coordinator heard at the last attempt's end:
-    /// alive, whatever their Ready condition says.
+    /// An elastic job's pods whose launchers the coordinator heard last: at the last attempt's
+    /// verdict, then in the last round of this gathering that ended without a start; alive,
+    /// whatever their Ready condition says.
     alive: BTreeSet<String>,
     /// Why the last round ended when it was the coordinator's name that had no address.
     no_coordinator: Option<String>,
@@ -162,7 +164,10 @@ impl Gathering<'_> {
             match coordinator_elsewhere(config, self.my_ip).await? {
                 Located::NotYet(why) => {
                     if let Some(asked) = &mut self.why {
-                        asked.say(&why, self.reporting).await;
+                        // A stop signal is not held back by a slow API server.
+                        let said = asked.say(&why, self.reporting);
+                        let doing = "asking why the coordinator has no address";
+                        interruptible(Some(&mut *supervisor), doing, Breaks::AlsoHup, said).await?;
                     }
                     self.coordinator_not_yet(why);
                     return Ok(None);
@@ -237,6 +242,7 @@ impl Gathering<'_> {
             absent: &self.absent,
             since: self.began,
             alive: &self.alive,
+            not_ready_after: join_grace(config, supervisor.grace, true),
             own_name: config.topology.pod_name.as_deref(),
             own_ip: self.my_ip,
             told: Some(&|awaited| self.reporting.waiting(awaited)),
@@ -364,7 +370,11 @@ impl Gathering<'_> {
         }
         self.absent
             .extend(silent.into_iter().chain(left_out.turned_away));
-        self.alive.extend(left_out.alive);
+        // The latest evidence only: who said hello in the round that just ended (a pod heard
+        // in an earlier round may have died since: its silence in this one is what counts).
+        if !left_out.alive.is_empty() {
+            self.alive = left_out.alive.into_iter().collect();
+        }
     }
 }
 
@@ -638,7 +648,10 @@ impl Unreached<'_> {
             return listened.await;
         };
         tokio::pin!(listened);
-        let mut look = tokio::time::interval(Duration::from_secs(5));
+        why.trying();
+        // The first look after a while: a coordinator that answers at once is never asked about.
+        let every = Duration::from_secs(5);
+        let mut look = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         let at = format!("at {}", self.coordinator);
         loop {
             tokio::select! {

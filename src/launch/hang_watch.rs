@@ -189,14 +189,17 @@ impl HangWatch {
                 .processes
                 .iter()
                 .map(|process| {
+                    // Output is no progress where the file alone counts: neither for the
+                    // judgement nor for the progress reported to the job.
+                    let output_counts = self.limits.output_counts;
                     let seen = progress::Observed {
                         started: self.started,
                         now,
-                        last_output: process.output.last(),
+                        last_output: process.output.last().filter(|_| output_counts),
                         file_written: process.file.changed.last(),
                     };
                     let seen = match process.ended {
-                        Some(at) => progress::ended(seen, at),
+                        Some(at) => progress::ended(seen, at, output_counts),
                         None => seen,
                     };
                     (seen, process)

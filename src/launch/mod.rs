@@ -185,6 +185,7 @@ async fn print_plan(config: &Config, my_ip: IpAddr, inputs: &InputFiles) -> Resu
         absent: &Default::default(),
         since: Instant::now(),
         alive: &Default::default(),
+        not_ready_after: std::time::Duration::ZERO,
         own_name: config.topology.pod_name.as_deref(),
         own_ip: my_ip,
         told: None,

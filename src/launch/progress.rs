@@ -134,16 +134,25 @@ pub fn judge_pod(limits: Limits, ranks: Ranks, seen: &[Observed]) -> Option<(usi
 }
 
 /// A process of a lockstep pod that has ended (its part done), as the pod's judgement keeps it:
-/// its end at `at` is its last progress, and nothing else of it counts, neither its output nor
-/// its progress file, so that a sibling still tearing down, or writing its own shard of a
-/// checkpoint, is judged from then by whatever shows its own progress. (Counted as a file
-/// write, the end of the rank that numbered the steps kept the pod judged by files alone: a
-/// sibling printing its teardown was judged hung.)
-pub fn ended(seen: Observed, at: Instant) -> Observed {
-    Observed {
-        last_output: Some(at),
-        file_written: None,
-        ..seen
+/// its end at `at` is its last progress, and nothing else of it counts, so that a sibling still
+/// tearing down, or writing its own shard of a checkpoint, is judged from then by whatever
+/// shows its own progress. Where output counts (`output_counts`) the end counts as output and
+/// its progress file no more (counted as a file write, the end of the rank that numbered the
+/// steps kept the pod judged by files alone: a sibling printing its teardown was judged hung);
+/// where the file alone counts, as a write of it (else the pod had no progress left at all,
+/// and a quiet sibling was judged hung from the attempt's start).
+pub fn ended(seen: Observed, at: Instant, output_counts: bool) -> Observed {
+    match output_counts {
+        true => Observed {
+            last_output: Some(at),
+            file_written: None,
+            ..seen
+        },
+        false => Observed {
+            last_output: None,
+            file_written: Some(at),
+            ..seen
+        },
     }
 }
 
@@ -389,9 +398,9 @@ mod tests {
         assert!(judge_pod(limits, Ranks::Lockstep, &chatty).is_some());
         // The writer ended at 9 s (its part done): the quiet rank, still at its teardown, is
         // judged from then (a hang only once it has been silent for the timeout after it).
-        let writer_ended = [ended(seen(10, Some(5)), t0 + s(9)), seen(10, None)];
+        let writer_ended = [ended(seen(10, Some(5)), t0 + s(9), true), seen(10, None)];
         assert_eq!(judge_pod(limits, Ranks::Lockstep, &writer_ended), None);
-        let later = [ended(seen(12, Some(5)), t0 + s(9)), seen(12, None)];
+        let later = [ended(seen(12, Some(5)), t0 + s(9), true), seen(12, None)];
         assert_eq!(
             judge_pod(limits, Ranks::Lockstep, &later).unwrap().1.silent,
             s(3)
@@ -402,10 +411,10 @@ mod tests {
             last_output: Some(t0 + s(14)),
             ..seen(16, None)
         };
-        let teardown = [ended(seen(16, Some(5)), t0 + s(9)), printing];
+        let teardown = [ended(seen(16, Some(5)), t0 + s(9), true), printing];
         assert_eq!(judge_pod(limits, Ranks::Lockstep, &teardown), None);
         // A process that only printed ends as output.
-        let printed = ended(seen(10, None), t0 + s(8));
+        let printed = ended(seen(10, None), t0 + s(8), true);
         assert_eq!(
             (printed.last_output, printed.file_written),
             (Some(t0 + s(8)), None)
@@ -470,6 +479,35 @@ mod tests {
         // A pod that writes its steps is healthy either way; quiet ranks stay healthy.
         let training = [seen(None, Some(38)), seen(None, None)];
         assert_eq!(judge_pod(limits(false), Ranks::Lockstep, &training), None);
+        // The step writer ends (its part done) at 7,199 s: its quiet sibling is judged from
+        // then, not from the attempt's start (the review's case: hung at once).
+        let late = |now: u64| Observed {
+            now: t0 + s(now),
+            ..seen(None, None)
+        };
+        let writer_done = ended(seen(Some(1), Some(7198)), t0 + s(7199), false);
+        let pod = [
+            Observed {
+                now: t0 + s(7200),
+                ..writer_done
+            },
+            late(7200),
+        ];
+        assert_eq!(judge_pod(limits(false), Ranks::Lockstep, &pod), None);
+        let pod = [
+            Observed {
+                now: t0 + s(7205),
+                ..writer_done
+            },
+            late(7205),
+        ];
+        assert_eq!(
+            judge_pod(limits(false), Ranks::Lockstep, &pod)
+                .unwrap()
+                .1
+                .silent,
+            s(6)
+        );
         // Before its first window is over, nothing is judged.
         let early = Observed {
             now: t0 + s(29),

@@ -42,7 +42,9 @@ pub(super) struct WhyWaiting {
     /// The job's pods, and the coordinator's completion index among them.
     selector: String,
     index: Option<u64>,
-    since: Instant,
+    /// Since when the coordinator cannot be reached: the API is asked only after `FIRST_ASK`
+    /// of it (a coordinator that answers at once costs nothing).
+    unreached_since: Option<Instant>,
     asked: Option<Instant>,
     said: Option<Instant>,
     why: Option<String>,
@@ -65,18 +67,25 @@ impl WhyWaiting {
             index: coordinator_index(host, &job),
             job,
             selector: groups.first()?.selector.to_string(),
-            since: Instant::now(),
+            unreached_since: None,
             asked: None,
             said: None,
             why: None,
         })
     }
 
+    /// A new try to reach the coordinator begins (a follower's connect): unreached from now.
+    pub(super) fn trying(&mut self) {
+        self.unreached_since = Some(Instant::now());
+    }
+
     /// Says why the coordinator cannot be reached (`reached`: how the connection failed),
-    /// asking the API when it is due; at most one line every `SAY_EVERY`.
+    /// asking the API when it is due; at most one line every `SAY_EVERY`, none before the
+    /// coordinator has been unreached for `FIRST_ASK`.
     pub(super) async fn say(&mut self, reached: &str, reporting: &Reporting) {
         let now = Instant::now();
-        if now.duration_since(self.since) < FIRST_ASK
+        let since = *self.unreached_since.get_or_insert(now);
+        if now.duration_since(since) < FIRST_ASK
             || self
                 .said
                 .is_some_and(|at| now.duration_since(at) < SAY_EVERY)
@@ -115,7 +124,7 @@ impl WhyWaiting {
         let kept = timeout(ASK_TIMEOUT, kubernetes::waiting_on_job(api, &self.job)).await;
         let kept = match kept {
             Ok(Ok(Some((age, line)))) if age <= KEPT_FRESH_S => {
-                return format!("it is finding the job's pods, and said {age} s ago: {line}")
+                return format!("it said {age} s ago, on its Job: {line}")
             }
             Ok(Ok(_)) => None,
             Ok(Err(why)) => Some(why),

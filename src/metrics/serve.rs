@@ -4,9 +4,10 @@
 //! bytes of a request head within `HEAD_TIMEOUT` (a scraper sends its head at once: seconds are
 //! a scraper's scale, not minutes), holds at most `CONNECTIONS` connections and `PER_ADDRESS`
 //! of one address, and ends every connection within `CONNECTION_TIMEOUT`. When every slot is
-//! held, a new connection takes the place of the oldest one that has not yet sent its request
-//! head (`Slots::admit`): clients that open connections and say nothing, from as many addresses
-//! as they like, cannot keep Prometheus or `status` out.
+//! held, a new connection takes the place of the oldest one that has been silent for
+//! `HEAD_GRACE` without its request head (`Slots::admit`): clients that open connections and
+//! say nothing keep Prometheus or `status` out only by holding every slot with connections
+//! younger than that, from `CONNECTIONS / PER_ADDRESS` addresses at least.
 
 use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -31,9 +32,17 @@ pub const HEAD_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a connection may last in all (its head, the answer made and sent): the job's table
 /// waits up to `TABLE_WAIT`, a slow reader of a large answer no more than this.
 pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(15);
-pub const CONNECTIONS: usize = 8;
+/// Connections open at once: a scrape and a `status` are one each, and a connection costs a
+/// small task and an 8 KiB buffer at most; enough that a client holding slots needs many
+/// addresses (`PER_ADDRESS` each) to hold them all.
+pub const CONNECTIONS: usize = 64;
 /// Connections one address may hold at once.
 pub const PER_ADDRESS: usize = 4;
+/// How long a new connection is safe from being closed for a newer one while it has not sent
+/// its request head: a scraper's head comes within milliseconds, so a silent connection older
+/// than this is the one that waits (1 s let attackers that close each connection after 0.5 s
+/// never be evicted: docs/observability.md's measures).
+pub const HEAD_GRACE: Duration = Duration::from_millis(250);
 /// How often each process's step is sampled for its rate.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
 
@@ -80,6 +89,7 @@ struct Slots {
 struct Slot {
     id: u64,
     ip: IpAddr,
+    opened: std::time::Instant,
     asked: Arc<AtomicBool>,
     close: Option<tokio::task::AbortHandle>,
 }
@@ -94,12 +104,17 @@ enum Refused {
 }
 
 impl Slots {
-    /// A place for a connection from `ip`: its id, and whether it had to close another to get
-    /// one. Past `PER_ADDRESS` of its address it is refused; with every slot held, the oldest
-    /// connection that has not sent its request head yet is closed for it (a scraper's head
-    /// comes at once: a connection that says nothing is the one that waits); only when every
-    /// held slot is being answered is it refused.
-    fn admit(&mut self, ip: IpAddr) -> Result<(u64, Option<Slot>), Refused> {
+    /// A place for a connection from `ip` opened `now`: its id, and whether it had to close
+    /// another to get one. Past `PER_ADDRESS` of its address it is refused; with every slot
+    /// held, the oldest connection that has been silent for `HEAD_GRACE` without its request
+    /// head is closed for it (a scraper's head comes at once: a connection that says nothing
+    /// is the one that waits; a newer one may be a scraper whose head is on its way); it is
+    /// refused only when no held slot is such.
+    fn admit(
+        &mut self,
+        ip: IpAddr,
+        now: std::time::Instant,
+    ) -> Result<(u64, Option<Slot>), Refused> {
         if self.open.iter().filter(|s| s.ip == ip).count() >= PER_ADDRESS {
             return Err(Refused::AddressFull);
         }
@@ -108,7 +123,10 @@ impl Slots {
             let idle = self
                 .open
                 .iter()
-                .position(|s| !s.asked.load(Ordering::Relaxed))
+                .position(|s| {
+                    !s.asked.load(Ordering::Relaxed)
+                        && now.saturating_duration_since(s.opened) >= HEAD_GRACE
+                })
                 .ok_or(Refused::Full)?;
             closed = Some(self.open.remove(idle));
         }
@@ -117,6 +135,7 @@ impl Slots {
         self.open.push(Slot {
             id,
             ip,
+            opened: now,
             asked: Arc::default(),
             close: None,
         });
@@ -129,6 +148,15 @@ impl Slots {
 
     fn leave(&mut self, id: u64) {
         self.open.retain(|s| s.id != id);
+    }
+}
+
+/// A connection's slot, given back when its task ends or is dropped.
+struct Leaving(Arc<Mutex<Slots>>, u64);
+
+impl Drop for Leaving {
+    fn drop(&mut self) {
+        locked(&self.0).leave(self.1);
     }
 }
 
@@ -148,7 +176,7 @@ async fn serve(listener: TcpListener, board: Shared) {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 };
-                let admitted = locked(&slots).admit(peer.ip());
+                let admitted = locked(&slots).admit(peer.ip(), std::time::Instant::now());
                 // Refused: closed at once, without a word.
                 let Ok((id, closed)) = admitted else { continue };
                 if let Some(close) = closed.and_then(|slot| slot.close) {
@@ -160,9 +188,11 @@ async fn serve(listener: TcpListener, board: Shared) {
                 };
                 let (board, left) = (board.clone(), slots.clone());
                 let task = tokio::spawn(async move {
+                    // Its slot given back however the task ends: done, timed out, aborted for
+                    // a newer connection, or a panic in the answer.
+                    let _leaving = Leaving(left, id);
                     let exchange = connection(stream, board, asked);
                     let _ = tokio::time::timeout(CONNECTION_TIMEOUT, exchange).await;
-                    locked(&left).leave(id);
                 });
                 match locked(&slots).slot(id) {
                     Some(slot) => slot.close = Some(task.abort_handle()),
@@ -292,30 +322,36 @@ mod tests {
         ));
     }
 
-    /// Every slot held by connections that said nothing: a new one takes the oldest's place,
-    /// whatever its address; one address never holds more than its share; only connections
-    /// being answered keep a newcomer out (issue 51: two addresses of silent clients kept
+    /// Every slot held by connections that said nothing: a new one takes the place of the
+    /// oldest silent past `HEAD_GRACE`, whatever its address; one address never holds more
+    /// than its share; connections being answered, or younger than the grace (a scraper's
+    /// head on its way), keep a newcomer out (issue 51: two addresses of silent clients kept
     /// every scrape out).
     #[test]
     fn a_newcomer_takes_the_place_of_the_oldest_silent_connection() {
-        let ip = |n: u8| IpAddr::V4(Ipv4Addr::new(10, 0, 0, n));
+        let ip = |n: u8| IpAddr::V4(Ipv4Addr::new(10, 0, n, 1));
+        let t0 = std::time::Instant::now();
         let mut slots = Slots::default();
         for n in 0..CONNECTIONS {
-            let from = ip(1 + (n / PER_ADDRESS) as u8);
-            assert_eq!(slots.admit(from).map(|(_, c)| c.is_none()), Ok(true));
+            let from = ip((n / PER_ADDRESS) as u8);
+            assert_eq!(slots.admit(from, t0).map(|(_, c)| c.is_none()), Ok(true));
         }
-        assert_eq!(slots.admit(ip(1)).err(), Some(Refused::AddressFull));
-        let (_, closed) = slots.admit(ip(9)).unwrap();
-        assert_eq!(closed.map(|c| (c.id, c.ip)), Some((0, ip(1))));
+        assert_eq!(slots.admit(ip(0), t0).err(), Some(Refused::AddressFull));
+        // All silent, but within their grace: none closed for a newcomer yet.
+        let soon = t0 + HEAD_GRACE / 2;
+        assert_eq!(slots.admit(ip(200), soon).err(), Some(Refused::Full));
+        let later = t0 + HEAD_GRACE;
+        let (_, closed) = slots.admit(ip(200), later).unwrap();
+        assert_eq!(closed.map(|c| (c.id, c.ip)), Some((0, ip(0))));
         // The oldest that has not asked: the one being answered stays.
         slots.open[0].asked.store(true, Ordering::Relaxed);
-        let (_, closed) = slots.admit(ip(8)).unwrap();
+        let (_, closed) = slots.admit(ip(201), later).unwrap();
         assert_eq!(closed.map(|c| c.id), Some(2));
         for slot in &slots.open {
             slot.asked.store(true, Ordering::Relaxed);
         }
-        assert_eq!(slots.admit(ip(7)).err(), Some(Refused::Full));
+        assert_eq!(slots.admit(ip(202), later).err(), Some(Refused::Full));
         slots.leave(1);
-        assert!(slots.admit(ip(7)).is_ok());
+        assert!(slots.admit(ip(202), later).is_ok());
     }
 }

@@ -39,6 +39,9 @@ pub struct Round<'a> {
     /// An elastic job's pods whose launchers the coordinator heard at the last attempt's end:
     /// alive, whatever their Ready condition says (`membership::leave_out`).
     pub alive: &'a std::collections::BTreeSet<String>,
+    /// How long a gathering waits before it judges a pod by its Ready condition (an elastic
+    /// job's hello wait: `membership::leave_out`), when it follows an attempt.
+    pub not_ready_after: std::time::Duration,
     /// This pod's name (POD_NAME), when given; else it is known by `own_ip`.
     pub own_name: Option<&'a str>,
     pub own_ip: std::net::IpAddr,

@@ -739,7 +739,8 @@ mod tests {
         };
         let elastic = |ready: Option<&str>| {
             let mut pods = vec![vec![view(ready), running("other", "10.0.0.6")]];
-            crate::membership::leave_out(&mut pods, &Default::default(), &Default::default(), 1);
+            let none = Default::default();
+            crate::membership::leave_out(&mut pods, &none, &none, 1, true);
             pods[0][0].clone()
         };
         assert!(!elastic(Some("False")).is_ready());

@@ -128,6 +128,7 @@ pub async fn wait_until_ready(
         // gathering's start, so that a round after one whose hellos did not all come starts
         // at once.
         elastic_at: elastic.map(|e| round.since + e.wait),
+        not_ready_at: elastic.map(|_| round.since + round.not_ready_after),
         started,
         deadline: Deadline {
             at: timeout.map(|t| started + t),
@@ -151,6 +152,7 @@ pub async fn wait_until_ready(
         // What it waits for, said beyond the log (the board, the Job) whenever it changes.
         kept.tell(&wait.awaited, round.told);
         let (judge_again, elastic_at) = (wait.judge_again, wait.elastic_at);
+        let not_ready_at = wait.not_ready_at;
         tokio::select! {
             change = watch.next_change() => {
                 settled = matches!(change, Change::Settled);
@@ -173,6 +175,7 @@ pub async fn wait_until_ready(
             // API fails.
             _ = async { sleep_until(judge_again.unwrap_or(started)).await }, if judge_again.is_some() && settled => {}
             _ = async { sleep_until(elastic_at.unwrap_or(started)).await }, if elastic_at.is_some_and(|at| Instant::now() < at) => {}
+            _ = async { sleep_until(not_ready_at.unwrap_or(started)).await }, if not_ready_at.is_some_and(|at| Instant::now() < at) => {}
             _ = progress.tick() => {
                 info!("still waiting after {} s: {}", started.elapsed().as_secs(), wait.status);
                 kept.refresh(&wait.status);
@@ -187,6 +190,11 @@ pub async fn wait_until_ready(
             }
         }
         if let Some(ready) = wait.look(&watch.views)? {
+            // What the Job keeps says so: a follower that cannot reach the coordinator from now
+            // on is not told that it still looks for the pods.
+            kept.write(
+                "it has found the pods it waited for: starting (an attempt, or a gathering round)",
+            );
             return Ok((ready, watch));
         }
     }
@@ -266,6 +274,8 @@ struct Wait<'a> {
     round: crate::peers::Round<'a>,
     elastic: Option<Elastic>,
     elastic_at: Option<Instant>,
+    /// When an elastic job's gathering may judge a pod by its Ready condition.
+    not_ready_at: Option<Instant>,
     started: Instant,
     deadline: Deadline,
     /// What it waits for, as last said.
@@ -288,7 +298,17 @@ impl Wait<'_> {
             (0..groups.len()).map(|i| views.group(i).pods()).collect();
         if let Some(e) = self.elastic {
             let alive = self.round.alive_among(&pods);
-            leave_out(&mut pods, self.round.absent, &alive, e.min_pods as usize);
+            // Only by a coordinator that has run an attempt (a fresh one awaits every pod: one
+            // may still be training the attempt before it), after its hello wait.
+            let judged = !self.round.members_before.is_empty()
+                && self.not_ready_at.is_some_and(|at| Instant::now() >= at);
+            leave_out(
+                &mut pods,
+                self.round.absent,
+                &alive,
+                e.min_pods as usize,
+                judged,
+            );
         }
         let now = seconds_since_epoch();
         let mut seen: Vec<PodView> = (0..groups.len())
