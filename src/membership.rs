@@ -545,6 +545,20 @@ pub fn leave_out(
     }
 }
 
+/// Before an elastic gathering may judge pods by their Ready condition (`leave_out`'s
+/// `not_ready_judged`), the first pod it would then leave out for it: not Ready, its launcher
+/// not heard. Such a pod holds the start until then: counted in, a dead node's pod would cost
+/// a whole round of hellos; left out at once, a live launcher whose link the coordinator lost
+/// might still be training the attempt that ended.
+pub fn awaiting_judgement<'a>(
+    pods: &'a [Vec<PodView>],
+    alive: &BTreeSet<String>,
+) -> Option<&'a PodView> {
+    pods.iter()
+        .flatten()
+        .find(|p| p.is_ready() && p.not_ready && !alive.contains(&p.name))
+}
+
 /// The job's members by role, each list in rank order. In the colocated layout both lists are the
 /// same pods.
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -848,6 +862,26 @@ pub(crate) mod tests {
         ]];
         leave_out(&mut pods, &absent, &absent, 2, true);
         assert!(!pods[0][2].is_ready());
+    }
+
+    /// Before the hello wait, the pod that would be left out for its Ready condition is the one
+    /// that holds the start: not Ready, Running with an IP, its launcher not heard.
+    #[test]
+    fn a_pod_not_ready_and_unheard_awaits_its_judgement() {
+        let running = |name: &str, not_ready: bool| PodView {
+            not_ready,
+            ..pod(name, Some("10.0.0.1"), "Running")
+        };
+        let pods = vec![vec![running("a", false), running("b", true)]];
+        let heard = |names: &[&str]| names.iter().map(|s| s.to_string()).collect();
+        let awaited = awaiting_judgement(&pods, &heard(&["a"])).map(|p| p.name.as_str());
+        assert_eq!(awaited, Some("b"));
+        assert!(awaiting_judgement(&pods, &heard(&["a", "b"])).is_none());
+        let pending = vec![vec![PodView {
+            not_ready: true,
+            ..pod("c", None, "Pending")
+        }]];
+        assert!(awaiting_judgement(&pending, &heard(&[])).is_none());
     }
 
     /// A phase the launcher does not know (or the API's own `Unknown`, a lost node) is neither

@@ -663,8 +663,8 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
     // it, left out of the rounds that follow.
     let mut gathering_since: Option<Instant> = None;
     let mut absent: BTreeSet<String> = BTreeSet::new();
-    // And those whose launchers said hello in the last round that ended without a start, as
-    // `gather` keeps them (`Gathering::alive`: the latest round's replaces the verdict's).
+    // And those whose launchers said hello in a round that ended without a start, as `gather`
+    // keeps them (`Gathering::alive`).
     let mut heard_alive: BTreeSet<String> = BTreeSet::new();
     // The launcher's own attempt loop, its commands carried out here: the gathering by the
     // stand-ins below, the rest by the executor's own pieces (`ending`) over the real channel.
@@ -736,25 +736,29 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
             }
             let elastic = scenario.elastic.as_ref();
             let ranked = loop {
-                let (verdict, elastic_start, succeeded, me_running) = {
+                let (verdict, elastic_start, succeeded, me_running, held) = {
                     let w = world.lock().unwrap();
                     let succeeded = w.pods.iter().any(|p| p.2 == PodState::Ended(0));
                     let now = w.started.elapsed().as_secs() as i64;
                     let mut views = w.pod_views();
                     membership::bound_deletions(&mut views, &mut deletions, now);
                     let mut pods = [views.clone()];
+                    let mut held = false;
                     if let Some(e) = elastic {
-                        // As `Round::alive_among`: those heard last (at the verdict, or in
-                        // the gathering's last round), and this pod.
-                        let mut alive: BTreeSet<String> = match heard_alive.is_empty() {
-                            true => alive.iter().cloned().collect(),
-                            false => heard_alive.clone(),
-                        };
+                        // As `Round::alive_among`: those heard at the verdict and in the
+                        // gathering's rounds, and this pod.
+                        let mut alive: BTreeSet<String> = alive.iter().cloned().collect();
+                        alive.extend(heard_alive.iter().cloned());
                         alive.insert(name.to_string());
-                        // As `gather` gives it: its hello wait (`join_grace`) from its start.
+                        // As `gather` gives it: its hello wait (`join_grace`) from its start;
+                        // before it, a pod it would leave out holds the start.
                         let hello_wait =
                             Duration::from_secs(e.wait_s).max(scenario.heartbeat() + GRACE);
-                        let judged = !members_before.is_empty() && since.elapsed() >= hello_wait;
+                        let after_attempt = !members_before.is_empty();
+                        let judged = after_attempt && since.elapsed() >= hello_wait;
+                        held = after_attempt
+                            && !judged
+                            && membership::awaiting_judgement(&pods, &alive).is_some();
                         membership::leave_out(&mut pods, &absent, &alive, e.min_pods, judged);
                     }
                     let verdict = membership::judge(
@@ -777,7 +781,7 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                         )
                     });
                     let me_running = w.pods[slot].2 == PodState::Running;
-                    (verdict, elastic_start, succeeded, me_running)
+                    (verdict, elastic_start, succeeded, me_running, held)
                 };
                 if succeeded {
                     return end(78, epoch_ran.clone(), None);
@@ -785,7 +789,8 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                 if !me_running {
                     return end(143, epoch_ran.clone(), None);
                 }
-                if let Some(ready) = verdict.ready().map(|r| r[0].clone()).or(elastic_start) {
+                let start = verdict.ready().map(|r| r[0].clone()).or(elastic_start);
+                if let Some(ready) = start.filter(|_| !held) {
                     break membership::rank(&ready);
                 }
                 if gathering.elapsed() > WAIT_TIMEOUT {
@@ -898,9 +903,7 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                     let silent = left_out.silent.into_iter();
                     absent.extend(silent.filter(|_| !members_before.is_empty()));
                     absent.extend(left_out.turned_away);
-                    if !left_out.alive.is_empty() {
-                        heard_alive = left_out.alive.into_iter().collect();
-                    }
+                    heard_alive.extend(left_out.alive);
                     sleep(Duration::from_millis(250)).await;
                     continue;
                 }

@@ -112,9 +112,9 @@ struct Gathering<'a> {
     /// member of this gathering's start (their node may be dead, their pod Running for
     /// minutes).
     absent: BTreeSet<String>,
-    /// An elastic job's pods whose launchers the coordinator heard last: at the last attempt's
-    /// verdict, then in the last round of this gathering that ended without a start; alive,
-    /// whatever their Ready condition says.
+    /// An elastic job's pods whose launchers the coordinator heard: at the last attempt's
+    /// verdict, and in this gathering's rounds that ended without a start; alive, whatever
+    /// their Ready condition says.
     alive: BTreeSet<String>,
     /// Why the last round ended when it was the coordinator's name that had no address.
     no_coordinator: Option<String>,
@@ -370,11 +370,10 @@ impl Gathering<'_> {
         }
         self.absent
             .extend(silent.into_iter().chain(left_out.turned_away));
-        // The latest evidence only: who said hello in the round that just ended (a pod heard
-        // in an earlier round may have died since: its silence in this one is what counts).
-        if !left_out.alive.is_empty() {
-            self.alive = left_out.alive.into_iter().collect();
-        }
+        // Who said hello in the round that just ended joins who was heard before: a round cut
+        // short is no proof that a launcher heard earlier died (one that did is silent for the
+        // next round's whole hello wait, and `absent` leaves it out then).
+        self.alive.extend(left_out.alive);
     }
 }
 
@@ -655,14 +654,24 @@ impl Unreached<'_> {
         let at = format!("at {}", self.coordinator);
         loop {
             tokio::select! {
-                out = &mut listened => return out,
+                out = &mut listened => {
+                    if *self.hello.borrow() {
+                        why.reached();
+                    }
+                    return out;
+                }
                 _ = look.tick() => {
                     if *self.hello.borrow() {
                         continue;
                     }
                     tokio::select! {
                         biased;
-                        out = &mut listened => return out,
+                        out = &mut listened => {
+                            if *self.hello.borrow() {
+                                why.reached();
+                            }
+                            return out;
+                        }
                         _ = why.say(&at, self.reporting) => {}
                     }
                 }

@@ -139,9 +139,11 @@ pub fn judge_pod(limits: Limits, ranks: Ranks, seen: &[Observed]) -> Option<(usi
 /// shows its own progress. Where output counts (`output_counts`) the end counts as output and
 /// its progress file no more (counted as a file write, the end of the rank that numbered the
 /// steps kept the pod judged by files alone: a sibling printing its teardown was judged hung);
-/// where the file alone counts, as a write of it (else the pod had no progress left at all,
-/// and a quiet sibling was judged hung from the attempt's start).
+/// where the file alone counts, as a write of it if it had written its file (else the pod had
+/// no progress left at all, and a quiet sibling was judged hung from the attempt's start), and
+/// as nothing if it had not (its end does not cut short its siblings' first window).
 pub fn ended(seen: Observed, at: Instant, output_counts: bool) -> Observed {
+    let wrote = seen.file_written.is_some_and(|t| t >= seen.started);
     match output_counts {
         true => Observed {
             last_output: Some(at),
@@ -150,7 +152,7 @@ pub fn ended(seen: Observed, at: Instant, output_counts: bool) -> Observed {
         },
         false => Observed {
             last_output: None,
-            file_written: Some(at),
+            file_written: wrote.then_some(at),
             ..seen
         },
     }
@@ -508,6 +510,19 @@ mod tests {
                 .silent,
             s(6)
         );
+        // A rank that ends before any step was written does not end its siblings' first window.
+        let early = ended(seen(None, None), t0 + s(3), false);
+        let pod = [
+            Observed {
+                now: t0 + s(20),
+                ..early
+            },
+            Observed {
+                now: t0 + s(20),
+                ..seen(None, None)
+            },
+        ];
+        assert_eq!(judge_pod(limits(false), Ranks::Lockstep, &pod), None);
         // Before its first window is over, nothing is judged.
         let early = Observed {
             now: t0 + s(29),

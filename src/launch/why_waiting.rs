@@ -79,6 +79,11 @@ impl WhyWaiting {
         self.unreached_since = Some(Instant::now());
     }
 
+    /// The coordinator was reached: a later wait for it counts from its own start.
+    pub(super) fn reached(&mut self) {
+        self.unreached_since = None;
+    }
+
     /// Says why the coordinator cannot be reached (`reached`: how the connection failed),
     /// asking the API when it is due; at most one line every `SAY_EVERY`, none before the
     /// coordinator has been unreached for `FIRST_ASK`.

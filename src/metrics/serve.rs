@@ -115,20 +115,21 @@ impl Slots {
         ip: IpAddr,
         now: std::time::Instant,
     ) -> Result<(u64, Option<Slot>), Refused> {
-        if self.open.iter().filter(|s| s.ip == ip).count() >= PER_ADDRESS {
-            return Err(Refused::AddressFull);
-        }
+        let idle = |s: &Slot| {
+            !s.asked.load(Ordering::Relaxed)
+                && now.saturating_duration_since(s.opened) >= HEAD_GRACE
+        };
         let mut closed = None;
-        if self.open.len() >= CONNECTIONS {
-            let idle = self
-                .open
-                .iter()
-                .position(|s| {
-                    !s.asked.load(Ordering::Relaxed)
-                        && now.saturating_duration_since(s.opened) >= HEAD_GRACE
-                })
-                .ok_or(Refused::Full)?;
-            closed = Some(self.open.remove(idle));
+        // An address past its share (clients behind one address: a sidecar, a NAT) gives up
+        // its own oldest silent connection, else the newcomer is refused.
+        if self.open.iter().filter(|s| s.ip == ip).count() >= PER_ADDRESS {
+            let own = self.open.iter().position(|s| s.ip == ip && idle(s));
+            let own = own.ok_or(Refused::AddressFull)?;
+            closed = Some(self.open.remove(own));
+        }
+        if closed.is_none() && self.open.len() >= CONNECTIONS {
+            let oldest = self.open.iter().position(idle).ok_or(Refused::Full)?;
+            closed = Some(self.open.remove(oldest));
         }
         let id = self.next;
         self.next += 1;
@@ -337,21 +338,25 @@ mod tests {
             assert_eq!(slots.admit(from, t0).map(|(_, c)| c.is_none()), Ok(true));
         }
         assert_eq!(slots.admit(ip(0), t0).err(), Some(Refused::AddressFull));
+        // Past its grace, an address's own oldest silent connection gives way to its newcomer.
+        let (_, closed) = slots.admit(ip(0), t0 + HEAD_GRACE).unwrap();
+        assert_eq!(closed.map(|c| (c.id, c.ip)), Some((0, ip(0))));
         // All silent, but within their grace: none closed for a newcomer yet.
         let soon = t0 + HEAD_GRACE / 2;
         assert_eq!(slots.admit(ip(200), soon).err(), Some(Refused::Full));
         let later = t0 + HEAD_GRACE;
         let (_, closed) = slots.admit(ip(200), later).unwrap();
-        assert_eq!(closed.map(|c| (c.id, c.ip)), Some((0, ip(0))));
+        assert_eq!(closed.map(|c| (c.id, c.ip)), Some((1, ip(0))));
         // The oldest that has not asked: the one being answered stays.
         slots.open[0].asked.store(true, Ordering::Relaxed);
         let (_, closed) = slots.admit(ip(201), later).unwrap();
-        assert_eq!(closed.map(|c| c.id), Some(2));
+        assert_eq!(closed.map(|c| c.id), Some(3));
         for slot in &slots.open {
             slot.asked.store(true, Ordering::Relaxed);
         }
         assert_eq!(slots.admit(ip(202), later).err(), Some(Refused::Full));
-        slots.leave(1);
+        let first = slots.open[0].id;
+        slots.leave(first);
         assert!(slots.admit(ip(202), later).is_ok());
     }
 }

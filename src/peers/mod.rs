@@ -36,8 +36,9 @@ pub struct Round<'a> {
     pub absent: &'a std::collections::BTreeSet<String>,
     /// When the gathering began: an elastic job's wait runs from then, not from each round.
     pub since: tokio::time::Instant,
-    /// An elastic job's pods whose launchers the coordinator heard at the last attempt's end:
-    /// alive, whatever their Ready condition says (`membership::leave_out`).
+    /// An elastic job's pods whose launchers the coordinator heard: at the last attempt's
+    /// verdict, and in this gathering's earlier rounds; alive, whatever their Ready condition
+    /// says (`membership::leave_out`).
     pub alive: &'a std::collections::BTreeSet<String>,
     /// How long a gathering waits before it judges a pod by its Ready condition (an elastic
     /// job's hello wait: `membership::leave_out`), when it follows an attempt.
@@ -54,7 +55,7 @@ pub struct Round<'a> {
 }
 
 impl Round<'_> {
-    /// The launchers known alive among `pods`: those heard at the last attempt's end, and this
+    /// The launchers known alive among `pods`: those the coordinator heard (`alive`), and this
     /// one's own pod (the launcher that judges is evidently alive).
     pub fn alive_among(&self, pods: &[Vec<PodView>]) -> std::collections::BTreeSet<String> {
         let own = pods.iter().flatten().filter(|p| match self.own_name {

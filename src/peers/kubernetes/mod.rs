@@ -25,8 +25,8 @@ use tracing::warn;
 use crate::config::{Elastic, Group, GroupKind, Ranking};
 use crate::error::Error;
 use crate::membership::{
-    bound_deletions, elastic_start, judge, leave_out, lost, Member, PodPhase, PodSet, PodView,
-    Readiness, Served, Verdict,
+    awaiting_judgement, bound_deletions, elastic_start, judge, leave_out, lost, Member, PodPhase,
+    PodSet, PodView, Readiness, Served, Verdict,
 };
 
 /// Interval of the "still waiting" line, so a stuck job always says why.

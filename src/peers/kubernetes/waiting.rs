@@ -299,9 +299,27 @@ impl Wait<'_> {
         if let Some(e) = self.elastic {
             let alive = self.round.alive_among(&pods);
             // Only by a coordinator that has run an attempt (a fresh one awaits every pod: one
-            // may still be training the attempt before it), after its hello wait.
-            let judged = !self.round.members_before.is_empty()
-                && self.not_ready_at.is_some_and(|at| Instant::now() >= at);
+            // may still be training the attempt before it), after its hello wait; until then
+            // a pod it would leave out holds the start.
+            let after_attempt = !self.round.members_before.is_empty();
+            let judged = after_attempt && self.not_ready_at.is_some_and(|at| Instant::now() >= at);
+            let awaiting = awaiting_judgement(&pods, &alive).filter(|_| after_attempt && !judged);
+            if let Some(pod) = awaiting {
+                let line = format!(
+                    "{} is not Ready and its launcher was not heard since the attempt ended: the job starts without it only once the hello wait is over ({} s from the gathering's start), when a live launcher has stopped its trainers",
+                    pod.name,
+                    self.round.not_ready_after.as_secs()
+                );
+                if line != self.status {
+                    info!("waiting: {line}");
+                    self.awaited = Awaited {
+                        line: line.clone(),
+                        pods: vec![(pod.name.clone(), "NotReady".to_string())],
+                    };
+                    self.status = line;
+                }
+                return Ok(None);
+            }
             leave_out(
                 &mut pods,
                 self.round.absent,
