@@ -478,9 +478,12 @@ mod tests {
         let stuck = [seen(Some(39), Some(20)), seen(None, None)];
         let judged = judge_pod(limits(false), Ranks::Lockstep, &stuck).unwrap();
         assert_eq!((judged.1.silent, judged.1.never), (s(20), false));
-        // A pod that writes its steps is healthy either way; quiet ranks stay healthy.
+        // A pod that writes its steps is healthy either way; quiet ranks stay healthy, whichever
+        // local rank writes them.
         let training = [seen(None, Some(38)), seen(None, None)];
         assert_eq!(judge_pod(limits(false), Ranks::Lockstep, &training), None);
+        let by_rank_1 = [seen(None, None), seen(None, Some(38))];
+        assert_eq!(judge_pod(limits(false), Ranks::Lockstep, &by_rank_1), None);
         // The step writer ends (its part done) at 7,199 s: its quiet sibling is judged from
         // then, not from the attempt's start (the review's case: hung at once).
         let late = |now: u64| Observed {
