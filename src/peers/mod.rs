@@ -141,3 +141,36 @@ pub async fn discover(config: &Config, round: Round<'_>) -> Result<Found, Error>
         served,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::membership::tests::pod;
+
+    /// This launcher's own pod is alive, found by POD_NAME when given, else by its address:
+    /// never another pod (the mutation run found the match untested).
+    #[test]
+    fn this_launchers_own_pod_is_alive_by_its_name_else_its_address() {
+        let heard: std::collections::BTreeSet<String> = ["a".to_string()].into();
+        let pods = vec![vec![
+            pod("a", Some("10.0.0.1"), "Running"),
+            pod("b", Some("10.0.0.2"), "Running"),
+            pod("c", Some("10.0.0.3"), "Running"),
+        ]];
+        let none = std::collections::BTreeSet::new();
+        let round = |own_name: Option<&'static str>| Round {
+            members_before: &[],
+            absent: &none,
+            since: tokio::time::Instant::now(),
+            alive: &heard,
+            not_ready_after: std::time::Duration::ZERO,
+            own_name,
+            own_ip: "10.0.0.3".parse().unwrap(),
+            told: None,
+            keep_wait_on: None,
+        };
+        let names = |set: std::collections::BTreeSet<String>| set.into_iter().collect::<Vec<_>>();
+        assert_eq!(names(round(Some("b")).alive_among(&pods)), ["a", "b"]);
+        assert_eq!(names(round(None).alive_among(&pods)), ["a", "c"]);
+    }
+}
