@@ -139,7 +139,12 @@ pub const PROGRESS_ANNOTATION: &str = "paddle-launcher.paddlepaddle.org/progress
 /// Keeps the job's progress summary on its Job: one merge patch of the annotation alone, no
 /// read (a summary overwritten by a later one loses nothing).
 pub async fn annotate_progress(server: &ApiServer, job: &str, summary: &str) -> Result<(), String> {
-    let patch = serde_json::json!({"metadata": {"annotations": {PROGRESS_ANNOTATION: summary}}});
+    annotate(server, job, PROGRESS_ANNOTATION, summary).await
+}
+
+/// One merge patch of the Job's annotation `key` alone, no read.
+async fn annotate(server: &ApiServer, job: &str, key: &str, value: &str) -> Result<(), String> {
+    let patch = serde_json::json!({"metadata": {"annotations": {key: value}}});
     let params = kube::api::PatchParams::default();
     jobs(server)
         .patch(job, &params, &kube::api::Patch::Merge(&patch))
@@ -159,21 +164,12 @@ const WAITING_KEPT: usize = 2048;
 
 /// Keeps what the coordinator waits for on its Job: one merge patch of the annotation alone.
 pub async fn annotate_waiting(server: &ApiServer, job: &str, line: &str) -> Result<(), String> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
     let mut kept: String = line.chars().take(WAITING_KEPT).collect();
     if kept.len() < line.len() {
         kept.push_str(" ...");
     }
-    let value = format!("{now} {kept}");
-    let patch = serde_json::json!({"metadata": {"annotations": {WAITING_ANNOTATION: value}}});
-    let params = kube::api::PatchParams::default();
-    jobs(server)
-        .patch(job, &params, &kube::api::Patch::Merge(&patch))
-        .await
-        .map(|_| ())
-        .map_err(|e| job_refusal(server, job, "patch", e))
+    let value = format!("{} {kept}", super::seconds_since_epoch());
+    annotate(server, job, WAITING_ANNOTATION, &value).await
 }
 
 /// What the coordinator last said it waits for, kept on the Job `job`, and how many seconds
@@ -194,13 +190,12 @@ pub async fn waiting_on_job(
     else {
         return Ok(None);
     };
-    let Ok(at) = at.parse::<u64>() else {
+    let Ok(at) = at.parse::<i64>() else {
         return Ok(None);
     };
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    Ok(Some((now.saturating_sub(at), line.to_string())))
+    let now = super::seconds_since_epoch();
+    let age = u64::try_from(now.saturating_sub(at)).unwrap_or(0);
+    Ok(Some((age, line.to_string())))
 }
 
 /// What the Job `job` records of the restarts (`Recorded`), if anything; why not, when it

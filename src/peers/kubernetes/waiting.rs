@@ -178,7 +178,7 @@ pub async fn wait_until_ready(
             _ = async { sleep_until(not_ready_at.unwrap_or(started)).await }, if not_ready_at.is_some_and(|at| Instant::now() < at) => {}
             _ = progress.tick() => {
                 info!("still waiting after {} s: {}", started.elapsed().as_secs(), wait.status);
-                kept.refresh(&wait.status);
+                kept.write(&wait.status);
                 continue;
             }
             _ = async { sleep_until(wait.deadline.at.unwrap_or(started)).await }, if wait.deadline.runs() => {
@@ -241,10 +241,6 @@ impl KeptWait {
         {
             self.write(&awaited.line);
         }
-    }
-
-    fn refresh(&mut self, line: &str) {
-        self.write(line);
     }
 
     fn write(&mut self, line: &str) {
@@ -310,14 +306,8 @@ impl Wait<'_> {
                     pod.name,
                     self.round.not_ready_after.as_secs()
                 );
-                if line != self.status {
-                    info!("waiting: {line}");
-                    self.awaited = Awaited {
-                        line: line.clone(),
-                        pods: vec![(pod.name.clone(), "NotReady".to_string())],
-                    };
-                    self.status = line;
-                }
+                let awaited = vec![(pod.name.clone(), "NotReady".to_string())];
+                self.say(line, || awaited);
                 return Ok(None);
             }
             leave_out(
@@ -379,15 +369,22 @@ impl Wait<'_> {
         if let (Some(e), Readiness::Waiting(wait)) = (self.elastic, &verdict.groups[0]) {
             line.push_str(&elastic_line(e, wait.ready));
         }
-        if line != self.status {
-            info!("waiting: {line}");
-            self.awaited = Awaited {
-                line: line.clone(),
-                pods: awaited_pods(&verdict),
-            };
-            self.status = line;
-        }
+        self.say(line, || awaited_pods(&verdict));
         Ok(None)
+    }
+
+    /// What the wait waits for, said in the log and kept for the board when it changes, with
+    /// each pod awaited (`pods`, made only then).
+    fn say(&mut self, line: String, pods: impl FnOnce() -> Vec<(String, String)>) {
+        if line == self.status {
+            return;
+        }
+        info!("waiting: {line}");
+        self.awaited = Awaited {
+            line: line.clone(),
+            pods: pods(),
+        };
+        self.status = line;
     }
 
     /// An elastic job that may start without some pods: those it starts with, said.
