@@ -61,6 +61,13 @@ pub const PEERS_UNREACHABLE: i32 = 81;
 /// the line names the address and the flag that chose it. Not retried in place: the port stays
 /// taken until whatever holds it ends.
 pub const PORT_TAKEN: i32 = 82;
+/// This pod was deleted or evicted (a preemption, a drain, `kubectl delete pod`) and its
+/// launcher stopped as it was told to, while the job goes on without it for free: one of the
+/// job's free preemptions (`--max-preemptions`), or a stop before the pod's trainer had begun.
+/// The generated Job's `podFailurePolicy` ignores it as the launchers do, so the Job controller
+/// replaces the pod without counting a failure against its `backoffLimit`. A stop the launchers
+/// count (past `--max-preemptions`, or without a control channel) ends 143 instead.
+pub const PREEMPTED: i32 = 83;
 /// A command was found but could not be executed (shell convention).
 pub const CANNOT_EXECUTE: i32 = 126;
 /// A command was not found (shell convention).

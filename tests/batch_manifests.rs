@@ -380,12 +380,34 @@ fn jobset_and_trainer_jobs_recover_in_place() {
         assert_eq!(child["backoffLimit"], 2, "{kind}");
         assert_eq!(child["completionMode"], "Indexed", "{kind}");
         let container = &child["template"]["spec"]["containers"][0];
-        let fail = &child["podFailurePolicy"]["rules"][1];
-        assert_eq!(fail["action"], "FailJob", "{kind}");
+        // Every rule on exit codes names the container as the runtime renders it: a free
+        // preemption (83) ignored, every other status but a kill's failing the Job at once.
+        let rules = child["podFailurePolicy"]["rules"].as_array().unwrap();
+        let on_codes: Vec<(&Value, &Value, &Value)> = rules
+            .iter()
+            .filter(|r| r.get("onExitCodes").is_some())
+            .map(|r| {
+                (
+                    &r["action"],
+                    &r["onExitCodes"]["operator"],
+                    &r["onExitCodes"]["values"],
+                )
+            })
+            .collect();
         assert_eq!(
-            fail["onExitCodes"]["containerName"], container["name"],
+            on_codes,
+            vec![
+                (&json!("Ignore"), &json!("In"), &json!([83])),
+                (&json!("FailJob"), &json!("NotIn"), &json!([137, 143])),
+            ],
             "{kind}"
         );
+        for rule in rules.iter().filter(|r| r.get("onExitCodes").is_some()) {
+            assert_eq!(
+                rule["onExitCodes"]["containerName"], container["name"],
+                "{kind}"
+            );
+        }
         let env = container["env"].as_array().unwrap();
         let value = |name: &str| env.iter().find(|v| v["name"] == name).cloned();
         assert_eq!(

@@ -682,6 +682,53 @@ fn pod_environment_the_launcher_refuses_is_refused() {
     );
 }
 
+/// Issue 52: every generated Job counts a pod's end as the launchers do. A free preemption
+/// (83: a pod deleted without the eviction API, within --max-preemptions) and a disruption
+/// Kubernetes marks are ignored; the launcher's configuration statuses fail the Job at once,
+/// with or without restarts in place; with them, every other status but a kill's does too.
+#[test]
+fn every_generated_job_counts_a_pods_end_as_the_launchers_do() {
+    let policy = |extra: &[&str]| -> Vec<Value> {
+        let mut args = vec!["--job-name", "pfp", "--image", "example.com/t/p:v1"];
+        args.extend(extra);
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&manifest(&args)).unwrap();
+        let job = docs.iter().find(|d| d["kind"] == "Job").unwrap();
+        let container = &job["spec"]["template"]["spec"]["containers"][0]["name"];
+        let rules = job["spec"]["podFailurePolicy"]["rules"].as_array().unwrap();
+        for rule in rules.iter().filter(|r| r.get("onExitCodes").is_some()) {
+            assert_eq!(&rule["onExitCodes"]["containerName"], container, "{rule}");
+        }
+        rules
+            .iter()
+            .map(|r| {
+                let mut r = r.clone();
+                if let Some(codes) = r.get_mut("onExitCodes") {
+                    codes.as_object_mut().unwrap().remove("containerName");
+                }
+                r
+            })
+            .collect()
+    };
+    let disrupted = json!({"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]});
+    let free = json!({"action": "Ignore", "onExitCodes": {"operator": "In", "values": [83]}});
+    assert_eq!(
+        policy(&[]),
+        vec![
+            disrupted.clone(),
+            free.clone(),
+            json!({"action": "FailJob", "onExitCodes": {"operator": "In", "values": [2, 76, 126, 127]}}),
+        ]
+    );
+    assert_eq!(
+        policy(&["--max-restarts", "2"]),
+        vec![
+            disrupted,
+            free,
+            json!({"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [137, 143]}}),
+        ]
+    );
+}
+
 /// The items of `list`, each followed down `path`.
 fn each<'a>(list: &'a Value, path: &[&str]) -> Vec<&'a Value> {
     let mut out = Vec::new();

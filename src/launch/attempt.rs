@@ -178,6 +178,7 @@ pub(super) fn begin(
         records: record.is_some(),
         posts,
         who: who.clone(),
+        preemptible: channel.is_some() && config.timing.checkpoint().is_some(),
     };
     attempts.running = Some(Running {
         plan,

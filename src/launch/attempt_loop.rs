@@ -66,6 +66,9 @@ pub(crate) struct Begun {
     pub records: bool,
     /// This launcher tells the job's story (its events).
     pub posts: bool,
+    /// A stop by SIGTERM is told to the job as a preemption (a channel, and a checkpoint
+    /// window to give the job): the restart around it is free while the allowance lasts.
+    pub preemptible: bool,
     /// "pod p-1 (trainer id 1 of 3)": who this launcher is, in what it tells the others.
     pub who: String,
 }
@@ -423,7 +426,10 @@ impl AttemptLoop {
     fn closed(&mut self, attempt: Begun, ended: AttemptEnd, word: Word) -> Command {
         let cause = word.cause;
         let reason = cause.as_ref().map(|cause| cause.reason.clone());
+        let stop = stopped_by(&ended.result);
         let outcome = for_the_job(ended.result, &ended.who_at, &ended.said, reason);
+        let free = attempt.preemptible && attempt.ledger.preemption_is_free();
+        let outcome = preemption_status(outcome, stop, free);
         let outcome = after_restarts(outcome, attempt.ledger.epoch);
         let mut posts = Vec::new();
         if attempt.posts {
@@ -490,6 +496,33 @@ fn for_the_job(
         _ => format!("{JOB_STOPPED}{who_at}: {}", outcome.reason),
     };
     outcome
+}
+
+/// The signal that stopped this launcher, if one did.
+pub(crate) fn stopped_by(result: &Result<Outcome, Error>) -> Option<i32> {
+    match result {
+        Err(Error::Stopped { signal, .. }) => Some(*signal),
+        _ => None,
+    }
+}
+
+/// The status of a launcher that its pod's deletion stopped (SIGTERM, the kubelet's): PREEMPTED
+/// when the launchers go on without it for free (`free`: the stop is a preemption the job's
+/// allowance still covers, or came before any attempt spent anything), so that the Job
+/// controller, whose `podFailurePolicy` ignores that status, does not count it either. Any
+/// other end keeps its status: a stop the launchers count ends 143 and is counted.
+pub(crate) fn preemption_status(outcome: Outcome, stopped_by: Option<i32>, free: bool) -> Outcome {
+    if stopped_by != Some(nix::libc::SIGTERM) || !free {
+        return outcome;
+    }
+    Outcome::new(
+        exit::PREEMPTED,
+        format!(
+            "{}; a free preemption: exit {} (the Job's podFailurePolicy counts no failure for it)",
+            outcome.reason,
+            exit::PREEMPTED
+        ),
+    )
 }
 
 /// The pod's outcome, saying how many times the job had restarted when it ended, if at all:
@@ -645,6 +678,7 @@ mod tests {
             records: false,
             posts: true,
             who: "pod p-1 (trainer id 1 of 2)".into(),
+            preemptible: false,
         }
     }
 
@@ -938,6 +972,56 @@ mod tests {
         };
         assert_eq!(outcome.code, 143);
         assert!(posts.is_empty());
+    }
+
+    /// Issue 52: a launcher its pod's deletion stopped (SIGTERM) ends PREEMPTED (83, which the
+    /// generated Job ignores) when the launchers restart for free without it: it told the job
+    /// of its preemption, and the job's free preemptions were not used up. Past the allowance,
+    /// without a preemption told (no channel or checkpoint window), or stopped by another
+    /// signal, the signal's status stands and the Job controller counts it.
+    #[test]
+    fn a_stop_the_launchers_count_free_ends_preempted_else_by_its_signal() {
+        let ended = |ledger: Ledger, preemptible: bool, signal: i32| {
+            let attempt = Begun {
+                preemptible,
+                ..begun(ledger, true)
+            };
+            let mut machine = running(ledger, attempt);
+            let stopped = Err(Error::stopped(signal, " while training"));
+            machine.step(Input::Ran {
+                result: stopped,
+                at: "12:00:00Z".into(),
+                word: Word::default(),
+            });
+            let preempted = cause("pod p-1: preempted (SIGTERM while training)", true);
+            machine.step(Input::Told(preempted.clone()));
+            machine.step(verdict(false, preempted.clone()));
+            let Command::Finish { outcome, .. } = machine.step(Input::Closed(preempted)) else {
+                panic!("no finish");
+            };
+            outcome
+        };
+        let free = ended(Ledger::first(1), true, SIGTERM);
+        assert_eq!(free.code, exit::PREEMPTED, "{free:?}");
+        assert!(
+            free.reason.contains("a free preemption: exit 83"),
+            "{free:?}"
+        );
+        assert!(free.reason.starts_with("received SIGTERM"), "{free:?}");
+        let spent = Ledger {
+            epoch: 2,
+            preemptions: 2,
+            max_preemptions: 2,
+            ..Ledger::first(1)
+        };
+        assert_eq!(ended(spent, true, SIGTERM).code, 143);
+        let one_left = Ledger {
+            max_preemptions: 3,
+            ..spent
+        };
+        assert_eq!(ended(one_left, true, SIGTERM).code, exit::PREEMPTED);
+        assert_eq!(ended(Ledger::first(1), false, SIGTERM).code, 143);
+        assert_eq!(ended(Ledger::first(1), true, nix::libc::SIGINT).code, 130);
     }
 
     /// Without a channel there is nobody to tell and no verdict: the first failure ends the

@@ -699,7 +699,7 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                 return end(71, epoch_ran.clone(), None);
             }
             if world.lock().unwrap().pods[slot].2 != PodState::Running {
-                return end(143, epoch_ran.clone(), None);
+                return end(stopped_gathering(count), epoch_ran.clone(), None);
             }
         }
         let (members, mut channel, coordinates, start) = if follows {
@@ -787,7 +787,7 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                     return end(78, epoch_ran.clone(), None);
                 }
                 if !me_running {
-                    return end(143, epoch_ran.clone(), None);
+                    return end(stopped_gathering(count), epoch_ran.clone(), None);
                 }
                 let start = verdict.ready().map(|r| r[0].clone()).or(elastic_start);
                 if let Some(ready) = start.filter(|_| !held) {
@@ -883,7 +883,7 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                 heard = channel.heard() => heard,
                 _ = preempted_signal(&world, slot) => {
                     channel.close().await;
-                    return end(143, epoch_ran.clone(), None);
+                    return end(stopped_gathering(count), epoch_ran.clone(), None);
                 }
             };
             // What the word means, as `gather` takes it (the launcher's own `started`).
@@ -1002,6 +1002,7 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
             records: coordinates,
             posts: false,
             who: format!("pod {name}"),
+            preemptible: true,
         };
         command = machine.step(Input::Begun(begun));
         // The preemption's record on the Job, as the machine asks for it.
@@ -1103,6 +1104,15 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
     }
 }
 
+/// The status of a launcher its pod's SIGTERM stopped while the job gathered, by the rule
+/// `launch_steps` applies (every launcher of the simulation has a channel).
+fn stopped_gathering(ledger: Ledger) -> i32 {
+    let stopped = Error::stopped(nix::libc::SIGTERM, " while the job gathered");
+    let free = ledger.preemption_is_free();
+    super::attempt_loop::preemption_status(Outcome::from(stopped), Some(nix::libc::SIGTERM), free)
+        .code
+}
+
 /// What every launcher of the simulation brings to a channel; the caller sets its role and
 /// what it found.
 fn joining(
@@ -1201,7 +1211,7 @@ async fn follow(
         _ = preempted_signal(world, slot) => {
             world.lock().unwrap().listening.remove(&slot);
             channel.close().await;
-            return Followed::End(143);
+            return Followed::End(stopped_gathering(count));
         }
     };
     world.lock().unwrap().listening.remove(&slot);
@@ -1791,7 +1801,7 @@ fn check_the_end(w: &mut World, scenario: &Scenario) {
     // failure that was final).
     let first_final = ends
         .iter()
-        .filter(|(_, (_, code, _, _))| *code != 137 && *code != 143)
+        .filter(|(_, (_, code, _, _))| ![137, 143, exit::PREEMPTED].contains(code))
         .map(|(_, (at, ..))| *at)
         .min();
     if let Some(first) = first_final {
@@ -2082,6 +2092,23 @@ fn a_driven_elastic_jobs_coordinator_that_is_not_ready_stays_in() {
     assert_eq!(codes, vec![0, 0, 0]);
 }
 
+/// Issue 52: the launchers' bound on free preemptions is the Job controller's too. 2 pods, one
+/// restart, one free preemption: pod 1 is preempted (free: its launcher ends 83, which the
+/// generated Job ignores), then its replacement is (past the allowance: 143, which the Job
+/// counts as the launchers count it, spending their one restart); the job completes.
+#[test]
+fn a_driven_jobs_preemption_past_the_allowance_ends_counted() {
+    let scenario = Scenario {
+        faults: vec![(10, 1, Fault::Preempt), (40, 2, Fault::Preempt)],
+        max_preemptions: 1,
+        ..Scenario::quiet(2, 1)
+    };
+    let world = simulate_world(scenario);
+    assert!(world.violations.is_empty(), "{:#?}", world.violations);
+    let codes: Vec<i32> = world.ended.values().map(|e| e.1).collect();
+    assert_eq!(codes, vec![0, exit::PREEMPTED, 143, 0], "{:?}", world.ended);
+}
+
 /// An elastic job's grow is no preemption: 2 pods, at least 1, one free preemption and no
 /// budget. Pod 1 is Pending at first: pod 0 trains alone, pod 1 arrives and the job grows
 /// (restart 1, free); then pod 1 is preempted (restart 2, free: the job's first preemption, the
@@ -2110,7 +2137,8 @@ fn a_driven_elastic_jobs_grow_spends_none_of_its_free_preemptions() {
     assert_eq!(sizes, vec![(0, 1), (1, 2), (2, 2)]);
     assert_eq!(world.grown, BTreeSet::from([0]));
     let codes: Vec<i32> = world.ended.values().map(|e| e.1).collect();
-    assert_eq!(codes, vec![0, 143, 0], "{:?}", world.ended);
+    // The preempted launcher ends 83, which the generated Job ignores: a free preemption.
+    assert_eq!(codes, vec![0, exit::PREEMPTED, 0], "{:?}", world.ended);
 }
 
 /// Issue 31's finding by this simulation, by name (a kept seed replays another scenario once

@@ -104,7 +104,17 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                     &members_before,
                     alive.into_iter().collect(),
                 )
-                .await?;
+                .await;
+                // Stopped while the job gathers: nothing of this attempt was spent, and the
+                // launchers gather on without this pod, free while the allowance lasts.
+                let gathered = match gathered {
+                    Err(Error::Stopped { signal, doing }) => {
+                        let free = config.control.is_on() && ledger.preemption_is_free();
+                        let outcome = Outcome::from(Error::Stopped { signal, doing });
+                        return Ok(attempt_loop::preemption_status(outcome, Some(signal), free));
+                    }
+                    gathered => gathered?,
+                };
                 match gathered {
                     Gathered::Attempt(attempt) => {
                         let with = (&config, &mut supervisor);

@@ -7,6 +7,7 @@ use crate::cli::Opt;
 use crate::cli::{ManifestArgs, ManifestRuntime};
 use crate::config::options;
 use crate::config::{DEFAULT_CONTROL_PORT, DEFAULT_METRICS_PORT};
+use crate::exit;
 use crate::vocabulary::{PodRole, Protocol};
 
 use super::{
@@ -270,15 +271,26 @@ fn storage(request: &ManifestArgs, kind: &PodKind) -> (Vec<Value>, Vec<Value>) {
     (mounts, volumes)
 }
 
-/// How the Job counts its pods' failures when the launchers restart in place.
+/// How the Job counts its pods' failures. Not counted, as the launchers do not count them:
+/// a disruption Kubernetes marks (an eviction, a preemption by the scheduler, a node's
+/// shutdown or loss: `DisruptionTarget`), and a launcher that ends PREEMPTED (83: its pod
+/// deleted — `kubectl delete pod`, a drain without the eviction API — within the job's free
+/// preemptions). Failing the Job at once: the launcher's configuration statuses, which a
+/// retried pod would meet again.
 fn restarts(request: &ManifestArgs, kind: &PodKind, spec: &mut Value) {
+    let container = container_name(kind);
+    let mut rules = vec![
+        json!({"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}),
+        json!({"action": "Ignore", "onExitCodes": {"containerName": container,
+            "operator": "In", "values": [exit::PREEMPTED]}}),
+    ];
     if request.max_restarts > 0 {
         // The launchers restart in place: the Job only replaces a pod that is gone, and that
         // costs it one failure (each one also costs the launchers one restart, so the two
         // budgets run out together). A launcher that exits non-zero has used up the job's
-        // budget, or cannot run at all: fail the Job at once instead of retrying the pod. Not
-        // counted: preemption and eviction (DisruptionTarget); counted, not fatal: a container
-        // killed from outside (137: SIGKILL or OOM; 143: SIGTERM, the pod deleted).
+        // budget, or cannot run at all: fail the Job at once instead of retrying the pod.
+        // Counted, not fatal: a container killed from outside (137: SIGKILL or OOM; 143:
+        // SIGTERM past the free preemptions).
         spec["backoffLimit"] = json!(request.max_restarts);
         if elastic(request) {
             // A shrunk job's missing pods never succeed: the job's success is its
@@ -287,13 +299,29 @@ fn restarts(request: &ManifestArgs, kind: &PodKind, spec: &mut Value) {
             spec["successPolicy"] =
                 json!({"rules": [{"succeededIndexes": "0", "succeededCount": 1}]});
         }
-        spec["podFailurePolicy"] = json!({"rules": [
-            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
-            {"action": "FailJob", "onExitCodes": {"containerName": container_name(kind),
-                "operator": "NotIn", "values": [137, 143]}},
-        ]});
+        rules.push(
+            json!({"action": "FailJob", "onExitCodes": {"containerName": container,
+            "operator": "NotIn", "values": [137, 143]}}),
+        );
+    } else {
+        // No restart in place for failures: the Job retries the pods (`backoffLimit`), but
+        // not a configuration every pod would refuse again.
+        rules.push(
+            json!({"action": "FailJob", "onExitCodes": {"containerName": container,
+            "operator": "In", "values": CONFIGURATION_STATUSES}}),
+        );
     }
+    spec["podFailurePolicy"] = json!({ "rules": rules });
 }
+
+/// The launcher's statuses that a retried pod would meet again: bad configuration (2), no
+/// cluster to find peers in (76), a command that cannot be executed (126) or is not there (127).
+pub(super) const CONFIGURATION_STATUSES: [i32; 4] = [
+    exit::INVALID_CONFIG,
+    exit::NO_CLUSTER,
+    exit::CANNOT_EXECUTE,
+    exit::NOT_FOUND,
+];
 
 /// Where the pods may run, as a GPU pool asks: its node labels, its taints tolerated, a
 /// priority class (checked by `check_placement`).
