@@ -98,6 +98,7 @@ fn parse(command: &clap::Command) -> (clap::ArgMatches, Cli) {
     let matches = match command.clone().try_get_matches_from(args) {
         Ok(matches) => matches,
         Err(e) => {
+            let refusal = refused_run(&e, command);
             // "unexpected argument 'docter'" says nothing of `doctor`: clap suggests
             // subcommands only where the root takes no options of its own.
             // The word clap did not expect, wherever it is (`--log-format json docter`).
@@ -110,14 +111,18 @@ fn parse(command: &clap::Command) -> (clap::ArgMatches, Cli) {
                     eprintln!("error: unrecognized subcommand '{first}': did you mean '{near}'? (--help lists them)");
                     std::process::exit(exit::INVALID_CONFIG);
                 }
-                _ => match usage_hint(&e, command) {
-                    Some(hint) => {
-                        let _ = e.print();
+                _ if !e.use_stderr() => e.exit(),
+                _ => {
+                    let _ = e.print();
+                    if let Some(hint) = usage_hint(&e, command) {
                         eprintln!("{hint}");
-                        std::process::exit(e.exit_code());
                     }
-                    None => e.exit(),
-                },
+                    // The launcher's own line last, as every other refusal's is.
+                    if let Some(line) = refusal {
+                        eprintln!("error: {line}");
+                    }
+                    std::process::exit(e.exit_code());
+                }
             }
         }
     };
@@ -143,6 +148,49 @@ fn global_after_subcommand(mut args: Vec<OsString>, subcommands: &[&str]) -> Vec
         args.splice(2..2, option);
     }
     args
+}
+
+/// A refusal of `run`'s command line or environment by clap (a value not among an option's
+/// choices, an option it does not know) ends the pod as any bad input does: after clap's own
+/// words, one line naming the variable or flag, the value and what is expected, which is also
+/// the termination message (the README: the reason for status 2 is in the last line and in
+/// /dev/termination-log). Other subcommands print their refusal only.
+fn refused_run(e: &clap::Error, command: &clap::Command) -> Option<String> {
+    if !e.use_stderr() {
+        return None;
+    }
+    let words: Vec<String> = std::env::args()
+        .skip(1)
+        .take_while(|word| word != "--")
+        .collect();
+    let used = words
+        .iter()
+        .find(|word| command.get_subcommands().any(|sub| sub.get_name() == *word));
+    if used.is_some_and(|used| used != "run") {
+        return None;
+    }
+    let line = crate::cli::clap_refusal(e, command)
+        .map_or_else(|| first_line_of(e), |refusal| refusal.to_string());
+    // The flag wins over the variable, as clap takes them.
+    let flag = words.iter().enumerate().find_map(|(i, word)| {
+        match word.strip_prefix("--termination-log") {
+            Some(rest) if rest.starts_with('=') => Some(rest[1..].to_string()),
+            Some("") => words.get(i + 1).cloned(),
+            _ => None,
+        }
+    });
+    let given = flag.or_else(|| std::env::var("PADDLE_LAUNCHER_TERMINATION_LOG").ok());
+    if let Some(path) = crate::config::termination_log_given(given.as_deref()) {
+        write_termination_message(&path, &line);
+    }
+    Some(line)
+}
+
+/// Clap's first line, without its "error: ".
+fn first_line_of(e: &clap::Error) -> String {
+    let rendered = e.to_string();
+    let first = rendered.lines().next().unwrap_or_default();
+    first.strip_prefix("error: ").unwrap_or(first).to_string()
 }
 
 /// What clap's bare "unexpected argument" does not say: a subcommand comes before the options

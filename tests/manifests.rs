@@ -729,6 +729,121 @@ fn every_generated_job_counts_a_pods_end_as_the_launchers_do() {
     );
 }
 
+/// The status of a launcher started with the pod's environment `env` (`run`): 2 when the pods
+/// would refuse it; whatever it does after its configuration is read (it finds no cluster here)
+/// ends it within the limit, or it is stopped and counted as accepted.
+fn pods_status(dir: &std::path::Path, env: &[(&'static str, String)]) -> (Option<i32>, String) {
+    let err = dir.join("pod.stderr");
+    let mut child = Command::new(LAUNCHER)
+        .arg("run")
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let said = || std::fs::read_to_string(&err).unwrap_or_default();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return (status.code(), said());
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return (None, said());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Issue 52: `manifest --env` checks every launcher variable with the parser the pods use. For
+/// each PADDLE_LAUNCHER_* the launcher reads (`run`'s options and those every subcommand takes,
+/// such as --log-format), a value a pod started with the generated environment refuses (status
+/// 2) is refused by `manifest` too, naming the variable; a pod that accepts it is not refused
+/// by `manifest` for it, unless the manifest sets the variable itself.
+#[test]
+fn every_launcher_variable_the_pods_refuse_manifest_refuses() {
+    use clap::CommandFactory;
+    let cli = paddle_launcher::cli::Cli::command();
+    let run = cli.find_subcommand("run").unwrap();
+    let names: BTreeSet<String> = run
+        .get_arguments()
+        .chain(cli.get_arguments().filter(|a| a.is_global_set()))
+        .filter_map(|a| a.get_env())
+        .map(|e| e.to_string_lossy().into_owned())
+        .filter(|e| e.starts_with("PADDLE_LAUNCHER_"))
+        .collect();
+    assert!(names.contains("PADDLE_LAUNCHER_LOG_FORMAT"), "{names:?}");
+    let args = ["--job-name", "bad", "--image", "example.com/t/p:v1"];
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&manifest(&args)).unwrap();
+    let job = docs.iter().find(|d| d["kind"] == "Job").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut env = pod_env(job, &("bad-0-x".into(), "127.0.0.91".into()));
+    support::mount_job_secret(dir.path(), &mut env);
+    let own: BTreeSet<&str> = env.iter().map(|(name, _)| *name).collect();
+    for (name, value) in env.iter_mut() {
+        if ["PADDLE_LAUNCHER_WORKDIR", "PADDLE_LAUNCHER_ID_DIR", "HOME"].contains(name) {
+            *value = dir.path().display().to_string();
+        }
+    }
+    env.push(("PADDLE_LAUNCHER_TERMINATION_LOG", String::new()));
+    env.push(("PADDLE_LAUNCHER_WAIT_TIMEOUT", "1".into()));
+    let (status, said) = pods_status(dir.path(), &env);
+    assert_ne!(status, Some(2), "the generated pod refuses itself: {said}");
+    let mut refused_by_pods = Vec::new();
+    let mut disagree = Vec::new();
+    for name in &names {
+        let bad = "garbage!";
+        let mut pod = env.clone();
+        pod.retain(|(n, _)| n != name);
+        pod.push((Box::leak(name.clone().into_boxed_str()), bad.to_string()));
+        // Each in a directory of its own: a relative path one value makes is not another's.
+        let cwd = dir.path().join(name);
+        std::fs::create_dir(&cwd).unwrap();
+        let (pods, said) = pods_status(&cwd, &pod);
+        let (code, _, stderr) = manifest_output(&["--env", &format!("{name}={bad}")]);
+        let last = |text: &str| text.lines().last().unwrap_or_default().to_string();
+        if pods == Some(2) {
+            refused_by_pods.push(name.clone());
+            if POD_FILES.contains(&name.as_str()) {
+                continue;
+            }
+            if code != Some(2) || !stderr.contains(name.as_str()) {
+                disagree.push(format!(
+                    "{name}: the pods refuse it ({}), manifest: {code:?} {}",
+                    last(&said),
+                    last(&stderr)
+                ));
+            }
+        } else if !own.contains(name.as_str()) && code != Some(0) {
+            disagree.push(format!(
+                "{name}: the pods accept it, manifest: {code:?} {}",
+                last(&stderr)
+            ));
+        }
+    }
+    assert!(disagree.is_empty(), "{disagree:#?}");
+    assert!(
+        refused_by_pods.contains(&"PADDLE_LAUNCHER_LOG_FORMAT".to_string()),
+        "{refused_by_pods:?}"
+    );
+    // The exceptions are refused by the pods (else they would be none).
+    for name in POD_FILES {
+        assert!(
+            refused_by_pods.iter().any(|r| r == name),
+            "{name}: {refused_by_pods:?}"
+        );
+    }
+}
+
+/// The variables whose value the pods check against their own files (a pattern that matches
+/// none of them, a path taken by something else): `manifest` cannot see the pods' files.
+const POD_FILES: &[&str] = &["PADDLE_LAUNCHER_TEST_FILES", "PADDLE_LAUNCHER_TRAIN_FILES"];
+
 /// The items of `list`, each followed down `path`.
 fn each<'a>(list: &'a Value, path: &[&str]) -> Vec<&'a Value> {
     let mut out = Vec::new();

@@ -43,6 +43,43 @@ fn trainer_exit_code_becomes_launcher_exit_code() {
     assert_nothing_left(&pod.pids());
 }
 
+/// Issue 52: a value clap refuses (not among an option's choices) ends the pod as every bad
+/// input does: status 2, and one line naming the variable, the value and what is expected,
+/// last on stderr and in the termination message (it was empty, the reason only in clap's
+/// three lines). `--termination-log` given on the command line is where it goes.
+#[test]
+fn a_value_clap_refuses_writes_the_termination_message() {
+    let expected =
+        "invalid PADDLE_LAUNCHER_LOG_FORMAT (--log-format): \"xml\": expected one of text, json";
+    let pod = OnePod::new().set("PADDLE_LAUNCHER_LOG_FORMAT", "xml");
+    let term_log = pod.dir.path().join("termination-log");
+    std::fs::write(&term_log, "").unwrap();
+    let by_env = pod.set(
+        "PADDLE_LAUNCHER_TERMINATION_LOG",
+        &term_log.display().to_string(),
+    );
+    let done = by_env.start().wait(LIMIT);
+    assert_eq!(done.code(), 2, "{}", done.stderr);
+    assert_eq!(
+        std::fs::read_to_string(&term_log).unwrap(),
+        format!("{expected}\n")
+    );
+    let last = done.stderr.lines().last().unwrap_or_default();
+    assert_eq!(last, format!("error: {expected}"), "{}", done.stderr);
+    // The flag, after the variable's empty value (which would write nothing).
+    std::fs::write(&term_log, "").unwrap();
+    let flag = format!("--termination-log={}", term_log.display());
+    let pod = OnePod::new()
+        .set("PADDLE_LAUNCHER_LOG_FORMAT", "xml")
+        .set("PADDLE_LAUNCHER_TERMINATION_LOG", "");
+    let done = Launcher::start(pod.dir.path(), "flag", &["run", &flag], &pod.env).wait(LIMIT);
+    assert_eq!(done.code(), 2, "{}", done.stderr);
+    assert_eq!(
+        std::fs::read_to_string(&term_log).unwrap(),
+        format!("{expected}\n")
+    );
+}
+
 #[test]
 fn sigterm_during_training_is_forwarded_to_both_children() {
     let pod = OnePod::new().set("STANDIN_TRAINER_SECONDS", "120");

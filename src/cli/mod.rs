@@ -4,6 +4,7 @@
 
 mod environment;
 mod status;
+use crate::error::ConfigError;
 use clap::{Args, Parser, Subcommand};
 pub use status::StatusArgs;
 
@@ -734,7 +735,22 @@ impl JobArgs {
         use clap::{CommandFactory, FromArgMatches};
         let command = Cli::command();
         let pairs: Vec<(&str, &str)> = pairs.into_iter().collect();
-        let mut argv = vec!["paddle-launcher".to_string(), "run".to_string()];
+        let mut argv = vec!["paddle-launcher".to_string()];
+        // The options every subcommand takes (--log-format), before the subcommand.
+        let global: Vec<clap::Id> = command
+            .get_arguments()
+            .filter(|arg| arg.is_global_set())
+            .map(|arg| arg.get_id().clone())
+            .collect();
+        for arg in command.get_arguments().filter(|arg| arg.is_global_set()) {
+            let (Some(env), Some(long)) = (arg.get_env(), arg.get_long()) else {
+                continue;
+            };
+            if let Some((_, value)) = pairs.iter().rev().find(|(name, _)| env == *name) {
+                argv.push(format!("--{long}={value}"));
+            }
+        }
+        argv.push("run".to_string());
         let run = command
             .find_subcommand("run")
             .expect("the run subcommand is defined");
@@ -751,6 +767,9 @@ impl JobArgs {
             argv.extend(trainer_args.iter().cloned());
         }
         // Parsed without the process environment: only the given pairs count.
+        let command = global.into_iter().fold(command, |root, id| {
+            root.mut_arg(id, |a| a.env(None::<&str>))
+        });
         let matches = command
             .mut_subcommand("run", |run| {
                 let ids: Vec<clap::Id> = run.get_arguments().map(|a| a.get_id().clone()).collect();
@@ -763,6 +782,43 @@ impl JobArgs {
             .expect("argv names the run subcommand");
         JobArgs::from_arg_matches(run)
     }
+}
+
+/// Clap's refusal of a value (not among an option's choices, not of its type) in the
+/// launcher's own terms: the variable and flag, the value, what is expected — "invalid
+/// PADDLE_LAUNCHER_LOG_FORMAT (--log-format): \"xml\": expected one of text, json". None for
+/// a refusal that is not about a value (an option it does not know).
+pub(crate) fn clap_refusal(e: &clap::Error, command: &clap::Command) -> Option<ConfigError> {
+    use clap::error::{ContextKind, ContextValue};
+    let text = |kind| match e.get(kind) {
+        Some(ContextValue::String(text)) => Some(text.clone()),
+        _ => None,
+    };
+    let arg = text(ContextKind::InvalidArg)?;
+    let value = text(ContextKind::InvalidValue)?;
+    // "--log-format <LOG_FORMAT>": the option's long name, and the variable that sets it.
+    let long = arg
+        .split_whitespace()
+        .next()
+        .unwrap_or(&arg)
+        .trim_start_matches("--")
+        .to_string();
+    let run = command.find_subcommand("run").unwrap_or(command);
+    let env = run
+        .get_arguments()
+        .chain(command.get_arguments())
+        .find(|a| a.get_long() == Some(long.as_str()))
+        .and_then(|a| a.get_env())
+        .map(|env| env.to_string_lossy().into_owned());
+    let variable = match env {
+        Some(env) => format!("{env} (--{long})"),
+        None => format!("--{long}"),
+    };
+    let expected = match e.get(ContextKind::ValidValue) {
+        Some(ContextValue::Strings(values)) => format!("one of {}", values.join(", ")),
+        _ => "a value --help describes".to_string(),
+    };
+    Some(ConfigError::new(variable, &value, expected))
 }
 
 /// A name of the launcher's prefixes (or near them) that no option reads: Some, with the

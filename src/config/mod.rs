@@ -15,7 +15,7 @@ use crate::error::ConfigError;
 use crate::selector::{is_dns_label, is_dns_subdomain, LabelSelector};
 use crate::vocabulary::{PodRole, Protocol};
 pub use options::*;
-pub use parts::{children_grace, termination_log};
+pub use parts::{children_grace, termination_log, termination_log_given};
 
 /// The pserver's ports: `first .. first + dense + sparse - 1` on every pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -331,6 +331,55 @@ impl Timing {
     }
 }
 
+/// The kubelet's shortest grace period: a deletion that gives less (a force delete's 0)
+/// still leaves the containers 2 s after SIGTERM (kubelet, kuberuntime_container.go:
+/// `minimumGracePeriodInSeconds`).
+pub const KUBELET_MIN_GRACE: Duration = Duration::from_secs(2);
+
+/// What a pod's stop may take, as the launcher shares out its pod's grace period: the
+/// children's time between SIGTERM and SIGKILL, a preempted pod's checkpoint window, and the
+/// launcher's own exit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StopTimes {
+    /// The children's time between SIGTERM and SIGKILL.
+    pub children: Duration,
+    /// A preempted pod's checkpoint window (zero: none).
+    pub window: Duration,
+    /// The pod's grace period, when known.
+    pub pod: Option<Duration>,
+    /// The job has a control channel: the children's time is shared with the others' stop.
+    pub channel: bool,
+}
+
+impl StopTimes {
+    /// The times cut to a deletion's grace period (`left`: from the kubelet's SIGTERM, what
+    /// `metadata.deletionGracePeriodSeconds` leaves) when it is shorter than the pod's own:
+    /// shared out as the pod's is (`children_grace`, `Timing::checkpoint`) — the launcher's own
+    /// exit first (`OWN_EXIT_MARGIN`, at most a fifth of a short grace), then the children's
+    /// stop (half the rest with a channel, at least 1 s), the window what is left — and never
+    /// longer than given. None when the deletion leaves the pod all its time.
+    pub fn within(self, left: Duration) -> Option<StopTimes> {
+        let whole = self
+            .pod
+            .unwrap_or(self.children + self.window + parts::OWN_EXIT_MARGIN);
+        if left >= whole {
+            return None;
+        }
+        let usable = left - parts::OWN_EXIT_MARGIN.min(left / 5);
+        let share = match self.channel {
+            true => usable / 2,
+            false => usable,
+        };
+        let children = self.children.min(share.max(Duration::from_secs(1)));
+        Some(StopTimes {
+            children,
+            window: self.window.min(usable.saturating_sub(children)),
+            pod: Some(left),
+            channel: self.channel,
+        })
+    }
+}
+
 /// How a trainer is asked for a checkpoint, and how long a preempted pod gives it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Checkpoint {
@@ -535,6 +584,49 @@ pub const GENERATED_TRAINER_FLAGS: &[&str] = &[
 
 #[cfg(test)]
 mod tests {
+    /// Issue 52: a deletion's grace period shorter than the pod's is shared out as the pod's:
+    /// the launcher's own exit (5 s, at most a fifth), the children's stop (half the rest with
+    /// a channel, at least 1 s), the window the rest; every part at most as configured, the
+    /// whole within the deletion's; a deletion that leaves the pod its time cuts nothing.
+    #[test]
+    fn a_short_deletion_is_shared_out_as_the_pods_grace_period() {
+        let ms = Duration::from_millis;
+        let given = StopTimes {
+            children: ms(12_000),
+            window: ms(12_000),
+            pod: Some(ms(30_000)),
+            channel: true,
+        };
+        let cut = |left: u64| {
+            given
+                .within(ms(left))
+                .map(|c| (c.children.as_millis(), c.window.as_millis()))
+        };
+        assert_eq!(cut(30_000), None);
+        assert_eq!(cut(60_000), None);
+        assert_eq!(cut(29_000), Some((12_000, 12_000)));
+        assert_eq!(cut(20_000), Some((8_000, 8_000)));
+        assert_eq!(cut(5_000), Some((2_000, 2_000)));
+        assert_eq!(cut(2_000), Some((1_000, 600)));
+        assert_eq!(cut(500), Some((1_000, 0)));
+        let alone = StopTimes {
+            channel: false,
+            window: Duration::ZERO,
+            ..given
+        };
+        assert_eq!(
+            alone.within(ms(10_000)).map(|c| c.children),
+            Some(ms(8_000))
+        );
+        // Not knowing the pod's: the configured parts and the exit are the whole.
+        let unknown = StopTimes { pod: None, ..given };
+        assert_eq!(unknown.within(ms(29_000)), None);
+        assert_eq!(
+            unknown.within(ms(28_999)).map(|c| c.pod),
+            Some(Some(ms(28_999)))
+        );
+    }
+
     /// The children's grace period: as given (never above the pod's), else the pod's less the
     /// launcher's own exit, halved with a channel, at least 1 s; 10 s when nothing is known.
     #[test]

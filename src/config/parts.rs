@@ -456,7 +456,13 @@ impl Workspace {
 /// Where the exit reason goes: the default path, a given one, or nowhere when set empty.
 /// Known even when the rest of the configuration is invalid, so that the reason is written.
 pub fn termination_log(args: &JobArgs) -> Option<PathBuf> {
-    match args.termination_log.as_deref() {
+    termination_log_given(args.termination_log.as_deref())
+}
+
+/// The termination message's file from --termination-log (PADDLE_LAUNCHER_TERMINATION_LOG) as
+/// given: the default when not, none when empty.
+pub fn termination_log_given(given: Option<&str>) -> Option<PathBuf> {
+    match given {
         None => Some(PathBuf::from(DEFAULT_TERMINATION_LOG)),
         Some("") => None,
         Some(path) => Some(PathBuf::from(path)),

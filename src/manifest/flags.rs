@@ -112,14 +112,24 @@ pub(super) fn validate_pods(request: &ManifestArgs, kind: &PodKind) -> Result<()
         &container_trainer_args(request, kind),
     )
     .map_err(|e| {
-        let reason = e.to_string();
-        let first_line = reason.lines().next().unwrap_or_default();
-        invalid(
-            "the pods' options",
-            first_line,
-            "options the launcher accepts",
-        )
+        use clap::CommandFactory;
+        match crate::cli::clap_refusal(&e, &crate::cli::Cli::command()) {
+            // As the pods will refuse it, named as the manifest's user gave it.
+            Some(refused) => as_manifest_error(request, refused),
+            None => {
+                let reason = e.to_string();
+                let first_line = reason.lines().next().unwrap_or_default();
+                invalid(
+                    "the pods' options",
+                    first_line,
+                    "options the launcher accepts",
+                )
+            }
+        }
     })?;
+    // The pods read the batch system's choice before the rest (`batch::discover`).
+    crate::batch::parse_choice(crate::config::present(&args.runtime))
+        .map_err(|e| as_manifest_error(request, e))?;
     let args = as_detected(request, kind, args)?;
     match Config::from_args(&args) {
         Ok(_) => Ok(()),
