@@ -92,6 +92,8 @@ pub struct PodView {
     pub not_ready: bool,
     /// Left out of an elastic job's next epoch though Running (`leave_out`).
     pub unready: bool,
+    /// spec.nodeName: the node it was scheduled to.
+    pub node: Option<String>,
 }
 
 impl PodView {
@@ -298,6 +300,10 @@ pub struct WaitStatus {
     pub ignored: usize,
     /// (name, phase, reason) of each live pod that is not ready.
     pub not_ready: Vec<(String, PodPhase, Option<String>)>,
+    /// Each pod being deleted whose containers have not ended, said with where and since when:
+    /// a dead node's pod stays so (Terminating, its Ready condition False) until Kubernetes lets
+    /// go of it, and its Job creates no replacement before (`podReplacementPolicy: Failed`).
+    pub going: Vec<(String, String)>,
 }
 
 impl fmt::Display for WaitStatus {
@@ -320,6 +326,9 @@ impl fmt::Display for WaitStatus {
                 write!(f, " ({reason})")?;
             }
         }
+        for (name, going) in &self.going {
+            write!(f, "; {name}: {going}")?;
+        }
         Ok(())
     }
 }
@@ -331,6 +340,35 @@ impl fmt::Display for WaitStatus {
 pub struct Awaited {
     pub line: String,
     pub pods: Vec<(String, String)>,
+}
+
+/// "Terminating since 2026-12-07T10:00:00Z on node n3, not Ready: its replacement comes once
+/// Kubernetes lets go of it": a deleted pod whose containers have not ended, in words. On a
+/// node that stopped reporting the pod keeps its phase and turns not Ready (node lifecycle
+/// controller), and stays Terminating past its grace period until the node is back, deleted or
+/// tainted `node.kubernetes.io/out-of-service` (then the pod GC ends it).
+fn going(pod: &PodView) -> String {
+    let asked = pod
+        .stops_by
+        .map(|by| {
+            let grace = pod
+                .deletion_grace
+                .map_or(0, |g| i64::try_from(g).unwrap_or(i64::MAX));
+            by.saturating_sub(grace)
+        })
+        .and_then(|at| k8s_openapi::jiff::Timestamp::from_second(at).ok());
+    let mut said = "Terminating".to_string();
+    if let Some(at) = asked {
+        said.push_str(&format!(" since {at:.0}"));
+    }
+    if let Some(node) = &pod.node {
+        said.push_str(&format!(" on node {node}"));
+    }
+    if pod.not_ready {
+        said.push_str(", not Ready (its node may be unreachable)");
+    }
+    said.push_str(": its replacement comes once Kubernetes lets go of it");
+    said
 }
 
 pub enum Readiness {
@@ -356,6 +394,11 @@ pub fn readiness(pods: &[PodView], expected: usize) -> Readiness {
             .iter()
             .filter(|p| !p.is_ready())
             .map(|p| (p.name.clone(), p.phase, p.waiting_reason.clone()))
+            .collect(),
+        going: pods
+            .iter()
+            .filter(|p| p.terminating && !p.phase.is_finished())
+            .map(|p| (p.name.clone(), going(p)))
             .collect(),
     })
 }
@@ -798,6 +841,7 @@ pub(crate) mod tests {
             deletion_grace: None,
             not_ready: false,
             unready: false,
+            node: None,
         }
     }
 
@@ -1162,6 +1206,38 @@ pub(crate) mod tests {
             w.to_string(),
             "0/3 pods Running with an IP (2 live, 0 finished or terminating ignored); a: Running; b: Pending (Unschedulable: 0/3 nodes are available)"
         );
+    }
+
+    /// Issue 52: a dead node's pod, past its grace and still Terminating (its Job waits for it
+    /// before it creates the replacement), is named in the waiting line, with its node, since
+    /// when, and why it stays.
+    #[test]
+    fn a_pod_stuck_terminating_is_named_with_its_node_and_since_when() {
+        let mut stuck = pod("c", Some("10.0.0.3"), "Running");
+        stuck.terminating = true;
+        stuck.not_ready = true;
+        stuck.node = Some("n3".into());
+        stuck.stops_by = Some(1_796_642_430);
+        stuck.deletion_grace = Some(30);
+        let pods = [
+            pod("a", Some("10.0.0.1"), "Running"),
+            pod("b", Some("10.0.0.2"), "Running"),
+            stuck,
+        ];
+        let Readiness::Waiting(wait) = readiness(&pods, 3) else {
+            panic!("ready without c");
+        };
+        assert_eq!(
+            wait.to_string(),
+            "2/3 pods Running with an IP (2 live, 1 finished or terminating ignored); c: Terminating since 2026-12-07T11:20:00Z on node n3, not Ready (its node may be unreachable): its replacement comes once Kubernetes lets go of it"
+        );
+        // Once its containers have ended it holds nothing: not named.
+        let mut ended = pods[2].clone();
+        ended.phase = "Failed".into();
+        let Readiness::Waiting(wait) = readiness(&[pods[0].clone(), ended], 2) else {
+            panic!("ready");
+        };
+        assert!(wait.going.is_empty(), "{wait}");
     }
 
     #[test]

@@ -199,6 +199,7 @@ fn a_hundred_thousand_pods_are_judged_and_ranked() {
             deletion_grace: None,
             not_ready: false,
             unready: false,
+            node: None,
         })
         .collect();
     let Readiness::Ready(ready) = readiness(&pods, 100_000) else {

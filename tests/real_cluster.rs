@@ -659,6 +659,94 @@ fn a_deleted_pod_is_replaced_by_the_job_controller_and_the_job_restarts_in_place
     assert_eq!(job["status"]["succeeded"], 3, "{job:#}");
 }
 
+/// Issue 52: `kubectl delete pod` (no eviction, so no DisruptionTarget condition) once more
+/// than the Job's `backoffLimit` allows: each deleted pod's launcher ends 83, a free
+/// preemption, which the generated podFailurePolicy ignores as the launchers do, and the Job
+/// completes with no failure counted (it ended Failed/BackoffLimitExceeded at the second
+/// delete). The last delete gives 5 s of the pod's 30 (`--grace-period=5`): its launcher cuts
+/// its checkpoint window and its children's stop to fit, and ends before the node's SIGKILL,
+/// saying so (it was killed, 137, its termination message unwritten).
+#[test]
+fn plain_deletes_beyond_the_backoff_limit_are_free_and_a_short_grace_is_kept() {
+    let (plane, agent) = (control_plane(), agent());
+    let namespace = plane.namespace("deletes");
+    let dir = test_dir(plane, &namespace);
+    let objects = generated(
+        plane,
+        &namespace,
+        "dels",
+        &["--trainers", "2", "--max-restarts", "1"],
+        &checkpointing_until(&dir, "epoch >= 3"),
+    );
+    create(plane, &namespace, &objects);
+    let mut deleted: Vec<String> = Vec::new();
+    for round in 0..3 {
+        // Both pods of this epoch train, the deleted ones gone.
+        let what = || {
+            format!(
+                "epoch {round} not training:\n{}",
+                agent.all_logs(&namespace)
+            )
+        };
+        let names = wait_for(what, || {
+            let mut names: Vec<String> = pods(plane, &namespace, "dels")
+                .iter()
+                .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
+                .collect();
+            names.sort();
+            let line = format!("epoch {round} world 2");
+            let training = names
+                .iter()
+                .all(|n| !deleted.contains(n) && agent.logs(&namespace, n).contains(&line));
+            (names.len() == 2 && training).then_some(names)
+        });
+        let victim = names.last().unwrap().clone();
+        let mut delete = vec!["delete", "pod", "-n", &namespace, &victim, "--wait=false"];
+        if round == 2 {
+            delete.push("--grace-period=5");
+        }
+        plane.kubectl_must(&delete);
+        deleted.push(victim);
+    }
+
+    let (end, reason) = wait_job_end(plane, agent, &namespace, "dels");
+    let logs = agent.all_logs(&namespace);
+    assert_eq!(
+        (end.as_str(), reason.as_str()),
+        ("Complete", "CompletionsReached"),
+        "{logs}"
+    );
+    let job = get(plane, &namespace, &["job", "dels"]).unwrap();
+    let failed = job["status"]["failed"].as_u64().unwrap_or(0);
+    assert_eq!(failed, 0, "{logs}\n{job:#}");
+    assert_eq!(job["status"]["succeeded"], 2, "{job:#}");
+    for victim in &deleted {
+        let log = agent.logs(&namespace, victim);
+        assert_contains(&log, "exiting with status 83: received SIGTERM");
+        assert_contains(&log, "a free preemption: exit 83");
+    }
+    // Seen before the SIGTERM or a moment after it (the API tells both the node and the
+    // launcher's watch): either way the stop is cut, and the launcher's own exit line says it
+    // ended before the kill.
+    let last = agent.logs(&namespace, &deleted[2]);
+    assert_contains(
+        &last,
+        "(metadata.deletionGracePeriodSeconds: 5 s), less than its own 30 s",
+    );
+}
+
+/// A program for the pods that notes the checkpoint signal (and goes on), printing "training"
+/// until `done` holds, as `trains_until`.
+fn checkpointing_until(dir: &std::path::Path, done: &str) -> Vec<String> {
+    let mut program = trains_until(dir, done);
+    let script = PathBuf::from(&program[1]);
+    let text = std::fs::read_to_string(&script).unwrap();
+    let handler = "import signal\nsignal.signal(signal.SIGUSR1, lambda *_: None)\n";
+    std::fs::write(&script, format!("{handler}{text}")).unwrap();
+    program[1] = script.display().to_string();
+    program
+}
+
 /// `manifest --runtime jobset --max-restarts 2` under the real JobSet controller: it creates the
 /// child Job and the headless Service, the launchers reach their coordinator by the name the
 /// manifest gives (the cluster DNS of the node agent), a trainer failure is

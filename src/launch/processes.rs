@@ -102,6 +102,9 @@ pub(super) async fn drive(
             .filter(|_| config.timing.checkpoint().is_some())
             .map(Channel::checkpoint_asked),
         watch: None,
+        stop_at: None,
+        deletion: None,
+        queued: None,
     };
     let (mut machine, first) = Lifecycle::start(driver.setup());
     let mut commands: VecDeque<Command> = first.into();
@@ -142,7 +145,17 @@ struct Driver<'a> {
     checkpoint_asked: Option<BoxFuture<'static, String>>,
     /// While the trainer runs and a hang timeout is set: its processes' clocks, the next look.
     watch: Option<HangWatch>,
+    /// When the first stop signal came: a deletion's grace period counts from then.
+    stop_at: Option<Instant>,
+    /// The read of this pod's deletion's grace period, begun at the stop signal.
+    deletion: Option<BoxFuture<'static, Option<Duration>>>,
+    /// An input that came with the one given before it (a stop signal after its deletion).
+    queued: Option<Input>,
 }
+
+/// How long the read of the pod's own deletion may take: it runs within the deletion's grace
+/// period, which may be the kubelet's shortest, 2 s.
+const DELETION_READ_LIMIT: Duration = Duration::from_secs(1);
 
 impl Driver<'_> {
     fn label(&self, role: Role) -> String {
@@ -191,7 +204,60 @@ impl Driver<'_> {
             // window.
             checkpoint: self.config.timing.checkpoint(),
             waits_for_the_job: !trainer && self.channel.is_some(),
+            stop: crate::config::StopTimes {
+                children: self.sup.grace,
+                window: self
+                    .config
+                    .timing
+                    .checkpoint()
+                    .map_or(Duration::ZERO, |c| c.window),
+                pod: self.config.timing.pod_grace,
+                channel: self.config.timing.channel,
+            },
         }
+    }
+
+    /// What an event means to the lifecycle. The first stop signal of a pod found through the
+    /// API also reads the pod's deletion, whose grace period may be shorter than the pod's
+    /// (`kubectl delete --grace-period`, a drain's, a force delete's): with a checkpoint window
+    /// the window opens at once and the read cuts it when it comes (`Input::Deleting`, with
+    /// how long ago the signal came); without one the processes' stop begins at once, so the
+    /// read, bounded, comes first.
+    async fn input_of(&mut self, event: Event) -> Option<Input> {
+        if let Event::Signal(sig) = event {
+            if crate::exit::is_stop_signal(sig) && self.stop_at.is_none() {
+                self.stop_at = Some(Instant::now());
+                if let Some(read) = self.deletion_read() {
+                    match self.config.timing.checkpoint() {
+                        Some(_) => self.deletion = Some(read),
+                        None => {
+                            if let Some(grace) = read.await {
+                                self.queued = Some(Input::Signal(sig));
+                                let since_stop = None;
+                                return Some(Input::Deleting { grace, since_stop });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        input_of(event, &self.children, &mut self.watch)
+    }
+
+    /// The read of this pod's own deletion, when it has a name and the API to ask.
+    fn deletion_read(&self) -> Option<BoxFuture<'static, Option<Duration>>> {
+        let topology = &self.config.topology;
+        if !matches!(
+            topology.discovery,
+            crate::config::Discovery::Kubernetes { .. }
+        ) {
+            return None;
+        }
+        let name = topology.pod_name.clone()?;
+        let namespace = topology.namespace.clone();
+        let read =
+            crate::peers::kubernetes::own_deletion_grace(namespace, name, DELETION_READ_LIMIT);
+        Some(read.boxed())
     }
 
     /// The supervisor's indexes of the processes of `roles`.
@@ -241,7 +307,7 @@ impl Driver<'_> {
                 let told = channel.failed(&said, restartable, false, TOLD_BEFORE_STOP);
                 tokio::select! {
                     _ = told => None,
-                    event = self.sup.next_event() => input_of(event, &self.children, &mut self.watch),
+                    event = self.sup.next_event() => self.input_of(event).await,
                 }
             }
             Command::TellHang(_)
@@ -261,6 +327,17 @@ impl Driver<'_> {
             }
             Command::Window(how_long) => {
                 self.window = Some(Box::pin(sleep(how_long)));
+                None
+            }
+            Command::CutWindow(how_long) => {
+                let at = Instant::now() + how_long;
+                if let Some(window) = self.window.as_mut().filter(|w| at < w.deadline()) {
+                    window.as_mut().reset(at);
+                }
+                None
+            }
+            Command::StopWithin(how_long) => {
+                self.sup.grace = self.sup.grace.min(how_long);
                 None
             }
             Command::DumpStacks => {
@@ -415,9 +492,17 @@ impl Driver<'_> {
     /// before a timer or a hang check says anything of it), then the timers, the job's
     /// checkpoint, a hang. None: an event of no child of this attempt.
     async fn next_input(&mut self) -> Option<Input> {
+        if let Some(input) = self.queued.take() {
+            return Some(input);
+        }
         Some(tokio::select! {
             biased;
-            event = self.sup.next_event() => return input_of(event, &self.children, &mut self.watch),
+            event = self.sup.next_event() => return self.input_of(event).await,
+            grace = or_never(self.deletion.as_mut()), if self.deletion.is_some() => {
+                self.deletion = None;
+                let since_stop = self.stop_at.map(|at| at.elapsed());
+                return grace.map(|grace| Input::Deleting { grace, since_stop });
+            }
             input = or_never(self.probe.as_mut()), if self.probe.is_some() => {
                 self.probe = None;
                 input

@@ -13,6 +13,7 @@ mod training;
 pub use local_pods::{LocalCommand, LocalInput, LocalPods};
 use std::time::Duration;
 
+use crate::config::KUBELET_MIN_GRACE;
 use crate::error::Error;
 use crate::exit::{self, Outcome};
 use crate::exit::{is_stop_signal, Ended};
@@ -67,6 +68,12 @@ pub enum Input {
     CheckpointUnheeded,
     /// The checkpoint window of a preempted pod is over.
     WindowOver,
+    /// This pod is being deleted with this grace period (`metadata.deletionGracePeriodSeconds`);
+    /// `since_stop`: how long ago the stop signal came, if it has.
+    Deleting {
+        grace: Duration,
+        since_stop: Option<Duration>,
+    },
 }
 
 /// How long a pserver of the split layout may take to end by itself once every trainer pod
@@ -119,6 +126,10 @@ pub enum Command {
     AskCheckpoint,
     /// `WindowOver` after this long.
     Window(Duration),
+    /// The window running ends at the latest this long from now.
+    CutWindow(Duration),
+    /// The children's time between the stop signal and SIGKILL is at most this from now on.
+    StopWithin(Duration),
     /// Tell the job that this preempted pod leaves now (the reason), before its processes are
     /// stopped: the others stop theirs as it does, and the restart spends no budget.
     TellLeaving(String),
@@ -188,6 +199,8 @@ pub struct Setup {
     /// A pserver-only pod with a control channel: a pserver that ends by itself (fleet's
     /// `stop_server`) leaves the pod waiting for the job's end, so that a restart finds it.
     pub waits_for_the_job: bool,
+    /// What the pod's stop may take as configured; a shorter deletion cuts it (`Deleting`).
+    pub stop: crate::config::StopTimes,
 }
 
 pub struct Lifecycle {
@@ -200,6 +213,10 @@ pub struct Lifecycle {
     trainers_left: usize,
     trainers_ended: bool,
     first_failure: Option<(usize, Ended)>,
+    /// The pod's deletion's grace period, once seen.
+    deletion: Option<Duration>,
+    /// The stop's times cut to that grace, once applied.
+    cut: Option<crate::config::StopTimes>,
 }
 
 impl Lifecycle {
@@ -211,6 +228,8 @@ impl Lifecycle {
             trainers_left: 0,
             trainers_ended: false,
             first_failure: None,
+            deletion: None,
+            cut: None,
             setup,
         };
         let mut commands = Vec::new();
@@ -237,6 +256,71 @@ impl Lifecycle {
     }
 
     pub fn step(&mut self, input: Input) -> Vec<Command> {
+        if let Input::Deleting { grace, since_stop } = input {
+            return self.deleting(grace, since_stop);
+        }
+        // A stop whose deletion is already known runs within its grace: the children's time
+        // is cut before anything is stopped, the window (`checkpoint_window`) as it opens.
+        let stop_signal = matches!(input, Input::Signal(sig) if is_stop_signal(sig));
+        let mut cut = match (stop_signal, self.deletion, self.cut) {
+            (true, Some(grace), None) => self.cut_to(grace, grace.max(KUBELET_MIN_GRACE)),
+            _ => Vec::new(),
+        };
+        cut.extend(self.step_phase(input));
+        cut
+    }
+
+    /// The deletion's grace period seen: kept for the stop signal to come, or, when it came
+    /// before (`since_stop`), what is left of it cuts the stop under way.
+    fn deleting(&mut self, grace: Duration, since_stop: Option<Duration>) -> Vec<Command> {
+        if self.deletion.is_some() {
+            return Vec::new();
+        }
+        self.deletion = Some(grace);
+        let Some(since) = since_stop else {
+            return Vec::new();
+        };
+        let left = grace.max(KUBELET_MIN_GRACE).saturating_sub(since);
+        let mut commands = self.cut_to(grace, left);
+        if let (Some(cut), Phase::Checkpointing { .. }) = (self.cut, &self.phase) {
+            commands.push(Command::CutWindow(cut.window));
+        }
+        commands
+    }
+
+    /// The stop's times cut to what the deletion leaves (`left` of its `grace`, and at least
+    /// the kubelet's shortest), said once, when shorter than the pod's own.
+    fn cut_to(&mut self, grace: Duration, left: Duration) -> Vec<Command> {
+        let Some(cut) = self.setup.stop.within(left) else {
+            return Vec::new();
+        };
+        self.cut = Some(cut);
+        let pod = self.setup.stop.pod.map_or(String::new(), |pod| {
+            format!(", less than its own {} s", pod.as_secs())
+        });
+        let window = match self.setup.checkpoint {
+            Some(_) => format!(
+                "its checkpoint window cut to {} ms, ",
+                cut.window.as_millis()
+            ),
+            None => String::new(),
+        };
+        let line = format!(
+            "this pod's deletion gives it {} s (metadata.deletionGracePeriodSeconds: {} s){pod}: {window}its processes' stop to {} ms, so that it ends before the kubelet's SIGKILL",
+            left.as_secs_f32(),
+            grace.as_secs(),
+            cut.children.as_millis()
+        );
+        vec![Command::Log(line), Command::StopWithin(cut.children)]
+    }
+
+    /// The checkpoint window a preemption opens: the configured one, or the cut one.
+    fn checkpoint_window(&self) -> Option<Duration> {
+        let window = self.setup.checkpoint?.window;
+        Some(self.cut.map_or(window, |cut| cut.window.min(window)))
+    }
+
+    fn step_phase(&mut self, input: Input) -> Vec<Command> {
         let input = match input {
             Input::Exited {
                 role: Role::Trainer,
@@ -612,6 +696,12 @@ mod tests {
             pserver_label: "pserver-0".into(),
             checkpoint: None,
             waits_for_the_job: false,
+            stop: crate::config::StopTimes {
+                children: Duration::from_secs(12),
+                window: Duration::from_secs(12),
+                pod: Some(Duration::from_secs(30)),
+                channel: true,
+            },
         }
     }
 
@@ -644,10 +734,87 @@ mod tests {
                 Command::TellLeaving(reason) => format!("tell leaving {reason}"),
                 Command::AskCheckpoint => "ask checkpoint".into(),
                 Command::Window(d) => format!("window {}", d.as_secs()),
+                Command::CutWindow(d) => format!("cut window {} ms", d.as_millis()),
+                Command::StopWithin(d) => format!("stop within {} ms", d.as_millis()),
                 Command::Finish(Ok(o)) => format!("finish {} {}", o.code, o.reason),
                 Command::Finish(Err(e)) => format!("fail {} {e}", e.exit_code()),
             })
             .collect()
+    }
+
+    /// Issue 52: a deletion shorter than the pod's grace period (`kubectl delete pod
+    /// --grace-period=5`, a drain's, a force delete's 2 s) cuts the checkpoint window and the
+    /// children's stop so that the launcher ends before the kubelet's SIGKILL, and says so —
+    /// whether the API shows the deletion before the SIGTERM or after it. A deletion that
+    /// leaves the pod all its time changes nothing.
+    #[test]
+    fn a_short_deletion_cuts_the_window_and_the_stop() {
+        let checkpointing = || Setup {
+            checkpoint: Some(crate::config::Checkpoint {
+                signal: nix::libc::SIGUSR1,
+                window: Duration::from_secs(12),
+            }),
+            ..setup(false, true)
+        };
+        let deleting = |grace: u64, since_stop: Option<u64>| Input::Deleting {
+            grace: Duration::from_secs(grace),
+            since_stop: since_stop.map(Duration::from_secs),
+        };
+        // Seen before the SIGTERM: the window opens cut (5 s: 1 s for the launcher's exit,
+        // 2 s for the children's stop, 2 s to checkpoint).
+        let (mut machine, _) = Lifecycle::start(checkpointing());
+        assert!(machine.step(deleting(5, None)).is_empty());
+        let stop = show(&machine.step(Input::Signal(SIGTERM)));
+        assert_eq!(stop[0], "log this pod's deletion gives it 5 s (metadata.deletionGracePeriodSeconds: 5 s), less than its own 30 s: its checkpoint window cut to 2000 ms, its processes' stop to 2000 ms, so that it ends before the kubelet's SIGKILL");
+        assert_eq!(stop[1], "stop within 2000 ms");
+        assert!(
+            stop[2].ends_with(
+                "stopping in at most 2 s (PADDLE_LAUNCHER_CHECKPOINT_WINDOW (--checkpoint-window))"
+            ),
+            "{stop:?}"
+        );
+        assert_eq!(stop.last().unwrap(), "window 2");
+        // Seen 1 s after it: what is left (4 s) cuts the window already open.
+        let (mut machine, _) = Lifecycle::start(checkpointing());
+        let stop = show(&machine.step(Input::Signal(SIGTERM)));
+        assert_eq!(stop.last().unwrap(), "window 12");
+        let cut = show(&machine.step(deleting(5, Some(1))));
+        assert_eq!(cut.len(), 3, "{cut:?}");
+        assert!(
+            cut[0].starts_with("log this pod's deletion gives it 4 s"),
+            "{cut:?}"
+        );
+        assert_eq!(cut[1..], ["stop within 1600 ms", "cut window 1600 ms"]);
+        assert!(machine.step(deleting(5, Some(1))).is_empty(), "said once");
+        // A force delete (0 s) still leaves the kubelet's 2 s.
+        let (mut machine, _) = Lifecycle::start(checkpointing());
+        machine.step(deleting(0, None));
+        let stop = show(&machine.step(Input::Signal(SIGTERM)));
+        assert!(
+            stop[0].starts_with(
+                "log this pod's deletion gives it 2 s (metadata.deletionGracePeriodSeconds: 0 s)"
+            ),
+            "{stop:?}"
+        );
+        assert_eq!(stop[1], "stop within 1000 ms");
+        // Without a window, the stop at once is cut before it begins.
+        let (mut machine, _) = Lifecycle::start(setup(false, true));
+        machine.step(deleting(3, None));
+        let stop = show(&machine.step(Input::Signal(SIGTERM)));
+        assert_eq!(
+            stop[1..],
+            ["stop within 1200 ms", "stop trainer 15"],
+            "{stop:?}"
+        );
+        // The pod's own grace period or more: nothing to cut.
+        let (mut machine, _) = Lifecycle::start(checkpointing());
+        machine.step(deleting(30, None));
+        let stop = show(&machine.step(Input::Signal(SIGTERM)));
+        assert!(
+            !stop.iter().any(|c| c.starts_with("stop within")),
+            "{stop:?}"
+        );
+        assert_eq!(stop.last().unwrap(), "window 12");
     }
 
     fn exited(role: Role, code: i32) -> Input {

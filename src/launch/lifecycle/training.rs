@@ -166,13 +166,14 @@ impl Lifecycle {
         };
         let received = crate::exit::signal_name(signal);
         let asked = crate::exit::signal_name(checkpoint.signal);
-        let window = checkpoint.window.as_secs();
+        let window = self.checkpoint_window().unwrap_or(checkpoint.window);
         let whom = match self.setup.trainer {
             true => format!("{} and the job's other trainers", self.setup.trainer_label),
             false => "the job's trainers, its pserver serving them meanwhile,".to_string(),
         };
         let line = format!(
-            "{received}: this pod is being stopped (preempted, drained or deleted): asking {whom} for a checkpoint ({asked}); stopping in at most {window} s ({})",
+            "{received}: this pod is being stopped (preempted, drained or deleted): asking {whom} for a checkpoint ({asked}); stopping in at most {} ({})",
+            seconds_said(window),
             crate::config::CHECKPOINT_WINDOW
         );
         self.phase = Phase::Checkpointing { signal };
@@ -183,7 +184,7 @@ impl Lifecycle {
         if self.setup.trainer {
             commands.push(Command::AskCheckpoint);
         }
-        commands.push(Command::Window(checkpoint.window));
+        commands.push(Command::Window(window));
         commands
     }
 
@@ -203,7 +204,7 @@ impl Lifecycle {
     /// is saved), when the window is over, or when waiting is pointless (the trainer cannot
     /// checkpoint, a peer is gone, another stop signal); the job is told before anything stops.
     pub(super) fn checkpointing(&mut self, signal: i32, input: Input) -> Vec<Command> {
-        let window = self.setup.checkpoint.map_or(0, |c| c.window.as_secs());
+        let window = seconds_said(self.checkpoint_window().unwrap_or_default());
         let trainer = self.setup.trainer_label.clone();
         let why = match input {
             Input::Exited {
@@ -214,7 +215,7 @@ impl Lifecycle {
                 "{trainer} {} within its checkpoint window",
                 ended.describe()
             ),
-            Input::WindowOver => format!("its checkpoint window ({window} s) is over"),
+            Input::WindowOver => format!("its checkpoint window ({window}) is over"),
             Input::CheckpointUnheeded => {
                 let asked = self.setup.checkpoint.map_or(0, |c| c.signal);
                 unheeded(&trainer, &crate::exit::signal_name(asked))
@@ -351,5 +352,13 @@ impl Lifecycle {
         self.phase = Phase::DumpingStacks { reason, job };
         commands.extend([Command::Log(line), Command::DumpStacks]);
         commands
+    }
+}
+
+/// "12 s", or "2.4 s" for a window a short deletion cut.
+fn seconds_said(window: Duration) -> String {
+    match window.subsec_millis() {
+        0 => format!("{} s", window.as_secs()),
+        _ => format!("{:.1} s", window.as_secs_f32()),
     }
 }

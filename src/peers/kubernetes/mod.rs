@@ -277,6 +277,26 @@ impl PodWatch {
     }
 }
 
+/// The grace period of this pod's own deletion (`metadata.deletionGracePeriodSeconds`), read
+/// once when its launcher is told to stop (by then the API has the deletion: the kubelet acts
+/// on it). None when the pod is not being deleted, or the read fails or takes longer than
+/// `limit`: the pod's own grace period then stands.
+pub async fn own_deletion_grace(
+    namespace: Option<String>,
+    name: String,
+    limit: Duration,
+) -> Option<Duration> {
+    let read = async {
+        let server = connect(namespace.as_deref()).await.ok()?;
+        let pods: Api<Pod> = Api::namespaced(server.client, &server.namespace);
+        let pod = pods.get(&name).await.ok()?;
+        pod.metadata.deletion_timestamp.as_ref()?;
+        let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(0);
+        Some(Duration::from_secs(u64::try_from(grace).unwrap_or(0)))
+    };
+    tokio::time::timeout(limit, read).await.ok().flatten()
+}
+
 /// Resolves once `group.expected` of its pods have Succeeded: the trainers are done, so a
 /// pserver of the split layout can stop and let its Job complete. Err when the API refuses
 /// the watch: without it the pserver could never tell, and would serve forever.
@@ -509,6 +529,7 @@ pub fn ranked_view(pod: &Pod, ranking: &Ranking) -> PodView {
             .and_then(|g| u64::try_from(g).ok()),
         not_ready: not_ready(pod),
         unready: false,
+        node: pod.spec.as_ref().and_then(|spec| spec.node_name.clone()),
     }
 }
 

@@ -439,6 +439,21 @@ fn awaited_pods(verdict: &Verdict) -> Vec<(String, String)> {
                 .unwrap_or(phase.as_str());
             (name.clone(), word.to_string())
         })
+        .chain(going_pods(verdict))
+        .collect()
+}
+
+/// The pods being deleted that the wait also waits on (a replacement comes after them).
+fn going_pods(verdict: &Verdict) -> Vec<(String, String)> {
+    verdict
+        .groups
+        .iter()
+        .filter_map(|readiness| match readiness {
+            Readiness::Waiting(wait) => Some(&wait.going),
+            Readiness::Ready(_) => None,
+        })
+        .flatten()
+        .map(|(name, _)| (name.clone(), "Terminating".to_string()))
         .collect()
 }
 
