@@ -300,18 +300,30 @@ fn recovering_example_names_its_coordinator_and_fails_the_job_when_the_budget_is
     assert_eq!(secret_file, format!("{}/{key}", mount.mount_path));
 
     let rules = spec.pod_failure_policy.unwrap().rules;
-    assert_eq!(rules.len(), 2);
+    assert_eq!(rules.len(), 3);
     assert_eq!(rules[0].action, "Ignore");
     assert_eq!(
         rules[0].on_pod_conditions.as_ref().unwrap()[0].type_,
         "DisruptionTarget"
     );
-    assert_eq!(rules[1].action, "FailJob");
-    let codes = rules[1].on_exit_codes.as_ref().unwrap();
+    // A free preemption (83): not counted, as the launchers count it.
+    assert_eq!(rules[1].action, "Ignore");
+    let free = rules[1].on_exit_codes.as_ref().unwrap();
     assert_eq!(
-        codes.container_name.as_deref(),
-        Some(container.name.as_str())
+        (free.operator.as_str(), &free.values[..]),
+        ("In", &[83][..])
     );
+    assert_eq!(rules[2].action, "FailJob");
+    let codes = rules[2].on_exit_codes.as_ref().unwrap();
+    for rule in &rules[1..] {
+        let container_name = rule
+            .on_exit_codes
+            .as_ref()
+            .unwrap()
+            .container_name
+            .as_deref();
+        assert_eq!(container_name, Some(container.name.as_str()));
+    }
     assert_eq!(codes.operator, "NotIn");
     // Killed from outside: counted, not fatal; every exit of the launcher itself is fatal.
     assert_eq!(codes.values, [137, 143]);

@@ -17,6 +17,9 @@ use support::{
 };
 
 const LIMIT: Duration = Duration::from_secs(120);
+/// A free preemption's status (`exit::PREEMPTED`), which the generated Job ignores: its
+/// launcher was stopped while the job goes on without it for nothing.
+const PREEMPTED: i32 = 83;
 const SECRET: &str = "recovery-test-secret-0123456789abcdef";
 
 /// The training program: prints what it was told, then works: for a long time in epoch 0
@@ -706,7 +709,7 @@ impl Job {
 /// Preemption without lost work, with no restart budget at all (--max-restarts 0): SIGTERM to
 /// one pod's launcher while training (`preempted`: 0 is the coordinator's pod) asks every
 /// trainer of the job for a checkpoint (SIGUSR1, only to the processes that handle it) before
-/// any stops; the preempted launcher gives its trainer the checkpoint window, then exits 143;
+/// any stops; the preempted launcher gives its trainer the checkpoint window, then exits 83 (a free preemption: the Job counts no failure);
 /// the survivors keep their pods (the API's "terminating" is not their loss: the channel
 /// tells), wait for the replacement, and every trainer restarts with count 1. When each
 /// trainer got the signal, after the SIGTERM, is printed (measured, not asserted).
@@ -725,7 +728,13 @@ fn a_preempted_pod_checkpoints_the_whole_job_and_restarts_it_in_place(
         .as_secs_f64();
     let survivors: Vec<usize> = (0..3).filter(|&i| i != preempted).collect();
     let ended = job.preempt_pod(preempted);
-    assert_eq!(ended.code(), 143, "{}\n{}", ended.stdout, ended.stderr);
+    assert_eq!(
+        ended.code(),
+        PREEMPTED,
+        "{}\n{}",
+        ended.stdout,
+        ended.stderr
+    );
     // Its trainer was asked before it was stopped, and the job was told both.
     assert_contains(&ended.stdout, "checkpoint signal rank=");
     assert_contains(&ended.stderr, "asking trainer-");
@@ -991,7 +1000,7 @@ fn the_split_layout_with_a_channel_restarts_pservers_and_trainers_as_one_job() {
 
 /// A pserver pod of the split layout preempted while the trainers train: its pserver serves
 /// through the checkpoint window while every trainer is asked for a checkpoint, then it leaves
-/// (143), and the job restarts in place around its replacement without a restart budget.
+/// (83: a free preemption), and the job restarts in place around its replacement without a restart budget.
 #[test]
 fn a_preempted_pserver_pod_serves_the_jobs_checkpoint_and_the_job_restarts_free() {
     let mut job = SplitJob::start("splitpre", 0, 120, 0);
@@ -1007,7 +1016,7 @@ fn a_preempted_pserver_pod_serves_the_jobs_checkpoint_and_the_job_restarts_free(
     let api = &job.cluster.api;
     api.set_terminated("default", &name, done.code(), "Error", "preempted");
     api.delete_pod("default", &name);
-    assert_eq!(done.code(), 143, "{}", done.stderr);
+    assert_eq!(done.code(), PREEMPTED, "{}", done.stderr);
     assert_contains(
         &done.stderr,
         "asking the job's trainers, its pserver serving them meanwhile, for a checkpoint (SIGUSR1)",
@@ -1324,7 +1333,7 @@ sleep 2"#;
     job.extra_env
         .push(("PADDLE_LAUNCHER_CHECKPOINT_WINDOW", "2".to_string()));
     job.start_training(3);
-    assert_eq!(job.preempt_pod(2).code(), 143);
+    assert_eq!(job.preempt_pod(2).code(), PREEMPTED);
     job.create_pod();
     let outputs = job.all_finish_in_epoch(2);
     assert_eq!(outputs.len(), 3);
@@ -1351,7 +1360,7 @@ while [ "$(date +%s)" -lt "$end" ]; do sleep 1 & wait $!; done"#;
         ("PADDLE_LAUNCHER_MAX_PREEMPTIONS", "1".to_string()),
     ]);
     job.start_training(2);
-    assert_eq!(job.preempt_pod(1).code(), 143);
+    assert_eq!(job.preempt_pod(1).code(), PREEMPTED);
     job.launcher(0).wait_for_output(
         "restarting the job (restart 1 after a preemption, which spends none of the 0 restarts)",
         LIMIT,
@@ -1444,7 +1453,7 @@ sleep 2"#;
     }
     for (name, launcher) in leaving {
         let done = launcher.wait(LIMIT);
-        assert_eq!(done.code(), 143, "{name}: {}", done.stderr);
+        assert_eq!(done.code(), PREEMPTED, "{name}: {}", done.stderr);
         api.set_terminated("default", &name, done.code(), "Error", "preempted");
         api.delete_pod("default", &name);
     }
@@ -1498,7 +1507,7 @@ end=$(( $(date +%s) + 120 )); while [ "$(date +%s)" -lt "$end" ]; do sleep 1 & w
     let mut logs = String::new();
     for (name, launcher) in leaving {
         let done = launcher.wait(LIMIT);
-        assert_eq!(done.code(), 143, "{name}: {}", done.stderr);
+        assert_eq!(done.code(), PREEMPTED, "{name}: {}", done.stderr);
         logs.push_str(&done.stderr);
     }
     api.set_delay(Duration::ZERO);
@@ -1730,7 +1739,13 @@ fn real_paddle_preempted_mid_training_resumes_from_the_step_it_checkpointed_on_t
     job.create_pods(3);
     job.launcher(1).wait_for_output("rank 1: step 8 ", LIMIT);
     let ended = job.preempt_pod(1);
-    assert_eq!(ended.code(), 143, "{}\n{}", ended.stdout, ended.stderr);
+    assert_eq!(
+        ended.code(),
+        PREEMPTED,
+        "{}\n{}",
+        ended.stdout,
+        ended.stderr
+    );
     let replacement = job.create_pod();
     let outputs = job.all_finish();
     let mut all = outputs.clone();
@@ -1985,7 +2000,7 @@ fn a_coordinator_name_without_an_address_is_waited_for_within_the_wait_timeout()
     stopped.wait_for_output("waiting for the coordinator's address", LIMIT);
     stopped.signal(Signal::SIGTERM);
     let stopped = stopped.wait(Duration::from_secs(10));
-    assert_eq!(stopped.code(), 143, "{}", stopped.stderr);
+    assert_eq!(stopped.code(), PREEMPTED, "{}", stopped.stderr);
 
     let timed_out = job.created[0].2.take().unwrap().wait(LIMIT);
     assert_eq!(timed_out.code(), 71, "{}", timed_out.stderr);
