@@ -403,16 +403,31 @@ impl JobView {
             .flat_map(|(pod, m)| m.ranks.iter().map(move |(id, r)| (pod.as_str(), *id, r)))
     }
 
-    /// The job's figures now, in one pass over the ranks.
+    /// The job's figures now, in one pass over the ranks (and one for the latest report).
+    /// How far behind a rank is, is judged at one moment: each pod's figures are as old as its
+    /// last heartbeat, so each rank's step is carried forward at its own rate to the latest
+    /// report (ranks in lockstep, reported a heartbeat apart, are none behind).
     pub fn figures(&self) -> Figures {
+        let latest = self.ranks().filter_map(|(_, _, rank)| rank.at).max();
+        let at_latest = |rank: &Rank| -> u64 {
+            let (Some(latest), Some(at), Some(rate)) = (latest, rank.at, rank.rate) else {
+                return rank.step;
+            };
+            let ahead = rate * latest.saturating_duration_since(at).as_secs_f64();
+            rank.step.saturating_add(ahead.floor() as u64)
+        };
         let mut steps: Option<(u64, u64)> = None;
-        // The rank with the lowest step (the lowest id of those), and its step.
+        // The highest step at the latest report, and the rank with the lowest (the lowest id
+        // of those), with its step then.
+        let mut highest_then = 0;
         let mut behind: Option<(u64, u32)> = None;
         for (_, id, rank) in self.ranks() {
             steps = Some(steps.map_or((rank.step, rank.step), |(lo, hi)| {
                 (lo.min(rank.step), hi.max(rank.step))
             }));
-            behind = behind.min(Some((rank.step, id))).or(Some((rank.step, id)));
+            let then = at_latest(rank);
+            highest_then = highest_then.max(then);
+            behind = behind.min(Some((then, id))).or(Some((then, id)));
         }
         // The lowest score if any is below 1 (slower than the reference), else the rank
         // furthest behind: a score of 1 says nothing of steps.
@@ -421,11 +436,10 @@ impl JobView {
             .iter()
             .filter(|(_, score)| *score < 1.0)
             .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)))
-            .and_then(|&(rank, score)| Some((rank, self.step_of(rank)?, Some(score))));
+            .and_then(|&(rank, score)| Some((rank, self.step_then(rank, at_latest)?, Some(score))));
         let slowest = judged
             .or(behind.map(|(step, id)| (id, step, None)))
-            .zip(steps)
-            .map(|((rank, step, score), (_, highest))| (rank, highest.saturating_sub(step), score));
+            .map(|(rank, step, score)| (rank, highest_then.saturating_sub(step), score));
         Figures {
             steps,
             slowest,
@@ -433,11 +447,11 @@ impl JobView {
         }
     }
 
-    /// The step `rank` last reported, if it is in the view.
-    fn step_of(&self, rank: u32) -> Option<u64> {
+    /// The step `rank` is at as `then` carries it forward, if it is in the view.
+    fn step_then(&self, rank: u32, then: impl Fn(&Rank) -> u64) -> Option<u64> {
         self.members
             .values()
-            .find_map(|m| m.ranks.get(&rank).map(|r| r.step))
+            .find_map(|m| m.ranks.get(&rank).map(&then))
     }
 
     /// "step 1200, 3.20 steps/s, 32 of 32 ranks reporting, restarts 1 of 3 (and 2 free),
@@ -542,6 +556,17 @@ impl JobView {
                 text,
                 "... and {} more ranks, none named nor slower",
                 all - rows.len()
+            );
+        }
+        // A pod none of whose ranks has reported a step (no progress file written yet, or
+        // none at all): a row all the same, so that every pod of the job is in the table.
+        let silent = self.members.iter().filter(|(_, m)| m.ranks.is_empty());
+        for (pod, member) in silent.take(TABLE_ROWS) {
+            let ago = now.saturating_duration_since(member.at).as_secs_f64();
+            let _ = writeln!(
+                text,
+                "{pod:<40} {:>6} {:>10} {:>9} {ago:>10.1} s {:>6}",
+                "-", "no step", "-", "-"
             );
         }
         Table { text }
@@ -833,6 +858,47 @@ mod tests {
             .map(|m| (m.rank, m.rate, m.compute_ms))
             .collect();
         assert_eq!(measured, [(0, Some(2.0), Some(150)), (1, None, Some(300))]);
+    }
+
+    /// Issue 52: ranks in lockstep, their pods reported a heartbeat apart (3 s, at 1 step a
+    /// second), are compared at one moment: none is behind (they were said "3 steps behind").
+    /// A rank really behind still is, by as much as it is at that moment.
+    #[test]
+    fn ranks_are_compared_at_one_moment_not_at_their_reports() {
+        let start = Instant::now();
+        let mut view = JobView::new("j", Some(rules()), start);
+        for second in 0..=10u32 {
+            let step = u64::from(second);
+            view.note("p-0", "pod p-0", &[(0, step, None)], start + S * second);
+            let later = start + S * second + 3 * S;
+            view.note("p-1", "pod p-1", &[(1, step + 3, None)], later);
+        }
+        // p-0 last said step 10 at 10 s, p-1 step 13 at 13 s: the same pace, the same step.
+        view.note("p-0", "pod p-0", &[(0, 10, None)], start + 10 * S);
+        let measured = view.measures();
+        assert!(measured.iter().all(|m| m.rate == Some(1.0)), "{measured:?}");
+        assert_eq!(view.figures().slowest.map(|s| s.1), Some(0));
+        // Rank 1 five steps behind at that moment.
+        view.note("p-1", "pod p-1", &[(1, 8, None)], start + 13 * S);
+        assert_eq!(view.figures().slowest.map(|s| (s.0, s.1)), Some((1, 5)));
+    }
+
+    /// Issue 52: a pod none of whose ranks has reported a step (no progress file) still has
+    /// its row in `status`'s table (there was the header alone).
+    #[test]
+    fn a_pod_without_steps_has_a_row() {
+        let start = Instant::now();
+        let mut view = JobView::new("j", Some(rules()), start);
+        view.note("p-0", "pod p-0", &[], start);
+        view.note("p-1", "pod p-1", &[(1, 7, None)], start);
+        let table = view.table(start + 2 * S, attempt()).text;
+        let rows: Vec<&str> = table.lines().skip(2).collect();
+        assert_eq!(rows.len(), 2, "{table}");
+        assert!(rows[0].starts_with("p-1 "), "{table}");
+        assert!(
+            rows[1].starts_with("p-0 ") && rows[1].contains("no step") && rows[1].contains("2.0 s"),
+            "{table}"
+        );
     }
 
     /// Scores of 1 say nothing of steps: the slowest is then the rank furthest behind, and in
