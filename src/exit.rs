@@ -66,7 +66,9 @@ pub const PORT_TAKEN: i32 = 82;
 /// job's free preemptions (`--max-preemptions`), or a stop before the pod's trainer had begun.
 /// The generated Job's `podFailurePolicy` ignores it as the launchers do, so the Job controller
 /// replaces the pod without counting a failure against its `backoffLimit`. A stop the launchers
-/// count (past `--max-preemptions`, or without a control channel) ends 143 instead.
+/// count (past `--max-preemptions`, or without a control channel) ends 143 instead. A trainer
+/// or pserver that itself exits 83 is reported as 1 (`INTERNAL`'s number), which the Job counts:
+/// it would otherwise be retried for ever.
 pub const PREEMPTED: i32 = 83;
 /// A command was found but could not be executed (shell convention).
 pub const CANNOT_EXECUTE: i32 = 126;

@@ -95,6 +95,10 @@ struct Rank {
 /// summed.
 const MAX_STEP_MS: u64 = 24 * 3600 * 1000;
 
+/// The longest a rank's last report is carried forward at its rate to compare it with the
+/// latest (`figures`): the default heartbeat timeout, past which a silent launcher is lost.
+const MAX_CARRIED: Duration = Duration::from_secs(10);
+
 /// A rate is measured between reports at least this far apart.
 const MIN_SPAN: Duration = Duration::from_secs(1);
 
@@ -413,7 +417,10 @@ impl JobView {
             let (Some(latest), Some(at), Some(rate)) = (latest, rank.at, rank.rate) else {
                 return rank.step;
             };
-            let ahead = rate * latest.saturating_duration_since(at).as_secs_f64();
+            // At most a heartbeat timeout's worth: a pod not heard for longer is no longer
+            // taken to go on at its pace (a stalled one would hide behind it).
+            let age = latest.saturating_duration_since(at).min(MAX_CARRIED);
+            let ahead = rate * age.as_secs_f64();
             rank.step.saturating_add(ahead.floor() as u64)
         };
         let mut steps: Option<(u64, u64)> = None;

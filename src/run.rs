@@ -169,6 +169,14 @@ fn refused_run(e: &clap::Error, command: &clap::Command) -> Option<String> {
     if used.is_some_and(|used| used != "run") {
         return None;
     }
+    // A subcommand mistyped (`kubectl exec POD -- paddle-launcher statsu`) is not the pod's
+    // launcher refusing its configuration: the pod's termination message stays its own.
+    let mistyped = words
+        .iter()
+        .any(|word| word != "run" && crate::cli::near_subcommand(word).is_some());
+    if mistyped {
+        return None;
+    }
     let line = crate::cli::clap_refusal(e, command)
         .map_or_else(|| first_line_of(e), |refusal| refusal.to_string());
     // The flag wins over the variable, as clap takes them.

@@ -352,19 +352,23 @@ pub struct StopTimes {
 }
 
 impl StopTimes {
-    /// The times cut to a deletion's grace period (`left`: from the kubelet's SIGTERM, what
-    /// `metadata.deletionGracePeriodSeconds` leaves) when it is shorter than the pod's own:
+    /// The times cut to a deletion's grace period (`grace`: `metadata.deletionGracePeriodSeconds`
+    /// at least the kubelet's shortest; `left`: what it leaves from now) when it is shorter than
+    /// the pod's own:
     /// shared out as the pod's is (`children_grace`, `Timing::checkpoint`) — the launcher's own
     /// exit first (`OWN_EXIT_MARGIN`, at most a fifth of a short grace), then the children's
     /// stop (half the rest with a channel, at least 1 s), the window what is left — and never
     /// longer than given. None when the deletion leaves the pod all its time.
-    pub fn within(self, left: Duration) -> Option<StopTimes> {
+    pub fn within(self, grace: Duration, left: Duration) -> Option<StopTimes> {
         let whole = self
             .pod
             .unwrap_or(self.children + self.window + parts::OWN_EXIT_MARGIN);
-        if left >= whole {
+        // The deletion's own grace, not what is left of it: an ordinary deletion read a moment
+        // after its SIGTERM leaves a little less than the pod's, and cuts nothing.
+        if grace >= whole {
             return None;
         }
+        let left = left.min(grace);
         let usable = left - parts::OWN_EXIT_MARGIN.min(left / 5);
         let share = match self.channel {
             true => usable / 2,
@@ -599,11 +603,18 @@ mod tests {
         };
         let cut = |left: u64| {
             given
-                .within(ms(left))
+                .within(ms(left), ms(left))
                 .map(|c| (c.children.as_millis(), c.window.as_millis()))
         };
         assert_eq!(cut(30_000), None);
         assert_eq!(cut(60_000), None);
+        // An ordinary deletion read a moment after its signal: nothing to cut.
+        assert_eq!(given.within(ms(30_000), ms(29_900)), None);
+        // What is left of a short one is what is shared out.
+        assert_eq!(
+            given.within(ms(5_000), ms(4_000)).map(|c| c.children),
+            Some(ms(1_600))
+        );
         assert_eq!(cut(29_000), Some((12_000, 12_000)));
         assert_eq!(cut(20_000), Some((8_000, 8_000)));
         assert_eq!(cut(5_000), Some((2_000, 2_000)));
@@ -615,14 +626,14 @@ mod tests {
             ..given
         };
         assert_eq!(
-            alone.within(ms(10_000)).map(|c| c.children),
+            alone.within(ms(10_000), ms(10_000)).map(|c| c.children),
             Some(ms(8_000))
         );
         // Not knowing the pod's: the configured parts and the exit are the whole.
         let unknown = StopTimes { pod: None, ..given };
-        assert_eq!(unknown.within(ms(29_000)), None);
+        assert_eq!(unknown.within(ms(29_000), ms(29_000)), None);
         assert_eq!(
-            unknown.within(ms(28_999)).map(|c| c.pod),
+            unknown.within(ms(28_999), ms(28_999)).map(|c| c.pod),
             Some(Some(ms(28_999)))
         );
     }

@@ -513,6 +513,18 @@ pub(crate) fn stopped_by(result: &Result<Outcome, Error>) -> Option<i32> {
 /// other end keeps its status: a stop the launchers count ends 143 and is counted.
 pub(crate) fn preemption_status(outcome: Outcome, stopped_by: Option<i32>, free: bool) -> Outcome {
     if stopped_by != Some(nix::libc::SIGTERM) || !free {
+        // A trainer's (or pserver's) own 83 would be taken for a free preemption and never
+        // counted: the pod retried for ever. It is reported as a failure like any other.
+        if outcome.code == exit::PREEMPTED {
+            return Outcome::new(
+                exit::INTERNAL,
+                format!(
+                    "{}; reported as 1: {} is this launcher's status for a free preemption, which the Job does not count",
+                    outcome.reason,
+                    exit::PREEMPTED
+                ),
+            );
+        }
         return outcome;
     }
     Outcome::new(
@@ -1022,6 +1034,16 @@ mod tests {
         assert_eq!(ended(one_left, true, SIGTERM).code, exit::PREEMPTED);
         assert_eq!(ended(Ledger::first(1), false, SIGTERM).code, 143);
         assert_eq!(ended(Ledger::first(1), true, nix::libc::SIGINT).code, 130);
+        // A trainer's own 83 is no free preemption: reported as 1, which the Job counts.
+        let own = preemption_status(
+            Outcome::new(83, "trainer exited with status 83"),
+            None,
+            true,
+        );
+        assert_eq!(own.code, exit::INTERNAL, "{own:?}");
+        assert!(own
+            .reason
+            .starts_with("trainer exited with status 83; reported as 1"));
     }
 
     /// Without a channel there is nobody to tell and no verdict: the first failure ends the

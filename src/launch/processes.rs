@@ -112,6 +112,19 @@ pub(super) async fn drive(
         while let Some(command) = commands.pop_front() {
             let input = match command {
                 Command::Finish(result) => return result,
+                // A stop that comes before the deletion's read (the trainer does not handle
+                // the checkpoint signal, so the window closes at once): the read, bounded, is
+                // awaited, so that the stop runs within what the deletion gives.
+                command @ Command::Stop { .. } if driver.deletion.is_some() => {
+                    if let Some(deleting) = driver.deletion_read_now().await {
+                        commands.push_front(command);
+                        for cut in machine.step(deleting).into_iter().rev() {
+                            commands.push_front(cut);
+                        }
+                        continue;
+                    }
+                    driver.execute(command).await
+                }
                 command => driver.execute(command).await,
             };
             if let Some(input) = input {
@@ -233,7 +246,7 @@ impl Driver<'_> {
                         None => {
                             if let Some(grace) = read.await {
                                 self.queued = Some(Input::Signal(sig));
-                                let since_stop = None;
+                                let since_stop = self.stop_at.map(|at| at.elapsed());
                                 return Some(Input::Deleting { grace, since_stop });
                             }
                         }
@@ -242,6 +255,14 @@ impl Driver<'_> {
             }
         }
         input_of(event, &self.children, &mut self.watch)
+    }
+
+    /// The pending read of this pod's deletion, awaited now (it is bounded): its grace period
+    /// with how long ago the stop signal came, if the pod is being deleted.
+    async fn deletion_read_now(&mut self) -> Option<Input> {
+        let grace = self.deletion.take()?.await?;
+        let since_stop = self.stop_at.map(|at| at.elapsed());
+        Some(Input::Deleting { grace, since_stop })
     }
 
     /// The read of this pod's own deletion, when it has a name and the API to ask.

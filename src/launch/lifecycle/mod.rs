@@ -291,7 +291,8 @@ impl Lifecycle {
     /// The stop's times cut to what the deletion leaves (`left` of its `grace`, and at least
     /// the kubelet's shortest), said once, when shorter than the pod's own.
     fn cut_to(&mut self, grace: Duration, left: Duration) -> Vec<Command> {
-        let Some(cut) = self.setup.stop.within(left) else {
+        let given = grace.max(KUBELET_MIN_GRACE);
+        let Some(cut) = self.setup.stop.within(given, left) else {
             return Vec::new();
         };
         self.cut = Some(cut);
