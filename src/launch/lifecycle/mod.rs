@@ -787,6 +787,21 @@ mod tests {
         );
         assert_eq!(cut[1..], ["stop within 1600 ms", "cut window 1600 ms"]);
         assert!(machine.step(deleting(5, Some(1))).is_empty(), "said once");
+        // A trainer that does not handle the checkpoint signal: the window closes at once and
+        // the stop is under way when the read comes (the driver then runs the cut first).
+        let (mut machine, _) = Lifecycle::start(checkpointing());
+        machine.step(Input::Signal(SIGTERM));
+        let stop = show(&machine.step(Input::CheckpointUnheeded));
+        assert!(
+            stop.iter().any(|c| c.starts_with("stop trainer")),
+            "{stop:?}"
+        );
+        let cut = show(&machine.step(deleting(5, Some(0))));
+        assert_eq!(cut[1..], ["stop within 2000 ms"], "{cut:?}");
+        // A deletion that gives the pod all its grace, read a moment after: nothing cut.
+        let (mut machine, _) = Lifecycle::start(checkpointing());
+        machine.step(Input::Signal(SIGTERM));
+        assert!(machine.step(deleting(30, Some(1))).is_empty());
         // A force delete (0 s) still leaves the kubelet's 2 s.
         let (mut machine, _) = Lifecycle::start(checkpointing());
         machine.step(deleting(0, None));
