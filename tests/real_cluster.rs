@@ -1165,6 +1165,12 @@ fn a_dead_nodes_pod_is_found_by_the_heartbeat_and_replaced_once_kubernetes_lets_
         get(plane, &namespace, &["pod", victim]).is_some(),
         "the dead pod is gone"
     );
+    // Issue 52: the survivor's waiting line names the pod it waits on, where and why.
+    wait_line(agent, &namespace, &format!("{victim}: Terminating since"));
+    assert_contains(
+        &agent.all_logs(&namespace),
+        &format!("on node {node}, not Ready (its node may be unreachable): its replacement comes once Kubernetes lets go of it"),
+    );
 
     plane.kubectl_must(&["delete", "node", &node, "--wait=false"]);
     timeline.push(format!("{} s: the Node is deleted", since(start)));
