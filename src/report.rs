@@ -867,27 +867,26 @@ mod tests {
         assert_eq!(measured, [(0, Some(2.0), Some(150)), (1, None, Some(300))]);
     }
 
-    /// Issue 52: ranks in lockstep, their pods reported a heartbeat apart (3 s, at 1 step a
-    /// second), are compared at one moment: none is behind (they were said "3 steps behind").
+    /// Issue 52: ranks in lockstep, their pods reported a heartbeat apart (3 s, at 2 steps a
+    /// second), are compared at one moment: none is behind (they were said "6 steps behind").
     /// A rank really behind still is, by as much as it is at that moment.
     #[test]
     fn ranks_are_compared_at_one_moment_not_at_their_reports() {
         let start = Instant::now();
         let mut view = JobView::new("j", Some(rules()), start);
         for second in 0..=10u32 {
-            let step = u64::from(second);
+            let step = 2 * u64::from(second);
             view.note("p-0", "pod p-0", &[(0, step, None)], start + S * second);
             let later = start + S * second + 3 * S;
-            view.note("p-1", "pod p-1", &[(1, step + 3, None)], later);
+            view.note("p-1", "pod p-1", &[(1, step + 6, None)], later);
         }
-        // p-0 last said step 10 at 10 s, p-1 step 13 at 13 s: the same pace, the same step.
-        view.note("p-0", "pod p-0", &[(0, 10, None)], start + 10 * S);
+        // p-0 last said step 20 at 10 s, p-1 step 26 at 13 s: the same pace, the same step.
         let measured = view.measures();
-        assert!(measured.iter().all(|m| m.rate == Some(1.0)), "{measured:?}");
+        assert!(measured.iter().all(|m| m.rate == Some(2.0)), "{measured:?}");
         assert_eq!(view.figures().slowest.map(|s| s.1), Some(0));
-        // Rank 1 five steps behind at that moment.
-        view.note("p-1", "pod p-1", &[(1, 8, None)], start + 13 * S);
-        assert_eq!(view.figures().slowest.map(|s| (s.0, s.1)), Some((1, 5)));
+        // Rank 1 ten steps behind at that moment.
+        view.note("p-1", "pod p-1", &[(1, 16, None)], start + 13 * S);
+        assert_eq!(view.figures().slowest.map(|s| (s.0, s.1)), Some((1, 10)));
     }
 
     /// Issue 52: a pod none of whose ranks has reported a step (no progress file) still has
