@@ -329,6 +329,17 @@ impl Timing {
         };
         Some(Checkpoint { signal, window }).filter(|_| !window.is_zero())
     }
+
+    /// What the pod's stop may take, the children's time being `children` (the pod's own
+    /// grace period, once read, may have set it: `children_grace_seen`).
+    pub fn stop_times(&self, children: Duration) -> StopTimes {
+        StopTimes {
+            children,
+            window: self.checkpoint().map_or(Duration::ZERO, |c| c.window),
+            pod: self.pod_grace,
+            channel: self.channel,
+        }
+    }
 }
 
 /// The kubelet's shortest grace period: a deletion that gives less (a force delete's 0)

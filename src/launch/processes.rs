@@ -104,7 +104,6 @@ pub(super) async fn drive(
         watch: None,
         stop_at: None,
         deletion: None,
-        queued: None,
     };
     let (mut machine, first) = Lifecycle::start(driver.setup());
     let mut commands: VecDeque<Command> = first.into();
@@ -112,9 +111,10 @@ pub(super) async fn drive(
         while let Some(command) = commands.pop_front() {
             let input = match command {
                 Command::Finish(result) => return result,
-                // A stop that comes before the deletion's read (the trainer does not handle
-                // the checkpoint signal, so the window closes at once): the read, bounded, is
-                // awaited, so that the stop runs within what the deletion gives.
+                // A stop that comes before the deletion's read (no checkpoint window, or a
+                // trainer that does not handle its signal, so the window closes at once): the
+                // read, bounded, is awaited, so that the stop runs within what the deletion
+                // gives.
                 command @ Command::Stop { .. } if driver.deletion.is_some() => {
                     if let Some(deleting) = driver.deletion_read_now().await {
                         commands.push_front(command);
@@ -162,8 +162,6 @@ struct Driver<'a> {
     stop_at: Option<Instant>,
     /// The read of this pod's deletion's grace period, begun at the stop signal.
     deletion: Option<BoxFuture<'static, Option<Duration>>>,
-    /// An input that came with the one given before it (a stop signal after its deletion).
-    queued: Option<Input>,
 }
 
 /// How long the read of the pod's own deletion may take: it runs within the deletion's grace
@@ -217,41 +215,20 @@ impl Driver<'_> {
             // window.
             checkpoint: self.config.timing.checkpoint(),
             waits_for_the_job: !trainer && self.channel.is_some(),
-            stop: crate::config::StopTimes {
-                children: self.sup.grace,
-                window: self
-                    .config
-                    .timing
-                    .checkpoint()
-                    .map_or(Duration::ZERO, |c| c.window),
-                pod: self.config.timing.pod_grace,
-                channel: self.config.timing.channel,
-            },
+            stop: self.config.timing.stop_times(self.sup.grace),
         }
     }
 
     /// What an event means to the lifecycle. The first stop signal of a pod found through the
-    /// API also reads the pod's deletion, whose grace period may be shorter than the pod's
-    /// (`kubectl delete --grace-period`, a drain's, a force delete's): with a checkpoint window
-    /// the window opens at once and the read cuts it when it comes (`Input::Deleting`, with
-    /// how long ago the signal came); without one the processes' stop begins at once, so the
-    /// read, bounded, comes first.
-    async fn input_of(&mut self, event: Event) -> Option<Input> {
+    /// API also begins the read of the pod's deletion, whose grace period may be shorter than
+    /// the pod's (`kubectl delete --grace-period`, a drain's, a force delete's): a checkpoint
+    /// window opens at once and the read cuts it when it comes (`next_input`); a stop of the
+    /// processes waits for it first (`drive`).
+    fn input_of(&mut self, event: Event) -> Option<Input> {
         if let Event::Signal(sig) = event {
             if crate::exit::is_stop_signal(sig) && self.stop_at.is_none() {
                 self.stop_at = Some(Instant::now());
-                if let Some(read) = self.deletion_read() {
-                    match self.config.timing.checkpoint() {
-                        Some(_) => self.deletion = Some(read),
-                        None => {
-                            if let Some(grace) = read.await {
-                                self.queued = Some(Input::Signal(sig));
-                                let since_stop = self.stop_at.map(|at| at.elapsed());
-                                return Some(Input::Deleting { grace, since_stop });
-                            }
-                        }
-                    }
-                }
+                self.deletion = self.deletion_read();
             }
         }
         input_of(event, &self.children, &mut self.watch)
@@ -328,7 +305,7 @@ impl Driver<'_> {
                 let told = channel.failed(&said, restartable, false, TOLD_BEFORE_STOP);
                 tokio::select! {
                     _ = told => None,
-                    event = self.sup.next_event() => self.input_of(event).await,
+                    event = self.sup.next_event() => self.input_of(event),
                 }
             }
             Command::TellHang(_)
@@ -513,12 +490,9 @@ impl Driver<'_> {
     /// before a timer or a hang check says anything of it), then the timers, the job's
     /// checkpoint, a hang. None: an event of no child of this attempt.
     async fn next_input(&mut self) -> Option<Input> {
-        if let Some(input) = self.queued.take() {
-            return Some(input);
-        }
         Some(tokio::select! {
             biased;
-            event = self.sup.next_event() => return self.input_of(event).await,
+            event = self.sup.next_event() => return self.input_of(event),
             grace = or_never(self.deletion.as_mut()), if self.deletion.is_some() => {
                 self.deletion = None;
                 let since_stop = self.stop_at.map(|at| at.elapsed());

@@ -423,38 +423,31 @@ pub(super) fn all_gated(groups: &[Vec<PodView>]) -> bool {
 /// Each pod the groups that are not ready await, with one word of why: the reason Kubernetes
 /// gives (`Unschedulable`, `ImagePullBackOff`, ...) or the pod's phase.
 fn awaited_pods(verdict: &Verdict) -> Vec<(String, String)> {
-    verdict
+    let waits = verdict
         .groups
         .iter()
         .filter_map(|readiness| match readiness {
-            Readiness::Waiting(wait) => Some(&wait.not_ready),
+            Readiness::Waiting(wait) => Some(wait),
             Readiness::Ready(_) => None,
-        })
-        .flatten()
-        .map(|(name, phase, reason)| {
+        });
+    let mut pods = Vec::new();
+    for wait in waits {
+        pods.extend(wait.not_ready.iter().map(|(name, phase, reason)| {
             let word = reason
                 .as_deref()
                 .and_then(|r| r.split([':', ' ']).next())
                 .filter(|w| !w.is_empty() && w.chars().all(|c| c.is_ascii_alphanumeric()))
                 .unwrap_or(phase.as_str());
             (name.clone(), word.to_string())
-        })
-        .chain(going_pods(verdict))
-        .collect()
-}
-
-/// The pods being deleted that the wait also waits on (a replacement comes after them).
-fn going_pods(verdict: &Verdict) -> Vec<(String, String)> {
-    verdict
-        .groups
-        .iter()
-        .filter_map(|readiness| match readiness {
-            Readiness::Waiting(wait) => Some(&wait.going),
-            Readiness::Ready(_) => None,
-        })
-        .flatten()
-        .map(|(name, _)| (name.clone(), "Terminating".to_string()))
-        .collect()
+        }));
+        // The pods being deleted it waits on too: their replacements come after them.
+        let going = wait
+            .going
+            .iter()
+            .map(|(name, _)| (name.clone(), "Terminating".into()));
+        pods.extend(going);
+    }
+    pods
 }
 
 /// What the groups that are not ready wait for, in one line.
