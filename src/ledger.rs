@@ -7,6 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::loss::Kind;
 use crate::verdict::UNBOUNDED_PREEMPTIONS;
 
 /// Where the job's restarts stand at an attempt.
@@ -83,14 +84,13 @@ impl Ledger {
         }
     }
 
-    /// The ledger after this attempt ends to restart: the next epoch; one more free restart
-    /// when a preemption or a growth ended it (`preempted`), and one more grow when a growth
-    /// did (`grown`, which counts only with `preempted`).
-    pub fn after_attempt(self, preempted: bool, grown: bool) -> Ledger {
+    /// The ledger after an attempt of this kind of end restarts: the next epoch; one more free
+    /// restart when a preemption or a growth ended it, and one more grow when a growth did.
+    pub fn after_attempt(self, kind: Kind) -> Ledger {
         Ledger {
             epoch: self.epoch.saturating_add(1),
-            preemptions: self.preemptions.saturating_add(u32::from(preempted)),
-            grows: self.grows.saturating_add(u32::from(preempted && grown)),
+            preemptions: self.preemptions.saturating_add(u32::from(kind.is_free())),
+            grows: self.grows.saturating_add(u32::from(kind == Kind::Growth)),
             ..self
         }
     }
@@ -117,18 +117,20 @@ impl Ledger {
 
     /// How the restart after this attempt is said in every launcher's restart line and the
     /// `Restarting` event: which restart, and what it spends.
-    pub fn restart_said(self, preempted: bool, grown: bool) -> String {
+    pub fn restart_said(self, kind: Kind) -> String {
         let next = self.epoch.saturating_add(1);
         let max = self.max_restarts;
-        match preempted {
-            true if grown => format!(
+        match kind {
+            Kind::Growth => format!(
                 "restart {next} with the pods that joined, which spends none of the {max} restarts"
             ),
-            true => format!(
+            Kind::Preemption => format!(
                 "restart {next} after a preemption, which spends none of the {max} restarts"
             ),
-            false if self.preemptions == 0 => format!("restart {next} of {max}"),
-            false => format!(
+            Kind::Failure | Kind::Hang if self.preemptions == 0 => {
+                format!("restart {next} of {max}")
+            }
+            Kind::Failure | Kind::Hang => format!(
                 "restart {} of {max}, after {} that spent none",
                 next - self.preemptions.min(self.epoch),
                 self.free_restarts()
@@ -164,23 +166,19 @@ mod tests {
     }
 
     /// A restart moves the epoch on; a preemption or a growth adds a free restart, a growth a
-    /// grow, and a growth that is no free restart (not `preempted`) no grow.
+    /// grow, a failure or a hang neither.
     #[test]
     fn the_ledger_after_an_attempt_counts_free_restarts_and_grows() {
         let table = [
-            ((false, false), ledger(3, 1, 0)),
-            ((true, false), ledger(3, 2, 0)),
-            ((true, true), ledger(3, 2, 1)),
-            ((false, true), ledger(3, 1, 0)),
+            (Kind::Failure, ledger(3, 1, 0)),
+            (Kind::Hang, ledger(3, 1, 0)),
+            (Kind::Preemption, ledger(3, 2, 0)),
+            (Kind::Growth, ledger(3, 2, 1)),
         ];
-        for ((preempted, grown), after) in table {
-            assert_eq!(
-                ledger(2, 1, 0).after_attempt(preempted, grown),
-                after,
-                "preempted {preempted}, grown {grown}"
-            );
+        for (kind, after) in table {
+            assert_eq!(ledger(2, 1, 0).after_attempt(kind), after, "{kind:?}");
         }
-        let top = ledger(u32::MAX, u32::MAX, u32::MAX).after_attempt(true, true);
+        let top = ledger(u32::MAX, u32::MAX, u32::MAX).after_attempt(Kind::Growth);
         assert_eq!(
             (top.epoch, top.preemptions, top.grows),
             (u32::MAX, u32::MAX, u32::MAX)
@@ -278,35 +276,35 @@ mod tests {
     #[test]
     fn a_restart_says_what_it_spends() {
         let table = [
-            (ledger(0, 0, 0), (false, false), "restart 1 of 3"),
+            (ledger(0, 0, 0), Kind::Failure, "restart 1 of 3"),
             (
                 ledger(2, 2, 0),
-                (false, false),
+                Kind::Failure,
                 "restart 1 of 3, after 2 preemptions that spent none",
             ),
             (
                 ledger(3, 2, 1),
-                (false, false),
+                Kind::Failure,
                 "restart 2 of 3, after 1 preemption and 1 grow that spent none",
             ),
             (
                 ledger(2, 2, 2),
-                (false, false),
+                Kind::Failure,
                 "restart 1 of 3, after 2 grows that spent none",
             ),
             (
                 ledger(1, 0, 0),
-                (true, false),
+                Kind::Preemption,
                 "restart 2 after a preemption, which spends none of the 3 restarts",
             ),
             (
                 ledger(1, 0, 0),
-                (true, true),
+                Kind::Growth,
                 "restart 2 with the pods that joined, which spends none of the 3 restarts",
             ),
         ];
-        for (ledger, (preempted, grown), said) in table {
-            assert_eq!(ledger.restart_said(preempted, grown), said, "{ledger:?}");
+        for (ledger, kind, said) in table {
+            assert_eq!(ledger.restart_said(kind), said, "{ledger:?}");
         }
     }
 }

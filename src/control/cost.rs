@@ -8,7 +8,7 @@ use super::coordinator::{Core, Effect, Input, Setup, Terms};
 use super::message::{Message, WireError};
 use super::wire::{Encoded, Session};
 use crate::config::Secret;
-use crate::loss::Loss;
+use crate::loss::{Kind, Loss};
 use crate::membership::{Member, Membership};
 
 /// One measurement.
@@ -137,11 +137,11 @@ pub fn measure_progress(members: usize) -> ProgressCost {
     let effects = core.step(Input::Said {
         link: 1,
         pod: names[1].clone(),
-        message: Message::Failed {
+        message: Message::Failed(Loss {
             reason: "trainer-1 made no progress for 900 s".into(),
-            restartable: true,
-            hang: true,
-        },
+            restart: true,
+            kind: Kind::Hang,
+        }),
     });
     std::hint::black_box(seal_broadcasts(&effects, &mut sessions));
     ProgressCost {

@@ -5,7 +5,7 @@
 //! decisions are unit-tested and simulated (`simulation.rs`) without a socket.
 
 use crate::ledger::Ledger;
-use crate::loss::Loss;
+use crate::loss::{Kind, Loss};
 
 use super::coordinator::GROWS;
 use super::heard::{after_preemption, judge_preemption, Heard, LogLine, Request};
@@ -135,15 +135,7 @@ impl Following {
     fn asked(&mut self, request: Request) -> Vec<Effect> {
         let say = |message| vec![Effect::Say(message)];
         match request {
-            Request::Failed {
-                reason,
-                restartable,
-                hang,
-            } => say(Message::Failed {
-                reason,
-                restartable,
-                hang,
-            }),
+            Request::Failed(loss) => say(Message::Failed(loss)),
             Request::Stopped => say(Message::Stopped),
             Request::Done if self.running && !self.said_done => {
                 self.said_done = true;
@@ -191,22 +183,10 @@ impl Following {
                 self.told = true;
                 vec![Effect::Hear(Heard::Refused(reason))]
             }
-            Message::Lost(Loss {
-                reason,
-                restart,
-                hang,
-                preempted,
-                grown,
-            }) => {
+            Message::Lost(loss) => {
                 self.told = true;
-                self.may_restart &= restart;
-                vec![Effect::Hear(Heard::Lost(Loss {
-                    reason,
-                    restart,
-                    hang,
-                    preempted,
-                    grown,
-                }))]
+                self.may_restart &= loss.restart;
+                vec![Effect::Hear(Heard::Lost(loss))]
             }
             Message::Bye => {
                 self.told = true;
@@ -230,13 +210,10 @@ impl Following {
                 self.told = true;
                 self.may_restart &= restart;
                 vec![
-                    Effect::Hear(Heard::Lost(Loss {
-                        reason: "the coordinator decided the job's loss".into(),
+                    Effect::Hear(Heard::Lost(Loss::failure(
+                        "the coordinator decided the job's loss".into(),
                         restart,
-                        hang: false,
-                        preempted: false,
-                        grown: false,
-                    })),
+                    ))),
                     Effect::KnowsVerdict(restart),
                 ]
             }
@@ -277,39 +254,27 @@ impl Following {
         if !self.told {
             self.told = true;
             effects.push(Effect::Hear(match (self.running, &self.preemption) {
-                (true, None) => Heard::Lost(Loss {
-                    reason,
-                    restart: self.may_restart,
-                    hang: false,
-                    preempted: false,
-                    grown: false,
-                }),
+                (true, None) => Heard::Lost(Loss::failure(reason, self.may_restart)),
                 // As the coordinator would have said it: the preemption (or the growth) first.
                 // The growth's window once a member finished: the growth is over (the job is
                 // ending), the loss the job's own, as the coordinator would say it.
                 (true, Some(said)) if said.starts_with(GROWS) && !self.may_restart => {
-                    Heard::Lost(Loss {
-                        reason,
-                        restart: false,
-                        hang: false,
-                        preempted: false,
-                        grown: false,
-                    })
+                    Heard::Lost(Loss::failure(reason, false))
                 }
                 (true, Some(said)) => {
                     let ended = after_preemption(said, &reason);
                     // The growth's checkpoint window: its restart, free whatever the allowance.
-                    let grown = said.starts_with(GROWS);
-                    let (preempted, reason) = match grown {
-                        true => (true, ended),
+                    let judged = match said.starts_with(GROWS) {
+                        true => Loss {
+                            reason: ended,
+                            restart: true,
+                            kind: Kind::Growth,
+                        },
                         false => judge_preemption(ended, self.ledger),
                     };
                     Heard::Lost(Loss {
-                        reason,
                         restart: self.may_restart,
-                        hang: false,
-                        preempted,
-                        grown,
+                        ..judged
                     })
                 }
                 (false, _) => Heard::Regather(reason),
@@ -341,9 +306,7 @@ mod tests {
         Message::Lost(Loss {
             reason: "r".into(),
             restart,
-            hang: false,
-            preempted: false,
-            grown: false,
+            kind: Kind::Failure,
         })
     }
 
@@ -420,9 +383,7 @@ mod tests {
                     Hear(Heard::Lost(Loss {
                         reason: "p-2; then: lost the connection to the coordinating launcher at 10.0.0.1:6171 (unexpected Go { membership: None, ledger: Ledger { epoch: 1, max_restarts: 2, preemptions: 0, max_preemptions: 4294967295, grows: 0 } })".into(),
                         restart: true,
-                        hang: false,
-                        preempted: true,
-                        grown: false,
+                        kind: Kind::Preemption,
                     })),
                     KnowsVerdict(true),
                 ],
@@ -441,9 +402,7 @@ mod tests {
                     Hear(Heard::Lost(Loss {
                         reason: "pod p-0: preempted (SIGTERM while training); then: the coordinating launcher at 10.0.0.1:6171 sent no heartbeat for 2 s (frozen, or its node is gone)".into(),
                         restart: true,
-                        hang: false,
-                        preempted: true,
-                        grown: false,
+                        kind: Kind::Preemption,
                     })),
                     KnowsVerdict(true),
                 ],
@@ -468,9 +427,7 @@ mod tests {
                     Hear(Heard::Lost(Loss {
                         reason: "the job grows: p-3 joined (1 pod); then: the coordinating launcher at 10.0.0.1:6171 sent no heartbeat for 2 s (frozen, or its node is gone)".into(),
                         restart: true,
-                        hang: false,
-                        preempted: true,
-                        grown: true,
+                        kind: Kind::Growth,
                     })),
                     KnowsVerdict(true),
                 ],
@@ -491,9 +448,7 @@ mod tests {
                     Hear(Heard::Lost(Loss {
                         reason: "the coordinating launcher at 10.0.0.1:6171 sent no heartbeat for 2 s (frozen, or its node is gone)".into(),
                         restart: false,
-                        hang: false,
-                        preempted: false,
-                        grown: false,
+                        kind: Kind::Failure,
                     })),
                     KnowsVerdict(false),
                 ],
@@ -518,9 +473,7 @@ mod tests {
                     Hear(Heard::Lost(Loss {
                         reason: "pod p-0: preempted (SIGTERM while training); then: the coordinating launcher at 10.0.0.1:6171 sent no heartbeat for 2 s (frozen, or its node is gone)".into(),
                         restart: true,
-                        hang: false,
-                        preempted: true,
-                        grown: false,
+                        kind: Kind::Preemption,
                     })),
                     KnowsVerdict(true),
                 ],
@@ -545,9 +498,7 @@ mod tests {
                     Hear(Heard::Lost(Loss {
                         reason: "pod p-0: preempted (SIGTERM while training); then: the coordinating launcher at 10.0.0.1:6171 sent no heartbeat for 2 s (frozen, or its node is gone); only the job's first preemption was free (PADDLE_LAUNCHER_MAX_PREEMPTIONS): this one counts as a failure".into(),
                         restart: true,
-                        hang: false,
-                        preempted: false,
-                        grown: false,
+                        kind: Kind::Failure,
                     })),
                     KnowsVerdict(true),
                 ],
@@ -566,9 +517,7 @@ mod tests {
                     Hear(Heard::Lost(Loss {
                         reason: "r".into(),
                         restart: true,
-                        hang: false,
-                        preempted: false,
-                        grown: false,
+                        kind: Kind::Failure,
                     })),
                     Served("ps-1".into()),
                 ],
@@ -586,9 +535,7 @@ mod tests {
                     Hear(Heard::Lost(Loss {
                         reason: "lost the connection to the coordinating launcher at 10.0.0.1:6171 (unexpected Regather { reason: \"x\" })".into(),
                         restart: true,
-                        hang: false,
-                        preempted: false,
-                        grown: false,
+                        kind: Kind::Failure,
                     })),
                     KnowsVerdict(true),
                 ],
@@ -624,9 +571,7 @@ mod tests {
                     Hear(Heard::Lost(Loss {
                         reason: "r".into(),
                         restart: true,
-                        hang: false,
-                        preempted: false,
-                        grown: false,
+                        kind: Kind::Failure,
                     })),
                 ],
             ),
@@ -647,9 +592,7 @@ mod tests {
                     Hear(Heard::Lost(Loss {
                         reason: "r".into(),
                         restart: true,
-                        hang: false,
-                        preempted: false,
-                        grown: false,
+                        kind: Kind::Failure,
                     })),
                     Say(Message::Stopped),
                     CannotRestart,
@@ -669,9 +612,7 @@ mod tests {
                     Hear(Heard::Lost(Loss {
                         reason: "the coordinating launcher at 10.0.0.1:6171 sent no heartbeat for 10 s (frozen, or its node is gone)".into(),
                         restart: true,
-                        hang: false,
-                        preempted: false,
-                        grown: false,
+                        kind: Kind::Failure,
                     })),
                     KnowsVerdict(true),
                 ],
@@ -690,9 +631,7 @@ mod tests {
                     Hear(Heard::Lost(Loss {
                         reason: "lost the connection to the coordinating launcher at 10.0.0.1:6171 (closed)".into(),
                         restart: false,
-                        hang: false,
-                        preempted: false,
-                        grown: false,
+                        kind: Kind::Failure,
                     })),
                     KnowsVerdict(false),
                 ],
@@ -722,9 +661,7 @@ mod tests {
                     Hear(Heard::Lost(Loss {
                         reason: "the coordinator decided the job's loss".into(),
                         restart: true,
-                        hang: false,
-                        preempted: false,
-                        grown: false,
+                        kind: Kind::Failure,
                     })),
                     KnowsVerdict(true),
                 ],
@@ -736,9 +673,7 @@ mod tests {
                     frame(Message::Lost(Loss {
                         reason: "pod p-2: trainer exited with status 3".into(),
                         restart: false,
-                        hang: false,
-                        preempted: false,
-                        grown: false,
+                        kind: Kind::Failure,
                     })),
                     Input::Silent(10),
                 ],
@@ -747,9 +682,7 @@ mod tests {
                     Hear(Heard::Lost(Loss {
                         reason: "pod p-2: trainer exited with status 3".into(),
                         restart: false,
-                        hang: false,
-                        preempted: false,
-                        grown: false,
+                        kind: Kind::Failure,
                     })),
                     StopListening,
                     KnowsVerdict(false),
@@ -767,9 +700,7 @@ mod tests {
                     Hear(Heard::Lost(Loss {
                         reason: "the coordinator decided the job's loss".into(),
                         restart: false,
-                        hang: false,
-                        preempted: false,
-                        grown: false,
+                        kind: Kind::Failure,
                     })),
                     KnowsVerdict(false),
                     StopListening,

@@ -3,7 +3,7 @@
 //! attempt loop share, with the rules that word a preemption's end. Pure: no socket here.
 
 use crate::ledger::Ledger;
-use crate::loss::Loss;
+use crate::loss::{Kind, Loss};
 use crate::membership::Membership;
 
 /// A line one of the channel's pure machines says for the pod's log: its driver writes it (the
@@ -36,11 +36,9 @@ pub enum Heard {
 #[derive(Debug, Clone, PartialEq, Eq)]
 /// What this launcher asks of its channel (the coordinator's core or the follower's).
 pub(super) enum Request {
-    Failed {
-        reason: String,
-        restartable: bool,
-        hang: bool,
-    },
+    /// This launcher's attempt ended without success (a failure or a hang, with whether a
+    /// restart could mend it).
+    Failed(Loss),
     /// The coordinator's launcher saw a member's pod lost through the API.
     PodLost(String),
     /// After a loss: this launcher's children are stopped.
@@ -54,21 +52,26 @@ pub(super) enum Request {
     },
 }
 
-/// Whether an attempt that a preemption ends, in an attempt of this ledger, restarts for free;
-/// and its reason as every pod says it (beyond the free ones, with why it counts as a
-/// failure). The coordinator's judgement, and a follower's when the coordinator is gone.
-pub fn judge_preemption(reason: String, ledger: Ledger) -> (bool, String) {
+/// The end of an attempt that a preemption ends, in an attempt of this ledger: a free
+/// preemption, or beyond the free ones a failure whose reason says why it counts as one (the
+/// restart as provisional as any, for the verdict to decide). The coordinator's judgement, and
+/// a follower's when the coordinator is gone.
+pub fn judge_preemption(reason: String, ledger: Ledger) -> Loss {
     if ledger.preemption_is_free() {
-        return (true, reason);
+        return Loss {
+            reason,
+            restart: true,
+            kind: Kind::Preemption,
+        };
     }
     let free = match ledger.max_preemptions {
         0 => "no preemption is free".to_string(),
         1 => "only the job's first preemption was free".to_string(),
         n => format!("only the job's first {n} preemptions were free"),
     };
-    let reason =
-        format!("{reason}; {free} (PADDLE_LAUNCHER_MAX_PREEMPTIONS): this one counts as a failure");
-    (false, reason)
+    Loss::of_pod(format!(
+        "{reason}; {free} (PADDLE_LAUNCHER_MAX_PREEMPTIONS): this one counts as a failure"
+    ))
 }
 
 /// How the end of an attempt in which a member was preempted (or the job was growing) reads

@@ -124,17 +124,12 @@ pub enum Message {
     /// A follower's trainer succeeded: its end from now on is not a loss, and the job can no
     /// longer start again as a whole.
     Done,
-    /// A follower failed (or saw the job fail): the coordinator tells everyone.
-    /// `restartable`: false when a restart would fail the same way (a command that cannot
-    /// start).
-    Failed {
-        reason: String,
-        restartable: bool,
-        /// The failure is a trainer judged hung: the coordinator names the rank furthest
-        /// behind, and every launcher asks its trainer for its stacks before stopping it.
-        #[serde(default)]
-        hang: bool,
-    },
+    /// A follower failed (or saw the job fail), a `Failure` or a `Hang` (the coordinator names
+    /// the rank furthest behind, and every launcher asks its trainers for their stacks before
+    /// stopping them): the coordinator tells everyone. Its fields on the frame itself:
+    /// "reason", "restartable" — false when a restart would fail the same way (a command that
+    /// cannot start) — and "hang", which may be absent.
+    Failed(#[serde(with = "failed_frame")] Loss),
     /// Coordinator: the job lost a member or one failed: stop (its fields on the frame
     /// itself: "reason", "restart" — whether the job may start again, not once a member has
     /// finished — "hang", "preempted", "grown"; the last three may be absent).
@@ -167,6 +162,42 @@ pub enum Message {
     Stopped,
     /// Coordinator: whether the job restarts, decided once, after every member stopped.
     Verdict { restart: bool },
+}
+
+/// A `Failed` frame's fields, as the wire has always carried them.
+mod failed_frame {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use crate::loss::{Kind, Loss};
+
+    #[derive(Serialize, Deserialize)]
+    struct Failed {
+        reason: String,
+        restartable: bool,
+        #[serde(default)]
+        hang: bool,
+    }
+
+    pub fn serialize<S: Serializer>(loss: &Loss, serializer: S) -> Result<S::Ok, S::Error> {
+        Failed {
+            reason: loss.reason.clone(),
+            restartable: loss.restart,
+            hang: loss.kind == Kind::Hang,
+        }
+        .serialize(serializer)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Loss, D::Error> {
+        let failed = Failed::deserialize(deserializer)?;
+        Ok(Loss {
+            reason: failed.reason,
+            restart: failed.restartable,
+            kind: match failed.hang {
+                true => Kind::Hang,
+                false => Kind::Failure,
+            },
+        })
+    }
 }
 
 fn unbounded() -> u32 {

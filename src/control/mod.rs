@@ -21,7 +21,7 @@ use tracing::{info, Instrument};
 
 use crate::config::Secret;
 use crate::ledger::Ledger;
-use crate::loss::Loss;
+use crate::loss::{Kind, Loss};
 use crate::membership::{Membership, PodAddress, Served};
 
 mod coordinator;
@@ -364,14 +364,13 @@ impl Channel {
     /// everyone; the coordinator tells everyone), and waits up to `wait` for the job's answer:
     /// whether it may restart (`may_restart` then says) depends on what the others did, e.g. a
     /// pod that already finished. A coordinator that does not answer leaves it as it was.
-    /// `restartable`: false when a restart would fail the same way; `hang`: this launcher's
-    /// trainer was judged hung (the coordinator names the rank the progress points at).
-    pub async fn failed(&self, reason: &str, restartable: bool, hang: bool, wait: Duration) {
-        let _ = self.requests.send(Request::Failed {
-            reason: cut(reason),
-            restartable,
-            hang,
-        });
+    /// `ended`: a `Failure`, or a `Hang` of this launcher's trainer (the coordinator names the
+    /// rank the progress points at), with whether a restart could mend it.
+    pub async fn failed(&self, ended: Loss, wait: Duration) {
+        let _ = self.requests.send(Request::Failed(Loss {
+            reason: cut(&ended.reason),
+            ..ended
+        }));
         let mut lost = self.lost.clone();
         let _ = timeout(wait, lost.wait_for(|known| *known)).await;
     }
@@ -380,22 +379,20 @@ impl Channel {
     /// an answer: the coordinator names the suspect and has every launcher dump its stacks.
     /// The failure said again once the trainer is stopped changes nothing (the first stands).
     pub fn tell_hang(&self, reason: &str) {
-        let _ = self.requests.send(Request::Failed {
+        let _ = self.requests.send(Request::Failed(Loss {
             reason: cut(reason),
-            restartable: true,
-            hang: true,
-        });
+            restart: true,
+            kind: Kind::Hang,
+        }));
     }
 
     /// A preempted launcher's checkpoint window is over (the reason): the job stops as this
     /// pod's processes do, without waiting for them, and the restart spends no budget. The
     /// failure said again once they are stopped changes nothing (the first stands).
     pub fn leaving(&self, reason: &str) {
-        let _ = self.requests.send(Request::Failed {
-            reason: cut(reason),
-            restartable: true,
-            hang: false,
-        });
+        let _ = self
+            .requests
+            .send(Request::Failed(Loss::of_pod(cut(reason))));
     }
 
     /// Ends this launcher's part and waits until it has. After a success a follower says
@@ -711,11 +708,11 @@ mod tests {
             Message::Preempted {
                 reason: "pod p-1: preempted (SIGTERM while training)".into(),
             },
-            Message::Failed {
+            Message::Failed(Loss {
                 reason: "pod p-1: stopped".into(),
-                restartable: true,
-                hang: false,
-            },
+                restart: true,
+                kind: Kind::Failure,
+            }),
             Message::Stopped,
             Message::Done,
         ];
@@ -993,18 +990,18 @@ mod tests {
         }
         channels[1]
             .failed(
-                "pod p-1 (trainer 1): trainer exited with status 3",
-                true,
-                false,
+                Loss {
+                    reason: "pod p-1 (trainer 1): trainer exited with status 3".into(),
+                    restart: true,
+                    kind: Kind::Failure,
+                },
                 WAIT,
             )
             .await;
         let lost = Heard::Lost(Loss {
             reason: "pod p-1 (trainer 1): trainer exited with status 3".into(),
             restart: true,
-            hang: false,
-            preempted: false,
-            grown: false,
+            kind: Kind::Failure,
         });
         assert_eq!(heard(&mut channels[0]).await, lost);
         assert_eq!(heard(&mut channels[2]).await, lost);
@@ -1020,9 +1017,11 @@ mod tests {
         sleep(Duration::from_millis(300)).await;
         channels[1]
             .failed(
-                "pod p-1 (trainer 1): trainer exited with status 3",
-                true,
-                false,
+                Loss {
+                    reason: "pod p-1 (trainer 1): trainer exited with status 3".into(),
+                    restart: true,
+                    kind: Kind::Failure,
+                },
                 WAIT,
             )
             .await;
@@ -1045,18 +1044,27 @@ mod tests {
         for (i, mut channel) in channels.into_iter().enumerate().filter(|(i, _)| *i != 1) {
             let lost = heard(&mut channel).await;
             assert!(
-                matches!(&lost, Heard::Lost(Loss { hang: true, restart: true, reason, .. }) if reason.contains("p-1")),
+                matches!(&lost, Heard::Lost(Loss { kind: Kind::Hang, restart: true, reason, .. }) if reason.contains("p-1")),
                 "launcher {i} heard {lost:?}"
             );
         }
 
         let channels = three_started(150, 0).await;
         let failure = "pod p-2: trainer id 5 exited with status 2";
-        channels[2].failed(failure, false, false, WAIT).await;
+        channels[2]
+            .failed(
+                Loss {
+                    reason: failure.to_string(),
+                    restart: false,
+                    kind: Kind::Failure,
+                },
+                WAIT,
+            )
+            .await;
         for mut channel in channels.into_iter().take(2) {
             let lost = heard(&mut channel).await;
             assert!(
-                matches!(&lost, Heard::Lost(Loss { restart: false, hang: false, reason, .. }) if reason.contains("trainer id 5")),
+                matches!(&lost, Heard::Lost(Loss { restart: false, kind: Kind::Failure, reason, .. }) if reason.contains("trainer id 5")),
                 "{lost:?}"
             );
         }
@@ -1069,7 +1077,7 @@ mod tests {
                 matches!(
                     heard(&mut channel).await,
                     Heard::Lost(Loss {
-                        preempted: true,
+                        kind: Kind::Preemption,
                         restart: true,
                         ..
                     })
@@ -1088,9 +1096,11 @@ mod tests {
             let channels = three_started(70 + 10 * finisher as u8, 0).await;
             channels[1]
                 .failed(
-                    "pod p-1 (trainer 1): trainer exited with status 3",
-                    true,
-                    false,
+                    Loss {
+                        reason: "pod p-1 (trainer 1): trainer exited with status 3".into(),
+                        restart: true,
+                        kind: Kind::Failure,
+                    },
                     WAIT,
                 )
                 .await;
@@ -1115,7 +1125,14 @@ mod tests {
         channels[2].done();
         sleep(Duration::from_millis(300)).await;
         channels[1]
-            .failed("pod p-1: trainer exited with status 3", true, false, WAIT)
+            .failed(
+                Loss {
+                    reason: "pod p-1: trainer exited with status 3".into(),
+                    restart: true,
+                    kind: Kind::Failure,
+                },
+                WAIT,
+            )
             .await;
         assert!(
             !channels[1].may_restart(),
@@ -1136,7 +1153,14 @@ mod tests {
     async fn the_verdict_comes_once_every_launcher_has_stopped() {
         let channels = three_started(220, 0).await;
         channels[1]
-            .failed("pod p-1: trainer exited with status 3", true, false, WAIT)
+            .failed(
+                Loss {
+                    reason: "pod p-1: trainer exited with status 3".into(),
+                    restart: true,
+                    kind: Kind::Failure,
+                },
+                WAIT,
+            )
             .await;
         let bound = Duration::from_secs(600);
         let waits = channels
@@ -1164,7 +1188,14 @@ mod tests {
             ));
         }
         channels[2]
-            .failed("pod p-2: trainer exited with status 3", true, false, WAIT)
+            .failed(
+                Loss {
+                    reason: "pod p-2: trainer exited with status 3".into(),
+                    restart: true,
+                    kind: Kind::Failure,
+                },
+                WAIT,
+            )
             .await;
         assert!(!channels[2].may_restart(), "restart 2 of a budget of 1");
         assert!(matches!(
@@ -1175,9 +1206,11 @@ mod tests {
         let mut channels = three_started(120, 0).await;
         channels[1]
             .failed(
-                "pod p-1: cannot start the trainer: no such file",
-                false,
-                false,
+                Loss {
+                    reason: "pod p-1: cannot start the trainer: no such file".into(),
+                    restart: false,
+                    kind: Kind::Failure,
+                },
                 WAIT,
             )
             .await;
@@ -1244,9 +1277,7 @@ mod tests {
         let lost = Heard::Lost(Loss {
             reason: "peer pod p-2 was deleted".into(),
             restart: true,
-            hang: false,
-            preempted: false,
-            grown: false,
+            kind: Kind::Failure,
         });
         assert_eq!(heard(&mut channels[0]).await, lost);
         assert_eq!(heard(&mut channels[1]).await, lost);

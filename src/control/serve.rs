@@ -765,7 +765,7 @@ fn due(last: &mut Option<Instant>, at: Instant, every: Duration) -> bool {
 pub(super) fn is_report(message: &Message) -> bool {
     matches!(
         message,
-        Message::Done | Message::Failed { .. } | Message::Stopped | Message::Preempted { .. }
+        Message::Done | Message::Failed(_) | Message::Stopped | Message::Preempted { .. }
     )
 }
 

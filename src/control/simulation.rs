@@ -21,7 +21,7 @@ use super::following::{self, Following};
 use super::message::{Message, WireError};
 use super::{Heard, Request};
 use crate::ledger::Ledger;
-use crate::loss::Loss;
+use crate::loss::{Kind, Loss};
 use crate::verdict::UNBOUNDED_PREEMPTIONS;
 
 impl Default for Following {
@@ -394,16 +394,13 @@ impl Sim {
             Input::Said {
                 link,
                 pod,
-                message:
-                    Message::Failed {
-                        restartable: false, ..
-                    },
+                message: Message::Failed(Loss { restart: false, .. }),
             } if running && self.core.links.get(pod) == Some(link) => {
                 self.record.unrestartable_said = true;
             }
-            Input::Own(Request::Failed {
-                restartable: false, ..
-            }) => self.record.unrestartable_said = true,
+            Input::Own(Request::Failed(Loss { restart: false, .. })) => {
+                self.record.unrestartable_said = true
+            }
             _ => {}
         }
         match &input {
@@ -525,15 +522,15 @@ impl Sim {
                 following::Effect::Hear(Heard::Lost(Loss {
                     restart,
                     reason,
-                    hang,
-                    preempted,
-                    grown,
+                    kind,
                 })) => {
+                    let (hang, preempted, grown) =
+                        (kind == Kind::Hang, kind.is_free(), kind == Kind::Growth);
                     // A growth's restart (or a loss in its checkpoint window) is told as one,
                     // free, by the coordinator or by the link's end when it is gone.
                     prop_assert_eq!(
-                        grown,
-                        preempted && reason.starts_with("the job grows"),
+                        kind == Kind::Growth,
+                        kind.is_free() && reason.starts_with("the job grows"),
                         "{} heard a loss told as a grow or not: {}",
                         f.name,
                         reason
@@ -583,7 +580,7 @@ impl Sim {
                 following::Effect::Say(message) => {
                     match &message {
                         Message::Done => f.said_done = true,
-                        Message::Failed { .. } => f.said_failed = true,
+                        Message::Failed(_) => f.said_failed = true,
                         Message::Stopped => f.said_stopped = true,
                         Message::Preempted { .. } => f.said_preempted = true,
                         _ => {}
@@ -794,13 +791,12 @@ impl Sim {
             Message::Lost(Loss {
                 restart,
                 reason,
-                hang,
-                preempted,
-                grown,
+                kind,
             }) => {
+                let (hang, preempted) = (*kind == Kind::Hang, kind.is_free());
                 prop_assert_eq!(
-                    *grown,
-                    *preempted && reason.starts_with("the job grows"),
+                    *kind == Kind::Growth,
+                    kind.is_free() && reason.starts_with("the job grows"),
                     "a loss told as a grow or not: {}",
                     reason
                 );
@@ -817,13 +813,13 @@ impl Sim {
                     // free, but a failure that may not be restarted still ends the job.
                     let in_window = reason.contains("; then: ");
                     prop_assert!(
-                        *preempted && (*restart || in_window),
+                        preempted && (*restart || in_window),
                         "a grow that is not a free restart"
                     );
                     // Only while the growth stands: nobody finished; and no hang (nothing to
                     // find: the trainers were asked to checkpoint).
                     if in_window {
-                        prop_assert!(!*hang, "a loss in the growth's window told as a hang");
+                        prop_assert!(!hang, "a loss in the growth's window told as a hang");
                         prop_assert!(
                             !self.record.finished_before_loss,
                             "a loss after a member finished said as the growth's: {}",
@@ -858,7 +854,7 @@ impl Sim {
                     .first()
                     .is_some_and(|&(_, _, p, max)| p < max);
                 prop_assert_eq!(
-                    *preempted,
+                    preempted,
                     self.record.checkpoint.is_some() && free || growing,
                     "a loss after a checkpoint request is a free preemption's, and only then"
                 );
@@ -888,18 +884,18 @@ impl Sim {
                     prop_assert!(!hang, "a preemption told as a hang");
                 }
                 if let Some(first) = self.record.lost_preempted.first() {
-                    prop_assert_eq!(preempted, first, "the preemption flag changed");
+                    prop_assert_eq!(&preempted, first, "the preemption flag changed");
                 }
-                self.record.lost_preempted.push(*preempted);
+                self.record.lost_preempted.push(preempted);
                 // One cause for the job: a later word (final after a success) repeats it.
                 match &self.record.cause {
-                    None => self.record.cause = Some((reason.clone(), *hang)),
+                    None => self.record.cause = Some((reason.clone(), hang)),
                     Some((first, first_hang)) => {
                         prop_assert!(
                             reason.starts_with(first.as_str()),
                             "another cause: {reason} after {first}"
                         );
-                        prop_assert_eq!(hang, first_hang, "the hang flag changed");
+                        prop_assert_eq!(&hang, first_hang, "the hang flag changed");
                     }
                 }
                 let Some(&(epoch, budget, preemptions, free)) = self.record.gos.first() else {
@@ -921,7 +917,7 @@ impl Sim {
                 );
                 // A preemption restarts whatever the budget: not once a member finished or a
                 // failure would recur.
-                if *preempted && !restart {
+                if preempted && !restart {
                     prop_assert!(
                         self.record.finished_before_loss
                             || self.record.unrestartable_said
@@ -1127,11 +1123,11 @@ impl Sim {
                     f.go.is_some() && f.link.is_some() && !f.said_done && !f.said_failed
                 });
                 if asks {
-                    let request = Request::Failed {
+                    let request = Request::Failed(Loss {
                         reason: "trainer exited with status 3".into(),
-                        restartable,
-                        hang,
-                    };
+                        restart: restartable,
+                        kind: if hang { Kind::Hang } else { Kind::Failure },
+                    });
                     self.follower_asks(i, request)?;
                 }
             }
@@ -1187,11 +1183,11 @@ impl Sim {
             Action::Leaves(i) => self.end_link(i, WireError::Closed, true),
             Action::OwnDone => self.step(Input::Own(Request::Done))?,
             Action::OwnFails(restartable, hang) => {
-                self.step(Input::Own(Request::Failed {
+                self.step(Input::Own(Request::Failed(Loss {
                     reason: "pod p-0: trainer exited with status 3".into(),
-                    restartable,
-                    hang,
-                }))?;
+                    restart: restartable,
+                    kind: if hang { Kind::Hang } else { Kind::Failure },
+                })))?;
             }
             Action::OwnPreempted => {
                 self.step(Input::Own(Request::Preempted(
@@ -1262,11 +1258,11 @@ impl Sim {
                     Input::Said {
                         link: u64::MAX,
                         pod: "intruder".into(),
-                        message: Message::Failed {
+                        message: Message::Failed(Loss {
                             reason: "forged".into(),
-                            restartable: true,
-                            hang: true,
-                        },
+                            restart: true,
+                            kind: Kind::Hang,
+                        }),
                     },
                     Input::Progress {
                         link: u64::MAX,
@@ -1678,8 +1674,6 @@ fn the_coordinators_own_launcher_hears_a_followers_failure() {
     assert!(effects.contains(&Effect::Hear(Heard::Lost(Loss {
         reason: "trainer exited with status 3".into(),
         restart: true,
-        hang: false,
-        preempted: false,
-        grown: false,
+        kind: Kind::Failure,
     }))));
 }

@@ -234,7 +234,7 @@ mod tests {
     use super::super::message::{cut, MAX_REASON};
     use super::*;
     use crate::ledger::Ledger;
-    use crate::loss::Loss;
+    use crate::loss::{Kind, Loss};
 
     fn secret() -> Secret {
         Secret(b"0123456789abcdef0123456789abcdef".to_vec())
@@ -264,11 +264,11 @@ mod tests {
             "\u{1}é\"".repeat(300),
             "€".repeat(1000),
         ] {
-            let message = Message::Failed {
+            let message = Message::Failed(Loss {
                 reason: cut(&text),
-                restartable: false,
-                hang: true,
-            };
+                restart: false,
+                kind: Kind::Hang,
+            });
             let payload = serde_json::to_vec(&message).unwrap();
             assert!(payload.len() <= MAX_PAYLOAD, "{} bytes", payload.len());
             assert!(text.starts_with(&cut(&text)) && !cut(&text).is_empty());
@@ -286,9 +286,7 @@ mod tests {
             Message::Lost(Loss {
                 reason: "x".into(),
                 restart: true,
-                hang: false,
-                preempted: false,
-                grown: false,
+                kind: Kind::Failure,
             })
         );
         let hello: Message = serde_json::from_str(
@@ -364,9 +362,7 @@ mod tests {
         let lost = recorded.seal(&Message::Lost(Loss {
             reason: "replayed".into(),
             restart: true,
-            hang: false,
-            preempted: false,
-            grown: false,
+            kind: Kind::Failure,
         }));
         let (p, m) = split(&lost);
         let mut victim = Session::new(&secret(), both(server, [2u8; NONCE_LEN]), false);
@@ -377,11 +373,9 @@ mod tests {
     fn long_reasons_are_cut_to_fit_a_frame() {
         let mut session = Session::new(&secret(), [0u8; 2 * NONCE_LEN], true);
         let frame = session.seal(&Message::Lost(Loss {
-            preempted: false,
             reason: cut(&"x".repeat(10_000)),
             restart: false,
-            hang: false,
-            grown: false,
+            kind: Kind::Failure,
         }));
         let (payload, _) = split(&frame);
         assert!(payload.len() <= MAX_PAYLOAD);

@@ -403,13 +403,9 @@ impl Attempts {
                     word,
                 }
             }
-            Command::TellFailure {
-                said,
-                restartable,
-                hang,
-            } => {
+            Command::TellFailure(ended) => {
                 if let Some(channel) = self.channel() {
-                    ending::tell_failure(channel, &said, restartable, hang).await;
+                    ending::tell_failure(channel, ended).await;
                 }
                 Input::Told(self.word())
             }
@@ -439,9 +435,9 @@ impl Attempts {
                 line,
                 posts,
                 record,
-                cause,
+                kind,
             } => {
-                self.show(|b| b.restarting(cause));
+                self.show(|b| b.restarting(kind));
                 self.record(record, config);
                 self.restart(&line, posts, supervisor).await?;
                 Input::Restarted

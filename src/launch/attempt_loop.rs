@@ -15,7 +15,7 @@ use crate::error::Error;
 use crate::exit::{self, Outcome};
 use crate::ledger::Ledger;
 use crate::ledger::Recorded;
-use crate::loss::{Cause, Loss};
+use crate::loss::{Kind, Loss};
 use crate::membership::PodAddress;
 use crate::vocabulary::EventKind;
 use crate::vocabulary::JOB_STOPPED;
@@ -41,15 +41,10 @@ pub(crate) struct Word {
 
 impl Word {
     /// The attempt ended with a preemption (or a growth): it spends no restart.
-    fn preempted(&self) -> bool {
-        self.cause.as_ref().is_some_and(|cause| cause.preempted)
-    }
-
-    /// The attempt ended, free, for an elastic job's growth.
-    fn grown(&self) -> bool {
+    fn free(&self) -> bool {
         self.cause
             .as_ref()
-            .is_some_and(|cause| cause.preempted && cause.grown)
+            .is_some_and(|cause| cause.kind.is_free())
     }
 }
 
@@ -122,12 +117,9 @@ pub(crate) enum Command {
     },
     /// Begin and run the attempt gathered.
     Run,
-    /// Tell the job this launcher's attempt failed (`said` names the pod and when).
-    TellFailure {
-        said: String,
-        restartable: bool,
-        hang: bool,
-    },
+    /// Tell the job this launcher's attempt failed: a `Failure` or a `Hang`, its reason naming
+    /// the pod and when.
+    TellFailure(Loss),
     /// Wait at most `limit` for the job's verdict (`doing`: what the wait says); first record
     /// a preemption on the Job, if asked.
     AwaitVerdict {
@@ -147,7 +139,7 @@ pub(crate) enum Command {
         line: String,
         posts: Vec<Post>,
         record: Option<Recorded>,
-        cause: Cause,
+        kind: Kind,
     },
     /// The pod ends: wait for the preemption's record (if one is being written), close the
     /// channel telling whether this pod succeeded; record a preemption, if asked.
@@ -273,11 +265,14 @@ impl AttemptLoop {
             Err(e) => format!("{who_at}: {e}"),
         };
         let succeeded = code_of(&result) == exit::SUCCESS && result.is_ok();
-        let tell = Command::TellFailure {
-            said: said.clone(),
-            restartable: lifecycle::others_may_restart(&result),
-            hang: matches!(result, Err(Error::Hung { .. })),
-        };
+        let tell = Command::TellFailure(Loss {
+            reason: said.clone(),
+            restart: lifecycle::others_may_restart(&result),
+            kind: match result {
+                Err(Error::Hung { .. }) => Kind::Hang,
+                _ => Kind::Failure,
+            },
+        });
         let ended = AttemptEnd {
             result,
             who_at,
@@ -330,11 +325,13 @@ impl AttemptLoop {
         ended: &mut AttemptEnd,
         word: &Word,
     ) -> Option<Recorded> {
-        if !attempt.records || !word.preempted() || ended.recorded {
+        let kind = word.cause.as_ref().map(|cause| cause.kind);
+        let kind = kind.filter(|kind| kind.is_free())?;
+        if !attempt.records || ended.recorded {
             return None;
         }
         ended.recorded = true;
-        let after = attempt.ledger.after_attempt(true, word.grown());
+        let after = attempt.ledger.after_attempt(kind);
         Some(
             Ledger {
                 epoch: attempt.ledger.epoch,
@@ -365,7 +362,7 @@ impl AttemptLoop {
         let budget = Budget {
             ledger: attempt.ledger,
             may_restart,
-            preempted: word.preempted(),
+            preempted: word.free(),
         };
         let result = std::mem::replace(&mut ended.result, Ok(Outcome::new(0, "")));
         match after_run(result, &budget) {
@@ -389,15 +386,18 @@ impl AttemptLoop {
         word: Word,
         record: Option<Recorded>,
     ) -> Command {
-        let preempted = word.preempted();
-        let hang = word.cause.as_ref().map_or(ended.hung, |cause| cause.hang);
-        let grown = word.grown();
+        // The job's first cause, as the channel told it; without one, this launcher's own end.
+        let own = match ended.hung {
+            true => Kind::Hang,
+            false => Kind::Failure,
+        };
+        let kind = word.cause.as_ref().map_or(own, |cause| cause.kind);
         self.alive = word.alive;
         let reason = word.cause.map_or(reason, |cause| cause.reason);
-        let restart = attempt.ledger.restart_said(preempted, grown);
+        let restart = attempt.ledger.restart_said(kind);
         let mut posts = Vec::new();
         if attempt.posts {
-            posts.extend(hang_post(hang, &reason));
+            posts.extend(hang_post(kind == Kind::Hang, &reason));
             posts.push(Post {
                 kind: EventKind::Warning,
                 reason: "Restarting",
@@ -408,7 +408,7 @@ impl AttemptLoop {
         self.ledger = Ledger {
             max_restarts: self.ledger.max_restarts,
             max_preemptions: self.ledger.max_preemptions,
-            ..attempt.ledger.after_attempt(preempted, grown)
+            ..attempt.ledger.after_attempt(kind)
         };
         self.members_before = attempt.members;
         self.stage = Stage::Restarting;
@@ -416,7 +416,7 @@ impl AttemptLoop {
             line: format!("{reason}: restarting the job ({restart})"),
             posts,
             record,
-            cause: Cause::of(preempted, grown, hang),
+            kind,
         }
     }
 
@@ -435,7 +435,7 @@ impl AttemptLoop {
         if attempt.posts {
             match &cause {
                 Some(cause) => {
-                    posts.extend(hang_post(cause.hang, &cause.reason));
+                    posts.extend(hang_post(cause.kind == Kind::Hang, &cause.reason));
                     posts.push(Post {
                         kind: EventKind::Warning,
                         reason: "Failed",
@@ -642,7 +642,7 @@ pub(crate) fn verdict_wait(
     // timeout), so the budget alone must not end this pod before the verdict.
     // A checkpoint asked for the job's growth: its restart is free whatever the allowance.
     let free = ledger.preemption_is_free() || word.growth_asked;
-    let preemption_possible = word.preempted() || (word.checkpoint_asked && free);
+    let preemption_possible = word.free() || (word.checkpoint_asked && free);
     let budget_allows = crate::verdict::verdict(&crate::verdict::Standing {
         spent: ledger.spent(),
         max_restarts: ledger.max_restarts,
@@ -714,9 +714,10 @@ mod tests {
             cause: Some(Loss {
                 reason: reason.into(),
                 restart: true,
-                hang: false,
-                preempted,
-                grown: false,
+                kind: match preempted {
+                    true => Kind::Preemption,
+                    false => Kind::Failure,
+                },
             }),
             ..Word::default()
         }
@@ -783,12 +784,10 @@ mod tests {
         let tell = machine.step(ran(3, "trainer exited with status 3", Word::default()));
         assert_eq!(
             tell,
-            Command::TellFailure {
-                said: "pod p-1 (trainer id 1 of 2) at 12:00:00Z: trainer exited with status 3"
-                    .into(),
-                restartable: true,
-                hang: false,
-            }
+            Command::TellFailure(Loss::failure(
+                "pod p-1 (trainer id 1 of 2) at 12:00:00Z: trainer exited with status 3".into(),
+                true,
+            ))
         );
         let Command::AwaitVerdict { limit, record, .. } =
             machine.step(Input::Told(Word::default()))
@@ -800,7 +799,7 @@ mod tests {
             line,
             posts,
             record,
-            cause,
+            kind,
         } = machine.step(verdict(
             true,
             Word {
@@ -818,7 +817,7 @@ mod tests {
             "trainer exited with status 3: restarting the job (restart 1 of 2)"
         );
         assert_eq!(record, None);
-        assert_eq!(cause, Cause::Failure);
+        assert_eq!(kind, Kind::Failure);
         assert_eq!(posts.len(), 1);
         assert_eq!(
             (posts[0].kind, posts[0].reason),
@@ -906,16 +905,13 @@ mod tests {
         };
         assert_eq!(record, Some((1, 1, 0)));
         let Command::Restart {
-            line,
-            record,
-            cause: kind,
-            ..
+            line, record, kind, ..
         } = machine.step(verdict(true, preempted))
         else {
             panic!("no restart");
         };
         assert_eq!(record, None, "recorded once");
-        assert_eq!(kind, Cause::Preemption);
+        assert_eq!(kind, Kind::Preemption);
         assert!(
             line.ends_with("(restart 2 after a preemption, which spends none of the 1 restarts)"),
             "{line}"
@@ -940,9 +936,7 @@ mod tests {
             cause: Some(Loss {
                 reason: "the job grows: p-2 joined (1 pod)".into(),
                 restart: true,
-                hang: false,
-                preempted: true,
-                grown: true,
+                kind: Kind::Growth,
             }),
             ..Word::default()
         };

@@ -1038,12 +1038,8 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                         word: ending::word(Some(&channel)),
                     }
                 }
-                Command::TellFailure {
-                    said,
-                    restartable,
-                    hang,
-                } => {
-                    ending::tell_failure(&channel, &said, restartable, hang).await;
+                Command::TellFailure(ended) => {
+                    ending::tell_failure(&channel, ended).await;
                     Input::Told(ending::word(Some(&channel)))
                 }
                 Command::AwaitVerdict {

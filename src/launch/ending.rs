@@ -11,6 +11,7 @@ use tracing::{info, warn};
 use crate::config::{Config, Secret};
 use crate::control::{self, Channel, ChannelRole, Joining};
 use crate::ledger::Ledger;
+use crate::loss::Loss;
 use crate::membership::PodAddress;
 
 use super::attempt_loop::{VerdictLimits, Word};
@@ -18,13 +19,11 @@ use super::attempt_loop::{VerdictLimits, Word};
 /// How long a failed launcher waits for the coordinator's word on whether the job may restart.
 pub(crate) const FAILED_ANSWER_WAIT: Duration = Duration::from_secs(2);
 
-/// Tells the job that this launcher's attempt ended without success (`said`: the reason as
-/// every pod names it; `restartable`: whether a restart could mend it; `hang`: a trainer judged
-/// hung), and waits a moment for the job's first answer.
-pub(crate) async fn tell_failure(channel: &Channel, said: &str, restartable: bool, hang: bool) {
-    channel
-        .failed(said, restartable, hang, FAILED_ANSWER_WAIT)
-        .await;
+/// Tells the job that this launcher's attempt ended without success (`ended`: a failure or a
+/// hang, its reason as every pod names it, whether a restart could mend it), and waits a
+/// moment for the job's first answer.
+pub(crate) async fn tell_failure(channel: &Channel, ended: Loss) {
+    channel.failed(ended, FAILED_ANSWER_WAIT).await;
 }
 
 /// What the job's channel has told this launcher so far (nothing without a channel), for the

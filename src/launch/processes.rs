@@ -18,7 +18,7 @@ use crate::config::Config;
 use crate::control::{self, Channel};
 use crate::error::Error;
 use crate::exit::Outcome;
-use crate::loss::Loss;
+use crate::loss::{Kind, Loss};
 use crate::metrics::{self, serve::Shared};
 use crate::plan::{Plan, ProcessSpec, Role};
 use crate::supervise::{or_never, Event, Output, SpawnSpec, Supervisor};
@@ -302,7 +302,7 @@ impl Driver<'_> {
                 // runtime has one thread: a frame queued is not yet sent). What happens
                 // meanwhile, a stop signal above all, goes to the lifecycle as it comes, not
                 // left for the stop to misread.
-                let told = channel.failed(&said, restartable, false, TOLD_BEFORE_STOP);
+                let told = channel.failed(Loss::failure(said, restartable), TOLD_BEFORE_STOP);
                 tokio::select! {
                     _ = told => None,
                     event = self.sup.next_event() => self.input_of(event),
@@ -548,7 +548,9 @@ pub(super) fn input_of(
             Input::Exited { role, local, ended }
         }
         Event::PeerLost(Loss {
-            reason, hang: true, ..
+            reason,
+            kind: Kind::Hang,
+            ..
         }) => Input::JobHung(reason),
         Event::PeerLost(Loss { reason, .. }) => Input::PeerLost(reason),
         Event::JobDone(done) => Input::JobDone(done),

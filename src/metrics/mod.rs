@@ -23,7 +23,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::loss::Cause;
+use crate::loss::Kind;
 use crate::supervise::OutputClock;
 
 /// The window steps per second are measured over.
@@ -128,7 +128,7 @@ pub struct Board {
     job: String,
     pod: String,
     state: State,
-    restarts: BTreeMap<Cause, u64>,
+    restarts: BTreeMap<Kind, u64>,
     size: Size,
     sources: Vec<Source>,
     samples: Vec<Samples>,
@@ -177,7 +177,7 @@ impl Board {
             .filter(|_| self.state == State::Waiting)
     }
 
-    pub fn restarted(&mut self, cause: Cause) {
+    pub fn restarted(&mut self, cause: Kind) {
         *self.restarts.entry(cause).or_default() += 1;
     }
 
@@ -188,7 +188,7 @@ impl Board {
     }
 
     /// The job restarts in place for `cause`: the processes of the attempt are gone.
-    pub fn restarting(&mut self, cause: Cause) {
+    pub fn restarting(&mut self, cause: Kind) {
         self.restarted(cause);
         self.state = State::Restarting;
         self.watch(Vec::new());
@@ -229,7 +229,7 @@ impl Board {
         let restarts = Family::<Vec<(String, String)>, Counter>::default();
         let help = "Restarts of the job in place this launcher took part in, by cause";
         registry.register("job_restarts", help, restarts.clone());
-        for cause in Cause::ALL {
+        for cause in Kind::ALL {
             let n = self.restarts.get(&cause).copied().unwrap_or(0);
             restarts
                 .get_or_create(&with(&[("cause", cause.name().into())]))
@@ -451,9 +451,9 @@ mod tests {
     #[test]
     fn a_scrape_shows_the_state_restarts_size_and_each_processs_progress() {
         let mut board = Board::new("dp", "dp-0");
-        board.restarting(Cause::Preemption);
-        board.restarted(Cause::Hang);
-        board.restarted(Cause::Hang);
+        board.restarting(Kind::Preemption);
+        board.restarted(Kind::Hang);
+        board.restarted(Kind::Hang);
         board.training(Size {
             pods: 4,
             ranks: 8,
@@ -544,7 +544,7 @@ mod tests {
             value(&ending, "paddle_launcher_state{", "state=\"ending\""),
             Some(1.0)
         );
-        board.restarting(Cause::Failure);
+        board.restarting(Kind::Failure);
         let restarting = board.render(t0);
         assert_eq!(
             value(

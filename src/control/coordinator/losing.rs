@@ -3,38 +3,6 @@
 
 use super::*;
 
-/// How an attempt is ending, as the coordinator learns it, before it is judged.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Ending {
-    reason: String,
-    /// False for a failure a restart would repeat.
-    restartable: bool,
-    /// A trainer was judged hung: the loss names the rank the progress reports point at.
-    hang: bool,
-    /// The elastic job's growth ends the attempt: a free restart.
-    grown: bool,
-}
-
-impl Ending {
-    pub(super) fn failure(reason: String, restartable: bool, hang: bool) -> Ending {
-        Ending {
-            reason,
-            restartable,
-            hang,
-            grown: false,
-        }
-    }
-
-    pub(super) fn growth(reason: String) -> Ending {
-        Ending {
-            reason,
-            restartable: true,
-            hang: false,
-            grown: true,
-        }
-    }
-}
-
 /// What a member said, fit for every pod's last line: printable (it reaches logs, termination
 /// messages and events) and cut to fit a frame.
 fn printable(said: &str) -> String {
@@ -92,20 +60,14 @@ impl Core {
 
     pub(super) fn own(&mut self, request: Request, effects: &mut Vec<Effect>) {
         match request {
-            Request::Failed {
-                reason,
-                restartable,
-                hang,
-            } => {
+            Request::Failed(loss) => {
                 let me = self.me.clone();
-                self.lose(&me, Ending::failure(reason, restartable, hang), effects)
+                self.lose(&me, loss, effects)
             }
             Request::PodLost(reason) => match self.stage {
                 Stage::Gathering { .. } => self.regather(reason, effects),
                 // Seen through the API: no member said it.
-                Stage::Running { .. } => {
-                    self.lose("", Ending::failure(reason, true, false), effects)
-                }
+                Stage::Running { .. } => self.lose("", Loss::of_pod(reason), effects),
                 _ => {}
             },
             Request::Done => self.own_done(effects),
@@ -135,9 +97,10 @@ impl Core {
         }
     }
 
-    /// The job lost a member, or one failed: everyone stops, once. `from`: the member it is
-    /// about (empty: seen through the API; this launcher's own: it knows, and is not told).
-    pub(super) fn lose(&mut self, from: &str, ending: Ending, effects: &mut Vec<Effect>) {
+    /// The job lost a member, or one failed (`ending`: the end as the member told it, or as
+    /// this launcher saw it): everyone stops, once. `from`: the member it is about (empty: seen
+    /// through the API; this launcher's own: it knows, and is not told).
+    pub(super) fn lose(&mut self, from: &str, ending: Loss, effects: &mut Vec<Effect>) {
         if !matches!(self.stage, Stage::Gathering { .. } | Stage::Running { .. }) {
             return;
         }
@@ -177,8 +140,8 @@ impl Core {
     }
 
     /// The loss an ending makes, the same on every pod: its reason (a hang's names the rank
-    /// the progress reports point at, first), whether the job may restart, and its kind.
-    fn judged(&self, from: &str, ending: Ending) -> Loss {
+    /// the progress reports point at, first), its kind, and whether the job may restart.
+    fn judged(&self, from: &str, ending: Loss) -> Loss {
         let (ledger, preempted, growing) = match &self.stage {
             Stage::Running {
                 ledger,
@@ -187,11 +150,10 @@ impl Core {
             } => (Some(*ledger), preempted.as_ref(), Some(growing)),
             _ => (None, None, None),
         };
-        let Ending {
+        let Loss {
             reason,
-            restartable,
-            hang,
-            grown,
+            restart: restartable,
+            kind,
         } = ending;
         // A loss inside the growth's checkpoint window (a trainer that ends once it has
         // checkpointed, as a program may on the signal; a member preempted meanwhile) ends the
@@ -203,9 +165,14 @@ impl Core {
         // window is judged as that restart would be, by the coordinator and by a follower
         // cut off from it alike.
         let due = match growing {
-            Some(GrowthState::Due { reason, .. }) if !grown && self.done.is_empty() => Some(reason),
+            Some(GrowthState::Due { reason, .. })
+                if kind != Kind::Growth && self.done.is_empty() =>
+            {
+                Some(reason)
+            }
             _ => None,
         };
+        let hang = kind == Kind::Hang;
         let reason = match (preempted, hang) {
             // The preempted pod's own end says it all; another's comes after the preemption.
             (Some(preempted), _) if preempted.pod == from => reason,
@@ -219,18 +186,25 @@ impl Core {
             Some(growth) => after_preemption(growth, &reason),
             None => reason,
         };
-        let hang = hang && preempted.is_none() && due.is_none();
         // Beyond the free preemptions, a preemption is a failure like any other; the job's
         // growth spends nothing, whatever the allowance (told as a free restart that is a
         // grow: the launchers count it among the free restarts, not the free preemptions).
-        let grown = grown || due.is_some();
-        let (preempted, reason) = match (preempted, ledger) {
-            _ if grown => (true, reason),
+        // A hang within a preemption's or a growth's window is theirs.
+        let judged = match (preempted, ledger) {
+            _ if kind == Kind::Growth || due.is_some() => Loss {
+                reason,
+                restart: true,
+                kind: Kind::Growth,
+            },
             (Some(_), Some(ledger)) => judge_preemption(reason, ledger),
-            _ => (false, reason),
+            _ => Loss {
+                reason,
+                restart: true,
+                kind,
+            },
         };
         // What every pod's last line will say, the same on all.
-        let reason = printable(&reason);
+        let reason = printable(&judged.reason);
         let member_finished = !self.done.is_empty();
         let restart = match ledger {
             Some(ledger) => verdict(&Standing {
@@ -238,7 +212,7 @@ impl Core {
                 max_restarts: ledger.max_restarts,
                 member_finished,
                 restartable,
-                preempted,
+                preempted: judged.kind.is_free(),
             })
             .is_ok(),
             // Nothing started: there is nothing to restart, only to gather again.
@@ -247,9 +221,7 @@ impl Core {
         Loss {
             reason,
             restart,
-            hang,
-            preempted,
-            grown,
+            kind: judged.kind,
         }
     }
 

@@ -6,7 +6,7 @@
 
 mod losing;
 mod starting;
-use losing::{loss_told, Ending};
+use losing::loss_told;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
@@ -14,7 +14,7 @@ use super::heard::{after_preemption, judge_preemption, Heard, LogLine, Request};
 use super::message::{cut, Message, WireError};
 use crate::launch::progress::{suspect, Report};
 use crate::ledger::Ledger;
-use crate::loss::Loss;
+use crate::loss::{Kind, Loss};
 use crate::membership::Membership;
 use crate::verdict::{verdict, Standing};
 use tokio::time::Instant;
@@ -546,7 +546,7 @@ impl Core {
             }
             // A pserver pod whose pserver has ended has nothing left to fail, nor to preempt:
             // it leaves (a loss it saw through the API, this launcher sees too).
-            Message::Failed { .. } | Message::Preempted { .. } if self.served.contains(&pod) => {
+            Message::Failed(_) | Message::Preempted { .. } if self.served.contains(&pod) => {
                 self.info(format!(
                     "control channel: {pod} leaves (its pserver had ended)"
                 ));
@@ -560,11 +560,7 @@ impl Core {
                 self.done.insert(pod.clone());
                 self.finished_after_loss(&pod, effects);
             }
-            Message::Failed {
-                reason,
-                restartable,
-                hang,
-            } => self.lose(&pod, Ending::failure(reason, restartable, hang), effects),
+            Message::Failed(ending) => self.lose(&pod, ending, effects),
             Message::Preempted { reason } => self.preempted(pod, reason, effects),
             Message::Stopped => self.stopped_or_gone(&pod, effects),
             _ => {}
@@ -613,7 +609,7 @@ impl Core {
                 ),
                 other => format!("the control connection of peer pod {pod} failed: {other}"),
             };
-            self.lose(&pod, Ending::failure(reason, true, false), effects);
+            self.lose(&pod, Loss::of_pod(reason), effects);
         }
         // Gone: nothing more to wait for from it (its `Done`, if any, came first).
         self.stopped_or_gone(&pod, effects);
@@ -758,11 +754,11 @@ mod tests {
                 ),
             ]
         );
-        let failed = Message::Failed {
+        let failed = Message::Failed(Loss {
             reason: "pod a: trainer exited with status 1".into(),
-            restartable: true,
-            hang: false,
-        };
+            restart: true,
+            kind: Kind::Failure,
+        });
         core.step(said(1, "a", failed));
         assert_eq!(
             core.lines(),
@@ -857,11 +853,11 @@ mod tests {
                 Effect::Served("me".into()),
             ]
         );
-        let failed = Message::Failed {
+        let failed = Message::Failed(Loss {
             reason: "pod t1: trainer exited with status 3".into(),
-            restartable: true,
-            hang: false,
-        };
+            restart: true,
+            kind: Kind::Failure,
+        });
         let effects = core.step(said(3, "t1", failed));
         assert!(
             effects.iter().any(|e| matches!(
@@ -945,11 +941,11 @@ mod tests {
         );
 
         let mut core = running();
-        let failed = Message::Failed {
+        let failed = Message::Failed(Loss {
             reason: "pod p1: pserver exited with status 1".into(),
-            restartable: true,
-            hang: false,
-        };
+            restart: true,
+            kind: Kind::Failure,
+        });
         let effects = core.step(said(2, "p1", failed));
         assert!(
             effects.iter().any(|e| matches!(
@@ -975,11 +971,11 @@ mod tests {
         assert_eq!(core.step(said(1, "p0", Message::Done)), []);
         let closed = ended(1, "p0", WireError::Closed);
         assert_eq!(core.step(closed), []);
-        let failed = Message::Failed {
+        let failed = Message::Failed(Loss {
             reason: "pod t1: trainer exited with status 3".into(),
-            restartable: true,
-            hang: false,
-        };
+            restart: true,
+            kind: Kind::Failure,
+        });
         let effects = core.step(said(3, "t1", failed.clone()));
         assert!(
             effects.iter().any(|e| matches!(
@@ -1010,11 +1006,11 @@ mod tests {
             Message::Preempted {
                 reason: "pod p0: preempted".into(),
             },
-            Message::Failed {
+            Message::Failed(Loss {
                 reason: "pod p0: received SIGTERM; its pserver had ended".into(),
-                restartable: true,
-                hang: false,
-            },
+                restart: true,
+                kind: Kind::Failure,
+            }),
         ];
         for message in leaving {
             assert_eq!(core.step(said(1, "p0", message)), []);
@@ -1060,11 +1056,11 @@ mod tests {
         let effects = core.step(said(
             3,
             "c",
-            Message::Failed {
+            Message::Failed(Loss {
                 reason: "pod c: trainer-2 made no progress for 30 s".into(),
-                restartable: true,
-                hang: true,
-            },
+                restart: true,
+                kind: Kind::Hang,
+            }),
         ));
         let Some(Effect::Broadcast(Message::Lost(Loss { reason, .. }))) = effects.first() else {
             panic!("{effects:?}")
@@ -1150,9 +1146,7 @@ mod tests {
             lost.contains(&Effect::Broadcast(Message::Lost(Loss {
                 reason: "the launcher of peer pod a closed the control connection (its pod is gone, or it was killed)".into(),
                 restart: true,
-                hang: false,
-                preempted: false,
-                grown: false,
+                kind: Kind::Failure,
             }))),
             "{lost:?}"
         );
@@ -1205,15 +1199,16 @@ mod tests {
             ));
             let ended = core.step(ended(1, "a", WireError::Closed));
             let told = ended.iter().find_map(|e| match e {
-                Effect::Broadcast(Message::Lost(Loss {
-                    restart,
-                    preempted,
-                    grown,
-                    ..
-                })) => Some((*restart, *preempted, *grown)),
+                Effect::Broadcast(Message::Lost(Loss { restart, kind, .. })) => {
+                    Some((*restart, *kind))
+                }
                 _ => None,
             });
-            assert_eq!(told, Some((free, free, false)), "grows {grows}: {ended:?}");
+            let kind = match free {
+                true => Kind::Preemption,
+                false => Kind::Failure,
+            };
+            assert_eq!(told, Some((free, kind)), "grows {grows}: {ended:?}");
         }
     }
 
@@ -1250,11 +1245,10 @@ mod tests {
         for restartable in [true, false] {
             let (mut core, _) = Core::start(setup(&["a", "b"]), Instant::now());
             core.step(joined(1, "a"));
-            let effects = core.step(Input::Own(Request::Failed {
-                reason: "pod me: cannot prepare the workspace".into(),
+            let effects = core.step(Input::Own(Request::Failed(Loss::failure(
+                "pod me: cannot prepare the workspace".into(),
                 restartable,
-                hang: false,
-            }));
+            ))));
             assert!(
                 effects.iter().any(|e| matches!(
                     e,
@@ -1294,11 +1288,11 @@ mod tests {
     fn what_a_stale_or_foreign_connection_says_changes_nothing() {
         let mut core = both_joined(Instant::now());
         let before = core.clone();
-        let failed = Message::Failed {
+        let failed = Message::Failed(Loss {
             reason: "x".into(),
-            restartable: true,
-            hang: false,
-        };
+            restart: true,
+            kind: Kind::Failure,
+        });
         assert!(core.step(said(1, "stranger", failed.clone())).is_empty());
         // A second connection of `a`, refused: what it said before the refusal took effect.
         assert!(core.step(said(4, "a", failed)).is_empty());
@@ -1343,11 +1337,11 @@ mod tests {
             });
         }
         core.step(Input::Tick(t0 + s(35)));
-        let failed = Message::Failed {
+        let failed = Message::Failed(Loss {
             reason: "pod a: trainer-1 made no progress for 30 s".into(),
-            restartable: true,
-            hang: true,
-        };
+            restart: true,
+            kind: Kind::Hang,
+        });
         let effects = core.step(said(1, "a", failed));
         let reason = effects
             .iter()
@@ -1412,31 +1406,27 @@ mod tests {
         let effects = core.step(said(
             1,
             "a",
-            Message::Failed {
+            Message::Failed(Loss {
                 reason:
                     "pod a on node n7 at 2026-11-23T10:00:00Z: trainer-1 made no progress for 30 s"
                         .into(),
-                restartable: true,
-                hang: true,
-            },
+                restart: true,
+                kind: Kind::Hang,
+            }),
         ));
         let reason = "the job hangs: suspect trainer id 5 on pod b on node n7: furthest behind, at step 9 (2 ranks at later steps), last progress 30.0 s ago; found by pod a on node n7 at 2026-11-23T10:00:00Z: trainer-1 made no progress for 30 s";
         assert!(
             effects.contains(&Effect::Broadcast(Message::Lost(Loss {
                 reason: reason.into(),
                 restart: true,
-                hang: true,
-                preempted: false,
-                grown: false,
+                kind: Kind::Hang,
             }))),
             "{effects:?}"
         );
         assert!(effects.contains(&Effect::Hear(Heard::Lost(Loss {
             reason: reason.into(),
             restart: true,
-            hang: true,
-            preempted: false,
-            grown: false,
+            kind: Kind::Hang,
         }))));
     }
 
@@ -1449,11 +1439,11 @@ mod tests {
         let effects = core.step(said(
             2,
             "b",
-            Message::Failed {
+            Message::Failed(Loss {
                 reason: "trainer exited with status 3".into(),
-                restartable: true,
-                hang: false,
-            },
+                restart: true,
+                kind: Kind::Failure,
+            }),
         ));
         assert!(effects.contains(&Effect::Broadcast(Message::Verdict { restart: false })));
         assert_eq!(core.verdict(), Some(false));
@@ -1584,9 +1574,9 @@ mod tests {
 
     fn lost_of(effects: &[Effect]) -> Option<(bool, bool)> {
         effects.iter().find_map(|e| match e {
-            Effect::Broadcast(Message::Lost(Loss {
-                restart, preempted, ..
-            })) => Some((*restart, *preempted)),
+            Effect::Broadcast(Message::Lost(Loss { restart, kind, .. })) => {
+                Some((*restart, kind.is_free()))
+            }
             _ => None,
         })
     }
@@ -1625,7 +1615,10 @@ mod tests {
         assert!(
             ended.iter().any(|e| matches!(
                 e,
-                Effect::Broadcast(Message::Lost(Loss { grown: true, .. }))
+                Effect::Broadcast(Message::Lost(Loss {
+                    kind: Kind::Growth,
+                    ..
+                }))
             )),
             "told as a grow: {ended:?}"
         );
@@ -1634,7 +1627,7 @@ mod tests {
         let decided = core.step(Input::Own(Request::Stopped));
         for link in [3, 4] {
             let told = decided.iter().any(|e| {
-                matches!(e, Effect::Send { link: l, message: Message::Lost(Loss { restart: true, preempted: true, .. }) } if *l == link)
+                matches!(e, Effect::Send { link: l, message: Message::Lost(Loss { restart: true, kind: Kind::Growth, .. }) } if *l == link)
             });
             assert!(told, "link {link}: {decided:?}");
         }
@@ -1676,42 +1669,40 @@ mod tests {
     #[test]
     fn a_failure_in_the_growths_checkpoint_window_is_the_growths_free_restart() {
         let at = Instant::now();
-        let failed = || Message::Failed {
-            reason: "pod a: trainer exited with status 3".into(),
-            restartable: true,
-            hang: true,
+        let failed = || {
+            Message::Failed(Loss {
+                reason: "pod a: trainer exited with status 3".into(),
+                restart: true,
+                kind: Kind::Hang,
+            })
         };
         let mut core = elastic_both_joined(at, 5);
         core.step(joined(3, "c"));
         core.step(Input::Tick(at + Duration::from_secs(60)));
         let ended = core.step(said(1, "a", failed()));
         let told = ended.iter().find_map(|e| match e {
-            Effect::Broadcast(Message::Lost(Loss {
-                reason,
-                restart,
-                hang,
-                preempted,
-                grown,
-            })) => Some((reason.clone(), *restart, *hang, *preempted, *grown)),
+            Effect::Broadcast(Message::Lost(loss)) => Some(loss.clone()),
             _ => None,
         });
         let reason = "the job grows: c joined (1 pod); then: pod a: trainer exited with status 3";
-        assert_eq!(told, Some((reason.to_string(), true, false, true, true)));
+        let growth = Loss {
+            reason: reason.into(),
+            restart: true,
+            kind: Kind::Growth,
+        };
+        assert_eq!(told, Some(growth));
 
         let mut core = elastic_both_joined(at, 5);
         core.step(joined(3, "c"));
         core.step(Input::Tick(at + Duration::from_secs(59)));
         let ended = core.step(said(1, "a", failed()));
         let told = ended.iter().find_map(|e| match e {
-            Effect::Broadcast(Message::Lost(Loss {
-                reason,
-                hang,
-                preempted,
-                ..
-            })) => Some((reason.starts_with("the job hangs"), *hang, *preempted)),
+            Effect::Broadcast(Message::Lost(Loss { reason, kind, .. })) => {
+                Some((reason.starts_with("the job hangs"), *kind))
+            }
             _ => None,
         });
-        assert_eq!(told, Some((true, true, false)), "{ended:?}");
+        assert_eq!(told, Some((true, Kind::Hang)), "{ended:?}");
     }
 
     /// What the growth's window makes free, and what it does not. Free: a member preempted
@@ -1725,20 +1716,18 @@ mod tests {
         let at = Instant::now();
         let lost = |effects: &[Effect]| {
             effects.iter().find_map(|e| match e {
-                Effect::Broadcast(Message::Lost(Loss {
-                    reason,
-                    hang,
-                    preempted,
-                    grown,
-                    ..
-                })) => Some((reason.clone(), *hang, *preempted, *grown)),
+                Effect::Broadcast(Message::Lost(Loss { reason, kind, .. })) => {
+                    Some((reason.clone(), *kind))
+                }
                 _ => None,
             })
         };
-        let failed = |hang| Message::Failed {
-            reason: "pod a: trainer exited with status 3".into(),
-            restartable: true,
-            hang,
+        let failed = |hang| {
+            Message::Failed(Loss {
+                reason: "pod a: trainer exited with status 3".into(),
+                restart: true,
+                kind: if hang { Kind::Hang } else { Kind::Failure },
+            })
         };
         let growing = |terms: Terms| {
             let growth = Some(Growth {
@@ -1784,36 +1773,36 @@ mod tests {
         let told = core.step(said(
             2,
             "b",
-            Message::Failed {
+            Message::Failed(Loss {
                 reason: "pod b: preempted: its checkpoint window is over".into(),
-                restartable: true,
-                hang: false,
-            },
+                restart: true,
+                kind: Kind::Failure,
+            }),
         ));
-        let (reason, hang, preempted, grown) = lost(&told).unwrap();
+        let (reason, kind) = lost(&told).unwrap();
         assert_eq!(
             reason,
             "the job grows: c joined (1 pod); then: pod b: preempted: its checkpoint window is over"
         );
-        assert!(!hang && preempted && grown);
+        assert_eq!(kind, Kind::Growth);
         assert_eq!(lost_of(&told), Some((true, true)));
 
         let mut core = growing(Terms::first(3));
         core.step(said(2, "b", Message::Done));
         let told = core.step(said(1, "a", failed(true)));
-        let (reason, hang, preempted, grown) = lost(&told).unwrap();
+        let (reason, kind) = lost(&told).unwrap();
         assert!(reason.starts_with("the job hangs: "), "{reason}");
-        assert!(hang && !preempted && !grown);
+        assert_eq!(kind, Kind::Hang);
 
         let mut core = growing(spent);
         core.step(ended(3, "c", WireError::Closed));
         let told = core.step(said(1, "a", failed(false)));
-        let (reason, hang, preempted, grown) = lost(&told).unwrap();
+        let (reason, kind) = lost(&told).unwrap();
         assert_eq!(
             reason,
             "the job grows: c joined (1 pod); then: pod a: trainer exited with status 3"
         );
-        assert!(!hang && preempted && grown);
+        assert_eq!(kind, Kind::Growth);
         assert_eq!(lost_of(&told), Some((true, true)));
     }
 

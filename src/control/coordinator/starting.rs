@@ -89,7 +89,7 @@ impl Core {
             // Its earlier connection ended, which already counted as a loss.
             Stage::Running { .. } => {
                 let reason = format!("the launcher of peer pod {pod} joined again (it restarted)");
-                self.lose(&pod, Ending::failure(reason, true, false), effects)
+                self.lose(&pod, Loss::of_pod(reason), effects)
             }
             _ => {}
         }
@@ -315,8 +315,12 @@ impl Core {
         } = &self.stage
         {
             if now >= *at {
-                let reason = reason.clone();
-                self.lose("", Ending::growth(reason), effects);
+                let growth = Loss {
+                    reason: reason.clone(),
+                    restart: true,
+                    kind: Kind::Growth,
+                };
+                self.lose("", growth, effects);
             }
         }
     }
