@@ -159,7 +159,8 @@ struct AttemptEnd {
     who_at: String,
     said: String,
     succeeded: bool,
-    hung: bool,
+    /// Its own end's kind: a `Hang` or a `Failure`.
+    kind: Kind,
     /// A preemption's record on the Job was asked for.
     recorded: bool,
 }
@@ -258,7 +259,12 @@ impl AttemptLoop {
         at: String,
         word: Word,
     ) -> Command {
-        let hung = code_of(&result) == exit::HANG;
+        // A hang this launcher found, or the job's it heard: its trainers were asked for their
+        // stacks. Any other end of its own is a failure.
+        let kind = match result {
+            Err(Error::Hung { .. } | Error::JobHung { .. }) => Kind::Hang,
+            _ => Kind::Failure,
+        };
         let who_at = format!("{} at {at}", attempt.who);
         let said = match &result {
             Ok(outcome) => format!("{who_at}: {}", outcome.reason),
@@ -268,17 +274,14 @@ impl AttemptLoop {
         let tell = Command::TellFailure(Loss {
             reason: said.clone(),
             restart: lifecycle::others_may_restart(&result),
-            kind: match result {
-                Err(Error::Hung { .. }) => Kind::Hang,
-                _ => Kind::Failure,
-            },
+            kind,
         });
         let ended = AttemptEnd {
             result,
             who_at,
             said,
             succeeded,
-            hung,
+            kind,
             recorded: false,
         };
         if attempt.channel && !succeeded {
@@ -387,11 +390,7 @@ impl AttemptLoop {
         record: Option<Recorded>,
     ) -> Command {
         // The job's first cause, as the channel told it; without one, this launcher's own end.
-        let own = match ended.hung {
-            true => Kind::Hang,
-            false => Kind::Failure,
-        };
-        let kind = word.cause.as_ref().map_or(own, |cause| cause.kind);
+        let kind = word.cause.as_ref().map_or(ended.kind, |cause| cause.kind);
         self.alive = word.alive;
         let reason = word.cause.map_or(reason, |cause| cause.reason);
         let restart = attempt.ledger.restart_said(kind);
@@ -448,7 +447,7 @@ impl AttemptLoop {
                     message: outcome.reason.clone(),
                 }),
                 None => {
-                    posts.extend(hang_post(ended.hung, &outcome.reason));
+                    posts.extend(hang_post(ended.kind == Kind::Hang, &outcome.reason));
                     posts.push(Post {
                         kind: EventKind::Warning,
                         reason: "Failed",
