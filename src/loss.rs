@@ -84,6 +84,12 @@ impl Loss {
     }
 }
 
+/// "pod p-1 on node n7 (trainer id 1 of 3) at 12:00:00Z: why": a launcher's own end as it
+/// tells the job and as every pod's last line names it (`who`: the launcher, `at`: when, UTC).
+pub fn said_by(who: &str, at: &str, why: &str) -> String {
+    format!("{who} at {at}: {why}")
+}
+
 /// A `Lost` frame's fields as the wire has always carried them (launchers of every version read
 /// and write these): a kind as three flags, the last three absent from older launchers. A
 /// growth is said preempted too (its restart is free), and a hang is never preempted.

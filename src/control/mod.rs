@@ -8,7 +8,9 @@
 
 mod serve;
 use std::collections::BTreeSet;
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,7 +23,7 @@ use tracing::{info, Instrument};
 
 use crate::config::Secret;
 use crate::ledger::Ledger;
-use crate::loss::{Kind, Loss};
+use crate::loss::Loss;
 use crate::membership::{Membership, PodAddress, Served};
 
 mod coordinator;
@@ -183,6 +185,8 @@ pub struct Channel {
     attendance: watch::Receiver<Attendance>,
     /// This launcher's trainer processes' progress, read at each heartbeat.
     gauges: Gauges,
+    /// This launcher's end of the attempt is told (`tell_end`).
+    told_end: AtomicBool,
 }
 
 /// Adds the `pods` that `list` does not have yet.
@@ -360,39 +364,27 @@ impl Channel {
         let _ = self.requests.send(Request::Done);
     }
 
-    /// Tells the job that this launcher failed (a follower tells the coordinator, which tells
-    /// everyone; the coordinator tells everyone), and waits up to `wait` for the job's answer:
-    /// whether it may restart (`may_restart` then says) depends on what the others did, e.g. a
-    /// pod that already finished. A coordinator that does not answer leaves it as it was.
-    /// `ended`: a `Failure`, or a `Hang` of this launcher's trainer (the coordinator names the
-    /// rank the progress points at), with whether a restart could mend it.
-    pub async fn failed(&self, ended: Loss, wait: Duration) {
-        let _ = self.requests.send(Request::Failed(Loss {
-            reason: cut(&ended.reason),
-            ..ended
-        }));
+    /// Tells the job how this launcher's attempt ended (a follower tells the coordinator, which
+    /// tells everyone; the coordinator tells everyone): a `Failure`, with whether a restart
+    /// could mend it (a preempted pod leaving is one, which the coordinator judges its
+    /// preemption's), or a `Hang` of its trainer (the coordinator names the rank the progress
+    /// points at and has every launcher dump its stacks). Said at once, and once an attempt:
+    /// the first end told is the one the job hears (a later one would change nothing there),
+    /// so that the lifecycle's word before the siblings' stop and the attempt loop's after
+    /// the run are one telling. Returns the wait, of at most `wait`, for the job's answer:
+    /// whether it may restart (`may_restart` then says) depends on what the others did, e.g.
+    /// a pod that already finished. A coordinator that does not answer leaves it as it was.
+    pub fn tell_end(&self, ended: Loss, wait: Duration) -> impl Future<Output = ()> + 'static {
+        if !self.told_end.swap(true, Ordering::Relaxed) {
+            let _ = self.requests.send(Request::Failed(Loss {
+                reason: cut(&ended.reason),
+                ..ended
+            }));
+        }
         let mut lost = self.lost.clone();
-        let _ = timeout(wait, lost.wait_for(|known| *known)).await;
-    }
-
-    /// Tells the job at once that this launcher's trainer is judged hung, without waiting for
-    /// an answer: the coordinator names the suspect and has every launcher dump its stacks.
-    /// The failure said again once the trainer is stopped changes nothing (the first stands).
-    pub fn tell_hang(&self, reason: &str) {
-        let _ = self.requests.send(Request::Failed(Loss {
-            reason: cut(reason),
-            restart: true,
-            kind: Kind::Hang,
-        }));
-    }
-
-    /// A preempted launcher's checkpoint window is over (the reason): the job stops as this
-    /// pod's processes do, without waiting for them, and the restart spends no budget. The
-    /// failure said again once they are stopped changes nothing (the first stands).
-    pub fn leaving(&self, reason: &str) {
-        let _ = self
-            .requests
-            .send(Request::Failed(Loss::of_pod(cut(reason))));
+        async move {
+            let _ = timeout(wait, lost.wait_for(|known| *known)).await;
+        }
     }
 
     /// Ends this launcher's part and waits until it has. After a success a follower says
@@ -522,6 +514,7 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
         succeeded,
         attendance,
         gauges,
+        told_end: AtomicBool::new(false),
     })
 }
 
@@ -609,6 +602,7 @@ mod tests {
     use super::message::WireError;
     use super::serve::{heartbeat_said_fits, last_words, Coordinator, FromLink, LinkTimeouts};
     use super::*;
+    use crate::loss::Kind;
     use tokio::io::AsyncWriteExt;
     use tokio::time::sleep;
 
@@ -989,7 +983,7 @@ mod tests {
             assert_eq!(started(channel).await, 0);
         }
         channels[1]
-            .failed(
+            .tell_end(
                 Loss {
                     reason: "pod p-1 (trainer 1): trainer exited with status 3".into(),
                     restart: true,
@@ -1016,7 +1010,7 @@ mod tests {
         // The follower's Done is read before its connection's end: not a loss.
         sleep(Duration::from_millis(300)).await;
         channels[1]
-            .failed(
+            .tell_end(
                 Loss {
                     reason: "pod p-1 (trainer 1): trainer exited with status 3".into(),
                     restart: true,
@@ -1040,7 +1034,16 @@ mod tests {
     #[tokio::test]
     async fn words_said_without_waiting_reach_everyone_at_once() {
         let channels = three_started(190, 0).await;
-        channels[1].tell_hang("pod p-1: trainer made no progress for 60 s");
+        channels[1]
+            .tell_end(
+                Loss {
+                    reason: "pod p-1: trainer made no progress for 60 s".into(),
+                    restart: true,
+                    kind: Kind::Hang,
+                },
+                Duration::ZERO,
+            )
+            .await;
         for (i, mut channel) in channels.into_iter().enumerate().filter(|(i, _)| *i != 1) {
             let lost = heard(&mut channel).await;
             assert!(
@@ -1052,7 +1055,7 @@ mod tests {
         let channels = three_started(150, 0).await;
         let failure = "pod p-2: trainer id 5 exited with status 2";
         channels[2]
-            .failed(
+            .tell_end(
                 Loss {
                     reason: failure.to_string(),
                     restart: false,
@@ -1071,7 +1074,12 @@ mod tests {
 
         let channels = three_started(230, 0).await;
         channels[1].preempted("pod p-1: preempted (SIGTERM while training)");
-        channels[1].leaving("pod p-1: preempted: its checkpoint window is over");
+        channels[1]
+            .tell_end(
+                Loss::of_pod("pod p-1: preempted: its checkpoint window is over".into()),
+                Duration::ZERO,
+            )
+            .await;
         for mut channel in channels.into_iter().step_by(2) {
             assert!(
                 matches!(
@@ -1095,7 +1103,7 @@ mod tests {
         for finisher in [0, 2] {
             let channels = three_started(70 + 10 * finisher as u8, 0).await;
             channels[1]
-                .failed(
+                .tell_end(
                     Loss {
                         reason: "pod p-1 (trainer 1): trainer exited with status 3".into(),
                         restart: true,
@@ -1125,7 +1133,7 @@ mod tests {
         channels[2].done();
         sleep(Duration::from_millis(300)).await;
         channels[1]
-            .failed(
+            .tell_end(
                 Loss {
                     reason: "pod p-1: trainer exited with status 3".into(),
                     restart: true,
@@ -1153,7 +1161,7 @@ mod tests {
     async fn the_verdict_comes_once_every_launcher_has_stopped() {
         let channels = three_started(220, 0).await;
         channels[1]
-            .failed(
+            .tell_end(
                 Loss {
                     reason: "pod p-1: trainer exited with status 3".into(),
                     restart: true,
@@ -1188,7 +1196,7 @@ mod tests {
             ));
         }
         channels[2]
-            .failed(
+            .tell_end(
                 Loss {
                     reason: "pod p-2: trainer exited with status 3".into(),
                     restart: true,
@@ -1205,7 +1213,7 @@ mod tests {
 
         let mut channels = three_started(120, 0).await;
         channels[1]
-            .failed(
+            .tell_end(
                 Loss {
                     reason: "pod p-1: cannot start the trainer: no such file".into(),
                     restart: false,

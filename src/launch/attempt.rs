@@ -361,7 +361,7 @@ async fn run(
             if let (Some(channel), Error::Stopped { signal, .. }) = (channel, &stopped) {
                 if *signal == nix::libc::SIGTERM && config.timing.checkpoint().is_some() {
                     let reason = "preempted (SIGTERM before its trainer started)";
-                    channel.preempted(&format!("{} at {}: {reason}", running.who, now_utc()));
+                    channel.preempted(&crate::loss::said_by(&running.who, &now_utc(), reason));
                 }
             }
             Err(stopped)

@@ -15,7 +15,7 @@ use crate::error::Error;
 use crate::exit::{self, Outcome};
 use crate::ledger::Ledger;
 use crate::ledger::Recorded;
-use crate::loss::{Kind, Loss};
+use crate::loss::{said_by, Kind, Loss};
 use crate::membership::PodAddress;
 use crate::vocabulary::EventKind;
 use crate::vocabulary::JOB_STOPPED;
@@ -155,8 +155,10 @@ pub(crate) enum Command {
 #[derive(Debug)]
 struct AttemptEnd {
     result: Result<Outcome, Error>,
-    /// "pod p-1 (...) at <time>": this pod's end as told to the job, and the whole line.
-    who_at: String,
+    /// "pod p-1 (...)" and when, UTC: who told the job this end.
+    who: String,
+    at: String,
+    /// This pod's end as told to the job: "pod p-1 (...) at <time>: why" (`loss::said_by`).
     said: String,
     succeeded: bool,
     /// Its own end's kind: a `Hang` or a `Failure`.
@@ -265,11 +267,7 @@ impl AttemptLoop {
             Err(Error::Hung { .. } | Error::JobHung { .. }) => Kind::Hang,
             _ => Kind::Failure,
         };
-        let who_at = format!("{} at {at}", attempt.who);
-        let said = match &result {
-            Ok(outcome) => format!("{who_at}: {}", outcome.reason),
-            Err(e) => format!("{who_at}: {e}"),
-        };
+        let said = said_by(&attempt.who, &at, &reason_of(&result));
         let succeeded = code_of(&result) == exit::SUCCESS && result.is_ok();
         let tell = Command::TellFailure(Loss {
             reason: said.clone(),
@@ -278,7 +276,8 @@ impl AttemptLoop {
         });
         let ended = AttemptEnd {
             result,
-            who_at,
+            who: attempt.who.clone(),
+            at,
             said,
             succeeded,
             kind,
@@ -426,7 +425,8 @@ impl AttemptLoop {
         let cause = word.cause;
         let reason = cause.as_ref().map(|cause| cause.reason.clone());
         let stop = stopped_by(&ended.result);
-        let outcome = for_the_job(ended.result, &ended.who_at, &ended.said, reason);
+        let hung = ended.kind == Kind::Hang;
+        let outcome = ended.for_the_job(reason);
         let free = attempt.preemptible && attempt.ledger.preemption_is_free();
         let outcome = preemption_status(outcome, stop, free);
         let outcome = after_restarts(outcome, attempt.ledger.epoch);
@@ -447,7 +447,7 @@ impl AttemptLoop {
                     message: outcome.reason.clone(),
                 }),
                 None => {
-                    posts.extend(hang_post(ended.kind == Kind::Hang, &outcome.reason));
+                    posts.extend(hang_post(hung, &outcome.reason));
                     posts.push(Post {
                         kind: EventKind::Warning,
                         reason: "Failed",
@@ -469,32 +469,32 @@ pub(crate) struct VerdictLimits {
     pub ending: Duration,
 }
 
-/// The pod's last line, said for the job. A failure of this pod's own (its trainer's status,
-/// a hang, a pserver's end) names the pod and when (`said`, as the others' lines name it after
-/// their "job stopped: "), unless the job's first cause (`cause`, the coordinator's word) was
-/// another's: then that comes first, and this pod's failure after it. A loss told by another
-/// says so itself. A stop signal is this pod's news only: the pod was deleted, the job may go
-/// on.
-fn for_the_job(
-    result: Result<Outcome, Error>,
-    who_at: &str,
-    said: &str,
-    cause: Option<String>,
-) -> Outcome {
-    let signalled = matches!(result, Err(Error::Stopped { .. }));
-    let mut outcome = result.unwrap_or_else(Outcome::from);
-    let own = outcome.code != exit::SUCCESS && !outcome.reason.starts_with(JOB_STOPPED);
-    if !own || signalled {
-        return outcome;
-    }
-    // The coordinator's word may be `said` cut to fit a frame.
-    outcome.reason = match cause {
-        Some(cause) if !said.starts_with(&cause) => {
-            format!("{JOB_STOPPED}{cause}; on this pod: {}", outcome.reason)
+impl AttemptEnd {
+    /// The pod's last line, said for the job. A failure of this pod's own (its trainer's
+    /// status, a hang, a pserver's end) names the pod and when (as the others' lines name it
+    /// after their "job stopped: "), unless the job's first cause (`cause`, the coordinator's
+    /// word) was another's: then that comes first, and this pod's failure after it. A loss
+    /// told by another says so itself. A stop signal is this pod's news only: the pod was
+    /// deleted, the job may go on.
+    fn for_the_job(self, cause: Option<String>) -> Outcome {
+        let signalled = matches!(self.result, Err(Error::Stopped { .. }));
+        let mut outcome = self.result.unwrap_or_else(Outcome::from);
+        let own = outcome.code != exit::SUCCESS && !outcome.reason.starts_with(JOB_STOPPED);
+        if !own || signalled {
+            return outcome;
         }
-        _ => format!("{JOB_STOPPED}{who_at}: {}", outcome.reason),
-    };
-    outcome
+        // The coordinator's word may be `said` cut to fit a frame.
+        outcome.reason = match cause {
+            Some(cause) if !self.said.starts_with(&cause) => {
+                format!("{JOB_STOPPED}{cause}; on this pod: {}", outcome.reason)
+            }
+            _ => format!(
+                "{JOB_STOPPED}{}",
+                said_by(&self.who, &self.at, &outcome.reason)
+            ),
+        };
+        outcome
+    }
 }
 
 /// The signal that stopped this launcher, if one did.
@@ -1090,7 +1090,16 @@ mod tests {
         let who = "pod p-1 at 2026-11-26T10:00:00Z";
         let said = format!("{who}: trainer-0 exited with status 3");
         let line = |result, cause: Option<&str>| {
-            for_the_job(result, who, &said, cause.map(String::from)).reason
+            let ended = AttemptEnd {
+                result,
+                who: "pod p-1".into(),
+                at: "2026-11-26T10:00:00Z".into(),
+                said: said.clone(),
+                succeeded: false,
+                kind: Kind::Failure,
+                recorded: false,
+            };
+            ended.for_the_job(cause.map(String::from)).reason
         };
         assert_eq!(
             line(failed(), None),

@@ -45,6 +45,7 @@ use crate::control::sim_net::SimNet;
 use crate::control::{self, Channel, ChannelRole, Joining};
 use crate::error::Error;
 use crate::exit::{self, Outcome};
+use crate::loss::Loss;
 use crate::membership::{self, Member, Membership, PodAddress, PodView, Served};
 
 use super::attempt_loop::{AttemptLoop, Begun, Command, Input, VerdictLimits};
@@ -1359,7 +1360,8 @@ async fn train(
                     _ = &mut window => {}
                     _ = &mut ends => {}
                 }
-                channel.leaving(&format!("pod {name}: preempted: its checkpoint window is over"));
+                let leaving = format!("pod {name}: preempted: its checkpoint window is over");
+                channel.tell_end(Loss::of_pod(leaving), Duration::ZERO).await;
                 sleep(Duration::from_millis(200)).await;
                 return Err(Error::stopped(nix::libc::SIGTERM, " while training"));
             }

@@ -23,7 +23,7 @@ pub(crate) const FAILED_ANSWER_WAIT: Duration = Duration::from_secs(2);
 /// hang, its reason as every pod names it, whether a restart could mend it), and waits a
 /// moment for the job's first answer.
 pub(crate) async fn tell_failure(channel: &Channel, ended: Loss) {
-    channel.failed(ended, FAILED_ANSWER_WAIT).await;
+    channel.tell_end(ended, FAILED_ANSWER_WAIT).await;
 }
 
 /// What the job's channel has told this launcher so far (nothing without a channel), for the

@@ -269,7 +269,7 @@ impl Driver<'_> {
 
     /// "p-0 on node n7 at 12:00:00Z: why", as the job is told it.
     fn said(&self, reason: &str) -> String {
-        format!("{} at {}: {reason}", self.who, now_utc())
+        crate::loss::said_by(self.who, &now_utc(), reason)
     }
 
     /// Carries out one command (not `Finish`, which ends the drive): what it made happen at
@@ -292,26 +292,23 @@ impl Driver<'_> {
                 self.linger = Some(Box::pin(sleep(how_long)));
                 None
             }
-            Command::TellFailed {
-                reason,
-                restartable,
-            } => {
+            Command::TellEnd(ended) => {
                 let channel = channel?;
-                let said = self.said(&reason);
-                // Heard by the job before the siblings' stop can fail another pod first (the
-                // runtime has one thread: a frame queued is not yet sent). What happens
-                // meanwhile, a stop signal above all, goes to the lifecycle as it comes, not
-                // left for the stop to misread.
-                let told = channel.failed(Loss::failure(said, restartable), TOLD_BEFORE_STOP);
+                let ended = Loss {
+                    reason: self.said(&ended.reason),
+                    ..ended
+                };
+                // Heard by the job before what follows (the siblings' stop) can fail another
+                // pod first (the runtime has one thread: a frame queued is not yet sent). What
+                // happens meanwhile, a stop signal above all, goes to the lifecycle as it
+                // comes, not left for the stop to misread.
+                let told = channel.tell_end(ended, TOLD_BEFORE_STOP);
                 tokio::select! {
                     _ = told => None,
                     event = self.sup.next_event() => self.input_of(event),
                 }
             }
-            Command::TellHang(_)
-            | Command::TellPreempted(_)
-            | Command::TellLeaving(_)
-            | Command::TellDone => {
+            Command::TellPreempted(_) | Command::TellDone => {
                 self.tell(command);
                 None
             }
@@ -370,9 +367,7 @@ impl Driver<'_> {
             return;
         };
         match command {
-            Command::TellHang(reason) => channel.tell_hang(&self.said(&reason)),
             Command::TellPreempted(reason) => channel.preempted(&self.said(&reason)),
-            Command::TellLeaving(reason) => channel.leaving(&self.said(&reason)),
             Command::TellDone => channel.done(),
             _ => {}
         }

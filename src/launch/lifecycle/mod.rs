@@ -17,6 +17,7 @@ use crate::config::KUBELET_MIN_GRACE;
 use crate::error::Error;
 use crate::exit::{self, Outcome};
 use crate::exit::{is_stop_signal, Ended};
+use crate::loss::{Kind, Loss};
 use crate::plan::Role;
 use crate::vocabulary::Protocol;
 
@@ -105,16 +106,15 @@ pub enum Command {
         signal: i32,
     },
     Log(String),
-    /// Tell the job at once that this pod's trainer is judged hung (the reason), before asking
-    /// it for its stacks: the coordinator names the suspect and has every pod dump its stacks.
-    TellHang(String),
-    /// Tell the job at once that a trainer process failed (the reason, restartable), before
-    /// its siblings are stopped: their stop ends the other pods' collectives, whose failures
-    /// must not become the job's cause.
-    TellFailed {
-        reason: String,
-        restartable: bool,
-    },
+    /// Tell the job at once how this pod's attempt ends, and let it hear it, before what
+    /// follows: a `Hang` of its trainer before the stacks are asked for (the coordinator names
+    /// the suspect and has every pod dump its stacks); a trainer process's `Failure` before
+    /// its siblings are stopped (their stop ends the other pods' collectives, whose failures
+    /// must not become the job's cause); a preempted pod leaving (a `Failure` the coordinator
+    /// judges its preemption's) before its processes are stopped, so that the others stop
+    /// theirs as it does. The attempt loop's own telling after the run is this one said again,
+    /// which the channel does not send twice.
+    TellEnd(Loss),
     /// Ask the trainer for every thread's stack in its log (`progress::STACK_SIGNAL`, which
     /// Python's faulthandler answers), then `DumpOver` after `STACK_DUMP_WAIT`.
     DumpStacks,
@@ -130,9 +130,6 @@ pub enum Command {
     CutWindow(Duration),
     /// The children's time between the stop signal and SIGKILL is at most this from now on.
     StopWithin(Duration),
-    /// Tell the job that this preempted pod leaves now (the reason), before its processes are
-    /// stopped: the others stop theirs as it does, and the restart spends no budget.
-    TellLeaving(String),
     /// The end of the pod's run: the child's own outcome, or the launcher's failure.
     Finish(Result<Outcome, Error>),
 }
@@ -389,10 +386,10 @@ impl Lifecycle {
                 if role == Role::Trainer {
                     self.trainers_left = local;
                     if let (Err(error), true) = (&failed, local > 0) {
-                        commands.push(Command::TellFailed {
-                            reason: error.to_string(),
-                            restartable: others_may_restart(&failed),
-                        });
+                        commands.push(Command::TellEnd(Loss::failure(
+                            error.to_string(),
+                            others_may_restart(&failed),
+                        )));
                     }
                 }
                 if role == Role::Pserver || local == 0 {
@@ -726,13 +723,12 @@ mod tests {
                 Command::Log(line) => format!("log {line}"),
                 Command::TellDone => "tell done".into(),
                 Command::DumpStacks => "dump stacks".into(),
-                Command::TellHang(reason) => format!("tell hang {reason}"),
-                Command::TellFailed {
+                Command::TellEnd(Loss {
                     reason,
-                    restartable,
-                } => format!("tell failed {reason} (restartable {restartable})"),
+                    restart,
+                    kind,
+                }) => format!("tell {} {reason} (restart {restart})", kind.name()),
                 Command::TellPreempted(reason) => format!("tell preempted {reason}"),
-                Command::TellLeaving(reason) => format!("tell leaving {reason}"),
                 Command::AskCheckpoint => "ask checkpoint".into(),
                 Command::Window(d) => format!("window {}", d.as_secs()),
                 Command::CutWindow(d) => format!("cut window {} ms", d.as_millis()),
@@ -880,7 +876,7 @@ mod tests {
                 with(vec![Input::CheckpointAsked("echo".into()), Input::WindowOver, Input::Stopped]),
                 then(vec![
                     "log preempted: its checkpoint window (12 s) is over: stopping",
-                    "tell leaving preempted (SIGTERM while training): its checkpoint window (12 s) is over",
+                    "tell failure preempted (SIGTERM while training): its checkpoint window (12 s) is over (restart true)",
                     "stop trainer+pserver 15",
                     "fail 143 received SIGTERM; its checkpoint window (12 s) is over; stopped trainer-0 and pserver-0",
                 ]),
@@ -891,7 +887,7 @@ mod tests {
                 with(vec![exited(Role::Trainer, 0), Input::Stopped]),
                 then(vec![
                     "log preempted: trainer-0 exited with status 0 within its checkpoint window: stopping",
-                    "tell leaving preempted (SIGTERM while training): trainer-0 exited with status 0 within its checkpoint window",
+                    "tell failure preempted (SIGTERM while training): trainer-0 exited with status 0 within its checkpoint window (restart true)",
                     "stop pserver 15",
                     "fail 143 received SIGTERM; trainer-0 exited with status 0 within its checkpoint window; stopped pserver-0",
                 ]),
@@ -902,7 +898,7 @@ mod tests {
                 with(vec![exited(Role::Pserver, 1), Input::Stopped]),
                 then(vec![
                     "log preempted: the pserver exited with status 1 during its checkpoint window: stopping",
-                    "tell leaving preempted (SIGTERM while training): the pserver exited with status 1 during its checkpoint window",
+                    "tell failure preempted (SIGTERM while training): the pserver exited with status 1 during its checkpoint window (restart true)",
                     "stop trainer 15",
                     "fail 143 received SIGTERM; the pserver exited with status 1 during its checkpoint window; stopped trainer-0",
                 ]),
@@ -913,7 +909,7 @@ mod tests {
                 with(vec![Input::CheckpointUnheeded, Input::Stopped]),
                 then(vec![
                     "log preempted: trainer-0 does not handle SIGUSR1: no checkpoint asked (it would have died of it; see docs/preemption.md): stopping",
-                    "tell leaving preempted (SIGTERM while training): trainer-0 does not handle SIGUSR1: no checkpoint asked (it would have died of it; see docs/preemption.md)",
+                    "tell failure preempted (SIGTERM while training): trainer-0 does not handle SIGUSR1: no checkpoint asked (it would have died of it; see docs/preemption.md) (restart true)",
                     "stop trainer+pserver 15",
                     "fail 143 received SIGTERM; trainer-0 does not handle SIGUSR1: no checkpoint asked (it would have died of it; see docs/preemption.md); stopped trainer-0 and pserver-0",
                 ]),
@@ -924,7 +920,7 @@ mod tests {
                 with(vec![Input::Signal(nix::libc::SIGINT), Input::Stopped]),
                 then(vec![
                     "log preempted: a second stop signal ended its checkpoint window: stopping",
-                    "tell leaving preempted (SIGTERM while training): a second stop signal ended its checkpoint window",
+                    "tell failure preempted (SIGTERM while training): a second stop signal ended its checkpoint window (restart true)",
                     "stop trainer+pserver 15",
                     "fail 143 received SIGTERM; a second stop signal ended its checkpoint window; stopped trainer-0 and pserver-0",
                 ]),
@@ -935,7 +931,7 @@ mod tests {
                 with(vec![Input::PeerLost("peer pod p-2 was deleted".into()), Input::Stopped]),
                 then(vec![
                     "log preempted: peer pod p-2 was deleted during its checkpoint window: stopping",
-                    "tell leaving preempted (SIGTERM while training): peer pod p-2 was deleted during its checkpoint window",
+                    "tell failure preempted (SIGTERM while training): peer pod p-2 was deleted during its checkpoint window (restart true)",
                     "stop trainer+pserver 15",
                     "fail 143 received SIGTERM; peer pod p-2 was deleted during its checkpoint window; stopped trainer-0 and pserver-0",
                 ]),
@@ -975,7 +971,7 @@ mod tests {
                     "tell preempted preempted (SIGTERM while serving)",
                     "window 12",
                     "log preempted: its checkpoint window (12 s) is over: stopping",
-                    "tell leaving preempted (SIGTERM while serving): its checkpoint window (12 s) is over",
+                    "tell failure preempted (SIGTERM while serving): its checkpoint window (12 s) is over (restart true)",
                     "stop pserver 15",
                     "fail 143 received SIGTERM; its checkpoint window (12 s) is over; stopped pserver-0",
                 ],
@@ -1102,7 +1098,7 @@ mod tests {
                 vec![
                     "spawn trainer",
                     "log trainer id 3 of 6 (local rank 0) exited with status 0; 2 of the pod's trainer processes still run",
-                    "tell failed trainer id 5 of 6 (local rank 2) exited with status 3 (restartable true)",
+                    "tell failure trainer id 5 of 6 (local rank 2) exited with status 3 (restart true)",
                     "stop trainer 15",
                     "finish 3 trainer id 5 of 6 (local rank 2) exited with status 3",
                 ],
@@ -1134,7 +1130,7 @@ mod tests {
                     "log trainer id 4 of 6 (local rank 1) exited with status 2; 2 of the pod's trainer processes still run",
                     "log trainer id 3 of 6 (local rank 0) exited with status 0; 1 of the pod's trainer processes still run",
                     "log preempted: trainers 3-5 exited with status 2 within its checkpoint window: stopping",
-                    "tell leaving preempted (SIGTERM while training): trainers 3-5 exited with status 2 within its checkpoint window",
+                    "tell failure preempted (SIGTERM while training): trainers 3-5 exited with status 2 within its checkpoint window (restart true)",
                     "fail 143 received SIGTERM; trainers 3-5 exited with status 2 within its checkpoint window",
                 ],
             ),
@@ -1163,7 +1159,7 @@ mod tests {
         };
         let shown = run(three(), vec![spawn_failed, ended(0, 143), Input::Stopped]);
         assert!(
-            shown[1].starts_with("tell failed ") && shown[1].ends_with("(restartable false)"),
+            shown[1].starts_with("tell failure ") && shown[1].ends_with("(restart false)"),
             "a command not found is so on every pod: {shown:?}"
         );
         assert_eq!(shown[2], "stop trainer 15", "{shown:?}");
@@ -1185,7 +1181,7 @@ mod tests {
                 "spawn pserver",
                 "probe",
                 "spawn trainer",
-                "tell hang stuck",
+                "tell hang stuck (restart true)",
                 "log stuck: asking it for its threads' stacks (SIGUSR2)",
                 "dump stacks",
             ];
@@ -1471,7 +1467,7 @@ mod tests {
                     "probe",
                     "spawn trainer",
                     // Told to the job before anything is stopped.
-                    "tell hang trainer-0 made no progress for 30 s",
+                    "tell hang trainer-0 made no progress for 30 s (restart true)",
                     "log trainer-0 made no progress for 30 s: asking it for its threads' stacks (SIGUSR2)",
                     "dump stacks",
                     "log p-1 deleted (while asking the hung trainer for its stacks)",
