@@ -283,7 +283,7 @@ async fn peers_said(
             lines.push(format!(
                 "peers: the DNS records of {name} (no Kubernetes API, no RBAC needed)"
             ));
-            dns_said(config, (name, *server), my_ip, lines, problems).await
+            dns_said(config, name, *server, my_ip, lines, problems).await
         }
         Discovery::Kubernetes { groups } => {
             kubernetes_said(config, groups, my_ip, lines, problems).await
@@ -295,7 +295,8 @@ async fn peers_said(
 /// the job would wait for.
 async fn dns_said(
     config: &Config,
-    (name, server): (&str, Option<SocketAddr>),
+    name: &str,
+    server: Option<SocketAddr>,
     my_ip: IpAddr,
     lines: &mut Vec<String>,
     problems: &mut Problems,

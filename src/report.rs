@@ -353,7 +353,7 @@ impl JobView {
             self.named.insert(rank, score);
             if i < NAMED_LINES {
                 let pod = pods.get(&rank).map_or("its pod unknown", |p| p.as_str());
-                named_said(reports, self.named_line((rank, pod), score, by, step));
+                named_said(reports, self.named_line(rank, pod, score, by, step));
             }
         }
         if let Some(line) = others_named(&window.named) {
@@ -370,7 +370,7 @@ impl JobView {
         }
     }
 
-    fn named_line(&self, (rank, pod): (u32, &str), score: f64, by: &str, step: u64) -> String {
+    fn named_line(&self, rank: u32, pod: &str, score: f64, by: &str, step: u64) -> String {
         let rules = self.rules.unwrap_or_default();
         format!(
             "straggler: rank {rank} ({pod}) scored {score:.2} (its speed over the median rank's) by {by}, below {:.2} in {} windows of {} s in a row, at the job's step {step}; named, not restarted",

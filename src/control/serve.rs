@@ -255,7 +255,7 @@ impl Coordinator {
                     let link = next_link;
                     let (shared, to_me) = (self.shared.clone(), from_links_tx.clone());
                     connections.spawn(async move {
-                        let why = serve(&shared, link, (reader, writer), peer, &to_me).await;
+                        let why = serve(&shared, link, reader, writer, peer, &to_me).await;
                         let _ = to_me.send(FromLink::Ended { link, ip: peer.ip(), pod: why.0, why: why.1 });
                     });
                     continue;
@@ -525,11 +525,12 @@ struct Greeted {
 pub(super) async fn serve(
     shared: &Shared,
     link: u64,
-    (mut reader, mut writer): (Reader, Writer),
+    mut reader: Reader,
+    mut writer: Writer,
     peer: SocketAddr,
     to_coordinator: &mpsc::UnboundedSender<FromLink>,
 ) -> (Option<String>, WireError) {
-    let greeted = match greet(shared, (&mut reader, &mut writer), peer).await {
+    let greeted = match greet(shared, &mut reader, &mut writer, peer).await {
         Ok(greeted) => greeted,
         Err(e) => return (None, e),
     };
@@ -566,7 +567,7 @@ pub(super) async fn serve(
         challenge,
         to_coordinator,
     };
-    let why = talk(shared, joined, (session, reader), &mut writer, &mut rx).await;
+    let why = talk(shared, joined, session, reader, &mut writer, &mut rx).await;
     (Some(pod), why)
 }
 
@@ -574,7 +575,8 @@ pub(super) async fn serve(
 /// address, or an elastic job's arrival; a heartbeat timeout that fits), each read bounded.
 async fn greet(
     shared: &Shared,
-    (reader, writer): (&mut Reader, &mut Writer),
+    reader: &mut Reader,
+    writer: &mut Writer,
     peer: SocketAddr,
 ) -> Result<Greeted, WireError> {
     let server = nonce()?;
@@ -672,7 +674,8 @@ struct Link<'a> {
 async fn talk(
     shared: &Shared,
     joined: Link<'_>,
-    (reading, reader): (Session, Reader),
+    reading: Session,
+    reader: Reader,
     writer: &mut Writer,
     rx: &mut mpsc::UnboundedReceiver<Arc<Encoded>>,
 ) -> WireError {

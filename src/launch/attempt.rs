@@ -111,83 +111,93 @@ pub(super) struct Running {
     unjoined: Arc<OnceLock<ConfigError>>,
 }
 
-/// Begins an attempt: the job's record and its "Started" event (one launcher tells them), and
-/// the watches that may end it from here on — a peer's loss, the channel's, a coordinator this
-/// pod cannot join, and for a pserver pod the trainers' end.
-pub(super) fn begin(
-    attempt: Attempt,
-    attempts: &mut Attempts,
-    (config, supervisor): (&Config, &mut Supervisor),
-    (my_ip, pod): (IpAddr, &str),
-    members_before: &[PodAddress],
-) -> Begun {
-    let Attempt {
-        plan,
-        who,
-        mut channel,
-        peer_loss,
-        trainers_done,
-        ledger,
-        api,
-        coordinator_unjoined,
-        ..
-    } = attempt;
-    // The log's fields from here on (JSON): this pod's rank and the attempt's restart.
-    let span = tracing::Span::current();
-    if let Some(rank) = plan.trainer_id {
-        span.record("pod_rank", rank);
-    }
-    span.record("restart", plan.restart_count);
-    let posts = match &channel {
-        Some(channel) => channel.coordinates(),
-        None => plan.trainer_id == Some(0),
-    };
-    let coordinates = channel.as_ref().is_some_and(Channel::coordinates);
-    let record = JobRecord::of(config, api.as_ref()).filter(|_| coordinates);
-    if let Some(record) = &record {
-        // In the background: the start is not held back by it.
-        drop(record.write(ledger.recorded()));
-    }
-    // POD_NAME, else the pod's name as found by its address (under hostNetwork pods share
-    // one, so the name given wins).
-    let own = plan.pods.iter().find(|entry| entry.ip == plan.pod_ip);
-    let name = match (&config.topology.pod_name, own) {
-        (Some(name), _) => name.clone(),
-        (None, Some(entry)) => entry.name.clone(),
-        (None, None) => pod.to_string(),
-    };
-    if let (true, Some(api)) = (coordinates, &api) {
-        attempts.reporter.post_to(Posting {
-            api: api.clone(),
-            pod: name.clone(),
-            job: super::coordination::job_keeping_the_count(config).map(str::to_string),
+impl Attempts {
+    /// Begins an attempt: the job's record and its "Started" event (one launcher tells them), and
+    /// the watches that may end it from here on — a peer's loss, the channel's, a coordinator this
+    /// pod cannot join, and for a pserver pod the trainers' end.
+    pub(super) fn begin(
+        &mut self,
+        attempt: Attempt,
+        config: &Config,
+        supervisor: &mut Supervisor,
+        my_ip: IpAddr,
+        members_before: &[PodAddress],
+    ) -> Begun {
+        let Attempt {
+            plan,
+            who,
+            mut channel,
+            peer_loss,
+            trainers_done,
+            ledger,
+            api,
+            coordinator_unjoined,
+            ..
+        } = attempt;
+        // The log's fields from here on (JSON): this pod's rank and the attempt's restart.
+        let span = tracing::Span::current();
+        if let Some(rank) = plan.trainer_id {
+            span.record("pod_rank", rank);
+        }
+        span.record("restart", plan.restart_count);
+        let posts = match &channel {
+            Some(channel) => channel.coordinates(),
+            None => plan.trainer_id == Some(0),
+        };
+        let coordinates = channel.as_ref().is_some_and(Channel::coordinates);
+        let record = JobRecord::of(config, api.as_ref()).filter(|_| coordinates);
+        if let Some(record) = &record {
+            // In the background: the start is not held back by it.
+            drop(record.write(ledger.recorded()));
+        }
+        // POD_NAME, else the pod's name as found by its address (under hostNetwork pods share
+        // one, so the name given wins).
+        let own = plan.pods.iter().find(|entry| entry.ip == plan.pod_ip);
+        let name = match (&config.topology.pod_name, own) {
+            (Some(name), _) => name.clone(),
+            (None, Some(entry)) => entry.name.clone(),
+            (None, None) => my_ip.to_string(),
+        };
+        if let (true, Some(api)) = (coordinates, &api) {
+            self.reporter.post_to(Posting {
+                api: api.clone(),
+                pod: name.clone(),
+                job: super::coordination::job_keeping_the_count(config).map(str::to_string),
+            });
+        }
+        if let (true, None, Some(api)) = (posts, &self.events, api) {
+            self.events = Some(JobEvents::start(api, name, node_name()));
+        }
+        if let Some(events) = self.events.as_mut().filter(|_| posts) {
+            tell_the_start(events, &plan, config, members_before);
+        }
+        let unjoined = watch_the_attempt(
+            peer_loss,
+            trainers_done,
+            coordinator_unjoined,
+            &mut channel,
+            config,
+            supervisor,
+            my_ip,
+        );
+        let begun = Begun {
+            ledger,
+            members: plan.pods.iter().map(PodEntry::address).collect(),
+            channel: channel.is_some(),
+            records: record.is_some(),
+            posts,
+            who: who.clone(),
+            preemptible: channel.is_some() && config.timing.checkpoint().is_some(),
+        };
+        self.running = Some(Running {
+            plan,
+            who,
+            channel,
+            record,
+            unjoined,
         });
+        begun
     }
-    if let (true, None, Some(api)) = (posts, &attempts.events, api) {
-        attempts.events = Some(JobEvents::start(api, name, node_name()));
-    }
-    if let Some(events) = attempts.events.as_mut().filter(|_| posts) {
-        tell_the_start(events, &plan, config, members_before);
-    }
-    let watched = (peer_loss, trainers_done, coordinator_unjoined);
-    let unjoined = watch_the_attempt(watched, &mut channel, config, supervisor, my_ip);
-    let begun = Begun {
-        ledger,
-        members: plan.pods.iter().map(PodEntry::address).collect(),
-        channel: channel.is_some(),
-        records: record.is_some(),
-        posts,
-        who: who.clone(),
-        preemptible: channel.is_some() && config.timing.checkpoint().is_some(),
-    };
-    attempts.running = Some(Running {
-        plan,
-        who,
-        channel,
-        record,
-        unjoined,
-    });
-    begun
 }
 
 /// The attempt's start in the job's story: how many pods were found (an elastic job's of how
@@ -225,7 +235,9 @@ fn tell_the_start(
 /// coordinator this pod cannot join (what it found is set in the cell returned) — and for a
 /// pserver pod the trainers' end.
 fn watch_the_attempt(
-    (peer_loss, trainers_done, coordinator_unjoined): Watches,
+    peer_loss: Option<BoxFuture<'static, String>>,
+    trainers_done: Option<BoxFuture<'static, Result<String, String>>>,
+    coordinator_unjoined: Option<UnjoinedCoordinator>,
     channel: &mut Option<Channel>,
     config: &Config,
     supervisor: &mut Supervisor,
@@ -270,14 +282,6 @@ fn watch_the_attempt(
     unjoined
 }
 
-/// What `begin` hands the watches: the API's watch of the peers, a pserver pod's watch of the
-/// trainers, and the coordinator a pod without the secret cannot join.
-type Watches = (
-    Option<BoxFuture<'static, String>>,
-    Option<BoxFuture<'static, Result<String, String>>>,
-    Option<UnjoinedCoordinator>,
-);
-
 /// Runs the attempt: the workspace prepared and the peers checked — the attempt's loss or a
 /// stop meanwhile ends it there, before anything more is started — then the pod's processes,
 /// supervised until they end. The attempt's end; or (the outer error) the workspace's own
@@ -307,7 +311,8 @@ async fn run(
     preparing_before: &mut Option<JoinHandle<Result<(), Error>>>,
     config: &Config,
     supervisor: &mut Supervisor,
-    (my_ip, board): (IpAddr, Option<&Shared>),
+    my_ip: IpAddr,
+    board: Option<&Shared>,
 ) -> Result<Result<Outcome, Error>, Error> {
     let plan = &running.plan;
     let for_workspace = plan.clone();
@@ -348,7 +353,7 @@ async fn run(
     let channel = running.channel.as_ref();
     let result = match checked {
         Ok(silent) if silent.is_empty() => {
-            drive(supervisor, plan, config, channel, (&running.who, board)).await
+            drive(supervisor, plan, config, channel, &running.who, board).await
         }
         Ok(silent) => Err(Error::PeersUnreachable {
             peers: named_peers(&silent),
@@ -395,7 +400,7 @@ impl Attempts {
                 self.show(|b| b.training(size_of(&running.plan, config)));
                 let preparing = &mut self.preparing_before;
                 let board = self.board.as_ref();
-                let result = run(running, preparing, config, supervisor, (my_ip, board)).await?;
+                let result = run(running, preparing, config, supervisor, my_ip, board).await?;
                 let word = self.word();
                 Input::Ran {
                     result,

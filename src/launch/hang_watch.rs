@@ -137,7 +137,8 @@ impl HangWatch {
         processes: Vec<Watched>,
         limits: progress::Limits,
         margin: Duration,
-        (ranks, pod_label): (progress::Ranks, String),
+        ranks: progress::Ranks,
+        pod_label: String,
     ) -> HangWatch {
         let mut every = tokio::time::interval(progress::check_every(limits));
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

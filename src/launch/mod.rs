@@ -117,10 +117,13 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                 };
                 match gathered {
                     Gathered::Attempt(attempt) => {
-                        let with = (&config, &mut supervisor);
-                        let here = (my_ip, pod.as_str());
-                        let begun =
-                            attempt::begin(*attempt, &mut attempts, with, here, &members_before);
+                        let begun = attempts.begin(
+                            *attempt,
+                            &config,
+                            &mut supervisor,
+                            my_ip,
+                            &members_before,
+                        );
                         Input::Begun(begun)
                     }
                     Gathered::JobSucceeded(reason) => {

@@ -80,7 +80,8 @@ pub(super) async fn drive(
     plan: &Plan,
     config: &Config,
     channel: Option<&Channel>,
-    (who, board): (&str, Option<&Shared>),
+    who: &str,
+    board: Option<&Shared>,
 ) -> Result<Outcome, Error> {
     let trainers: Vec<&ProcessSpec> = plan.trainers().collect();
     let mut driver = Driver {
@@ -378,7 +379,8 @@ impl Driver<'_> {
     fn watched(
         &self,
         spec: &ProcessSpec,
-        (local, child): (usize, usize),
+        local: usize,
+        child: usize,
         file: ProgressFileClock,
         hangs: bool,
     ) -> (metrics::Source, Option<Watched>) {
@@ -449,8 +451,7 @@ impl Driver<'_> {
                 Ok(child) => {
                     self.children.push((role, local, child));
                     let Some(file) = file else { continue };
-                    let (source, watch) =
-                        self.watched(spec, (local, child), file, limits.is_some());
+                    let (source, watch) = self.watched(spec, local, child, file, limits.is_some());
                     sources.push(source);
                     watched.extend(watch);
                 }
@@ -475,8 +476,8 @@ impl Driver<'_> {
                 Protocol::Collective => progress::Ranks::Lockstep,
                 _ => progress::Ranks::Alone,
             };
-            let pod = (ranks, self.trainer_label());
-            self.watch = Some(HangWatch::new(watched, limits, margin, pod));
+            let label = self.trainer_label();
+            self.watch = Some(HangWatch::new(watched, limits, margin, ranks, label));
         }
         failed
     }

@@ -736,7 +736,7 @@ mod tests {
         let (items, queued) = mpsc::sync_channel(2);
         let (left_out, bytes) = (AtomicU64::new(0), AtomicUsize::new(0));
         for line in ["one\n", "two\n", "three\n", "four\n"] {
-            queue_line((&items, &bytes), &left_out, line.as_bytes());
+            queue_line(&items, &bytes, &left_out, line.as_bytes());
         }
         // "three" and "four" found the queue full; the writer catches up, then "five" comes.
         let dir = tempfile::tempdir().unwrap();
@@ -748,9 +748,9 @@ mod tests {
                 file.write_all(&line).unwrap();
             }
         }
-        assert!(queue_line((&items, &bytes), &left_out, b"five\n"));
+        assert!(queue_line(&items, &bytes, &left_out, b"five\n"));
         drop(items);
-        write_log(file, (&queued, &bytes), "trainer-0");
+        write_log(file, &queued, &bytes, "trainer-0");
         assert_eq!(
             std::fs::read_to_string(&path).unwrap(),
             "one\ntwo\n[paddle-launcher: 2 lines of trainer-0 output left out here: this file fell behind]\nfive\n"
@@ -765,18 +765,19 @@ mod tests {
         let (items, queued) = mpsc::sync_channel(8);
         let (left_out, bytes) = (AtomicU64::new(0), AtomicUsize::new(0));
         let almost = vec![b'x'; LOG_BACKLOG_BYTES - 10];
-        assert!(queue_line((&items, &bytes), &left_out, &almost));
+        assert!(queue_line(&items, &bytes, &left_out, &almost));
         assert!(!queue_line(
-            (&items, &bytes),
+            &items,
+            &bytes,
             &left_out,
             b"too much for the bound\n"
         ));
-        assert!(queue_line((&items, &bytes), &left_out, b"fits\n"));
+        assert!(queue_line(&items, &bytes, &left_out, b"fits\n"));
         drop(items);
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("train.log");
         let file = io::BufWriter::new(open_log(&path).unwrap());
-        write_log(file, (&queued, &bytes), "trainer-0");
+        write_log(file, &queued, &bytes, "trainer-0");
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.ends_with("[paddle-launcher: 1 lines of trainer-0 output left out here: this file fell behind]\nfits\n"), "{}", &text[text.len() - 200..]);
         assert_eq!(bytes.load(Ordering::Relaxed), 0);

@@ -122,7 +122,7 @@ impl LogFile {
                         return;
                     }
                 };
-                write_log(io::BufWriter::new(file), (&queued, &bytes), &label);
+                write_log(io::BufWriter::new(file), &queued, &bytes, &label);
                 let total = total.load(Ordering::Relaxed);
                 if total > 0 {
                     warn!("{label} output: {total} lines in all were left out of its log file");
@@ -144,8 +144,7 @@ impl LogFile {
         let Some(items) = &self.items else {
             return;
         };
-        let queue = (items, &*self.queued_bytes);
-        if !queue_line(queue, &self.left_out, line)
+        if !queue_line(items, &self.queued_bytes, &self.left_out, line)
             && self.total_left_out.fetch_add(1, Ordering::Relaxed) == 0
         {
             warn!(
@@ -160,7 +159,8 @@ impl LogFile {
 /// Queues a line, after the gap of the lines left out before it; false when it is left out too
 /// (the queue is full, in lines or in bytes).
 pub(super) fn queue_line(
-    (items, bytes): (&mpsc::SyncSender<LogItem>, &AtomicUsize),
+    items: &mpsc::SyncSender<LogItem>,
+    bytes: &AtomicUsize,
     left_out: &AtomicU64,
     line: &[u8],
 ) -> bool {
@@ -191,7 +191,8 @@ pub(super) fn queue_line(
 /// burst, not per line, on a network filesystem), and a line where lines were left out.
 pub(super) fn write_log(
     mut file: io::BufWriter<File>,
-    (queued, bytes): (&mpsc::Receiver<LogItem>, &AtomicUsize),
+    queued: &mpsc::Receiver<LogItem>,
+    bytes: &AtomicUsize,
     label: &str,
 ) {
     while let Ok(first) = queued.recv() {
