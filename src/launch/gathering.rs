@@ -3,7 +3,6 @@
 //! a gathering again, or the job's end. Bounded by the wait timeout, whatever is waited for.
 
 use std::collections::BTreeSet;
-use std::net::IpAddr;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -19,7 +18,6 @@ use crate::ledger::Ledger;
 use crate::loss::Loss;
 use crate::membership::{Membership, PodAddress, Served};
 use crate::peers;
-use crate::protocol::InputFiles;
 use crate::supervise::{or_never, Supervisor};
 
 use super::coordination;
@@ -33,6 +31,7 @@ use super::setup::on_node;
 use super::setup::{children_grace_seen, plan_for, who};
 use super::waits::{interruptible, Breaks};
 use super::why_waiting::WhyWaiting;
+use super::Own;
 use crate::control::{self, ChannelRole, Joining};
 use std::net::SocketAddr;
 use tracing::warn;
@@ -52,42 +51,42 @@ pub(super) const REFUSAL_SERVED: Duration = Duration::from_secs(15);
 
 pub(super) const REFUSAL_SERVED_AT_MOST: Duration = Duration::from_secs(25);
 
-/// Finds the job's pods and, with a control channel, waits until every launcher has found the
-/// same ones; the coordinator names the restart epoch. A membership that changes meanwhile
-/// (a pod lost, views that differ) means discovering again, at no cost to the restart budget.
-/// With a named coordinator (`--coordinator`, Kubernetes discovery), only the coordinator finds
-/// the pods: every other launcher learns them from it and makes no API request at all.
-pub(super) async fn gather(
-    config: &Config,
-    supervisor: &mut Supervisor,
-    (secret, reporting): (Option<&Secret>, &control::Reporting),
-    (my_ip, inputs): (IpAddr, &InputFiles),
-    ledger: Ledger,
-    members_before: &[PodAddress],
-    alive: BTreeSet<String>,
-) -> Result<Gathered, Error> {
-    let mut gathering = Gathering {
-        why: WhyWaiting::of(config),
-        secret,
-        reporting,
-        my_ip,
-        inputs,
-        ledger,
-        members_before,
-        began: Instant::now(),
-        rounds: 0,
-        absent: Default::default(),
-        alive,
-        no_coordinator: None,
-    };
-    loop {
-        if gathering.rounds > 0 {
-            gathering.pause(config, supervisor).await?;
-        }
-        gathering.rounds += 1;
-        gathering.no_coordinator = None;
-        if let Some(ended) = gathering.round(config, supervisor).await? {
-            return Ok(ended);
+impl Own {
+    /// Finds the job's pods and, with a control channel, waits until every launcher has found the
+    /// same ones; the coordinator names the restart epoch. A membership that changes meanwhile
+    /// (a pod lost, views that differ) means discovering again, at no cost to the restart budget.
+    /// With a named coordinator (`--coordinator`, Kubernetes discovery), only the coordinator finds
+    /// the pods: every other launcher learns them from it and makes no API request at all.
+    pub(super) async fn gather(
+        &self,
+        config: &Config,
+        supervisor: &mut Supervisor,
+        reporting: &control::Reporting,
+        ledger: Ledger,
+        members_before: &[PodAddress],
+        alive: BTreeSet<String>,
+    ) -> Result<Gathered, Error> {
+        let mut gathering = Gathering {
+            why: WhyWaiting::of(config),
+            own: self,
+            reporting,
+            ledger,
+            members_before,
+            began: Instant::now(),
+            rounds: 0,
+            absent: Default::default(),
+            alive,
+            no_coordinator: None,
+        };
+        loop {
+            if gathering.rounds > 0 {
+                gathering.pause(config, supervisor).await?;
+            }
+            gathering.rounds += 1;
+            gathering.no_coordinator = None;
+            if let Some(ended) = gathering.round(config, supervisor).await? {
+                return Ok(ended);
+            }
         }
     }
 }
@@ -96,11 +95,10 @@ pub(super) async fn gather(
 struct Gathering<'a> {
     /// A follower of a named coordinator: why it cannot reach it, asked of the API.
     why: Option<WhyWaiting>,
-    secret: Option<&'a Secret>,
+    /// This pod's secret, input files and address.
+    own: &'a Own,
     /// What the channel reports of the job's progress, and where.
     reporting: &'a control::Reporting,
-    my_ip: IpAddr,
-    inputs: &'a InputFiles,
     ledger: Ledger,
     /// For a restart, the members of the attempt that ended.
     members_before: &'a [PodAddress],
@@ -157,11 +155,11 @@ impl Gathering<'_> {
         config: &Config,
         supervisor: &mut Supervisor,
     ) -> Result<Option<Gathered>, Error> {
-        if let Some(secret) = self.secret {
+        if let Some(secret) = &self.own.secret {
             // A coordinator named by DNS whose name has no address yet: there is nothing to
             // join, so the pods are not listed again meanwhile. (`join_channel` resolves it
             // again after discovery, which may take long: by then the name may have moved.)
-            match coordinator_elsewhere(config, self.my_ip).await? {
+            match coordinator_elsewhere(config, self.own.my_ip).await? {
                 Located::NotYet(why) => {
                     if let Some(asked) = &mut self.why {
                         // A stop signal is not held back by a slow API server.
@@ -173,16 +171,7 @@ impl Gathering<'_> {
                     return Ok(None);
                 }
                 Located::At(coordinator) if coordination::membership_from_coordinator(config) => {
-                    let inputs = (self.my_ip, self.inputs);
-                    let followed = follow_coordinator(
-                        config,
-                        supervisor,
-                        (secret, self.reporting),
-                        coordinator,
-                        inputs,
-                        self.ledger,
-                        self.why.as_mut(),
-                    );
+                    let followed = self.follow(config, supervisor, secret, coordinator);
                     return match followed.await? {
                         Followed::Gathered(gathered) => Ok(Some(gathered)),
                         // The wait for a place in the job starts again.
@@ -197,14 +186,21 @@ impl Gathering<'_> {
             }
         }
         let (mut attempt, membership, me) = self.discover(config, supervisor).await?;
-        let Some(secret) = self.secret else {
+        let Some(secret) = &self.own.secret else {
             attempt.plan = attempt.plan.for_restart(self.ledger.epoch);
             attempt.coordinator_unjoined = coordinator_without_secret(config, &membership, &me);
             return Ok(Some(Gathered::Attempt(Box::new(attempt))));
         };
         let first = self.members_before.is_empty();
-        let keys = (secret.clone(), self.reporting);
-        let joined = join_channel(keys, &attempt, config, &membership, &me, first);
+        let joined = join_channel(
+            secret.clone(),
+            self.reporting,
+            &attempt,
+            config,
+            &membership,
+            &me,
+            first,
+        );
         let channel = match joined.await? {
             Located::NoChannel | Located::ThisPod | Located::NotNamed => {
                 attempt.plan = attempt.plan.for_restart(self.ledger.epoch);
@@ -244,7 +240,7 @@ impl Gathering<'_> {
             alive: &self.alive,
             not_ready_after: join_grace(config, supervisor.grace, true),
             own_name: config.topology.pod_name.as_deref(),
-            own_ip: self.my_ip,
+            own_ip: self.own.my_ip,
             told: Some(&|awaited| self.reporting.waiting(awaited)),
             // Only a named coordinator finds the pods where its followers learn them from it.
             keep_wait_on: coordination::job_keeping_the_count(config)
@@ -258,16 +254,16 @@ impl Gathering<'_> {
                     && coordination::membership_from_coordinator(config)
                     && !matches!(error, Error::Stopped { .. }) =>
             {
-                if let Some(secret) = self.secret {
+                if let Some(secret) = &self.own.secret {
                     let reason = format!("the coordinating launcher ended the job: {error}");
-                    let my_ip = self.my_ip;
+                    let my_ip = self.own.my_ip;
                     tell_followers_the_end(config, secret, my_ip, members_before, reason).await;
                 }
                 return Err(error);
             }
             found => found?,
         };
-        let (plan, membership, me) = plan_for(config, &found, self.my_ip, self.inputs)?;
+        let (plan, membership, me) = plan_for(config, &found, self.own.my_ip, &self.own.inputs)?;
         let children_grace = match found.own_grace {
             Some(pod) => children_grace_seen(config, pod),
             None => config.timing.grace_period,
@@ -539,95 +535,97 @@ pub(super) enum Followed {
     TurnedAway,
 }
 
-/// One attempt of a follower that does not discover the pods: join the coordinator, and plan
-/// with the membership it sends.
-pub(super) async fn follow_coordinator(
-    config: &Config,
-    supervisor: &mut Supervisor,
-    (secret, reporting): (&Secret, &control::Reporting),
-    coordinator: SocketAddr,
-    (my_ip, inputs): (IpAddr, &InputFiles),
-    ledger: Ledger,
-    why: Option<&mut WhyWaiting>,
-) -> Result<Followed, Error> {
-    let role = ChannelRole::Follower {
-        coordinator,
-        recheck: recheck_of(config),
-    };
-    // Without a name, the coordinator knows this pod by its address.
-    let me = PodAddress {
-        name: config.topology.pod_name.clone().unwrap_or_default(),
-        ip: my_ip,
-    };
-    // Its rank comes with the membership, after the hello; its view is empty: "send me the
-    // membership".
-    let shown = Some(me.name.clone()).filter(|name| !name.is_empty());
-    let shown = shown.unwrap_or_else(|| my_ip.to_string());
-    let mut channel = control::join(Joining {
-        who: format!("pod {shown}{}", on_node()),
-        reporting: reporting.clone(),
-        ..joining(config, secret.clone(), me, role, ledger)
-    })
-    .await
-    .map_err(|e| Error::io("cannot join the control channel", e))?;
-    // A pod that arrives once the job has trained to its end (an elastic job's late pod) hears
-    // its success instead of a membership.
-    let hello = channel.hello_watch();
-    let (mut no_loss, mut no_trainers) = (None, None);
-    let heard = heard_or_lost(
-        &mut channel,
-        &mut no_loss,
-        TrainersWatch {
-            done: &mut no_trainers,
-            again: &|| None,
-        },
-    );
-    let unreached = Unreached {
-        hello,
-        why,
-        reporting,
-        coordinator,
-    };
-    let word = interruptible(
-        Some(supervisor),
-        "waiting for the coordinator's membership",
-        Breaks::AlsoHup,
-        unreached.saying_why(heard),
-    )
-    .await?;
-    let heard = match word {
-        News::Heard(heard) => heard,
-        News::JobSucceeded(reason) => {
-            channel.close().await;
-            return Ok(Followed::Gathered(Gathered::JobSucceeded(reason)));
+impl Gathering<'_> {
+    /// One attempt of a follower that does not discover the pods: join the coordinator, and plan
+    /// with the membership it sends.
+    async fn follow(
+        &mut self,
+        config: &Config,
+        supervisor: &mut Supervisor,
+        secret: &Secret,
+        coordinator: SocketAddr,
+    ) -> Result<Followed, Error> {
+        let (my_ip, ledger, reporting) = (self.own.my_ip, self.ledger, self.reporting);
+        let why = self.why.as_mut();
+        let role = ChannelRole::Follower {
+            coordinator,
+            recheck: recheck_of(config),
+        };
+        // Without a name, the coordinator knows this pod by its address.
+        let me = PodAddress {
+            name: config.topology.pod_name.clone().unwrap_or_default(),
+            ip: my_ip,
+        };
+        // Its rank comes with the membership, after the hello; its view is empty: "send me the
+        // membership".
+        let shown = Some(me.name.clone()).filter(|name| !name.is_empty());
+        let shown = shown.unwrap_or_else(|| my_ip.to_string());
+        let mut channel = control::join(Joining {
+            who: format!("pod {shown}{}", on_node()),
+            reporting: reporting.clone(),
+            ..joining(config, secret.clone(), me, role, ledger)
+        })
+        .await
+        .map_err(|e| Error::io("cannot join the control channel", e))?;
+        // A pod that arrives once the job has trained to its end (an elastic job's late pod) hears
+        // its success instead of a membership.
+        let hello = channel.hello_watch();
+        let (mut no_loss, mut no_trainers) = (None, None);
+        let heard = heard_or_lost(
+            &mut channel,
+            &mut no_loss,
+            TrainersWatch {
+                done: &mut no_trainers,
+                again: &|| None,
+            },
+        );
+        let unreached = Unreached {
+            hello,
+            why,
+            reporting,
+            coordinator,
+        };
+        let word = interruptible(
+            Some(supervisor),
+            "waiting for the coordinator's membership",
+            Breaks::AlsoHup,
+            unreached.saying_why(heard),
+        )
+        .await?;
+        let heard = match word {
+            News::Heard(heard) => heard,
+            News::JobSucceeded(reason) => {
+                channel.close().await;
+                return Ok(Followed::Gathered(Gathered::JobSucceeded(reason)));
+            }
+        };
+        if let Heard::Refused(reason) = &heard {
+            if reason.starts_with(control::TURNED_AWAY) {
+                channel.close().await;
+                turned_away(reason, supervisor).await?;
+                return Ok(Followed::TurnedAway);
+            }
         }
-    };
-    if let Heard::Refused(reason) = &heard {
-        if reason.starts_with(control::TURNED_AWAY) {
-            channel.close().await;
-            turned_away(reason, supervisor).await?;
-            return Ok(Followed::TurnedAway);
-        }
-    }
-    let Some(Start { ledger, membership }) = started(
-        heard,
-        &mut channel,
-        config.topology.processes.per_pod,
-        config.control.heartbeat_timeout,
-    )
-    .await?
-    else {
-        return Ok(Followed::Again);
-    };
-    let Some(membership) = membership else {
-        info!(
+        let Some(Start { ledger, membership }) = started(
+            heard,
+            &mut channel,
+            config.topology.processes.per_pod,
+            config.control.heartbeat_timeout,
+        )
+        .await?
+        else {
+            return Ok(Followed::Again);
+        };
+        let Some(membership) = membership else {
+            info!(
             "the coordinator at {coordinator} sent no membership: discovering the job's pods again"
         );
-        channel.close().await;
-        return Ok(Followed::Again);
-    };
-    let attempt = attempt_from_coordinator(config, (my_ip, inputs), membership, ledger, channel)?;
-    Ok(Followed::Gathered(Gathered::Attempt(Box::new(attempt))))
+            channel.close().await;
+            return Ok(Followed::Again);
+        };
+        let attempt = attempt_from_coordinator(config, self.own, membership, ledger, channel)?;
+        Ok(Followed::Gathered(Gathered::Attempt(Box::new(attempt))))
+    }
 }
 
 /// A follower that has not reached its coordinator yet, and how it finds out why.
@@ -697,7 +695,7 @@ async fn turned_away(reason: &str, supervisor: &mut Supervisor) -> Result<(), Er
 /// the pods itself, watching nothing of the API.
 fn attempt_from_coordinator(
     config: &Config,
-    (my_ip, inputs): (IpAddr, &InputFiles),
+    own: &Own,
     membership: Membership,
     ledger: Ledger,
     channel: Channel,
@@ -711,7 +709,7 @@ fn attempt_from_coordinator(
         trainers_done: None,
         served: Served::default(),
     };
-    let (plan, _, me) = plan_for(config, &found, my_ip, inputs)?;
+    let (plan, _, me) = plan_for(config, &found, own.my_ip, &own.inputs)?;
     let who = who(&me.name, &plan, config);
     Ok(Attempt {
         plan: plan.for_restart(ledger.epoch),

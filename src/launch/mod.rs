@@ -40,7 +40,7 @@ use crate::supervise::Supervisor;
 use attempt::Attempts;
 use attempt_loop::{AttemptLoop, Command, Input};
 use ending::verdict_limits;
-use gathering::{gather, wait_for_peers, Gathered};
+use gathering::{wait_for_peers, Gathered};
 pub(crate) use secret::{create_secret_command, read_secret_file};
 use secret::{job_secret, missing_secret, wait_for_secret_file, JobSecret};
 pub use setup::NODE_NAME;
@@ -81,8 +81,8 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
     let span = tracing::Span::current();
     span.record("pod", tracing::field::display(&pod));
     span.record("job", tracing::field::display(&config.topology.job_name));
-    let own = own_parts(&config, plan_only).await?;
-    let Some(mut supervisor) = own.supervisor else {
+    let mut own = own_parts(&config, my_ip, plan_only).await?;
+    let Some(mut supervisor) = own.supervisor.take() else {
         return print_plan(&config, my_ip, &own.inputs).await;
     };
     let board = crate::metrics::serve::start_for(&config, my_ip, &pod).await;
@@ -95,16 +95,16 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
                 members_before,
                 alive,
             } => {
-                let gathered = gather(
-                    &config,
-                    &mut supervisor,
-                    (own.secret.as_ref(), &attempts.reporter.reporting),
-                    (my_ip, &own.inputs),
-                    ledger,
-                    &members_before,
-                    alive.into_iter().collect(),
-                )
-                .await;
+                let gathered = own
+                    .gather(
+                        &config,
+                        &mut supervisor,
+                        &attempts.reporter.reporting,
+                        ledger,
+                        &members_before,
+                        alive.into_iter().collect(),
+                    )
+                    .await;
                 // Stopped while the job gathers: nothing of this attempt was spent, and the
                 // launchers gather on without this pod, free while the allowance lasts.
                 let gathered = match gathered {
@@ -145,19 +145,22 @@ async fn launch_steps(args: &JobArgs, plan_only: bool) -> Result<Outcome, Error>
     }
 }
 
-/// What this pod has of its own before it looks for the others.
-struct Own {
-    /// None for `plan`, which starts nothing.
+/// What this pod has of its own before it looks for the others: with it, it gathers the job
+/// at every attempt (`Own::gather`).
+pub(super) struct Own {
+    /// None for `plan`, which starts nothing; taken by the launch.
     supervisor: Option<Supervisor>,
     secret: Option<Secret>,
     inputs: InputFiles,
+    /// This pod's address.
+    my_ip: IpAddr,
 }
 
 /// The second stage: the signal handlers first (a TERM then ends the pod at once, and zombies
 /// are reaped from the start when it is PID 1), the job's secret (waited for while its file is
 /// not yet mounted), and the input files, which are on the pod's own or a shared filesystem,
 /// not in the membership: checked first.
-async fn own_parts(config: &Config, plan_only: bool) -> Result<Own, Error> {
+async fn own_parts(config: &Config, my_ip: IpAddr, plan_only: bool) -> Result<Own, Error> {
     let secret = job_secret(&config.control)?;
     let mut supervisor = if plan_only {
         None
@@ -188,6 +191,7 @@ async fn own_parts(config: &Config, plan_only: bool) -> Result<Own, Error> {
         supervisor,
         secret,
         inputs,
+        my_ip,
     })
 }
 

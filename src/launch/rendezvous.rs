@@ -240,7 +240,8 @@ pub(super) fn recheck_of(config: &Config) -> Option<control::Recheck> {
 /// `first_attempt`: this launcher's first, when a coordinator reads the count recorded on its
 /// Job (later ones count from the attempt that ended here, which the record can only trail).
 pub(super) async fn join_channel(
-    (secret, reporting): (Secret, &control::Reporting),
+    secret: Secret,
+    reporting: &control::Reporting,
     attempt: &Attempt,
     config: &Config,
     membership: &Membership,
