@@ -183,7 +183,7 @@ async fn configured(
     if config.control.is_on() {
         crate::launch::derive_coordinator(&mut config);
     }
-    crate::launch::coordination::elastic_needs_a_named_coordinator(&config)
+    crate::coordination::elastic_needs_a_named_coordinator(&config)
         .map_err(|e| configuration(e, exit::INVALID_CONFIG))?;
     // A secret still missing is one problem; the rest can still be judged.
     if let Err(missing) = secret_file_said(&config, lines) {

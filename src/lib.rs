@@ -4,8 +4,8 @@
 //! `exit`, `error`), the options (`cli`, `config`), NCCL's and gloo's interface (`network`),
 //! what the batch system says (`batch`, but `batch::discover`), the membership and its ranks
 //! (`selector`, `membership`), the process plan (`plan`, `protocol`), and what a pod does after
-//! the launch (`launch::lifecycle`, the state machines deciding every exit and restart;
-//! `verdict`; `launch::coordination`, who coordinates; `control::coordinator`, the channel's
+//! the launch (`lifecycle` and `attempt_loop`, the state machines deciding every exit and
+//! restart; `progress`, the hang rules; `verdict`; `coordination`, who coordinates; `control::coordinator`, the channel's
 //! decisions). The thin I/O shell around it:
 //! `address`, `batch::discover`, `peers`, `events`, `workspace`, `supervise`, `control` (the
 //! job's channel), `launch` and `local` (the drivers), `doctor`, `manifest`, `run`.
@@ -15,10 +15,12 @@
 //! below). The compiler then finds dead code.
 
 pub(crate) mod address;
+pub(crate) mod attempt_loop;
 pub(crate) mod batch;
 pub mod cli;
 pub(crate) mod config;
 pub(crate) mod control;
+pub(crate) mod coordination;
 pub(crate) mod devices;
 pub(crate) mod doctor;
 pub(crate) mod error;
@@ -26,6 +28,7 @@ pub(crate) mod events;
 pub(crate) mod exit;
 pub(crate) mod launch;
 pub(crate) mod ledger;
+pub(crate) mod lifecycle;
 pub(crate) mod local;
 pub(crate) mod loss;
 pub(crate) mod manifest;
@@ -34,6 +37,7 @@ pub(crate) mod metrics;
 pub(crate) mod network;
 pub(crate) mod peers;
 pub(crate) mod plan;
+pub(crate) mod progress;
 pub(crate) mod protocol;
 pub(crate) mod report;
 pub mod run;

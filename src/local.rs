@@ -18,7 +18,7 @@ use crate::config::{
 use crate::error::ConfigError;
 use crate::error::Error;
 use crate::exit::Outcome;
-use crate::launch::lifecycle::{restarts_read, restarts_said, LocalCommand, LocalInput, LocalPods};
+use crate::lifecycle::{restarts_read, restarts_said, LocalCommand, LocalInput, LocalPods};
 use crate::supervise::{Event, Output, Signals, SpawnSpec, Supervisor};
 
 /// 127.0.0.2 .. 127.0.0.201: all on `lo`, none of them 127.0.0.1 (which other services use).

@@ -143,7 +143,7 @@ impl ControlPlan {
             return None;
         }
         let (coordinator, this_pod_coordinates) =
-            crate::launch::coordination::coordinator(control, membership, me)?;
+            crate::coordination::coordinator(control, membership, me)?;
         Some(ControlPlan {
             coordinator,
             this_pod_coordinates,

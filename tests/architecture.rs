@@ -28,16 +28,16 @@ const CORE: &[&str] = &[
     "batch::lws",
     "batch::volcano",
     "batch",
-    "launch::lifecycle",
-    "launch::progress",
-    "launch::coordination",
+    "lifecycle",
+    "progress",
+    "coordination",
     "control::coordinator",
     "control::following",
     "control::heard",
     "control::message",
     "ledger",
     "loss",
-    "launch::attempt_loop",
+    "attempt_loop",
     "straggler",
     "report",
 ];
@@ -336,7 +336,7 @@ fn relative_imports_are_resolved_from_the_module() {
         of("control::coordinator")
     );
     assert!(
-        of("launch::attempt").contains("launch::attempt_loop"),
+        of("launch::attempt").contains("attempt_loop"),
         "{:?}",
         of("launch::attempt")
     );

@@ -13,9 +13,9 @@ use tokio::task::JoinHandle;
 use tokio::time::timeout;
 use tracing::{debug, info, warn};
 
-use super::attempt_loop::{Begun, Command, Input, Post, Word};
+use crate::attempt_loop::{Begun, Command, Input, Post, Word};
 use super::ending::{self, EVENTS_FLUSH};
-use super::lifecycle;
+use crate::lifecycle;
 use super::peer_check::{named_peers, peers_to_check, silent_peers, PEER_CHECK_TIMEOUT};
 use super::processes::drive;
 use super::ready::{Attempt, UnjoinedCoordinator};
@@ -162,7 +162,7 @@ impl Attempts {
             self.reporter.post_to(Posting {
                 api: api.clone(),
                 pod: name.clone(),
-                job: super::coordination::job_keeping_the_count(config).map(str::to_string),
+                job: crate::coordination::job_keeping_the_count(config).map(str::to_string),
             });
         }
         if let (true, None, Some(api)) = (posts, &self.events, api) {

@@ -48,7 +48,7 @@ use crate::exit::{self, Outcome};
 use crate::loss::Loss;
 use crate::membership::{self, Member, Membership, PodAddress, PodView, Served};
 
-use super::attempt_loop::{AttemptLoop, Begun, Command, Input, VerdictLimits};
+use crate::attempt_loop::{AttemptLoop, Begun, Command, Input, VerdictLimits};
 use super::ending;
 use crate::ledger::Ledger;
 use crate::ledger::Recorded;
@@ -1106,7 +1106,7 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
 fn stopped_gathering(ledger: Ledger) -> i32 {
     let stopped = Error::stopped(nix::libc::SIGTERM, " while the job gathered");
     let free = ledger.preemption_is_free();
-    super::attempt_loop::preemption_status(Outcome::from(stopped), Some(nix::libc::SIGTERM), free)
+    crate::attempt_loop::preemption_status(Outcome::from(stopped), Some(nix::libc::SIGTERM), free)
         .code
 }
 

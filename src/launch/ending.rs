@@ -14,7 +14,7 @@ use crate::ledger::Ledger;
 use crate::loss::Loss;
 use crate::membership::PodAddress;
 
-use super::attempt_loop::{VerdictLimits, Word};
+use crate::attempt_loop::{VerdictLimits, Word};
 
 /// How long a failed launcher waits for the coordinator's word on whether the job may restart.
 pub(crate) const FAILED_ANSWER_WAIT: Duration = Duration::from_secs(2);
@@ -137,7 +137,7 @@ pub(super) async fn tell_the_end(joining: Joining, grace: Duration) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::attempt_loop::verdict_wait;
+    use crate::attempt_loop::verdict_wait;
     use super::*;
     use crate::control::{self, ChannelRole, Heard, Joining};
     use crate::error::Error;

@@ -20,7 +20,7 @@ use crate::membership::{Membership, PodAddress, Served};
 use crate::peers;
 use crate::supervise::{or_never, Supervisor};
 
-use super::coordination;
+use crate::coordination;
 use super::ending::{tell_followers_the_end, VERDICT_STOP_MARGIN};
 use super::ready::Attempt;
 use super::rendezvous::{

@@ -12,7 +12,7 @@ use tracing::warn;
 use crate::control::Channel;
 use crate::supervise::OutputClock;
 
-use super::progress;
+use crate::progress;
 
 /// The shell's side of hang detection for the pod's trainer processes: looks at each one's
 /// last output and progress file's time every `check_every`, and asks the rule

@@ -2,18 +2,13 @@
 //! trainer once every pserver endpoint of the job accepts TCP, then supervision until it is done.
 
 mod attempt;
-mod attempt_loop;
-pub mod coordination;
 #[cfg(test)]
 mod driven;
 mod ending;
 mod gathering;
 mod hang_watch;
-
-pub mod lifecycle;
 mod peer_check;
 mod processes;
-pub mod progress;
 mod ready;
 mod record;
 mod rendezvous;
@@ -38,7 +33,7 @@ use crate::protocol::InputFiles;
 use crate::supervise::Signals;
 use crate::supervise::Supervisor;
 use attempt::Attempts;
-use attempt_loop::{AttemptLoop, Command, Input};
+use crate::attempt_loop::{self, AttemptLoop, Command, Input};
 use ending::verdict_limits;
 use gathering::{wait_for_peers, Gathered};
 pub(crate) use secret::{create_secret_command, read_secret_file};

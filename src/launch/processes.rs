@@ -25,9 +25,9 @@ use crate::supervise::{or_never, Event, Output, SpawnSpec, Supervisor};
 use crate::vocabulary::Protocol;
 
 use super::hang_watch::{HangWatch, ProgressFileClock, Watched};
-use super::lifecycle::{Command, Input, Lifecycle, Setup};
+use crate::lifecycle::{Command, Input, Lifecycle, Setup};
 use super::setup::now_utc;
-use super::{lifecycle, progress};
+use crate::{lifecycle, progress};
 
 /// How long a pod whose trainer process failed waits for the job to have heard it before it
 /// stops the siblings: a round trip to the coordinator, kept short (the siblings still run).

@@ -11,7 +11,7 @@ use crate::ledger::Recorded;
 use crate::peers;
 use crate::peers::kubernetes::ApiServer;
 
-use super::coordination;
+use crate::coordination;
 use crate::ledger::Ledger;
 
 /// How long the Job's record of the restart count is waited for, read or written.

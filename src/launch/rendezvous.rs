@@ -19,7 +19,7 @@ use crate::loss::Loss;
 use crate::membership::{Me, Membership, PodAddress, Served};
 use crate::peers;
 
-use super::coordination;
+use crate::coordination;
 use super::processes::{progress_check, CONNECT_TIMEOUT};
 use super::ready::{Attempt, UnjoinedCoordinator};
 use super::record::JobRecord;

@@ -18,7 +18,7 @@ use crate::plan::Plan;
 use crate::protocol::InputFiles;
 use crate::{peers, protocol};
 
-use super::{coordination, progress};
+use crate::{coordination, progress};
 
 /// The first stage: the configuration as this pod runs it, complete and checked before
 /// anything runs or waits, and never amended afterwards — the batch system's names read, the

@@ -16,7 +16,7 @@ use crate::control::Reporting;
 use crate::membership::Awaited;
 use crate::peers::kubernetes::{self, ApiServer};
 
-use super::coordination;
+use crate::coordination;
 
 /// How often the log says why, while it waits.
 pub(super) const SAY_EVERY: Duration = Duration::from_secs(30);

@@ -445,7 +445,7 @@ pub(super) fn elastic(request: &ManifestArgs) -> bool {
 
 pub(super) fn named_coordinator(request: &ManifestArgs) -> bool {
     request.runtime == ManifestRuntime::Job
-        && crate::launch::coordination::named_in_manifest(
+        && crate::coordination::named_in_manifest(
             request.max_restarts,
             request.split,
             request.dns,

@@ -20,7 +20,7 @@ use crate::membership::PodAddress;
 use crate::vocabulary::EventKind;
 use crate::vocabulary::JOB_STOPPED;
 
-use super::lifecycle;
+use crate::lifecycle;
 use crate::verdict::{verdict, NoRestart, Standing};
 
 /// What the job's channel has told this launcher, read when the machine needs it (none without

@@ -284,7 +284,7 @@ impl Lifecycle {
             // first: the shell polls the processes before the hang check.)
             Input::Exited {
                 role: Role::Trainer,
-                ended: Ended::Signal(crate::launch::progress::STACK_SIGNAL),
+                ended: Ended::Signal(crate::progress::STACK_SIGNAL),
                 ..
             } => {
                 let line = "the trainer died of SIGUSR2 without a handler: no Python stacks (not a Python trainer under the launcher's sitecustomize; its last output is in the log)";
