@@ -414,3 +414,130 @@ fn the_configuration_is_built_in_one_place_and_never_amended() {
         "these modules change the configuration after it is built: {wrong:?}"
     );
 }
+
+/// Every file, module, type, function and variant docs/architecture.md names in backticks
+/// exists: a renamed or deleted one fails here, not in a reader's search. A name is found as a
+/// file or folder, or as an item defined in the sources (`struct`, `enum`, `fn`, ...), or as an
+/// enum variant; `a::b::C` needs each of its parts, `Type(args)` its name.
+#[test]
+fn every_name_in_the_architecture_doc_exists() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
+    let mut sources = Vec::new();
+    let mut files = BTreeSet::new();
+    fn walk(dir: &Path, sources: &mut Vec<String>, files: &mut BTreeSet<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().to_string();
+            if path.is_dir() {
+                files.insert(name);
+                walk(&path, sources, files);
+            } else if name.ends_with(".rs") {
+                files.insert(name.trim_end_matches(".rs").to_string());
+                files.insert(name);
+                sources.push(std::fs::read_to_string(&path).unwrap());
+            }
+        }
+    }
+    for dir in ["src", "tests", "benches"] {
+        walk(&root.join(dir), &mut sources, &mut files);
+    }
+    let defined = |name: &str| {
+        files.contains(name)
+            || sources.iter().any(|code| {
+                code.lines().any(|line| {
+                    let line = line.trim_start();
+                    let item = [
+                        "struct ", "enum ", "trait ", "type ", "fn ", "const ", "mod ",
+                    ]
+                    .iter()
+                    .any(|kind| {
+                        let after = line
+                            .trim_start_matches("pub ")
+                            .trim_start_matches("pub(crate) ")
+                            .trim_start_matches("pub(super) ")
+                            .trim_start_matches("async ");
+                        after.strip_prefix(kind).is_some_and(|rest| {
+                            rest.starts_with(name)
+                                && !rest[name.len()..]
+                                    .starts_with(|c: char| c.is_alphanumeric() || c == '_')
+                        })
+                    });
+                    // An enum variant: the name alone at the start of its line.
+                    let variant = line.strip_prefix(name).is_some_and(|rest| {
+                        rest.is_empty() || rest.starts_with([',', ' ', '(', '{'])
+                    }) && name.starts_with(|c: char| c.is_ascii_uppercase());
+                    item || variant
+                })
+            })
+    };
+    let mut missing = Vec::new();
+    for (i, token) in doc.split('`').enumerate() {
+        // Odd pieces are inside backticks; names only (no flags, endpoints, globs, prose).
+        if i % 2 == 0 || token.contains(' ') || token.starts_with(['-', '/']) || token.contains('*')
+        {
+            continue;
+        }
+        let name = token.split('(').next().unwrap();
+        if name.contains('/') {
+            let path = name.trim_end_matches('/');
+            let found = ["", "src/"].iter().any(|base| {
+                let at = root.join(format!("{base}{path}"));
+                at.exists() || at.with_extension("rs").exists()
+            }) || (!path.contains('/') && files.contains(path));
+            if !found {
+                missing.push(token.to_string());
+            }
+            continue;
+        }
+        if name.ends_with(".rs") {
+            if !files.contains(name) {
+                missing.push(token.to_string());
+            }
+            continue;
+        }
+        let parts: Vec<&str> = name.split("::").collect();
+        if parts
+            .iter()
+            .any(|part| !part.chars().all(|c| c.is_alphanumeric() || c == '_'))
+        {
+            continue;
+        }
+        // `module::Item::method`: the module a file or folder under src/, its items defined
+        // in it (its file, or the files of its folder); else each part anywhere.
+        let module = (1..parts.len()).rev().find_map(|n| {
+            let path = root.join("src").join(parts[..n].join("/"));
+            let file = path.with_extension("rs");
+            match (file.exists(), path.is_dir()) {
+                (true, _) => Some((n, vec![std::fs::read_to_string(file).unwrap()])),
+                (false, true) => {
+                    let mut inside = Vec::new();
+                    walk(&path, &mut inside, &mut BTreeSet::new());
+                    Some((n, inside))
+                }
+                _ => None,
+            }
+        });
+        let found = match module {
+            Some((n, inside)) => parts[n..].iter().all(|part| {
+                inside.iter().any(|code| {
+                    code.contains(&format!("fn {part}"))
+                        || code.contains(&format!("struct {part}"))
+                        || code.contains(&format!("enum {part}"))
+                        || code.contains(&format!("type {part}"))
+                        || code.contains(&format!("const {part}"))
+                        || code.contains(&format!("mod {part}"))
+                        || code.contains(&format!("    {part}"))
+                })
+            }),
+            None => parts.iter().all(|part| defined(part)),
+        };
+        if !found {
+            missing.push(token.to_string());
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md names what the code does not have: {missing:?}"
+    );
+}

@@ -48,8 +48,8 @@ use crate::exit::{self, Outcome};
 use crate::loss::Loss;
 use crate::membership::{self, Member, Membership, PodAddress, PodView, Served};
 
-use crate::attempt_loop::{AttemptLoop, Begun, Command, Input, VerdictLimits};
 use super::ending;
+use crate::attempt_loop::{AttemptLoop, Begun, Command, Input, VerdictLimits};
 use crate::ledger::Ledger;
 use crate::ledger::Recorded;
 

@@ -137,8 +137,8 @@ pub(super) async fn tell_the_end(joining: Joining, grace: Duration) {
 
 #[cfg(test)]
 mod tests {
-    use crate::attempt_loop::verdict_wait;
     use super::*;
+    use crate::attempt_loop::verdict_wait;
     use crate::control::{self, ChannelRole, Heard, Joining};
     use crate::error::Error;
     use crate::exit::Outcome;

@@ -20,7 +20,6 @@ use crate::membership::{Membership, PodAddress, Served};
 use crate::peers;
 use crate::supervise::{or_never, Supervisor};
 
-use crate::coordination;
 use super::ending::{tell_followers_the_end, VERDICT_STOP_MARGIN};
 use super::ready::Attempt;
 use super::rendezvous::{
@@ -33,6 +32,7 @@ use super::waits::{interruptible, Breaks};
 use super::why_waiting::WhyWaiting;
 use super::Own;
 use crate::control::{self, ChannelRole, Joining};
+use crate::coordination;
 use std::net::SocketAddr;
 use tracing::warn;
 

@@ -24,6 +24,7 @@ use std::net::IpAddr;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use crate::attempt_loop::{self, AttemptLoop, Command, Input};
 use crate::cli::JobArgs;
 use crate::config::{Config, Secret};
 use crate::error::Error;
@@ -33,7 +34,6 @@ use crate::protocol::InputFiles;
 use crate::supervise::Signals;
 use crate::supervise::Supervisor;
 use attempt::Attempts;
-use crate::attempt_loop::{self, AttemptLoop, Command, Input};
 use ending::verdict_limits;
 use gathering::{wait_for_peers, Gathered};
 pub(crate) use secret::{create_secret_command, read_secret_file};

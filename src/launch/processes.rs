@@ -25,8 +25,8 @@ use crate::supervise::{or_never, Event, Output, SpawnSpec, Supervisor};
 use crate::vocabulary::Protocol;
 
 use super::hang_watch::{HangWatch, ProgressFileClock, Watched};
-use crate::lifecycle::{Command, Input, Lifecycle, Setup};
 use super::setup::now_utc;
+use crate::lifecycle::{Command, Input, Lifecycle, Setup};
 use crate::{lifecycle, progress};
 
 /// How long a pod whose trainer process failed waits for the job to have heard it before it

@@ -19,10 +19,10 @@ use crate::loss::Loss;
 use crate::membership::{Me, Membership, PodAddress, Served};
 use crate::peers;
 
-use crate::coordination;
 use super::processes::{progress_check, CONNECT_TIMEOUT};
 use super::ready::{Attempt, UnjoinedCoordinator};
 use super::record::JobRecord;
+use crate::coordination;
 
 /// How long the launchers of an attempt may take to join its control channel, besides the
 /// grace period they may spend stopping their children first.

@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use super::heard::{after_preemption, judge_preemption, Heard, LogLine, Request};
 use super::message::{cut, Message, WireError};
-use crate::progress::{suspect, Report};
 use crate::ledger::Ledger;
 use crate::loss::{Kind, Loss};
 use crate::membership::Membership;
+use crate::progress::{suspect, Report};
 use crate::verdict::{verdict, Standing};
 use tokio::time::Instant;
 
