@@ -718,7 +718,9 @@ mod tests {
         let (to_coordinator, mut told) = mpsc::unbounded_channel();
         last_words(&mut incoming, 7, "p-1", &to_coordinator).await;
         let mut reports = Vec::new();
-        while let Ok(FromLink::Said { link, pod, message }) = told.try_recv() {
+        while let Ok(FromLink::Heard(coordinator::Input::Said { link, pod, message })) =
+            told.try_recv()
+        {
             assert_eq!((link, pod.as_str()), (7, "p-1"));
             reports.push(message);
         }

@@ -57,36 +57,26 @@ pub(super) const PER_ADDRESS: usize = 2;
 /// How long a link that failed reads what its follower had already said.
 pub(super) const LAST_WORDS: Duration = Duration::from_millis(200);
 
-/// What a connection's task tells the coordinator.
+/// What a connection's task tells the coordinator: what the coordinator's core hears of the
+/// link, as the core's own input; and what only the task keeps.
 pub(super) enum FromLink {
-    Joined {
+    /// A follower joined: its outgoing queue, told before its `Joined` is heard.
+    Queue {
         link: u64,
-        pod: String,
-        view: String,
-        who: String,
-        terms: Terms,
         to_link: mpsc::UnboundedSender<Arc<Encoded>>,
     },
-    Progress {
-        link: u64,
-        pod: String,
-        step: Option<u64>,
-        quiet: Duration,
-        at: Instant,
-        behind: Option<u32>,
-    },
-    /// A joined member's trainer processes' progress, read `at`.
+    /// What the core hears of the link (`Joined`, `Progress`, `Said`), as the link read it.
+    Heard(Input),
+    /// A joined member's trainer processes' progress, read `at`: for the job's view, not the
+    /// core's decisions.
     Ranks {
         link: u64,
         pod: String,
         ranks: Vec<RankStep>,
         at: Instant,
     },
-    Said {
-        link: u64,
-        pod: String,
-        message: Message,
-    },
+    /// The connection from `ip` ended: counted, and heard by the core as `Ended` once it
+    /// named its pod.
     Ended {
         link: u64,
         ip: IpAddr,
@@ -308,38 +298,11 @@ impl Coordinator {
     /// A connection's report, as the core's input; None when it is the shell's alone.
     pub(super) fn on_link(&mut self, report: FromLink) -> Option<Input> {
         match report {
-            FromLink::Joined {
-                link,
-                pod,
-                view,
-                who,
-                terms,
-                to_link,
-            } => {
+            FromLink::Queue { link, to_link } => {
                 self.senders.insert(link, to_link);
-                Some(Input::Joined {
-                    link,
-                    pod,
-                    view,
-                    who,
-                    terms,
-                })
+                None
             }
-            FromLink::Progress {
-                link,
-                pod,
-                step,
-                quiet,
-                at,
-                behind,
-            } => Some(Input::Progress {
-                link,
-                pod,
-                step,
-                quiet,
-                at,
-                behind,
-            }),
+            FromLink::Heard(input) => Some(input),
             FromLink::Ranks {
                 link,
                 pod,
@@ -359,7 +322,6 @@ impl Coordinator {
                 }
                 None
             }
-            FromLink::Said { link, pod, message } => Some(Input::Said { link, pod, message }),
             FromLink::Ended { link, ip, pod, why } => {
                 if let Some(open) = self.open.get_mut(&ip) {
                     *open = open.saturating_sub(1);
@@ -544,14 +506,14 @@ pub(super) async fn serve(
         terms,
     } = greeted;
     let (to_link, mut rx) = mpsc::unbounded_channel();
-    let _ = to_coordinator.send(FromLink::Joined {
+    let _ = to_coordinator.send(FromLink::Queue { link, to_link });
+    let _ = to_coordinator.send(FromLink::Heard(Input::Joined {
         link,
         pod: pod.clone(),
         view,
         who: cut(&who),
         terms,
-        to_link,
-    });
+    }));
     let timeouts = LinkTimeouts::agree(shared.heartbeat_timeout, heartbeat_ms);
     if heartbeat_ms != 0 && Duration::from_millis(heartbeat_ms) != shared.heartbeat_timeout {
         warn!(
@@ -567,7 +529,9 @@ pub(super) async fn serve(
         challenge,
         to_coordinator,
     };
-    let why = talk(shared, joined, session, reader, &mut writer, &mut rx).await;
+    let why = joined
+        .talk(shared, session, reader, &mut writer, &mut rx)
+        .await;
     (Some(pod), why)
 }
 
@@ -660,7 +624,8 @@ fn member_named(shared: &Shared, pod: String, peer: SocketAddr) -> Result<String
     }
 }
 
-/// A joined follower's link, as `talk` serves it.
+/// A joined follower's link: who it is, how it is judged, how its frames are sealed, and
+/// where it reports; it talks until the connection ends.
 struct Link<'a> {
     id: u64,
     pod: &'a str,
@@ -669,86 +634,88 @@ struct Link<'a> {
     to_coordinator: &'a mpsc::UnboundedSender<FromLink>,
 }
 
-/// A joined follower's connection, until it ends (the reason). Whatever the coordinator
-/// queued goes out first, so a `Lost` or `Bye` is written before the connection closes.
-async fn talk(
-    shared: &Shared,
-    joined: Link<'_>,
-    reading: Session,
-    reader: Reader,
-    writer: &mut Writer,
-    rx: &mut mpsc::UnboundedReceiver<Arc<Encoded>>,
-) -> WireError {
-    let Link {
-        id: link,
-        pod,
-        timeouts,
-        challenge,
-        to_coordinator,
-    } = joined;
-    let limit = timeouts.silent_after;
-    let (mut incoming, _reader) = frames(reading, reader);
-    let mut out = Session::new(&shared.secret, challenge, true);
-    let mut beat = tokio::time::interval(timeouts.beat_every);
-    let mut idle_until = Instant::now() + limit;
-    // Progress reports go on to the coordinator at most this often: a member that sends them
-    // faster (a flood, with the secret) costs its link task, not the one loop that decides.
-    let report_every = timeouts.beat_every / 2;
-    let mut reported: Option<Instant> = None;
-    let mut ranked: Option<Instant> = None;
-    loop {
-        let result = tokio::select! {
-            biased;
-            message = rx.recv() => match message {
-                Some(encoded) => {
-                    shared.sent.fetch_add(encoded.frame_len(), Ordering::Relaxed);
-                    out.write_encoded(writer, &encoded, limit).await
-                }
-                // The coordinator let go of this link: it said all there was to say.
-                None => {
-                    close_gracefully(writer, &mut incoming).await;
-                    return WireError::Closed;
-                }
-            },
-            frame = incoming.recv() => match frame {
-                Some(Ok(Message::Beat { ranks, .. })) => {
-                    let at = Instant::now();
-                    idle_until = at + limit;
-                    if !ranks.is_empty() && due(&mut ranked, at, report_every) {
-                        let _ = to_coordinator.send(FromLink::Ranks { link, pod: pod.to_string(), ranks, at });
+impl Link<'_> {
+    /// A joined follower's connection, until it ends (the reason). Whatever the coordinator
+    /// queued goes out first, so a `Lost` or `Bye` is written before the connection closes.
+    async fn talk(
+        self,
+        shared: &Shared,
+        reading: Session,
+        reader: Reader,
+        writer: &mut Writer,
+        rx: &mut mpsc::UnboundedReceiver<Arc<Encoded>>,
+    ) -> WireError {
+        let Link {
+            id: link,
+            pod,
+            timeouts,
+            challenge,
+            to_coordinator,
+        } = self;
+        let limit = timeouts.silent_after;
+        let (mut incoming, _reader) = frames(reading, reader);
+        let mut out = Session::new(&shared.secret, challenge, true);
+        let mut beat = tokio::time::interval(timeouts.beat_every);
+        let mut idle_until = Instant::now() + limit;
+        // Progress reports go on to the coordinator at most this often: a member that sends them
+        // faster (a flood, with the secret) costs its link task, not the one loop that decides.
+        let report_every = timeouts.beat_every / 2;
+        let mut reported: Option<Instant> = None;
+        let mut ranked: Option<Instant> = None;
+        loop {
+            let result = tokio::select! {
+                biased;
+                message = rx.recv() => match message {
+                    Some(encoded) => {
+                        shared.sent.fetch_add(encoded.frame_len(), Ordering::Relaxed);
+                        out.write_encoded(writer, &encoded, limit).await
                     }
-                    Ok(())
-                }
-                Some(Ok(Message::Progress { step, quiet_ms, behind, ranks })) => {
-                    let at = Instant::now();
-                    idle_until = at + limit;
-                    if due(&mut reported, at, report_every) {
-                        let quiet = Duration::from_millis(quiet_ms);
-                        let _ = to_coordinator.send(FromLink::Progress { link, pod: pod.to_string(), step, quiet, at, behind });
+                    // The coordinator let go of this link: it said all there was to say.
+                    None => {
+                        close_gracefully(writer, &mut incoming).await;
+                        return WireError::Closed;
+                    }
+                },
+                frame = incoming.recv() => match frame {
+                    Some(Ok(Message::Beat { ranks, .. })) => {
+                        let at = Instant::now();
+                        idle_until = at + limit;
                         if !ranks.is_empty() && due(&mut ranked, at, report_every) {
                             let _ = to_coordinator.send(FromLink::Ranks { link, pod: pod.to_string(), ranks, at });
                         }
+                        Ok(())
                     }
-                    Ok(())
-                }
-                Some(Ok(message)) if is_report(&message) => {
-                    idle_until = Instant::now() + limit;
-                    let _ = to_coordinator.send(FromLink::Said { link, pod: pod.to_string(), message });
-                    Ok(())
-                }
-                Some(Ok(other)) => Err(WireError::Malformed(format!("{other:?} from {pod}"))),
-                Some(Err(e)) => Err(e),
-                None => Err(WireError::Closed),
-            },
-            _ = tokio::time::sleep_until(idle_until) => Err(WireError::Silent(limit.as_secs())),
-            _ = beat.tick() => out.write(writer, &Message::beat(), limit).await,
-        };
-        if let Err(why) = result {
-            // A write that failed because the follower has just closed (after its last word)
-            // must not hide what it said: whatever was already read is told first.
-            let said_last = last_words(&mut incoming, link, pod, to_coordinator);
-            let _ = timeout(LAST_WORDS, said_last).await;
-            return why;
+                    Some(Ok(Message::Progress { step, quiet_ms, behind, ranks })) => {
+                        let at = Instant::now();
+                        idle_until = at + limit;
+                        if due(&mut reported, at, report_every) {
+                            let quiet = Duration::from_millis(quiet_ms);
+                            let _ = to_coordinator.send(FromLink::Heard(Input::Progress { link, pod: pod.to_string(), step, quiet, at, behind }));
+                            if !ranks.is_empty() && due(&mut ranked, at, report_every) {
+                                let _ = to_coordinator.send(FromLink::Ranks { link, pod: pod.to_string(), ranks, at });
+                            }
+                        }
+                        Ok(())
+                    }
+                    Some(Ok(message)) if is_report(&message) => {
+                        idle_until = Instant::now() + limit;
+                        let _ = to_coordinator.send(FromLink::Heard(Input::Said { link, pod: pod.to_string(), message }));
+                        Ok(())
+                    }
+                    Some(Ok(other)) => Err(WireError::Malformed(format!("{other:?} from {pod}"))),
+                    Some(Err(e)) => Err(e),
+                    None => Err(WireError::Closed),
+                },
+                _ = tokio::time::sleep_until(idle_until) => Err(WireError::Silent(limit.as_secs())),
+                _ = beat.tick() => out.write(writer, &Message::beat(), limit).await,
+            };
+            if let Err(why) = result {
+                // A write that failed because the follower has just closed (after its last word)
+                // must not hide what it said: whatever was already read is told first.
+                let said_last = last_words(&mut incoming, link, pod, to_coordinator);
+                let _ = timeout(LAST_WORDS, said_last).await;
+                return why;
+            }
         }
     }
 }
@@ -782,11 +749,11 @@ pub(super) async fn last_words(
 ) {
     while let Some(Ok(message)) = incoming.recv().await {
         if is_report(&message) {
-            let _ = to_coordinator.send(FromLink::Said {
+            let _ = to_coordinator.send(FromLink::Heard(Input::Said {
                 link,
                 pod: pod.to_string(),
                 message,
-            });
+            }));
         }
     }
 }

@@ -320,10 +320,8 @@ impl Gathering<'_> {
             heard_or_lost(
                 &mut channel,
                 &mut attempt.peer_loss,
-                TrainersWatch {
-                    done: &mut attempt.trainers_done,
-                    again: &again,
-                },
+                &mut attempt.trainers_done,
+                again,
             ),
         )
         .await?;
@@ -381,10 +379,13 @@ impl Gathering<'_> {
 /// The job's success told meanwhile (the coordinator's goodbye, or every trainer pod Succeeded
 /// for a pserver pod of the split layout) ends the gathering too: a pserver pod that came back
 /// after its part was served has nothing left to start.
+/// `trainers_done`: a split pserver pod's watch of the trainer pods (all Succeeded); `again`
+/// starts it anew when the API refuses it meanwhile.
 pub(super) async fn heard_or_lost(
     channel: &mut Channel,
     peer_loss: &mut Option<BoxFuture<'static, String>>,
-    trainers: TrainersWatch<'_>,
+    trainers_done: &mut Option<BoxFuture<'static, Result<String, String>>>,
+    again: impl Fn() -> Option<BoxFuture<'static, Result<String, String>>>,
 ) -> News {
     let mut job_succeeded = channel.job_succeeded();
     let mut watching_trainers = true;
@@ -393,12 +394,12 @@ pub(super) async fn heard_or_lost(
             biased;
             heard = channel.heard() => return News::Heard(heard),
             reason = &mut job_succeeded => return News::JobSucceeded(reason),
-            done = or_never(trainers.done.as_mut()), if watching_trainers => {
+            done = or_never(trainers_done.as_mut()), if watching_trainers => {
                 match done {
                     Ok(reason) => return News::JobSucceeded(reason),
                     Err(refusal) => {
                         info!("{refusal}: the trainer pods are watched again when the attempt starts");
-                        *trainers.done = (trainers.again)();
+                        *trainers_done = again();
                         watching_trainers = false;
                         continue;
                     }
@@ -418,10 +419,15 @@ pub(super) async fn heard_or_lost(
     }
 }
 
-/// A split pserver pod's watch of the trainer pods (all Succeeded), and how to start it anew.
-pub(super) struct TrainersWatch<'a> {
-    pub(super) done: &'a mut Option<BoxFuture<'static, Result<String, String>>>,
-    pub(super) again: &'a dyn Fn() -> Option<BoxFuture<'static, Result<String, String>>>,
+/// What the coordinator says to a follower that watches nothing of the API, or the job's
+/// success it tells meanwhile.
+async fn heard_or_succeeded(channel: &mut Channel) -> News {
+    let job_succeeded = channel.job_succeeded();
+    tokio::select! {
+        biased;
+        heard = channel.heard() => News::Heard(heard),
+        reason = job_succeeded => News::JobSucceeded(reason),
+    }
 }
 
 /// What a gathering came to.
@@ -570,15 +576,7 @@ impl Gathering<'_> {
         // A pod that arrives once the job has trained to its end (an elastic job's late pod) hears
         // its success instead of a membership.
         let hello = channel.hello_watch();
-        let (mut no_loss, mut no_trainers) = (None, None);
-        let heard = heard_or_lost(
-            &mut channel,
-            &mut no_loss,
-            TrainersWatch {
-                done: &mut no_trainers,
-                again: &|| None,
-            },
-        );
+        let heard = heard_or_succeeded(&mut channel);
         let unreached = Unreached {
             hello,
             why,
