@@ -13,7 +13,7 @@ use super::following::{Effect, Following, Input};
 use super::message::*;
 use super::net::{Net, Reader, Writer};
 use super::wire::*;
-use super::{Ends, Heard, Joining, Recheck, Request, RECHECK_FIRST, RECHECK_LAST};
+use super::{Ends, Heard, Joining, Known, Recheck, Request, RECHECK_FIRST, RECHECK_LAST};
 
 /// Connects to the coordinator and says hello, knocking again (at most every 250 ms, said
 /// once in ten seconds) until it answers, its name moves to another pod, the join grace ends
@@ -89,7 +89,7 @@ pub(super) async fn follow(
     else {
         return;
     };
-    ends.said_hello.send_replace(true);
+    ends.know(Known::SaidHello);
     let news = super::reporting::JobNews::CoordinatorAt(coordinator);
     joining.reporting.tell(news);
     let mut out = Session::new(&joining.secret, challenge, false);
@@ -130,20 +130,12 @@ pub(super) async fn follow(
         for effect in following.step(input) {
             match effect {
                 Effect::Hear(heard) => ends.hear(heard),
-                Effect::Checkpoint(reason) => ends.checkpoint(reason),
                 // What this launcher says goes out even after the link failed: a write that
                 // fails then changes nothing.
                 Effect::Say(message) => {
                     let _ = out.write(&mut writer, &message, limit).await;
                 }
-                Effect::KnowsLost(restart) => ends.knows_lost(restart),
-                Effect::KnowsVerdict(restart) => ends.knows_verdict(restart),
-                Effect::CannotRestart => {
-                    ends.may_restart.send_replace(false);
-                }
-                Effect::JobSucceeded => {
-                    ends.succeeded.send_replace(true);
-                }
+                Effect::Know(known) => ends.know(known),
                 Effect::Served(pod) => ends.served(&pod),
                 Effect::StopListening => {}
                 Effect::Log(line) => super::write_log(vec![line]),

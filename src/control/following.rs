@@ -8,7 +8,7 @@ use crate::ledger::Ledger;
 use crate::loss::{Kind, Loss};
 
 use super::coordinator::GROWS;
-use super::heard::{after_preemption, judge_preemption, Heard, LogLine, Request};
+use super::heard::{after_preemption, judge_preemption, Heard, Known, LogLine, Request};
 use super::message::Message;
 
 /// What a connected follower is told.
@@ -29,20 +29,13 @@ pub(super) enum Input {
 pub(super) enum Effect {
     /// To this launcher, in order with the attempt's start and end.
     Hear(Heard),
-    /// This launcher's trainer is asked for a checkpoint (a member is preempted).
-    Checkpoint(String),
     /// To the coordinator.
     Say(Message),
-    /// The job's loss is known here; `false`: it may not restart.
-    KnowsLost(bool),
-    /// The verdict on the loss: the coordinator's, or this follower's last word on it when the
-    /// coordinator is gone before saying it. The first word stands (the shell's watch).
-    KnowsVerdict(bool),
-    /// The job can no longer start again as a whole (a member finished, or the job ended).
-    CannotRestart,
-    /// The coordinator said goodbye: every trainer of the job succeeded (what ends a pserver
-    /// pod of the split layout, without waiting for the API to show it).
-    JobSucceeded,
+    /// What this launcher knows now (the channel's state): a checkpoint asked, the verdict
+    /// (the coordinator's, or this follower's last word on it when the coordinator is gone
+    /// before saying it), that the job cannot restart, that every trainer succeeded (the
+    /// coordinator's goodbye).
+    Know(Known),
     /// A member has served its part: its pod's end is no loss.
     Served(String),
     /// Stop reading the coordinator and beating: the link is gone.
@@ -171,7 +164,7 @@ impl Following {
             }
             Message::Checkpoint { reason } if self.running => {
                 self.preemption.get_or_insert(reason.clone());
-                vec![Effect::Checkpoint(reason)]
+                vec![Effect::Know(Known::Checkpoint(reason))]
             }
             // Nothing runs to checkpoint (never sent so).
             Message::Checkpoint { .. } => Vec::new(),
@@ -192,7 +185,11 @@ impl Following {
                 self.told = true;
                 self.may_restart = false;
                 let line = info("control channel: the coordinator finished".into());
-                vec![line, Effect::CannotRestart, Effect::JobSucceeded]
+                vec![
+                    line,
+                    Effect::Know(Known::CannotRestart),
+                    Effect::Know(Known::Succeeded),
+                ]
             }
             Message::Served { pod } => vec![Effect::Served(pod)],
             // Also before `Go`: a member joining after a loss hears of a success too.
@@ -202,7 +199,7 @@ impl Following {
                     effects.push(info(format!("control channel: the trainer of {pod} succeeded: the job cannot start again as a whole")));
                 }
                 self.may_restart = false;
-                effects.push(Effect::CannotRestart);
+                effects.push(Effect::Know(Known::CannotRestart));
                 effects
             }
             // Before any `Lost` (never sent so, but a launcher must not wait on it).
@@ -214,7 +211,7 @@ impl Following {
                         "the coordinator decided the job's loss".into(),
                         restart,
                     ))),
-                    Effect::KnowsVerdict(restart),
+                    Effect::Know(Known::Verdict(restart)),
                 ]
             }
             other => self.broken(format!(
@@ -228,15 +225,15 @@ impl Following {
     /// restart after all (a member finished meanwhile), and the verdict.
     fn after_the_end(&mut self, message: Message) -> Vec<Effect> {
         match message {
-            Message::Lost(Loss { restart: false, .. }) => {
+            Message::Lost(loss) if !loss.restart => {
                 self.may_restart = false;
-                vec![Effect::KnowsLost(false)]
+                vec![Effect::Know(Known::Lost(loss))]
             }
             Message::Bye | Message::Finished { .. } => {
                 self.may_restart = false;
-                vec![Effect::CannotRestart]
+                vec![Effect::Know(Known::CannotRestart)]
             }
-            Message::Verdict { restart } => vec![Effect::KnowsVerdict(restart)],
+            Message::Verdict { restart } => vec![Effect::Know(Known::Verdict(restart))],
             Message::Served { pod } => vec![Effect::Served(pod)],
             _ => Vec::new(),
         }
@@ -280,7 +277,7 @@ impl Following {
                 (false, _) => Heard::Regather(reason),
             }));
         }
-        effects.push(Effect::KnowsVerdict(self.may_restart));
+        effects.push(Effect::Know(Known::Verdict(self.may_restart)));
         effects
     }
 }
@@ -378,14 +375,14 @@ mod tests {
                 ],
                 vec![
                     heard_go.clone(),
-                    Checkpoint("p-2".into()),
+                    Know(Known::Checkpoint("p-2".into())),
                     StopListening,
                     Hear(Heard::Lost(Loss {
                         reason: "p-2; then: lost the connection to the coordinating launcher at 10.0.0.1:6171 (unexpected Go { membership: None, ledger: Ledger { epoch: 1, max_restarts: 2, preemptions: 0, max_preemptions: 4294967295, grows: 0 } })".into(),
                         restart: true,
                         kind: Kind::Preemption,
                     })),
-                    KnowsVerdict(true),
+                    Know(Known::Verdict(true)),
                 ],
             ),
             (
@@ -397,14 +394,14 @@ mod tests {
                 ],
                 vec![
                     heard_go.clone(),
-                    Checkpoint("pod p-0: preempted (SIGTERM while training)".into()),
+                    Know(Known::Checkpoint("pod p-0: preempted (SIGTERM while training)".into())),
                     StopListening,
                     Hear(Heard::Lost(Loss {
                         reason: "pod p-0: preempted (SIGTERM while training); then: the coordinating launcher at 10.0.0.1:6171 sent no heartbeat for 2 s (frozen, or its node is gone)".into(),
                         restart: true,
                         kind: Kind::Preemption,
                     })),
-                    KnowsVerdict(true),
+                    Know(Known::Verdict(true)),
                 ],
             ),
             (
@@ -422,14 +419,14 @@ mod tests {
                         membership: None,
                         ledger: Ledger { epoch: 3, max_restarts: 0, preemptions: 1, max_preemptions: 0, grows: 1 },
                     }),
-                    Checkpoint("the job grows: p-3 joined (1 pod)".into()),
+                    Know(Known::Checkpoint("the job grows: p-3 joined (1 pod)".into())),
                     StopListening,
                     Hear(Heard::Lost(Loss {
                         reason: "the job grows: p-3 joined (1 pod); then: the coordinating launcher at 10.0.0.1:6171 sent no heartbeat for 2 s (frozen, or its node is gone)".into(),
                         restart: true,
                         kind: Kind::Growth,
                     })),
-                    KnowsVerdict(true),
+                    Know(Known::Verdict(true)),
                 ],
             ),
             (
@@ -442,15 +439,15 @@ mod tests {
                 ],
                 vec![
                     heard_go.clone(),
-                    Checkpoint("the job grows: p-3 joined (1 pod)".into()),
-                    CannotRestart,
+                    Know(Known::Checkpoint("the job grows: p-3 joined (1 pod)".into())),
+                    Know(Known::CannotRestart),
                     StopListening,
                     Hear(Heard::Lost(Loss {
                         reason: "the coordinating launcher at 10.0.0.1:6171 sent no heartbeat for 2 s (frozen, or its node is gone)".into(),
                         restart: false,
                         kind: Kind::Failure,
                     })),
-                    KnowsVerdict(false),
+                    Know(Known::Verdict(false)),
                 ],
             ),
             (
@@ -468,14 +465,14 @@ mod tests {
                         membership: None,
                         ledger: Ledger { epoch: 3, max_restarts: 2, preemptions: 1, max_preemptions: 1, grows: 1 },
                     }),
-                    Checkpoint("pod p-0: preempted (SIGTERM while training)".into()),
+                    Know(Known::Checkpoint("pod p-0: preempted (SIGTERM while training)".into())),
                     StopListening,
                     Hear(Heard::Lost(Loss {
                         reason: "pod p-0: preempted (SIGTERM while training); then: the coordinating launcher at 10.0.0.1:6171 sent no heartbeat for 2 s (frozen, or its node is gone)".into(),
                         restart: true,
                         kind: Kind::Preemption,
                     })),
-                    KnowsVerdict(true),
+                    Know(Known::Verdict(true)),
                 ],
             ),
             (
@@ -493,14 +490,14 @@ mod tests {
                         membership: None,
                         ledger: Ledger { epoch: 3, max_restarts: 2, preemptions: 1, max_preemptions: 1, grows: 0 },
                     }),
-                    Checkpoint("pod p-0: preempted (SIGTERM while training)".into()),
+                    Know(Known::Checkpoint("pod p-0: preempted (SIGTERM while training)".into())),
                     StopListening,
                     Hear(Heard::Lost(Loss {
                         reason: "pod p-0: preempted (SIGTERM while training); then: the coordinating launcher at 10.0.0.1:6171 sent no heartbeat for 2 s (frozen, or its node is gone); only the job's first preemption was free (PADDLE_LAUNCHER_MAX_PREEMPTIONS): this one counts as a failure".into(),
                         restart: true,
                         kind: Kind::Failure,
                     })),
-                    KnowsVerdict(true),
+                    Know(Known::Verdict(true)),
                 ],
             ),
             (
@@ -537,7 +534,7 @@ mod tests {
                         restart: true,
                         kind: Kind::Failure,
                     })),
-                    KnowsVerdict(true),
+                    Know(Known::Verdict(true)),
                 ],
             ),
             (
@@ -595,11 +592,11 @@ mod tests {
                         kind: Kind::Failure,
                     })),
                     Say(Message::Stopped),
-                    CannotRestart,
-                    KnowsLost(false),
-                    KnowsVerdict(false),
+                    Know(Known::CannotRestart),
+                    Know(Known::Lost(Loss::failure("r".into(), false))),
+                    Know(Known::Verdict(false)),
                     StopListening,
-                    KnowsVerdict(false),
+                    Know(Known::Verdict(false)),
                     Close,
                 ],
             ),
@@ -614,7 +611,7 @@ mod tests {
                         restart: true,
                         kind: Kind::Failure,
                     })),
-                    KnowsVerdict(true),
+                    Know(Known::Verdict(true)),
                 ],
             ),
             (
@@ -626,14 +623,14 @@ mod tests {
                 ],
                 vec![
                     heard_go.clone(),
-                    CannotRestart,
+                    Know(Known::CannotRestart),
                     StopListening,
                     Hear(Heard::Lost(Loss {
                         reason: "lost the connection to the coordinating launcher at 10.0.0.1:6171 (closed)".into(),
                         restart: false,
                         kind: Kind::Failure,
                     })),
-                    KnowsVerdict(false),
+                    Know(Known::Verdict(false)),
                 ],
             ),
             (
@@ -645,13 +642,13 @@ mod tests {
                         "lost the connection to the coordinating launcher at 10.0.0.1:6171 (closed)"
                             .into(),
                     )),
-                    KnowsVerdict(true),
+                    Know(Known::Verdict(true)),
                 ],
             ),
             (
                 "goodbye: the job is over, nothing can restart it",
                 vec![go(), frame(Message::Bye), request(Request::Done)],
-                vec![heard_go.clone(), CannotRestart, JobSucceeded, Say(Message::Done)],
+                vec![heard_go.clone(), Know(Known::CannotRestart), Know(Known::Succeeded), Say(Message::Done)],
             ),
             (
                 "a verdict without a loss still ends the attempt",
@@ -663,7 +660,7 @@ mod tests {
                         restart: true,
                         kind: Kind::Failure,
                     })),
-                    KnowsVerdict(true),
+                    Know(Known::Verdict(true)),
                 ],
             ),
             (
@@ -685,7 +682,7 @@ mod tests {
                         kind: Kind::Failure,
                     })),
                     StopListening,
-                    KnowsVerdict(false),
+                    Know(Known::Verdict(false)),
                 ],
             ),
             (
@@ -702,9 +699,9 @@ mod tests {
                         restart: false,
                         kind: Kind::Failure,
                     })),
-                    KnowsVerdict(false),
+                    Know(Known::Verdict(false)),
                     StopListening,
-                    KnowsVerdict(false),
+                    Know(Known::Verdict(false)),
                 ],
             ),
         ];

@@ -48,8 +48,8 @@ pub use cost::{
 
 use follower::follow;
 pub use follower::serves_a_channel;
-pub use heard::Heard;
 use heard::Request;
+pub use heard::{Attendance, Heard, Known, State};
 use message::cut;
 pub use message::Message;
 pub use net::{tcp, Net};
@@ -166,51 +166,14 @@ pub struct Channel {
     heard: Option<mpsc::UnboundedReceiver<Heard>>,
     requests: mpsc::UnboundedSender<Request>,
     task: Option<JoinHandle<()>>,
-    /// The coordinator's verdict: false once the job may not restart (it may turn false after
-    /// a loss was first told as restartable: a member finished meanwhile).
-    may_restart: watch::Receiver<bool>,
-    /// Set once the job's loss is known here: told by the coordinator, or decided by it.
-    lost: watch::Receiver<bool>,
-    /// The coordinator's verdict on the loss, once every member has stopped; or this
-    /// launcher's last word on it when the coordinator is gone before saying it.
-    verdict: watch::Receiver<Option<bool>>,
+    /// What the channel has made known so far: its one state, as its task publishes it.
+    state: watch::Receiver<State>,
     coordinates: bool,
-    said_hello: watch::Receiver<bool>,
     progress: watch::Sender<Progress>,
-    cause: watch::Receiver<Option<Loss>>,
-    /// Why the job's trainers were last asked for a checkpoint (a member is preempted).
-    checkpoint: watch::Receiver<Option<String>>,
-    succeeded: watch::Receiver<bool>,
-    /// An elastic job's coordinator: the pods its gathering leaves out.
-    attendance: watch::Receiver<Attendance>,
     /// This launcher's trainer processes' progress, read at each heartbeat.
     gauges: Gauges,
     /// This launcher's end of the attempt is told (`tell_end`).
     told_end: AtomicBool,
-}
-
-/// Adds the `pods` that `list` does not have yet.
-fn once_each(list: &mut Vec<String>, pods: Vec<String>) {
-    for pod in pods {
-        if !list.contains(&pod) {
-            list.push(pod);
-        }
-    }
-}
-
-/// What an elastic job's coordinator knows of the launchers for its next gathering: the pods
-/// it leaves out of the next round, and the pods it heard alive at the attempt's end.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Attendance {
-    /// Members that did not say hello within the elastic wait.
-    pub silent: Vec<String>,
-    /// Pods turned away: they cannot join (another number of processes).
-    pub turned_away: Vec<String>,
-    /// The pods whose launchers were on the channel when the verdict on the attempt's loss
-    /// was told (members still connected, arrivals, members that joined again), or, for a
-    /// gathering that ended without a start, that had said hello in it: alive, whatever their
-    /// Ready condition says (`membership::leave_out`).
-    pub alive: Vec<String>,
 }
 
 impl Channel {
@@ -228,7 +191,7 @@ impl Channel {
     /// An elastic job's coordinator, after its gathering ended: the pods it leaves out of the
     /// next round (none otherwise); after an attempt's verdict, the pods it heard alive then.
     pub fn attendance(&self) -> Attendance {
-        self.attendance.borrow().clone()
+        self.state.borrow().attendance.clone()
     }
 
     /// After `Go`: a future of the first loss the channel reports.
@@ -250,9 +213,9 @@ impl Channel {
     /// Resolves once the coordinator has said that every trainer of the job succeeded (a
     /// follower's, or a coordinator's without a trainer).
     pub fn job_succeeded(&self) -> BoxFuture<'static, String> {
-        let mut succeeded = self.succeeded.clone();
+        let mut state = self.state.clone();
         async move {
-            if succeeded.wait_for(|s| *s).await.is_err() {
+            if state.wait_for(|known| known.succeeded).await.is_err() {
                 std::future::pending::<()>().await;
             }
             "the coordinating launcher said every trainer of the job succeeded".to_string()
@@ -264,10 +227,10 @@ impl Channel {
     /// attempt (a member is preempted; the coordinator asks once an attempt); never when they
     /// are not.
     pub fn checkpoint_asked(&self) -> BoxFuture<'static, String> {
-        let mut asked = self.checkpoint.clone();
+        let mut state = self.state.clone();
         async move {
-            let reason = match asked.wait_for(Option::is_some).await {
-                Ok(reason) => reason.clone(),
+            let reason = match state.wait_for(|known| known.checkpoint.is_some()).await {
+                Ok(known) => known.checkpoint.clone(),
                 Err(_) => None,
             };
             match reason {
@@ -282,14 +245,15 @@ impl Channel {
     /// preempted, so the attempt's end may be a preemption's, which only the coordinator's
     /// word (or its silence, judged) tells.
     pub fn checkpoint_was_asked(&self) -> bool {
-        self.checkpoint.borrow().is_some()
+        self.state.borrow().checkpoint.is_some()
     }
 
     /// Whether the checkpoint was asked for an elastic job's growth: the attempt's end is the
     /// growth's free restart, whatever the free preemptions left.
     pub fn growth_asked(&self) -> bool {
-        self.checkpoint
+        self.state
             .borrow()
+            .checkpoint
             .as_ref()
             .is_some_and(|reason| reason.starts_with(GROWS))
     }
@@ -304,7 +268,7 @@ impl Channel {
     /// Whether the job may still restart: not once a member finished, or the coordinator
     /// said the loss is final.
     pub fn may_restart(&self) -> bool {
-        *self.may_restart.borrow()
+        self.state.borrow().may_restart
     }
 
     /// After a loss, once this launcher's children are stopped: says so, and waits up to
@@ -321,9 +285,9 @@ impl Channel {
             "control channel: waiting for the job's verdict, given once every launcher has stopped its children (at most {} s)",
             limit.as_secs()
         );
-        let mut verdict = self.verdict.clone();
-        let decided = match timeout(limit, verdict.wait_for(Option::is_some)).await {
-            Ok(Ok(decided)) => *decided,
+        let mut state = self.state.clone();
+        let decided = match timeout(limit, state.wait_for(|known| known.verdict.is_some())).await {
+            Ok(Ok(known)) => known.verdict,
             _ => None,
         };
         decided.unwrap_or_else(|| self.may_restart())
@@ -343,12 +307,12 @@ impl Channel {
     /// A follower's: whether it has said hello to the coordinator, after which a `Go` may be
     /// on its way and only the coordinator may call the attempt off.
     pub fn said_hello(&self) -> bool {
-        *self.said_hello.borrow()
+        self.state.borrow().said_hello
     }
 
-    /// `said_hello`, to be read while the channel is borrowed elsewhere.
-    pub fn hello_watch(&self) -> watch::Receiver<bool> {
-        self.said_hello.clone()
+    /// The channel's state, to be read while the channel is borrowed elsewhere.
+    pub fn state_watch(&self) -> watch::Receiver<State> {
+        self.state.clone()
     }
 
     /// The coordinator's launcher saw a member's pod lost through the API: the coordinator
@@ -381,9 +345,9 @@ impl Channel {
                 ..ended
             }));
         }
-        let mut lost = self.lost.clone();
+        let mut state = self.state.clone();
         async move {
-            let _ = timeout(wait, lost.wait_for(|known| *known)).await;
+            let _ = timeout(wait, state.wait_for(|known| known.lost)).await;
         }
     }
 
@@ -402,7 +366,7 @@ impl Channel {
     /// The job's first cause, once the coordinator has told it (a hang's names its suspect):
     /// what every pod's last line says, whichever pod failed first.
     pub fn cause(&self) -> Option<Loss> {
-        self.cause.borrow().clone()
+        self.state.borrow().cause.clone()
     }
 
     /// This launcher's trainer's progress, for the coordinator's judgement of a hang: sent
@@ -453,30 +417,16 @@ pub fn progress_margin(heartbeat_timeout: Duration, progress_check: Duration) ->
 pub async fn join(joining: Joining) -> std::io::Result<Channel> {
     let (heard_tx, heard_rx) = mpsc::unbounded_channel();
     let (requests_tx, requests_rx) = mpsc::unbounded_channel();
-    let (may_restart_tx, may_restart) = watch::channel(true);
-    let (lost_tx, lost) = watch::channel(false);
-    let (said_hello_tx, said_hello) = watch::channel(false);
-    let (verdict_tx, verdict) = watch::channel(None);
+    let (state_tx, state) = watch::channel(State::default());
     let (progress_tx, progress_rx) = watch::channel(None);
-    let (cause_tx, cause) = watch::channel(None);
-    let (checkpoint_tx, checkpoint) = watch::channel(None);
-    let (succeeded_tx, succeeded) = watch::channel(false);
-    let (attendance_tx, attendance) = watch::channel(Attendance::default());
     let gauges = Gauges::default();
     let ends = Ends {
         gauges: gauges.clone(),
-        attendance: attendance_tx,
         served: joining.served.clone(),
-        succeeded: succeeded_tx,
-        checkpoint: checkpoint_tx,
-        cause: cause_tx,
         progress: progress_rx,
         heard: heard_tx,
         requests: requests_rx,
-        may_restart: may_restart_tx,
-        lost: lost_tx,
-        said_hello: said_hello_tx,
-        verdict: verdict_tx,
+        state: state_tx,
     };
     let limit = joining.heartbeat_timeout.as_secs();
     let coordinates = matches!(joining.role, ChannelRole::Coordinator { .. });
@@ -503,16 +453,9 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
         heard: Some(heard_rx),
         requests: requests_tx,
         task: Some(task),
-        may_restart,
-        lost,
+        state,
         coordinates,
-        said_hello,
-        verdict,
         progress: progress_tx,
-        cause,
-        checkpoint,
-        succeeded,
-        attendance,
         gauges,
         told_end: AtomicBool::new(false),
     })
@@ -522,22 +465,14 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
 struct Ends {
     heard: mpsc::UnboundedSender<Heard>,
     requests: mpsc::UnboundedReceiver<Request>,
-    may_restart: watch::Sender<bool>,
-    lost: watch::Sender<bool>,
-    verdict: watch::Sender<Option<bool>>,
-    /// A follower's: its hello is out, so a `Go` may be on its way to it.
-    said_hello: watch::Sender<bool>,
+    /// The channel's one state, published whole.
+    state: watch::Sender<State>,
     /// This launcher's trainer's progress, as last reported.
     progress: watch::Receiver<Progress>,
     /// This launcher's trainer processes' progress (`Channel::watch_ranks`).
     gauges: Gauges,
-    cause: watch::Sender<Option<Loss>>,
-    checkpoint: watch::Sender<Option<String>>,
-    /// The coordinator said every trainer of the job succeeded (`Bye`).
-    succeeded: watch::Sender<bool>,
     /// The members that served their part (`Served`), for the API watch of the peers.
     served: Served,
-    attendance: watch::Sender<Attendance>,
 }
 
 impl Ends {
@@ -547,52 +482,19 @@ impl Ends {
         self.served.insert(pod);
     }
 
+    /// What the channel hears, in order with the attempt's start and end; a loss is known
+    /// at once too.
     fn hear(&self, heard: Heard) {
         if let Heard::Lost(loss) = &heard {
-            self.knows_cause(loss.clone());
-            self.knows_lost(loss.restart);
+            self.know(Known::Lost(loss.clone()));
         }
         let _ = self.heard.send(heard);
     }
 
-    /// A member is preempted (the reason): this launcher's trainer is asked for a checkpoint.
-    /// Not queued with what is heard: it comes while the trainers run, not in order with the
-    /// attempt's start and end.
-    fn checkpoint(&self, reason: String) {
-        self.checkpoint.send_replace(Some(reason));
-    }
-
-    /// The job's first cause, as the coordinator told it, and whether the job hangs: the first
-    /// word stands.
-    fn knows_cause(&self, said: Loss) {
-        self.cause.send_if_modified(|cause| {
-            let first = cause.is_none();
-            if first {
-                *cause = Some(said);
-            }
-            first
-        });
-    }
-
-    /// The job lost a member; `restart`: whether it may start again.
-    fn knows_lost(&self, restart: bool) {
-        if !restart {
-            self.may_restart.send_replace(false);
-        }
-        self.lost.send_replace(true);
-    }
-
-    /// The verdict is known: the coordinator's, or what this launcher knows when the
-    /// coordinator is gone without one. The first word stands.
-    fn knows_verdict(&self, restart: bool) {
-        self.knows_lost(restart);
-        self.verdict.send_if_modified(|verdict| {
-            let first = verdict.is_none();
-            if first {
-                *verdict = Some(restart);
-            }
-            first
-        });
+    /// What one of the channel's machines made known: the state changes by its rules, and is
+    /// published if it did.
+    fn know(&self, known: Known) {
+        self.state.send_if_modified(|state| state.know(known));
     }
 }
 use serve::Coordinator;

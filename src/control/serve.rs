@@ -29,7 +29,7 @@ use super::net::{Listener, Reader, Writer};
 use super::wire::Session;
 use super::wire::*;
 
-use super::{once_each, progress_margin, Ends, Joining, FLUSH};
+use super::{progress_margin, Ends, Joining, FLUSH};
 
 /// The longest heartbeat timeout a launcher may be given (PADDLE_LAUNCHER_HEARTBEAT_TIMEOUT).
 pub(super) const MAX_HEARTBEAT_MS: u64 = 7 * 24 * 3600 * 1000;
@@ -405,25 +405,8 @@ impl Coordinator {
                     self.senders.remove(&link);
                 }
                 Effect::Hear(heard) => ends.hear(heard),
-                Effect::KnowsLost(loss) => {
-                    let restart = loss.restart;
-                    ends.knows_cause(loss);
-                    ends.knows_lost(restart);
-                }
-                Effect::KnowsVerdict { restart } => ends.knows_verdict(restart),
-                Effect::Checkpoint(reason) => ends.checkpoint(reason),
+                Effect::Know(known) => ends.know(known),
                 Effect::Served(pod) => ends.served(&pod),
-                // Each pod once, however often it knocks.
-                Effect::Absent(pods) => ends
-                    .attendance
-                    .send_modify(|left| once_each(&mut left.silent, pods)),
-                Effect::TurnedAway(pods) => ends
-                    .attendance
-                    .send_modify(|left| once_each(&mut left.turned_away, pods)),
-                Effect::Alive(pods) => ends.attendance.send_modify(|seen| seen.alive = pods),
-                Effect::JobSucceeded => {
-                    ends.succeeded.send_replace(true);
-                }
                 Effect::Stop => {}
             }
         }

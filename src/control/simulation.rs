@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use super::coordinator::{Core, Effect, Growth, Input, Setup, Terms};
 use super::following::{self, Following};
 use super::message::{Message, WireError};
-use super::{Heard, Request};
+use super::{Heard, Known, Request};
 use crate::ledger::Ledger;
 use crate::loss::{Kind, Loss};
 use crate::verdict::UNBOUNDED_PREEMPTIONS;
@@ -562,8 +562,8 @@ impl Sim {
                     f.preempted_losses.push(preempted);
                     f.first_loss.get_or_insert((reason, hang));
                 }
-                following::Effect::KnowsLost(restart) => f.losses.push(restart),
-                following::Effect::Checkpoint(reason) => {
+                following::Effect::Know(Known::Lost(loss)) => f.losses.push(loss.restart),
+                following::Effect::Know(Known::Checkpoint(reason)) => {
                     f.asked_for_growth = reason.starts_with("the job grows");
                     // Asked while its trainer runs, never before its start.
                     prop_assert!(
@@ -574,7 +574,7 @@ impl Sim {
                     prop_assert!(!f.asked_checkpoint, "{} asked twice", f.name);
                     f.asked_checkpoint = true;
                 }
-                following::Effect::KnowsVerdict(restart) => {
+                following::Effect::Know(Known::Verdict(restart)) => {
                     f.verdict.get_or_insert(restart);
                 }
                 following::Effect::Say(message) => {
@@ -601,9 +601,18 @@ impl Sim {
                 following::Effect::Hear(Heard::Refused(reason)) => {
                     prop_assert!(false, "{} refused: {reason}", f.name);
                 }
-                following::Effect::CannotRestart => f.heard_finished = true,
+                following::Effect::Know(Known::CannotRestart) => f.heard_finished = true,
+                // The coordinator's words (and the driver's hello): never the follower's.
+                following::Effect::Know(
+                    known @ (Known::SaidHello
+                    | Known::Absent(_)
+                    | Known::TurnedAway(_)
+                    | Known::Alive(_)),
+                ) => {
+                    prop_assert!(false, "{} made {known:?} known", f.name);
+                }
                 following::Effect::Hear(Heard::Regather(_))
-                | following::Effect::JobSucceeded
+                | following::Effect::Know(Known::Succeeded)
                 | following::Effect::StopListening
                 | following::Effect::Log(_)
                 | following::Effect::Close => {}
@@ -666,16 +675,20 @@ impl Sim {
                 }
                 // (Who the coordinator heard at the verdict: the drivers' simulation checks
                 // what the next gathering makes of it.)
-                Effect::Alive(_)
+                Effect::Know(Known::Alive(_))
                 | Effect::Hear(_)
-                | Effect::KnowsLost(Loss { .. })
-                | Effect::KnowsVerdict { .. }
-                | Effect::Checkpoint(_)
-                | Effect::Absent(_)
-                | Effect::TurnedAway(_)
+                | Effect::Know(Known::Lost(Loss { .. }))
+                | Effect::Know(Known::Verdict(_))
+                | Effect::Know(Known::Checkpoint(_))
+                | Effect::Know(Known::Absent(_))
+                | Effect::Know(Known::TurnedAway(_))
                 | Effect::Served(_) => {}
+                // A follower's words: the coordinator never says them.
+                Effect::Know(known @ (Known::SaidHello | Known::CannotRestart)) => {
+                    prop_assert!(false, "the coordinator made {known:?} known");
+                }
                 // Only a coordinator without a trainer hears it, with its goodbye.
-                Effect::JobSucceeded => {
+                Effect::Know(Known::Succeeded) => {
                     prop_assert!(self.own_serving, "the job's success told to a trainer");
                     prop_assert!(self.record.bye, "the job's success without a goodbye");
                 }

@@ -575,10 +575,10 @@ impl Gathering<'_> {
         .map_err(|e| Error::io("cannot join the control channel", e))?;
         // A pod that arrives once the job has trained to its end (an elastic job's late pod) hears
         // its success instead of a membership.
-        let hello = channel.hello_watch();
+        let state = channel.state_watch();
         let heard = heard_or_succeeded(&mut channel);
         let unreached = Unreached {
-            hello,
+            state,
             why,
             reporting,
             coordinator,
@@ -628,7 +628,8 @@ impl Gathering<'_> {
 
 /// A follower that has not reached its coordinator yet, and how it finds out why.
 struct Unreached<'a> {
-    hello: tokio::sync::watch::Receiver<bool>,
+    /// The channel's state: whether this follower has said hello.
+    state: tokio::sync::watch::Receiver<control::State>,
     why: Option<&'a mut WhyWaiting>,
     reporting: &'a control::Reporting,
     coordinator: SocketAddr,
@@ -651,19 +652,19 @@ impl Unreached<'_> {
         loop {
             tokio::select! {
                 out = &mut listened => {
-                    if *self.hello.borrow() {
+                    if self.state.borrow().said_hello {
                         why.reached();
                     }
                     return out;
                 }
                 _ = look.tick() => {
-                    if *self.hello.borrow() {
+                    if self.state.borrow().said_hello {
                         continue;
                     }
                     tokio::select! {
                         biased;
                         out = &mut listened => {
-                            if *self.hello.borrow() {
+                            if self.state.borrow().said_hello {
                                 why.reached();
                             }
                             return out;

@@ -51,7 +51,7 @@ impl Core {
         } else if self.trainers_succeeded_without_me() {
             effects.push(Effect::Broadcast(Message::Bye));
             // It ends as the pservers it tells do.
-            effects.push(Effect::JobSucceeded);
+            effects.push(Effect::Know(Known::Succeeded));
         }
         let last = std::mem::replace(&mut self.stage, Stage::Closing(None));
         self.stage = Stage::Stopped(Box::new(last));
@@ -108,7 +108,7 @@ impl Core {
         self.warn(format!("control channel: {}", loss.reason));
         effects.push(Effect::Broadcast(Message::Lost(loss.clone())));
         effects.push(if from == self.me {
-            Effect::KnowsLost(loss.clone())
+            Effect::Know(Known::Lost(loss.clone()))
         } else {
             Effect::Hear(Heard::Lost(loss.clone()))
         });
@@ -287,9 +287,9 @@ impl Core {
             let message = loss_told(loss);
             effects.push(Effect::Send { link, message });
         }
-        effects.push(Effect::Alive(alive));
+        effects.push(Effect::Know(Known::Alive(alive)));
         effects.push(Effect::Broadcast(Message::Verdict { restart }));
-        effects.push(Effect::KnowsVerdict { restart });
+        effects.push(Effect::Know(Known::Verdict(restart)));
     }
 
     /// This launcher's trainer succeeded.
@@ -334,7 +334,7 @@ impl Core {
         let loss = loss.retold(reason, false);
         self.warn(format!("control channel: {}", loss.reason));
         effects.push(Effect::Broadcast(Message::Lost(loss.clone())));
-        effects.push(Effect::KnowsLost(loss.clone()));
+        effects.push(Effect::Know(Known::Lost(loss.clone())));
         if let Stage::Lost { loss: told, .. } = &mut self.stage {
             *told = loss;
         }
@@ -366,7 +366,7 @@ impl Core {
                 reason: reason.clone(),
             }));
             if pod != self.me {
-                effects.push(Effect::Checkpoint(reason.clone()));
+                effects.push(Effect::Know(Known::Checkpoint(reason.clone())));
             }
         }
         if let Stage::Running { preempted, .. } = &mut self.stage {

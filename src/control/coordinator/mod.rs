@@ -10,7 +10,7 @@ use losing::loss_told;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use super::heard::{after_preemption, judge_preemption, Heard, LogLine, Request};
+use super::heard::{after_preemption, judge_preemption, Heard, Known, LogLine, Request};
 use super::message::{cut, Message, WireError};
 use crate::ledger::Ledger;
 use crate::loss::{Kind, Loss};
@@ -78,27 +78,12 @@ pub(super) enum Effect {
     Close(u64),
     /// To this launcher.
     Hear(Heard),
-    /// This launcher learns the job's loss (without hearing it: it told it), and whether the
-    /// job may restart.
-    KnowsLost(Loss),
-    /// This launcher learns the verdict on the loss, decided once.
-    KnowsVerdict { restart: bool },
-    /// This launcher's trainer is asked for a checkpoint: a member is preempted (the reason).
-    Checkpoint(String),
+    /// What this launcher knows now (the channel's state): the job's loss without hearing it
+    /// (it told it), the verdict, a checkpoint asked of its trainers, that every trainer
+    /// succeeded (a launcher without one), an elastic gathering's attendance.
+    Know(Known),
     /// This launcher learns that a member has served its part (`Message::Served`).
     Served(String),
-    /// This launcher, without a trainer, learns that every trainer of the job succeeded.
-    JobSucceeded,
-    /// An elastic job's gathering ended for want of these members' hellos within the elastic
-    /// wait: the next round leaves them out.
-    Absent(Vec<String>),
-    /// An elastic job's pods that cannot join (another number of processes): turned away, and
-    /// left out of the next round.
-    TurnedAway(Vec<String>),
-    /// The pods whose launchers were on the channel as the verdict was told, or had said hello
-    /// in a gathering that ends without a start (this one's too): alive, whatever the API says
-    /// of their Ready condition.
-    Alive(Vec<String>),
     /// Nothing more to say: the channel ends.
     Stop,
 }
@@ -666,7 +651,7 @@ impl Core {
             self.join_grace.as_secs()
         );
         if self.growth.is_some() {
-            effects.push(Effect::Absent(absent));
+            effects.push(Effect::Know(Known::Absent(absent)));
         }
         self.regather(reason, effects);
     }
@@ -885,7 +870,7 @@ mod tests {
                 core.step(said(3, "t1", Message::Done)),
                 [
                     Effect::Broadcast(Message::Bye),
-                    Effect::JobSucceeded,
+                    Effect::Know(Known::Succeeded),
                     Effect::Stop
                 ]
             );
@@ -1363,7 +1348,9 @@ mod tests {
                 effects
                     .iter()
                     .any(|e| matches!(e, Effect::Broadcast(Message::Checkpoint { .. }))),
-                effects.iter().any(|e| matches!(e, Effect::Checkpoint(_))),
+                effects
+                    .iter()
+                    .any(|e| matches!(e, Effect::Know(Known::Checkpoint(_)))),
             )
         };
         let running = || both_joined(Instant::now());
@@ -1495,7 +1482,7 @@ mod tests {
                 .is_empty());
             let effects = core.step(Input::Tick(at + Duration::from_secs(3)));
             let absent = effects.iter().find_map(|e| match e {
-                Effect::Absent(pods) => Some(pods.clone()),
+                Effect::Know(Known::Absent(pods)) => Some(pods.clone()),
                 _ => None,
             });
             let expected = elastic.then(|| vec!["b".to_string()]);
@@ -1536,7 +1523,7 @@ mod tests {
                 matches!(e, Effect::Send { link: l, message: Message::Refused { reason } }
                     if *l == link && reason.starts_with(TURNED_AWAY) && reason.contains("pod c runs 2 trainer processes"))
             }) && effects.contains(&Effect::Close(link))
-                && effects.contains(&Effect::TurnedAway(vec!["c".into()]))
+                && effects.contains(&Effect::Know(Known::TurnedAway(vec!["c".into()])))
         };
         let mut training = elastic_both_joined(at, 5);
         let effects = training.step(two(joined(9, "c")));
@@ -1569,7 +1556,9 @@ mod tests {
         assert!(effects
             .iter()
             .any(|e| matches!(e, Effect::Broadcast(Message::Refused { .. }))));
-        assert!(!effects.iter().any(|e| matches!(e, Effect::TurnedAway(_))));
+        assert!(!effects
+            .iter()
+            .any(|e| matches!(e, Effect::Know(Known::TurnedAway(_)))));
     }
 
     fn lost_of(effects: &[Effect]) -> Option<(bool, bool)> {
@@ -1604,7 +1593,7 @@ mod tests {
                 Effect::Broadcast(Message::Checkpoint {
                     reason: reason.clone()
                 }),
-                Effect::Checkpoint(reason.clone())
+                Effect::Know(Known::Checkpoint(reason.clone()))
             ]
         );
         assert!(core
@@ -1635,7 +1624,10 @@ mod tests {
         // The launchers heard at the verdict, arrivals and this one included: alive for the
         // next gathering, whatever their pods' Ready condition (issue 51).
         let alive = ["a", "b", "c", "d", "me"].map(String::from).to_vec();
-        assert!(decided.contains(&Effect::Alive(alive)), "{decided:?}");
+        assert!(
+            decided.contains(&Effect::Know(Known::Alive(alive))),
+            "{decided:?}"
+        );
     }
 
     /// A member whose link went silent (its node dead) is not heard alive at the verdict: the
@@ -1652,7 +1644,7 @@ mod tests {
         core.step(said(1, "a", Message::Stopped));
         let decided = core.step(Input::Own(Request::Stopped));
         let alive = decided.iter().find_map(|e| match e {
-            Effect::Alive(pods) => Some(pods.clone()),
+            Effect::Know(Known::Alive(pods)) => Some(pods.clone()),
             _ => None,
         });
         assert_eq!(
@@ -1832,7 +1824,9 @@ mod tests {
         core.step(a);
         core.step(joined(2, "c"));
         let effects = core.step(Input::Tick(at + Duration::from_secs(60)));
-        assert!(!effects.iter().any(|e| matches!(e, Effect::Checkpoint(_))));
+        assert!(!effects
+            .iter()
+            .any(|e| matches!(e, Effect::Know(Known::Checkpoint(_)))));
         assert_eq!(lost_of(&effects), Some((true, true)), "{effects:?}");
     }
 
@@ -1942,7 +1936,7 @@ mod tests {
         assert!(effects.contains(&regather), "{effects:?}");
         // The one that said hello is alive for the next round, the silent one is not.
         let alive = effects.iter().find_map(|e| match e {
-            Effect::Alive(pods) => Some(pods.clone()),
+            Effect::Know(Known::Alive(pods)) => Some(pods.clone()),
             _ => None,
         });
         let alive = alive.expect("who said hello");

@@ -14,7 +14,7 @@ impl Core {
             let mut alive: Vec<String> = ready.keys().cloned().collect();
             alive.push(self.me.clone());
             alive.sort_unstable();
-            effects.push(Effect::Alive(alive));
+            effects.push(Effect::Know(Known::Alive(alive)));
         }
         effects.push(Effect::Broadcast(Message::Regather {
             reason: cut(&reason),
@@ -262,7 +262,7 @@ impl Core {
             effects.push(Effect::Close(*link));
         }
         let names = pods.iter().map(|(pod, _)| pod.clone()).collect();
-        effects.push(Effect::TurnedAway(names));
+        effects.push(Effect::Know(Known::TurnedAway(names)));
     }
 
     /// The window after the first arrival is over: every trainer is asked for a checkpoint
@@ -302,7 +302,7 @@ impl Core {
                 effects.push(Effect::Broadcast(Message::Checkpoint {
                     reason: reason.clone(),
                 }));
-                effects.push(Effect::Checkpoint(reason.clone()));
+                effects.push(Effect::Know(Known::Checkpoint(reason.clone())));
             }
             if let Stage::Running { growing, .. } = &mut self.stage {
                 let at = now + growth.checkpoint_window;
