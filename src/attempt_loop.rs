@@ -11,6 +11,7 @@
 
 use std::time::Duration;
 
+use crate::control::heard::ChannelState;
 use crate::error::Error;
 use crate::exit::{self, Outcome};
 use crate::ledger::Ledger;
@@ -22,31 +23,6 @@ use crate::vocabulary::JOB_STOPPED;
 
 use crate::lifecycle;
 use crate::verdict::{verdict, NoRestart, Standing};
-
-/// What the job's channel has told this launcher, read when the machine needs it (none without
-/// a channel).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Word {
-    /// This launcher coordinates the job's channel.
-    pub coordinates: bool,
-    /// The job's first cause, as the coordinator told it (or a follower judged its silence).
-    pub cause: Option<Loss>,
-    /// A checkpoint was asked of the job's trainers (a member's preemption, or a growth).
-    pub checkpoint_asked: bool,
-    /// The checkpoint asked was the elastic job's growth's.
-    pub growth_asked: bool,
-    /// The pods the coordinator heard alive as it told the verdict (`control::Attendance`).
-    pub alive: Vec<String>,
-}
-
-impl Word {
-    /// The attempt ended with a preemption (or a growth): it spends no restart.
-    fn free(&self) -> bool {
-        self.cause
-            .as_ref()
-            .is_some_and(|cause| cause.kind.is_free())
-    }
-}
 
 /// An attempt begun: what the machine needs of it.
 #[derive(Debug, Clone)]
@@ -80,20 +56,20 @@ pub(crate) enum Input {
     Ran {
         result: Result<Outcome, Error>,
         at: String,
-        word: Word,
+        state: ChannelState,
     },
     /// The failure is told to the job; what the channel says now.
-    Told(Word),
+    Told(ChannelState),
     /// The job's verdict on a restart (or what the channel says without one: `may_restart`),
     /// or the stop signal that ended the wait; what the channel says then.
     Verdict {
         verdict: Result<bool, Error>,
-        word: Word,
+        state: ChannelState,
     },
     /// The restart's steps are done: the channel closed, an earlier preparation waited for.
     Restarted,
     /// The channel is closed at the pod's end: what it said last.
-    Closed(Word),
+    Closed(ChannelState),
 }
 
 /// An event for the job's story (posted only by the launcher that tells it).
@@ -112,7 +88,7 @@ pub(crate) enum Command {
     Gather {
         ledger: Ledger,
         members_before: Vec<PodAddress>,
-        /// The pods the coordinator heard alive at the attempt's end (`Word::alive`).
+        /// The pods the coordinator heard alive at the attempt's end (the channel state's `attendance.alive`).
         alive: Vec<String>,
     },
     /// Begin and run the attempt gathered.
@@ -228,19 +204,21 @@ impl AttemptLoop {
                 outcome: Outcome::new(exit::SUCCESS, reason),
                 posts: Vec::new(),
             },
-            (Stage::Running(attempt), Input::Ran { result, at, word }) => {
-                self.ran(attempt, result, at, word)
+            (Stage::Running(attempt), Input::Ran { result, at, state }) => {
+                self.ran(attempt, result, at, state)
             }
-            (Stage::Telling(attempt, ended), Input::Told(word)) => self.told(attempt, ended, word),
-            (Stage::Judging(attempt, ended), Input::Verdict { verdict, word }) => {
-                self.judged(attempt, ended, verdict, word)
+            (Stage::Telling(attempt, ended), Input::Told(state)) => {
+                self.told(attempt, ended, state)
+            }
+            (Stage::Judging(attempt, ended), Input::Verdict { verdict, state }) => {
+                self.judged(attempt, ended, verdict, state)
             }
             (Stage::Restarting, Input::Restarted) => {
                 self.stage = Stage::Gathering;
                 self.gather()
             }
-            (Stage::Closing(attempt, ended), Input::Closed(word)) => {
-                self.closed(attempt, ended, word)
+            (Stage::Closing(attempt, ended), Input::Closed(state)) => {
+                self.closed(attempt, ended, state)
             }
             (stage, input) => Command::Finish {
                 outcome: Outcome::new(
@@ -259,7 +237,7 @@ impl AttemptLoop {
         attempt: Begun,
         result: Result<Outcome, Error>,
         at: String,
-        word: Word,
+        state: ChannelState,
     ) -> Command {
         // A hang this launcher found, or the job's it heard: its trainers were asked for their
         // stacks. Any other end of its own is a failure.
@@ -287,16 +265,16 @@ impl AttemptLoop {
             self.stage = Stage::Telling(attempt, ended);
             return tell;
         }
-        self.told(attempt, ended, word)
+        self.told(attempt, ended, state)
     }
 
     /// Told (or nothing to tell): a preemption recorded as soon as it is known — it may take
     /// every pod at once (a Kueue suspension), and the pods created again count it — then the
     /// verdict waited for when the channel's word can change this pod's end.
-    fn told(&mut self, attempt: Begun, mut ended: AttemptEnd, word: Word) -> Command {
-        let record = self.record_preemption(&attempt, &mut ended, &word);
+    fn told(&mut self, attempt: Begun, mut ended: AttemptEnd, state: ChannelState) -> Command {
+        let record = self.record_preemption(&attempt, &mut ended, &state);
         let wait = match (attempt.channel, ended.succeeded) {
-            (true, false) => verdict_wait(&word, &ended.result, attempt.ledger, self.limits),
+            (true, false) => verdict_wait(&state, &ended.result, attempt.ledger, self.limits),
             _ => None,
         };
         let command = match (attempt.channel, wait) {
@@ -313,7 +291,7 @@ impl AttemptLoop {
                 stopped: !ended.succeeded,
                 record,
             },
-            (false, _) => return self.judged(attempt, ended, Ok(false), word),
+            (false, _) => return self.judged(attempt, ended, Ok(false), state),
         };
         self.stage = Stage::Judging(attempt, ended);
         command
@@ -325,9 +303,9 @@ impl AttemptLoop {
         &self,
         attempt: &Begun,
         ended: &mut AttemptEnd,
-        word: &Word,
+        state: &ChannelState,
     ) -> Option<Recorded> {
-        let kind = word.cause.as_ref().map(|cause| cause.kind);
+        let kind = state.cause.as_ref().map(|cause| cause.kind);
         let kind = kind.filter(|kind| kind.is_free())?;
         if !attempt.records || ended.recorded {
             return None;
@@ -350,7 +328,7 @@ impl AttemptLoop {
         attempt: Begun,
         mut ended: AttemptEnd,
         verdict: Result<bool, Error>,
-        word: Word,
+        state: ChannelState,
     ) -> Command {
         let may_restart = match verdict {
             Ok(verdict) => verdict && lifecycle::recoverable(&ended.result),
@@ -360,15 +338,15 @@ impl AttemptLoop {
             }
         };
         // Read again once the verdict is in: the cause may have come with it.
-        let record = self.record_preemption(&attempt, &mut ended, &word);
+        let record = self.record_preemption(&attempt, &mut ended, &state);
         let budget = Budget {
             ledger: attempt.ledger,
             may_restart,
-            preempted: word.free(),
+            preempted: state.ended_free(),
         };
         let result = std::mem::replace(&mut ended.result, Ok(Outcome::new(0, "")));
         match after_run(result, &budget) {
-            AfterRun::Restart(reason) => self.restart(attempt, &ended, reason, word, record),
+            AfterRun::Restart(reason) => self.restart(attempt, &ended, reason, state, record),
             AfterRun::Finish(result) => {
                 ended.result = result;
                 let succeeded = ended.succeeded;
@@ -385,13 +363,13 @@ impl AttemptLoop {
         attempt: Begun,
         ended: &AttemptEnd,
         reason: String,
-        word: Word,
+        state: ChannelState,
         record: Option<Recorded>,
     ) -> Command {
         // The job's first cause, as the channel told it; without one, this launcher's own end.
-        let kind = word.cause.as_ref().map_or(ended.kind, |cause| cause.kind);
-        self.alive = word.alive;
-        let reason = word.cause.map_or(reason, |cause| cause.reason);
+        let kind = state.cause.as_ref().map_or(ended.kind, |cause| cause.kind);
+        self.alive = state.attendance.alive;
+        let reason = state.cause.map_or(reason, |cause| cause.reason);
         let restart = attempt.ledger.restart_said(kind);
         let mut posts = Vec::new();
         if attempt.posts {
@@ -421,8 +399,8 @@ impl AttemptLoop {
     /// The channel is closed: the pod's last line — the job's first cause first when another
     /// pod's — and the job's end in its story (the job's, not this pod's: a coordinator that
     /// succeeded while another pod failed tells the failure).
-    fn closed(&mut self, attempt: Begun, ended: AttemptEnd, word: Word) -> Command {
-        let cause = word.cause;
+    fn closed(&mut self, attempt: Begun, ended: AttemptEnd, state: ChannelState) -> Command {
+        let cause = state.cause;
         let reason = cause.as_ref().map(|cause| cause.reason.clone());
         let stop = stopped_by(&ended.result);
         let hung = ended.kind == Kind::Hang;
@@ -631,7 +609,7 @@ fn reason_of(result: &Result<Outcome, Error>) -> String {
 /// verdict, or None when its word cannot change this pod's end (the launcher then only says
 /// its children are stopped).
 pub(crate) fn verdict_wait(
-    word: &Word,
+    state: &ChannelState,
     result: &Result<Outcome, Error>,
     ledger: Ledger,
     limits: VerdictLimits,
@@ -640,8 +618,8 @@ pub(crate) fn verdict_wait(
     // free preemption's (a frozen coordinator's silence is judged only after the heartbeat
     // timeout), so the budget alone must not end this pod before the verdict.
     // A checkpoint asked for the job's growth: its restart is free whatever the allowance.
-    let free = ledger.preemption_is_free() || word.growth_asked;
-    let preemption_possible = word.free() || (word.checkpoint_asked && free);
+    let free = ledger.preemption_is_free() || state.growth_asked();
+    let preemption_possible = state.ended_free() || (state.checkpoint_asked() && free);
     let budget_allows = crate::verdict::verdict(&crate::verdict::Standing {
         spent: ledger.spent(),
         max_restarts: ledger.max_restarts,
@@ -655,7 +633,7 @@ pub(crate) fn verdict_wait(
     // says (a stop signal, a command that cannot start, bad configuration) does not, unless
     // this launcher coordinates: only it can decide the others' verdict, within its grace
     // period (the pod may be being deleted).
-    if !budget_allows || !(recoverable || word.coordinates) {
+    if !budget_allows || !(recoverable || state.coordinates) {
         return None;
     }
     Some(match recoverable {
@@ -693,23 +671,23 @@ mod tests {
         }
     }
 
-    fn ran(code: i32, reason: &str, word: Word) -> Input {
+    fn ran(code: i32, reason: &str, state: ChannelState) -> Input {
         Input::Ran {
             result: Ok(Outcome::new(code, reason)),
             at: "12:00:00Z".into(),
-            word,
+            state,
         }
     }
 
-    fn verdict(verdict: bool, word: Word) -> Input {
+    fn verdict(verdict: bool, state: ChannelState) -> Input {
         Input::Verdict {
             verdict: Ok(verdict),
-            word,
+            state,
         }
     }
 
-    fn cause(reason: &str, preempted: bool) -> Word {
-        Word {
+    fn cause(reason: &str, preempted: bool) -> ChannelState {
+        ChannelState {
             cause: Some(Loss {
                 reason: reason.into(),
                 restart: true,
@@ -718,7 +696,7 @@ mod tests {
                     false => Kind::Failure,
                 },
             }),
-            ..Word::default()
+            ..ChannelState::default()
         }
     }
 
@@ -743,7 +721,11 @@ mod tests {
     #[test]
     fn a_success_closes_the_channel_and_posts_the_jobs_success() {
         let mut machine = running(Ledger::first(2), begun(Ledger::first(2), true));
-        let read = machine.step(ran(0, "trainer exited with status 0", Word::default()));
+        let read = machine.step(ran(
+            0,
+            "trainer exited with status 0",
+            ChannelState::default(),
+        ));
         assert_eq!(
             read,
             Command::ReadVerdict {
@@ -751,7 +733,7 @@ mod tests {
                 record: None
             }
         );
-        let close = machine.step(verdict(false, Word::default()));
+        let close = machine.step(verdict(false, ChannelState::default()));
         assert_eq!(
             close,
             Command::Close {
@@ -759,7 +741,8 @@ mod tests {
                 record: None
             }
         );
-        let Command::Finish { outcome, posts } = machine.step(Input::Closed(Word::default()))
+        let Command::Finish { outcome, posts } =
+            machine.step(Input::Closed(ChannelState::default()))
         else {
             panic!("no finish");
         };
@@ -780,7 +763,11 @@ mod tests {
         let own = Ledger::first(5);
         let agreed = Ledger::first(2);
         let mut machine = running(own, begun(agreed, true));
-        let tell = machine.step(ran(3, "trainer exited with status 3", Word::default()));
+        let tell = machine.step(ran(
+            3,
+            "trainer exited with status 3",
+            ChannelState::default(),
+        ));
         assert_eq!(
             tell,
             Command::TellFailure(Loss::failure(
@@ -789,7 +776,7 @@ mod tests {
             ))
         );
         let Command::AwaitVerdict { limit, record, .. } =
-            machine.step(Input::Told(Word::default()))
+            machine.step(Input::Told(ChannelState::default()))
         else {
             panic!("no verdict waited for");
         };
@@ -801,9 +788,12 @@ mod tests {
             kind,
         } = machine.step(verdict(
             true,
-            Word {
-                alive: vec!["p-0".into(), "p-1".into(), "p-2".into()],
-                ..Word::default()
+            ChannelState {
+                attendance: crate::control::heard::Attendance {
+                    alive: vec!["p-0".into(), "p-1".into(), "p-2".into()],
+                    ..Default::default()
+                },
+                ..ChannelState::default()
             },
         ))
         else {
@@ -846,8 +836,12 @@ mod tests {
             ..Ledger::first(2)
         };
         let mut machine = running(spent, begun(spent, true));
-        machine.step(ran(3, "trainer exited with status 3", Word::default()));
-        let read = machine.step(Input::Told(Word::default()));
+        machine.step(ran(
+            3,
+            "trainer exited with status 3",
+            ChannelState::default(),
+        ));
+        let read = machine.step(Input::Told(ChannelState::default()));
         assert_eq!(
             read,
             Command::ReadVerdict {
@@ -896,7 +890,7 @@ mod tests {
             ..begun(ledger, true)
         };
         let mut machine = running(Ledger::first(1), records);
-        machine.step(ran(143, "trainer stopped", Word::default()));
+        machine.step(ran(143, "trainer stopped", ChannelState::default()));
         let preempted = cause("pod p-0: preempted", true);
         let Command::AwaitVerdict { record, .. } = machine.step(Input::Told(preempted.clone()))
         else {
@@ -930,14 +924,14 @@ mod tests {
             ..begun(Ledger::first(1), true)
         };
         let mut machine = running(Ledger::first(1), records);
-        machine.step(ran(143, "trainer stopped", Word::default()));
-        let grown = Word {
+        machine.step(ran(143, "trainer stopped", ChannelState::default()));
+        let grown = ChannelState {
             cause: Some(Loss {
                 reason: "the job grows: p-2 joined (1 pod)".into(),
                 restart: true,
                 kind: Kind::Growth,
             }),
-            ..Word::default()
+            ..ChannelState::default()
         };
         let Command::AwaitVerdict { record, .. } = machine.step(Input::Told(grown)) else {
             panic!("no verdict waited for");
@@ -954,15 +948,19 @@ mod tests {
             ..begun(Ledger::first(3), true)
         };
         let mut machine = running(Ledger::first(3), quiet);
-        machine.step(ran(3, "trainer exited with status 3", Word::default()));
-        machine.step(Input::Told(Word::default()));
+        machine.step(ran(
+            3,
+            "trainer exited with status 3",
+            ChannelState::default(),
+        ));
+        machine.step(Input::Told(ChannelState::default()));
         let stopped = Err(Error::Stopped {
             signal: 15,
             doing: "waiting for the job's verdict".into(),
         });
         let close = machine.step(Input::Verdict {
             verdict: stopped,
-            word: Word::default(),
+            state: ChannelState::default(),
         });
         assert!(matches!(
             close,
@@ -971,7 +969,8 @@ mod tests {
                 ..
             }
         ));
-        let Command::Finish { outcome, posts } = machine.step(Input::Closed(Word::default()))
+        let Command::Finish { outcome, posts } =
+            machine.step(Input::Closed(ChannelState::default()))
         else {
             panic!("no finish");
         };
@@ -996,7 +995,7 @@ mod tests {
             machine.step(Input::Ran {
                 result: stopped,
                 at: "12:00:00Z".into(),
-                word: Word::default(),
+                state: ChannelState::default(),
             });
             let preempted = cause("pod p-1: preempted (SIGTERM while training)", true);
             machine.step(Input::Told(preempted.clone()));
@@ -1044,7 +1043,11 @@ mod tests {
     #[test]
     fn without_a_channel_a_failure_ends_the_pod() {
         let mut machine = running(Ledger::first(3), begun(Ledger::first(3), false));
-        let close = machine.step(ran(3, "trainer exited with status 3", Word::default()));
+        let close = machine.step(ran(
+            3,
+            "trainer exited with status 3",
+            ChannelState::default(),
+        ));
         assert!(
             matches!(
                 close,
@@ -1055,7 +1058,8 @@ mod tests {
             ),
             "{close:?}"
         );
-        let Command::Finish { outcome, .. } = machine.step(Input::Closed(Word::default())) else {
+        let Command::Finish { outcome, .. } = machine.step(Input::Closed(ChannelState::default()))
+        else {
             panic!("no finish");
         };
         assert_eq!(outcome.code, 3);

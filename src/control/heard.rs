@@ -53,10 +53,12 @@ pub(super) enum Request {
 }
 
 /// What the job's channel has made known to its launcher so far, as one value: the channel's
-/// task publishes it whole (one `watch`), and only `State::know` changes it, by each part's
+/// task publishes it whole (one `watch`), and only `ChannelState::know` changes it, by each part's
 /// rule — the first cause stands, "no restart" is never taken back, the first verdict stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct State {
+pub struct ChannelState {
+    /// This launcher coordinates the channel (known from its start).
+    pub coordinates: bool,
     /// A follower's hello is out: a `Go` may be on its way to it, and only the coordinator
     /// may call the attempt off.
     pub said_hello: bool,
@@ -79,9 +81,10 @@ pub struct State {
     pub attendance: Attendance,
 }
 
-impl Default for State {
-    fn default() -> State {
-        State {
+impl Default for ChannelState {
+    fn default() -> ChannelState {
+        ChannelState {
+            coordinates: false,
             said_hello: false,
             lost: false,
             cause: None,
@@ -110,7 +113,7 @@ pub struct Attendance {
 }
 
 /// What one of the channel's machines makes known to its launcher: the one vocabulary of the
-/// coordinator's core and the follower's machine for the channel's `State`.
+/// coordinator's core and the follower's machine for the channel's `ChannelState`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Known {
     /// A follower's hello is out.
@@ -138,7 +141,29 @@ pub enum Known {
     Alive(Vec<String>),
 }
 
-impl State {
+impl ChannelState {
+    /// A checkpoint was asked of the job's trainers (a member's preemption, or a growth): the
+    /// attempt's end may be a preemption's, which only the coordinator's word (or its silence,
+    /// judged) tells.
+    pub fn checkpoint_asked(&self) -> bool {
+        self.checkpoint.is_some()
+    }
+
+    /// The checkpoint asked was the elastic job's growth's: the attempt's end is the growth's
+    /// free restart, whatever the free preemptions left.
+    pub fn growth_asked(&self) -> bool {
+        self.checkpoint
+            .as_ref()
+            .is_some_and(|reason| reason.starts_with(super::coordinator::GROWS))
+    }
+
+    /// The job's first cause is a preemption's or a growth's: its restart spends nothing.
+    pub fn ended_free(&self) -> bool {
+        self.cause
+            .as_ref()
+            .is_some_and(|cause| cause.kind.is_free())
+    }
+
     /// What is `known` now, by its part's rule; whether anything changed.
     pub fn know(&mut self, known: Known) -> bool {
         let before = self.clone();
@@ -222,7 +247,7 @@ mod tests {
     /// nothing says so (the watch's readers are not woken).
     #[test]
     fn the_channels_state_keeps_each_first_word() {
-        let mut state = State::default();
+        let mut state = ChannelState::default();
         assert!(state.may_restart && !state.lost);
         assert!(state.know(lost("first", true)));
         assert!(state.know(lost("second", false)));
@@ -234,14 +259,14 @@ mod tests {
         assert!(!state.know(lost("third", true)), "no restart is final");
         assert!(!state.may_restart);
 
-        let mut state = State::default();
+        let mut state = ChannelState::default();
         assert!(state.know(Known::Verdict(true)));
         assert!(state.lost && state.may_restart);
         assert!(state.know(Known::Verdict(false)));
         assert_eq!(state.verdict, Some(true), "the first verdict stands");
         assert!(!state.may_restart, "a later no still forbids a restart");
 
-        let mut state = State::default();
+        let mut state = ChannelState::default();
         assert!(state.know(Known::Checkpoint("a".into())));
         assert!(state.know(Known::Checkpoint("b".into())));
         assert_eq!(state.checkpoint.as_deref(), Some("b"));

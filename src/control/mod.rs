@@ -40,7 +40,9 @@ pub(crate) mod sim_net;
 mod simulation;
 mod wire;
 
-pub use coordinator::{Growth, GROWS, TURNED_AWAY};
+#[cfg(test)]
+pub use coordinator::GROWS;
+pub use coordinator::{Growth, TURNED_AWAY};
 pub use cost::{
     measure_coordinator, measure_heartbeats, measure_progress, CoordinatorCost, HeartbeatCost,
     ProgressCost,
@@ -49,7 +51,7 @@ pub use cost::{
 use follower::follow;
 pub use follower::serves_a_channel;
 use heard::Request;
-pub use heard::{Attendance, Heard, Known, State};
+pub use heard::{Attendance, ChannelState, Heard, Known};
 use message::cut;
 pub use message::Message;
 pub use net::{tcp, Net};
@@ -167,7 +169,7 @@ pub struct Channel {
     requests: mpsc::UnboundedSender<Request>,
     task: Option<JoinHandle<()>>,
     /// What the channel has made known so far: its one state, as its task publishes it.
-    state: watch::Receiver<State>,
+    state: watch::Receiver<ChannelState>,
     coordinates: bool,
     progress: watch::Sender<Progress>,
     /// This launcher's trainer processes' progress, read at each heartbeat.
@@ -241,23 +243,6 @@ impl Channel {
         .boxed()
     }
 
-    /// Whether the job's trainers were asked for a checkpoint in this attempt: a member is
-    /// preempted, so the attempt's end may be a preemption's, which only the coordinator's
-    /// word (or its silence, judged) tells.
-    pub fn checkpoint_was_asked(&self) -> bool {
-        self.state.borrow().checkpoint.is_some()
-    }
-
-    /// Whether the checkpoint was asked for an elastic job's growth: the attempt's end is the
-    /// growth's free restart, whatever the free preemptions left.
-    pub fn growth_asked(&self) -> bool {
-        self.state
-            .borrow()
-            .checkpoint
-            .as_ref()
-            .is_some_and(|reason| reason.starts_with(GROWS))
-    }
-
     /// This launcher was told to stop while its trainer runs (its pod is preempted, drained
     /// or deleted): asks every trainer of the job for a checkpoint, through the coordinator.
     /// Its end follows with `failed`, which then spends no restart.
@@ -311,7 +296,7 @@ impl Channel {
     }
 
     /// The channel's state, to be read while the channel is borrowed elsewhere.
-    pub fn state_watch(&self) -> watch::Receiver<State> {
+    pub fn state_watch(&self) -> watch::Receiver<ChannelState> {
         self.state.clone()
     }
 
@@ -363,10 +348,9 @@ impl Channel {
 }
 
 impl Channel {
-    /// The job's first cause, once the coordinator has told it (a hang's names its suspect):
-    /// what every pod's last line says, whichever pod failed first.
-    pub fn cause(&self) -> Option<Loss> {
-        self.state.borrow().cause.clone()
+    /// What the channel has made known so far, as it stands now.
+    pub fn state(&self) -> ChannelState {
+        self.state.borrow().clone()
     }
 
     /// This launcher's trainer's progress, for the coordinator's judgement of a hang: sent
@@ -417,7 +401,11 @@ pub fn progress_margin(heartbeat_timeout: Duration, progress_check: Duration) ->
 pub async fn join(joining: Joining) -> std::io::Result<Channel> {
     let (heard_tx, heard_rx) = mpsc::unbounded_channel();
     let (requests_tx, requests_rx) = mpsc::unbounded_channel();
-    let (state_tx, state) = watch::channel(State::default());
+    let coordinates = matches!(joining.role, ChannelRole::Coordinator { .. });
+    let (state_tx, state) = watch::channel(ChannelState {
+        coordinates,
+        ..ChannelState::default()
+    });
     let (progress_tx, progress_rx) = watch::channel(None);
     let gauges = Gauges::default();
     let ends = Ends {
@@ -429,7 +417,6 @@ pub async fn join(joining: Joining) -> std::io::Result<Channel> {
         state: state_tx,
     };
     let limit = joining.heartbeat_timeout.as_secs();
-    let coordinates = matches!(joining.role, ChannelRole::Coordinator { .. });
     let task = match joining.role {
         ChannelRole::Coordinator { listen } => {
             let listener = joining.network.0.listen(listen).await?;
@@ -466,7 +453,7 @@ struct Ends {
     heard: mpsc::UnboundedSender<Heard>,
     requests: mpsc::UnboundedReceiver<Request>,
     /// The channel's one state, published whole.
-    state: watch::Sender<State>,
+    state: watch::Sender<ChannelState>,
     /// This launcher's trainer's progress, as last reported.
     progress: watch::Receiver<Progress>,
     /// This launcher's trainer processes' progress (`Channel::watch_ranks`).

@@ -22,9 +22,10 @@ use super::rendezvous::{channel_without_secret, UNJOINED_LOOK_UNBOUNDED};
 use super::reporter::{Posting, Reporter};
 use super::setup::{node_name, now_utc};
 use super::waits::{interruptible, Breaks};
-use crate::attempt_loop::{Begun, Command, Input, Post, Word};
+use crate::attempt_loop::{Begun, Command, Input, Post};
 use crate::config::Config;
 use crate::control::Channel;
+use crate::control::ChannelState;
 use crate::error::{ConfigError, Error};
 use crate::events::JobEvents;
 use crate::exit::Outcome;
@@ -94,8 +95,8 @@ impl Attempts {
     }
 
     /// What the job's channel has told this launcher so far.
-    fn word(&self) -> Word {
-        ending::word(self.channel())
+    fn channel_state(&self) -> ChannelState {
+        ending::state_of(self.channel())
     }
 }
 
@@ -401,18 +402,18 @@ impl Attempts {
                 let preparing = &mut self.preparing_before;
                 let board = self.board.as_ref();
                 let result = run(running, preparing, config, supervisor, my_ip, board).await?;
-                let word = self.word();
+                let state = self.channel_state();
                 Input::Ran {
                     result,
                     at: now_utc(),
-                    word,
+                    state,
                 }
             }
             Command::TellFailure(ended) => {
                 if let Some(channel) = self.channel() {
                     ending::tell_failure(channel, ended).await;
                 }
-                Input::Told(self.word())
+                Input::Told(self.channel_state())
             }
             Command::AwaitVerdict {
                 limit,
@@ -427,14 +428,14 @@ impl Attempts {
                     }
                     None => Ok(false),
                 };
-                let word = self.word();
-                Input::Verdict { verdict, word }
+                let state = self.channel_state();
+                Input::Verdict { verdict, state }
             }
             Command::ReadVerdict { stopped, record } => {
                 self.record(record, config);
                 let verdict = Ok(ending::read_verdict(self.channel(), stopped));
-                let word = self.word();
-                Input::Verdict { verdict, word }
+                let state = self.channel_state();
+                Input::Verdict { verdict, state }
             }
             Command::Restart {
                 line,
@@ -512,7 +513,7 @@ impl Attempts {
         succeeded: bool,
         config: &Config,
         supervisor: &mut Supervisor,
-    ) -> Word {
+    ) -> ChannelState {
         if let Some(written) = self.recording.take() {
             let job = &config.topology.job_name;
             let limit = PREEMPTION_RECORD_WAIT.as_secs();
@@ -524,7 +525,7 @@ impl Attempts {
             }
         }
         let Some(mut channel) = self.running.take().and_then(|r| r.channel) else {
-            return Word::default();
+            return ChannelState::default();
         };
         let _ = interruptible(
             Some(&mut *supervisor),
@@ -533,7 +534,7 @@ impl Attempts {
             channel.finish(succeeded),
         )
         .await;
-        ending::word(Some(&channel))
+        ending::state_of(Some(&channel))
     }
 
     /// The pod's end: what is left of its processes killed, the job's last events posted and

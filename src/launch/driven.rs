@@ -1036,12 +1036,12 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                     Input::Ran {
                         result,
                         at: format!("{} s", at.as_secs()),
-                        word: ending::word(Some(&channel)),
+                        state: ending::state_of(Some(&channel)),
                     }
                 }
                 Command::TellFailure(ended) => {
                     ending::tell_failure(&channel, ended).await;
-                    Input::Told(ending::word(Some(&channel)))
+                    Input::Told(ending::state_of(Some(&channel)))
                 }
                 Command::AwaitVerdict {
                     limit,
@@ -1050,8 +1050,8 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                 } => {
                     record(asked);
                     let verdict = Ok(channel.verdict(limit).await);
-                    let word = ending::word(Some(&channel));
-                    Input::Verdict { verdict, word }
+                    let state = ending::state_of(Some(&channel));
+                    Input::Verdict { verdict, state }
                 }
                 Command::ReadVerdict {
                     stopped: children_stopped,
@@ -1059,14 +1059,14 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                 } => {
                     record(asked);
                     let verdict = Ok(ending::read_verdict(Some(&channel), children_stopped));
-                    let word = ending::word(Some(&channel));
-                    Input::Verdict { verdict, word }
+                    let state = ending::state_of(Some(&channel));
+                    Input::Verdict { verdict, state }
                 }
                 Command::Restart { record: asked, .. } => {
                     record(asked);
                     // The job's first cause as the coordinator told it: a growth (a loss in
                     // its checkpoint window said after it).
-                    let cause = channel.cause().map(|c| c.reason).unwrap_or_default();
+                    let cause = channel.state().cause.map(|c| c.reason).unwrap_or_default();
                     if cause.starts_with(control::GROWS) {
                         world.lock().unwrap().grown.insert(epoch);
                     }
@@ -1079,7 +1079,7 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                 } => {
                     record(asked);
                     channel.finish(succeeded).await;
-                    Input::Closed(ending::word(Some(&channel)))
+                    Input::Closed(ending::state_of(Some(&channel)))
                 }
                 Command::Finish { outcome, .. } => {
                     // A failed end while no pod of the job had succeeded: only a failure (or
@@ -1091,7 +1091,7 @@ async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimN
                             w.failed_unfinished = true;
                         }
                     }
-                    let cause = channel.cause().map(|c| c.reason);
+                    let cause = channel.state().cause.map(|c| c.reason);
                     return end(outcome.code, epoch_ran.clone(), cause);
                 }
                 Command::Gather { .. } => break,

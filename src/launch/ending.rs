@@ -14,7 +14,8 @@ use crate::ledger::Ledger;
 use crate::loss::Loss;
 use crate::membership::PodAddress;
 
-use crate::attempt_loop::{VerdictLimits, Word};
+use crate::attempt_loop::VerdictLimits;
+use crate::control::ChannelState;
 
 /// How long a failed launcher waits for the coordinator's word on whether the job may restart.
 pub(crate) const FAILED_ANSWER_WAIT: Duration = Duration::from_secs(2);
@@ -28,17 +29,8 @@ pub(crate) async fn tell_failure(channel: &Channel, ended: Loss) {
 
 /// What the job's channel has told this launcher so far (nothing without a channel), for the
 /// attempt loop's next step.
-pub(crate) fn word(channel: Option<&Channel>) -> Word {
-    let Some(channel) = channel else {
-        return Word::default();
-    };
-    Word {
-        coordinates: channel.coordinates(),
-        cause: channel.cause(),
-        checkpoint_asked: channel.checkpoint_was_asked(),
-        growth_asked: channel.growth_asked(),
-        alive: channel.attendance().alive,
-    }
+pub(crate) fn state_of(channel: Option<&Channel>) -> ChannelState {
+    channel.map(Channel::state).unwrap_or_default()
 }
 
 /// No verdict to wait for: a failed launcher says its children are stopped (`stopped`), for
@@ -227,13 +219,13 @@ mod tests {
             epoch,
             ..Ledger::first(1)
         };
-        assert!(!channel.checkpoint_was_asked());
+        assert!(!channel.state().checkpoint_asked());
         assert_eq!(
-            verdict_wait(&word(Some(&channel)), &failed, spent(1), limits),
+            verdict_wait(&state_of(Some(&channel)), &failed, spent(1), limits),
             None
         );
         assert_eq!(
-            verdict_wait(&word(Some(&channel)), &failed, spent(0), limits),
+            verdict_wait(&state_of(Some(&channel)), &failed, spent(0), limits),
             Some(Duration::from_secs(17))
         );
     }
@@ -273,7 +265,7 @@ mod tests {
             ..Ledger::first(1)
         };
         assert_eq!(
-            verdict_wait(&word(Some(&channel)), &failed, spent, limits),
+            verdict_wait(&state_of(Some(&channel)), &failed, spent, limits),
             Some(Duration::from_secs(17))
         );
     }

@@ -629,7 +629,7 @@ impl Gathering<'_> {
 /// A follower that has not reached its coordinator yet, and how it finds out why.
 struct Unreached<'a> {
     /// The channel's state: whether this follower has said hello.
-    state: tokio::sync::watch::Receiver<control::State>,
+    state: tokio::sync::watch::Receiver<control::ChannelState>,
     why: Option<&'a mut WhyWaiting>,
     reporting: &'a control::Reporting,
     coordinator: SocketAddr,
