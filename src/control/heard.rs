@@ -52,6 +52,10 @@ pub(super) enum Request {
     },
 }
 
+/// How the job's growth is said: every launcher's restart line and the event name it so (and
+/// a checkpoint asked for it is known by it).
+pub const GROWS: &str = "the job grows";
+
 /// What the job's channel has made known to its launcher so far, as one value: the channel's
 /// task publishes it whole (one `watch`), and only `ChannelState::know` changes it, by each part's
 /// rule — the first cause stands, "no restart" is never taken back, the first verdict stands.
@@ -154,7 +158,7 @@ impl ChannelState {
     pub fn growth_asked(&self) -> bool {
         self.checkpoint
             .as_ref()
-            .is_some_and(|reason| reason.starts_with(super::coordinator::GROWS))
+            .is_some_and(|reason| reason.starts_with(GROWS))
     }
 
     /// The job's first cause is a preemption's or a growth's: its restart spends nothing.

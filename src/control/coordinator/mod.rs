@@ -10,6 +10,7 @@ use losing::loss_told;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+pub use super::heard::GROWS;
 use super::heard::{after_preemption, judge_preemption, Heard, Known, LogLine, Request};
 use super::message::{cut, Message, WireError};
 use crate::ledger::Ledger;
@@ -270,9 +271,6 @@ pub(super) struct Setup {
     /// An elastic job: pods that join while it trains make it grow.
     pub growth: Option<Growth>,
 }
-
-/// How the job's growth is said: every launcher's restart line and the event name it so.
-pub const GROWS: &str = "the job grows";
 
 /// How an elastic job's coordinator starts the refusal it sends a pod that cannot join (it
 /// runs another number of processes): the pod is turned away, and the job goes on without it.
