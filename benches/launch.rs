@@ -1452,5 +1452,5 @@ fn observability() {
         "| a heartbeat frame with 8 processes' steps / without | {} B / {} B |",
         beats.frame, beats.bare_frame
     );
-    println!("\nThe Job annotation: one PATCH at most every 30 s per job, by the coordinator: at most 120 requests an hour, whatever the job's size (`report::SUMMARY_EVERY`); a `Straggler` event per rank named (at most 40 events in a launcher's life).\n");
+    println!("\nThe Job annotation: one PATCH at most every 30 s per job, by the coordinator: at most 120 requests an hour, whatever the job's size (`job_view::SUMMARY_EVERY`); a `Straggler` event per rank named (at most 40 events in a launcher's life).\n");
 }

@@ -175,7 +175,7 @@ pub fn measure_of(text: &str) -> (Option<u64>, Option<u64>) {
 
 /// One launcher's last report of its trainer's progress, as the coordinator has it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Report {
+pub struct LastProgress {
     /// How the launcher names itself: "pod p-1 on node n7 (trainer id 1 of 3)".
     pub who: String,
     pub step: Option<u64>,
@@ -220,12 +220,12 @@ pub fn furthest_behind(
 /// begins, that one is furthest behind. At equal steps (or none), the rank whose progress is
 /// oldest, when it is older than the others' by more than `margin` (how stale a report may be);
 /// otherwise no rank stands out, and the stacks in every pod's log tell.
-pub fn suspect(reports: &[Report], margin: Duration) -> String {
+pub fn suspect(reports: &[LastProgress], margin: Duration) -> String {
     let secs = |d: Duration| format!("{:.1} s", d.as_secs_f64());
     let Some(lowest) = reports.iter().filter_map(|r| r.step).min() else {
         return by_age(reports, margin, secs);
     };
-    let behind: Vec<&Report> = reports.iter().filter(|r| r.step == Some(lowest)).collect();
+    let behind: Vec<&LastProgress> = reports.iter().filter(|r| r.step == Some(lowest)).collect();
     let ahead = reports.iter().filter(|r| r.step > Some(lowest)).count();
     if ahead == 0 {
         return by_age(reports, margin, secs);
@@ -243,8 +243,8 @@ pub fn suspect(reports: &[Report], margin: Duration) -> String {
     )
 }
 
-fn by_age(reports: &[Report], margin: Duration, secs: impl Fn(Duration) -> String) -> String {
-    let mut by_quiet: Vec<&Report> = reports.iter().collect();
+fn by_age(reports: &[LastProgress], margin: Duration, secs: impl Fn(Duration) -> String) -> String {
+    let mut by_quiet: Vec<&LastProgress> = reports.iter().collect();
     by_quiet.sort_by_key(|r| std::cmp::Reverse(r.quiet));
     match by_quiet.as_slice() {
         [] => "no rank reported its progress: compare the stacks in the pods' logs".to_string(),
@@ -591,7 +591,7 @@ mod tests {
     #[test]
     fn the_suspect_is_the_rank_furthest_behind_then_the_oldest_if_it_stands_out() {
         let s = Duration::from_secs;
-        let report = |who: &str, step: Option<u64>, quiet: u64| Report {
+        let report = |who: &str, step: Option<u64>, quiet: u64| LastProgress {
             who: format!("pod {who}"),
             step,
             quiet: s(quiet),

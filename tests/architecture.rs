@@ -39,7 +39,7 @@ const CORE: &[&str] = &[
     "loss",
     "attempt_loop",
     "straggler",
-    "report",
+    "job_view",
 ];
 
 /// Core modules that still log directly, each with why it is not yet a machine that returns

@@ -167,7 +167,7 @@ pub struct HeartbeatCost {
 
 /// Heartbeats of a job of `pods` pods of `per_pod` processes, each the mean of `rounds`.
 pub fn measure_heartbeats(pods: u32, per_pod: u32, rounds: u32) -> HeartbeatCost {
-    use super::reporting::{read, Gauges, RankGauge};
+    use super::news::{read, Gauges, RankGauge};
     use std::sync::atomic::AtomicU64;
     use std::sync::Arc;
     let secret = &Secret(vec![7; 32]);
@@ -194,7 +194,7 @@ pub fn measure_heartbeats(pods: u32, per_pod: u32, rounds: u32) -> HeartbeatCost
         .seal(&Message::beat())
         .len();
     let start = tokio::time::Instant::now();
-    let mut view = crate::report::JobView::new("bench", None, start);
+    let mut view = crate::job_view::JobView::new("bench", None, start);
     let names: Vec<String> = (1..pods).map(|p| format!("job-{p}")).collect();
     let mut links: Vec<Session> = (1..pods)
         .map(|_| Session::new(secret, [3; 32], true))

@@ -90,7 +90,7 @@ pub(super) async fn follow(
         return;
     };
     ends.know(Known::SaidHello);
-    let news = super::reporting::JobNews::CoordinatorAt(coordinator);
+    let news = super::news::JobNews::CoordinatorAt(coordinator);
     joining.reporting.tell(news);
     let mut out = Session::new(&joining.secret, challenge, false);
     out.sent = 1; // the hello
@@ -152,7 +152,7 @@ pub(super) async fn follow(
 /// so that the coordinator can name the rank a hang points at.
 /// With its processes' steps when it reads them (the coordinator's view of the job).
 fn beat_of(ends: &Ends) -> Message {
-    let ranks = super::reporting::read(&ends.gauges);
+    let ranks = super::news::read(&ends.gauges);
     match *ends.progress.borrow() {
         Some((step, last, behind)) => Message::Progress {
             step,

@@ -4,10 +4,10 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::job_view::RankStep;
 use crate::ledger::Ledger;
 use crate::loss::Loss;
 use crate::membership::Membership;
-pub use crate::report::RankStep;
 
 /// Longer reasons are cut: a frame must stay within `wire::MAX_PAYLOAD`.
 pub(super) const MAX_REASON: usize = 400;

@@ -33,7 +33,7 @@ mod following;
 pub(crate) mod heard;
 mod message;
 mod net;
-mod reporting;
+mod news;
 #[cfg(test)]
 pub(crate) mod sim_net;
 #[cfg(test)]
@@ -55,7 +55,7 @@ pub use heard::{Attendance, ChannelState, Heard, Known};
 use message::cut;
 pub use message::Message;
 pub use net::{tcp, Net};
-pub use reporting::{Gauges, JobNews, RankGauge, Reporting, NO_STEP};
+pub use news::{Gauges, JobNews, RankGauge, Reporting, NO_STEP};
 pub use wire::Session;
 
 /// Writes what a pure machine of the channel said for the log.

@@ -19,8 +19,8 @@ use crate::ledger::Ledger;
 use crate::membership::PodAddress;
 
 use super::coordinator::{Core, Effect, Input, Setup, Terms};
-use super::reporting::{self, JobNews, Reporting};
-use crate::report::{JobView, RankStep, Report};
+use super::news::{self, JobNews, Reporting};
+use crate::job_view::{JobView, Output, RankStep};
 
 use super::heard::Request;
 use super::message::{cut, WireError};
@@ -353,7 +353,7 @@ impl Coordinator {
     fn report(&mut self, ends: &Ends) {
         let now = Instant::now();
         let me = self.core.me.clone();
-        let own = reporting::read(&ends.gauges);
+        let own = news::read(&ends.gauges);
         if !own.is_empty() && !self.core.done.contains(&me) {
             self.view.note(&me, self.core.who(&me), &own, now);
         }
@@ -364,8 +364,8 @@ impl Coordinator {
         let asked = self.reporting.table_asked.load(Ordering::Relaxed);
         for report in self.view.tick(now, self.core.attempt(), asked) {
             match report {
-                Report::Line(line) => info!("{line}"),
-                Report::Note(line) => {
+                Output::Line(line) => info!("{line}"),
+                Output::Note(line) => {
                     warn!("{line}");
                     let note = Message::Beat {
                         ranks: Vec::new(),
@@ -373,10 +373,10 @@ impl Coordinator {
                     };
                     self.carry_out(vec![Effect::Broadcast(note)], ends);
                 }
-                Report::Straggler(message) => self.reporting.tell(JobNews::Straggler(message)),
-                Report::Summary(summary) => self.reporting.tell(JobNews::Summary(summary)),
-                Report::Figures(figures) => self.reporting.tell(JobNews::Figures(figures)),
-                Report::Table(table) => {
+                Output::Straggler(message) => self.reporting.tell(JobNews::Straggler(message)),
+                Output::Summary(summary) => self.reporting.tell(JobNews::Summary(summary)),
+                Output::Figures(figures) => self.reporting.tell(JobNews::Figures(figures)),
+                Output::Table(table) => {
                     self.reporting.table_asked.store(false, Ordering::Relaxed);
                     self.reporting.tell(JobNews::Table(table));
                 }

@@ -1,7 +1,7 @@
 //! The launcher's side of the job's reports: what its channel makes known (`JobNews`) shown
 //! on its metrics board (the coordinator's table and figures, a follower's coordinator) and,
 //! on the coordinator that talks to the API, posted: a `Straggler` event, and the job's
-//! summary kept on its Job (at most one patch every 30 s, `report::SUMMARY_EVERY`). A task of
+//! summary kept on its Job (at most one patch every 30 s, `job_view::SUMMARY_EVERY`). A task of
 //! its own: a slow API server never holds the channel back; a refusal is said once.
 
 use std::net::SocketAddr;
@@ -13,9 +13,9 @@ use tracing::warn;
 use crate::config::Config;
 use crate::control::{JobNews, Reporting};
 use crate::events::JobEvents;
+use crate::job_view::SUMMARY_EVERY;
 use crate::metrics::serve::{lock, Shared};
 use crate::peers::kubernetes::{annotate_progress, ApiServer};
-use crate::report::SUMMARY_EVERY;
 use crate::vocabulary::EventKind;
 
 use super::record::JOB_RECORD_TIMEOUT;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use prometheus_client::registry::Registry;
 
 use super::{family, step_of, Board};
-use crate::report::{Figures, Table};
+use crate::job_view::{Figures, Table};
 
 /// What `GET /status` answers.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -133,8 +133,8 @@ pub struct Board {
     sources: Vec<Source>,
     samples: Vec<Samples>,
     /// The coordinator's: its view's figures, and its last table and when it came (`job.rs`).
-    figures: Option<crate::report::Figures>,
-    table: Option<(Instant, crate::report::Table)>,
+    figures: Option<crate::job_view::Figures>,
+    table: Option<(Instant, crate::job_view::Table)>,
     /// Set by `GET /status` on the coordinator: the view makes a table.
     table_asked: Arc<std::sync::atomic::AtomicBool>,
     /// A follower's: the coordinator's metrics endpoint.
@@ -377,12 +377,12 @@ pub fn measure(processes: u32, rounds: u32) -> Duration {
 /// each the mean.
 #[doc(hidden)]
 pub fn measure_view(pods: u32, per_pod: u32, rounds: u32) -> (Duration, Duration, Duration) {
-    use crate::report::{Attempt, JobView, RankStep};
+    use crate::job_view::{AttemptShape, JobView, RankStep};
     let rules = crate::straggler::Rules::default();
     let start = tokio::time::Instant::now();
     let mut view = JobView::new("bench", Some(rules), start);
     let names: Vec<String> = (0..pods).map(|p| format!("bench-{p}")).collect();
-    let attempt = Some(Attempt {
+    let attempt = Some(AttemptShape {
         ledger: crate::ledger::Ledger::first(3),
         pods,
         ranks: pods * per_pod,

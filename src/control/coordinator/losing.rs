@@ -385,11 +385,11 @@ impl Core {
             };
             linked && !self.done.contains(pod)
         };
-        let reports: Vec<Report> = self
+        let reports: Vec<LastProgress> = self
             .progress
             .iter()
             .filter(|(pod, report)| live(pod, report))
-            .map(|(pod, report)| Report {
+            .map(|(pod, report)| LastProgress {
                 who: {
                     let who = self.who.get(pod).cloned();
                     let who = who.unwrap_or_else(|| format!("pod {pod}"));

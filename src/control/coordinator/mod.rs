@@ -16,7 +16,7 @@ use super::message::{cut, Message, WireError};
 use crate::ledger::Ledger;
 use crate::loss::{Kind, Loss};
 use crate::membership::Membership;
-use crate::progress::{suspect, Report};
+use crate::progress::{suspect, LastProgress};
 use crate::verdict::{verdict, Standing};
 use tokio::time::Instant;
 
@@ -491,12 +491,12 @@ impl Core {
     /// The attempt under way, for the job's view: its ledger, the pods joined (this one
     /// too) and the trainer processes of the members with a trainer. None before the start
     /// and once anything is lost.
-    pub(super) fn attempt(&self) -> Option<crate::report::Attempt> {
+    pub(super) fn attempt(&self) -> Option<crate::job_view::AttemptShape> {
         let Stage::Running { ledger, .. } = &self.stage else {
             return None;
         };
         let trainers = (self.others.len() + 1).saturating_sub(self.serving.len()) as u32;
-        Some(crate::report::Attempt {
+        Some(crate::job_view::AttemptShape {
             ledger: *ledger,
             pods: self.links.len() as u32 + 1,
             ranks: trainers * self.own.nproc_per_pod,

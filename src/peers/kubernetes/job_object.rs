@@ -132,7 +132,7 @@ pub(super) const MAX_RECORDED: u32 = 1_000_000;
 /// How many times a record is written over a Job that keeps changing.
 pub(super) const WRITE_TRIES: u32 = 10;
 
-/// The job's progress as its coordinator last summed it up (`report::JobView::summary`), kept
+/// The job's progress as its coordinator last summed it up (`job_view::JobView::summary`), kept
 /// on the Job for `kubectl get job -o custom-columns=...` (docs/observability.md).
 pub const PROGRESS_ANNOTATION: &str = "paddle-launcher.paddlepaddle.org/progress";
 

@@ -1,6 +1,6 @@
 //! What the channel carries of the job's progress besides its decisions: each launcher's
 //! trainer processes' steps on its heartbeats (`RankGauge`s read at each beat), and what the
-//! coordinator's view of them (`report::JobView`) makes known to the launcher (`JobNews`): its
+//! coordinator's view of them (`job_view::JobView`) makes known to the launcher (`JobNews`): its
 //! metrics, the `Straggler` event, the Job's annotation, the table of `paddle-launcher status`.
 
 use std::net::SocketAddr;
@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
 use super::message::MAX_RANKS_PER_BEAT;
-use crate::report::{Figures, RankStep, Table};
+use crate::job_view::{Figures, RankStep, Table};
 use crate::straggler::Rules;
 
 /// A number a gauge holds when it has none.

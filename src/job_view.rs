@@ -33,7 +33,7 @@ pub type RankStep = (u32, u64, Option<u64>);
 
 /// The attempt under way, as the coordinator agreed it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Attempt {
+pub struct AttemptShape {
     pub ledger: Ledger,
     /// The pods joined (this one too), and the trainer processes the job runs.
     pub pods: u32,
@@ -42,7 +42,7 @@ pub struct Attempt {
 
 /// What the view says.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Report {
+pub enum Output {
     /// A line for this launcher's log.
     Line(String),
     /// A line for every launcher's log (this one's too): told to every member.
@@ -135,13 +135,13 @@ pub struct JobView {
     job_step: Option<u64>,
     job_rate: Option<f64>,
     /// The attempt under way at the last tick that had one.
-    last_attempt: Option<Attempt>,
+    last_attempt: Option<AttemptShape>,
 }
 
 /// A naming said on every pod (a note) and as an event on the job.
-fn named_said(reports: &mut Vec<Report>, line: String) {
-    reports.push(Report::Note(line.clone()));
-    reports.push(Report::Straggler(line));
+fn named_said(reports: &mut Vec<Output>, line: String) {
+    reports.push(Output::Note(line.clone()));
+    reports.push(Output::Straggler(line));
 }
 
 /// One line for the ranks named in a window beyond the first `NAMED_LINES`.
@@ -251,7 +251,12 @@ impl JobView {
 
     /// The clock, with the attempt under way (None: none trains now), and whether the table
     /// is asked for: what is due.
-    pub fn tick(&mut self, now: Instant, attempt: Option<Attempt>, table: bool) -> Vec<Report> {
+    pub fn tick(
+        &mut self,
+        now: Instant,
+        attempt: Option<AttemptShape>,
+        table: bool,
+    ) -> Vec<Output> {
         let mut reports = Vec::new();
         let Some(attempt) = attempt else {
             // Between attempts (a restart decided, the job ending) the table asked for is the
@@ -260,7 +265,7 @@ impl JobView {
                 self.next_table = now + TABLE_EVERY;
                 let mut made = self.table(now, last);
                 made.text.insert_str(0, BETWEEN_ATTEMPTS);
-                reports.push(Report::Table(made));
+                reports.push(Output::Table(made));
             }
             return reports;
         };
@@ -271,19 +276,19 @@ impl JobView {
         }
         if now >= self.next_figures {
             self.next_figures = now + FIGURES_EVERY;
-            reports.push(Report::Figures(self.figures()));
+            reports.push(Output::Figures(self.figures()));
         }
         if table && now >= self.next_table {
             self.next_table = now + TABLE_EVERY;
-            reports.push(Report::Table(self.table(now, attempt)));
+            reports.push(Output::Table(self.table(now, attempt)));
         }
         if now >= self.next_summary {
             self.next_summary = now + SUMMARY_EVERY;
-            reports.push(Report::Summary(self.summary(attempt)));
+            reports.push(Output::Summary(self.summary(attempt)));
         }
         if now >= self.next_line {
             self.next_line = now + LINE_EVERY;
-            reports.push(Report::Line(format!(
+            reports.push(Output::Line(format!(
                 "job progress: {}",
                 self.summary(attempt)
             )));
@@ -322,7 +327,7 @@ impl JobView {
     }
 
     /// A period's end: rates measured, and stragglers judged when they are.
-    fn period_ended(&mut self, reports: &mut Vec<Report>) {
+    fn period_ended(&mut self, reports: &mut Vec<Output>) {
         let seconds = self.period().as_secs_f64().max(0.001);
         let step = self.lowest_step();
         self.job_rate = match (self.job_step, step) {
@@ -363,7 +368,7 @@ impl JobView {
             self.named.remove(&rank);
             let score = scores.get(&rank).copied().unwrap_or(1.0);
             let line = format!("straggler: rank {rank} is no longer slow (score {score:.2})");
-            reports.push(Report::Note(line));
+            reports.push(Output::Note(line));
         }
         for (rank, score) in self.named.iter_mut() {
             *score = scores.get(rank).copied().unwrap_or(*score);
@@ -463,11 +468,11 @@ impl JobView {
 
     /// "step 1200, 3.20 steps/s, 32 of 32 ranks reporting, restarts 1 of 3 (and 2 free),
     /// slowest rank 5 (12 steps behind, score 0.41), stragglers: 5".
-    pub fn summary(&self, attempt: Attempt) -> String {
+    pub fn summary(&self, attempt: AttemptShape) -> String {
         self.summed(attempt, &self.figures())
     }
 
-    fn summed(&self, attempt: Attempt, figures: &Figures) -> String {
+    fn summed(&self, attempt: AttemptShape, figures: &Figures) -> String {
         let reporting = self.ranks().count();
         let mut line = match figures.steps {
             Some((lowest, _)) => format!("step {lowest}"),
@@ -509,7 +514,7 @@ impl JobView {
     /// The table `paddle-launcher status` prints: the summary, then a row for each of the
     /// `TABLE_ROWS` slowest ranks (the named stragglers, then by score, then by step), and
     /// how many more there are.
-    pub fn table(&self, now: Instant, attempt: Attempt) -> Table {
+    pub fn table(&self, now: Instant, attempt: AttemptShape) -> Table {
         let figures = self.figures();
         let mut text = format!("job {}: {}\n", self.job, self.summed(attempt, &figures));
         let _ = writeln!(
@@ -587,8 +592,8 @@ mod tests {
 
     const S: Duration = Duration::from_secs(1);
 
-    fn attempt() -> Attempt {
-        Attempt {
+    fn attempt() -> AttemptShape {
+        AttemptShape {
             ledger: Ledger::first(3),
             pods: 2,
             ranks: 4,
@@ -609,7 +614,7 @@ mod tests {
 
     /// Two pods of two ranks each, one rank computing `slow_ms` a step where the others take
     /// 100: reported every second, with a tick after each report.
-    fn run(view: &mut JobView, from: Instant, seconds: u64, slow_ms: u64) -> Vec<Report> {
+    fn run(view: &mut JobView, from: Instant, seconds: u64, slow_ms: u64) -> Vec<Output> {
         let mut reports = Vec::new();
         for second in 1..=seconds {
             let at = from + S * second as u32;
@@ -625,11 +630,11 @@ mod tests {
         reports
     }
 
-    fn notes(reports: &[Report]) -> Vec<&str> {
+    fn notes(reports: &[Output]) -> Vec<&str> {
         reports
             .iter()
             .filter_map(|r| match r {
-                Report::Note(line) => Some(line.as_str()),
+                Output::Note(line) => Some(line.as_str()),
                 _ => None,
             })
             .collect()
@@ -651,7 +656,7 @@ mod tests {
             "{}",
             named[0]
         );
-        assert!(reports.contains(&Report::Straggler(named[0].to_string())));
+        assert!(reports.contains(&Output::Straggler(named[0].to_string())));
         assert_eq!(view.figures().stragglers, [(3, 0.4)]);
         assert_eq!(view.figures().slowest.map(|s| s.0), Some(3));
         let again = run(&mut view, start + 40 * S, 20, 250);
@@ -675,7 +680,7 @@ mod tests {
         let mut off = JobView::new("j", None, start);
         let reports = run(&mut off, start, 300, 900);
         assert!(notes(&reports).is_empty());
-        assert!(!reports.iter().any(|r| matches!(r, Report::Straggler(_))));
+        assert!(!reports.iter().any(|r| matches!(r, Output::Straggler(_))));
     }
 
     /// The progress line at most once a minute, the summary once every 30 s, whatever the
@@ -685,12 +690,12 @@ mod tests {
         let start = Instant::now();
         let mut view = JobView::new("j", None, start);
         let reports = run(&mut view, start, 180, 100);
-        let count = |f: fn(&Report) -> bool| reports.iter().filter(|r| f(r)).count();
-        assert_eq!(count(|r| matches!(r, Report::Line(_))), 3);
-        assert_eq!(count(|r| matches!(r, Report::Summary(_))), 6);
+        let count = |f: fn(&Output) -> bool| reports.iter().filter(|r| f(r)).count();
+        assert_eq!(count(|r| matches!(r, Output::Line(_))), 3);
+        assert_eq!(count(|r| matches!(r, Output::Summary(_))), 6);
         let mut short = JobView::new("j", Some(rules()), start);
         let early = run(&mut short, start, 60, 100);
-        let summaries = early.iter().filter(|r| matches!(r, Report::Summary(_)));
+        let summaries = early.iter().filter(|r| matches!(r, Output::Summary(_)));
         assert_eq!(
             summaries.count(),
             2,
@@ -699,7 +704,7 @@ mod tests {
         let line = reports
             .iter()
             .find_map(|r| match r {
-                Report::Line(line) => Some(line.clone()),
+                Output::Line(line) => Some(line.clone()),
                 _ => None,
             })
             .unwrap();
@@ -711,7 +716,7 @@ mod tests {
         // Asked between attempts: the last attempt's table, said as such; none before any.
         let between = view.tick(start + 1001 * S, None, true);
         assert!(
-            matches!(between.as_slice(), [Report::Table(t)] if t.text.starts_with(BETWEEN_ATTEMPTS) && t.text.contains("restarts 0 of 3")),
+            matches!(between.as_slice(), [Output::Table(t)] if t.text.starts_with(BETWEEN_ATTEMPTS) && t.text.contains("restarts 0 of 3")),
             "{between:?}"
         );
         let mut never = JobView::new("j", None, start);
@@ -775,7 +780,7 @@ mod tests {
             "{}",
             said[NAMED_LINES]
         );
-        let events = reports.iter().filter(|r| matches!(r, Report::Straggler(_)));
+        let events = reports.iter().filter(|r| matches!(r, Output::Straggler(_)));
         assert_eq!(events.count(), NAMED_LINES + 1);
     }
 
@@ -934,7 +939,7 @@ mod tests {
         let start = Instant::now();
         let mut view = JobView::new("j", None, start);
         view.note("p-0", "pod p-0", &[(0, 7, None)], start);
-        let later = Attempt {
+        let later = AttemptShape {
             ledger: Ledger {
                 epoch: 3,
                 preemptions: 2,
@@ -1034,8 +1039,8 @@ mod tests {
             let asked = tick >= 20;
             for report in view.tick(start + quarter * tick, Some(attempt()), asked) {
                 match report {
-                    Report::Figures(_) => figures += 1,
-                    Report::Table(_) => tables += 1,
+                    Output::Figures(_) => figures += 1,
+                    Output::Table(_) => tables += 1,
                     _ => {}
                 }
             }
