@@ -35,7 +35,7 @@ const COMPONENT: &str = "paddle-launcher";
 
 /// One event to post.
 #[derive(Debug, Clone)]
-struct Posting {
+struct QueuedEvent {
     kind: EventKind,
     reason: &'static str,
     message: String,
@@ -43,7 +43,7 @@ struct Posting {
 
 /// The job's events, posted by a task of their own.
 pub struct JobEvents {
-    queue: Option<mpsc::Sender<Posting>>,
+    queue: Option<mpsc::Sender<QueuedEvent>>,
     task: Option<JoinHandle<()>>,
     queued: usize,
 }
@@ -78,7 +78,7 @@ impl JobEvents {
         self.queued += 1;
         let message = message.chars().take(MAX_MESSAGE).collect();
         if let Some(queue) = &self.queue {
-            let _ = queue.try_send(Posting {
+            let _ = queue.try_send(QueuedEvent {
                 kind,
                 reason,
                 message,
@@ -114,7 +114,7 @@ async fn post_all(
     api: ApiServer,
     pod: String,
     node: Option<String>,
-    mut postings: mpsc::Receiver<Posting>,
+    mut postings: mpsc::Receiver<QueuedEvent>,
 ) {
     // Untyped: the Event type's own (de)serialising code would cost the static binary more than
     // these few fields.
@@ -209,7 +209,7 @@ fn event(
     about: &Value,
     pod: &str,
     node: Option<&str>,
-    posting: Posting,
+    posting: QueuedEvent,
 ) -> DynamicObject {
     let now = format!("{:.0}", Timestamp::now());
     let name = about["name"].as_str().unwrap_or(pod);

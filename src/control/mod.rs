@@ -141,7 +141,7 @@ pub struct Joining {
 
 /// An elastic job's coordinator: how it grows the job, and the pods it may grow by (the job's
 /// pod count less the members): connections from addresses that are no member's are served,
-/// at most `PER_ADDRESS` for each pod it may grow by, all of them authenticated like any.
+/// at most `LINKS_PER_ADDRESS` for each pod it may grow by, all of them authenticated like any.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Growing {
     pub core: coordinator::Growth,

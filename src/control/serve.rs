@@ -52,7 +52,7 @@ pub(super) fn at_address_is_none(others: &[PodAddress], ip: IpAddr) -> bool {
 pub(super) const STRANGERS_NAMED: usize = 8;
 
 /// Connections one member address may hold at once (a reconnect overlaps the old one).
-pub(super) const PER_ADDRESS: usize = 2;
+pub(super) const LINKS_PER_ADDRESS: usize = 2;
 
 /// How long a link that failed reads what its follower had already said.
 pub(super) const LAST_WORDS: Duration = Duration::from_millis(200);
@@ -88,7 +88,7 @@ pub(super) enum FromLink {
 /// The coordinator's task: carries out what its `Core` decides, over the connections that
 /// report to it.
 pub(super) struct Coordinator {
-    pub(super) shared: Arc<Shared>,
+    pub(super) shared: Arc<Links>,
     pub(super) core: Core,
     /// Each joined connection's outgoing queue.
     pub(super) senders: HashMap<u64, mpsc::UnboundedSender<Arc<Encoded>>>,
@@ -109,7 +109,7 @@ pub(super) struct Coordinator {
 }
 
 /// What connection tasks read: the followers, the secret, the timeout.
-pub(super) struct Shared {
+pub(super) struct Links {
     pub(super) others: Vec<PodAddress>,
     pub(super) secret: Secret,
     pub(super) heartbeat_timeout: Duration,
@@ -155,7 +155,7 @@ impl Coordinator {
         );
         super::write_log(core.lines());
         Coordinator {
-            shared: Arc::new(Shared {
+            shared: Arc::new(Links {
                 others,
                 secret: joining.secret,
                 heartbeat_timeout: joining.heartbeat_timeout,
@@ -167,7 +167,7 @@ impl Coordinator {
             open: HashMap::new(),
             refused: 0,
             strangers_named: HashSet::new(),
-            stranger_slots: joining.growth.map_or(0, |g| g.room * PER_ADDRESS),
+            stranger_slots: joining.growth.map_or(0, |g| g.room * LINKS_PER_ADDRESS),
             strangers_open: 0,
             first,
             view,
@@ -182,7 +182,9 @@ impl Coordinator {
     pub(super) fn admit(&mut self, ip: IpAddr) -> bool {
         let pods_there = self.shared.others.iter().filter(|m| m.ip == ip).count();
         let from_there = self.open.get(&ip).copied().unwrap_or(0);
-        if pods_there == 0 && self.strangers_open < self.stranger_slots && from_there < PER_ADDRESS
+        if pods_there == 0
+            && self.strangers_open < self.stranger_slots
+            && from_there < LINKS_PER_ADDRESS
         {
             // A pod that may arrive to join an elastic job: served within the slots its room
             // allows, a few per address like a member's (one address cannot take them all),
@@ -200,7 +202,7 @@ impl Coordinator {
         }
         // Only member addresses get an entry: strangers must not grow the table.
         let open = self.open.entry(ip).or_insert(0);
-        if *open >= PER_ADDRESS * pods_there {
+        if *open >= LINKS_PER_ADDRESS * pods_there {
             self.refused += 1;
             return false;
         }
@@ -468,7 +470,7 @@ struct Greeted {
 /// One follower's connection: challenge, hello (naming the member of this address), then
 /// heartbeats both ways until it ends. Returns the pod (once known) and why it ended.
 pub(super) async fn serve(
-    shared: &Shared,
+    shared: &Links,
     link: u64,
     mut reader: Reader,
     mut writer: Writer,
@@ -521,7 +523,7 @@ pub(super) async fn serve(
 /// The handshake: this end's challenge, the follower's, its hello, checked (a member of this
 /// address, or an elastic job's arrival; a heartbeat timeout that fits), each read bounded.
 async fn greet(
-    shared: &Shared,
+    shared: &Links,
     reader: &mut Reader,
     writer: &mut Writer,
     peer: SocketAddr,
@@ -580,7 +582,7 @@ async fn greet(
 
 /// The member a hello names (`pod`) from `peer`: the pod of that name at that address (a
 /// hello without a name: the one pod there), or an elastic job's arrival.
-fn member_named(shared: &Shared, pod: String, peer: SocketAddr) -> Result<String, WireError> {
+fn member_named(shared: &Links, pod: String, peer: SocketAddr) -> Result<String, WireError> {
     // A follower without a pod name is known by its address, when that is one pod's.
     let at_address: Vec<&PodAddress> = shared.others.iter().filter(|m| m.ip == peer.ip()).collect();
     let member = match pod.as_str() {
@@ -622,7 +624,7 @@ impl Link<'_> {
     /// queued goes out first, so a `Lost` or `Bye` is written before the connection closes.
     async fn talk(
         self,
-        shared: &Shared,
+        shared: &Links,
         reading: Session,
         reader: Reader,
         writer: &mut Writer,

@@ -34,7 +34,7 @@ use crate::ledger::Recorded;
 use crate::lifecycle;
 use crate::loss::Loss;
 use crate::membership::PodAddress;
-use crate::metrics::serve::Shared;
+use crate::metrics::serve::SharedBoard;
 use crate::metrics::{Size, State};
 use crate::plan::{Plan, PodEntry};
 use crate::supervise::Supervisor;
@@ -52,7 +52,7 @@ pub(super) struct Attempts {
     /// The job's Kubernetes events, once this launcher is the one that posts them.
     events: Option<JobEvents>,
     /// What the metrics endpoint shows, when it is on.
-    board: Option<Shared>,
+    board: Option<SharedBoard>,
     /// The job's reports: where the channel's news go.
     pub(super) reporter: Reporter,
 }
@@ -60,7 +60,7 @@ pub(super) struct Attempts {
 impl Attempts {
     /// The executor, and the ledger the loop starts from: where the batch system's own
     /// restarts of the job left it, with this launcher's allowances.
-    pub fn new(config: &Config, board: Option<Shared>) -> (Attempts, Ledger) {
+    pub fn new(config: &Config, board: Option<SharedBoard>) -> (Attempts, Ledger) {
         let ledger = Ledger {
             epoch: config.restarts_before(),
             max_preemptions: config.control.max_preemptions,
@@ -313,7 +313,7 @@ async fn run(
     config: &Config,
     supervisor: &mut Supervisor,
     my_ip: IpAddr,
-    board: Option<&Shared>,
+    board: Option<&SharedBoard>,
 ) -> Result<Result<Outcome, Error>, Error> {
     let plan = &running.plan;
     let for_workspace = plan.clone();

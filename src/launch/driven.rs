@@ -458,7 +458,7 @@ struct World {
     violations: Vec<String>,
 }
 
-type Shared = Arc<Mutex<World>>;
+type SharedWorld = Arc<Mutex<World>>;
 
 /// A launcher's end: when, its status, the attempt it last ran, the job's first cause.
 type End = (Duration, i32, String, Option<String>);
@@ -618,7 +618,7 @@ impl World {
 
 /// One pod's launcher: gathers, joins, trains, judges each attempt's end as the attempt loop
 /// does, until it ends.
-async fn launcher(slot: usize, scenario: Arc<Scenario>, world: Shared, net: SimNet) {
+async fn launcher(slot: usize, scenario: Arc<Scenario>, world: SharedWorld, net: SimNet) {
     let (name, ip) = {
         let w = world.lock().unwrap();
         (w.pods[slot].0.clone(), w.pods[slot].1)
@@ -1171,7 +1171,7 @@ async fn follow(
     me: PodAddress,
     slot: usize,
     scenario: &Scenario,
-    world: &Shared,
+    world: &SharedWorld,
     net: &SimNet,
     count: Ledger,
 ) -> Followed {
@@ -1281,7 +1281,7 @@ fn refusal_served(scenario: &Scenario) -> Duration {
 async fn tell_the_end(
     (ip, slot): (IpAddr, usize),
     members_before: &[String],
-    world: &Shared,
+    world: &SharedWorld,
     scenario: &Scenario,
     net: &SimNet,
     reason: String,
@@ -1314,7 +1314,7 @@ async fn train(
     slot: usize,
     epoch: u32,
     scenario: &Scenario,
-    world: &Shared,
+    world: &SharedWorld,
     channel: &mut Channel,
     name: &str,
 ) -> Result<Outcome, Error> {
@@ -1370,7 +1370,7 @@ async fn train(
 }
 
 /// Resolves when the harness preempts this pod.
-async fn preempted_signal(world: &Shared, slot: usize) {
+async fn preempted_signal(world: &SharedWorld, slot: usize) {
     loop {
         if world.lock().unwrap().pods[slot].2 == PodState::Ended(-15) {
             return;
@@ -1392,7 +1392,11 @@ async fn freezable(launcher: impl std::future::Future<Output = ()>, frozen: Arc<
 
 /// A pod's launcher killed (SIGKILL: by hand, or by the kubelet at its grace period's end):
 /// its task and trainer gone, its pod ended with 137.
-fn kill(launchers: &mut BTreeMap<usize, tokio::task::JoinHandle<()>>, world: &Shared, slot: usize) {
+fn kill(
+    launchers: &mut BTreeMap<usize, tokio::task::JoinHandle<()>>,
+    world: &SharedWorld,
+    slot: usize,
+) {
     if let Some(task) = launchers.remove(&slot) {
         task.abort();
     }
@@ -1408,7 +1412,7 @@ fn kill(launchers: &mut BTreeMap<usize, tokio::task::JoinHandle<()>>, world: &Sh
 async fn run(scenario: Scenario) -> World {
     let scenario = Arc::new(scenario);
     let net = SimNet::default();
-    let world: Shared = Arc::new(Mutex::new(World {
+    let world: SharedWorld = Arc::new(Mutex::new(World {
         elastic: scenario.elastic.is_some(),
         gated: scenario
             .elastic

@@ -19,7 +19,7 @@ use crate::control::{self, Channel};
 use crate::error::Error;
 use crate::exit::Outcome;
 use crate::loss::{Kind, Loss};
-use crate::metrics::{self, serve::Shared};
+use crate::metrics::{self, serve::SharedBoard};
 use crate::plan::{Plan, ProcessSpec, Role};
 use crate::supervise::{or_never, Event, Output, SpawnSpec, Supervisor};
 use crate::vocabulary::Protocol;
@@ -81,7 +81,7 @@ pub(super) async fn drive(
     config: &Config,
     channel: Option<&Channel>,
     who: &str,
-    board: Option<&Shared>,
+    board: Option<&SharedBoard>,
 ) -> Result<Outcome, Error> {
     let trainers: Vec<&ProcessSpec> = plan.trainers().collect();
     let mut driver = Driver {
@@ -147,7 +147,7 @@ struct Driver<'a> {
     /// How this pod is named in what it tells the job.
     who: &'a str,
     /// The metrics' board, which shows each trainer process's progress, when they are on.
-    board: Option<&'a Shared>,
+    board: Option<&'a SharedBoard>,
     trainers: Vec<&'a ProcessSpec>,
     several: bool,
     /// The supervisor's child index of each started process: its role and local rank.

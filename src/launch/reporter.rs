@@ -14,7 +14,7 @@ use crate::config::Config;
 use crate::control::{JobNews, Reporting};
 use crate::events::JobEvents;
 use crate::job_view::SUMMARY_EVERY;
-use crate::metrics::serve::{lock, Shared};
+use crate::metrics::serve::{lock, SharedBoard};
 use crate::peers::kubernetes::{annotate_progress, ApiServer};
 use crate::vocabulary::EventKind;
 
@@ -37,7 +37,7 @@ pub(super) struct Reporter {
 }
 
 impl Reporter {
-    pub(super) fn start(config: &Config, board: Option<Shared>) -> Reporter {
+    pub(super) fn start(config: &Config, board: Option<SharedBoard>) -> Reporter {
         let (news, heard) = mpsc::unbounded_channel();
         // The endpoint's `GET /status` asks for the table through it.
         let table_asked = board
@@ -66,7 +66,7 @@ impl Reporter {
 
 async fn report(
     mut news: mpsc::UnboundedReceiver<JobNews>,
-    board: Option<Shared>,
+    board: Option<SharedBoard>,
     metrics_port: Option<u16>,
     posting: watch::Receiver<Option<Posting>>,
 ) {
@@ -121,7 +121,7 @@ async fn report(
     }
 }
 
-fn show(board: &Option<Shared>, write: impl FnOnce(&mut crate::metrics::Board)) {
+fn show(board: &Option<SharedBoard>, write: impl FnOnce(&mut crate::metrics::Board)) {
     if let Some(board) = board {
         write(&mut lock(board));
     }

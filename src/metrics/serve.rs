@@ -2,12 +2,12 @@
 //! answer per connection. A port open to the cluster is an attack surface: it is read-only
 //! (nothing a request says changes anything), shows nothing secret, reads at most `HEAD_LIMIT`
 //! bytes of a request head within `HEAD_TIMEOUT` (a scraper sends its head at once: seconds are
-//! a scraper's scale, not minutes), holds at most `CONNECTIONS` connections and `PER_ADDRESS`
+//! a scraper's scale, not minutes), holds at most `CONNECTIONS` connections and `SCRAPES_PER_ADDRESS`
 //! of one address, and ends every connection within `CONNECTION_TIMEOUT`. When every slot is
 //! held, a new connection takes the place of the oldest one that has been silent for
 //! `HEAD_GRACE` without its request head (`Slots::admit`): clients that open connections and
 //! say nothing keep Prometheus or `status` out only by holding every slot with connections
-//! younger than that, from `CONNECTIONS / PER_ADDRESS` addresses at least.
+//! younger than that, from `CONNECTIONS / SCRAPES_PER_ADDRESS` addresses at least.
 
 use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -34,10 +34,10 @@ pub const HEAD_TIMEOUT: Duration = Duration::from_secs(2);
 pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(15);
 /// Connections open at once: a scrape and a `status` are one each, and a connection costs a
 /// small task and an 8 KiB buffer at most; enough that a client holding slots needs many
-/// addresses (`PER_ADDRESS` each) to hold them all.
+/// addresses (`SCRAPES_PER_ADDRESS` each) to hold them all.
 pub const CONNECTIONS: usize = 64;
 /// Connections one address may hold at once.
-pub const PER_ADDRESS: usize = 4;
+pub const SCRAPES_PER_ADDRESS: usize = 4;
 /// How long a new connection is safe from being closed for a newer one while it has not sent
 /// its request head: a scraper's head comes within milliseconds, so a silent connection older
 /// than this is the one that waits (1 s let attackers that close each connection after 0.5 s
@@ -47,12 +47,12 @@ pub const HEAD_GRACE: Duration = Duration::from_millis(250);
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
 
 /// The board the launcher writes and the endpoint reads.
-pub type Shared = Arc<Mutex<Board>>;
+pub type SharedBoard = Arc<Mutex<Board>>;
 
 /// The launcher's board, its endpoint started on `--metrics-port` (None: off). It listens on
 /// every address, but on the pod's own when that is a loopback one (`local`'s pods, one
 /// machine's: each its own), so that `kubectl port-forward` reaches it too.
-pub async fn start_for(config: &Config, pod_ip: IpAddr, pod: &str) -> Option<Shared> {
+pub async fn start_for(config: &Config, pod_ip: IpAddr, pod: &str) -> Option<SharedBoard> {
     let port = config.ports.metrics?;
     let host = match pod_ip {
         ip if ip.is_loopback() => ip,
@@ -66,7 +66,7 @@ pub async fn start_for(config: &Config, pod_ip: IpAddr, pod: &str) -> Option<Sha
 
 /// Listens on `at` and answers until the launcher ends; a port that cannot be had is said, and
 /// the launcher runs without metrics (a job is not failed for them).
-pub async fn start(at: SocketAddr, board: Shared) {
+pub async fn start(at: SocketAddr, board: SharedBoard) {
     let listener = match TcpListener::bind(at).await {
         Ok(listener) => listener,
         Err(e) => {
@@ -97,7 +97,7 @@ struct Slot {
 /// Why a connection was not let in.
 #[derive(Debug, PartialEq, Eq)]
 enum Refused {
-    /// Its address holds `PER_ADDRESS` connections already.
+    /// Its address holds `SCRAPES_PER_ADDRESS` connections already.
     AddressFull,
     /// Every slot is held by a connection being answered.
     Full,
@@ -105,7 +105,7 @@ enum Refused {
 
 impl Slots {
     /// A place for a connection from `ip` opened `now`: its id, and whether it had to close
-    /// another to get one. Past `PER_ADDRESS` of its address it is refused; with every slot
+    /// another to get one. Past `SCRAPES_PER_ADDRESS` of its address it is refused; with every slot
     /// held, the oldest connection that has been silent for `HEAD_GRACE` without its request
     /// head is closed for it (a scraper's head comes at once: a connection that says nothing
     /// is the one that waits; a newer one may be a scraper whose head is on its way); it is
@@ -122,7 +122,7 @@ impl Slots {
         let mut closed = None;
         // An address past its share (clients behind one address: a sidecar, a NAT) gives up
         // its own oldest silent connection, else the newcomer is refused.
-        if self.open.iter().filter(|s| s.ip == ip).count() >= PER_ADDRESS {
+        if self.open.iter().filter(|s| s.ip == ip).count() >= SCRAPES_PER_ADDRESS {
             let own = self.open.iter().position(|s| s.ip == ip && idle(s));
             let own = own.ok_or(Refused::AddressFull)?;
             closed = Some(self.open.remove(own));
@@ -165,7 +165,7 @@ fn locked(slots: &Mutex<Slots>) -> std::sync::MutexGuard<'_, Slots> {
     slots.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-async fn serve(listener: TcpListener, board: Shared) {
+async fn serve(listener: TcpListener, board: SharedBoard) {
     let slots: Arc<Mutex<Slots>> = Arc::default();
     let mut sample = tokio::time::interval(SAMPLE_EVERY);
     loop {
@@ -205,7 +205,7 @@ async fn serve(listener: TcpListener, board: Shared) {
     }
 }
 
-pub fn lock(board: &Shared) -> std::sync::MutexGuard<'_, Board> {
+pub fn lock(board: &SharedBoard) -> std::sync::MutexGuard<'_, Board> {
     // A panic while holding it leaves the board as it was: still worth showing.
     board
         .lock()
@@ -215,7 +215,7 @@ pub fn lock(board: &Shared) -> std::sync::MutexGuard<'_, Board> {
 /// One connection, one answer: hyper reads the head (at most `HEAD_LIMIT` bytes within
 /// `HEAD_TIMEOUT`, else a 431 or a close), `asked` is set once it has come, and the connection
 /// closes after the answer.
-async fn connection(stream: tokio::net::TcpStream, board: Shared, asked: Arc<AtomicBool>) {
+async fn connection(stream: tokio::net::TcpStream, board: SharedBoard, asked: Arc<AtomicBool>) {
     let answering = hyper::service::service_fn(move |request: Request<Incoming>| {
         asked.store(true, Ordering::Relaxed);
         let board = board.clone();
@@ -231,7 +231,7 @@ async fn connection(stream: tokio::net::TcpStream, board: Shared, asked: Arc<Ato
         .await;
 }
 
-async fn answer(request: &Request<Incoming>, board: &Shared) -> Response<Full<Bytes>> {
+async fn answer(request: &Request<Incoming>, board: &SharedBoard) -> Response<Full<Bytes>> {
     const TEXT: &str = "text/plain; charset=utf-8";
     let (status, kind, body, location) =
         match respond(request.method().as_str(), request.uri().path()) {
@@ -270,7 +270,7 @@ async fn answer(request: &Request<Incoming>, board: &Shared) -> Response<Full<By
 pub const TABLE_WAIT: Duration = Duration::from_secs(3);
 
 /// The status to answer: on the coordinator, a fresh table, asked for and waited for.
-async fn status_of(board: &Shared) -> Status {
+async fn status_of(board: &SharedBoard) -> Status {
     let deadline = tokio::time::Instant::now() + TABLE_WAIT;
     loop {
         let status = lock(board).status(std::time::Instant::now());
@@ -334,7 +334,7 @@ mod tests {
         let t0 = std::time::Instant::now();
         let mut slots = Slots::default();
         for n in 0..CONNECTIONS {
-            let from = ip((n / PER_ADDRESS) as u8);
+            let from = ip((n / SCRAPES_PER_ADDRESS) as u8);
             assert_eq!(slots.admit(from, t0).map(|(_, c)| c.is_none()), Ok(true));
         }
         assert_eq!(slots.admit(ip(0), t0).err(), Some(Refused::AddressFull));
