@@ -91,7 +91,7 @@ pub struct PodView {
     /// does too). Only an elastic job leaves such a pod out (`leave_out`).
     pub not_ready: bool,
     /// Left out of an elastic job's next epoch though Running (`leave_out`).
-    pub unready: bool,
+    pub left_out: bool,
     /// spec.nodeName: the node it was scheduled to.
     pub node: Option<String>,
 }
@@ -103,7 +103,7 @@ impl PodView {
     }
 
     pub fn is_ready(&self) -> bool {
-        self.is_live() && self.phase == PodPhase::Running && self.ip.is_some() && !self.unready
+        self.is_live() && self.phase == PodPhase::Running && self.ip.is_some() && !self.left_out
     }
 
     /// Until when a deleted pod whose containers have not ended may still run them (`now` and
@@ -583,7 +583,7 @@ pub fn leave_out(
             (false, true) => "its launcher did not say hello within the elastic wait",
             (false, false) => continue,
         };
-        pod.unready = true;
+        pod.left_out = true;
         pod.waiting_reason = Some(why.to_string());
     }
 }
@@ -840,7 +840,7 @@ pub(crate) mod tests {
             stops_by: None,
             deletion_grace: None,
             not_ready: false,
-            unready: false,
+            left_out: false,
             node: None,
         }
     }

@@ -198,7 +198,7 @@ fn a_hundred_thousand_pods_are_judged_and_ranked() {
             stops_by: None,
             deletion_grace: None,
             not_ready: false,
-            unready: false,
+            left_out: false,
             node: None,
         })
         .collect();

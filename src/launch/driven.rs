@@ -421,7 +421,7 @@ struct World {
     /// Pods whose node is gone (their trainers are gone with it).
     frozen: BTreeSet<usize>,
     /// Pods the API shows not Ready (their node's grace period is over), though Running.
-    unready: BTreeSet<usize>,
+    not_ready: BTreeSet<usize>,
     /// The pod indexes Running but never Ready, their launchers alive (`ElasticScenario::gated`).
     gated: BTreeSet<usize>,
     /// How many launchers started (a pod scheduled, a container restarted in place).
@@ -495,7 +495,7 @@ impl World {
             created: Vec::new(),
             deleted: Vec::new(),
             frozen: BTreeSet::new(),
-            unready: BTreeSet::new(),
+            not_ready: BTreeSet::new(),
             gated: BTreeSet::new(),
             launcher_starts: 0,
             frozen_training: Vec::new(),
@@ -529,7 +529,7 @@ impl World {
             .map(|(slot, (((name, ip, state), deleted), index))| {
                 let mut view = membership::tests::pod(name, None, "Running");
                 view.ip = Some(*ip);
-                view.not_ready = self.unready.contains(&slot) || self.gated.contains(index);
+                view.not_ready = self.not_ready.contains(&slot) || self.gated.contains(index);
                 // An Indexed Job's pods, as `manifest` generates an elastic job's.
                 if self.elastic {
                     view.index = Some(vec![*index as u64]);
@@ -1629,7 +1629,7 @@ async fn run(scenario: Scenario) -> World {
             for (&slot, &(at, replaced)) in &frozen_at {
                 let running = w.pods[slot].2 == PodState::Running;
                 if running && now >= at + NODE_MONITOR_GRACE {
-                    w.unready.insert(slot);
+                    w.not_ready.insert(slot);
                 }
                 if running && now >= at + NODE_MONITOR_GRACE + UNREACHABLE_TOLERATION {
                     w.pods[slot].2 = PodState::Ended(-15);

@@ -528,7 +528,7 @@ pub fn ranked_view(pod: &Pod, ranking: &Ranking) -> PodView {
             .deletion_grace_period_seconds
             .and_then(|g| u64::try_from(g).ok()),
         not_ready: not_ready(pod),
-        unready: false,
+        left_out: false,
         node: pod.spec.as_ref().and_then(|spec| spec.node_name.clone()),
     }
 }
