@@ -170,7 +170,7 @@ async fn configured(
     lines: &mut Vec<String>,
     problems: &mut Problems,
 ) -> Result<(Config, IpAddr), Outcome> {
-    let mut config = crate::batch::discover::configure(args, interfaces, hostname_ip)
+    let mut config = crate::discover::configure(args, interfaces, hostname_ip)
         .await
         .map_err(|e| configuration(&e, e.exit_code()))?;
     if let Some(runtime) = &config.runtime {

@@ -85,7 +85,7 @@ pub fn measure_coordinator(members: usize) -> CoordinatorCost {
 pub fn measure_progress(members: usize) -> ProgressCost {
     let names: Vec<String> = (0..members).map(|i| format!("job-{i}")).collect();
     let secret = &Secret(vec![7; 32]);
-    let now = tokio::time::Instant::now();
+    let now = Instant::now();
     let (mut core, _) = started(&names, None);
     for (link, name) in names.iter().enumerate().skip(1) {
         core.step(hello(link, name, names.len()));
@@ -193,7 +193,7 @@ pub fn measure_heartbeats(pods: u32, per_pod: u32, rounds: u32) -> HeartbeatCost
     let bare_frame = Session::new(secret, [3; 32], false)
         .seal(&Message::beat())
         .len();
-    let start = tokio::time::Instant::now();
+    let start = Instant::now();
     let mut view = crate::job_view::JobView::new("bench", None, start);
     let names: Vec<String> = (1..pods).map(|p| format!("job-{p}")).collect();
     let mut links: Vec<Session> = (1..pods)
@@ -246,7 +246,7 @@ fn started(names: &[String], membership: Option<Membership>) -> (Core, Vec<Effec
         hello_overdue: Duration::from_secs(30),
         growth: None,
     };
-    Core::start(setup, tokio::time::Instant::now())
+    Core::start(setup, Instant::now())
 }
 
 /// Member `link`'s hello, with the view and budget every member has.

@@ -26,12 +26,12 @@ use crate::ledger::Ledger;
 use crate::loss::Loss;
 use crate::membership::{Membership, PodAddress, Served};
 
-mod coordinator;
+use paddle_launcher_core::control::coordinator;
 mod cost;
 mod follower;
-mod following;
-pub(crate) mod heard;
-mod message;
+use paddle_launcher_core::control::following;
+pub(crate) use paddle_launcher_core::control::heard;
+use paddle_launcher_core::control::message;
 mod net;
 mod news;
 #[cfg(test)]
@@ -388,6 +388,12 @@ impl Drop for Channel {
             task.abort();
         }
     }
+}
+
+/// The clock the channel's machines are given: tokio's (paused in the simulations and tests
+/// that pause it), as the core's `std::time::Instant`.
+pub(crate) fn clock() -> std::time::Instant {
+    Instant::now().into_std()
 }
 
 /// How much older one trainer's progress must be than the others' to stand out: two beat

@@ -73,7 +73,7 @@ pub(super) enum FromLink {
         link: u64,
         pod: String,
         ranks: Vec<RankStep>,
-        at: Instant,
+        at: std::time::Instant,
     },
     /// The connection from `ip` ended: counted, and heard by the core as `Ended` once it
     /// named its pod.
@@ -131,7 +131,7 @@ impl Coordinator {
         let view = JobView::new(
             &joining.reporting.job,
             joining.reporting.stragglers,
-            Instant::now(),
+            super::clock(),
         );
         let reporting = joining.reporting.clone();
         let (mut core, first) = Core::start(
@@ -151,7 +151,7 @@ impl Coordinator {
                 hello_overdue: joining.heartbeat_timeout,
                 growth: joining.growth.map(|g| g.core),
             },
-            Instant::now(),
+            super::clock(),
         );
         super::write_log(core.lines());
         Coordinator {
@@ -264,9 +264,10 @@ impl Coordinator {
                 },
                 _ = ticks.tick() => {
                     self.report(&ends);
-                    let mut effects = self.step(Input::Tick(Instant::now()));
+                    let mut effects = self.step(Input::Tick(super::clock()));
                     if ends.progress.has_changed().unwrap_or(false) {
                         if let Some((step, last, behind)) = *ends.progress.borrow_and_update() {
+                            let last = last.into_std();
                             effects.extend(self.step(Input::OwnProgress { step, last, behind }));
                         }
                     }
@@ -353,7 +354,7 @@ impl Coordinator {
     /// The job's view on the clock: this launcher's own processes noted, and what is due
     /// said (in the log, to every member, to the launcher's reports).
     fn report(&mut self, ends: &Ends) {
-        let now = Instant::now();
+        let now = super::clock();
         let me = self.core.me.clone();
         let own = news::read(&ends.gauges);
         if !own.is_empty() && !self.core.done.contains(&me) {
@@ -666,7 +667,7 @@ impl Link<'_> {
                         let at = Instant::now();
                         idle_until = at + limit;
                         if !ranks.is_empty() && due(&mut ranked, at, report_every) {
-                            let _ = to_coordinator.send(FromLink::Ranks { link, pod: pod.to_string(), ranks, at });
+                            let _ = to_coordinator.send(FromLink::Ranks { link, pod: pod.to_string(), ranks, at: at.into_std() });
                         }
                         Ok(())
                     }
@@ -675,9 +676,9 @@ impl Link<'_> {
                         idle_until = at + limit;
                         if due(&mut reported, at, report_every) {
                             let quiet = Duration::from_millis(quiet_ms);
-                            let _ = to_coordinator.send(FromLink::Heard(Input::Progress { link, pod: pod.to_string(), step, quiet, at, behind }));
+                            let _ = to_coordinator.send(FromLink::Heard(Input::Progress { link, pod: pod.to_string(), step, quiet, at: at.into_std(), behind }));
                             if !ranks.is_empty() && due(&mut ranked, at, report_every) {
-                                let _ = to_coordinator.send(FromLink::Ranks { link, pod: pod.to_string(), ranks, at });
+                                let _ = to_coordinator.send(FromLink::Ranks { link, pod: pod.to_string(), ranks, at: at.into_std() });
                             }
                         }
                         Ok(())

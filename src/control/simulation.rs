@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use tokio::time::Instant;
+use std::time::Instant;
 
 use super::coordinator::{Core, Effect, Growth, Input, Setup, Terms};
 use super::following::{self, Following};
@@ -23,12 +23,6 @@ use super::{Heard, Known, Request};
 use crate::ledger::Ledger;
 use crate::loss::{Kind, Loss};
 use crate::verdict::UNBOUNDED_PREEMPTIONS;
-
-impl Default for Following {
-    fn default() -> Following {
-        Following::new("coordinator".into())
-    }
-}
 
 const JOIN_GRACE: Duration = Duration::from_secs(60);
 

@@ -14,8 +14,7 @@ use crate::config::Secret;
 
 use super::message::{Message, WireError};
 
-/// The largest frame the coordinator reads: a follower only ever says small things.
-pub const MAX_PAYLOAD: usize = 1024;
+pub use super::message::MAX_PAYLOAD;
 /// The largest frame a follower reads from its coordinator: the membership of a big job.
 pub(super) const MAX_FROM_COORDINATOR: usize = 16 << 20;
 pub(super) const MAC_LEN: usize = 32;

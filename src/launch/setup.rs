@@ -29,7 +29,7 @@ use crate::{coordination, progress};
 pub(super) async fn configure(args: &JobArgs, plan_only: bool) -> Result<(Config, IpAddr), Error> {
     let interfaces = crate::address::host_interfaces();
     let mut config =
-        crate::batch::discover::configure(args, &interfaces, crate::address::hostname_ip).await?;
+        crate::discover::configure(args, &interfaces, crate::address::hostname_ip).await?;
     let seen = crate::devices::seen();
     crate::devices::resolve(&mut config, &seen)?;
     if !config.topology.processes.found.is_empty() {

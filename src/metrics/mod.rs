@@ -379,7 +379,7 @@ pub fn measure(processes: u32, rounds: u32) -> Duration {
 pub fn measure_view(pods: u32, per_pod: u32, rounds: u32) -> (Duration, Duration, Duration) {
     use crate::job_view::{AttemptShape, JobView, RankStep};
     let rules = crate::straggler::Rules::default();
-    let start = tokio::time::Instant::now();
+    let start = std::time::Instant::now();
     let mut view = JobView::new("bench", Some(rules), start);
     let names: Vec<String> = (0..pods).map(|p| format!("bench-{p}")).collect();
     let attempt = Some(AttemptShape {
