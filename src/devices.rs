@@ -441,7 +441,7 @@ mod tests {
     #[test]
     fn a_collective_pod_runs_one_process_per_gpu_by_default() {
         let resolved = |protocol: &str, nproc: Option<&str>, cuda: Option<&str>| {
-            let mut config = crate::protocol::tests::config(|args| {
+            let mut config = crate::protocol::testing::config(|args| {
                 args.protocol = Some(protocol.into());
                 args.entry = (protocol != "v1").then(|| "python train.py".into());
                 args.nproc_per_pod = nproc.map(str::to_string);
@@ -470,7 +470,7 @@ mod tests {
     #[test]
     fn a_pods_own_values_are_refused_only_where_they_contradict() {
         let resolved = |nproc: &str, given: &[(&str, &str)]| {
-            let mut config = crate::protocol::tests::config(|args| {
+            let mut config = crate::protocol::testing::config(|args| {
                 args.protocol = Some("collective".into());
                 args.entry = Some("python train.py".into());
                 args.nproc_per_pod = Some(nproc.into());

@@ -527,7 +527,7 @@ impl World {
             .zip(&self.index)
             .enumerate()
             .map(|(slot, (((name, ip, state), deleted), index))| {
-                let mut view = membership::tests::pod(name, None, "Running");
+                let mut view = membership::testing::pod(name, None, "Running");
                 view.ip = Some(*ip);
                 view.not_ready = self.not_ready.contains(&slot) || self.gated.contains(index);
                 // An Indexed Job's pods, as `manifest` generates an elastic job's.

@@ -275,7 +275,7 @@ mod tests {
     /// and a round trip.
     #[test]
     fn the_verdict_is_waited_for_as_long_as_the_others_may_take() {
-        let config = crate::protocol::tests::config(|args| {
+        let config = crate::protocol::testing::config(|args| {
             args.grace_period = Some("7".into());
             args.heartbeat_timeout = Some("11".into());
         });

@@ -738,7 +738,7 @@ mod tests {
     fn a_refusal_is_served_within_the_pods_grace_period() {
         let s = Duration::from_secs;
         let served = |heartbeat: &str, grace: Option<&str>| {
-            refusal_served(&crate::protocol::tests::config(|args| {
+            refusal_served(&crate::protocol::testing::config(|args| {
                 args.heartbeat_timeout = Some(heartbeat.into());
                 args.pod_grace_period = grace.map(String::from);
             }))

@@ -125,9 +125,9 @@ mod tests {
             entry("p-3", "fe80::1"),
             entry("p-4", "10.0.0.3"),
         ];
-        let plan = crate::plan::tests::plan_of(Vec::new(), pods, "10.0.0.1".parse().unwrap());
+        let plan = crate::plan::testing::plan_of(Vec::new(), pods, "10.0.0.1".parse().unwrap());
         let collective = |edit: fn(&mut JobArgs)| {
-            crate::protocol::tests::config(|args| {
+            crate::protocol::testing::config(|args| {
                 args.protocol = Some("collective".into());
                 args.entry = Some("python train.py".into());
                 args.trainer_port = Some("6200".into());
@@ -142,7 +142,7 @@ mod tests {
         assert_eq!(checked, expected);
         let off = collective(|args| args.check_peers = Some("false".into()));
         assert!(peers_to_check(&plan, &off).is_empty());
-        let v1 = crate::protocol::tests::config(|_| {});
+        let v1 = crate::protocol::testing::config(|_| {});
         assert!(peers_to_check(&plan, &v1).is_empty());
         let mut pserver_only = plan.clone();
         pserver_only.trainer_id = None;

@@ -386,7 +386,7 @@ mod tests {
     #[test]
     fn an_elastic_coordinator_waits_its_elastic_wait_for_hellos_and_grows_the_job() {
         let config = |wait: &str, elastic: bool| {
-            crate::protocol::tests::config(|a| {
+            crate::protocol::testing::config(|a| {
                 a.job_secret = Some("s".repeat(32));
                 a.protocol = Some("collective".into());
                 a.entry = Some("python train.py".into());

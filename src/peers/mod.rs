@@ -145,7 +145,7 @@ pub async fn discover(config: &Config, round: Round<'_>) -> Result<Found, Error>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::membership::tests::pod;
+    use crate::membership::testing::pod;
 
     /// This launcher's own pod is alive, found by POD_NAME when given, else by its address:
     /// never another pod (the mutation run found the match untested).

@@ -821,8 +821,7 @@ pub fn find_self<'a>(
 }
 
 #[cfg(any(test, feature = "testing"))]
-#[cfg_attr(not(test), allow(dead_code))]
-pub mod tests {
+pub mod testing {
     use super::*;
 
     pub fn pod(name: &str, ip: Option<&str>, phase: &str) -> PodView {
@@ -845,6 +844,12 @@ pub mod tests {
             node: None,
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::*;
+    use super::*;
 
     /// Pods whose launcher did not say hello are left out while the job has its minimum
     /// without them, and awaited again otherwise.

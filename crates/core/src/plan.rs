@@ -266,8 +266,7 @@ impl Plan {
 }
 
 #[cfg(any(test, feature = "testing"))]
-#[cfg_attr(not(test), allow(dead_code))]
-pub mod tests {
+pub mod testing {
     use super::*;
 
     /// A collective plan of `processes` for the pod at `pod_ip` of `pods`, trainer 0.
@@ -291,6 +290,12 @@ pub mod tests {
             sockets: Vec::new(),
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::*;
+    use super::*;
 
     fn process(role: Role, env: &[(&str, &str)]) -> ProcessSpec {
         ProcessSpec {

@@ -781,20 +781,20 @@ mod tests {
         assert!(describe_coordinators_pod(&[], 0).starts_with("no pod of completion index 0"));
         let pending = PodView {
             waiting_reason: Some("Unschedulable: 0/2 nodes are available".into()),
-            ..crate::membership::tests::pod("j-0-abc", None, "Pending")
+            ..crate::membership::testing::pod("j-0-abc", None, "Pending")
         };
         assert_eq!(
             describe_coordinators_pod(std::slice::from_ref(&pending), 0),
             "the coordinator's pod j-0-abc is Pending (Unschedulable: 0/2 nodes are available)"
         );
-        let no_ip = crate::membership::tests::pod("j-0-abc", None, "Running");
+        let no_ip = crate::membership::testing::pod("j-0-abc", None, "Running");
         assert_eq!(
             describe_coordinators_pod(&[no_ip], 0),
             "the coordinator's pod j-0-abc is Running without an IP yet"
         );
         let going = PodView {
             terminating: true,
-            ..crate::membership::tests::pod("j-0-old", Some("10.0.0.1"), "Running")
+            ..crate::membership::testing::pod("j-0-old", Some("10.0.0.1"), "Running")
         };
         // The live one is said before one that goes away.
         assert_eq!(

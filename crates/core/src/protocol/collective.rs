@@ -92,7 +92,7 @@ pub fn trainer_env(
 
 #[cfg(test)]
 mod tests {
-    use crate::protocol::tests::{config, contract, membership};
+    use crate::protocol::testing::{config, contract, membership};
     use crate::protocol::{plan, InputFiles};
 
     /// Several processes per pod get what `paddle.distributed.launch` 3.3.1 gives each process
@@ -253,7 +253,7 @@ mod tests {
             crate::vocabulary::Protocol::Collective,
             vec![(
                 crate::config::GroupKind::Job,
-                crate::protocol::tests::members("t", &ips),
+                crate::protocol::testing::members("t", &ips),
             )],
         );
         let me = m.locate(&big, None, "10.1.0.2".parse().unwrap()).unwrap();

@@ -50,7 +50,7 @@ pub fn trainer_env(
 
 #[cfg(test)]
 mod tests {
-    use crate::protocol::tests::{config, membership};
+    use crate::protocol::testing::{config, membership};
     use crate::protocol::{plan, InputFiles};
 
     /// The protocol's variables; the launcher's own (its progress file) aside.

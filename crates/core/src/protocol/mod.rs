@@ -499,12 +499,11 @@ fn pod_entries(membership: &Membership) -> Vec<PodEntry> {
 }
 
 #[cfg(any(test, feature = "testing"))]
-#[cfg_attr(not(test), allow(dead_code))]
-pub mod tests {
+pub mod testing {
     use super::*;
     use crate::cli::JobArgs;
     use crate::config::GroupKind;
-    use crate::membership::{rank, tests::pod};
+    use crate::membership::{rank, testing::pod};
 
     /// A config from the tutorial job's values plus edits.
     pub fn config(edit: impl FnOnce(&mut JobArgs)) -> Config {
@@ -549,6 +548,13 @@ pub mod tests {
         };
         Membership::from_groups(config.topology.protocol, groups)
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::*;
+    use super::*;
+    use crate::cli::JobArgs;
 
     /// The coordinator is the same on every pod: rank 0 on the control port, or --coordinator.
     #[test]

@@ -74,7 +74,7 @@ pub fn trainer(
 mod tests {
     use crate::cli::JobArgs;
     use crate::config::Config;
-    use crate::membership::{rank, tests::pod, Membership};
+    use crate::membership::{rank, testing::pod, Membership};
     use crate::plan::ProcessSpec;
     use crate::protocol::{plan, InputFiles};
 

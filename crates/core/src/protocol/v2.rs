@@ -33,7 +33,7 @@ pub fn trainer_env(
 
 #[cfg(test)]
 mod tests {
-    use crate::protocol::tests::{config, contract, membership};
+    use crate::protocol::testing::{config, contract, membership};
     use crate::protocol::{plan, InputFiles};
 
     /// The v2 flags that `paddle.init()` understands (reference: original-launchers.md).
