@@ -1227,12 +1227,12 @@ async fn follow(
             return Followed::TurnedAway;
         }
     }
-    // What the word means, as `follow_coordinator` takes it (the launcher's own `started`).
+    // What the word means, as `Gathering::follow` takes it (the launcher's own `started`).
     match super::gathering::started(
         heard,
         &mut channel,
         scenario.nproc(slot),
-        scenario.heartbeat(),
+        refusal_served(scenario),
     )
     .await
     {

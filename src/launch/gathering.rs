@@ -608,7 +608,7 @@ impl Gathering<'_> {
             heard,
             &mut channel,
             config.topology.processes.per_pod,
-            config.control.heartbeat_timeout,
+            refusal_served(config),
         )
         .await?
         else {
