@@ -40,6 +40,8 @@ struct State {
     failures: std::collections::VecDeque<(u16, Option<u32>)>,
     /// Added before every answer.
     delay: Duration,
+    /// Answers given after a delay.
+    delayed: usize,
     /// Until then, every connection is reset as soon as it is accepted.
     down_until: Option<std::time::Instant>,
     /// Response bytes written, for measuring API cost.
@@ -286,6 +288,11 @@ impl FakeApi {
         self.state.lock().unwrap().delay = delay;
     }
 
+    /// How many answers were given after a delay (`set_delay`).
+    pub fn delayed_answers(&self) -> usize {
+        self.state.lock().unwrap().delayed
+    }
+
     /// For `how_long` from now, every connection is reset as soon as it is accepted.
     pub fn go_down_for(&self, how_long: Duration) {
         self.state.lock().unwrap().down_until = Some(std::time::Instant::now() + how_long);
@@ -377,7 +384,11 @@ impl FakeApi {
                 .push(format!("{method} {target}"));
             let (path, query) = target.split_once('?').unwrap_or((target, ""));
             let query = parse_query(query);
-            let delay = self.state.lock().unwrap().delay;
+            let delay = {
+                let mut state = self.state.lock().unwrap();
+                state.delayed += usize::from(!state.delay.is_zero());
+                state.delay
+            };
             tokio::time::sleep(delay).await;
             let failure = if path.ends_with("/pods") {
                 self.state.lock().unwrap().failures.pop_front()

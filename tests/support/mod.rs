@@ -223,13 +223,15 @@ pub fn survivors(pid_dir: &Path) -> Vec<String> {
 pub struct Rng(u64);
 
 impl Rng {
-    pub fn from_time() -> Rng {
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64
+    /// Randomness a failing run replays: from `seed`, or from `TEST_SEED` when
+    /// set (the seed is printed either way).
+    pub fn seeded(seed: u64) -> Rng {
+        let seed = std::env::var("TEST_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(seed)
             | 1;
-        eprintln!("random seed: {seed}");
+        eprintln!("random seed: {seed} (TEST_SEED={seed} replays it)");
         Rng(seed)
     }
 
