@@ -1216,4 +1216,122 @@ mod tests {
             assert_eq!(show(after_run(result, &budget)), expected);
         }
     }
+
+    /// A launcher's own end is told with its kind: a hang its watch found (or the job's it
+    /// heard) as a hang, anything else as a failure; without a channel's cause the pod's last
+    /// events say it the same way — a Hang event (with where the stacks are) only after a hang,
+    /// and Failed, never Succeeded, after a failure.
+    #[test]
+    fn an_own_end_is_told_and_posted_by_its_kind() {
+        let hung = Input::Ran {
+            result: Err(Error::Hung {
+                reason: "trainer-0 made no progress for 30 s".into(),
+            }),
+            at: "12:00:00Z".into(),
+            state: ChannelState::default(),
+        };
+        let mut machine = running(Ledger::first(0), begun(Ledger::first(0), true));
+        let Command::TellFailure(told) = machine.step(hung) else {
+            panic!("no telling");
+        };
+        assert_eq!(told.kind, Kind::Hang);
+        let mut machine = running(Ledger::first(0), begun(Ledger::first(0), true));
+        let failed = ran(3, "trainer exited with status 3", ChannelState::default());
+        let Command::TellFailure(told) = machine.step(failed) else {
+            panic!("no telling");
+        };
+        assert_eq!(told.kind, Kind::Failure);
+
+        // Without a channel: judged at once, the pod's own end posted.
+        for (result, hang_posted) in [
+            (
+                Err(Error::Hung {
+                    reason: "trainer-0 made no progress for 30 s".into(),
+                }),
+                true,
+            ),
+            (Ok(Outcome::new(3, "trainer exited with status 3")), false),
+        ] {
+            let mut machine = running(Ledger::first(0), begun(Ledger::first(0), false));
+            let input = Input::Ran {
+                result,
+                at: "12:00:00Z".into(),
+                state: ChannelState::default(),
+            };
+            let Command::Close { succeeded, .. } = machine.step(input) else {
+                panic!("no close");
+            };
+            assert!(!succeeded);
+            let Command::Finish { posts, .. } =
+                machine.step(Input::Closed(ChannelState::default()))
+            else {
+                panic!("no finish");
+            };
+            let reasons: Vec<&str> = posts.iter().map(|p| p.reason).collect();
+            match hang_posted {
+                true => assert_eq!(reasons, ["Hang", "Failed"]),
+                false => assert_eq!(reasons, ["Failed"]),
+            }
+        }
+    }
+
+    /// The job's first cause, when the channel told one, is what the pod's last events say: a
+    /// hang's with its Hang event, any other without.
+    #[test]
+    fn the_jobs_cause_is_posted_by_its_kind() {
+        for (kind, reasons) in [
+            (Kind::Hang, vec!["Hang", "Failed"]),
+            (Kind::Failure, vec!["Failed"]),
+        ] {
+            let mut machine = running(Ledger::first(0), begun(Ledger::first(0), true));
+            let told = ChannelState {
+                cause: Some(Loss {
+                    reason: "the job hangs: suspect p-2".into(),
+                    restart: false,
+                    kind,
+                }),
+                ..ChannelState::default()
+            };
+            machine.step(ran(
+                3,
+                "trainer exited with status 3",
+                ChannelState::default(),
+            ));
+            machine.step(Input::Told(told.clone()));
+            let close = machine.step(verdict(false, told.clone()));
+            assert!(matches!(close, Command::Close { .. }), "{close:?}");
+            let Command::Finish { posts, .. } = machine.step(Input::Closed(told)) else {
+                panic!("no finish");
+            };
+            let posted: Vec<&str> = posts.iter().map(|p| p.reason).collect();
+            assert_eq!(posted, reasons, "{kind:?}");
+        }
+    }
+
+    /// A checkpoint asked for the job's growth keeps a launcher waiting for the verdict even
+    /// when no free preemption is left: the growth's restart is free whatever the allowance.
+    #[test]
+    fn a_growths_checkpoint_waits_for_the_verdict_past_the_allowance() {
+        let spent = Ledger {
+            epoch: 1,
+            max_restarts: 1,
+            preemptions: 0,
+            max_preemptions: 0,
+            grows: 0,
+        };
+        let failed = Ok(Outcome::new(3, "trainer exited with status 3"));
+        let growing = ChannelState {
+            checkpoint: Some("the job grows: p-3 joined (1 pod)".into()),
+            ..ChannelState::default()
+        };
+        assert_eq!(
+            verdict_wait(&growing, &failed, spent, LIMITS),
+            Some(LIMITS.recoverable)
+        );
+        let preempting = ChannelState {
+            checkpoint: Some("pod p-2: preempted".into()),
+            ..ChannelState::default()
+        };
+        assert_eq!(verdict_wait(&preempting, &failed, spent, LIMITS), None);
+    }
 }

@@ -271,7 +271,13 @@ mod tests {
         assert!(!state.may_restart, "a later no still forbids a restart");
 
         let mut state = ChannelState::default();
+        assert!(!state.checkpoint_asked() && !state.growth_asked());
         assert!(state.know(Known::Checkpoint("a".into())));
+        assert!(state.checkpoint_asked() && !state.growth_asked());
+        assert!(state.know(Known::Checkpoint(
+            "the job grows: p-3 joined (1 pod)".into()
+        )));
+        assert!(state.checkpoint_asked() && state.growth_asked());
         assert!(state.know(Known::Checkpoint("b".into())));
         assert_eq!(state.checkpoint.as_deref(), Some("b"));
         assert!(state.know(Known::Absent(vec!["p-1".into(), "p-2".into()])));

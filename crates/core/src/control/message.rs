@@ -242,6 +242,7 @@ pub enum WireError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::loss::Kind;
 
     /// The two heartbeats as a launcher from before their progress fields declared them.
     #[derive(Debug, PartialEq, Deserialize)]
@@ -304,5 +305,24 @@ mod tests {
         };
         let json = serde_json::to_string(&report).unwrap();
         assert!(json.len() <= MAX_PAYLOAD, "{}", json.len());
+    }
+
+    /// A launcher's own end on the wire: `Failed` with its fields as every launcher reads them
+    /// ("restartable", and "hang" for a hang), and back to the same end.
+    #[test]
+    fn a_failed_frame_says_a_hang_and_a_failure_apart() {
+        for (kind, hang) in [(Kind::Hang, true), (Kind::Failure, false)] {
+            let failed = Message::Failed(Loss {
+                reason: "r".into(),
+                restart: false,
+                kind,
+            });
+            let json = serde_json::to_value(&failed).unwrap();
+            assert_eq!(
+                json,
+                serde_json::json!({"kind": "failed", "reason": "r", "restartable": false, "hang": hang})
+            );
+            assert_eq!(serde_json::from_value::<Message>(json).unwrap(), failed);
+        }
     }
 }
