@@ -1531,11 +1531,14 @@ async fn run(scenario: Scenario) -> World {
                     if scenario.elastic.is_some() && training && !coordinates {
                         let at = w.started.elapsed();
                         // (Those whose launchers have started: a late one cannot help the
-                        // job train on yet.)
+                        // job train on yet. Nor can a pod that runs another number of
+                        // processes than the frozen member, the job's: the coordinator turns
+                        // it away.)
                         let others = (0..w.pods.len())
                             .filter(|&s| s != slot && !w.frozen.contains(&s))
                             .filter(|&s| w.pods[s].2 == PodState::Running)
                             .filter(|&s| w.created[s] + scenario.late(s) <= at)
+                            .filter(|&s| scenario.nproc(s) == scenario.nproc(slot))
                             .count();
                         w.frozen_training.push((at, slot, others));
                     }
@@ -2249,5 +2252,36 @@ fn a_fresh_coordinator_leaves_out_no_pod_it_never_ran_with() {
         max_preemptions: 0,
     };
     let world = simulate_world(scenario);
+    assert!(world.violations.is_empty(), "{:#?}", world.violations);
+}
+
+/// The long sweep's seed (session 26): an elastic job of three pods whose third runs another
+/// number of processes (turned away, it can never join), at least two: when pod 1's node dies
+/// while it trains, pod 0 is the only pod that could train on — fewer than the minimum — so no
+/// epoch without pod 1 is owed. The invariant counted pod 2 among those that could.
+#[test]
+fn a_frozen_members_peer_of_another_process_count_cannot_train_on_for_it() {
+    let t = Training::lasting;
+    let scenario = Scenario {
+        pods: 3,
+        max_restarts: 2,
+        trainings: vec![vec![t(3)], vec![t(1)], vec![t(1)]],
+        faults: vec![(3, 1, Fault::Freeze)],
+        replace_after: 18,
+        heartbeat_s: 2,
+        late_s: vec![0],
+        low_replacements: true,
+        kubelet_lag_ms: 2815,
+        nproc: vec![2, 2, 1],
+        elastic: Some(ElasticScenario {
+            min_pods: 2,
+            wait_s: 2,
+            pending_s: vec![Some(0)],
+            gated: Vec::new(),
+        }),
+        max_preemptions: 0,
+    };
+    let world = simulate_world(scenario);
+    assert_eq!(world.frozen_training.len(), 1, "the freeze is checked");
     assert!(world.violations.is_empty(), "{:#?}", world.violations);
 }
