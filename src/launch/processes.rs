@@ -293,12 +293,17 @@ impl Driver<'_> {
                 self.linger = Some(Box::pin(sleep(how_long)));
                 None
             }
-            Command::TellEnd(ended) => {
+            Command::TellEnd { end, heard_first } => {
                 let channel = channel?;
                 let ended = Loss {
-                    reason: self.said(&ended.reason),
-                    ..ended
+                    reason: self.said(&end.reason),
+                    ..end
                 };
+                // Sent now; what follows goes on at once (the stacks, a preempted pod's stop).
+                if !heard_first {
+                    drop(channel.tell_end(ended, Duration::ZERO));
+                    return None;
+                }
                 // Heard by the job before what follows (the siblings' stop) can fail another
                 // pod first (the runtime has one thread: a frame queued is not yet sent). What
                 // happens meanwhile, a stop signal above all, goes to the lifecycle as it

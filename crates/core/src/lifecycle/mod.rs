@@ -106,15 +106,19 @@ pub enum Command {
         signal: i32,
     },
     Log(String),
-    /// Tell the job at once how this pod's attempt ends, and let it hear it, before what
-    /// follows: a `Hang` of its trainer before the stacks are asked for (the coordinator names
-    /// the suspect and has every pod dump its stacks); a trainer process's `Failure` before
-    /// its siblings are stopped (their stop ends the other pods' collectives, whose failures
-    /// must not become the job's cause); a preempted pod leaving (a `Failure` the coordinator
-    /// judges its preemption's) before its processes are stopped, so that the others stop
-    /// theirs as it does. The attempt loop's own telling after the run is this one said again,
-    /// which the channel does not send twice.
-    TellEnd(Loss),
+    /// Tell the job at once how this pod's attempt ends: a `Hang` of its trainer before the
+    /// stacks are asked for (the coordinator names the suspect and has every pod dump its
+    /// stacks); a trainer process's `Failure` before its siblings are stopped; a preempted pod
+    /// leaving (a `Failure` the coordinator judges its preemption's) before its processes are
+    /// stopped, so that the others stop theirs as it does. `heard_first`: what follows waits
+    /// (briefly) until the job has heard it — the siblings' stop, which ends the other pods'
+    /// collectives, whose failures must not become the job's cause; not the stacks, nor a
+    /// preempted pod's stop, which its deletion's short time may not allow. The attempt loop's
+    /// own telling after the run is this one said again, which the channel does not send twice.
+    TellEnd {
+        end: Loss,
+        heard_first: bool,
+    },
     /// Ask the trainer for every thread's stack in its log (`progress::STACK_SIGNAL`, which
     /// Python's faulthandler answers), then `DumpOver` after `STACK_DUMP_WAIT`.
     DumpStacks,
@@ -386,10 +390,10 @@ impl Lifecycle {
                 if role == Role::Trainer {
                     self.trainers_left = local;
                     if let (Err(error), true) = (&failed, local > 0) {
-                        commands.push(Command::TellEnd(Loss::failure(
-                            error.to_string(),
-                            others_may_restart(&failed),
-                        )));
+                        commands.push(Command::TellEnd {
+                            end: Loss::failure(error.to_string(), others_may_restart(&failed)),
+                            heard_first: true,
+                        });
                     }
                 }
                 if role == Role::Pserver || local == 0 {
@@ -723,11 +727,18 @@ mod tests {
                 Command::Log(line) => format!("log {line}"),
                 Command::TellDone => "tell done".into(),
                 Command::DumpStacks => "dump stacks".into(),
-                Command::TellEnd(Loss {
-                    reason,
-                    restart,
-                    kind,
-                }) => format!("tell {} {reason} (restart {restart})", kind.name()),
+                Command::TellEnd {
+                    end:
+                        Loss {
+                            reason,
+                            restart,
+                            kind,
+                        },
+                    heard_first,
+                } => {
+                    let first = if *heard_first { ", heard first" } else { "" };
+                    format!("tell {} {reason} (restart {restart}{first})", kind.name())
+                }
                 Command::TellPreempted(reason) => format!("tell preempted {reason}"),
                 Command::AskCheckpoint => "ask checkpoint".into(),
                 Command::Window(d) => format!("window {}", d.as_secs()),
@@ -1098,7 +1109,7 @@ mod tests {
                 vec![
                     "spawn trainer",
                     "log trainer id 3 of 6 (local rank 0) exited with status 0; 2 of the pod's trainer processes still run",
-                    "tell failure trainer id 5 of 6 (local rank 2) exited with status 3 (restart true)",
+                    "tell failure trainer id 5 of 6 (local rank 2) exited with status 3 (restart true, heard first)",
                     "stop trainer 15",
                     "finish 3 trainer id 5 of 6 (local rank 2) exited with status 3",
                 ],
@@ -1159,7 +1170,8 @@ mod tests {
         };
         let shown = run(three(), vec![spawn_failed, ended(0, 143), Input::Stopped]);
         assert!(
-            shown[1].starts_with("tell failure ") && shown[1].ends_with("(restart false)"),
+            shown[1].starts_with("tell failure ")
+                && shown[1].ends_with("(restart false, heard first)"),
             "a command not found is so on every pod: {shown:?}"
         );
         assert_eq!(shown[2], "stop trainer 15", "{shown:?}");

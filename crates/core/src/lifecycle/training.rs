@@ -125,7 +125,10 @@ impl Lifecycle {
         // A failed process's siblings too: they would wait for it in a collective. The
         // job hears of the failure first.
         if !succeeded && self.running.contains(&Role::Trainer) {
-            commands.push(Command::TellEnd(Loss::of_pod(trainer.reason.clone())));
+            commands.push(Command::TellEnd {
+                end: Loss::of_pod(trainer.reason.clone()),
+                heard_first: true,
+            });
         }
         let rest = vec![Role::Trainer, Role::Pserver];
         commands.extend(self.stop_then(rest, libc_term(), Ok(trainer)));
@@ -243,10 +246,10 @@ impl Lifecycle {
         };
         let mut commands = vec![
             Command::Log(format!("preempted: {why}: stopping")),
-            Command::TellEnd(Loss::of_pod(format!(
-                "{}: {why}",
-                self.preempted_while(signal)
-            ))),
+            Command::TellEnd {
+                end: Loss::of_pod(format!("{}: {why}", self.preempted_while(signal))),
+                heard_first: false,
+            },
         ];
         commands.extend(self.stop_then(roles, signal, Err(Error::stopped(signal, &doing))));
         commands
@@ -342,11 +345,14 @@ impl Lifecycle {
         if !job {
             // Told at once, before the dump and the stop: stopping this trainer ends the
             // others' collectives, and their failures must not become the job's cause.
-            commands.push(Command::TellEnd(Loss {
-                reason: reason.clone(),
-                restart: true,
-                kind: Kind::Hang,
-            }));
+            commands.push(Command::TellEnd {
+                end: Loss {
+                    reason: reason.clone(),
+                    restart: true,
+                    kind: Kind::Hang,
+                },
+                heard_first: false,
+            });
         }
         self.phase = Phase::DumpingStacks { reason, job };
         commands.extend([Command::Log(line), Command::DumpStacks]);

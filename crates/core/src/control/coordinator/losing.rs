@@ -155,6 +155,12 @@ impl Core {
             restart: restartable,
             kind,
         } = ending;
+        // A member's own end is a failure or a hang (its Failed frame carries no more); a
+        // preemption is free only as the coordinator recorded it, and a growth only as its own.
+        let kind = match kind {
+            Kind::Preemption => Kind::Failure,
+            kind => kind,
+        };
         // A loss inside the growth's checkpoint window (a trainer that ends once it has
         // checkpointed, as a program may on the signal; a member preempted meanwhile) ends the
         // attempt the growth was ending anyway, with the arrivals: free as the growth is, and

@@ -1221,6 +1221,24 @@ mod tests {
         );
     }
 
+    /// A launcher's own end that calls itself a preemption is judged a failure: a preemption
+    /// is free only as the coordinator recorded it (its `Preempted` first), within the
+    /// allowance.
+    #[test]
+    fn an_own_end_is_no_preemption_by_its_word_alone() {
+        let mut core = both_joined(Instant::now());
+        let effects = core.step(Input::Own(Request::Failed(Loss {
+            reason: "pod me: trainer exited with status 3".into(),
+            restart: true,
+            kind: Kind::Preemption,
+        })));
+        let told = effects.iter().find_map(|e| match e {
+            Effect::Broadcast(Message::Lost(loss)) => Some(loss.kind),
+            _ => None,
+        });
+        assert_eq!(told, Some(Kind::Failure), "{effects:?}");
+    }
+
     /// This launcher's own failure before the start: the followers gather again when a restart
     /// could mend it, and end when it would recur (a configuration error, say).
     #[test]
