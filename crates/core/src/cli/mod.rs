@@ -866,7 +866,7 @@ mod tests {
     };
 
     const TABLE_BEGIN: &str =
-        "<!-- options table: generated from the CLI definitions in src/cli.rs; a test checks it -->\n";
+        "<!-- options table: generated from the CLI definitions in crates/core/src/cli/mod.rs; a test checks it -->\n";
     const TABLE_END: &str = "<!-- end of the options table -->";
 
     /// The options table of docs/configuration.md is the CLI's own definition, not a copy kept
