@@ -715,6 +715,26 @@ pub fn jobset_controller() -> &'static Component {
             let (code, out, err) = plane.apply(&object.to_string(), &["--server-side"]);
             assert_eq!(code, 0, "webhook configuration: {err}{out}");
         }
+        // /readyz does not wait for the webhook server's paths: a JobSet created at once was
+        // refused ("failed calling webhook ... could not find the requested resource"). A
+        // server-side dry run goes through the webhooks: wait until they answer.
+        let probe = serde_json::json!({
+            "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "webhook-probe", "namespace": "default"},
+            "spec": {"replicatedJobs": [{"name": "w", "replicas": 1, "template": {"spec": {
+                "template": {"spec": {"restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "probe"}]}}}}}]}
+        });
+        let deadline = Instant::now() + READY_LIMIT;
+        loop {
+            // Accepted or refused for what it says, the webhooks answered.
+            let (_, _, err) = plane.apply(&probe.to_string(), &["--dry-run=server"]);
+            if !err.contains("failed calling webhook") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "JobSet's webhooks never answered: {err}\n{}", component.tail());
+            std::thread::sleep(Duration::from_millis(200));
+        }
         component
     })
 }
