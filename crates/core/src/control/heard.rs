@@ -168,54 +168,39 @@ impl ChannelState {
             .is_some_and(|cause| cause.kind.is_free())
     }
 
-    /// What is `known` now, by its part's rule; whether anything changed (each part says so
-    /// itself: the state is not copied to be compared).
+    /// What is `known` now, by its part's rule; whether anything changed.
     pub fn know(&mut self, known: Known) -> bool {
+        let before = self.clone();
         match known {
-            Known::SaidHello => set(&mut self.said_hello, true),
+            Known::SaidHello => self.said_hello = true,
             Known::Lost(loss) => {
-                let lost = set(&mut self.lost, true);
-                let restart = self.may_restart && loss.restart;
-                let final_word = set(&mut self.may_restart, restart);
-                let first = self.cause.is_none();
+                self.lost = true;
+                self.may_restart &= loss.restart;
                 self.cause.get_or_insert(loss);
-                lost | final_word | first
             }
             Known::Verdict(restart) => {
-                let lost = set(&mut self.lost, true);
-                let restart_now = self.may_restart && restart;
-                let final_word = set(&mut self.may_restart, restart_now);
-                let first = self.verdict.is_none();
+                self.lost = true;
+                self.may_restart &= restart;
                 self.verdict.get_or_insert(restart);
-                lost | final_word | first
             }
-            Known::CannotRestart => set(&mut self.may_restart, false),
-            Known::Checkpoint(reason) => set(&mut self.checkpoint, Some(reason)),
-            Known::Succeeded => set(&mut self.succeeded, true),
+            Known::CannotRestart => self.may_restart = false,
+            Known::Checkpoint(reason) => self.checkpoint = Some(reason),
+            Known::Succeeded => self.succeeded = true,
             Known::Absent(pods) => once_each(&mut self.attendance.silent, pods),
             Known::TurnedAway(pods) => once_each(&mut self.attendance.turned_away, pods),
-            Known::Alive(pods) => set(&mut self.attendance.alive, pods),
+            Known::Alive(pods) => self.attendance.alive = pods,
         }
+        *self != before
     }
 }
 
-/// `value` in `slot`; whether it changed.
-fn set<T: PartialEq>(slot: &mut T, value: T) -> bool {
-    let changed = *slot != value;
-    *slot = value;
-    changed
-}
-
-/// Adds the `pods` that `list` does not have yet: each pod once, however often it knocks;
-/// whether any was new.
-fn once_each(list: &mut Vec<String>, pods: Vec<String>) -> bool {
-    let before = list.len();
+/// Adds the `pods` that `list` does not have yet: each pod once, however often it knocks.
+fn once_each(list: &mut Vec<String>, pods: Vec<String>) {
     for pod in pods {
         if !list.contains(&pod) {
             list.push(pod);
         }
     }
-    list.len() != before
 }
 
 /// The end of an attempt that a preemption ends, in an attempt of this ledger: a free
